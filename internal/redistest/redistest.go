@@ -1,0 +1,310 @@
+// Package redistest starts real redis-server processes on free loopback ports
+// for tests: a single node, a Cluster of masters, and a master with a replica
+// watched by a Sentinel. Every process is stopped, by PID, when the test ends.
+//
+// When redis-server is not installed the tests that need it are skipped, unless
+// CHARON_REQUIRE_REDIS is set (CI sets it), in which case they fail.
+package redistest
+
+import (
+	"bufio"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// Node is one running redis-server (or sentinel) process.
+type Node struct {
+	Port int
+	Dir  string
+	cmd  *exec.Cmd
+	mu   sync.Mutex
+	done chan struct{}
+}
+
+// Addr is the node's "127.0.0.1:port".
+func (n *Node) Addr() string { return "127.0.0.1:" + strconv.Itoa(n.Port) }
+
+// Kill stops the node with SIGKILL and waits for it to exit.
+func (n *Node) Kill() {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.cmd == nil || n.cmd.Process == nil {
+		return
+	}
+	_ = n.cmd.Process.Signal(syscall.SIGKILL)
+	<-n.done
+	n.cmd = nil
+}
+
+// Restart starts a killed node again on the same port with the same arguments.
+func (n *Node) Restart(t testing.TB, args ...string) {
+	t.Helper()
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.cmd != nil {
+		t.Fatalf("redistest: node %d is running", n.Port)
+	}
+	n.start(t, args)
+	waitPing(t, n.Port)
+}
+
+func (n *Node) start(t testing.TB, args []string) {
+	t.Helper()
+	cmd := exec.Command(serverPath(t), args...)
+	cmd.Dir = n.Dir
+	logf, err := os.Create(filepath.Join(n.Dir, "log.txt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stdout = logf
+	cmd.Stderr = logf
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("redistest: start redis-server: %v", err)
+	}
+	n.cmd = cmd
+	n.done = make(chan struct{})
+	go func(done chan struct{}) {
+		_ = cmd.Wait()
+		logf.Close()
+		close(done)
+	}(n.done)
+}
+
+var (
+	pathOnce sync.Once
+	path     string
+)
+
+func serverPath(t testing.TB) string {
+	t.Helper()
+	pathOnce.Do(func() { path, _ = exec.LookPath("redis-server") })
+	if path == "" {
+		if os.Getenv("CHARON_REQUIRE_REDIS") != "" {
+			t.Fatal("redistest: redis-server not found and CHARON_REQUIRE_REDIS is set")
+		}
+		t.Skip("redistest: redis-server not installed (apt-get install redis-server); skipping")
+	}
+	return path
+}
+
+// Available reports whether redis-server is installed.
+func Available() bool {
+	_, err := exec.LookPath("redis-server")
+	return err == nil
+}
+
+var portMu sync.Mutex
+
+// freePort returns a loopback port that is free, and whose cluster bus port
+// (port+10000) is free too.
+func freePort(t testing.TB) int {
+	t.Helper()
+	portMu.Lock()
+	defer portMu.Unlock()
+	for i := 0; i < 100; i++ {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := l.Addr().(*net.TCPAddr).Port
+		l.Close()
+		if p+10000 > 65535 {
+			continue
+		}
+		if l2, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(p+10000)); err == nil {
+			l2.Close()
+			return p
+		}
+	}
+	t.Fatal("redistest: no free port pair")
+	return 0
+}
+
+func baseArgs(port int, dir string) []string {
+	return []string{"--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+		"--dir", dir, "--protected-mode", "no"}
+}
+
+func newNode(t testing.TB, extra ...string) (*Node, []string) {
+	t.Helper()
+	port := freePort(t)
+	dir := filepath.Join(t.TempDir(), strconv.Itoa(port))
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	args := append(baseArgs(port, dir), extra...)
+	n := &Node{Port: port, Dir: dir}
+	n.start(t, args)
+	t.Cleanup(n.Kill)
+	return n, args
+}
+
+// Single starts one redis-server and waits until it answers PING.
+func Single(t testing.TB) *Node {
+	t.Helper()
+	serverPath(t)
+	n, _ := newNode(t)
+	waitPing(t, n.Port)
+	return n
+}
+
+// SingleArgs starts one redis-server and returns it with the arguments that
+// Restart needs.
+func SingleArgs(t testing.TB) (*Node, []string) {
+	t.Helper()
+	serverPath(t)
+	n, args := newNode(t)
+	waitPing(t, n.Port)
+	return n, args
+}
+
+// Cluster starts masters cluster-enabled nodes, joins them into one cluster
+// with no replicas and waits for cluster_state:ok.
+func Cluster(t testing.TB, masters int) []*Node {
+	t.Helper()
+	serverPath(t)
+	nodes := make([]*Node, masters)
+	addrs := make([]string, masters)
+	for i := range nodes {
+		port := freePort(t)
+		dir := filepath.Join(t.TempDir(), strconv.Itoa(port))
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		args := append(baseArgs(port, dir), "--cluster-enabled", "yes", "--cluster-config-file",
+			filepath.Join(dir, "nodes.conf"), "--cluster-node-timeout", "2000")
+		n := &Node{Port: port, Dir: dir}
+		n.start(t, args)
+		t.Cleanup(n.Kill)
+		nodes[i] = n
+		addrs[i] = n.Addr()
+	}
+	for _, n := range nodes {
+		waitPing(t, n.Port)
+	}
+	args := append([]string{"--cluster", "create"}, addrs...)
+	args = append(args, "--cluster-replicas", "0", "--cluster-yes")
+	if out, err := exec.Command("redis-cli", args...).CombinedOutput(); err != nil {
+		t.Fatalf("redistest: cluster create: %v\n%s", err, out)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		ok := true
+		for _, n := range nodes {
+			out, _ := cli(n.Port, "cluster", "info")
+			if !strings.Contains(out, "cluster_state:ok") {
+				ok = false
+			}
+		}
+		if ok {
+			return nodes
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("redistest: cluster did not reach cluster_state:ok")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// SentinelSet is a master, a replica and one Sentinel monitoring them as
+// MasterName.
+type SentinelSet struct {
+	Master, Replica, Sentinel *Node
+	MasterName                string
+}
+
+// Sentinel starts a master, a replica of it and a Sentinel with quorum 1 and
+// a 1 s down-after period, and waits until the Sentinel knows the master.
+func Sentinel(t testing.TB) *SentinelSet {
+	t.Helper()
+	serverPath(t)
+	master, _ := newNode(t)
+	waitPing(t, master.Port)
+	replica, _ := newNode(t, "--replicaof", "127.0.0.1", strconv.Itoa(master.Port))
+	waitPing(t, replica.Port)
+
+	port := freePort(t)
+	dir := filepath.Join(t.TempDir(), strconv.Itoa(port))
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	conf := filepath.Join(dir, "sentinel.conf")
+	text := fmt.Sprintf("port %d\nbind 127.0.0.1\nprotected-mode no\ndir %s\n"+
+		"sentinel monitor mymaster 127.0.0.1 %d 1\n"+
+		"sentinel down-after-milliseconds mymaster 1000\n"+
+		"sentinel failover-timeout mymaster 5000\n", port, dir, master.Port)
+	if err := os.WriteFile(conf, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s := &Node{Port: port, Dir: dir}
+	s.start(t, []string{conf, "--sentinel"})
+	t.Cleanup(s.Kill)
+	waitPing(t, port)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		out, _ := cli(port, "sentinel", "get-master-addr-by-name", "mymaster")
+		if strings.Contains(out, strconv.Itoa(master.Port)) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("redistest: sentinel does not know the master: %q", out)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	// Wait for the replica to be in sync so a failover has a candidate.
+	deadline = time.Now().Add(10 * time.Second)
+	for {
+		out, _ := cli(replica.Port, "info", "replication")
+		if strings.Contains(out, "master_link_status:up") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("redistest: replica did not sync")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return &SentinelSet{Master: master, Replica: replica, Sentinel: s, MasterName: "mymaster"}
+}
+
+// CLI runs redis-cli against port and returns its output.
+func CLI(port int, args ...string) (string, error) { return cli(port, args...) }
+
+func cli(port int, args ...string) (string, error) {
+	out, err := exec.Command("redis-cli", append([]string{"-p", strconv.Itoa(port)}, args...)...).CombinedOutput()
+	return string(out), err
+}
+
+func waitPing(t testing.TB, port int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		if ping(port) {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatalf("redistest: redis on port %d did not answer PING", port)
+}
+
+func ping(port int) bool {
+	c, err := net.DialTimeout("tcp", "127.0.0.1:"+strconv.Itoa(port), 200*time.Millisecond)
+	if err != nil {
+		return false
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(500 * time.Millisecond))
+	if _, err := c.Write([]byte("PING\r\n")); err != nil {
+		return false
+	}
+	line, err := bufio.NewReader(c).ReadString('\n')
+	return err == nil && strings.HasPrefix(line, "+PONG")
+}

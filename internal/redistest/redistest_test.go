@@ -1,0 +1,34 @@
+package redistest
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestSingle(t *testing.T) {
+	n := Single(t)
+	out, err := CLI(n.Port, "set", "k", "v")
+	if err != nil || !strings.Contains(out, "OK") {
+		t.Fatalf("set: %q %v", out, err)
+	}
+	n.Kill()
+	if ping(n.Port) {
+		t.Fatal("node still answers after Kill")
+	}
+}
+
+func TestCluster(t *testing.T) {
+	nodes := Cluster(t, 3)
+	out, err := CLI(nodes[0].Port, "cluster", "info")
+	if err != nil || !strings.Contains(out, "cluster_known_nodes:3") {
+		t.Fatalf("cluster info: %q %v", out, err)
+	}
+}
+
+func TestSentinel(t *testing.T) {
+	s := Sentinel(t)
+	out, err := CLI(s.Sentinel.Port, "sentinel", "masters")
+	if err != nil || !strings.Contains(out, "mymaster") {
+		t.Fatalf("sentinel masters: %q %v", out, err)
+	}
+}
