@@ -1,0 +1,183 @@
+package store
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/charonlimit/charon/tiers"
+)
+
+// Apply is the Decide procedure, written once. The caller resolves, for
+// every item, states[i], the state of items[i].Key (items with the same Key
+// share one pointer), and globals[i], the global state of (Resource,
+// PolicyID) or nil when items[i].Policy.GlobalLimit is 0 (items of one
+// resource share one pointer), and holds whatever makes them exclusive for
+// the call. Apply writes one decision per item to out and reports whether the
+// takes were committed.
+//
+// The procedure, which every store must reproduce exactly:
+//
+//  1. Every refund item, in order: tiers.Refund(Hits), then out[i] is the
+//     tiers.Peek of one hit, with Granted 0 and OK true.
+//  2. The other items are grouped by state: a group is the items sharing a
+//     Key, led by the first of them, and asks for the sum of its members'
+//     Hits and Min. In leader order, each group's answer d is tiers.Peek of
+//     that sum. When d is granted and the policy has a global limit G, d's
+//     grant is cut to G − g0 − S, where g0 = d.ResourceHits − d.Granted is
+//     the resource's count before the request and S the predicted grants of
+//     the earlier granted groups sharing that global state; if that leaves
+//     fewer than the group's Min, d becomes a rejection (OK false, Granted
+//     0, LimitedByGlobal true, Remaining the room left, at least 0; the other
+//     fields as Peek gave them). Because tiers grants hit by hit and groups
+//     of different states meet only in the global count, this predicts
+//     exactly what committing the groups one after another would answer.
+//  3. If a non-shadow group is rejected, nothing is committed: every member
+//     of a group gets the group's predicted answer, and Apply returns false.
+//  4. Otherwise each group, in leader order, except the rejected shadow
+//     groups, is committed with tiers.Request of its sums, and its members
+//     get the answer. Apply returns true.
+//
+// In steps 3 and 4 a group's grant n is split between its members in item
+// order: each gets its Min, then the rest of n up to its Hits, first come
+// first served. Rejected members get Granted 0.
+//
+// Apply does not allocate. It returns an error wrapping ErrBadItem, before
+// changing anything, when an item cannot be decided.
+func Apply(now time.Time, items []Item, states []*tiers.State, globals []*tiers.Global, out []tiers.Decision) (committed bool, err error) {
+	if err := Check(items); err != nil {
+		return false, err
+	}
+	if len(states) < len(items) || len(globals) < len(items) || len(out) < len(items) {
+		return false, fmt.Errorf("%w: %d items, %d states, %d globals, %d decisions", ErrBadItem, len(items), len(states), len(globals), len(out))
+	}
+	for i := range items {
+		it := &items[i]
+		if !it.Refund {
+			continue
+		}
+		tiers.Refund(it.Policy, states[i], globals[i], now, it.Hits)
+		d := tiers.Peek(it.Policy, states[i], globals[i], now, 1, 1)
+		d.Granted, d.OK = 0, true
+		out[i] = d
+	}
+
+	rejected := false
+	for i := range items {
+		if items[i].Refund || leader(items, states, i) != i {
+			continue
+		}
+		hits, min := groupSums(items, states, i)
+		d := tiers.Peek(items[i].Policy, states[i], globals[i], now, hits, min)
+		if d.OK && globals[i] != nil && d.GlobalLimit > 0 {
+			var s int64
+			for k := 0; k < i; k++ {
+				if globals[k] == globals[i] && !items[k].Refund && leader(items, states, k) == k && out[k].OK {
+					s += out[k].Granted
+				}
+			}
+			room := d.GlobalLimit - (d.ResourceHits - d.Granted) - s
+			if room < d.Granted {
+				if room >= min {
+					d.Granted = room
+				} else {
+					d.OK, d.Granted, d.LimitedByGlobal = false, 0, true
+					d.Remaining = max(room, 0)
+				}
+			}
+		}
+		out[i] = d
+		if !d.OK && !items[i].Shadow {
+			rejected = true
+		}
+	}
+	if rejected {
+		for i := range items {
+			if !items[i].Refund && leader(items, states, i) == i {
+				split(items, states, i, out)
+			}
+		}
+		return false, nil
+	}
+	for i := range items {
+		if items[i].Refund || leader(items, states, i) != i {
+			continue
+		}
+		if items[i].Shadow && !out[i].OK {
+			split(items, states, i, out)
+			continue
+		}
+		hits, min := groupSums(items, states, i)
+		out[i] = tiers.Request(items[i].Policy, states[i], globals[i], now, hits, min)
+		split(items, states, i, out)
+	}
+	return true, nil
+}
+
+// Check reports, wrapping ErrBadItem, the first item that cannot be decided.
+func Check(items []Item) error {
+	for i := range items {
+		it := &items[i]
+		switch {
+		case it.Policy == nil:
+			return fmt.Errorf("%w: items[%d]: no policy", ErrBadItem, i)
+		case it.Hits < 1:
+			return fmt.Errorf("%w: items[%d]: hits %d, want >= 1", ErrBadItem, i, it.Hits)
+		case !it.Refund && (it.Min < 1 || it.Min > it.Hits):
+			return fmt.Errorf("%w: items[%d]: min %d, want in [1, %d]", ErrBadItem, i, it.Min, it.Hits)
+		}
+	}
+	return nil
+}
+
+// leader returns the first take item sharing item i's state.
+func leader(items []Item, states []*tiers.State, i int) int {
+	for j := 0; j < i; j++ {
+		if states[j] == states[i] && !items[j].Refund {
+			return j
+		}
+	}
+	return i
+}
+
+// groupSums returns the summed hits and minimums of the group led by i.
+func groupSums(items []Item, states []*tiers.State, i int) (hits, min int64) {
+	for j := i; j < len(items); j++ {
+		if states[j] == states[i] && !items[j].Refund {
+			hits += items[j].Hits
+			min += items[j].Min
+		}
+	}
+	return hits, min
+}
+
+// split copies the group answer out[i] to its members, sharing its grant.
+func split(items []Item, states []*tiers.State, i int, out []tiers.Decision) {
+	d := out[i]
+	if !d.OK {
+		for j := i; j < len(items); j++ {
+			if states[j] == states[i] && !items[j].Refund {
+				out[j] = d
+				out[j].Granted = 0
+			}
+		}
+		return
+	}
+	_, min := groupSums(items, states, i)
+	extra := d.Granted - min
+	for j := i; j < len(items); j++ {
+		if states[j] != states[i] || items[j].Refund {
+			continue
+		}
+		e := min64(items[j].Hits-items[j].Min, extra)
+		extra -= e
+		out[j] = d
+		out[j].Granted = items[j].Min + e
+	}
+}
+
+func min64(a, b int64) int64 {
+	if a < b {
+		return a
+	}
+	return b
+}

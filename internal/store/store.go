@@ -1,0 +1,71 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/charonlimit/charon/tiers"
+)
+
+// ErrClosed is returned by Decide after Close.
+var ErrClosed = errors.New("store: closed")
+
+// ErrBadItem is returned (wrapped) by Decide for an item it cannot decide: no
+// policy, hits below 1, or a minimum outside [1, hits]. Nothing is changed.
+var ErrBadItem = errors.New("store: bad item")
+
+// Key names the state of one (resource, domain) pair under one policy set.
+// A policy change (a new PolicyID) starts from fresh state; the old state
+// expires. The global state of a resource (its hits over all domains) is
+// keyed by (Resource, PolicyID) alone.
+//
+// Resource and Domain are escaped by their producer and safe as Redis key
+// parts. A store must copy them if it keeps them past the call.
+type Key struct {
+	Resource string
+	Domain   string
+	PolicyID uint64
+}
+
+// Item is one descriptor of a request, ready to be decided.
+type Item struct {
+	Key Key
+	// Policy is the effective policy of the pair; it must not be nil. Items
+	// with the same Key must carry the same policy.
+	Policy *tiers.Policy
+	// Hits is the number of hits asked for (the copies), Min the number of
+	// them that must be granted for the item to be granted (1 <= Min <=
+	// Hits). An RLS request asks for Hits == Min: all or nothing.
+	Hits, Min int64
+	// Refund gives Hits back (Envoy's is_negative_hits) instead of taking
+	// them. Refunds always apply, whatever the other items' answers; Min is
+	// ignored.
+	Refund bool
+	// Shadow marks an item that is decided and recorded but does not take
+	// part in the request's all-or-nothing: its rejection does not stop the
+	// other items from being committed (shadow mode, ignore_limits). A
+	// shadow item is committed when it is granted and the request commits.
+	Shadow bool
+}
+
+// Store keeps rate-limit state and decides requests against it.
+//
+// Implementations are safe for concurrent use.
+type Store interface {
+	// Decide decides items at now, as Apply describes, writing one decision
+	// per item to out (len(out) >= len(items)). In short: every refund is
+	// applied first; then, if every non-shadow, non-refund item would be
+	// granted, all granted items are committed, else none is (a request
+	// whose answer is over the limit consumes nothing). Items sharing a Key
+	// are decided as one request of their summed hits; items sharing a
+	// resource's global limit see each other's grants, in item order.
+	//
+	// Decide makes at most one round trip to a remote store. On error the
+	// contents of out are unspecified; a store documents whether an error
+	// can leave the call committed (a timed-out remote script may have run).
+	Decide(ctx context.Context, now time.Time, items []Item, out []tiers.Decision) error
+	// Close releases the store's resources; Decide fails with ErrClosed
+	// afterwards. Close is idempotent.
+	Close() error
+}
