@@ -1,0 +1,9 @@
+// Package server serves Charon to the network: Envoy's RateLimitService v3
+// over gRPC (with health and reflection), the HTTP endpoints /healthcheck and
+// /json, the debug endpoints /metrics, /rlconfig and pprof, and the config
+// directory watcher that swaps a new configuration in atomically.
+//
+// The server reads no clock for decisions and holds no rate state: it converts
+// protos to engine requests and back, counts, and logs. Errors from the engine
+// reach gRPC through one function, grpcError.
+package server

@@ -1,0 +1,106 @@
+package server
+
+import (
+	"errors"
+	"io"
+	"net/http"
+	"net/http/pprof"
+
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protojson"
+)
+
+// maxJSONBody bounds a /json request body.
+const maxJSONBody = 1 << 20
+
+// httpHandler serves /healthcheck and /json.
+func (s *Server) httpHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/healthcheck", s.serveHealthcheck)
+	mux.HandleFunc("/json", s.serveJSON)
+	return mux
+}
+
+func (s *Server) serveHealthcheck(w http.ResponseWriter, r *http.Request) {
+	if s.shuttingDown.Load() {
+		http.Error(w, "shutting down", http.StatusInternalServerError)
+		return
+	}
+	io.WriteString(w, "OK")
+}
+
+// serveJSON is envoyproxy/ratelimit's /json endpoint: the RateLimitRequest as
+// protojson in, the RateLimitResponse as protojson out, 429 when the overall
+// code is OVER_LIMIT. Bad JSON and invalid requests get 400, other failures
+// 500.
+func (s *Server) serveJSON(w http.ResponseWriter, r *http.Request) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxJSONBody))
+	if err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			http.Error(w, "request body too large", http.StatusRequestEntityTooLarge)
+			return
+		}
+		http.Error(w, "reading body: "+err.Error(), http.StatusBadRequest)
+		return
+	}
+	var req rlsv3.RateLimitRequest
+	if err := protojson.Unmarshal(body, &req); err != nil {
+		http.Error(w, "invalid RateLimitRequest JSON: "+truncate(err.Error()), http.StatusBadRequest)
+		return
+	}
+	resp, err := s.rls.ShouldRateLimit(r.Context(), &req)
+	if err != nil {
+		code := http.StatusInternalServerError
+		if status.Code(err) == codes.InvalidArgument {
+			code = http.StatusBadRequest
+		}
+		http.Error(w, status.Convert(err).Message(), code)
+		return
+	}
+	out, err := protojson.Marshal(resp)
+	if err != nil {
+		http.Error(w, "encoding response: "+err.Error(), http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	if resp.GetOverallCode() == rlsv3.RateLimitResponse_OVER_LIMIT {
+		w.WriteHeader(http.StatusTooManyRequests)
+	}
+	w.Write(out)
+}
+
+// debugHandler serves /metrics, /rlconfig and pprof. It listens on loopback
+// by default: pprof and the configuration are not for the public.
+func (s *Server) debugHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(s.metrics.Registry, promhttp.HandlerOpts{}))
+	mux.HandleFunc("/rlconfig", s.serveRLConfig)
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	mux.HandleFunc("/{$}", func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, "/metrics: Prometheus metrics\n/rlconfig: the configuration in force\n/debug/pprof/: profiles\n")
+	})
+	return mux
+}
+
+func (s *Server) serveRLConfig(w http.ResponseWriter, r *http.Request) {
+	var cfg = s.reloader.Current()
+	if cfg == nil {
+		http.Error(w, "no configuration loaded", http.StatusServiceUnavailable)
+		return
+	}
+	out, err := cfg.Dump()
+	if err != nil {
+		http.Error(w, "dumping configuration: "+err.Error(), http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "application/yaml")
+	w.Write(out)
+}

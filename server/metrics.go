@@ -1,0 +1,172 @@
+package server
+
+import (
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/charonlimit/charon/internal/engine"
+)
+
+// Metrics are the server's Prometheus collectors, registered in their own
+// registry. Safe for concurrent use. Use NewMetrics; the zero value is not
+// usable.
+type Metrics struct {
+	// Registry holds every collector below; /metrics serves it.
+	Registry *prometheus.Registry
+
+	totalHits, overLimit, nearLimit, withinLimit, shadowMode *prometheus.CounterVec
+
+	reloads         *prometheus.CounterVec
+	reloadOK        prometheus.Counter
+	reloadFailed    prometheus.Counter
+	invalidRequests prometheus.Counter
+	requestErrors   prometheus.Counter
+	latency         prometheus.Observer
+
+	mu    sync.RWMutex
+	descs map[descKey]*descCounters
+}
+
+type descKey struct{ domain, key string }
+
+// descCounters caches the children of one (domain, key) so the hot path does
+// not hash label values.
+type descCounters struct {
+	total, over, near, within, shadow prometheus.Counter
+}
+
+// NewMetrics builds the collectors in a new registry. evictions, when not
+// nil, reports the store's evicted-pair count.
+func NewMetrics(evictions func() float64) *Metrics {
+	reg := prometheus.NewRegistry()
+	vec := func(name, help string) *prometheus.CounterVec {
+		return prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "charon", Subsystem: "rate_limit", Name: name, Help: help,
+		}, []string{"domain", "key"})
+	}
+	m := &Metrics{
+		Registry:    reg,
+		totalHits:   vec("total_hits", "Hits asked for by matched descriptors."),
+		overLimit:   vec("over_limit", "Hits of matched descriptors answered OVER_LIMIT."),
+		nearLimit:   vec("near_limit", "Hits granted while at least 80% of the current limit was used."),
+		withinLimit: vec("within_limit", "Hits of matched descriptors granted."),
+		shadowMode:  vec("shadow_mode", "Hits that would have been refused but were granted by shadow_mode or ignore_limits."),
+		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "charon", Name: "config_reloads_total",
+			Help: "Configuration loads by result (success or failure).",
+		}, []string{"result"}),
+		invalidRequests: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "charon", Name: "invalid_requests_total",
+			Help: "Requests refused with InvalidArgument.",
+		}),
+		requestErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "charon", Name: "request_errors_total",
+			Help: "Requests answered with a gRPC error other than InvalidArgument.",
+		}),
+		descs: make(map[descKey]*descCounters),
+	}
+	hist := prometheus.NewHistogram(prometheus.HistogramOpts{
+		Namespace: "charon", Name: "request_duration_seconds",
+		Help:    "ShouldRateLimit latency inside the server.",
+		Buckets: []float64{25e-6, 50e-6, 100e-6, 250e-6, 500e-6, 1e-3, 2.5e-3, 5e-3, 10e-3, 20e-3, 50e-3},
+	})
+	m.latency = hist
+	m.reloadOK = m.reloads.WithLabelValues("success")
+	m.reloadFailed = m.reloads.WithLabelValues("failure")
+	reg.MustRegister(m.totalHits, m.overLimit, m.nearLimit, m.withinLimit, m.shadowMode,
+		m.reloads, m.invalidRequests, m.requestErrors, hist,
+		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
+	if evictions != nil {
+		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Namespace: "charon", Name: "store_evictions_total",
+			Help: "Tracked (resource, domain) pairs evicted by the store's --max-keys bound.",
+		}, evictions))
+	}
+	return m
+}
+
+func (m *Metrics) observeRequest(d time.Duration, err error) {
+	m.latency.Observe(d.Seconds())
+	if err == nil {
+		return
+	}
+	if status.Code(err) == codes.InvalidArgument {
+		m.invalidRequests.Inc()
+	} else {
+		m.requestErrors.Inc()
+	}
+}
+
+func (m *Metrics) reloaded(ok bool) {
+	if ok {
+		m.reloadOK.Inc()
+	} else {
+		m.reloadFailed.Inc()
+	}
+}
+
+func (m *Metrics) counters(domain, key string) *descCounters {
+	k := descKey{domain, key}
+	m.mu.RLock()
+	c := m.descs[k]
+	m.mu.RUnlock()
+	if c != nil {
+		return c
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if c = m.descs[k]; c == nil {
+		c = &descCounters{
+			total:  m.totalHits.WithLabelValues(domain, key),
+			over:   m.overLimit.WithLabelValues(domain, key),
+			near:   m.nearLimit.WithLabelValues(domain, key),
+			within: m.withinLimit.WithLabelValues(domain, key),
+			shadow: m.shadowMode.WithLabelValues(domain, key),
+		}
+		m.descs[k] = c
+	}
+	return c
+}
+
+// countDescriptors counts the hits of every matched descriptor. The key label
+// is the config's metric key (values only with detailed_metric), so the label
+// set is bounded by the configuration, not by traffic.
+func (m *Metrics) countDescriptors(req *engine.Request, resp *engine.Response) {
+	for i := range resp.Statuses {
+		st := &resp.Statuses[i]
+		if st.Match.Limit == nil || st.Match.MetricKey == "" || i >= len(req.Descriptors) || req.Descriptors[i].Refund {
+			continue
+		}
+		hits := float64(descriptorHits(req, i))
+		c := m.counters(req.Domain, st.Match.MetricKey)
+		c.total.Add(hits)
+		if st.Shadow {
+			c.shadow.Add(hits)
+		}
+		if st.Code == engine.CodeOverLimit {
+			c.over.Add(hits)
+			continue
+		}
+		c.within.Add(hits)
+		if l := st.Limit; l != nil && l.RequestsPerUnit > 0 &&
+			5*(uint64(l.RequestsPerUnit)-min(uint64(st.Remaining), uint64(l.RequestsPerUnit))) >= 4*uint64(l.RequestsPerUnit) {
+			c.near.Add(hits)
+		}
+	}
+}
+
+// descriptorHits is the number of hits descriptor i asked for.
+func descriptorHits(req *engine.Request, i int) uint64 {
+	d := &req.Descriptors[i]
+	if d.HasHits {
+		return d.Hits
+	}
+	if req.Hits == 0 {
+		return 1
+	}
+	return uint64(req.Hits)
+}

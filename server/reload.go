@@ -1,0 +1,262 @@
+package server
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/charonlimit/charon/config"
+)
+
+// LoadFunc loads a configuration directory; config.Load with fixed options
+// is the usual one.
+type LoadFunc func(fsys fs.FS) (*config.Config, []config.Warning, error)
+
+// Reloader watches a configuration directory and applies every valid new
+// configuration. It polls: each Check fingerprints the directory (names,
+// sizes, modification times and inodes, following symlinks, plus symlink
+// targets), and loads only when the fingerprint changed. Polling sees a
+// Kubernetes ConfigMap's "..data" symlink swap and envoyproxy/ratelimit's
+// runtime layout alike, with no platform-specific notification API.
+//
+// Names starting with "." are hidden from the loader (a ConfigMap keeps its
+// real files in "..<timestamp>" directories; loading them too would define
+// every domain twice).
+//
+// Safe for concurrent use; use NewReloader.
+type Reloader struct {
+	dir     string
+	load    LoadFunc
+	apply   func(*config.Config)
+	metrics *Metrics
+	log     *slog.Logger
+
+	mu      sync.Mutex // serializes Check
+	last    [sha256.Size]byte
+	checked bool
+	current atomic.Pointer[config.Config]
+}
+
+// NewReloader returns a Reloader of dir. apply receives every configuration
+// that loads without error, including the first.
+func NewReloader(dir string, load LoadFunc, apply func(*config.Config), m *Metrics, log *slog.Logger) *Reloader {
+	return &Reloader{dir: dir, load: load, apply: apply, metrics: m, log: log}
+}
+
+// Current returns the configuration in force, or nil before the first
+// successful load.
+func (r *Reloader) Current() *config.Config { return r.current.Load() }
+
+// Check loads the directory when it changed since the last Check (the first
+// Check always loads). changed reports whether a load was attempted; err is
+// the load's error, after which the previous configuration stays in force.
+func (r *Reloader) Check() (changed bool, err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	sum, ferr := fingerprint(r.dir)
+	if ferr == nil && r.checked && sum == r.last {
+		return false, nil
+	}
+	if ferr != nil {
+		// Retry on the next poll, whatever the cause.
+		r.checked = false
+		err = ferr
+	} else {
+		r.last, r.checked = sum, true
+		err = r.loadAndApply()
+	}
+	if err != nil {
+		r.metrics.reloaded(false)
+		logLoadError(r.log, r.dir, err)
+		return true, err
+	}
+	r.metrics.reloaded(true)
+	return true, nil
+}
+
+func (r *Reloader) loadAndApply() error {
+	cfg, warns, err := r.load(visibleFS{os.DirFS(r.dir)})
+	for _, w := range warns {
+		r.log.Warn("config warning", "warning", w.String())
+	}
+	if err != nil {
+		return err
+	}
+	if cfg == nil {
+		return errors.New("server: config loader returned no configuration")
+	}
+	r.apply(cfg)
+	r.current.Store(cfg)
+	r.log.Info("config loaded", "dir", r.dir, "warnings", len(warns))
+	return nil
+}
+
+// logLoadError logs each joined error on its own line ("file:line: path:
+// message").
+func logLoadError(log *slog.Logger, dir string, err error) {
+	var errs []error
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		errs = j.Unwrap()
+	} else {
+		errs = []error{err}
+	}
+	for _, e := range errs {
+		log.Error("config rejected; the last good configuration stays in force", "dir", dir, "err", e.Error())
+	}
+}
+
+// Run calls Check every interval until ctx is done.
+func (r *Reloader) Run(ctx context.Context, interval time.Duration) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			r.Check()
+		}
+	}
+}
+
+// fingerprint hashes what a change of the directory's content changes.
+func fingerprint(dir string) ([sha256.Size]byte, error) {
+	h := sha256.New()
+	var buf [8]byte
+	num := func(v uint64) {
+		binary.LittleEndian.PutUint64(buf[:], v)
+		h.Write(buf[:])
+	}
+	var walk func(path, rel string, depth int) error
+	walk = func(path, rel string, depth int) error {
+		if depth > 16 {
+			return fmt.Errorf("server: %s: directories nested too deep", path)
+		}
+		ents, err := os.ReadDir(path)
+		if err != nil {
+			return err
+		}
+		names := make([]string, 0, len(ents))
+		for _, e := range ents {
+			names = append(names, e.Name())
+		}
+		sort.Strings(names)
+		for _, name := range names {
+			p := filepath.Join(path, name)
+			h.Write([]byte(rel + "/" + name + "\x00"))
+			if target, err := os.Readlink(p); err == nil {
+				h.Write([]byte(target + "\x00"))
+			}
+			if strings.HasPrefix(name, ".") {
+				continue // the targets of dot symlinks are hashed above
+			}
+			fi, err := os.Stat(p)
+			if err != nil {
+				continue // a dangling symlink: its name and target are hashed
+			}
+			if fi.IsDir() {
+				if err := walk(p, rel+"/"+name, depth+1); err != nil {
+					return err
+				}
+				continue
+			}
+			num(uint64(fi.Size()))
+			num(uint64(fi.ModTime().UnixNano()))
+			if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+				num(st.Ino)
+				num(st.Dev)
+			}
+		}
+		return nil
+	}
+	var sum [sha256.Size]byte
+	if err := walk(dir, "", 0); err != nil {
+		return sum, err
+	}
+	copy(sum[:], h.Sum(nil))
+	return sum, nil
+}
+
+// visibleFS hides every name starting with ".".
+type visibleFS struct{ fsys fs.FS }
+
+func hidden(name string) bool {
+	for _, part := range strings.Split(name, "/") {
+		if strings.HasPrefix(part, ".") && part != "." {
+			return true
+		}
+	}
+	return false
+}
+
+func (v visibleFS) Open(name string) (fs.File, error) {
+	if hidden(name) {
+		return nil, &fs.PathError{Op: "open", Path: name, Err: fs.ErrNotExist}
+	}
+	f, err := v.fsys.Open(name)
+	if err != nil {
+		return nil, err
+	}
+	if d, ok := f.(fs.ReadDirFile); ok {
+		return visibleDir{d}, nil
+	}
+	return f, nil
+}
+
+func (v visibleFS) ReadDir(name string) ([]fs.DirEntry, error) {
+	if hidden(name) {
+		return nil, &fs.PathError{Op: "readdir", Path: name, Err: fs.ErrNotExist}
+	}
+	ents, err := fs.ReadDir(v.fsys, name)
+	return visible(ents), err
+}
+
+func (v visibleFS) ReadFile(name string) ([]byte, error) {
+	if hidden(name) {
+		return nil, &fs.PathError{Op: "readfile", Path: name, Err: fs.ErrNotExist}
+	}
+	return fs.ReadFile(v.fsys, name)
+}
+
+func (v visibleFS) Stat(name string) (fs.FileInfo, error) {
+	if hidden(name) {
+		return nil, &fs.PathError{Op: "stat", Path: name, Err: fs.ErrNotExist}
+	}
+	return fs.Stat(v.fsys, name)
+}
+
+type visibleDir struct{ fs.ReadDirFile }
+
+func (d visibleDir) ReadDir(n int) ([]fs.DirEntry, error) {
+	for {
+		ents, err := d.ReadDirFile.ReadDir(n)
+		ents = visible(ents)
+		// With n > 0, an empty batch without error would read as "no more
+		// entries yet"; read on until something visible or an error.
+		if n <= 0 || len(ents) > 0 || err != nil {
+			return ents, err
+		}
+	}
+}
+
+func visible(ents []fs.DirEntry) []fs.DirEntry {
+	out := ents[:0]
+	for _, e := range ents {
+		if !strings.HasPrefix(e.Name(), ".") {
+			out = append(out, e)
+		}
+	}
+	return out
+}

@@ -1,0 +1,240 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/charonlimit/charon/descriptors"
+	"github.com/charonlimit/charon/internal/engine"
+	"github.com/charonlimit/charon/tiers"
+)
+
+// Decider is what the server needs from the decision pipeline;
+// *engine.Engine implements it. Implementations must be safe for concurrent
+// use.
+type Decider interface {
+	ShouldRateLimit(ctx context.Context, req *engine.Request) (*engine.Response, error)
+	SetTree(t *descriptors.Tree)
+}
+
+// rls implements envoy.service.ratelimit.v3.RateLimitService.
+type rls struct {
+	rlsv3.UnimplementedRateLimitServiceServer
+	engine          Decider
+	metrics         *Metrics
+	log             *slog.Logger
+	responseHeaders bool
+}
+
+// ShouldRateLimit decides one Envoy request.
+func (s *rls) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+	start := time.Now()
+	resp, err := s.decide(ctx, req)
+	s.metrics.observeRequest(time.Since(start), err)
+	return resp, err
+}
+
+func (s *rls) decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+	ereq, err := toEngineRequest(req)
+	if err != nil {
+		return nil, s.fail(req, err)
+	}
+	eresp, err := s.engine.ShouldRateLimit(ctx, ereq)
+	if err == nil && eresp == nil {
+		err = errNoResponse
+	}
+	if err != nil {
+		return nil, s.fail(req, err)
+	}
+	s.metrics.countDescriptors(ereq, eresp)
+	return toProtoResponse(eresp, s.responseHeaders), nil
+}
+
+// fail logs err with truncated request values and maps it to gRPC.
+func (s *rls) fail(req *rlsv3.RateLimitRequest, err error) error {
+	gerr := grpcError(err)
+	code := status.Code(gerr)
+	if code == codes.InvalidArgument {
+		s.log.Debug("invalid request", "domain", truncate(req.GetDomain()), "descriptors", len(req.GetDescriptors()), "err", truncate(err.Error()))
+	} else {
+		s.log.Warn("request failed", "domain", truncate(req.GetDomain()), "code", code.String(), "err", truncate(err.Error()))
+	}
+	return gerr
+}
+
+// maxLogValue bounds request values in logs.
+const maxLogValue = 128
+
+func truncate(s string) string {
+	if len(s) <= maxLogValue {
+		return s
+	}
+	return s[:maxLogValue] + "…"
+}
+
+// overrideUnits maps Envoy's request-side envoy.type.v3.RateLimitUnit (which
+// has no WEEK) to tiers units.
+var overrideUnits = map[typev3.RateLimitUnit]tiers.Unit{
+	typev3.RateLimitUnit_SECOND: tiers.UnitSecond,
+	typev3.RateLimitUnit_MINUTE: tiers.UnitMinute,
+	typev3.RateLimitUnit_HOUR:   tiers.UnitHour,
+	typev3.RateLimitUnit_DAY:    tiers.UnitDay,
+	typev3.RateLimitUnit_MONTH:  tiers.UnitMonth,
+	typev3.RateLimitUnit_YEAR:   tiers.UnitYear,
+}
+
+// toEngineRequest converts an Envoy request. It rejects only what the engine
+// cannot express (an override unit it does not know); every other check
+// belongs to the engine.
+func toEngineRequest(req *rlsv3.RateLimitRequest) (*engine.Request, error) {
+	pds := req.GetDescriptors()
+	out := &engine.Request{
+		Domain:      req.GetDomain(),
+		Hits:        req.GetHitsAddend(),
+		Descriptors: make([]engine.Descriptor, len(pds)),
+	}
+	nEntries := 0
+	for _, d := range pds {
+		nEntries += len(d.GetEntries())
+	}
+	entries := make([]descriptors.Entry, nEntries)
+	for i, d := range pds {
+		ed := &out.Descriptors[i]
+		es := entries[:len(d.GetEntries()):len(d.GetEntries())]
+		entries = entries[len(es):]
+		for j, e := range d.GetEntries() {
+			es[j] = descriptors.Entry{Key: e.GetKey(), Value: e.GetValue()}
+		}
+		ed.Entries = es
+		if h := d.GetHitsAddend(); h != nil {
+			ed.Hits, ed.HasHits = h.GetValue(), true
+		}
+		ed.Refund = d.GetIsNegativeHits()
+		if l := d.GetLimit(); l != nil {
+			o, err := toOverride(i, l)
+			if err != nil {
+				return nil, err
+			}
+			ed.Override = o
+		}
+	}
+	return out, nil
+}
+
+func toOverride(i int, l *ratelimitv3.RateLimitDescriptor_RateLimitOverride) (*engine.Override, error) {
+	u, ok := overrideUnits[l.GetUnit()]
+	if !ok {
+		return nil, &engine.InputError{
+			Field:   fmt.Sprintf("descriptors[%d].limit.unit", i),
+			Message: fmt.Sprintf("unit %s is not supported", l.GetUnit()),
+		}
+	}
+	o := &engine.Override{RequestsPerUnit: l.GetRequestsPerUnit(), Unit: u}
+	if m := l.GetUnitMultiplier(); m != nil {
+		if m.GetValue() == 0 {
+			return nil, &engine.InputError{
+				Field:   fmt.Sprintf("descriptors[%d].limit.unit_multiplier", i),
+				Message: "must be at least 1 when set",
+			}
+		}
+		o.Multiplier = m.GetValue()
+	}
+	return o, nil
+}
+
+// responseUnits maps tiers units to Envoy's response enum (WEEK = 7, MONTH = 5,
+// YEAR = 6).
+var responseUnits = [...]rlsv3.RateLimitResponse_RateLimit_Unit{
+	tiers.UnitSecond: rlsv3.RateLimitResponse_RateLimit_SECOND,
+	tiers.UnitMinute: rlsv3.RateLimitResponse_RateLimit_MINUTE,
+	tiers.UnitHour:   rlsv3.RateLimitResponse_RateLimit_HOUR,
+	tiers.UnitDay:    rlsv3.RateLimitResponse_RateLimit_DAY,
+	tiers.UnitWeek:   rlsv3.RateLimitResponse_RateLimit_WEEK,
+	tiers.UnitMonth:  rlsv3.RateLimitResponse_RateLimit_MONTH,
+	tiers.UnitYear:   rlsv3.RateLimitResponse_RateLimit_YEAR,
+}
+
+func responseUnit(u tiers.Unit) rlsv3.RateLimitResponse_RateLimit_Unit {
+	if int(u) < len(responseUnits) {
+		return responseUnits[u]
+	}
+	return rlsv3.RateLimitResponse_RateLimit_UNKNOWN
+}
+
+func protoCode(c engine.Code) rlsv3.RateLimitResponse_Code {
+	if c == engine.CodeOverLimit {
+		return rlsv3.RateLimitResponse_OVER_LIMIT
+	}
+	// Anything else, including a zero Code, is OK: Envoy must never see
+	// UNKNOWN.
+	return rlsv3.RateLimitResponse_OK
+}
+
+// toProtoResponse converts the engine's answer; statuses keep request order.
+func toProtoResponse(r *engine.Response, headers bool) *rlsv3.RateLimitResponse {
+	out := &rlsv3.RateLimitResponse{
+		OverallCode: protoCode(r.Code),
+		Statuses:    make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(r.Statuses)),
+	}
+	for i := range r.Statuses {
+		st := &r.Statuses[i]
+		ps := &rlsv3.RateLimitResponse_DescriptorStatus{
+			Code:               protoCode(st.Code),
+			LimitRemaining:     st.Remaining,
+			DurationUntilReset: durationpb.New(st.ResetAfter),
+		}
+		if l := st.Limit; l != nil {
+			ps.CurrentLimit = &rlsv3.RateLimitResponse_RateLimit{
+				Name:            l.Name,
+				RequestsPerUnit: l.RequestsPerUnit,
+				Unit:            responseUnit(l.Unit),
+			}
+			if l.Multiplier > 1 {
+				ps.CurrentLimit.UnitMultiplier = wrapperspb.UInt32(l.Multiplier)
+			}
+		}
+		out.Statuses[i] = ps
+	}
+	if headers {
+		out.ResponseHeadersToAdd = rateLimitHeaders(r.Statuses)
+	}
+	return out
+}
+
+// rateLimitHeaders renders RateLimit-Limit, RateLimit-Remaining and
+// RateLimit-Reset from the limited status with the smallest remaining, as
+// Envoy does for its X-RateLimit headers. The reset is whole seconds, rounded
+// up.
+func rateLimitHeaders(sts []engine.Status) []*corev3.HeaderValue {
+	best := -1
+	for i := range sts {
+		if sts[i].Limit == nil {
+			continue
+		}
+		if best < 0 || sts[i].Remaining < sts[best].Remaining {
+			best = i
+		}
+	}
+	if best < 0 {
+		return nil
+	}
+	st := &sts[best]
+	reset := (st.ResetAfter + time.Second - 1) / time.Second
+	return []*corev3.HeaderValue{
+		{Key: "RateLimit-Limit", Value: strconv.FormatUint(uint64(st.Limit.RequestsPerUnit), 10)},
+		{Key: "RateLimit-Remaining", Value: strconv.FormatUint(uint64(st.Remaining), 10)},
+		{Key: "RateLimit-Reset", Value: strconv.FormatInt(int64(reset), 10)},
+	}
+}

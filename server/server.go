@@ -1,0 +1,256 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/reflection"
+
+	"github.com/charonlimit/charon/config"
+)
+
+// RLSServiceName is the gRPC service name that health checks may ask about.
+const RLSServiceName = "envoy.service.ratelimit.v3.RateLimitService"
+
+// Defaults applied to zero Options fields.
+const (
+	DefaultPollInterval    = 500 * time.Millisecond
+	DefaultShutdownTimeout = 10 * time.Second
+	// DefaultMaxRecvMsgSize is gRPC's own default, stated: a message over it
+	// is refused by gRPC with ResourceExhausted before it is decoded.
+	DefaultMaxRecvMsgSize = 4 << 20
+)
+
+// Options configure a Server. GRPCAddr and Engine are required; an empty
+// HTTPAddr or DebugAddr disables that listener; an empty ConfigDir serves with
+// no configuration (every request is OK, nothing limited) and watches nothing.
+type Options struct {
+	GRPCAddr, HTTPAddr, DebugAddr string
+
+	Engine Decider
+
+	// ConfigDir is watched every PollInterval; Load loads it (required with
+	// ConfigDir).
+	ConfigDir    string
+	Load         LoadFunc
+	PollInterval time.Duration
+
+	// ResponseHeaders adds RateLimit-Limit, RateLimit-Remaining and
+	// RateLimit-Reset to every response that has a limited status.
+	ResponseHeaders bool
+
+	MaxRecvMsgSize  int
+	ShutdownTimeout time.Duration
+
+	Logger  *slog.Logger // nil: discard
+	Metrics *Metrics     // nil: NewMetrics(nil)
+}
+
+// Server is a running Charon front end: its listeners are open once New
+// returns. Use New, then Serve; methods are safe for concurrent use.
+type Server struct {
+	opts     Options
+	log      *slog.Logger
+	metrics  *Metrics
+	rls      *rls
+	reloader *Reloader
+	health   *health.Server
+
+	grpc              *grpc.Server
+	httpSrv, debugSrv *http.Server
+	grpcLis           net.Listener
+	httpLis, debugLis net.Listener
+
+	shuttingDown atomic.Bool
+}
+
+// New checks opts, loads the configuration (an invalid one is an error: the
+// server does not start on a configuration it cannot use) and opens the
+// listeners.
+func New(opts Options) (*Server, error) {
+	if opts.Engine == nil {
+		return nil, errors.New("server: Options.Engine is required")
+	}
+	if opts.GRPCAddr == "" {
+		return nil, errors.New("server: Options.GRPCAddr is required")
+	}
+	if opts.ConfigDir != "" && opts.Load == nil {
+		return nil, errors.New("server: Options.Load is required with ConfigDir")
+	}
+	if opts.PollInterval <= 0 {
+		opts.PollInterval = DefaultPollInterval
+	}
+	if opts.ShutdownTimeout <= 0 {
+		opts.ShutdownTimeout = DefaultShutdownTimeout
+	}
+	if opts.MaxRecvMsgSize <= 0 {
+		opts.MaxRecvMsgSize = DefaultMaxRecvMsgSize
+	}
+	s := &Server{opts: opts, log: opts.Logger, metrics: opts.Metrics}
+	if s.log == nil {
+		s.log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if s.metrics == nil {
+		s.metrics = NewMetrics(nil)
+	}
+	s.rls = &rls{engine: opts.Engine, metrics: s.metrics, log: s.log, responseHeaders: opts.ResponseHeaders}
+	s.reloader = NewReloader(opts.ConfigDir, opts.Load, func(c *config.Config) { opts.Engine.SetTree(c.Tree) }, s.metrics, s.log)
+	if opts.ConfigDir != "" {
+		if _, err := s.reloader.Check(); err != nil {
+			return nil, fmt.Errorf("server: loading %s: %w", opts.ConfigDir, err)
+		}
+	}
+
+	s.health = health.NewServer()
+	s.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
+	s.health.SetServingStatus(RLSServiceName, healthpb.HealthCheckResponse_SERVING)
+	s.grpc = grpc.NewServer(
+		grpc.MaxRecvMsgSize(opts.MaxRecvMsgSize),
+		// Envoy pings idle connections; accept pings every 10 s, streams
+		// or not, instead of closing the connection with ENHANCE_YOUR_CALM.
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{
+			MinTime:             10 * time.Second,
+			PermitWithoutStream: true,
+		}),
+	)
+	rlsv3.RegisterRateLimitServiceServer(s.grpc, s.rls)
+	healthpb.RegisterHealthServer(s.grpc, s.health)
+	reflection.Register(s.grpc)
+
+	var err error
+	if s.grpcLis, err = net.Listen("tcp", opts.GRPCAddr); err != nil {
+		return nil, fmt.Errorf("server: gRPC listener: %w", err)
+	}
+	if opts.HTTPAddr != "" {
+		if s.httpLis, err = net.Listen("tcp", opts.HTTPAddr); err != nil {
+			s.closeListeners()
+			return nil, fmt.Errorf("server: HTTP listener: %w", err)
+		}
+		s.httpSrv = &http.Server{Handler: s.httpHandler(), ReadHeaderTimeout: 10 * time.Second}
+	}
+	if opts.DebugAddr != "" {
+		if s.debugLis, err = net.Listen("tcp", opts.DebugAddr); err != nil {
+			s.closeListeners()
+			return nil, fmt.Errorf("server: debug listener: %w", err)
+		}
+		s.debugSrv = &http.Server{Handler: s.debugHandler(), ReadHeaderTimeout: 10 * time.Second}
+	}
+	return s, nil
+}
+
+func (s *Server) closeListeners() {
+	for _, l := range []net.Listener{s.grpcLis, s.httpLis, s.debugLis} {
+		if l != nil {
+			l.Close()
+		}
+	}
+}
+
+// GRPCAddr returns the gRPC listener's address.
+func (s *Server) GRPCAddr() string { return s.grpcLis.Addr().String() }
+
+// HTTPAddr returns the HTTP listener's address, or "" when disabled.
+func (s *Server) HTTPAddr() string { return addrOf(s.httpLis) }
+
+// DebugAddr returns the debug listener's address, or "" when disabled.
+func (s *Server) DebugAddr() string { return addrOf(s.debugLis) }
+
+func addrOf(l net.Listener) string {
+	if l == nil {
+		return ""
+	}
+	return l.Addr().String()
+}
+
+// Reloader returns the configuration watcher (for a manual Check).
+func (s *Server) Reloader() *Reloader { return s.reloader }
+
+// Metrics returns the server's metrics.
+func (s *Server) Metrics() *Metrics { return s.metrics }
+
+// Serve serves until ctx is done, then shuts down gracefully: health turns
+// NOT_SERVING and /healthcheck 500, in-flight RPCs finish until
+// ShutdownTimeout, then the rest is cut. It returns nil after a shutdown
+// asked by ctx, or the first listener error.
+func (s *Server) Serve(ctx context.Context) error {
+	errc := make(chan error, 3)
+	var wg sync.WaitGroup
+	run := func(name string, f func() error) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := f(); err != nil && !errors.Is(err, http.ErrServerClosed) && !errors.Is(err, grpc.ErrServerStopped) {
+				errc <- fmt.Errorf("server: %s: %w", name, err)
+			}
+		}()
+	}
+	run("gRPC", func() error { return s.grpc.Serve(s.grpcLis) })
+	if s.httpSrv != nil {
+		run("HTTP", func() error { return s.httpSrv.Serve(s.httpLis) })
+	}
+	if s.debugSrv != nil {
+		run("debug", func() error { return s.debugSrv.Serve(s.debugLis) })
+	}
+	watchCtx, stopWatch := context.WithCancel(context.Background())
+	if s.opts.ConfigDir != "" {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s.reloader.Run(watchCtx, s.opts.PollInterval)
+		}()
+	}
+	s.log.Info("serving", "grpc", s.GRPCAddr(), "http", s.HTTPAddr(), "debug", s.DebugAddr(), "config", s.opts.ConfigDir)
+
+	var err error
+	select {
+	case <-ctx.Done():
+	case err = <-errc:
+	}
+	stopWatch()
+	s.shutdown()
+	wg.Wait()
+	return err
+}
+
+func (s *Server) shutdown() {
+	s.log.Info("shutting down", "timeout", s.opts.ShutdownTimeout)
+	s.shuttingDown.Store(true)
+	s.health.Shutdown()
+	deadline, cancel := context.WithTimeout(context.Background(), s.opts.ShutdownTimeout)
+	defer cancel()
+
+	done := make(chan struct{})
+	go func() {
+		s.grpc.GracefulStop()
+		close(done)
+	}()
+	if s.httpSrv != nil {
+		if err := s.httpSrv.Shutdown(deadline); err != nil {
+			s.httpSrv.Close()
+		}
+	}
+	select {
+	case <-done:
+	case <-deadline.Done():
+		s.log.Warn("shutdown deadline passed; closing remaining connections")
+		s.grpc.Stop()
+		<-done
+	}
+	if s.debugSrv != nil {
+		s.debugSrv.Close()
+	}
+	s.log.Info("stopped")
+}

@@ -1,0 +1,605 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"io"
+	"io/fs"
+	"log/slog"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"github.com/google/go-cmp/cmp"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/testing/protocmp"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/charonlimit/charon/config"
+	"github.com/charonlimit/charon/descriptors"
+	"github.com/charonlimit/charon/internal/engine"
+	"github.com/charonlimit/charon/tiers"
+)
+
+// fakeEngine answers by the first entry's value: "over" is OVER_LIMIT,
+// "bad" is an InputError, "boom" a plain error, anything else OK with a limit
+// of 10 per second and Remaining = 10 - index.
+type fakeEngine struct {
+	mu    sync.Mutex
+	trees int
+	reqs  []*engine.Request
+}
+
+func (f *fakeEngine) SetTree(*descriptors.Tree) {
+	f.mu.Lock()
+	f.trees++
+	f.mu.Unlock()
+}
+
+func (f *fakeEngine) ShouldRateLimit(ctx context.Context, req *engine.Request) (*engine.Response, error) {
+	f.mu.Lock()
+	f.reqs = append(f.reqs, req)
+	f.mu.Unlock()
+	resp := &engine.Response{Code: engine.CodeOK}
+	for i, d := range req.Descriptors {
+		v := ""
+		if len(d.Entries) > 0 {
+			v = d.Entries[0].Value
+		}
+		switch v {
+		case "bad":
+			return nil, &engine.InputError{Field: "descriptors[0].entries[0].value", Message: "bad"}
+		case "boom":
+			return nil, errors.New("boom")
+		case "nil":
+			return nil, nil
+		}
+		st := engine.Status{
+			Code:       engine.CodeOK,
+			Limit:      &engine.CurrentLimit{RequestsPerUnit: 10, Unit: tiers.UnitSecond},
+			Remaining:  uint32(10 - i),
+			ResetAfter: 1500 * time.Millisecond,
+			Match: descriptors.Match{
+				Limit:     &descriptors.Limit{},
+				MetricKey: req.Domain + "." + d.Entries[0].Key,
+			},
+		}
+		if v == "over" {
+			st.Code, st.Remaining = engine.CodeOverLimit, 0
+			resp.Code = engine.CodeOverLimit
+		}
+		if v == "near" {
+			st.Remaining = 1
+		}
+		resp.Statuses = append(resp.Statuses, st)
+	}
+	return resp, nil
+}
+
+func newTestServer(t *testing.T, opts Options) (*Server, func()) {
+	t.Helper()
+	opts.GRPCAddr, opts.HTTPAddr, opts.DebugAddr = "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"
+	if opts.Engine == nil {
+		opts.Engine = &fakeEngine{}
+	}
+	s, err := New(opts)
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Serve(ctx) }()
+	stop := func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Serve: %v", err)
+		}
+	}
+	return s, stop
+}
+
+func dial(t *testing.T, addr string) *grpc.ClientConn {
+	t.Helper()
+	cc, err := grpc.NewClient("passthrough:///"+addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cc.Close() })
+	return cc
+}
+
+func desc(kv ...string) *ratelimitv3.RateLimitDescriptor {
+	d := &ratelimitv3.RateLimitDescriptor{}
+	for i := 0; i+1 < len(kv); i += 2 {
+		d.Entries = append(d.Entries, &ratelimitv3.RateLimitDescriptor_Entry{Key: kv[i], Value: kv[i+1]})
+	}
+	return d
+}
+
+func TestShouldRateLimitOverGRPC(t *testing.T) {
+	s, stop := newTestServer(t, Options{ResponseHeaders: true})
+	defer stop()
+	c := rlsv3.NewRateLimitServiceClient(dial(t, s.GRPCAddr()))
+	ctx := context.Background()
+
+	got, err := c.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "d", Descriptors: []*ratelimitv3.RateLimitDescriptor{desc("a", "x"), desc("b", "y")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lim := &rlsv3.RateLimitResponse_RateLimit{RequestsPerUnit: 10, Unit: rlsv3.RateLimitResponse_RateLimit_SECOND}
+	want := &rlsv3.RateLimitResponse{
+		OverallCode: rlsv3.RateLimitResponse_OK,
+		Statuses: []*rlsv3.RateLimitResponse_DescriptorStatus{
+			{Code: rlsv3.RateLimitResponse_OK, CurrentLimit: lim, LimitRemaining: 10, DurationUntilReset: durationpb.New(1500 * time.Millisecond)},
+			{Code: rlsv3.RateLimitResponse_OK, CurrentLimit: lim, LimitRemaining: 9, DurationUntilReset: durationpb.New(1500 * time.Millisecond)},
+		},
+		ResponseHeadersToAdd: rateLimitHeadersWant("10", "9", "2"),
+	}
+	if d := cmp.Diff(want, got, protocmp.Transform()); d != "" {
+		t.Errorf("response (-want +got):\n%s", d)
+	}
+
+	got, err = c.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "d", Descriptors: []*ratelimitv3.RateLimitDescriptor{desc("a", "over")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.OverallCode != rlsv3.RateLimitResponse_OVER_LIMIT || got.Statuses[0].Code != rlsv3.RateLimitResponse_OVER_LIMIT {
+		t.Errorf("got %v, want OVER_LIMIT", got)
+	}
+
+	for _, tc := range []struct {
+		value string
+		code  codes.Code
+	}{{"bad", codes.InvalidArgument}, {"boom", codes.Internal}, {"nil", codes.Internal}} {
+		_, err = c.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "d", Descriptors: []*ratelimitv3.RateLimitDescriptor{desc("a", tc.value)}})
+		if status.Code(err) != tc.code {
+			t.Errorf("value %q: got %v, want code %v", tc.value, err, tc.code)
+		}
+	}
+	_, err = c.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "d", Descriptors: []*ratelimitv3.RateLimitDescriptor{desc("a", "bad")}})
+	if msg := status.Convert(err).Message(); !strings.Contains(msg, "descriptors[0].entries[0].value") {
+		t.Errorf("InvalidArgument message %q does not name the field", msg)
+	}
+
+	// Oversized messages are refused by gRPC itself with ResourceExhausted.
+	big := desc("k", strings.Repeat("v", DefaultMaxRecvMsgSize))
+	_, err = c.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "d", Descriptors: []*ratelimitv3.RateLimitDescriptor{big}})
+	if status.Code(err) != codes.ResourceExhausted {
+		t.Errorf("oversized: got %v, want ResourceExhausted", err)
+	}
+}
+
+func rateLimitHeadersWant(limit, remaining, reset string) []*corev3.HeaderValue {
+	return []*corev3.HeaderValue{
+		{Key: "RateLimit-Limit", Value: limit},
+		{Key: "RateLimit-Remaining", Value: remaining},
+		{Key: "RateLimit-Reset", Value: reset},
+	}
+}
+
+func TestConvertRequest(t *testing.T) {
+	req := &rlsv3.RateLimitRequest{
+		Domain:     "d",
+		HitsAddend: 3,
+		Descriptors: []*ratelimitv3.RateLimitDescriptor{
+			desc("a", "1", "b", "2"),
+			{
+				Entries:        []*ratelimitv3.RateLimitDescriptor_Entry{{Key: "c"}},
+				HitsAddend:     wrapperspb.UInt64(7),
+				IsNegativeHits: true,
+				Limit: &ratelimitv3.RateLimitDescriptor_RateLimitOverride{
+					RequestsPerUnit: 5, Unit: typev3.RateLimitUnit_YEAR, UnitMultiplier: wrapperspb.UInt32(2),
+				},
+			},
+		},
+	}
+	got, err := toEngineRequest(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := &engine.Request{
+		Domain: "d",
+		Hits:   3,
+		Descriptors: []engine.Descriptor{
+			{Entries: []descriptors.Entry{{Key: "a", Value: "1"}, {Key: "b", Value: "2"}}},
+			{
+				Entries: []descriptors.Entry{{Key: "c"}},
+				Hits:    7, HasHits: true, Refund: true,
+				Override: &engine.Override{RequestsPerUnit: 5, Unit: tiers.UnitYear, Multiplier: 2},
+			},
+		},
+	}
+	if d := cmp.Diff(want, got); d != "" {
+		t.Errorf("request (-want +got):\n%s", d)
+	}
+
+	for _, tc := range []struct {
+		name  string
+		o     *ratelimitv3.RateLimitDescriptor_RateLimitOverride
+		field string
+	}{
+		{"unknown unit", &ratelimitv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 1}, "descriptors[1].limit.unit"},
+		{"out of range unit", &ratelimitv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 1, Unit: 42}, "descriptors[1].limit.unit"},
+		{"zero multiplier", &ratelimitv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 1, Unit: typev3.RateLimitUnit_SECOND, UnitMultiplier: wrapperspb.UInt32(0)}, "descriptors[1].limit.unit_multiplier"},
+	} {
+		r := &rlsv3.RateLimitRequest{Domain: "d", Descriptors: []*ratelimitv3.RateLimitDescriptor{desc("a", "1"), {Entries: desc("b", "2").Entries, Limit: tc.o}}}
+		_, err := toEngineRequest(r)
+		var in *engine.InputError
+		if !errors.As(err, &in) || in.Field != tc.field {
+			t.Errorf("%s: got %v, want InputError on %s", tc.name, err, tc.field)
+		}
+		if status.Code(grpcError(err)) != codes.InvalidArgument {
+			t.Errorf("%s: grpcError gives %v, want InvalidArgument", tc.name, grpcError(err))
+		}
+	}
+}
+
+func TestConvertResponse(t *testing.T) {
+	resp := &engine.Response{
+		Code: 0, // never UNKNOWN, even from a zero Code
+		Statuses: []engine.Status{
+			{Code: engine.CodeOK, Limit: &engine.CurrentLimit{RequestsPerUnit: 5, Unit: tiers.UnitWeek}, Remaining: 4, ResetAfter: time.Hour},
+			{Code: engine.CodeOK, Limit: &engine.CurrentLimit{RequestsPerUnit: 5, Unit: tiers.UnitSecond, Multiplier: 2, Name: "5 per 2s, tier 1"}, Remaining: 2, ResetAfter: 100 * time.Millisecond},
+			{Code: engine.CodeOK, Remaining: 0},
+			{Code: engine.CodeOK, Limit: &engine.CurrentLimit{RequestsPerUnit: 1, Unit: tiers.UnitMonth}, Remaining: 3},
+			{Code: engine.CodeOK, Limit: &engine.CurrentLimit{RequestsPerUnit: 1, Unit: tiers.UnitYear}, Remaining: 3},
+		},
+	}
+	got := toProtoResponse(resp, true)
+	if got.OverallCode != rlsv3.RateLimitResponse_OK {
+		t.Errorf("overall code %v, want OK", got.OverallCode)
+	}
+	units := []rlsv3.RateLimitResponse_RateLimit_Unit{}
+	for _, st := range got.Statuses {
+		units = append(units, st.GetCurrentLimit().GetUnit())
+		if st.DurationUntilReset == nil {
+			t.Errorf("status %v has no duration_until_reset", st)
+		}
+	}
+	wantUnits := []rlsv3.RateLimitResponse_RateLimit_Unit{7, 1, 0, 5, 6}
+	if d := cmp.Diff(wantUnits, units); d != "" {
+		t.Errorf("units (-want +got):\n%s", d)
+	}
+	if m := got.Statuses[1].CurrentLimit.GetUnitMultiplier().GetValue(); m != 2 || got.Statuses[1].CurrentLimit.Name != "5 per 2s, tier 1" {
+		t.Errorf("multiplier %d name %q", m, got.Statuses[1].CurrentLimit.Name)
+	}
+	// The unlimited status (no current_limit) is skipped; smallest remaining
+	// among the limited ones is status 1.
+	if d := cmp.Diff(rateLimitHeadersWant("5", "2", "1"), got.ResponseHeadersToAdd, protocmp.Transform()); d != "" {
+		t.Errorf("headers (-want +got):\n%s", d)
+	}
+	if h := toProtoResponse(resp, false).ResponseHeadersToAdd; h != nil {
+		t.Errorf("headers without the option: %v", h)
+	}
+	over := toProtoResponse(&engine.Response{Code: engine.CodeOverLimit}, false)
+	if over.OverallCode != rlsv3.RateLimitResponse_OVER_LIMIT {
+		t.Errorf("got %v, want OVER_LIMIT", over.OverallCode)
+	}
+}
+
+func TestHealthAndShutdown(t *testing.T) {
+	s, stop := newTestServer(t, Options{})
+	hc := healthpb.NewHealthClient(dial(t, s.GRPCAddr()))
+	for _, svc := range []string{"", RLSServiceName} {
+		r, err := hc.Check(context.Background(), &healthpb.HealthCheckRequest{Service: svc})
+		if err != nil || r.Status != healthpb.HealthCheckResponse_SERVING {
+			t.Errorf("health %q: %v, %v; want SERVING", svc, r, err)
+		}
+	}
+	body, code := get(t, "http://"+s.HTTPAddr()+"/healthcheck")
+	if code != 200 || body != "OK" {
+		t.Errorf("/healthcheck: %d %q", code, body)
+	}
+	stop()
+	for _, svc := range []string{"", RLSServiceName} {
+		r, err := s.health.Check(context.Background(), &healthpb.HealthCheckRequest{Service: svc})
+		if err != nil || r.Status != healthpb.HealthCheckResponse_NOT_SERVING {
+			t.Errorf("after shutdown, health %q: %v, %v; want NOT_SERVING", svc, r, err)
+		}
+	}
+	rec := &recorder{header: http.Header{}}
+	s.serveHealthcheck(rec, nil)
+	if rec.code != 500 {
+		t.Errorf("/healthcheck while shutting down: %d, want 500", rec.code)
+	}
+}
+
+type recorder struct {
+	header http.Header
+	code   int
+	body   strings.Builder
+}
+
+func (r *recorder) Header() http.Header { return r.header }
+func (r *recorder) Write(b []byte) (int, error) {
+	if r.code == 0 {
+		r.code = 200
+	}
+	return r.body.Write(b)
+}
+func (r *recorder) WriteHeader(c int) { r.code = c }
+
+func get(t *testing.T, url string) (string, int) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return string(b), resp.StatusCode
+}
+
+func post(t *testing.T, url, body string) (string, int) {
+	t.Helper()
+	resp, err := http.Post(url, "application/json", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return string(b), resp.StatusCode
+}
+
+func TestJSONEndpoint(t *testing.T) {
+	s, stop := newTestServer(t, Options{})
+	defer stop()
+	url := "http://" + s.HTTPAddr() + "/json"
+	for _, tc := range []struct {
+		body     string
+		code     int
+		contains string
+	}{
+		{`{"domain":"d","descriptors":[{"entries":[{"key":"a","value":"x"}]}]}`, 200, `"overallCode":"OK"`},
+		{`{"domain":"d","descriptors":[{"entries":[{"key":"a","value":"over"}]}]}`, 429, `"overallCode":"OVER_LIMIT"`},
+		{`{"domain":"d","descriptors":[{"entries":[{"key":"a","value":"bad"}]}]}`, 400, "descriptors[0].entries[0].value"},
+		{`{"domain":`, 400, "invalid RateLimitRequest JSON"},
+		{`{"domain":"d","descriptors":[{"entries":[{"key":"a","value":"boom"}]}]}`, 500, "boom"},
+	} {
+		body, code := post(t, url, tc.body)
+		if code != tc.code || !strings.Contains(body, tc.contains) {
+			t.Errorf("POST %s: got %d %q, want %d containing %q", tc.body, code, body, tc.code, tc.contains)
+		}
+	}
+}
+
+func TestMetrics(t *testing.T) {
+	s, stop := newTestServer(t, Options{})
+	defer stop()
+	c := rlsv3.NewRateLimitServiceClient(dial(t, s.GRPCAddr()))
+	ctx := context.Background()
+	for _, v := range []string{"x", "over", "near", "bad"} {
+		c.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "dom", HitsAddend: 2, Descriptors: []*ratelimitv3.RateLimitDescriptor{desc("k", v)}})
+	}
+	body, code := get(t, "http://"+s.DebugAddr()+"/metrics")
+	if code != 200 {
+		t.Fatalf("/metrics: %d", code)
+	}
+	for _, want := range []string{
+		`charon_rate_limit_total_hits{domain="dom",key="dom.k"} 6`,
+		`charon_rate_limit_over_limit{domain="dom",key="dom.k"} 2`,
+		`charon_rate_limit_within_limit{domain="dom",key="dom.k"} 4`,
+		`charon_rate_limit_near_limit{domain="dom",key="dom.k"} 2`,
+		`charon_invalid_requests_total 1`,
+		`charon_request_duration_seconds_count 4`,
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("/metrics lacks %q", want)
+		}
+	}
+	if _, code := get(t, "http://"+s.DebugAddr()+"/debug/pprof/"); code != 200 {
+		t.Errorf("/debug/pprof/: %d", code)
+	}
+	if _, code := get(t, "http://"+s.DebugAddr()+"/rlconfig"); code != http.StatusServiceUnavailable {
+		t.Errorf("/rlconfig with no config: %d, want 503", code)
+	}
+}
+
+// fakeLoader loads every visible *.yaml file, refusing any that contains
+// "invalid", and remembers what it saw.
+type fakeLoader struct {
+	mu   sync.Mutex
+	seen []string // "name=content", sorted
+}
+
+func (l *fakeLoader) load(fsys fs.FS) (*config.Config, []config.Warning, error) {
+	var seen []string
+	var errs []error
+	err := fs.WalkDir(fsys, ".", func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() || !strings.HasSuffix(p, ".yaml") {
+			return nil
+		}
+		b, err := fs.ReadFile(fsys, p)
+		if err != nil {
+			return err
+		}
+		if strings.Contains(string(b), "invalid") {
+			errs = append(errs, errors.New(p+":1: domain: invalid"))
+		}
+		seen = append(seen, p+"="+strings.TrimSpace(string(b)))
+		return nil
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	if len(errs) > 0 {
+		return nil, nil, errors.Join(errs...)
+	}
+	sort.Strings(seen)
+	l.mu.Lock()
+	l.seen = seen
+	l.mu.Unlock()
+	return &config.Config{}, nil, nil
+}
+
+func (l *fakeLoader) last() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]string(nil), l.seen...)
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// writeConfigMap lays files out as the kubelet does: a timestamped directory,
+// a "..data" symlink to it, swapped atomically by rename, and one symlink per
+// key pointing into "..data".
+func writeConfigMap(t *testing.T, dir, version string, files map[string]string) {
+	t.Helper()
+	ts := filepath.Join(dir, "..2025_"+version)
+	must(t, os.Mkdir(ts, 0o755))
+	for name, content := range files {
+		must(t, os.WriteFile(filepath.Join(ts, name), []byte(content), 0o644))
+		link := filepath.Join(dir, name)
+		if _, err := os.Lstat(link); errors.Is(err, fs.ErrNotExist) {
+			must(t, os.Symlink(filepath.Join("..data", name), link))
+		}
+	}
+	old, _ := os.Readlink(filepath.Join(dir, "..data"))
+	must(t, os.Symlink("..2025_"+version, filepath.Join(dir, "..data_tmp")))
+	must(t, os.Rename(filepath.Join(dir, "..data_tmp"), filepath.Join(dir, "..data")))
+	if old != "" {
+		must(t, os.RemoveAll(filepath.Join(dir, old)))
+	}
+}
+
+func newTestReloader(t *testing.T, dir string) (*Reloader, *fakeLoader, *fakeEngine, *Metrics) {
+	l, e, m := &fakeLoader{}, &fakeEngine{}, NewMetrics(nil)
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	return NewReloader(dir, l.load, func(c *config.Config) { e.SetTree(c.Tree) }, m, log), l, e, m
+}
+
+func TestReloadConfigMapSwap(t *testing.T) {
+	dir := t.TempDir()
+	writeConfigMap(t, dir, "1", map[string]string{"rl.yaml": "v1"})
+	r, l, e, m := newTestReloader(t, dir)
+
+	step := func(name string, wantChanged, wantErr bool, wantSeen []string, wantTrees int) {
+		t.Helper()
+		changed, err := r.Check()
+		if changed != wantChanged || (err != nil) != wantErr {
+			t.Errorf("%s: Check = %v, %v; want changed %v, error %v", name, changed, err, wantChanged, wantErr)
+		}
+		if d := cmp.Diff(wantSeen, l.last()); d != "" {
+			t.Errorf("%s: loaded files (-want +got):\n%s", name, d)
+		}
+		if e.trees != wantTrees {
+			t.Errorf("%s: SetTree called %d times, want %d", name, e.trees, wantTrees)
+		}
+	}
+	step("first", true, false, []string{"rl.yaml=v1"}, 1)
+	step("unchanged", false, false, []string{"rl.yaml=v1"}, 1)
+	writeConfigMap(t, dir, "2", map[string]string{"rl.yaml": "v2"})
+	step("swap", true, false, []string{"rl.yaml=v2"}, 2)
+	writeConfigMap(t, dir, "3", map[string]string{"rl.yaml": "invalid"})
+	step("invalid swap", true, true, []string{"rl.yaml=v2"}, 2)
+	step("invalid unchanged", false, false, []string{"rl.yaml=v2"}, 2)
+	writeConfigMap(t, dir, "4", map[string]string{"rl.yaml": "v4", "other.yaml": "o"})
+	step("fixed, new file", true, false, []string{"other.yaml=o", "rl.yaml=v4"}, 3)
+	if r.Current() == nil {
+		t.Error("no current config")
+	}
+	if got := testCounter(t, m, "success"); got != 3 {
+		t.Errorf("reload successes %v, want 3", got)
+	}
+	if got := testCounter(t, m, "failure"); got != 1 {
+		t.Errorf("reload failures %v, want 1", got)
+	}
+}
+
+// TestReloadRuntimeLayout is envoyproxy/ratelimit's layout: RUNTIME_ROOT is a
+// symlink swapped to a new version; the config is ROOT/SUBDIRECTORY/APPDIRECTORY.
+func TestReloadRuntimeLayout(t *testing.T) {
+	base := t.TempDir()
+	for _, v := range []string{"v1", "v2"} {
+		must(t, os.MkdirAll(filepath.Join(base, v, "ratelimit", "config"), 0o755))
+		must(t, os.WriteFile(filepath.Join(base, v, "ratelimit", "config", "a.yaml"), []byte(v), 0o644))
+	}
+	must(t, os.Symlink("v1", filepath.Join(base, "current")))
+	r, l, _, _ := newTestReloader(t, filepath.Join(base, "current", "ratelimit", "config"))
+	if _, err := r.Check(); err != nil {
+		t.Fatal(err)
+	}
+	must(t, os.Symlink("v2", filepath.Join(base, "next")))
+	must(t, os.Rename(filepath.Join(base, "next"), filepath.Join(base, "current")))
+	if changed, err := r.Check(); !changed || err != nil {
+		t.Fatalf("after root swap: changed %v, err %v", changed, err)
+	}
+	if d := cmp.Diff([]string{"a.yaml=v2"}, l.last()); d != "" {
+		t.Errorf("loaded (-want +got):\n%s", d)
+	}
+}
+
+// TestReloadWatcher runs the real poller and waits, with a deadline, for it to
+// pick up an edit in place.
+func TestReloadWatcher(t *testing.T) {
+	dir := t.TempDir()
+	must(t, os.WriteFile(filepath.Join(dir, "a.yaml"), []byte("one"), 0o644))
+	l := &fakeLoader{}
+	s, stop := newTestServer(t, Options{ConfigDir: dir, Load: l.load, PollInterval: 10 * time.Millisecond})
+	defer stop()
+	_ = s
+	must(t, os.WriteFile(filepath.Join(dir, "a.yaml"), []byte("two, longer"), 0o644))
+	deadline := time.Now().Add(2 * time.Second)
+	for {
+		if got := l.last(); len(got) == 1 && got[0] == "a.yaml=two, longer" {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("config not reloaded within 2 s; loaded %v", l.last())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func TestNewRefusesInvalidConfig(t *testing.T) {
+	dir := t.TempDir()
+	must(t, os.WriteFile(filepath.Join(dir, "a.yaml"), []byte("invalid"), 0o644))
+	l := &fakeLoader{}
+	_, err := New(Options{GRPCAddr: "127.0.0.1:0", Engine: &fakeEngine{}, ConfigDir: dir, Load: l.load})
+	if err == nil || !strings.Contains(err.Error(), "a.yaml:1") {
+		t.Errorf("got %v, want an error naming a.yaml:1", err)
+	}
+}
+
+func testCounter(t *testing.T, m *Metrics, result string) float64 {
+	t.Helper()
+	mfs, err := m.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "charon_config_reloads_total" {
+			continue
+		}
+		for _, mm := range mf.GetMetric() {
+			for _, lp := range mm.GetLabel() {
+				if lp.GetName() == "result" && lp.GetValue() == result {
+					return mm.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return 0
+}
