@@ -87,7 +87,7 @@ func (r *Reloader) Check() (changed bool, err error) {
 }
 
 func (r *Reloader) loadAndApply() error {
-	cfg, warns, err := r.load(visibleFS{os.DirFS(r.dir)})
+	cfg, warns, err := r.load(DirFS(r.dir))
 	for _, w := range warns {
 		r.log.Warn("config warning", "warning", w.String())
 	}
@@ -260,3 +260,8 @@ func visible(ents []fs.DirEntry) []fs.DirEntry {
 	}
 	return out
 }
+
+// DirFS is the view of a configuration directory that the server loads:
+// os.DirFS with every name starting with "." hidden. `charon config check`
+// uses it too, so it checks exactly what serve would load.
+func DirFS(dir string) fs.FS { return visibleFS{os.DirFS(dir)} }

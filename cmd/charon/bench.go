@@ -1,0 +1,190 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+)
+
+// benchOptions drive a closed-loop load run: Concurrency workers each send
+// one request, wait for the answer, and send the next, for Duration.
+type benchOptions struct {
+	Addr        string
+	Concurrency int
+	Duration    time.Duration
+	Warmup      time.Duration
+	Conns       int
+	Domain      string
+	Key         string
+	Descriptors int
+	Keys        int
+	Hot         bool
+	Noop        bool
+}
+
+// benchResult is one run's outcome.
+type benchResult struct {
+	Requests, Errors, OverLimit int
+	Elapsed                     time.Duration
+	P50, P99, P999              time.Duration
+}
+
+func (r benchResult) RPS() float64 { return float64(r.Requests) / r.Elapsed.Seconds() }
+
+func runBench(args []string, stdout, stderr io.Writer) error {
+	var o benchOptions
+	fs := flag.NewFlagSet("charon bench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&o.Addr, "addr", "localhost:8081", "server gRPC `HOST:PORT`")
+	fs.IntVar(&o.Concurrency, "concurrency", 64, "requests in flight (closed loop)")
+	fs.DurationVar(&o.Duration, "duration", 10*time.Second, "measured run time")
+	fs.DurationVar(&o.Warmup, "warmup", time.Second, "unmeasured run time before it")
+	fs.IntVar(&o.Conns, "conns", 2, "gRPC connections, used round robin by the workers")
+	fs.StringVar(&o.Domain, "domain", "bench", "RLS domain")
+	fs.StringVar(&o.Key, "key", "user", "descriptor entry key; values are k0..k(N-1)")
+	fs.IntVar(&o.Descriptors, "descriptors", 1, "descriptors per request")
+	fs.IntVar(&o.Keys, "keys", 10000, "distinct values, drawn uniformly")
+	fs.BoolVar(&o.Hot, "hot", false, "one hot value instead of --keys")
+	fs.BoolVar(&o.Noop, "noop", false, "call the gRPC health Check instead: the no-op ceiling")
+	if err := fs.Parse(args); err != nil {
+		if err == flag.ErrHelp {
+			return err
+		}
+		return fmt.Errorf("%w: %v", errUsage, err)
+	}
+	if o.Concurrency < 1 || o.Conns < 1 || o.Descriptors < 1 || o.Keys < 1 || o.Duration <= 0 {
+		return fmt.Errorf("%w: --concurrency, --conns, --descriptors, --keys and --duration must be positive", errUsage)
+	}
+	r, err := bench(o)
+	if err != nil {
+		return err
+	}
+	mode := "ratelimit"
+	if o.Noop {
+		mode = "noop"
+	}
+	fmt.Fprintf(stdout, "mode=%s concurrency=%d duration=%s requests=%d errors=%d over_limit=%d rps=%.0f p50=%s p99=%s p99.9=%s\n",
+		mode, o.Concurrency, r.Elapsed.Round(time.Millisecond), r.Requests, r.Errors, r.OverLimit, r.RPS(),
+		r.P50.Round(time.Microsecond), r.P99.Round(time.Microsecond), r.P999.Round(time.Microsecond))
+	return nil
+}
+
+func bench(o benchOptions) (benchResult, error) {
+	conns := make([]*grpc.ClientConn, o.Conns)
+	for i := range conns {
+		cc, err := grpc.NewClient(o.Addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			return benchResult{}, err
+		}
+		defer cc.Close()
+		conns[i] = cc
+	}
+	values := make([]string, o.Keys)
+	for i := range values {
+		values[i] = "k" + strconv.Itoa(i)
+	}
+
+	var (
+		mu        sync.Mutex
+		latencies []time.Duration
+		res       benchResult
+		wg        sync.WaitGroup
+		measuring = make(chan struct{})
+	)
+	ctx, cancel := context.WithTimeout(context.Background(), o.Warmup+o.Duration)
+	defer cancel()
+	for w := 0; w < o.Concurrency; w++ {
+		wg.Add(1)
+		go func(w int) {
+			defer wg.Done()
+			cc := conns[w%len(conns)]
+			rl := rlsv3.NewRateLimitServiceClient(cc)
+			hc := healthpb.NewHealthClient(cc)
+			rng := rand.New(rand.NewPCG(uint64(w), 42))
+			req := &rlsv3.RateLimitRequest{Domain: o.Domain}
+			for i := 0; i < o.Descriptors; i++ {
+				req.Descriptors = append(req.Descriptors, &ratelimitv3.RateLimitDescriptor{
+					Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: o.Key}},
+				})
+			}
+			hreq := &healthpb.HealthCheckRequest{}
+			lat := make([]time.Duration, 0, 1<<14)
+			var n, errs, over int
+			measured := false
+			for ctx.Err() == nil {
+				if !measured {
+					select {
+					case <-measuring:
+						measured = true
+						lat, n, errs, over = lat[:0], 0, 0, 0
+					default:
+					}
+				}
+				for _, d := range req.Descriptors {
+					if o.Hot {
+						d.Entries[0].Value = "hot"
+					} else {
+						d.Entries[0].Value = values[rng.IntN(len(values))]
+					}
+				}
+				start := time.Now()
+				var err error
+				if o.Noop {
+					_, err = hc.Check(ctx, hreq)
+				} else {
+					var resp *rlsv3.RateLimitResponse
+					resp, err = rl.ShouldRateLimit(ctx, req)
+					if err == nil && resp.GetOverallCode() == rlsv3.RateLimitResponse_OVER_LIMIT {
+						over++
+					}
+				}
+				if ctx.Err() != nil {
+					break // the run ended during this call: not counted
+				}
+				lat = append(lat, time.Since(start))
+				n++
+				if err != nil {
+					errs++
+				}
+			}
+			if !measured {
+				return
+			}
+			mu.Lock()
+			latencies = append(latencies, lat...)
+			res.Requests += n
+			res.Errors += errs
+			res.OverLimit += over
+			mu.Unlock()
+		}(w)
+	}
+	time.Sleep(o.Warmup)
+	close(measuring)
+	start := time.Now()
+	wg.Wait()
+	res.Elapsed = time.Since(start)
+	slices.Sort(latencies)
+	res.P50, res.P99, res.P999 = quantile(latencies, 0.50), quantile(latencies, 0.99), quantile(latencies, 0.999)
+	return res, nil
+}
+
+// quantile returns the q-quantile of sorted (nearest rank).
+func quantile(sorted []time.Duration, q float64) time.Duration {
+	if len(sorted) == 0 {
+		return 0
+	}
+	i := int(q*float64(len(sorted))+0.5) - 1
+	return sorted[max(0, min(i, len(sorted)-1))]
+}

@@ -1,0 +1,94 @@
+// Command charon is the Charon rate limit service and its tools: serve,
+// config check, ask, bench and version. Each verb maps its flags and
+// environment to the Options of the packages that do the work.
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"runtime/debug"
+)
+
+// version is set with -ldflags "-X main.version=..."; otherwise the module
+// version or "dev".
+var version = ""
+
+const usage = `charon: a rate limit service for Envoy (RLS v3) with burst tiers.
+
+Usage:
+  charon serve [flags]                     serve gRPC RLS, HTTP /json and debug endpoints
+  charon config check DIR [--dump]         validate a configuration directory
+  charon ask --domain D --descriptor k=v   ask a running server for a decision
+  charon bench [flags]                     load a running server and report throughput
+  charon version                           print the version
+
+Run "charon VERB -h" for a verb's flags.
+`
+
+// errUsage is a command line mistake (exit status 2).
+var errUsage = errors.New("usage")
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Getenv, os.Stdout, os.Stderr))
+}
+
+func run(args []string, getenv func(string) string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return 2
+	}
+	var err error
+	switch args[0] {
+	case "serve":
+		err = runServe(args[1:], getenv, stderr)
+	case "config":
+		if len(args) < 2 || args[1] != "check" {
+			fmt.Fprintln(stderr, "usage: charon config check DIR [--dump] [--merge-domains]")
+			return 2
+		}
+		err = runCheck(args[2:], stdout, stderr)
+	case "ask":
+		err = runAsk(args[1:], stdout, stderr)
+	case "bench":
+		err = runBench(args[1:], stdout, stderr)
+	case "version", "--version", "-version":
+		fmt.Fprintln(stdout, "charon", versionString())
+		return 0
+	case "help", "-h", "--help":
+		fmt.Fprint(stdout, usage)
+		return 0
+	default:
+		fmt.Fprintf(stderr, "charon: unknown verb %q\n\n%s", args[0], usage)
+		return 2
+	}
+	switch {
+	case err == nil:
+		return 0
+	case errors.Is(err, flag.ErrHelp):
+		return 0
+	case errors.Is(err, errUsage):
+		fmt.Fprintln(stderr, "charon:", err)
+		return 2
+	case errors.Is(err, errReported):
+		return 1
+	default:
+		fmt.Fprintln(stderr, "charon:", err)
+		return 1
+	}
+}
+
+// errReported is a failure whose details were already printed.
+var errReported = errors.New("failed")
+
+func versionString() string {
+	if version != "" {
+		return version
+	}
+	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
+		return bi.Main.Version
+	}
+	return "dev"
+}

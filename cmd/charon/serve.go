@@ -1,0 +1,241 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"io/fs"
+	"log/slog"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/charonlimit/charon/config"
+	"github.com/charonlimit/charon/internal/store/memstore"
+	"github.com/charonlimit/charon/server"
+)
+
+// serveConfig is everything `charon serve` is told, after defaults,
+// envoyproxy/ratelimit's environment, CHARON_* variables and flags, in rising
+// precedence.
+type serveConfig struct {
+	ConfigDir       string
+	GRPCAddr        string
+	HTTPAddr        string
+	DebugAddr       string
+	Store           string
+	RedisURL        string
+	MaxDescriptors  int
+	MaxKeys         int
+	ResponseHeaders bool
+	MergeDomains    bool
+	ShutdownTimeout time.Duration
+	LogLevel        string
+	LogFormat       string
+}
+
+func defaultServeConfig() serveConfig {
+	return serveConfig{
+		GRPCAddr:        ":8081",
+		HTTPAddr:        ":8080",
+		DebugAddr:       "127.0.0.1:6070",
+		Store:           "memory",
+		MaxDescriptors:  64,
+		MaxKeys:         memstore.DefaultMaxKeys,
+		ShutdownTimeout: 10 * time.Second,
+		LogLevel:        "info",
+		LogFormat:       "json",
+	}
+}
+
+// lyftRuntimeRoot is envoyproxy/ratelimit's RUNTIME_ROOT default.
+const (
+	lyftRuntimeRoot = "/srv/runtime_data/current"
+	lyftAppDir      = "config"
+)
+
+// applyLyftEnv applies envoyproxy/ratelimit's variables so its deployments
+// work by changing the image.
+func applyLyftEnv(c *serveConfig, getenv func(string) string) error {
+	root, sub, app := getenv("RUNTIME_ROOT"), getenv("RUNTIME_SUBDIRECTORY"), getenv("RUNTIME_APPDIRECTORY")
+	if root != "" || sub != "" || app != "" {
+		if root == "" {
+			root = lyftRuntimeRoot
+		}
+		if app == "" {
+			app = lyftAppDir
+		}
+		c.ConfigDir = filepath.Join(root, sub, app)
+	}
+	ports := []struct {
+		name string
+		host string
+		dst  *string
+	}{
+		{"GRPC_PORT", "", &c.GRPCAddr},
+		{"PORT", "", &c.HTTPAddr},
+		{"DEBUG_PORT", "127.0.0.1", &c.DebugAddr},
+	}
+	for _, p := range ports {
+		if v := getenv(p.name); v != "" {
+			n, err := strconv.ParseUint(v, 10, 16)
+			if err != nil {
+				return fmt.Errorf("%w: %s=%q: not a port number", errUsage, p.name, v)
+			}
+			*p.dst = p.host + ":" + strconv.FormatUint(n, 10)
+		}
+	}
+	if v := getenv("LOG_LEVEL"); v != "" {
+		c.LogLevel = v
+	}
+	if v := getenv("LOG_FORMAT"); v != "" {
+		c.LogFormat = v
+	}
+	if v := getenv("MERGE_DOMAIN_CONFIG"); v != "" {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			return fmt.Errorf("%w: MERGE_DOMAIN_CONFIG=%q: not a boolean", errUsage, v)
+		}
+		c.MergeDomains = b
+	}
+	return nil
+}
+
+// serveFlags declares serve's flags on fs with c's values as defaults, so
+// parsing overrides only what is given.
+func serveFlags(fs *flag.FlagSet, c *serveConfig) {
+	fs.StringVar(&c.ConfigDir, "config", c.ConfigDir, "configuration `directory` (watched; env CHARON_CONFIG)")
+	fs.StringVar(&c.GRPCAddr, "grpc-addr", c.GRPCAddr, "gRPC listen `address` (env CHARON_GRPC_ADDR)")
+	fs.StringVar(&c.HTTPAddr, "http-addr", c.HTTPAddr, "HTTP listen `address` for /healthcheck and /json (env CHARON_HTTP_ADDR)")
+	fs.StringVar(&c.DebugAddr, "debug-addr", c.DebugAddr, "debug listen `address` for /metrics, /rlconfig, pprof (env CHARON_DEBUG_ADDR)")
+	fs.StringVar(&c.Store, "store", c.Store, "state store: memory or redis (env CHARON_STORE)")
+	fs.StringVar(&c.RedisURL, "redis-url", c.RedisURL, "Redis `URL` for --store redis (env CHARON_REDIS_URL)")
+	fs.IntVar(&c.MaxDescriptors, "max-descriptors", c.MaxDescriptors, "most descriptors in one request (env CHARON_MAX_DESCRIPTORS)")
+	fs.IntVar(&c.MaxKeys, "max-keys", c.MaxKeys, "most tracked (resource, domain) pairs in memory, least recently used evicted (env CHARON_MAX_KEYS)")
+	fs.BoolVar(&c.ResponseHeaders, "response-headers", c.ResponseHeaders, "add RateLimit-Limit/-Remaining/-Reset response headers (env CHARON_RESPONSE_HEADERS)")
+	fs.BoolVar(&c.MergeDomains, "merge-domains", c.MergeDomains, "merge files that share a domain instead of refusing them (env CHARON_MERGE_DOMAINS)")
+	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", c.ShutdownTimeout, "time in-flight requests get on SIGTERM (env CHARON_SHUTDOWN_TIMEOUT)")
+}
+
+// applyCharonEnv applies CHARON_<FLAG> variables by setting the flags
+// themselves, so they are parsed exactly like the flags.
+func applyCharonEnv(fs *flag.FlagSet, getenv func(string) string) error {
+	var err error
+	fs.VisitAll(func(f *flag.Flag) {
+		name := "CHARON_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
+		if v := getenv(name); v != "" && err == nil {
+			if e := fs.Set(f.Name, v); e != nil {
+				err = fmt.Errorf("%w: %s=%q: %v", errUsage, name, v, e)
+			}
+		}
+	})
+	return err
+}
+
+// parseServe resolves serve's configuration from args and the environment.
+func parseServe(args []string, getenv func(string) string, stderr io.Writer) (serveConfig, error) {
+	c := defaultServeConfig()
+	if err := applyLyftEnv(&c, getenv); err != nil {
+		return c, err
+	}
+	fs := flag.NewFlagSet("charon serve", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	serveFlags(fs, &c)
+	if err := applyCharonEnv(fs, getenv); err != nil {
+		return c, err
+	}
+	if err := fs.Parse(args); err != nil {
+		if err == flag.ErrHelp {
+			return c, err
+		}
+		return c, fmt.Errorf("%w: %v", errUsage, err)
+	}
+	if fs.NArg() > 0 {
+		return c, fmt.Errorf("%w: unexpected argument %q", errUsage, fs.Arg(0))
+	}
+	switch c.Store {
+	case "memory":
+	case "redis":
+		return c, fmt.Errorf("%w: --store redis is not available yet; use --store memory", errUsage)
+	default:
+		return c, fmt.Errorf("%w: --store %q: want memory or redis", errUsage, c.Store)
+	}
+	if c.MaxDescriptors < 1 {
+		return c, fmt.Errorf("%w: --max-descriptors must be at least 1", errUsage)
+	}
+	if c.MaxKeys < 1 {
+		return c, fmt.Errorf("%w: --max-keys must be at least 1", errUsage)
+	}
+	if c.ShutdownTimeout <= 0 {
+		return c, fmt.Errorf("%w: --shutdown-timeout must be positive", errUsage)
+	}
+	if _, err := parseLevel(c.LogLevel); err != nil {
+		return c, err
+	}
+	if c.LogFormat != "json" && c.LogFormat != "text" {
+		return c, fmt.Errorf("%w: LOG_FORMAT %q: want json or text", errUsage, c.LogFormat)
+	}
+	return c, nil
+}
+
+func parseLevel(s string) (slog.Level, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(s)); err != nil {
+		return l, fmt.Errorf("%w: LOG_LEVEL %q: want debug, info, warn or error", errUsage, s)
+	}
+	return l, nil
+}
+
+func newLogger(level, format string, w io.Writer) *slog.Logger {
+	l, _ := parseLevel(level)
+	opts := &slog.HandlerOptions{Level: l}
+	if format == "text" {
+		return slog.New(slog.NewTextHandler(w, opts))
+	}
+	return slog.New(slog.NewJSONHandler(w, opts))
+}
+
+func runServe(args []string, getenv func(string) string, stderr io.Writer) error {
+	c, err := parseServe(args, getenv, stderr)
+	if err != nil {
+		return err
+	}
+	log := newLogger(c.LogLevel, c.LogFormat, stderr)
+
+	st := memstore.New(memstore.Options{MaxKeys: c.MaxKeys, SweepInterval: 10 * time.Second})
+	defer st.Close()
+	eng := newEngine(c, st)
+	cfgOpts := config.Options{MergeDomains: c.MergeDomains}
+	opts := server.Options{
+		GRPCAddr:        c.GRPCAddr,
+		HTTPAddr:        c.HTTPAddr,
+		DebugAddr:       c.DebugAddr,
+		Engine:          eng,
+		ConfigDir:       c.ConfigDir,
+		Load:            func(fsys fs.FS) (*config.Config, []config.Warning, error) { return config.Load(fsys, cfgOpts) },
+		ResponseHeaders: c.ResponseHeaders,
+		ShutdownTimeout: c.ShutdownTimeout,
+		Logger:          log,
+		Metrics:         server.NewMetrics(func() float64 { return float64(st.Evictions()) }),
+	}
+	if c.ConfigDir == "" {
+		log.Warn("no --config directory: serving with no configuration, every request is OK")
+	}
+	srv, err := server.New(opts)
+	if err != nil {
+		log.Error("cannot start", "err", err.Error())
+		return errReported
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	if err := srv.Serve(ctx); err != nil {
+		log.Error("server failed", "err", err.Error())
+		return errReported
+	}
+	return nil
+}
+

@@ -1,0 +1,125 @@
+package main
+
+import (
+	"io"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+func envOf(m map[string]string) func(string) string {
+	return func(k string) string { return m[k] }
+}
+
+func TestParseServePrecedence(t *testing.T) {
+	def := defaultServeConfig()
+	with := func(f func(c *serveConfig)) serveConfig {
+		c := def
+		f(&c)
+		return c
+	}
+	tests := []struct {
+		name string
+		args []string
+		env  map[string]string
+		want serveConfig
+	}{
+		{"defaults", nil, nil, def},
+		{"flags", []string{"--config", "/c", "--grpc-addr", ":1", "--http-addr", ":2", "--debug-addr", ":3",
+			"--max-descriptors", "8", "--max-keys", "100", "--response-headers", "--merge-domains", "--shutdown-timeout", "3s"}, nil,
+			with(func(c *serveConfig) {
+				c.ConfigDir, c.GRPCAddr, c.HTTPAddr, c.DebugAddr = "/c", ":1", ":2", ":3"
+				c.MaxDescriptors, c.MaxKeys, c.ResponseHeaders, c.MergeDomains, c.ShutdownTimeout = 8, 100, true, true, 3*time.Second
+			})},
+		{"charon env", nil, map[string]string{
+			"CHARON_CONFIG": "/e", "CHARON_GRPC_ADDR": ":11", "CHARON_HTTP_ADDR": ":12", "CHARON_DEBUG_ADDR": ":13",
+			"CHARON_MAX_DESCRIPTORS": "9", "CHARON_MAX_KEYS": "7", "CHARON_RESPONSE_HEADERS": "true",
+			"CHARON_MERGE_DOMAINS": "1", "CHARON_SHUTDOWN_TIMEOUT": "1m", "CHARON_STORE": "memory", "CHARON_REDIS_URL": "redis://x"},
+			with(func(c *serveConfig) {
+				c.ConfigDir, c.GRPCAddr, c.HTTPAddr, c.DebugAddr = "/e", ":11", ":12", ":13"
+				c.MaxDescriptors, c.MaxKeys, c.ResponseHeaders, c.MergeDomains, c.ShutdownTimeout = 9, 7, true, true, time.Minute
+				c.RedisURL = "redis://x"
+			})},
+		{"flag beats env", []string{"--grpc-addr", ":1", "--response-headers=false"},
+			map[string]string{"CHARON_GRPC_ADDR": ":11", "GRPC_PORT": "9", "CHARON_RESPONSE_HEADERS": "true"},
+			with(func(c *serveConfig) { c.GRPCAddr = ":1" })},
+		{"lyft env", nil, map[string]string{
+			"RUNTIME_ROOT": "/data", "RUNTIME_SUBDIRECTORY": "ratelimit", "GRPC_PORT": "9081", "PORT": "9080",
+			"DEBUG_PORT": "9070", "LOG_LEVEL": "debug", "LOG_FORMAT": "text", "MERGE_DOMAIN_CONFIG": "true"},
+			with(func(c *serveConfig) {
+				c.ConfigDir, c.GRPCAddr, c.HTTPAddr, c.DebugAddr = "/data/ratelimit/config", ":9081", ":9080", "127.0.0.1:9070"
+				c.LogLevel, c.LogFormat, c.MergeDomains = "debug", "text", true
+			})},
+		{"lyft defaults for root and app dir", nil, map[string]string{"RUNTIME_SUBDIRECTORY": "rl"},
+			with(func(c *serveConfig) { c.ConfigDir = "/srv/runtime_data/current/rl/config" })},
+		{"lyft app dir", nil, map[string]string{"RUNTIME_ROOT": "/r", "RUNTIME_APPDIRECTORY": "app"},
+			with(func(c *serveConfig) { c.ConfigDir = "/r/app" })},
+		{"charon env beats lyft env", nil, map[string]string{
+			"RUNTIME_ROOT": "/data", "CHARON_CONFIG": "/c", "GRPC_PORT": "9081", "CHARON_GRPC_ADDR": ":1",
+			"MERGE_DOMAIN_CONFIG": "true", "CHARON_MERGE_DOMAINS": "false"},
+			with(func(c *serveConfig) { c.ConfigDir, c.GRPCAddr = "/c", ":1" })},
+		{"flag beats lyft env", []string{"--config", "/f"}, map[string]string{"RUNTIME_ROOT": "/data"},
+			with(func(c *serveConfig) { c.ConfigDir = "/f" })},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := parseServe(tc.args, envOf(tc.env), io.Discard)
+			if err != nil {
+				t.Fatalf("parseServe: %v", err)
+			}
+			if d := cmp.Diff(tc.want, got); d != "" {
+				t.Errorf("config (-want +got):\n%s", d)
+			}
+		})
+	}
+}
+
+func TestParseServeErrors(t *testing.T) {
+	tests := []struct {
+		name string
+		args []string
+		env  map[string]string
+	}{
+		{"redis not yet", []string{"--store", "redis"}, nil},
+		{"redis not yet from env", nil, map[string]string{"CHARON_STORE": "redis"}},
+		{"unknown store", []string{"--store", "disk"}, nil},
+		{"bad number env", nil, map[string]string{"CHARON_MAX_DESCRIPTORS": "many"}},
+		{"zero descriptors", []string{"--max-descriptors", "0"}, nil},
+		{"bad port", nil, map[string]string{"GRPC_PORT": "http"}},
+		{"bad merge", nil, map[string]string{"MERGE_DOMAIN_CONFIG": "perhaps"}},
+		{"bad log level", nil, map[string]string{"LOG_LEVEL": "loud"}},
+		{"bad log format", nil, map[string]string{"LOG_FORMAT": "xml"}},
+		{"unknown flag", []string{"--port", "1"}, nil},
+		{"stray argument", []string{"dir"}, nil},
+	}
+	for _, tc := range tests {
+		if _, err := parseServe(tc.args, envOf(tc.env), io.Discard); err == nil {
+			t.Errorf("%s: no error", tc.name)
+		}
+	}
+	_, err := parseServe([]string{"--store", "redis"}, envOf(nil), io.Discard)
+	if err == nil || !contains(err.Error(), "not available yet") {
+		t.Errorf("redis store error %v does not say it is not available yet", err)
+	}
+}
+
+func contains(s, sub string) bool { return strings.Contains(s, sub) }
+
+func TestParseDescriptor(t *testing.T) {
+	d, err := parseDescriptor("a=1,b=x=y,c=")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, e := range d.Entries {
+		got = append(got, e.Key+"|"+e.Value)
+	}
+	if diff := cmp.Diff([]string{"a|1", "b|x=y", "c|"}, got); diff != "" {
+		t.Errorf("entries (-want +got):\n%s", diff)
+	}
+	if _, err := parseDescriptor("=v"); err == nil {
+		t.Error("empty key accepted")
+	}
+}

@@ -1,0 +1,13 @@
+package main
+
+import (
+	"github.com/charonlimit/charon/internal/engine"
+	"github.com/charonlimit/charon/internal/store/memstore"
+)
+
+// newEngine builds the decision pipeline over st.
+func newEngine(c serveConfig, st *memstore.Store) *engine.Engine {
+	_ = c
+	_ = st
+	return &engine.Engine{}
+}
