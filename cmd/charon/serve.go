@@ -238,4 +238,3 @@ func runServe(args []string, getenv func(string) string, stderr io.Writer) error
 	}
 	return nil
 }
-
