@@ -2,30 +2,35 @@ package descriptors
 
 import "github.com/charonlimit/charon/tiers"
 
-// This file fixes the package's surface while it is being written; its
-// declarations move to their own files.
-
 // Entry is one key/value of a request's descriptor.
 type Entry struct {
 	Key, Value string
 }
 
-// Group is a domain group of a copy-limited resource.
+// Group is a domain group of a copy-limited resource: its members together
+// hold at most Limit copies.
 type Group struct {
 	Name    string
 	Limit   int64
 	Members []string
 }
 
-// Copies is the limit of a copy-limited resource (SPEC §4).
+// Copies is the limit of a copy-limited resource (SPEC §4). A Copies is
+// immutable once part of a Tree.
 type Copies struct {
+	// DomainLimit is the most copies one Charon domain may hold.
 	DomainLimit int64
-	GlobalLimit int64 // 0: none
+	// GlobalLimit is the most copies all domains together may hold; 0: none.
+	GlobalLimit int64
 	Groups      []Group
+	// Overrides are domain-specific domain limits, keyed by Charon domain
+	// (Match.Domain); nil when there are none.
+	Overrides map[string]int64
 }
 
-// Limit is what a matched leaf carries. Exactly one of Unlimited, Policy and
-// Copies is set. A Limit is immutable once built.
+// Limit is what a matched leaf carries. At most one of Unlimited, Policy and
+// Copies is set (none: a limit of zero, every request rejected, only for a
+// Policy-less leaf built by hand). A Limit is immutable once built.
 type Limit struct {
 	// Name is rate_limit.name (may be empty); Replaces the names it replaces.
 	Name     string
@@ -33,7 +38,8 @@ type Limit struct {
 	// Unlimited is rate_limit.unlimited: always granted.
 	Unlimited bool
 	// ShadowMode: decide and count, but answer OK.
-	ShadowMode     bool
+	ShadowMode bool
+	// DetailedMetric puts the request value of every level in MetricKey.
 	DetailedMetric bool
 	// Policy is the default rate policy; Overrides are per Charon domain.
 	Policy    *tiers.Policy
@@ -42,14 +48,15 @@ type Limit struct {
 	Copies *Copies
 	// ID identifies the policy set (Policy, Overrides, Copies): it changes
 	// exactly when one of them changes, so stores key state by it and a reload
-	// keeps the state of unchanged resources.
+	// keeps the state of unchanged resources. NewTree computes it when it is 0.
 	ID uint64
 	// File and Line locate the leaf in the config.
 	File string
 	Line int
 }
 
-// Match is the result of matching one request descriptor.
+// Match is the result of matching one request descriptor. The zero value is
+// "not limited".
 type Match struct {
 	// Limit is the matched leaf's limit (nil: not limited).
 	Limit *Limit
@@ -58,7 +65,8 @@ type Match struct {
 	Policy *tiers.Policy
 	// Resource is the RLS domain plus the path of matched keys and fixed
 	// values; Domain the joined values of key-only and wildcard entries.
-	// Both are escaped, bounded in length and safe as Redis key parts.
+	// Both are escaped, bounded in length and safe as Redis key parts (see
+	// the package documentation for the exact format).
 	Resource string
 	Domain   string
 	// MetricKey is envoyproxy/ratelimit's stat key for the descriptor
@@ -70,22 +78,9 @@ type Match struct {
 
 // DomainConfig is the per RLS domain configuration.
 type DomainConfig struct {
-	Name              string
-	IgnoreLimits      bool
+	Name string
+	// IgnoreLimits is the kill switch: grant everything, still record.
+	IgnoreLimits bool
+	// AllowUnconfigured grants (and records) a request matching no leaf.
 	AllowUnconfigured bool
 }
-
-// Tree is the immutable, matched-against descriptor tree of every RLS domain.
-// Safe for concurrent use.
-type Tree struct{}
-
-// Domain returns the configuration of the RLS domain name.
-func (t *Tree) Domain(name string) (*DomainConfig, bool) { return nil, false }
-
-// Match matches one request descriptor of the RLS domain. ok is false when it
-// matches no leaf with a limit.
-func (t *Tree) Match(domain string, entries []Entry) (m Match, ok bool) { return Match{}, false }
-
-// ApplyReplaces marks the matches whose limit is named in another match's
-// Replaces.
-func ApplyReplaces(ms []Match) {}

@@ -1,0 +1,60 @@
+// Package descriptors holds the immutable descriptor tree of every RLS domain
+// and matches request descriptors against it with envoyproxy/ratelimit's
+// rules, resolving each to a (resource, Charon domain, limit) triple.
+//
+// # Matching
+//
+// A request descriptor is a list of entries (key, value). Matching walks the
+// tree one entry per level. At each level the child with the entry's key and
+// exactly its value wins; else the first wildcard child (config order) whose
+// pattern matches the value, "*" standing for any run of bytes (a value
+// ending in "*" is a prefix match, as in envoyproxy/ratelimit; "*" inside a
+// value is also accepted); else the child with the key and no value. The
+// limit is that of the node reached by the last entry: a descriptor with
+// more entries than the tree is deep, one that leaves the tree, or one ending
+// on a node without a limit is not limited.
+//
+// # Identity
+//
+// Match.Resource is the escaped RLS domain followed, for each level of the
+// matched path, by "/" and the escaped key, then "=" and the escaped
+// configured value for a fixed value or a wildcard pattern (nothing for a
+// key-only level):
+//
+//	rl/source_cluster=proxy/destination_cluster=mock
+//	api/user                 (key-only level)
+//	files/path=files%2F*     (wildcard level)
+//
+// Match.Domain (the Charon domain) is the escaped request values of the
+// key-only and wildcard levels, in order, joined by ",". A level with
+// share_threshold adds nothing, so all values it matches share one limit;
+// a path of fixed values only has the empty domain.
+//
+// Escaping writes %XX (upper-case hex) for the bytes `%/=,:{}~"\`, space,
+// controls and every non-ASCII byte, so both strings are printable ASCII
+// without Redis hash-tag braces or common separators. Both are bounded to
+// MaxKeyLen bytes: a longer one keeps its first MaxKeyLen-17 bytes then "~"
+// and the 16 upper-case hex digits of the FNV-1a 64-bit hash of the whole
+// escaped string. They depend only on the config path and the request, so
+// they are stable across reloads.
+//
+// Limit.ID is a hash of the leaf's policy set (Policy, Overrides, Copies); a
+// store keys state by (Resource, ID, Domain), so a reload that leaves a
+// limit unchanged keeps its state and a changed limit starts afresh.
+//
+// # Metric keys
+//
+// Match.MetricKey follows envoyproxy/ratelimit's stat key: the RLS domain,
+// then per level "." key, with "_" value for a fixed value and "_" pattern
+// for a wildcard; a key-only level adds the key alone. The request value is
+// used instead (for key-only and wildcard levels) when the level has
+// value_to_metric or detailed_metric, or the leaf has detailed_metric,
+// unless the level has share_threshold. Keys without request values are
+// precomputed.
+//
+// # Cost
+//
+// Match does not allocate when the Charon domain is empty or a single value
+// needing no escaping, and allocates once otherwise (Domain and a
+// request-dependent MetricKey share one string).
+package descriptors
