@@ -1,0 +1,153 @@
+package memstore_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/charonlimit/charon/internal/store"
+	"github.com/charonlimit/charon/internal/store/memstore"
+	"github.com/charonlimit/charon/internal/store/storetest"
+	"github.com/charonlimit/charon/tiers"
+)
+
+func TestConformance(t *testing.T) {
+	storetest.Run(t, func(t *testing.T) store.Store { return memstore.New(memstore.Options{}) })
+}
+
+func TestConformanceOneShard(t *testing.T) {
+	storetest.Run(t, func(t *testing.T) store.Store { return memstore.New(memstore.Options{Shards: 1}) })
+}
+
+func TestModelConformance(t *testing.T) {
+	storetest.Run(t, func(t *testing.T) store.Store { return new(storetest.Model) })
+}
+
+var oneTier = &tiers.Policy{Kind: tiers.KindTiers, Tiers: []tiers.Tier{{Limit: 3, Window: time.Second, Active: tiers.Unbounded}}}
+
+func item(domain string) store.Item {
+	return store.Item{Key: store.Key{Resource: "r", Domain: domain, PolicyID: 1}, Policy: oneTier, Hits: 1, Min: 1}
+}
+
+func mustDecide(t *testing.T, s *memstore.Store, now time.Time, items ...store.Item) []tiers.Decision {
+	t.Helper()
+	out := make([]tiers.Decision, len(items))
+	if err := s.Decide(context.Background(), now, items, out); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func TestMaxKeysEvictsLeastRecentlyUsed(t *testing.T) {
+	s := memstore.New(memstore.Options{Shards: 1, MaxKeys: 2})
+	defer s.Close()
+	t0 := storetest.T0
+	mustDecide(t, s, t0, item("a"))
+	mustDecide(t, s, t0, item("b"))
+	mustDecide(t, s, t0, item("a")) // a is now the most recent
+	mustDecide(t, s, t0, item("c")) // evicts b
+	if got := s.Evictions(); got != 1 {
+		t.Fatalf("Evictions() = %d, want 1", got)
+	}
+	if got := s.Len(); got != 2 {
+		t.Fatalf("Len() = %d, want 2", got)
+	}
+	// a kept its two hits: one more is granted, the next is not.
+	if d := mustDecide(t, s, t0, item("a"), item("a")); d[0].OK {
+		t.Errorf("a kept no history: %+v", d)
+	}
+	// A call needing more keys than the bound keeps them all while it runs.
+	d := mustDecide(t, s, t0, item("x"), item("y"), item("z"))
+	for i := range d {
+		if !d[i].OK {
+			t.Errorf("item %d rejected: %+v", i, d[i])
+		}
+	}
+}
+
+func TestUnboundedKeys(t *testing.T) {
+	s := memstore.New(memstore.Options{Shards: 1, MaxKeys: -1})
+	defer s.Close()
+	for _, d := range []string{"a", "b", "c", "d", "e"} {
+		mustDecide(t, s, storetest.T0, item(d))
+	}
+	if s.Evictions() != 0 || s.Len() != 5 {
+		t.Fatalf("Evictions() = %d, Len() = %d; want 0 and 5", s.Evictions(), s.Len())
+	}
+}
+
+func TestSweepForgetsAtForgetTime(t *testing.T) {
+	s := memstore.New(memstore.Options{Shards: 4})
+	defer s.Close()
+	t0 := storetest.T0
+	mustDecide(t, s, t0, item("a"))
+	var st tiers.State
+	tiers.Request(oneTier, &st, nil, t0, 1, 1)
+	at := tiers.ForgetAt(oneTier, &st)
+	if n := s.Sweep(at.Add(-time.Nanosecond)); n != 0 {
+		t.Fatalf("Sweep before the forgetting time forgot %d keys, want 0", n)
+	}
+	if n := s.Sweep(at); n != 1 {
+		t.Fatalf("Sweep at the forgetting time forgot %d keys, want 1", n)
+	}
+	if s.Len() != 0 || s.Expired() != 1 {
+		t.Fatalf("Len() = %d, Expired() = %d; want 0 and 1", s.Len(), s.Expired())
+	}
+}
+
+func TestSweeperGoroutineStops(t *testing.T) {
+	now := storetest.T0
+	s := memstore.New(memstore.Options{SweepInterval: time.Millisecond, Now: func() time.Time { return now }})
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestZeroAllocs(t *testing.T) {
+	s := memstore.New(memstore.Options{})
+	defer s.Close()
+	items := []store.Item{item("a")}
+	out := make([]tiers.Decision, 1)
+	ctx := context.Background()
+	now := storetest.T0
+	s.Decide(ctx, now, items, out)
+	allocs := testing.AllocsPerRun(1000, func() {
+		now = now.Add(time.Second)
+		s.Decide(ctx, now, items, out)
+	})
+	if allocs > 0 {
+		t.Errorf("Decide on a known key: %v allocs, want 0", allocs)
+	}
+}
+
+func BenchmarkDecide(b *testing.B) {
+	s := memstore.New(memstore.Options{})
+	defer s.Close()
+	p := &tiers.Policy{Kind: tiers.KindTiers, Tiers: []tiers.Tier{{Limit: 1000, Window: time.Second, Active: tiers.Unbounded}}}
+	keys := make([]store.Item, 10000)
+	for i := range keys {
+		keys[i] = store.Item{Key: store.Key{Resource: "r", Domain: string(rune('a'+i%26)) + itoa(i), PolicyID: 1}, Policy: p, Hits: 1, Min: 1}
+	}
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		out := make([]tiers.Decision, 1)
+		now := storetest.T0
+		i := 0
+		for pb.Next() {
+			i++
+			now = now.Add(time.Microsecond)
+			s.Decide(context.Background(), now, keys[i%len(keys):i%len(keys)+1], out)
+		}
+	})
+}
+
+func itoa(i int) string {
+	if i == 0 {
+		return "0"
+	}
+	var b []byte
+	for ; i > 0; i /= 10 {
+		b = append([]byte{byte('0' + i%10)}, b...)
+	}
+	return string(b)
+}

@@ -1,0 +1,72 @@
+package storetest
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/charonlimit/charon/internal/store"
+	"github.com/charonlimit/charon/tiers"
+)
+
+// Model is the reference store: plain maps, one lock, store.Apply. It never
+// forgets state and has no bound. The zero value is ready to use; safe for
+// concurrent use.
+type Model struct {
+	mu      sync.Mutex
+	states  map[store.Key]*tiers.State
+	globals map[globalKey]*tiers.Global
+	closed  bool
+}
+
+type globalKey struct {
+	resource string
+	id       uint64
+}
+
+var _ store.Store = (*Model)(nil)
+
+// Decide implements store.Store.
+func (m *Model) Decide(_ context.Context, now time.Time, items []store.Item, out []tiers.Decision) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return store.ErrClosed
+	}
+	if err := store.Check(items); err != nil {
+		return err
+	}
+	if m.states == nil {
+		m.states = make(map[store.Key]*tiers.State)
+		m.globals = make(map[globalKey]*tiers.Global)
+	}
+	states := make([]*tiers.State, len(items))
+	globals := make([]*tiers.Global, len(items))
+	for i, it := range items {
+		s, ok := m.states[it.Key]
+		if !ok {
+			s = new(tiers.State)
+			m.states[it.Key] = s
+		}
+		states[i] = s
+		if it.Policy.GlobalLimit > 0 {
+			gk := globalKey{it.Key.Resource, it.Key.PolicyID}
+			g, ok := m.globals[gk]
+			if !ok {
+				g = new(tiers.Global)
+				m.globals[gk] = g
+			}
+			globals[i] = g
+		}
+	}
+	_, err := store.Apply(now, items, states, globals, out)
+	return err
+}
+
+// Close implements store.Store.
+func (m *Model) Close() error {
+	m.mu.Lock()
+	m.closed = true
+	m.mu.Unlock()
+	return nil
+}

@@ -1,0 +1,463 @@
+package storetest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/charonlimit/charon/internal/store"
+	"github.com/charonlimit/charon/tiers"
+)
+
+// T0 is the instant the suite's traces start from.
+var T0 = time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
+
+// Run runs the conformance suite against stores made by newStore, one fresh,
+// empty store per subtest. The suite closes each store at the end of its
+// subtest.
+func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
+	t.Helper()
+	tests := []struct {
+		name string
+		fn   func(t *testing.T, s store.Store)
+	}{
+		{"SequencesMatchTiers", testSequences},
+		{"AllOrNothing", testAllOrNothing},
+		{"ShadowItems", testShadow},
+		{"Refunds", testRefunds},
+		{"SameKeyTwice", testSameKeyTwice},
+		{"GlobalSharedAcrossDomains", testGlobal},
+		{"GlobalPartialGrants", testGlobalPartial},
+		{"PolicyIDChangeIsFreshState", testPolicyID},
+		{"ForgetTime", testForget},
+		{"BadItems", testBadItems},
+		{"Close", testClose},
+		{"ConcurrentSingleKey", testConcurrentSingle},
+		{"ConcurrentAllOrNothing", testConcurrentMulti},
+		{"ConcurrentGlobal", testConcurrentGlobal},
+		{"RandomTracesMatchModel", testRandomTraces},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := newStore(t)
+			t.Cleanup(func() { s.Close() })
+			tt.fn(t, s)
+		})
+	}
+}
+
+// Policies used by the suite.
+var (
+	simple   = &tiers.Policy{Kind: tiers.KindTiers, Tiers: []tiers.Tier{{Limit: 3, Window: time.Second, Active: tiers.Unbounded}}}
+	hourly   = &tiers.Policy{Kind: tiers.KindTiers, Tiers: []tiers.Tier{{Limit: 50, Window: time.Hour, Active: tiers.Unbounded}}}
+	big      = &tiers.Policy{Kind: tiers.KindTiers, Tiers: []tiers.Tier{{Limit: 1000, Window: time.Hour, Active: tiers.Unbounded}}}
+	penalty  = &tiers.Policy{Kind: tiers.KindTiers, Tiers: []tiers.Tier{{Limit: 5, Window: time.Second, Active: tiers.Unbounded}, {Limit: 10, Window: time.Second, Active: 5 * time.Second, Cooldown: 15 * time.Second}}}
+	hard     = &tiers.Policy{Kind: tiers.KindTiers, HardLimit: 6, Tiers: []tiers.Tier{{Limit: 4, Window: time.Second, Active: tiers.Unbounded}, {Limit: 8, Window: 2 * time.Second, Active: 4 * time.Second, Cooldown: 2 * time.Second, Skippable: true}, {Limit: 12, Window: 2 * time.Second, Active: 8 * time.Second, Cooldown: 8 * time.Second}}}
+	global   = &tiers.Policy{Kind: tiers.KindTiers, GlobalLimit: 4, Tiers: []tiers.Tier{{Limit: 10, Window: time.Second, Active: tiers.Unbounded}}}
+	global30 = &tiers.Policy{Kind: tiers.KindTiers, GlobalLimit: 30, Tiers: []tiers.Tier{{Limit: 1000, Window: time.Hour, Active: tiers.Unbounded}}}
+	bucket   = &tiers.Policy{Kind: tiers.KindTokenBucket, Bucket: tiers.TokenBucket{Capacity: 5, Refill: 2, Per: time.Second}}
+	fixed    = &tiers.Policy{Kind: tiers.KindFixedWindow, Window: tiers.FixedWindow{Limit: 3, Unit: tiers.UnitSecond}}
+	closed   = &tiers.Policy{Kind: tiers.KindTiers}
+)
+
+func take(p *tiers.Policy, resource, domain string, hits int64) store.Item {
+	return store.Item{Key: store.Key{Resource: resource, Domain: domain, PolicyID: 1}, Policy: p, Hits: hits, Min: hits}
+}
+
+func refund(p *tiers.Policy, resource, domain string, hits int64) store.Item {
+	it := take(p, resource, domain, hits)
+	it.Refund = true
+	return it
+}
+
+func shadow(it store.Item) store.Item {
+	it.Shadow = true
+	return it
+}
+
+func decide(t *testing.T, s store.Store, now time.Time, items ...store.Item) []tiers.Decision {
+	t.Helper()
+	out := make([]tiers.Decision, len(items))
+	if err := s.Decide(context.Background(), now, items, out); err != nil {
+		t.Fatalf("Decide(%v): %v", items, err)
+	}
+	return out
+}
+
+func oks(ds []tiers.Decision) []bool {
+	r := make([]bool, len(ds))
+	for i, d := range ds {
+		r[i] = d.OK
+	}
+	return r
+}
+
+func wantOKs(t *testing.T, what string, ds []tiers.Decision, want ...bool) {
+	t.Helper()
+	if diff := cmp.Diff(want, oks(ds)); diff != "" {
+		t.Fatalf("%s: OK per item (-want +got):\n%s\ndecisions: %+v", what, diff, ds)
+	}
+}
+
+// testSequences replays seeded random single-item traces and demands the
+// decisions tiers.Request gives on a state of its own.
+func testSequences(t *testing.T, s store.Store) {
+	policies := []struct {
+		name string
+		p    *tiers.Policy
+	}{{"simple", simple}, {"penalty", penalty}, {"hard", hard}, {"global", global}, {"bucket", bucket}, {"fixed", fixed}, {"closed", closed}}
+	for pi, pc := range policies {
+		r := rand.New(rand.NewPCG(uint64(pi), 7))
+		var st tiers.State
+		var g tiers.Global
+		gp := &g
+		if pc.p.GlobalLimit == 0 {
+			gp = nil
+		}
+		now := T0
+		granted, rejected := 0, 0
+		for step := range 400 {
+			now = now.Add(time.Duration(r.IntN(400)) * time.Millisecond)
+			hits := int64(1 + r.IntN(3))
+			min := int64(1 + r.IntN(int(hits)))
+			it := take(pc.p, "seq/"+pc.name, "d", hits)
+			it.Min = min
+			got := decide(t, s, now, it)[0]
+			want := tiers.Request(pc.p, &st, gp, now, hits, min)
+			if diff := cmp.Diff(want, got); diff != "" {
+				t.Fatalf("%s step %d at +%v, request(%d, %d): decision (-tiers +store):\n%s", pc.name, step, now.Sub(T0), hits, min, diff)
+			}
+			if got.OK {
+				granted++
+			} else {
+				rejected++
+			}
+		}
+		if pc.p != closed && (granted == 0 || rejected == 0) {
+			t.Errorf("%s: %d granted, %d rejected: the trace should see both", pc.name, granted, rejected)
+		}
+	}
+}
+
+func testAllOrNothing(t *testing.T, s store.Store) {
+	wantOKs(t, "exhaust b", decide(t, s, T0, take(simple, "r", "b", 3)), true)
+	var fresh tiers.State
+	wantPeek := tiers.Peek(simple, &fresh, nil, T0, 1, 1)
+	got := decide(t, s, T0, take(simple, "r", "a", 1), take(simple, "r", "b", 1))
+	wantOKs(t, "a and b", got, true, false)
+	if diff := cmp.Diff(wantPeek, got[0]); diff != "" {
+		t.Errorf("uncommitted item's answer is not tiers.Peek (-want +got):\n%s", diff)
+	}
+	if got[1].Granted != 0 {
+		t.Errorf("rejected item granted %d, want 0", got[1].Granted)
+	}
+	// Nothing was taken from a: all three hits are still there.
+	wantOKs(t, "a, 3 hits", decide(t, s, T0, take(simple, "r", "a", 3)), true)
+	wantOKs(t, "a, one more", decide(t, s, T0, take(simple, "r", "a", 1)), false)
+}
+
+func testShadow(t *testing.T, s store.Store) {
+	wantOKs(t, "exhaust a", decide(t, s, T0, take(simple, "r", "a", 3)), true)
+	// A rejected shadow item does not stop the others.
+	wantOKs(t, "shadow a, b", decide(t, s, T0, shadow(take(simple, "r", "a", 1)), take(simple, "r", "b", 1)), false, true)
+	wantOKs(t, "b took one", decide(t, s, T0, take(simple, "r", "b", 3)), false)
+	wantOKs(t, "b has two", decide(t, s, T0, take(simple, "r", "b", 2)), true)
+	// A granted shadow item is committed with the request...
+	wantOKs(t, "shadow c, d", decide(t, s, T0, shadow(take(simple, "r", "c", 2)), take(simple, "r", "d", 1)), true, true)
+	wantOKs(t, "c took two", decide(t, s, T0, take(simple, "r", "c", 2)), false)
+	// ...and not without it.
+	wantOKs(t, "shadow e, exhausted b", decide(t, s, T0, shadow(take(simple, "r", "e", 2)), take(simple, "r", "b", 1)), true, false)
+	wantOKs(t, "e took nothing", decide(t, s, T0, take(simple, "r", "e", 3)), true)
+}
+
+func testRefunds(t *testing.T, s store.Store) {
+	var st tiers.State
+	step := func(what string, now time.Time, it store.Item) {
+		t.Helper()
+		got := decide(t, s, now, it)[0]
+		var want tiers.Decision
+		if it.Refund {
+			tiers.Refund(it.Policy, &st, nil, now, it.Hits)
+			want = tiers.Peek(it.Policy, &st, nil, now, 1, 1)
+			want.Granted, want.OK = 0, true
+		} else {
+			want = tiers.Request(it.Policy, &st, nil, now, it.Hits, it.Min)
+		}
+		if diff := cmp.Diff(want, got); diff != "" {
+			t.Fatalf("%s (-want +got):\n%s", what, diff)
+		}
+	}
+	step("take 3", T0, take(simple, "r", "a", 3))
+	step("take 1 more", T0, take(simple, "r", "a", 1))
+	step("refund 2", T0.Add(100*time.Millisecond), refund(simple, "r", "a", 2))
+	step("take 2", T0.Add(200*time.Millisecond), take(simple, "r", "a", 2))
+	step("take 1 more", T0.Add(300*time.Millisecond), take(simple, "r", "a", 1))
+	step("refund 10", T0.Add(400*time.Millisecond), refund(simple, "r", "a", 10))
+	step("take 3", T0.Add(500*time.Millisecond), take(simple, "r", "a", 3))
+
+	// Refunds apply even when the request is rejected.
+	wantOKs(t, "exhaust x and y", decide(t, s, T0, take(simple, "r", "x", 3), take(simple, "r", "y", 3)), true, true)
+	got := decide(t, s, T0, refund(simple, "r", "x", 1), take(simple, "r", "y", 1))
+	wantOKs(t, "refund x, take y", got, true, false)
+	if got[0].Granted != 0 {
+		t.Errorf("refund item Granted = %d, want 0", got[0].Granted)
+	}
+	wantOKs(t, "x got one back", decide(t, s, T0, take(simple, "r", "x", 1)), true)
+}
+
+func testSameKeyTwice(t *testing.T, s store.Store) {
+	got := decide(t, s, T0, take(simple, "r", "a", 2), take(simple, "r", "a", 2))
+	wantOKs(t, "2+2 of 3", got, false, false)
+	got = decide(t, s, T0, take(simple, "r", "a", 1), take(simple, "r", "a", 2))
+	wantOKs(t, "1+2 of 3", got, true, true)
+	if got[0].Granted != 1 || got[1].Granted != 2 {
+		t.Errorf("granted %d and %d, want 1 and 2", got[0].Granted, got[1].Granted)
+	}
+	wantOKs(t, "one more", decide(t, s, T0, take(simple, "r", "a", 1)), false)
+
+	// With minimums, the group's grant is shared first come, first served.
+	a, b := take(hourly, "r", "m", 30), take(hourly, "r", "m", 30)
+	a.Min, b.Min = 10, 10
+	got = decide(t, s, T0, a, b)
+	if got[0].Granted != 30 || got[1].Granted != 20 {
+		t.Errorf("granted %d and %d of 50, want 30 and 20", got[0].Granted, got[1].Granted)
+	}
+}
+
+func testGlobal(t *testing.T, s store.Store) {
+	wantOKs(t, "a takes 3 of global 4", decide(t, s, T0, take(global, "r", "a", 3)), true)
+	got := decide(t, s, T0, take(global, "r", "b", 2))
+	wantOKs(t, "b asks 2", got, false)
+	if !got[0].LimitedByGlobal {
+		t.Errorf("b: LimitedByGlobal false, want true: %+v", got[0])
+	}
+	wantOKs(t, "b asks 1", decide(t, s, T0, take(global, "r", "b", 1)), true)
+	wantOKs(t, "another resource", decide(t, s, T0, take(global, "r2", "a", 4)), true)
+	wantOKs(t, "another policy ID", decide(t, s, T0, store.Item{Key: store.Key{Resource: "r", Domain: "a", PolicyID: 2}, Policy: global, Hits: 4, Min: 4}), true)
+
+	// Within one call the items see each other's grants.
+	at := T0.Add(10 * time.Second)
+	wantOKs(t, "3+2 of global 4", decide(t, s, at, take(global, "r", "a", 3), take(global, "r", "b", 2)), true, false)
+	wantOKs(t, "2+2 of global 4", decide(t, s, at, take(global, "r", "a", 2), take(global, "r", "b", 2)), true, true)
+	wantOKs(t, "c, global full", decide(t, s, at, take(global, "r", "c", 1)), false)
+}
+
+// testGlobalPartial checks that a call's items sharing a global limit answer
+// exactly what the same requests made one after another answer.
+func testGlobalPartial(t *testing.T, s store.Store) {
+	var sa, sb tiers.State
+	var g tiers.Global
+	now := T0
+	for round := range 4 {
+		now = now.Add(1100 * time.Millisecond)
+		items := []store.Item{take(global, "r", "a", 3), take(global, "r", "b", 3)}
+		items[0].Min, items[1].Min = 1, 1
+		want := []tiers.Decision{
+			tiers.Request(global, &sa, &g, now, 3, 1),
+			tiers.Request(global, &sb, &g, now, 3, 1),
+		}
+		got := decide(t, s, now, items...)
+		if diff := cmp.Diff(want, got); diff != "" {
+			t.Fatalf("round %d (-sequential tiers +store):\n%s", round, diff)
+		}
+		if got[1].Granted != 1 {
+			t.Fatalf("round %d: b granted %d, want 1 (global 4, a took 3)", round, got[1].Granted)
+		}
+	}
+	// A third domain finds no room: the whole call is rejected and commits
+	// nothing, where one-by-one requests would have granted the first two.
+	now = now.Add(1100 * time.Millisecond)
+	items := []store.Item{take(global, "r", "a", 3), take(global, "r", "b", 3), take(global, "r", "c", 2)}
+	items[0].Min, items[1].Min, items[2].Min = 1, 1, 1
+	got := decide(t, s, now, items...)
+	wantOKs(t, "a, b, c", got, true, true, false)
+	if got[0].Granted != 3 || got[1].Granted != 1 || !got[2].LimitedByGlobal {
+		t.Errorf("predicted grants %d, %d and c limited by global %v; want 3, 1, true", got[0].Granted, got[1].Granted, got[2].LimitedByGlobal)
+	}
+	wantOKs(t, "nothing was committed", decide(t, s, now, take(global, "r", "c", 4)), true)
+}
+
+func testPolicyID(t *testing.T, s store.Store) {
+	it := take(simple, "r", "a", 3)
+	wantOKs(t, "exhaust under ID 1", decide(t, s, T0, it), true)
+	wantOKs(t, "more under ID 1", decide(t, s, T0, take(simple, "r", "a", 1)), false)
+	it.Key.PolicyID = 2
+	wantOKs(t, "fresh under ID 2", decide(t, s, T0, it), true)
+}
+
+func testForget(t *testing.T, s store.Store) {
+	for pi, p := range []*tiers.Policy{simple, penalty, bucket, fixed} {
+		var st tiers.State
+		now := T0
+		for range 20 {
+			it := take(p, "forget", fmt.Sprint(pi), 2)
+			decide(t, s, now, it)
+			tiers.Request(p, &st, nil, now, 2, 2)
+			now = now.Add(50 * time.Millisecond)
+		}
+		at := tiers.ForgetAt(p, &st)
+		if at.Before(now) {
+			at = now
+		}
+		at = at.Add(time.Millisecond)
+		var fresh tiers.State
+		want := tiers.Request(p, &fresh, nil, at, 1, 1)
+		got := decide(t, s, at, take(p, "forget", fmt.Sprint(pi), 1))[0]
+		if diff := cmp.Diff(want, got); diff != "" {
+			t.Errorf("after the forgetting time, decision differs from a fresh pair's (-want +got):\n%s", diff)
+		}
+	}
+}
+
+func testBadItems(t *testing.T, s store.Store) {
+	good := take(simple, "r", "a", 1)
+	bad := []store.Item{
+		{Key: store.Key{Resource: "r", Domain: "b", PolicyID: 1}, Hits: 1, Min: 1},
+		{Key: store.Key{Resource: "r", Domain: "b", PolicyID: 1}, Policy: simple, Hits: 0, Min: 0},
+		{Key: store.Key{Resource: "r", Domain: "b", PolicyID: 1}, Policy: simple, Hits: 1, Min: 2},
+		{Key: store.Key{Resource: "r", Domain: "b", PolicyID: 1}, Policy: simple, Hits: 2, Min: 0},
+	}
+	for i, b := range bad {
+		out := make([]tiers.Decision, 2)
+		err := s.Decide(context.Background(), T0, []store.Item{good, b}, out)
+		if !errors.Is(err, store.ErrBadItem) {
+			t.Errorf("bad item %d: err = %v, want store.ErrBadItem", i, err)
+		}
+	}
+	wantOKs(t, "a untouched", decide(t, s, T0, take(simple, "r", "a", 3)), true)
+}
+
+func testClose(t *testing.T, s store.Store) {
+	if err := s.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatalf("second Close: %v", err)
+	}
+	out := make([]tiers.Decision, 1)
+	if err := s.Decide(context.Background(), T0, []store.Item{take(simple, "r", "a", 1)}, out); !errors.Is(err, store.ErrClosed) {
+		t.Fatalf("Decide after Close: err = %v, want store.ErrClosed", err)
+	}
+}
+
+const workers, calls = 8, 25
+
+func testConcurrentSingle(t *testing.T, s store.Store) {
+	grants := runWorkers(t, s, func(w, c int) []store.Item { return []store.Item{take(hourly, "r", "hot", 1)} })
+	if sum := sum(grants); sum != 50 {
+		t.Fatalf("%d grants from %d requests on a limit of 50, want exactly 50", sum, workers*calls)
+	}
+}
+
+func testConcurrentMulti(t *testing.T, s store.Store) {
+	grants := runWorkers(t, s, func(w, c int) []store.Item {
+		return []store.Item{take(big, "r", fmt.Sprint("own", w), 1), take(hourly, "r", "hot", 1)}
+	})
+	if sum := sum(grants); sum != 50 {
+		t.Fatalf("%d grants on a limit of 50, want exactly 50", sum)
+	}
+	// Each worker's own key lost exactly the hits of its granted requests.
+	for w, n := range grants {
+		left := int64(1000 - n)
+		if left > 0 {
+			wantOKs(t, fmt.Sprint("worker ", w, " takes the rest"), decide(t, s, T0, take(big, "r", fmt.Sprint("own", w), left)), true)
+		}
+		wantOKs(t, fmt.Sprint("worker ", w, " one more"), decide(t, s, T0, take(big, "r", fmt.Sprint("own", w), 1)), false)
+	}
+}
+
+func testConcurrentGlobal(t *testing.T, s store.Store) {
+	grants := runWorkers(t, s, func(w, c int) []store.Item { return []store.Item{take(global30, "r", fmt.Sprint("d", w), 1)} })
+	if sum := sum(grants); sum != 30 {
+		t.Fatalf("%d grants over all domains on a global limit of 30, want exactly 30", sum)
+	}
+}
+
+// runWorkers runs workers goroutines making calls requests each at T0 and
+// returns, per worker, how many were granted.
+func runWorkers(t *testing.T, s store.Store, items func(w, c int) []store.Item) []int {
+	t.Helper()
+	grants := make([]int, workers)
+	errs := make(chan error, workers)
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for c := range calls {
+				its := items(w, c)
+				out := make([]tiers.Decision, len(its))
+				if err := s.Decide(context.Background(), T0, its, out); err != nil {
+					errs <- err
+					return
+				}
+				all := true
+				for _, d := range out[:len(its)] {
+					all = all && d.OK
+				}
+				if all {
+					grants[w]++
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatalf("Decide: %v", err)
+	}
+	return grants
+}
+
+func sum(xs []int) int {
+	n := 0
+	for _, x := range xs {
+		n += x
+	}
+	return n
+}
+
+func testRandomTraces(t *testing.T, s store.Store) {
+	var m Model
+	r := rand.New(rand.NewPCG(42, 43))
+	policies := []*tiers.Policy{simple, penalty, hard, global, bucket, fixed}
+	now := T0
+	for step := range 1500 {
+		now = now.Add(time.Duration(r.IntN(300)) * time.Millisecond)
+		items := make([]store.Item, 1+r.IntN(4))
+		for i := range items {
+			pi := r.IntN(len(policies))
+			hits := int64(1 + r.IntN(4))
+			it := store.Item{
+				Key:    store.Key{Resource: fmt.Sprint("rand", pi), Domain: fmt.Sprint("d", r.IntN(3)), PolicyID: uint64(pi)},
+				Policy: policies[pi],
+				Hits:   hits,
+				Min:    1 + r.Int64N(hits),
+			}
+			switch r.IntN(10) {
+			case 0:
+				it.Refund = true
+			case 1:
+				it.Shadow = true
+			}
+			items[i] = it
+		}
+		want := make([]tiers.Decision, len(items))
+		got := make([]tiers.Decision, len(items))
+		if err := m.Decide(context.Background(), now, items, want); err != nil {
+			t.Fatalf("model: %v", err)
+		}
+		if err := s.Decide(context.Background(), now, items, got); err != nil {
+			t.Fatalf("step %d: %v", step, err)
+		}
+		if diff := cmp.Diff(want, got); diff != "" {
+			t.Fatalf("step %d at +%v, items %+v (-model +store):\n%s", step, now.Sub(T0), items, diff)
+		}
+	}
+}
