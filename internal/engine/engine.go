@@ -1,0 +1,265 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/charonlimit/charon/descriptors"
+	"github.com/charonlimit/charon/internal/store"
+	"github.com/charonlimit/charon/internal/store/memstore"
+	"github.com/charonlimit/charon/tiers"
+)
+
+// Defaults and fixed bounds of a request.
+const (
+	DefaultMaxDescriptors = 64
+	// MaxEntries bounds the entries of one descriptor.
+	MaxEntries = 16
+	// MaxLen bounds, in bytes, the domain and every key and value.
+	MaxLen = 1024
+	// DefaultMaxHits bounds the hits of one descriptor.
+	DefaultMaxHits = math.MaxUint32
+)
+
+// ErrStore is matched (errors.Is) by the error ShouldRateLimit returns when
+// the store failed; the store's own error is wrapped too.
+var ErrStore = errors.New("engine: store failed")
+
+// FailureMode says what ShouldRateLimit does when the store fails.
+type FailureMode uint8
+
+const (
+	// FailureError returns the store's error, wrapped with ErrStore, for the
+	// server to map. The default, and the only mode so far; the Redis store
+	// brings local, open, closed and unavailable.
+	FailureError FailureMode = iota
+)
+
+// Options configure an Engine. The zero value is usable: an in-memory store
+// with default settings, the system clock, 64 descriptors per request.
+type Options struct {
+	// Store keeps the state; nil means a memstore with default options,
+	// which the Engine then owns (Close closes it).
+	Store store.Store
+	// Now is the clock, read once per request; nil means time.Now.
+	Now func() time.Time
+	// MaxDescriptors bounds the descriptors of one request; 0 means
+	// DefaultMaxDescriptors.
+	MaxDescriptors int
+	// MaxHits bounds the hits of one descriptor; 0 means DefaultMaxHits.
+	MaxHits uint64
+	// FailureMode is what to answer when the store fails.
+	FailureMode FailureMode
+}
+
+// Engine decides requests. Safe for concurrent use. The zero value is
+// New(Options{}): an engine over its own in-memory store.
+type Engine struct {
+	store    store.Store
+	ownStore bool
+	now      func() time.Time
+	maxDesc  int
+	maxHits  uint64
+	tree     atomic.Pointer[descriptors.Tree]
+	scratch  sync.Pool
+	names    nameCache
+	override overrideCache
+	once     sync.Once
+}
+
+// scratch holds one request's working buffers, reused through a pool.
+type scratch struct {
+	matches []descriptors.Match
+	itemOf  []int
+	items   []store.Item
+	out     []tiers.Decision
+	buf     []byte
+}
+
+// New returns an Engine with opts and no tree (every request is answered OK,
+// not limited, until SetTree).
+func New(opts Options) *Engine {
+	e := &Engine{store: opts.Store, now: opts.Now, maxDesc: opts.MaxDescriptors, maxHits: opts.MaxHits}
+	e.once.Do(e.defaults)
+	return e
+}
+
+// defaults fills what Options left out; it also makes the zero Engine
+// usable, as New(Options{}).
+func (e *Engine) defaults() {
+	if e.store == nil {
+		e.store, e.ownStore = memstore.New(memstore.Options{}), true
+	}
+	if e.now == nil {
+		e.now = time.Now
+	}
+	if e.maxDesc <= 0 {
+		e.maxDesc = DefaultMaxDescriptors
+	}
+	if e.maxHits == 0 {
+		e.maxHits = DefaultMaxHits
+	}
+	e.scratch.New = func() any { return new(scratch) }
+}
+
+// Close closes the store when the Engine created it.
+func (e *Engine) Close() error {
+	e.once.Do(e.defaults)
+	if e.ownStore {
+		return e.store.Close()
+	}
+	return nil
+}
+
+// SetTree swaps in a new descriptor tree atomically; requests in flight
+// finish with the tree they started with. A nil tree limits nothing.
+func (e *Engine) SetTree(t *descriptors.Tree) {
+	e.tree.Store(t)
+	e.names.reset()
+}
+
+// Tree returns the tree in force.
+func (e *Engine) Tree() *descriptors.Tree { return e.tree.Load() }
+
+// ShouldRateLimit decides req. Bad input yields an *InputError naming the
+// field before any state is touched; a store failure an error matching
+// ErrStore. The answer is otherwise always OK or OVER_LIMIT.
+func (e *Engine) ShouldRateLimit(ctx context.Context, req *Request) (*Response, error) {
+	resp := new(Response)
+	if err := e.Decide(ctx, req, resp); err != nil {
+		return nil, err
+	}
+	return resp, nil
+}
+
+// Decide is ShouldRateLimit writing into resp, reusing its buffers: a
+// caller that pools Responses decides without allocating. resp's previous
+// contents, and the Limit pointers handed out with them, are overwritten.
+func (e *Engine) Decide(ctx context.Context, req *Request, resp *Response) error {
+	e.once.Do(e.defaults)
+	if err := e.validate(req); err != nil {
+		return err
+	}
+	now := e.now()
+	tree := e.tree.Load()
+	dc, known := tree.Domain(req.Domain)
+	ignore := known && dc.IgnoreLimits
+	n := len(req.Descriptors)
+
+	sc := e.scratch.Get().(*scratch)
+	defer e.putScratch(sc)
+	sc.matches = grow(sc.matches, n)
+	sc.itemOf = grow(sc.itemOf, n)
+	replaces := false
+	for i := range req.Descriptors {
+		d := &req.Descriptors[i]
+		m, ok := tree.Match(req.Domain, d.Entries)
+		if !ok {
+			m = descriptors.Match{}
+		}
+		if d.Override != nil && known {
+			// envoyproxy/ratelimit's rule: a descriptor's own limit replaces
+			// the configured one, for any descriptor of a known domain.
+			sc.buf = e.overrideMatch(sc.buf[:0], req.Domain, d, &m)
+		} else if ok && len(m.Limit.Replaces) > 0 {
+			replaces = true
+		}
+		sc.matches[i] = m
+	}
+	if replaces {
+		descriptors.ApplyReplaces(sc.matches)
+	}
+
+	sc.items = sc.items[:0]
+	for i := range req.Descriptors {
+		m := &sc.matches[i]
+		sc.itemOf[i] = -1
+		l := m.Limit
+		if l == nil || m.Replaced || l.Unlimited || l.Copies != nil || m.Policy == nil {
+			// A copy-limited resource is not rate limited: RLS cannot
+			// release a hold, so it answers OK, not limited.
+			continue
+		}
+		d := &req.Descriptors[i]
+		hits := int64(hitsOf(req, d))
+		sc.itemOf[i] = len(sc.items)
+		sc.items = append(sc.items, store.Item{
+			Key:    store.Key{Resource: m.Resource, Domain: m.Domain, PolicyID: l.ID},
+			Policy: m.Policy,
+			Hits:   hits,
+			Min:    hits,
+			Refund: d.Refund,
+			Shadow: ignore || (l.ShadowMode && d.Override == nil),
+		})
+	}
+	sc.out = grow(sc.out, len(sc.items))
+	if len(sc.items) > 0 {
+		if err := e.store.Decide(ctx, now, sc.items, sc.out); err != nil {
+			return fmt.Errorf("%w: %w", ErrStore, err)
+		}
+	}
+
+	resp.Code = CodeOK
+	resp.Statuses = grow(resp.Statuses, n)
+	if cap(resp.limits) < n {
+		resp.limits = make([]CurrentLimit, n)
+	}
+	resp.limits = resp.limits[:n]
+	for i := range resp.Statuses {
+		st := &resp.Statuses[i]
+		*st = Status{Code: CodeOK, Match: sc.matches[i]}
+		k := sc.itemOf[i]
+		if k < 0 {
+			continue
+		}
+		it, d := &sc.items[k], &sc.out[k]
+		st.Decision = *d
+		if !d.OK && !it.Refund {
+			if it.Shadow {
+				st.Shadow = true
+			} else {
+				st.Code, resp.Code = CodeOverLimit, CodeOverLimit
+			}
+		}
+		st.Remaining = uint32(min(max(d.Remaining, 0), math.MaxUint32))
+		st.ResetAfter = d.ResetAfter
+		if !d.OK {
+			st.ResetAfter = d.RetryAfter
+		}
+		resp.limits[i] = e.currentLimit(&st.Match, d)
+		st.Limit = &resp.limits[i]
+	}
+	return nil
+}
+
+func (e *Engine) putScratch(sc *scratch) {
+	clear(sc.matches)
+	clear(sc.items)
+	if cap(sc.buf) > 64<<10 {
+		sc.buf = nil
+	}
+	e.scratch.Put(sc)
+}
+
+// hitsOf is descriptor d's hits: its own when set, else the request's; 0
+// counts as 1.
+func hitsOf(req *Request, d *Descriptor) uint64 {
+	h := uint64(req.Hits)
+	if d.HasHits {
+		h = d.Hits
+	}
+	return max(h, 1)
+}
+
+// grow returns s with length n, reusing its array when large enough.
+func grow[T any](s []T, n int) []T {
+	if cap(s) < n {
+		return make([]T, n)
+	}
+	return s[:n]
+}

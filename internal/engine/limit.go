@@ -1,0 +1,142 @@
+package engine
+
+import (
+	"math"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/charonlimit/charon/descriptors"
+	"github.com/charonlimit/charon/tiers"
+)
+
+const day = 24 * time.Hour
+
+// unitLength is the length of u as envoyproxy/ratelimit counts it (a month
+// is 30 days, a year 365), 0 for an unknown unit.
+func unitLength(u tiers.Unit) time.Duration {
+	switch u {
+	case tiers.UnitSecond:
+		return time.Second
+	case tiers.UnitMinute:
+		return time.Minute
+	case tiers.UnitHour:
+		return time.Hour
+	case tiers.UnitDay:
+		return day
+	case tiers.UnitWeek:
+		return 7 * day
+	case tiers.UnitMonth:
+		return 30 * day
+	case tiers.UnitYear:
+		return 365 * day
+	}
+	return 0
+}
+
+// unitOf expresses w as multiplier × the largest of second, minute, hour and
+// day that divides it. exact is false when no unit divides w (then the unit
+// is a second and the multiplier 0).
+func unitOf(w time.Duration) (u tiers.Unit, mult uint32, exact bool) {
+	for _, u := range [...]tiers.Unit{tiers.UnitDay, tiers.UnitHour, tiers.UnitMinute, tiers.UnitSecond} {
+		l := unitLength(u)
+		if w > 0 && w%l == 0 {
+			m := min(w/l, math.MaxUint32)
+			if m == 1 {
+				m = 0
+			}
+			return u, uint32(m), true
+		}
+	}
+	return tiers.UnitSecond, 0, false
+}
+
+// currentLimit is the limit reported with decision d of match m: the current
+// tier's (tier 1's when none is active yet).
+func (e *Engine) currentLimit(m *descriptors.Match, d *tiers.Decision) CurrentLimit {
+	p := m.Policy
+	if p.Kind == tiers.KindFixedWindow {
+		return CurrentLimit{RequestsPerUnit: clamp32(p.Window.Limit), Unit: p.Window.Unit, Name: m.Limit.Name}
+	}
+	limit, window, tier := d.TierLimit, d.TierWindow, d.Tier
+	if p.Kind == tiers.KindTiers && tier == 0 && len(p.Tiers) > 0 {
+		limit, window, tier = p.Tiers[0].Limit, p.Tiers[0].Window, 1
+	}
+	u, mult, exact := unitOf(window)
+	cl := CurrentLimit{RequestsPerUnit: clamp32(limit), Unit: u, Multiplier: mult, Name: m.Limit.Name}
+	multiTier := p.Kind == tiers.KindTiers && len(p.Tiers) > 1
+	if multiTier || !exact || mult > 1 {
+		if !multiTier {
+			tier = 0
+		}
+		cl.Name = e.names.name(limit, window, tier)
+	}
+	return cl
+}
+
+func clamp32(v int64) uint32 { return uint32(min(max(v, 0), math.MaxUint32)) }
+
+// nameCache memoizes limit descriptions ("5 per 2s, tier 1"); it is bounded
+// and emptied when the tree changes.
+type nameCache struct {
+	mu sync.RWMutex
+	m  map[nameKey]string
+}
+
+type nameKey struct {
+	limit  int64
+	window time.Duration
+	tier   int
+}
+
+const maxCached = 4096
+
+func (c *nameCache) name(limit int64, window time.Duration, tier int) string {
+	k := nameKey{limit, window, tier}
+	c.mu.RLock()
+	s, ok := c.m[k]
+	c.mu.RUnlock()
+	if ok {
+		return s
+	}
+	s = describe(limit, window, tier)
+	c.mu.Lock()
+	if c.m == nil {
+		c.m = make(map[nameKey]string)
+	}
+	if len(c.m) < maxCached {
+		c.m[k] = s
+	}
+	c.mu.Unlock()
+	return s
+}
+
+func (c *nameCache) reset() {
+	c.mu.Lock()
+	c.m = nil
+	c.mu.Unlock()
+}
+
+// describe writes "5 per 2s", with ", tier N" when tier > 0.
+func describe(limit int64, window time.Duration, tier int) string {
+	b := strconv.AppendInt(make([]byte, 0, 32), limit, 10)
+	b = append(b, " per "...)
+	b = appendWindow(b, window)
+	if tier > 0 {
+		b = append(b, ", tier "...)
+		b = strconv.AppendInt(b, int64(tier), 10)
+	}
+	return string(b)
+}
+
+func appendWindow(b []byte, w time.Duration) []byte {
+	for _, u := range [...]struct {
+		l time.Duration
+		s string
+	}{{day, "d"}, {time.Hour, "h"}, {time.Minute, "m"}, {time.Second, "s"}} {
+		if w > 0 && w%u.l == 0 {
+			return append(strconv.AppendInt(b, int64(w/u.l), 10), u.s...)
+		}
+	}
+	return append(b, w.String()...)
+}

@@ -1,0 +1,92 @@
+package engine
+
+import (
+	"time"
+
+	"github.com/charonlimit/charon/descriptors"
+	"github.com/charonlimit/charon/tiers"
+)
+
+// Override is a request descriptor's own limit (Envoy's RateLimitOverride):
+// a one-tier sliding window of RequestsPerUnit hits per Multiplier units.
+// RequestsPerUnit 0 rejects every request.
+type Override struct {
+	RequestsPerUnit uint32
+	Unit            tiers.Unit
+	Multiplier      uint32 // 0 or 1: one unit
+}
+
+// Descriptor is one descriptor of a request.
+type Descriptor struct {
+	Entries []descriptors.Entry
+	// Hits, when HasHits, overrides the request's hits for this descriptor
+	// (0 counts as 1).
+	Hits    uint64
+	HasHits bool
+	// Refund gives Hits back instead of taking them (is_negative_hits).
+	Refund   bool
+	Override *Override
+}
+
+// Request is one ShouldRateLimit call.
+type Request struct {
+	Domain      string
+	Descriptors []Descriptor
+	Hits        uint32 // 0 means 1
+}
+
+// Code is a descriptor's or a request's answer.
+type Code uint8
+
+// Codes. The engine never answers anything else (in particular never
+// Envoy's UNKNOWN).
+const (
+	CodeOK Code = iota + 1
+	CodeOverLimit
+)
+
+// CurrentLimit is the limit reported to Envoy: the current tier's limit per
+// Multiplier Units. Multiplier is 0 for one unit.
+type CurrentLimit struct {
+	RequestsPerUnit uint32
+	Unit            tiers.Unit
+	Multiplier      uint32 // 0 or 1: one unit
+	// Name is the rate_limit name, or, for a multi-tier policy or a window
+	// that is not one unit, a description such as "5 per 2s, tier 1".
+	Name string
+}
+
+// Status is the answer for one descriptor.
+type Status struct {
+	Code Code
+	// Limit is nil when the descriptor is not limited (unknown domain, no
+	// match, unlimited, replaced, or a copy-limited resource).
+	Limit      *CurrentLimit
+	Remaining  uint32
+	ResetAfter time.Duration
+	// Shadow is set when the limit would have rejected but shadow mode or
+	// ignore_limits answered OK.
+	Shadow bool
+	// Decision is the store's answer (zero when not limited). When the
+	// request as a whole was over the limit, the granted descriptors' answers
+	// are what would have been granted: nothing was committed.
+	Decision tiers.Decision
+	// Match is the descriptor's match (zero Limit: none).
+	Match descriptors.Match
+}
+
+// Response is the answer to a Request, statuses in request order.
+// The Limit pointers of its statuses point into the Response itself.
+type Response struct {
+	Code     Code
+	Statuses []Status
+	limits   []CurrentLimit
+}
+
+// InputError is a request that cannot be decided; Field names the culprit,
+// e.g. "descriptors[2].entries[0].key".
+type InputError struct {
+	Field, Message string
+}
+
+func (e *InputError) Error() string { return e.Field + ": " + e.Message }
