@@ -22,6 +22,9 @@ func grpcError(err error) error {
 	switch {
 	case errors.As(err, &in):
 		return status.Error(codes.InvalidArgument, in.Error())
+	case errors.Is(err, engine.ErrStore):
+		// UNAVAILABLE lets Envoy's failure_mode_deny decide.
+		return status.Error(codes.Unavailable, err.Error())
 	case errors.Is(err, context.Canceled):
 		return status.Error(codes.Canceled, err.Error())
 	case errors.Is(err, context.DeadlineExceeded):

@@ -79,7 +79,7 @@ func (r *Reloader) Check() (changed bool, err error) {
 	}
 	if err != nil {
 		r.metrics.reloaded(false)
-		logLoadError(r.log, r.dir, err)
+		logLoadError(r.log, r.dir, err, r.current.Load() != nil)
 		return true, err
 	}
 	r.metrics.reloaded(true)
@@ -105,7 +105,11 @@ func (r *Reloader) loadAndApply() error {
 
 // logLoadError logs each joined error on its own line ("file:line: path:
 // message").
-func logLoadError(log *slog.Logger, dir string, err error) {
+func logLoadError(log *slog.Logger, dir string, err error, keeping bool) {
+	msg := "config rejected"
+	if keeping {
+		msg = "config rejected; the last good configuration stays in force"
+	}
 	var errs []error
 	if j, ok := err.(interface{ Unwrap() []error }); ok {
 		errs = j.Unwrap()
@@ -113,7 +117,7 @@ func logLoadError(log *slog.Logger, dir string, err error) {
 		errs = []error{err}
 	}
 	for _, e := range errs {
-		log.Error("config rejected; the last good configuration stays in force", "dir", dir, "err", e.Error())
+		log.Error(msg, "dir", dir, "err", e.Error())
 	}
 }
 

@@ -7,7 +7,5 @@ import (
 
 // newEngine builds the decision pipeline over st.
 func newEngine(c serveConfig, st *memstore.Store) *engine.Engine {
-	_ = c
-	_ = st
-	return &engine.Engine{}
+	return engine.New(engine.Options{Store: st, MaxDescriptors: c.MaxDescriptors})
 }
