@@ -37,6 +37,7 @@ type benchOptions struct {
 // benchResult is one run's outcome.
 type benchResult struct {
 	Requests, Errors, OverLimit int
+	FirstError                  error
 	Elapsed                     time.Duration
 	P50, P99, P999              time.Duration
 }
@@ -78,6 +79,9 @@ func runBench(args []string, stdout, stderr io.Writer) error {
 	fmt.Fprintf(stdout, "mode=%s concurrency=%d duration=%s requests=%d errors=%d over_limit=%d rps=%.0f p50=%s p99=%s p99.9=%s\n",
 		mode, o.Concurrency, r.Elapsed.Round(time.Millisecond), r.Requests, r.Errors, r.OverLimit, r.RPS(),
 		r.P50.Round(time.Microsecond), r.P99.Round(time.Microsecond), r.P999.Round(time.Microsecond))
+	if r.FirstError != nil {
+		fmt.Fprintf(stdout, "first error: %v\n", r.FirstError)
+	}
 	return nil
 }
 
@@ -103,8 +107,12 @@ func bench(o benchOptions) (benchResult, error) {
 		wg        sync.WaitGroup
 		measuring = make(chan struct{})
 	)
-	ctx, cancel := context.WithTimeout(context.Background(), o.Warmup+o.Duration)
+	// The end is checked against the clock, not a context deadline: gRPC's
+	// own deadline timer may fire before the context reports it, and calls
+	// cut at the end must not count as errors.
+	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
+	end := time.Now().Add(o.Warmup + o.Duration)
 	for w := 0; w < o.Concurrency; w++ {
 		wg.Add(1)
 		go func(w int) {
@@ -122,8 +130,9 @@ func bench(o benchOptions) (benchResult, error) {
 			hreq := &healthpb.HealthCheckRequest{}
 			lat := make([]time.Duration, 0, 1<<14)
 			var n, errs, over int
+			var firstErr error
 			measured := false
-			for ctx.Err() == nil {
+			for time.Now().Before(end) {
 				if !measured {
 					select {
 					case <-measuring:
@@ -150,13 +159,16 @@ func bench(o benchOptions) (benchResult, error) {
 						over++
 					}
 				}
-				if ctx.Err() != nil {
+				if time.Now().After(end) {
 					break // the run ended during this call: not counted
 				}
 				lat = append(lat, time.Since(start))
 				n++
 				if err != nil {
 					errs++
+					if firstErr == nil {
+						firstErr = err
+					}
 				}
 			}
 			if !measured {
@@ -167,6 +179,9 @@ func bench(o benchOptions) (benchResult, error) {
 			res.Requests += n
 			res.Errors += errs
 			res.OverLimit += over
+			if res.FirstError == nil {
+				res.FirstError = firstErr
+			}
 			mu.Unlock()
 		}(w)
 	}
