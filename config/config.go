@@ -1,0 +1,165 @@
+package config
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"io/fs"
+	"path"
+	"slices"
+	"strings"
+
+	"github.com/charonlimit/charon/descriptors"
+)
+
+// ErrInvalid is matched (errors.Is) by every problem Load reports.
+var ErrInvalid = errors.New("config: invalid configuration")
+
+// Options are the loader's settings. The zero value loads like
+// envoyproxy/ratelimit with default settings.
+type Options struct {
+	// MergeDomains merges files that share a domain (envoyproxy/ratelimit's
+	// MERGE_DOMAIN_CONFIG) instead of refusing them.
+	MergeDomains bool
+	// FixedWindowDefault makes rate_limit {unit, requests_per_unit} use the
+	// calendar-aligned fixed window unless the leaf says
+	// algorithm: sliding_window.
+	FixedWindowDefault bool
+}
+
+// Warning is a problem that does not stop loading (a normalization, a lowered
+// copy limit). String gives "file:line: path: message".
+type Warning struct {
+	File    string
+	Line    int
+	Path    string
+	Message string
+}
+
+func (w Warning) String() string { return format(w.File, w.Line, w.Path, w.Message) }
+
+// Error is one problem that makes a configuration invalid. Its text is
+// "file:line: path: message"; it matches ErrInvalid.
+type Error struct {
+	File    string
+	Line    int
+	Path    string
+	Message string
+}
+
+func (e *Error) Error() string { return format(e.File, e.Line, e.Path, e.Message) }
+
+// Is reports whether target is ErrInvalid.
+func (e *Error) Is(target error) bool { return target == ErrInvalid }
+
+func format(file string, line int, path, msg string) string {
+	var b strings.Builder
+	b.WriteString(file)
+	if line > 0 {
+		fmt.Fprintf(&b, ":%d", line)
+	}
+	b.WriteString(": ")
+	if path != "" {
+		b.WriteString(path)
+		b.WriteString(": ")
+	}
+	b.WriteString(msg)
+	return b.String()
+}
+
+// Config is a loaded, validated, normalized and immutable configuration.
+// Safe for concurrent reads.
+type Config struct {
+	Tree *descriptors.Tree
+	// Files are the files loaded, in load order (sorted paths of fsys).
+	Files []string
+}
+
+// Load reads every *.yaml and *.yml file of fsys, recursively, skipping
+// names that start with "." (so a Kubernetes ConfigMap mount, whose "..data"
+// and "..<timestamp>" directories hold the files that top-level symlinks
+// point to, loads each file once, through its symlink). It validates and
+// normalizes them in one pass. The error joins every problem found
+// (errors.Join of *Error, one per problem, sorted by file and line); the
+// warnings are returned even when the error is not nil.
+func Load(fsys fs.FS, opts Options) (*Config, []Warning, error) {
+	files, err := listFiles(fsys)
+	if err != nil {
+		return nil, nil, errors.Join(&Error{File: ".", Message: "listing files: " + err.Error()})
+	}
+	st := &state{opts: opts}
+	var parsed []*fileConfig
+	for _, f := range files {
+		data, err := fs.ReadFile(fsys, f)
+		if err != nil {
+			st.errs = append(st.errs, &Error{File: f, Message: "reading: " + err.Error()})
+			continue
+		}
+		if fc := st.parseFile(f, data); fc != nil {
+			parsed = append(parsed, fc)
+		}
+	}
+	specs := st.merge(parsed)
+	var tree *descriptors.Tree
+	if len(st.errs) == 0 {
+		tree, err = descriptors.NewTree(specs)
+		if err != nil {
+			st.errs = append(st.errs, &Error{File: ".", Message: err.Error()})
+		}
+	}
+	sortProblems(st.errs, st.warns)
+	if len(st.errs) > 0 {
+		errs := make([]error, len(st.errs))
+		for i, e := range st.errs {
+			errs[i] = e
+		}
+		return nil, st.warns, errors.Join(errs...)
+	}
+	return &Config{Tree: tree, Files: files}, st.warns, nil
+}
+
+func sortProblems(errs []*Error, warns []Warning) {
+	slices.SortStableFunc(errs, func(a, b *Error) int {
+		return cmp.Or(strings.Compare(a.File, b.File), cmp.Compare(a.Line, b.Line))
+	})
+	slices.SortStableFunc(warns, func(a, b Warning) int {
+		return cmp.Or(strings.Compare(a.File, b.File), cmp.Compare(a.Line, b.Line))
+	})
+}
+
+// listFiles walks fsys for YAML files. A symlink is followed when it names a
+// file (fs.Stat), never into a directory, so link loops cannot recur.
+func listFiles(fsys fs.FS) ([]string, error) {
+	var files []string
+	err := fs.WalkDir(fsys, ".", func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		name := d.Name()
+		if p != "." && strings.HasPrefix(name, ".") {
+			if d.IsDir() {
+				return fs.SkipDir
+			}
+			return nil
+		}
+		if d.IsDir() {
+			return nil
+		}
+		ext := strings.ToLower(path.Ext(name))
+		if ext != ".yaml" && ext != ".yml" {
+			return nil
+		}
+		if d.Type()&fs.ModeSymlink != 0 {
+			fi, err := fs.Stat(fsys, p)
+			if err != nil || !fi.Mode().IsRegular() {
+				return nil
+			}
+		} else if !d.Type().IsRegular() {
+			return nil
+		}
+		files = append(files, p)
+		return nil
+	})
+	slices.Sort(files)
+	return files, err
+}

@@ -1,0 +1,63 @@
+// Package config loads a directory of envoyproxy/ratelimit-style YAML files
+// (with Charon's extensions) into a validated, normalized, immutable
+// descriptors.Tree. It is pure: it never logs and never watches; the server
+// watches the directory and swaps the result in.
+//
+// Load reads every *.yaml and *.yml file under the root of an fs.FS,
+// recursively, skipping names that start with "." (Kubernetes ConfigMap
+// internals). One file holds one RLS domain; two files with one domain are an
+// error unless Options.MergeDomains. Decoding is strict: an unknown key, a
+// key given twice, a non-string key or a value of the wrong type is an error,
+// and every problem of every file is reported at once, each as
+// "file:line: path: message", e.g.
+//
+//	api.yaml:14: descriptors[2].tiers[0].window: must be > 0
+//
+// # Keys
+//
+// Per file: domain, descriptors, and Charon's ignore_limits (kill switch:
+// grant everything, still record) and allow_unconfigured (grant and record
+// requests that match no descriptor). Merged files set either when any of
+// them does.
+//
+// Per descriptor, as envoyproxy/ratelimit: key, value (containing "*": a
+// wildcard), rate_limit {unit, requests_per_unit, unlimited, name,
+// replaces: [{name}]}, shadow_mode, detailed_metric, value_to_metric,
+// share_threshold, descriptors; metadata and quota_mode are accepted and
+// ignored. Units are second, minute, hour, day, week, month and year, in any
+// case. rate_limit resolves to one tier of limit requests_per_unit, window
+// one unit (a month is 30 days, a year 365), active unbounded, cooldown 0:
+// an exact sliding window. rate_limit.algorithm: fixed_window (or
+// Options.FixedWindowDefault) gives envoyproxy/ratelimit's calendar-aligned
+// fixed window instead; algorithm: sliding_window the default.
+// requests_per_unit: 0 rejects every request.
+//
+// Charon's extensions on a descriptor (SPEC §3):
+//
+//	tiers: [{limit, window, active, cooldown, skippable}]
+//	    limit >= 1 and window > 0 are required; active defaults to
+//	    unbounded, cooldown to 0, skippable to false. An empty list
+//	    rejects every request.
+//	hard_limit, global_limit: hits per second per domain / over all
+//	    domains (>= 1; leave out for none), with tiers or a sliding
+//	    rate_limit.
+//	token_bucket: {capacity, refill, per}
+//	copies: {domain_limit, global_limit, groups: [{name, limit, members}]}
+//	overrides: [{domain, rate_limit | tiers | token_bucket, hard_limit}]
+//	    or, for copies, [{domain, domain_limit}].
+//
+// A descriptor has at most one policy (rate_limit, tiers, token_bucket or
+// copies). An override replaces the default policy for its Charon domain
+// entirely (hard_limit included) but keeps the resource's global_limit. An
+// override's domain and a group's members are written as the raw request
+// values joined by "," (they are escaped as descriptors.Match.Domain is).
+// Durations are Go durations ("1s", "5m", "24h") or "unbounded".
+//
+// # Normalization
+//
+// As the paper §4.1 and SPEC §2 say, with a Warning naming file and line: a
+// tier with active 0 is removed; a window longer than its active period is
+// cut to it; an active period that is not a multiple of its window is cut
+// down to one. Copy limits (domain, group, override) above the global limit
+// are lowered to it.
+package config

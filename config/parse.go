@@ -1,0 +1,424 @@
+package config
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/charonlimit/charon/descriptors"
+	"github.com/charonlimit/charon/tiers"
+)
+
+const (
+	maxDepth = 32        // descriptor nesting, and YAML nesting under a leaf
+	maxNodes = 1_000_000 // YAML nodes visited per file, aliases expanded
+)
+
+// state collects the problems of one Load.
+type state struct {
+	opts  Options
+	errs  []*Error
+	warns []Warning
+}
+
+// fileConfig is one parsed file.
+type fileConfig struct {
+	file              string
+	domain            string
+	line              int
+	ignoreLimits      bool
+	allowUnconfigured bool
+	nodes             []*pnode
+}
+
+// pnode is a parsed descriptor, with its position for later errors.
+type pnode struct {
+	key, value string
+	line       int
+	path       string
+	node       descriptors.Node
+	children   []*pnode
+}
+
+// parser parses one file.
+type parser struct {
+	st      *state
+	file    string
+	visited int
+	tooBig  bool
+}
+
+func (p *parser) errf(n *yaml.Node, path, format string, args ...any) {
+	line := 0
+	if n != nil {
+		line = n.Line
+	}
+	p.st.errs = append(p.st.errs, &Error{File: p.file, Line: line, Path: path, Message: fmt.Sprintf(format, args...)})
+}
+
+func (p *parser) warnf(n *yaml.Node, path, format string, args ...any) {
+	line := 0
+	if n != nil {
+		line = n.Line
+	}
+	p.st.warns = append(p.st.warns, Warning{File: p.file, Line: line, Path: path, Message: fmt.Sprintf(format, args...)})
+}
+
+var yamlLine = regexp.MustCompile(`^yaml: line (\d+): `)
+
+func (st *state) parseFile(file string, data []byte) *fileConfig {
+	p := &parser{st: st, file: file}
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	var doc yaml.Node
+	if err := dec.Decode(&doc); err != nil && !errors.Is(err, io.EOF) {
+		p.yamlErr(err)
+		return nil
+	}
+	var extra yaml.Node
+	if err := dec.Decode(&extra); err == nil {
+		if len(extra.Content) > 0 && extra.Content[0].Tag != "!!null" {
+			p.errf(&extra, "", "more than one YAML document in the file")
+		}
+	} else if !errors.Is(err, io.EOF) {
+		p.yamlErr(err)
+		return nil
+	}
+	fc := &fileConfig{file: file, line: 1}
+	var root *yaml.Node
+	if len(doc.Content) > 0 {
+		root = p.resolve(doc.Content[0])
+	}
+	if root == nil || root.Tag == "!!null" {
+		p.errf(root, "domain", "empty domain: the file has no configuration")
+		return nil
+	}
+	if root.Kind != yaml.MappingNode {
+		p.errf(root, "", "must be a mapping with domain and descriptors, not %s", kindName(root))
+		return nil
+	}
+	var descs *yaml.Node
+	var domainNode *yaml.Node
+	p.fields(root, "", func(key string, k, v *yaml.Node) bool {
+		switch key {
+		case "domain":
+			domainNode = k
+			fc.domain, _ = p.str(v, "domain")
+			fc.line = k.Line
+		case "descriptors":
+			descs = v
+		case "ignore_limits":
+			fc.ignoreLimits, _ = p.boolean(v, "ignore_limits")
+		case "allow_unconfigured":
+			fc.allowUnconfigured, _ = p.boolean(v, "allow_unconfigured")
+		default:
+			return false
+		}
+		return true
+	})
+	if fc.domain == "" {
+		n := domainNode
+		if n == nil {
+			n = root
+		}
+		p.errf(n, "domain", "empty domain")
+	}
+	if descs != nil {
+		fc.nodes = p.descriptors(descs, "descriptors", 1)
+	}
+	if fc.domain == "" {
+		return nil
+	}
+	return fc
+}
+
+func (p *parser) yamlErr(err error) {
+	msg := err.Error()
+	line := 0
+	if m := yamlLine.FindStringSubmatch(msg); m != nil {
+		line, _ = strconv.Atoi(m[1])
+		msg = msg[len(m[0]):]
+	} else {
+		msg = strings.TrimPrefix(msg, "yaml: ")
+	}
+	p.st.errs = append(p.st.errs, &Error{File: p.file, Line: line, Message: "invalid YAML: " + msg})
+}
+
+// resolve follows aliases and counts nodes, so that a file expanding to too
+// many nodes (alias bombs) is refused.
+func (p *parser) resolve(n *yaml.Node) *yaml.Node {
+	for n != nil && n.Kind == yaml.AliasNode {
+		n = n.Alias
+	}
+	p.visited++
+	if p.visited > maxNodes {
+		if !p.tooBig {
+			p.tooBig = true
+			p.errf(n, "", "file too large: more than %d YAML nodes once aliases are expanded", maxNodes)
+		}
+		return nil
+	}
+	return n
+}
+
+func kindName(n *yaml.Node) string {
+	switch n.Kind {
+	case yaml.MappingNode:
+		return "a mapping"
+	case yaml.SequenceNode:
+		return "a list"
+	case yaml.ScalarNode:
+		if n.Tag == "!!null" {
+			return "empty"
+		}
+		return fmt.Sprintf("%q", n.Value)
+	}
+	return "an unknown node"
+}
+
+func join(path, key string) string {
+	if path == "" {
+		return key
+	}
+	return path + "." + key
+}
+
+// fields calls fn for each key of the mapping n; fn returns false for an
+// unknown key. Non-string keys, repeated keys and unknown keys are errors.
+func (p *parser) fields(n *yaml.Node, path string, fn func(key string, k, v *yaml.Node) bool) {
+	seen := map[string]int{}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := n.Content[i], p.resolve(n.Content[i+1])
+		if v == nil {
+			return
+		}
+		if k.Kind != yaml.ScalarNode || k.Tag != "!!str" {
+			p.errf(k, path, "key %s is not a string", kindName(k))
+			continue
+		}
+		if line, dup := seen[k.Value]; dup {
+			p.errf(k, join(path, k.Value), "key given twice (first at line %d)", line)
+			continue
+		}
+		seen[k.Value] = k.Line
+		if !fn(k.Value, k, v) {
+			p.errf(k, join(path, k.Value), "unknown key %q", k.Value)
+		}
+	}
+}
+
+// list returns the items of a sequence (nil for an empty value).
+func (p *parser) list(n *yaml.Node, path string) []*yaml.Node {
+	if n.Tag == "!!null" {
+		return nil
+	}
+	if n.Kind != yaml.SequenceNode {
+		p.errf(n, path, "must be a list, not %s", kindName(n))
+		return nil
+	}
+	out := make([]*yaml.Node, 0, len(n.Content))
+	for _, it := range n.Content {
+		if it = p.resolve(it); it == nil {
+			return out
+		}
+		out = append(out, it)
+	}
+	return out
+}
+
+func (p *parser) mapping(n *yaml.Node, path string) bool {
+	if n.Kind != yaml.MappingNode {
+		p.errf(n, path, "must be a mapping, not %s", kindName(n))
+		return false
+	}
+	return true
+}
+
+// str reads a scalar as text: envoyproxy/ratelimit reads `value: 123` as
+// "123", so any scalar is accepted; an empty value is "".
+func (p *parser) str(n *yaml.Node, path string) (string, bool) {
+	if n.Kind != yaml.ScalarNode {
+		p.errf(n, path, "must be a string, not %s", kindName(n))
+		return "", false
+	}
+	if n.Tag == "!!null" {
+		return "", true
+	}
+	return n.Value, true
+}
+
+func (p *parser) boolean(n *yaml.Node, path string) (bool, bool) {
+	if n.Kind != yaml.ScalarNode || n.Tag != "!!bool" {
+		p.errf(n, path, "must be true or false, not %s", kindName(n))
+		return false, false
+	}
+	b, _ := strconv.ParseBool(strings.ToLower(n.Value))
+	return b, true
+}
+
+func (p *parser) integer(n *yaml.Node, path string, min int64, minMsg string) (int64, bool) {
+	if n.Kind != yaml.ScalarNode || n.Tag != "!!int" {
+		p.errf(n, path, "must be an integer, not %s", kindName(n))
+		return 0, false
+	}
+	var v int64
+	if err := n.Decode(&v); err != nil {
+		p.errf(n, path, "must be an integer that fits 64 bits, not %q", n.Value)
+		return 0, false
+	}
+	if v < min {
+		p.errf(n, path, "%s", minMsg)
+		return 0, false
+	}
+	return v, true
+}
+
+// duration reads a Go duration ("1s", "5m", "24h") or "unbounded".
+func (p *parser) duration(n *yaml.Node, path string, allowUnbounded bool) (time.Duration, bool) {
+	if n.Kind != yaml.ScalarNode || n.Tag == "!!null" {
+		p.errf(n, path, "must be a duration such as 1s, 5m or 24h, not %s", kindName(n))
+		return 0, false
+	}
+	if strings.EqualFold(n.Value, "unbounded") {
+		if !allowUnbounded {
+			p.errf(n, path, "must be a finite duration")
+			return 0, false
+		}
+		return tiers.Unbounded, true
+	}
+	d, err := time.ParseDuration(n.Value)
+	if err != nil {
+		hint := ""
+		if _, e := strconv.ParseFloat(n.Value, 64); e == nil {
+			hint = " (give a unit: " + n.Value + "s?)"
+		}
+		p.errf(n, path, "must be a duration such as 1s, 5m or 24h, not %q%s", n.Value, hint)
+		return 0, false
+	}
+	if d < 0 {
+		p.errf(n, path, "must be >= 0")
+		return 0, false
+	}
+	return d, true
+}
+
+// descriptors parses a descriptor list at nesting depth.
+func (p *parser) descriptors(n *yaml.Node, path string, depth int) []*pnode {
+	if depth > maxDepth {
+		p.errf(n, path, "descriptors nested deeper than %d levels", maxDepth)
+		return nil
+	}
+	var out []*pnode
+	seen := map[[2]string]int{}
+	for i, it := range p.list(n, path) {
+		ip := fmt.Sprintf("%s[%d]", path, i)
+		if !p.mapping(it, ip) {
+			continue
+		}
+		d := p.descriptor(it, ip, depth)
+		if d == nil {
+			continue
+		}
+		k := [2]string{d.key, d.value}
+		if line, dup := seen[k]; dup {
+			what := fmt.Sprintf("key %q", d.key)
+			if d.value != "" {
+				what += fmt.Sprintf(" value %q", d.value)
+			}
+			p.errf(it, ip, "duplicate descriptor: %s already at line %d", what, line)
+			continue
+		}
+		seen[k] = d.line
+		out = append(out, d)
+	}
+	return out
+}
+
+// leafSpec gathers the policy keys of one descriptor.
+type leafSpec struct {
+	rateLimit, tiers, bucket, copies  *yaml.Node
+	hardLimit, globalLimit, overrides *yaml.Node
+	kRate, kTiers, kBucket, kCopies   *yaml.Node
+	kHard, kGlobal, kOverrides        *yaml.Node
+}
+
+func (p *parser) descriptor(n *yaml.Node, path string, depth int) *pnode {
+	d := &pnode{line: n.Line, path: path}
+	var ls leafSpec
+	var children *yaml.Node
+	var keyNode *yaml.Node
+	var shadow, detailed bool
+	p.fields(n, path, func(key string, k, v *yaml.Node) bool {
+		fp := join(path, key)
+		switch key {
+		case "key":
+			keyNode = k
+			d.key, _ = p.str(v, fp)
+		case "value":
+			d.value, _ = p.str(v, fp)
+		case "descriptors":
+			children = v
+		case "rate_limit":
+			ls.rateLimit, ls.kRate = v, k
+		case "shadow_mode":
+			shadow, _ = p.boolean(v, fp)
+		case "detailed_metric":
+			detailed, _ = p.boolean(v, fp)
+		case "value_to_metric":
+			d.node.ValueToMetric, _ = p.boolean(v, fp)
+		case "share_threshold":
+			d.node.ShareThreshold, _ = p.boolean(v, fp)
+		case "quota_mode":
+			p.boolean(v, fp)
+		case "metadata":
+			// Accepted and ignored, as envoyproxy/ratelimit's metadata is
+			// only reported back to Envoy there.
+		case "tiers":
+			ls.tiers, ls.kTiers = v, k
+		case "hard_limit":
+			ls.hardLimit, ls.kHard = v, k
+		case "global_limit":
+			ls.globalLimit, ls.kGlobal = v, k
+		case "overrides":
+			ls.overrides, ls.kOverrides = v, k
+		case "token_bucket":
+			ls.bucket, ls.kBucket = v, k
+		case "copies":
+			ls.copies, ls.kCopies = v, k
+		default:
+			return false
+		}
+		return true
+	})
+	if d.key == "" {
+		at := keyNode
+		if at == nil {
+			at = n
+		}
+		p.errf(at, join(path, "key"), "descriptor has an empty key")
+	}
+	d.node.Key, d.node.Value = d.key, d.value
+	d.node.DetailedMetric = detailed
+	if l := p.limit(&ls, path, n.Line); l != nil {
+		l.ShadowMode = shadow
+		l.DetailedMetric = detailed
+		l.File, l.Line = p.file, n.Line
+		d.node.Limit = l
+	}
+	if d.node.ShareThreshold && d.value != "" && !strings.Contains(d.value, "*") {
+		p.warnf(n, join(path, "share_threshold"), "has no effect on a fixed value")
+	}
+	if children != nil {
+		d.children = p.descriptors(children, join(path, "descriptors"), depth+1)
+	}
+	if d.key == "" {
+		return nil
+	}
+	return d
+}

@@ -1,0 +1,640 @@
+package config
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/charonlimit/charon/descriptors"
+	"github.com/charonlimit/charon/tiers"
+)
+
+// units are envoyproxy/ratelimit's unit names (case-insensitive there too)
+// with their length as a sliding window: a month is 30 days, a year 365.
+var units = map[string]struct {
+	unit tiers.Unit
+	len  time.Duration
+}{
+	"second": {tiers.UnitSecond, time.Second},
+	"minute": {tiers.UnitMinute, time.Minute},
+	"hour":   {tiers.UnitHour, time.Hour},
+	"day":    {tiers.UnitDay, 24 * time.Hour},
+	"week":   {tiers.UnitWeek, 7 * 24 * time.Hour},
+	"month":  {tiers.UnitMonth, 30 * 24 * time.Hour},
+	"year":   {tiers.UnitYear, 365 * 24 * time.Hour},
+}
+
+// closed is the policy that rejects every request (no tiers).
+func closed() *tiers.Policy { return &tiers.Policy{Kind: tiers.KindTiers} }
+
+type given struct {
+	name string
+	k, v *yaml.Node
+}
+
+// limit builds the limit of one descriptor, nil when it has none (or on
+// error, already reported).
+func (p *parser) limit(ls *leafSpec, path string, line int) *descriptors.Limit {
+	var gs []given
+	for _, g := range []given{
+		{"rate_limit", ls.kRate, ls.rateLimit},
+		{"tiers", ls.kTiers, ls.tiers},
+		{"token_bucket", ls.kBucket, ls.bucket},
+		{"copies", ls.kCopies, ls.copies},
+	} {
+		if g.v != nil {
+			gs = append(gs, g)
+		}
+	}
+	extras := []given{{"hard_limit", ls.kHard, ls.hardLimit}, {"global_limit", ls.kGlobal, ls.globalLimit}, {"overrides", ls.kOverrides, ls.overrides}}
+	if len(gs) == 0 {
+		for _, g := range extras {
+			if g.v != nil {
+				p.errf(g.k, join(path, g.name), "needs a policy on the same descriptor (rate_limit, tiers, token_bucket or copies)")
+			}
+		}
+		return nil
+	}
+	if len(gs) > 1 {
+		p.errf(gs[1].k, join(path, gs[1].name), "a descriptor has exactly one policy: %s and %s both given", gs[0].name, gs[1].name)
+		return nil
+	}
+	g := gs[0]
+	gp := join(path, g.name)
+	l := &descriptors.Limit{}
+	ok := true
+	switch g.name {
+	case "rate_limit":
+		var meta rlMeta
+		l.Policy, meta, ok = p.rateLimit(g.v, gp, true)
+		l.Name, l.Replaces, l.Unlimited = meta.name, meta.replaces, meta.unlimited
+	case "tiers":
+		l.Policy, ok = p.tierList(g.k, g.v, gp)
+	case "token_bucket":
+		l.Policy, ok = p.tokenBucket(g.v, gp)
+	case "copies":
+		l.Copies, ok = p.copies(g.v, gp)
+	}
+	if !ok {
+		return nil
+	}
+	for _, e := range extras[:2] {
+		if e.v == nil {
+			continue
+		}
+		ep := join(path, e.name)
+		if l.Policy == nil || l.Policy.Kind != tiers.KindTiers {
+			p.errf(e.k, ep, "applies only to tiers and to a sliding-window rate_limit")
+			ok = false
+			continue
+		}
+		v, vok := p.integer(e.v, ep, 1, "must be >= 1 (leave it out for no limit)")
+		if !vok {
+			ok = false
+		} else if e.name == "hard_limit" {
+			l.Policy.HardLimit = v
+		} else {
+			l.Policy.GlobalLimit = v
+		}
+	}
+	if ls.overrides != nil {
+		op := join(path, "overrides")
+		if l.Unlimited {
+			p.errf(ls.kOverrides, op, "an unlimited rate_limit has no overrides")
+			ok = false
+		} else if !p.overrides(ls.overrides, op, l) {
+			ok = false
+		}
+	}
+	if l.Policy != nil && !p.validate(g.k, gp, l.Policy) {
+		ok = false
+	}
+	if l.Copies != nil && l.Copies.GlobalLimit > 0 {
+		p.lowerCopies(g.v, gp, l.Copies)
+	}
+	if !ok {
+		return nil
+	}
+	return l
+}
+
+// validate applies tiers.Validate to a finished policy.
+func (p *parser) validate(at *yaml.Node, path string, pol *tiers.Policy) bool {
+	if err := tiers.Validate(pol); err != nil {
+		p.errf(at, path, "%v", err)
+		return false
+	}
+	return true
+}
+
+type rlMeta struct {
+	name      string
+	replaces  []string
+	unlimited bool
+}
+
+// rateLimit parses envoyproxy/ratelimit's rate_limit block; full allows
+// name, replaces and unlimited (not in overrides).
+func (p *parser) rateLimit(n *yaml.Node, path string, full bool) (*tiers.Policy, rlMeta, bool) {
+	var meta rlMeta
+	if !p.mapping(n, path) {
+		return nil, meta, false
+	}
+	var unitNode, rpuNode, algNode, replNode *yaml.Node
+	var unit string
+	ok := true
+	p.fields(n, path, func(key string, k, v *yaml.Node) bool {
+		fp := join(path, key)
+		switch key {
+		case "unit":
+			unitNode = v
+			unit, _ = p.str(v, fp)
+		case "requests_per_unit":
+			rpuNode = v
+		case "algorithm":
+			algNode = v
+		case "unlimited", "name", "replaces":
+			if !full {
+				return false
+			}
+			switch key {
+			case "unlimited":
+				meta.unlimited, _ = p.boolean(v, fp)
+			case "name":
+				meta.name, _ = p.str(v, fp)
+			case "replaces":
+				replNode = v
+			}
+		default:
+			return false
+		}
+		return true
+	})
+	if replNode != nil {
+		for i, it := range p.list(replNode, join(path, "replaces")) {
+			ip := fmt.Sprintf("%s.replaces[%d]", path, i)
+			if !p.mapping(it, ip) {
+				ok = false
+				continue
+			}
+			var name string
+			p.fields(it, ip, func(key string, k, v *yaml.Node) bool {
+				if key != "name" {
+					return false
+				}
+				name, _ = p.str(v, join(ip, "name"))
+				return true
+			})
+			switch {
+			case name == "":
+				p.errf(it, join(ip, "name"), "empty replaces entry")
+				ok = false
+			case name == meta.name:
+				p.errf(it, join(ip, "name"), "a limit cannot replace its own name %q", name)
+				ok = false
+			default:
+				meta.replaces = append(meta.replaces, name)
+			}
+		}
+	}
+	u, validUnit := units[strings.ToLower(unit)]
+	if meta.unlimited {
+		if validUnit {
+			p.errf(unitNode, join(path, "unit"), "unit given with unlimited: true")
+			return nil, meta, false
+		}
+		if unitNode != nil || rpuNode != nil || algNode != nil {
+			p.warnf(n, path, "unlimited: true ignores unit, requests_per_unit and algorithm")
+		}
+		return nil, meta, ok
+	}
+	if !validUnit {
+		at := unitNode
+		if at == nil {
+			at = n
+		}
+		p.errf(at, join(path, "unit"), "invalid rate limit unit %q: use second, minute, hour, day, week, month or year", unit)
+		ok = false
+	}
+	var rpu int64
+	if rpuNode != nil {
+		var rok bool
+		rpu, rok = p.integer(rpuNode, join(path, "requests_per_unit"), 0, "must be >= 0")
+		ok = ok && rok
+		if rok && rpu > 1<<32-1 {
+			p.errf(rpuNode, join(path, "requests_per_unit"), "must be < 2^32")
+			ok = false
+		}
+	}
+	fixed := p.st.opts.FixedWindowDefault
+	if algNode != nil {
+		alg, _ := p.str(algNode, join(path, "algorithm"))
+		switch strings.ToLower(alg) {
+		case "fixed_window", "fixed":
+			fixed = true
+		case "sliding_window", "sliding":
+			fixed = false
+		default:
+			p.errf(algNode, join(path, "algorithm"), "unknown algorithm %q: use sliding_window or fixed_window", alg)
+			ok = false
+		}
+	}
+	if !ok {
+		return nil, meta, false
+	}
+	if rpu == 0 {
+		// requests_per_unit: 0 bans the descriptor, as upstream.
+		return closed(), meta, true
+	}
+	if fixed {
+		return &tiers.Policy{Kind: tiers.KindFixedWindow, Window: tiers.FixedWindow{Limit: rpu, Unit: u.unit}}, meta, true
+	}
+	return &tiers.Policy{Kind: tiers.KindTiers, Tiers: []tiers.Tier{{Limit: rpu, Window: u.len, Active: tiers.Unbounded}}}, meta, true
+}
+
+// tierList parses tiers: [{limit, window, active, cooldown, skippable}] and
+// normalizes them (SPEC §2), warning for each change.
+func (p *parser) tierList(k, n *yaml.Node, path string) (*tiers.Policy, bool) {
+	pol := closed()
+	ok := true
+	items := p.list(n, path)
+	type at struct{ window, active *yaml.Node }
+	var ats []at
+	for i, it := range items {
+		ip := fmt.Sprintf("%s[%d]", path, i)
+		if !p.mapping(it, ip) {
+			ok = false
+			continue
+		}
+		t := tiers.Tier{Active: tiers.Unbounded}
+		var a at
+		var haveLimit, haveWindow bool
+		p.fields(it, ip, func(key string, kk, v *yaml.Node) bool {
+			fp := join(ip, key)
+			var vok bool
+			switch key {
+			case "limit":
+				haveLimit = true
+				t.Limit, vok = p.integer(v, fp, 1, "must be >= 1")
+			case "window":
+				haveWindow = true
+				a.window = v
+				t.Window, vok = p.duration(v, fp, false)
+				if vok && t.Window == 0 {
+					p.errf(v, fp, "must be > 0")
+					vok = false
+				}
+			case "active":
+				a.active = v
+				t.Active, vok = p.duration(v, fp, true)
+			case "cooldown":
+				t.Cooldown, vok = p.duration(v, fp, true)
+			case "skippable":
+				t.Skippable, vok = p.boolean(v, fp)
+			default:
+				return false
+			}
+			ok = ok && vok
+			return true
+		})
+		if !haveLimit {
+			p.errf(it, join(ip, "limit"), "missing")
+			ok = false
+		}
+		if !haveWindow {
+			p.errf(it, join(ip, "window"), "missing")
+			ok = false
+		}
+		if a.window == nil {
+			a.window = it
+		}
+		if a.active == nil {
+			a.active = it
+		}
+		pol.Tiers = append(pol.Tiers, t)
+		ats = append(ats, a)
+	}
+	if !ok {
+		return nil, false
+	}
+	// Normalization, paper §4.1.
+	out := pol.Tiers[:0]
+	for i, t := range pol.Tiers {
+		ip := fmt.Sprintf("%s[%d]", path, i)
+		a := ats[i]
+		switch {
+		case t.Active == 0:
+			p.warnf(a.active, join(ip, "active"), "active 0: tier removed")
+			continue
+		case t.Active == tiers.Unbounded:
+		case t.Window > t.Active:
+			p.warnf(a.window, join(ip, "window"), "window %s longer than active %s: cut to %s", fmtDur(t.Window), fmtDur(t.Active), fmtDur(t.Active))
+			t.Window = t.Active
+		case t.Active%t.Window != 0:
+			cut := t.Active - t.Active%t.Window
+			p.warnf(a.active, join(ip, "active"), "active %s not a multiple of window %s: cut to %s", fmtDur(t.Active), fmtDur(t.Window), fmtDur(cut))
+			t.Active = cut
+		}
+		out = append(out, t)
+	}
+	pol.Tiers = out
+	if len(pol.Tiers) == 0 {
+		p.warnf(k, path, "no tiers: every request is rejected")
+		pol.Tiers = nil
+	}
+	return pol, true
+}
+
+func (p *parser) tokenBucket(n *yaml.Node, path string) (*tiers.Policy, bool) {
+	if !p.mapping(n, path) {
+		return nil, false
+	}
+	pol := &tiers.Policy{Kind: tiers.KindTokenBucket}
+	ok := true
+	seen := map[string]bool{}
+	p.fields(n, path, func(key string, k, v *yaml.Node) bool {
+		fp := join(path, key)
+		var vok bool
+		switch key {
+		case "capacity":
+			pol.Bucket.Capacity, vok = p.integer(v, fp, 1, "must be >= 1")
+		case "refill":
+			pol.Bucket.Refill, vok = p.integer(v, fp, 1, "must be >= 1")
+		case "per":
+			pol.Bucket.Per, vok = p.duration(v, fp, false)
+			if vok && pol.Bucket.Per == 0 {
+				p.errf(v, fp, "must be > 0")
+				vok = false
+			}
+		default:
+			return false
+		}
+		seen[key] = true
+		ok = ok && vok
+		return true
+	})
+	for _, k := range []string{"capacity", "refill", "per"} {
+		if !seen[k] {
+			p.errf(n, join(path, k), "missing")
+			ok = false
+		}
+	}
+	return pol, ok
+}
+
+func (p *parser) copies(n *yaml.Node, path string) (*descriptors.Copies, bool) {
+	if !p.mapping(n, path) {
+		return nil, false
+	}
+	c := &descriptors.Copies{}
+	ok, haveDomain := true, false
+	p.fields(n, path, func(key string, k, v *yaml.Node) bool {
+		fp := join(path, key)
+		var vok bool
+		switch key {
+		case "domain_limit":
+			haveDomain = true
+			c.DomainLimit, vok = p.integer(v, fp, 0, "must be >= 0")
+		case "global_limit":
+			c.GlobalLimit, vok = p.integer(v, fp, 1, "must be >= 1 (leave it out for no limit)")
+		case "groups":
+			vok = p.groups(v, fp, c)
+		default:
+			return false
+		}
+		ok = ok && vok
+		return true
+	})
+	if !haveDomain {
+		p.errf(n, join(path, "domain_limit"), "missing")
+		ok = false
+	}
+	return c, ok
+}
+
+func (p *parser) groups(n *yaml.Node, path string, c *descriptors.Copies) bool {
+	ok := true
+	names := map[string]bool{}
+	for i, it := range p.list(n, path) {
+		ip := fmt.Sprintf("%s[%d]", path, i)
+		if !p.mapping(it, ip) {
+			ok = false
+			continue
+		}
+		var g descriptors.Group
+		haveLimit := false
+		p.fields(it, ip, func(key string, k, v *yaml.Node) bool {
+			fp := join(ip, key)
+			var vok = true
+			switch key {
+			case "name":
+				g.Name, vok = p.str(v, fp)
+			case "limit":
+				haveLimit = true
+				g.Limit, vok = p.integer(v, fp, 0, "must be >= 0")
+			case "members":
+				for j, m := range p.list(v, fp) {
+					s, sok := p.str(m, fmt.Sprintf("%s[%d]", fp, j))
+					if sok && s == "" {
+						p.errf(m, fmt.Sprintf("%s[%d]", fp, j), "empty member")
+						sok = false
+					}
+					vok = vok && sok
+					g.Members = append(g.Members, domainKey(s))
+				}
+			default:
+				return false
+			}
+			ok = ok && vok
+			return true
+		})
+		switch {
+		case g.Name == "":
+			p.errf(it, join(ip, "name"), "missing")
+			ok = false
+		case names[g.Name]:
+			p.errf(it, join(ip, "name"), "group %q given twice", g.Name)
+			ok = false
+		}
+		if !haveLimit {
+			p.errf(it, join(ip, "limit"), "missing")
+			ok = false
+		}
+		names[g.Name] = true
+		c.Groups = append(c.Groups, g)
+	}
+	return ok
+}
+
+// lowerCopies lowers copy limits above the global limit (paper §4.1).
+func (p *parser) lowerCopies(n *yaml.Node, path string, c *descriptors.Copies) {
+	g := c.GlobalLimit
+	if c.DomainLimit > g {
+		p.warnf(n, join(path, "domain_limit"), "domain_limit %d above global_limit %d: lowered to %d", c.DomainLimit, g, g)
+		c.DomainLimit = g
+	}
+	for i := range c.Groups {
+		if c.Groups[i].Limit > g {
+			p.warnf(n, fmt.Sprintf("%s.groups[%d].limit", path, i), "group limit %d above global_limit %d: lowered to %d", c.Groups[i].Limit, g, g)
+			c.Groups[i].Limit = g
+		}
+	}
+	for d, v := range c.Overrides {
+		if v > g {
+			p.warnf(n, path, "override for domain %q: domain_limit %d above global_limit %d: lowered to %d", d, v, g, g)
+			c.Overrides[d] = g
+		}
+	}
+}
+
+// overrides parses the domain-specific configurations of l. A rate override
+// replaces the default policy for its domain entirely (hard_limit included),
+// except the resource-wide global_limit, which it keeps.
+func (p *parser) overrides(n *yaml.Node, path string, l *descriptors.Limit) bool {
+	ok := true
+	lines := map[string]int{}
+	for i, it := range p.list(n, path) {
+		ip := fmt.Sprintf("%s[%d]", path, i)
+		if !p.mapping(it, ip) {
+			ok = false
+			continue
+		}
+		var domain string
+		var domainNode *yaml.Node
+		var ls leafSpec
+		var dl *yaml.Node
+		p.fields(it, ip, func(key string, k, v *yaml.Node) bool {
+			switch key {
+			case "domain":
+				domainNode = v
+				domain, _ = p.str(v, join(ip, key))
+			case "rate_limit":
+				ls.rateLimit, ls.kRate = v, k
+			case "tiers":
+				ls.tiers, ls.kTiers = v, k
+			case "token_bucket":
+				ls.bucket, ls.kBucket = v, k
+			case "hard_limit":
+				ls.hardLimit, ls.kHard = v, k
+			case "domain_limit":
+				dl = v
+			default:
+				return false
+			}
+			return true
+		})
+		if domain == "" {
+			p.errf(it, join(ip, "domain"), "missing: name the Charon domain this override is for")
+			ok = false
+			continue
+		}
+		if line, dup := lines[domain]; dup {
+			p.errf(domainNode, join(ip, "domain"), "domain %q already overridden at line %d", domain, line)
+			ok = false
+			continue
+		}
+		lines[domain] = domainNode.Line
+		domain = domainKey(domain)
+		if l.Copies != nil {
+			if ls.rateLimit != nil || ls.tiers != nil || ls.bucket != nil || ls.hardLimit != nil || dl == nil {
+				p.errf(it, ip, "an override of copies gives domain_limit only")
+				ok = false
+				continue
+			}
+			v, vok := p.integer(dl, join(ip, "domain_limit"), 0, "must be >= 0")
+			if !vok {
+				ok = false
+				continue
+			}
+			if l.Copies.Overrides == nil {
+				l.Copies.Overrides = map[string]int64{}
+			}
+			l.Copies.Overrides[domain] = v
+			continue
+		}
+		if dl != nil {
+			p.errf(dl, join(ip, "domain_limit"), "applies only to copies")
+			ok = false
+			continue
+		}
+		var gs []given
+		for _, g := range []given{{"rate_limit", ls.kRate, ls.rateLimit}, {"tiers", ls.kTiers, ls.tiers}, {"token_bucket", ls.kBucket, ls.bucket}} {
+			if g.v != nil {
+				gs = append(gs, g)
+			}
+		}
+		if len(gs) != 1 {
+			p.errf(it, ip, "an override gives exactly one policy: rate_limit, tiers or token_bucket")
+			ok = false
+			continue
+		}
+		g := gs[0]
+		gp := join(ip, g.name)
+		var pol *tiers.Policy
+		var pok bool
+		switch g.name {
+		case "rate_limit":
+			pol, _, pok = p.rateLimit(g.v, gp, false)
+		case "tiers":
+			pol, pok = p.tierList(g.k, g.v, gp)
+		case "token_bucket":
+			pol, pok = p.tokenBucket(g.v, gp)
+		}
+		if !pok {
+			ok = false
+			continue
+		}
+		if ls.hardLimit != nil {
+			if pol.Kind != tiers.KindTiers {
+				p.errf(ls.kHard, join(ip, "hard_limit"), "applies only to tiers and to a sliding-window rate_limit")
+				ok = false
+				continue
+			}
+			v, vok := p.integer(ls.hardLimit, join(ip, "hard_limit"), 1, "must be >= 1 (leave it out for no limit)")
+			if !vok {
+				ok = false
+				continue
+			}
+			pol.HardLimit = v
+		}
+		if pol.Kind == tiers.KindTiers && l.Policy != nil {
+			pol.GlobalLimit = l.Policy.GlobalLimit
+		}
+		if !p.validate(g.k, gp, pol) {
+			ok = false
+			continue
+		}
+		if l.Overrides == nil {
+			l.Overrides = map[string]*tiers.Policy{}
+		}
+		l.Overrides[domain] = pol
+	}
+	return ok
+}
+
+// fmtDur writes a duration the way a config would: "unbounded", "1m", "1h30m".
+func fmtDur(d time.Duration) string {
+	if d == tiers.Unbounded {
+		return "unbounded"
+	}
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = s[:len(s)-2]
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = s[:len(s)-2]
+	}
+	return s
+}
+
+// domainKey turns a Charon domain as a config writes it (the raw request
+// values joined by ",") into the form of descriptors.Match.Domain.
+func domainKey(s string) string {
+	parts := strings.Split(s, ",")
+	for i, v := range parts {
+		parts[i] = descriptors.Escape(v)
+	}
+	return strings.Join(parts, ",")
+}
