@@ -603,3 +603,36 @@ func testCounter(t *testing.T, m *Metrics, result string) float64 {
 	}
 	return 0
 }
+
+// BenchmarkShouldRateLimit measures the server's own share of a decision:
+// conversion both ways and metrics, over a fake engine.
+func BenchmarkShouldRateLimit(b *testing.B) {
+	s := &rls{engine: &constEngine{}, metrics: NewMetrics(nil), log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	req := &rlsv3.RateLimitRequest{Domain: "d", Descriptors: []*ratelimitv3.RateLimitDescriptor{desc("user", "alice")}}
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := s.ShouldRateLimit(ctx, req); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// constEngine answers one fixed OK status per descriptor.
+type constEngine struct{}
+
+func (constEngine) SetTree(*descriptors.Tree) {}
+
+var constLimit = &descriptors.Limit{}
+
+func (constEngine) ShouldRateLimit(_ context.Context, req *engine.Request) (*engine.Response, error) {
+	resp := &engine.Response{Code: engine.CodeOK, Statuses: make([]engine.Status, len(req.Descriptors))}
+	for i := range resp.Statuses {
+		resp.Statuses[i] = engine.Status{
+			Code:  engine.CodeOK,
+			Limit: &engine.CurrentLimit{RequestsPerUnit: 10, Unit: tiers.UnitSecond},
+			Match: descriptors.Match{Limit: constLimit, MetricKey: "d.user"},
+		}
+	}
+	return resp, nil
+}

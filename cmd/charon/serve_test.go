@@ -100,12 +100,11 @@ func TestParseServeErrors(t *testing.T) {
 		}
 	}
 	_, err := parseServe([]string{"--store", "redis"}, envOf(nil), io.Discard)
-	if err == nil || !contains(err.Error(), "not available yet") {
+	if err == nil || !strings.Contains(err.Error(), "not available yet") {
 		t.Errorf("redis store error %v does not say it is not available yet", err)
 	}
 }
 
-func contains(s, sub string) bool { return strings.Contains(s, sub) }
 
 func TestParseDescriptor(t *testing.T) {
 	d, err := parseDescriptor("a=1,b=x=y,c=")
