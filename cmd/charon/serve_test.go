@@ -105,7 +105,6 @@ func TestParseServeErrors(t *testing.T) {
 	}
 }
 
-
 func TestParseDescriptor(t *testing.T) {
 	d, err := parseDescriptor("a=1,b=x=y,c=")
 	if err != nil {
