@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 
 	"github.com/charonlimit/charon/internal/store"
 	"github.com/charonlimit/charon/tiers"
@@ -309,8 +310,10 @@ func testForget(t *testing.T, s store.Store) {
 		var fresh tiers.State
 		want := tiers.Request(p, &fresh, nil, at, 1, 1)
 		got := decide(t, s, at, take(p, "forget", fmt.Sprint(pi), 1))[0]
-		if diff := cmp.Diff(want, got); diff != "" {
-			t.Errorf("after the forgetting time, decision differs from a fresh pair's (-want +got):\n%s", diff)
+		// Burst may differ: a remembered pair may still be in a tier that a
+		// fresh pair enters with this very request.
+		if diff := cmp.Diff(want, got, cmpopts.IgnoreFields(tiers.Decision{}, "Burst")); diff != "" {
+			t.Errorf("policy %d: after the forgetting time, decision differs from a fresh pair's (-want +got):\n%s", pi, diff)
 		}
 	}
 }
