@@ -9,13 +9,15 @@ type Decision struct {
 	Granted int64
 	// OK reports whether the request was granted (Granted >= min copies).
 	OK bool
-	// HardLimit and GlobalLimit echo the policy (0: none).
+	// HardLimit and GlobalLimit echo the policy (0: none; always 0 for a
+	// token bucket or a fixed window).
 	HardLimit   int64
 	GlobalLimit int64
-	// Tier is the current tier index after the decision (0: the virtual tier);
-	// TierLimit and TierWindow its limit and window. For a token bucket they
-	// are the capacity and the time to refill it fully; for a fixed window its
-	// limit and unit length.
+	// Tier is the current tier index after the decision (0: the virtual tier,
+	// whose TierLimit and TierWindow are 0); TierLimit and TierWindow its
+	// limit and window. For a token bucket or a fixed window Tier is 1, and
+	// TierLimit and TierWindow are the capacity and the time to refill it
+	// fully, or the limit and the unit's length.
 	Tier       int
 	TierLimit  int64
 	TierWindow time.Duration
@@ -24,23 +26,30 @@ type Decision struct {
 	// window: hits in the current window).
 	TierHits int64
 	// DomainHits and ResourceHits count the domain's and the resource's (all
-	// domains') hits in the last second, this request's included.
+	// domains') hits in the last second, this request's included (KindTiers
+	// only; ResourceHits is 0 when no Global was passed). Above a limit of 64
+	// they are counted in buckets and may miss hits up to 1/64 s old.
 	DomainHits   int64
 	ResourceHits int64
 	// Burst reports whether the request entered a higher tier.
 	Burst bool
 	// LimitedByHard and LimitedByGlobal report that the hard or the global
-	// limit stopped granting.
+	// limit stopped granting before copies were granted.
 	LimitedByHard   bool
 	LimitedByGlobal bool
 	// Remaining is how many more single hits would be granted at this instant.
 	Remaining int64
-	// RetryAfter is, when rejected, the earliest time from now at which a
-	// one-hit request would be granted with no other traffic; 0 when granted.
-	// Unbounded when no wait suffices (a policy with no tiers).
+	// RetryAfter is, when rejected, the earliest time from now at which the
+	// same request (max(min copies, 1) hits) would be granted with no other
+	// traffic; with min copies 1 this is SPEC §2's one-hit retry_after. It is
+	// 0 when granted, and Unbounded when no wait suffices (a policy with no
+	// tiers, min copies above copies, the hard or global limit, or a bucket's
+	// capacity or a window's limit): a server then answers without a reset
+	// time and clients should not retry.
 	RetryAfter time.Duration
 	// ResetAfter is, when granted, the time until Remaining next grows (the
 	// oldest hit of the current tier's window leaves it, the fixed window ends,
-	// the next whole credit accrues); when rejected, RetryAfter.
+	// the next whole credit accrues; 0 when nothing is pending, as for a full
+	// bucket); when rejected, RetryAfter.
 	ResetAfter time.Duration
 }

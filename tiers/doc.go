@@ -1,0 +1,109 @@
+// Package tiers implements Charon's rate-limiting algorithms as pure
+// functions over values: the burst tiers of the Charon paper (SPEC §2) with
+// hard and global limits, a token bucket (credit pool), and
+// envoyproxy/ratelimit's calendar-aligned fixed window. It does no I/O,
+// starts no goroutines and never reads the clock: the caller passes now.
+//
+// A store keeps one State per (resource, domain) pair and one Global per
+// resource, serializes the decisions that touch them, and calls Request (or
+// Peek, then Request, to grant several descriptors all or nothing). Refund
+// gives hits back; ForgetAt tells when a state may be dropped.
+//
+// # Time
+//
+// Inside the package time is an int64 count of microseconds since the Unix
+// epoch (now.UnixMicro()), and durations are truncated to whole
+// microseconds. Every quantity is an integer below 2^53 (see MaxLimit,
+// MaxDuration, MaxTiers), so a Lua 5.1 script, whose numbers are doubles, can
+// reproduce every decision exactly (Unbounded is math.huge there). The
+// description below is the contract such a script follows; "t" is now in µs.
+//
+// # Burst tiers (KindTiers)
+//
+// State, per tier i (1-based): whether it was ever entered, the instant e_i
+// it was last entered, and its hit log. The domain's State also has a hit log
+// of the last second; the resource's Global has one more.
+//
+// A hit log is a list of buckets (start, count) with strictly increasing
+// starts and a width b: a hit granted at t goes into the bucket starting at
+// floor(t/b)*b, or into the newest bucket when that one starts at or after
+// floor(t/b)*b (time going backwards is counted late, never early). A log
+// for a window of w counts at t the buckets whose start s satisfies s > t-w;
+// committing a grant first drops the buckets with s <= t-w. Widths:
+//
+//   - a tier with limit L <= 64: b = 1 µs, i.e. exact hit timestamps (a
+//     bucket is the hits of one instant);
+//   - a tier with L > 64: b = ceil(W/64) µs for its window W;
+//   - the per-second logs (w = 1 s): b = 1 µs when the hard (resp. global)
+//     limit is 1..64, else b = 15625 µs (1 s / 64), also when no limit is
+//     set (the counts are still reported).
+//
+// So a log never holds more than 64 buckets (the starts counted at t are
+// multiples of b in (t-w, t], at most ceil(w/b) <= 64 of them; an exact log
+// holds at most L instants) and a State's memory does not grow with its
+// limits. A bucketed log counts a hit only while its bucket's start is
+// inside the window, so it counts at most as many hits as the exact
+// timestamps would: it never rejects what the exact procedure grants from
+// the same history, and its effective window is shortened by less than
+// W/64 (a hit is always counted while younger than W-b+1 µs).
+//
+// Phases: tier i with entry e is active when t < e+A_i (also for t < e),
+// in cooldown when e+A_i <= t < e+A_i+C_i, inactive otherwise or when never
+// entered; sums saturate at Unbounded. The current tier c is the highest
+// active tier, or 0. A request (copies k, min m, 0 <= m <= k) grants hits
+// one by one as SPEC §2 says: stop when the hard limit H is set and
+// domain+granted >= H, or the global limit G is set and resource+granted >=
+// G; grant into c when c >= 1 and its count < L_c; otherwise burst into the
+// first tier j > c that is inactive, passing over tiers in cooldown that are
+// skippable and failing at one that is not; with no target stop. Granting
+// in chunks gives the same result. If fewer than m are granted nothing
+// changes. Otherwise tiers entered get e_j = t and an emptied log, the hits
+// are added to the logs of the tiers they went into (a tier filled on the
+// way gets L_j - count hits), and the granted number is added to the
+// domain's and the resource's per-second logs.
+//
+// The decision: Remaining is the number of further single hits the same
+// procedure would grant at t after the decision. RetryAfter (rejections) is
+// found by evaluating the procedure for max(m, 1) hits at each instant after
+// t at which the state's meaning changes (a bucket start plus its window, an
+// entry plus its active period, plus its cooldown), in increasing order; the
+// first instant that grants gives RetryAfter, none gives Unbounded (also
+// when m > k, m > H or m > G). ResetAfter (grants) is the oldest counted
+// bucket start of the current tier (t when the tier was entered by this
+// request) plus its window, minus t.
+//
+// Refund removes the newest hits of the current tier (and as many from the
+// per-second logs). ForgetAt is the latest of e_i+A_i+C_i over entered tiers
+// with a finite active period, the newest bucket start plus the window for a
+// first tier active for ever (Forever for a higher one), and the newest
+// per-second bucket plus one second.
+//
+// # Token bucket (KindTokenBucket)
+//
+// With per = Per in µs, g = gcd(Refill, per), p = per/g and r = Refill/g, a
+// credit is p units and the bucket gains r units per µs, up to cap = C*p
+// units. State: the balance in units and the instant of its last update; a
+// zero State is full. The balance at t is min(cap, balance + r*(t-at)) (no
+// accrual when t <= at). A request grants n = min(k, balance/p) (integer
+// division) when n >= m and subtracts n*p; Remaining is the whole credits
+// left; RetryAfter is ceil((max(m,1)*p - balance)/r) µs, Unbounded when m
+// exceeds the capacity; ResetAfter the time to the next whole credit (0 when
+// full). Refund adds credits up to the capacity.
+//
+// # Fixed window (KindFixedWindow)
+//
+// envoyproxy/ratelimit's alignment: the window holding t starts at the Unix
+// time in seconds truncated to a multiple of the unit's length (second 1,
+// minute 60, hour 3600, day 86400, week 604800, month 2592000 (30 days), year
+// 31536000 (365 days)), in UTC. State: the window's start and count. A
+// request grants min(k, L - count) when that is at least m; unlike
+// envoyproxy/ratelimit, a rejected request counts nothing. RetryAfter and
+// ResetAfter are the time to the window's end. Refund lowers the count, not
+// below 0.
+//
+// # Stores and servers
+//
+// RetryAfter Unbounded means no wait can grant the request (a closed
+// resource, or more than the policy can ever grant at once): a server should
+// answer OVER_LIMIT without a reset time and a client should not retry.
+package tiers

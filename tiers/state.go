@@ -1,0 +1,186 @@
+package tiers
+
+import "time"
+
+// exactMax is the largest limit whose hits are kept as exact timestamps;
+// above it a window is kept in at most bucketsPerWindow buckets.
+const (
+	exactMax         = 64
+	bucketsPerWindow = 64
+)
+
+// State is the state of one (resource, domain) pair under one Policy: the
+// burst tiers and the domain's hits of the last second (KindTiers), the
+// balance (KindTokenBucket) or the current window's count (KindFixedWindow).
+// The zero value is a pair with no history. A State grows its slices once to
+// its policy's size and reuses them afterwards. A State is not safe for
+// concurrent use; a store serializes the decisions of one pair.
+type State struct {
+	tiers  []tierState
+	second hitLog // the domain's hits of the last second (KindTiers)
+
+	// KindTokenBucket: val is the balance in 1/p credits at time at (see
+	// doc.go). KindFixedWindow: val is the count of the window starting at at.
+	used bool
+	at   int64
+	val  int64
+
+	// exact keeps every log as exact timestamps whatever the limit (tests
+	// compare it with the bucketed representation).
+	exact bool
+}
+
+// tierState is one tier: when it was last entered and its hits.
+type tierState struct {
+	in      bool // entered at least once
+	entered int64
+	hits    hitLog
+}
+
+// Global is the per-resource state shared by all its domains: the resource's
+// hits of the last second, for the global limit. The zero value has no
+// history. A Global is not safe for concurrent use; a store serializes the
+// decisions that touch it together with the domain's State.
+type Global struct {
+	second hitLog
+	exact  bool
+}
+
+// entry is a bucket of n hits granted at or after at and before at plus the
+// log's width (width 1: n hits granted at exactly at).
+type entry struct {
+	at, n int64
+}
+
+// hitLog is a list of buckets with strictly increasing starts.
+type hitLog struct {
+	e []entry
+}
+
+// count returns the hits counted in a window of w at t: those of the buckets
+// starting after t-w.
+func (l *hitLog) count(t, w int64) int64 {
+	var n int64
+	lim := t - w
+	for i := len(l.e) - 1; i >= 0 && l.e[i].at > lim; i-- {
+		n += l.e[i].n
+	}
+	return n
+}
+
+// oldest returns the start of the oldest bucket counted at t.
+func (l *hitLog) oldest(t, w int64) (int64, bool) {
+	lim := t - w
+	for i := range l.e {
+		if l.e[i].at > lim {
+			return l.e[i].at, true
+		}
+	}
+	return 0, false
+}
+
+// prune drops the buckets no longer counted at t.
+func (l *hitLog) prune(t, w int64) {
+	lim := t - w
+	i := 0
+	for i < len(l.e) && l.e[i].at <= lim {
+		i++
+	}
+	if i > 0 {
+		k := copy(l.e, l.e[i:])
+		l.e = l.e[:k]
+	}
+}
+
+// add records n hits at t in buckets of width b, after pruning for window w.
+// A hit at or before the newest bucket's start joins that bucket (time that
+// goes backwards is counted late, never early).
+func (l *hitLog) add(t, w, b, n int64, capHint int) {
+	if n <= 0 {
+		return
+	}
+	l.prune(t, w)
+	at := floorDiv(t, b) * b
+	if k := len(l.e); k > 0 && l.e[k-1].at >= at {
+		l.e[k-1].n += n
+		return
+	}
+	if l.e == nil {
+		l.e = make([]entry, 0, capHint)
+	}
+	l.e = append(l.e, entry{at, n})
+}
+
+// removeNewest removes up to n hits counted at t, newest first, and returns
+// how many it removed.
+func (l *hitLog) removeNewest(t, w, n int64) int64 {
+	l.prune(t, w)
+	var done int64
+	for done < n && len(l.e) > 0 {
+		k := len(l.e) - 1
+		take := min(n-done, l.e[k].n)
+		l.e[k].n -= take
+		done += take
+		if l.e[k].n == 0 {
+			l.e = l.e[:k]
+		}
+	}
+	return done
+}
+
+// nextExpiry returns the earliest instant after t at which a bucket leaves a
+// window of w.
+func (l *hitLog) nextExpiry(t, w int64) (int64, bool) {
+	for i := range l.e {
+		if x := l.e[i].at + w; x > t {
+			return x, true
+		}
+	}
+	return 0, false
+}
+
+// last returns the newest bucket's start.
+func (l *hitLog) last() (int64, bool) {
+	if len(l.e) == 0 {
+		return 0, false
+	}
+	return l.e[len(l.e)-1].at, true
+}
+
+// tierWidth is the bucket width of a tier's log: 1 µs (exact timestamps) for
+// a limit up to exactMax, else ceil(window/64).
+func tierWidth(limit, window int64, exact bool) int64 {
+	if exact || limit <= exactMax {
+		return 1
+	}
+	return max(1, ceilDiv(window, bucketsPerWindow))
+}
+
+// secondWidth is the bucket width of a per-second log for limit (0: none).
+func secondWidth(limit int64, exact bool) int64 {
+	if exact || (limit >= 1 && limit <= exactMax) {
+		return 1
+	}
+	return second / bucketsPerWindow
+}
+
+func capHint(limit int64) int {
+	if limit >= 1 && limit <= exactMax {
+		return int(limit)
+	}
+	return bucketsPerWindow
+}
+
+// ForgetAt returns the instant from which forgetting g cannot change any
+// decision (its newest hit has left the last second), or the zero Time when
+// g holds no hit. A nil g returns the zero Time.
+func (g *Global) ForgetAt() time.Time {
+	if g == nil {
+		return time.Time{}
+	}
+	at, ok := g.second.last()
+	if !ok {
+		return time.Time{}
+	}
+	return time.UnixMicro(at + second)
+}
