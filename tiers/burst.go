@@ -42,12 +42,12 @@ type walker struct {
 	t         int64
 	dom, glob int64 // the domain's and the resource's hits in the last second
 
-	c             int    // current tier (0: the virtual tier)
-	cnt           int64  // hits in tier c's window, this walk's included
-	n             int64  // hits granted so far
-	mask          uint64 // tiers entered by this walk (bit i-1 for tier i)
-	hard, global  bool   // the last run stopped at the hard / global limit
-	stuckAtTiers  bool   // the last run stopped for want of a tier
+	c            int    // current tier (0: the virtual tier)
+	cnt          int64  // hits in tier c's window, this walk's included
+	n            int64  // hits granted so far
+	mask         uint64 // tiers entered by this walk (bit i-1 for tier i)
+	hard, global bool   // the last run stopped at the hard / global limit
+	stuckAtTiers bool   // the last run stopped for want of a tier
 }
 
 // init sets the walk at the state's situation at t.

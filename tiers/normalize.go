@@ -40,4 +40,3 @@ func Normalize(p Policy) (Policy, []string) {
 	p.Tiers = out
 	return p, notes
 }
-
