@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -635,4 +636,47 @@ func (constEngine) ShouldRateLimit(_ context.Context, req *engine.Request) (*eng
 		}
 	}
 	return resp, nil
+}
+
+// TestReloadRealLoader runs a ConfigMap swap through config.Load: the
+// "..<timestamp>" directories stay hidden (no duplicate domain), a swap is
+// seen, and an invalid file is refused with its file:line.
+func TestReloadRealLoader(t *testing.T) {
+	dir := t.TempDir()
+	lyft := func(n int) string {
+		return "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: second\n      requests_per_unit: " + strconv.Itoa(n) + "\n"
+	}
+	writeConfigMap(t, dir, "1", map[string]string{"rl.yaml": lyft(7)})
+	load := func(fsys fs.FS) (*config.Config, []config.Warning, error) { return config.Load(fsys, config.Options{}) }
+	e := &fakeEngine{}
+	r := NewReloader(dir, load, func(c *config.Config) { e.SetTree(c.Tree) }, NewMetrics(nil), slog.New(slog.NewTextHandler(io.Discard, nil)))
+	dump := func() string {
+		t.Helper()
+		b, err := r.Current().Dump()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	if _, err := r.Check(); err != nil {
+		t.Fatalf("first load: %v", err)
+	}
+	if !strings.Contains(dump(), "limit: 7") {
+		t.Errorf("dump lacks limit 7:\n%s", dump())
+	}
+	writeConfigMap(t, dir, "2", map[string]string{"rl.yaml": lyft(9)})
+	if _, err := r.Check(); err != nil {
+		t.Fatalf("after swap: %v", err)
+	}
+	if !strings.Contains(dump(), "limit: 9") {
+		t.Errorf("dump lacks limit 9 after swap:\n%s", dump())
+	}
+	writeConfigMap(t, dir, "3", map[string]string{"rl.yaml": "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: fortnight\n      requests_per_unit: 1\n"})
+	_, err := r.Check()
+	if err == nil || !strings.Contains(err.Error(), "rl.yaml:") {
+		t.Errorf("invalid config: got %v, want an error naming rl.yaml:line", err)
+	}
+	if !strings.Contains(dump(), "limit: 9") || e.trees != 2 {
+		t.Errorf("the last good config did not stay (trees set %d times):\n%s", e.trees, dump())
+	}
 }
