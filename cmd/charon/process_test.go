@@ -1,0 +1,144 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+)
+
+// freePorts returns n distinct loopback ports that were free a moment ago
+// (serve's flags take addresses, so ":0" cannot be read back).
+func freePorts(t *testing.T, n int) []int {
+	t.Helper()
+	var ls []net.Listener
+	var ports []int
+	for i := 0; i < n; i++ {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ls = append(ls, l)
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+	}
+	for _, l := range ls {
+		l.Close()
+	}
+	return ports
+}
+
+func buildCharon(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "charon")
+	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// TestServeProcess runs the real binary: it starts on free ports with
+// examples/config, turns healthy, answers ShouldRateLimit, and exits 0 on
+// SIGTERM.
+func TestServeProcess(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the binary")
+	}
+	bin := buildCharon(t)
+	p := freePorts(t, 3)
+	grpcAddr := "127.0.0.1:" + strconv.Itoa(p[0])
+	httpAddr := "127.0.0.1:" + strconv.Itoa(p[1])
+	var stderr bytes.Buffer
+	cmd := exec.Command(bin, "serve", "--config", "../../examples/config",
+		"--grpc-addr", grpcAddr, "--http-addr", httpAddr, "--response-headers")
+	cmd.Env = append(os.Environ(), "CHARON_DEBUG_ADDR=127.0.0.1:"+strconv.Itoa(p[2]), "LOG_FORMAT=text")
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	t.Cleanup(func() {
+		if cmd.ProcessState == nil {
+			cmd.Process.Kill()
+			<-exited
+		}
+	})
+
+	// Wait for health, with a deadline.
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		resp, err := http.Get("http://" + httpAddr + "/healthcheck")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				break
+			}
+		}
+		select {
+		case err := <-exited:
+			t.Fatalf("charon serve exited early: %v\n%s", err, stderr.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("not healthy in time\n%s", stderr.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+
+	cc, err := grpc.NewClient(grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	h, err := healthpb.NewHealthClient(cc).Check(ctx, &healthpb.HealthCheckRequest{Service: "envoy.service.ratelimit.v3.RateLimitService"})
+	if err != nil || h.Status != healthpb.HealthCheckResponse_SERVING {
+		t.Fatalf("health: %v, %v", h, err)
+	}
+	resp, err := rlsv3.NewRateLimitServiceClient(cc).ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{
+		Domain: "bench",
+		Descriptors: []*ratelimitv3.RateLimitDescriptor{{
+			Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: "user", Value: "alice"}},
+		}},
+	})
+	if err != nil {
+		t.Fatalf("ShouldRateLimit: %v\n%s", err, stderr.String())
+	}
+	if resp.OverallCode != rlsv3.RateLimitResponse_OK || len(resp.Statuses) != 1 {
+		t.Fatalf("got %v, want OK with one status", resp)
+	}
+	if l := resp.Statuses[0].GetCurrentLimit(); l.GetRequestsPerUnit() != 1000 || l.GetUnit() != rlsv3.RateLimitResponse_RateLimit_SECOND {
+		t.Errorf("current_limit %v, want 1000 per SECOND", l)
+	}
+
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-exited:
+		if err != nil {
+			t.Fatalf("exit after SIGTERM: %v\n%s", err, stderr.String())
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatalf("no exit 15 s after SIGTERM\n%s", stderr.String())
+	}
+	if !strings.Contains(stderr.String(), "stopped") {
+		t.Errorf("log lacks the stop message:\n%s", stderr.String())
+	}
+}
