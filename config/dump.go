@@ -1,6 +1,7 @@
 package config
 
 import (
+	"bytes"
 	"fmt"
 	"slices"
 
@@ -142,7 +143,16 @@ func (c *Config) Dump() ([]byte, error) {
 		}
 		doc.Domains = append(doc.Domains, dd)
 	}
-	return yaml.Marshal(&doc)
+	var b bytes.Buffer
+	enc := yaml.NewEncoder(&b)
+	enc.SetIndent(2)
+	if err := enc.Encode(&doc); err != nil {
+		return nil, err
+	}
+	if err := enc.Close(); err != nil {
+		return nil, err
+	}
+	return b.Bytes(), nil
 }
 
 func sortedKeys[V any](m map[string]V) []string {

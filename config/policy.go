@@ -1,7 +1,10 @@
 package config
 
 import (
+	"errors"
 	"fmt"
+	"regexp"
+	"strconv"
 	"strings"
 	"time"
 
@@ -108,7 +111,7 @@ func (p *parser) limit(ls *leafSpec, path string, line int) *descriptors.Limit {
 			ok = false
 		}
 	}
-	if l.Policy != nil && !p.validate(g.k, gp, l.Policy) {
+	if l.Policy != nil && !p.validate(g.k, path, g.name, l.Policy) {
 		ok = false
 	}
 	if l.Copies != nil && l.Copies.GlobalLimit > 0 {
@@ -120,13 +123,38 @@ func (p *parser) limit(ls *leafSpec, path string, line int) *descriptors.Limit {
 	return l
 }
 
-// validate applies tiers.Validate to a finished policy.
-func (p *parser) validate(at *yaml.Node, path string, pol *tiers.Policy) bool {
-	if err := tiers.Validate(pol); err != nil {
-		p.errf(at, path, "%v", err)
+var tierNote = regexp.MustCompile(`^tiers\[(\d+)\]: (.*)$`)
+
+// rateLimitFields maps tiers.FieldError fields of a policy built from a
+// rate_limit block back to that block's keys.
+var rateLimitFields = map[string]string{
+	"tiers[0].limit":    "rate_limit.requests_per_unit",
+	"tiers[0].window":   "rate_limit.unit",
+	"requests_per_unit": "rate_limit.requests_per_unit",
+	"unit":              "rate_limit.unit",
+}
+
+// validate applies tiers.Validate to a finished policy built from the key
+// source (rate_limit, tiers, token_bucket) of the descriptor or override at
+// base, reporting the field it names.
+func (p *parser) validate(at *yaml.Node, base, source string, pol *tiers.Policy) bool {
+	err := tiers.Validate(pol)
+	if err == nil {
+		return true
+	}
+	var fe *tiers.FieldError
+	if !errors.As(err, &fe) {
+		p.errf(at, join(base, source), "%v", err)
 		return false
 	}
-	return true
+	field := fe.Field
+	if source == "rate_limit" {
+		if f, ok := rateLimitFields[field]; ok {
+			field = f
+		}
+	}
+	p.errf(at, join(base, field), "%s", fe.Problem)
+	return false
 }
 
 type rlMeta struct {
@@ -260,8 +288,6 @@ func (p *parser) tierList(k, n *yaml.Node, path string) (*tiers.Policy, bool) {
 	pol := closed()
 	ok := true
 	items := p.list(n, path)
-	type at struct{ window, active *yaml.Node }
-	var ats []at
 	for i, it := range items {
 		ip := fmt.Sprintf("%s[%d]", path, i)
 		if !p.mapping(it, ip) {
@@ -269,7 +295,6 @@ func (p *parser) tierList(k, n *yaml.Node, path string) (*tiers.Policy, bool) {
 			continue
 		}
 		t := tiers.Tier{Active: tiers.Unbounded}
-		var a at
 		var haveLimit, haveWindow bool
 		p.fields(it, ip, func(key string, kk, v *yaml.Node) bool {
 			fp := join(ip, key)
@@ -280,14 +305,12 @@ func (p *parser) tierList(k, n *yaml.Node, path string) (*tiers.Policy, bool) {
 				t.Limit, vok = p.integer(v, fp, 1, "must be >= 1")
 			case "window":
 				haveWindow = true
-				a.window = v
 				t.Window, vok = p.duration(v, fp, false)
 				if vok && t.Window == 0 {
 					p.errf(v, fp, "must be > 0")
 					vok = false
 				}
 			case "active":
-				a.active = v
 				t.Active, vok = p.duration(v, fp, true)
 			case "cooldown":
 				t.Cooldown, vok = p.duration(v, fp, true)
@@ -307,39 +330,24 @@ func (p *parser) tierList(k, n *yaml.Node, path string) (*tiers.Policy, bool) {
 			p.errf(it, join(ip, "window"), "missing")
 			ok = false
 		}
-		if a.window == nil {
-			a.window = it
-		}
-		if a.active == nil {
-			a.active = it
-		}
 		pol.Tiers = append(pol.Tiers, t)
-		ats = append(ats, a)
 	}
 	if !ok {
 		return nil, false
 	}
-	// Normalization, paper §4.1.
-	out := pol.Tiers[:0]
-	for i, t := range pol.Tiers {
-		ip := fmt.Sprintf("%s[%d]", path, i)
-		a := ats[i]
-		switch {
-		case t.Active == 0:
-			p.warnf(a.active, join(ip, "active"), "active 0: tier removed")
-			continue
-		case t.Active == tiers.Unbounded:
-		case t.Window > t.Active:
-			p.warnf(a.window, join(ip, "window"), "window %s longer than active %s: cut to %s", fmtDur(t.Window), fmtDur(t.Active), fmtDur(t.Active))
-			t.Window = t.Active
-		case t.Active%t.Window != 0:
-			cut := t.Active - t.Active%t.Window
-			p.warnf(a.active, join(ip, "active"), "active %s not a multiple of window %s: cut to %s", fmtDur(t.Active), fmtDur(t.Window), fmtDur(cut))
-			t.Active = cut
+	// Normalization, paper §4.1: tiers.Normalize names the tiers it
+	// changes by their index in the config ("tiers[2]: ...").
+	norm, notes := tiers.Normalize(*pol)
+	for _, note := range notes {
+		if m := tierNote.FindStringSubmatch(note); m != nil {
+			if i, err := strconv.Atoi(m[1]); err == nil && i < len(items) {
+				p.warnf(items[i], fmt.Sprintf("%s[%d]", path, i), "%s", m[2])
+				continue
+			}
 		}
-		out = append(out, t)
+		p.warnf(k, path, "%s", note)
 	}
-	pol.Tiers = out
+	pol = &norm
 	if len(pol.Tiers) == 0 {
 		p.warnf(k, path, "no tiers: every request is rejected")
 		pol.Tiers = nil
@@ -602,7 +610,7 @@ func (p *parser) overrides(n *yaml.Node, path string, l *descriptors.Limit) bool
 		if pol.Kind == tiers.KindTiers && l.Policy != nil {
 			pol.GlobalLimit = l.Policy.GlobalLimit
 		}
-		if !p.validate(g.k, gp, pol) {
+		if !p.validate(g.k, ip, g.name, pol) {
 			ok = false
 			continue
 		}

@@ -1,0 +1,402 @@
+package config
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"testing/fstest"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/charonlimit/charon/tiers"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files under testdata/")
+
+func load(t *testing.T, opts Options, files ...string) (*Config, []Warning, error) {
+	t.Helper()
+	fsys := fstest.MapFS{}
+	for i := 0; i+1 < len(files); i += 2 {
+		fsys[files[i]] = &fstest.MapFile{Data: []byte(files[i+1])}
+	}
+	return Load(fsys, opts)
+}
+
+func TestLoadErrors(t *testing.T) {
+	tests := []struct {
+		name string
+		text string
+		want []string // every line of the error, in order
+	}{
+		{"tier window zero", `
+domain: api
+descriptors:
+  - key: a
+  - key: b
+  - key: user
+    tiers:
+      - limit: 5
+        window: 0s
+`, []string{"api.yaml:9: descriptors[2].tiers[0].window: must be > 0"}},
+		{"every problem at once", `
+domain: api
+descriptors:
+  - key: a
+    tiers: [{limit: 0, window: 1x}]
+  - key: b
+    rate_limit: {unit: fortnight, requests_per_unit: -1}
+  - key: c
+    bogus: 1
+`, []string{
+			"api.yaml:5: descriptors[0].tiers[0].limit: must be >= 1",
+			`api.yaml:5: descriptors[0].tiers[0].window: must be a duration such as 1s, 5m or 24h, not "1x"`,
+			`api.yaml:7: descriptors[1].rate_limit.unit: invalid rate limit unit "fortnight": use second, minute, hour, day, week, month or year`,
+			"api.yaml:7: descriptors[1].rate_limit.requests_per_unit: must be >= 0",
+			`api.yaml:9: descriptors[2].bogus: unknown key "bogus"`,
+		}},
+		{"two policies", `
+domain: api
+descriptors:
+  - key: a
+    rate_limit: {unit: second, requests_per_unit: 1}
+    tiers: [{limit: 1, window: 1s}]
+`, []string{"api.yaml:6: descriptors[0].tiers: a descriptor has exactly one policy: rate_limit and tiers both given"}},
+		{"hard limit without policy", `
+domain: api
+descriptors:
+  - key: a
+    hard_limit: 5
+`, []string{"api.yaml:5: descriptors[0].hard_limit: needs a policy on the same descriptor (rate_limit, tiers, token_bucket or copies)"}},
+		{"hard limit on fixed window", `
+domain: api
+descriptors:
+  - key: a
+    rate_limit: {unit: second, requests_per_unit: 1, algorithm: fixed_window}
+    hard_limit: 5
+`, []string{"api.yaml:6: descriptors[0].hard_limit: applies only to tiers and to a sliding-window rate_limit"}},
+		{"duration without unit", `
+domain: api
+descriptors:
+  - key: a
+    token_bucket: {capacity: 10, refill: 1, per: 60}
+`, []string{`api.yaml:5: descriptors[0].token_bucket.per: must be a duration such as 1s, 5m or 24h, not "60" (give a unit: 60s?)`}},
+		{"bad override", `
+domain: api
+descriptors:
+  - key: user
+    tiers: [{limit: 1, window: 1s}]
+    overrides:
+      - domain: alice
+        tiers: [{limit: 2, window: 1s}]
+      - domain: alice
+        tiers: [{limit: 3, window: 1s}]
+      - tiers: [{limit: 3, window: 1s}]
+`, []string{
+			`api.yaml:9: descriptors[0].overrides[1].domain: domain "alice" already overridden at line 7`,
+			"api.yaml:11: descriptors[0].overrides[2].domain: missing: name the Charon domain this override is for",
+		}},
+		{"key twice and non-bool", `
+domain: api
+domain: other
+ignore_limits: yes please
+`, []string{
+			"api.yaml:3: domain: key given twice (first at line 2)",
+			`api.yaml:4: ignore_limits: must be true or false, not "yes please"`,
+		}},
+		{"copies groups", `
+domain: api
+descriptors:
+  - key: lic
+    copies:
+      domain_limit: 2
+      groups:
+        - {name: g, limit: 1, members: [a]}
+        - {name: g, members: [""]}
+`, []string{
+			"api.yaml:9: descriptors[0].copies.groups[1].members[0]: empty member",
+			`api.yaml:9: descriptors[0].copies.groups[1].name: group "g" given twice`,
+			"api.yaml:9: descriptors[0].copies.groups[1].limit: missing",
+		}},
+		{"two documents", "domain: a\n---\ndomain: b\n", []string{"api.yaml:2: more than one YAML document in the file"}},
+		{"not a mapping", "- a\n", []string{"api.yaml:1: must be a mapping with domain and descriptors, not a list"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, _, err := load(t, Options{}, "api.yaml", tt.text)
+			if err == nil {
+				t.Fatal("loaded, want an error")
+			}
+			if !errors.Is(err, ErrInvalid) {
+				t.Errorf("not ErrInvalid: %v", err)
+			}
+			got := strings.Split(err.Error(), "\n")
+			if diff := cmp.Diff(tt.want, got); diff != "" {
+				t.Errorf("errors (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestLoadPolicies(t *testing.T) {
+	text := `domain: api
+ignore_limits: true
+descriptors:
+  - key: sliding
+    rate_limit: {unit: MINUTE, requests_per_unit: 10}
+    hard_limit: 3
+    global_limit: 100
+  - key: fixed
+    rate_limit: {unit: day, requests_per_unit: 10, algorithm: fixed_window}
+  - key: banned
+    rate_limit: {unit: second, requests_per_unit: 0}
+  - key: free
+    rate_limit: {unlimited: true}
+  - key: penalties
+    tiers:
+      - {limit: 5, window: 1s}
+      - {limit: 20, window: 1s, active: 5s, cooldown: 15s, skippable: true}
+  - key: bucket
+    token_bucket: {capacity: 100, refill: 6, per: 1m}
+  - key: user
+    tiers: [{limit: 1, window: 1s}]
+    global_limit: 50
+    overrides:
+      - domain: alice
+        tiers: [{limit: 10, window: 1s}]
+      - domain: a/b
+        rate_limit: {unit: second, requests_per_unit: 7}
+        hard_limit: 2
+`
+	cfg, warns, err := load(t, Options{}, "api.yaml", text)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(warns) != 0 {
+		t.Errorf("warnings: %v", warns)
+	}
+	unb := tiers.Unbounded
+	tests := []struct {
+		entries   []string
+		want      *tiers.Policy
+		unlimited bool
+	}{
+		{[]string{"sliding", "x"}, &tiers.Policy{Tiers: []tiers.Tier{{Limit: 10, Window: time.Minute, Active: unb}}, HardLimit: 3, GlobalLimit: 100}, false},
+		{[]string{"fixed", "x"}, &tiers.Policy{Kind: tiers.KindFixedWindow, Window: tiers.FixedWindow{Limit: 10, Unit: tiers.UnitDay}}, false},
+		{[]string{"banned", "x"}, &tiers.Policy{}, false},
+		{[]string{"free", "x"}, nil, true},
+		{[]string{"penalties", "x"}, &tiers.Policy{Tiers: []tiers.Tier{{Limit: 5, Window: time.Second, Active: unb}, {Limit: 20, Window: time.Second, Active: 5 * time.Second, Cooldown: 15 * time.Second, Skippable: true}}}, false},
+		{[]string{"bucket", "x"}, &tiers.Policy{Kind: tiers.KindTokenBucket, Bucket: tiers.TokenBucket{Capacity: 100, Refill: 6, Per: time.Minute}}, false},
+		{[]string{"user", "bob"}, &tiers.Policy{Tiers: []tiers.Tier{{Limit: 1, Window: time.Second, Active: unb}}, GlobalLimit: 50}, false},
+		{[]string{"user", "alice"}, &tiers.Policy{Tiers: []tiers.Tier{{Limit: 10, Window: time.Second, Active: unb}}, GlobalLimit: 50}, false},
+		{[]string{"user", "a/b"}, &tiers.Policy{Tiers: []tiers.Tier{{Limit: 7, Window: time.Second, Active: unb}}, HardLimit: 2, GlobalLimit: 50}, false},
+	}
+	for _, tt := range tests {
+		m, ok := cfg.Tree.Match("api", e(tt.entries...))
+		if !ok {
+			t.Errorf("%v: no match", tt.entries)
+			continue
+		}
+		if m.Limit.Unlimited != tt.unlimited {
+			t.Errorf("%v: unlimited = %v", tt.entries, m.Limit.Unlimited)
+		}
+		if diff := cmp.Diff(tt.want, m.Policy); diff != "" {
+			t.Errorf("%v: policy (-want +got):\n%s", tt.entries, diff)
+		}
+	}
+	if d, _ := cfg.Tree.Domain("api"); !d.IgnoreLimits || d.AllowUnconfigured {
+		t.Errorf("domain config = %+v", d)
+	}
+}
+
+func TestLoadWarnings(t *testing.T) {
+	text := `domain: api
+descriptors:
+  - key: user
+    tiers:
+      - {limit: 5, window: 1s, active: 0s}
+      - {limit: 5, window: 10s, active: 5s}
+      - {limit: 5, window: 10s, active: 25s}
+  - key: lic
+    copies:
+      domain_limit: 10
+      global_limit: 4
+      groups: [{name: g, limit: 9, members: [a, b]}]
+`
+	cfg, warns, err := load(t, Options{}, "api.yaml", text)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, w := range warns {
+		got = append(got, w.String())
+	}
+	want := []string{
+		"api.yaml:5: descriptors[0].tiers[0]: removed (active 0)",
+		"api.yaml:6: descriptors[0].tiers[1]: window 10s cut to active 5s",
+		"api.yaml:7: descriptors[0].tiers[2]: active 25s cut to 20s (whole windows of 10s)",
+		"api.yaml:10: descriptors[1].copies.domain_limit: domain_limit 10 above global_limit 4: lowered to 4",
+		"api.yaml:10: descriptors[1].copies.groups[0].limit: group limit 9 above global_limit 4: lowered to 4",
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("warnings (-want +got):\n%s", diff)
+	}
+	m, _ := cfg.Tree.Match("api", e("user", "u"))
+	wantTiers := []tiers.Tier{{Limit: 5, Window: 5 * time.Second, Active: 5 * time.Second}, {Limit: 5, Window: 10 * time.Second, Active: 20 * time.Second}}
+	if diff := cmp.Diff(wantTiers, m.Policy.Tiers); diff != "" {
+		t.Errorf("tiers (-want +got):\n%s", diff)
+	}
+	m, _ = cfg.Tree.Match("api", e("lic", "x"))
+	if m.Limit.Copies.DomainLimit != 4 || m.Limit.Copies.Groups[0].Limit != 4 {
+		t.Errorf("copies not lowered: %+v", m.Limit.Copies)
+	}
+}
+
+func TestLoadMatchShareThreshold(t *testing.T) {
+	for _, f := range lyftFiles(t, "valid") {
+		if filepath.Base(f) != "share_threshold.yaml" {
+			continue
+		}
+		cfg, _, err := Load(mapFS(t, f), Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		tests := []struct {
+			entries          []string
+			limit            int64
+			resource, domain string
+		}{
+			{[]string{"files", "files/a"}, 100, "test-domain/files=files%2F*", ""},
+			{[]string{"files", "files/b"}, 100, "test-domain/files=files%2F*", ""},
+			{[]string{"file", "test1"}, 50, "test-domain/file=test1", ""},
+			{[]string{"file", "test2"}, 100, "test-domain/file=test*", ""},
+			{[]string{"path", "path/x", "file", "file/y", "type", "t"}, 120, "test-domain/path=path%2F*/file=file%2F*/type", "file%2Fy,t"},
+			{[]string{"route", "api/v1", "method", "GET"}, 60, "test-domain/route=api%2F*/method", "GET"},
+		}
+		for _, tt := range tests {
+			m, ok := cfg.Tree.Match("test-domain", e(tt.entries...))
+			if !ok {
+				t.Errorf("%v: no match", tt.entries)
+				continue
+			}
+			if m.Policy.Tiers[0].Limit != tt.limit || m.Resource != tt.resource || m.Domain != tt.domain {
+				t.Errorf("%v: got (%d, %q, %q), want (%d, %q, %q)", tt.entries, m.Policy.Tiers[0].Limit, m.Resource, m.Domain, tt.limit, tt.resource, tt.domain)
+			}
+		}
+	}
+}
+
+func TestLoadFilesAndSymlinks(t *testing.T) {
+	dir := t.TempDir()
+	ts := filepath.Join(dir, "..2024_01_01_00_00_00.123")
+	must(t, os.MkdirAll(filepath.Join(ts, "sub"), 0o755))
+	must(t, os.WriteFile(filepath.Join(ts, "a.yaml"), []byte("domain: a\n"), 0o644))
+	must(t, os.WriteFile(filepath.Join(ts, "b.yml"), []byte("domain: b\n"), 0o644))
+	must(t, os.WriteFile(filepath.Join(ts, "notes.txt"), []byte("not yaml"), 0o644))
+	must(t, os.Symlink(filepath.Base(ts), filepath.Join(dir, "..data")))
+	must(t, os.Symlink("..data/a.yaml", filepath.Join(dir, "a.yaml")))
+	must(t, os.Symlink("..data/b.yml", filepath.Join(dir, "b.yml")))
+	must(t, os.Symlink("..data/notes.txt", filepath.Join(dir, "notes.txt")))
+	must(t, os.Symlink("..data", filepath.Join(dir, "loop.yaml"))) // a directory: skipped
+	must(t, os.MkdirAll(filepath.Join(dir, "nested"), 0o755))
+	must(t, os.WriteFile(filepath.Join(dir, "nested", "c.yaml"), []byte("domain: c\n"), 0o644))
+	must(t, os.WriteFile(filepath.Join(dir, ".hidden.yaml"), []byte("domain: a\n"), 0o644))
+	cfg, _, err := Load(os.DirFS(dir), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]string{"a.yaml", "b.yml", "nested/c.yaml"}, cfg.Files); diff != "" {
+		t.Errorf("files (-want +got):\n%s", diff)
+	}
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestDumpGolden(t *testing.T) {
+	dir := filepath.Join("testdata", "dump")
+	inputs, err := filepath.Glob(filepath.Join(dir, "*.in.yaml"))
+	if err != nil || len(inputs) == 0 {
+		t.Fatalf("no inputs in %s: %v", dir, err)
+	}
+	for _, in := range inputs {
+		name := strings.TrimSuffix(filepath.Base(in), ".in.yaml")
+		t.Run(name, func(t *testing.T) {
+			data, err := os.ReadFile(in)
+			must(t, err)
+			cfg, warns, err := Load(fstest.MapFS{name + ".yaml": {Data: data}}, Options{})
+			must(t, err)
+			out, err := cfg.Dump()
+			must(t, err)
+			var b strings.Builder
+			for _, w := range warns {
+				fmt.Fprintf(&b, "# warning: %s\n", w)
+			}
+			b.Write(out)
+			golden := filepath.Join(dir, name+".golden")
+			if *update {
+				must(t, os.WriteFile(golden, []byte(b.String()), 0o644))
+			}
+			want, err := os.ReadFile(golden)
+			must(t, err)
+			if diff := cmp.Diff(string(want), b.String()); diff != "" {
+				t.Errorf("dump differs from %s (-want +got; go test -update to rewrite):\n%s", golden, diff)
+			}
+			again, _ := cfg.Dump()
+			if string(again) != string(out) {
+				t.Error("Dump is not stable")
+			}
+		})
+	}
+}
+
+func TestDumpLyftExamples(t *testing.T) {
+	for _, f := range lyftFiles(t, "examples") {
+		cfg, _, err := Load(mapFS(t, f), Options{})
+		must(t, err)
+		if _, err := cfg.Dump(); err != nil {
+			t.Errorf("%s: %v", f, err)
+		}
+	}
+}
+
+func FuzzLoad(f *testing.F) {
+	f.Add([]byte("domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1}\n"))
+	f.Add([]byte("domain: a\ndescriptors:\n  - key: k\n    tiers: [{limit: 1, window: 1s, active: 0s}]\n    overrides: [{domain: x, tiers: []}]\n"))
+	f.Add([]byte("domain: a\ndescriptors:\n  - key: k\n    copies: {domain_limit: 3, global_limit: 1, groups: [{name: g, limit: 2, members: [a]}]}\n"))
+	f.Add([]byte("a: &a [*a]\n"))
+	f.Add([]byte("'''"))
+	for _, fl := range []string{"valid", "examples", "invalid"} {
+		m, _ := filepath.Glob(filepath.Join(lyftDir, fl, "*.yaml"))
+		for _, p := range m {
+			if data, err := os.ReadFile(p); err == nil {
+				f.Add(data)
+			}
+		}
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		cfg, _, err := Load(fstest.MapFS{"f.yaml": {Data: data}}, Options{})
+		if err == nil {
+			if _, err := cfg.Dump(); err != nil {
+				t.Fatal(err)
+			}
+			for _, d := range cfg.Tree.Domains() {
+				for _, l := range cfg.Tree.Leaves(d.Name) {
+					var es []string
+					for _, p := range l.Path {
+						es = append(es, p.Key, p.Value+"x")
+					}
+					cfg.Tree.Match(d.Name, e(es...))
+				}
+			}
+		}
+	})
+}
