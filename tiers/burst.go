@@ -207,7 +207,7 @@ func applyTiers(p *Policy, s *State, g *Global, t int64, c0 int, cnt0 int64, res
 			}
 			ts := &s.tiers[j-1]
 			ts.in, ts.entered = true, t
-			ts.hits.e = ts.hits.e[:0]
+			ts.hits.reset()
 			if j == res.c {
 				addTo(j, res.cnt)
 			} else {
@@ -267,7 +267,9 @@ func nextEvent(p *Policy, s *State, g *Global, t int64) (int64, bool) {
 		consider(end, end != inf)
 		cend := addSat(end, max(0, micros(tr.Cooldown)))
 		consider(cend, cend != inf)
-		consider(ts.hits.nextExpiry(t, micros(tr.Window)))
+		if t < end { // only an active tier's hits matter: no tier is entered without traffic
+			consider(ts.hits.nextExpiry(t, micros(tr.Window)))
+		}
 	}
 	consider(s.second.nextExpiry(t, second))
 	if g != nil {

@@ -52,18 +52,22 @@ type entry struct {
 	at, n int64
 }
 
-// hitLog is a list of buckets with strictly increasing starts.
+// hitLog is a list of buckets with strictly increasing starts: e[h:]. The
+// head index and the running sum make counting and pruning cost the number
+// of expired buckets only; the slice is compacted when it is full.
 type hitLog struct {
-	e []entry
+	e   []entry
+	h   int
+	sum int64 // hits in e[h:]
 }
 
 // count returns the hits counted in a window of w at t: those of the buckets
 // starting after t-w.
 func (l *hitLog) count(t, w int64) int64 {
-	var n int64
+	n := l.sum
 	lim := t - w
-	for i := len(l.e) - 1; i >= 0 && l.e[i].at > lim; i-- {
-		n += l.e[i].n
+	for i := l.h; i < len(l.e) && l.e[i].at <= lim; i++ {
+		n -= l.e[i].n
 	}
 	return n
 }
@@ -71,7 +75,7 @@ func (l *hitLog) count(t, w int64) int64 {
 // oldest returns the start of the oldest bucket counted at t.
 func (l *hitLog) oldest(t, w int64) (int64, bool) {
 	lim := t - w
-	for i := range l.e {
+	for i := l.h; i < len(l.e); i++ {
 		if l.e[i].at > lim {
 			return l.e[i].at, true
 		}
@@ -82,14 +86,18 @@ func (l *hitLog) oldest(t, w int64) (int64, bool) {
 // prune drops the buckets no longer counted at t.
 func (l *hitLog) prune(t, w int64) {
 	lim := t - w
-	i := 0
-	for i < len(l.e) && l.e[i].at <= lim {
-		i++
+	for l.h < len(l.e) && l.e[l.h].at <= lim {
+		l.sum -= l.e[l.h].n
+		l.h++
 	}
-	if i > 0 {
-		k := copy(l.e, l.e[i:])
-		l.e = l.e[:k]
+	if l.h == len(l.e) {
+		l.reset()
 	}
+}
+
+// reset empties the log, keeping its memory.
+func (l *hitLog) reset() {
+	l.e, l.h, l.sum = l.e[:0], 0, 0
 }
 
 // add records n hits at t in buckets of width b, after pruning for window w.
@@ -101,12 +109,17 @@ func (l *hitLog) add(t, w, b, n int64, capHint int) {
 	}
 	l.prune(t, w)
 	at := floorDiv(t, b) * b
-	if k := len(l.e); k > 0 && l.e[k-1].at >= at {
+	l.sum += n
+	if k := len(l.e); k > l.h && l.e[k-1].at >= at {
 		l.e[k-1].n += n
 		return
 	}
 	if l.e == nil {
 		l.e = make([]entry, 0, capHint)
+	}
+	if len(l.e) == cap(l.e) && l.h > 0 {
+		k := copy(l.e, l.e[l.h:])
+		l.e, l.h = l.e[:k], 0
 	}
 	l.e = append(l.e, entry{at, n})
 }
@@ -116,14 +129,18 @@ func (l *hitLog) add(t, w, b, n int64, capHint int) {
 func (l *hitLog) removeNewest(t, w, n int64) int64 {
 	l.prune(t, w)
 	var done int64
-	for done < n && len(l.e) > 0 {
+	for done < n && len(l.e) > l.h {
 		k := len(l.e) - 1
 		take := min(n-done, l.e[k].n)
 		l.e[k].n -= take
+		l.sum -= take
 		done += take
 		if l.e[k].n == 0 {
 			l.e = l.e[:k]
 		}
+	}
+	if l.h == len(l.e) {
+		l.reset()
 	}
 	return done
 }
@@ -131,7 +148,7 @@ func (l *hitLog) removeNewest(t, w, n int64) int64 {
 // nextExpiry returns the earliest instant after t at which a bucket leaves a
 // window of w.
 func (l *hitLog) nextExpiry(t, w int64) (int64, bool) {
-	for i := range l.e {
+	for i := l.h; i < len(l.e); i++ {
 		if x := l.e[i].at + w; x > t {
 			return x, true
 		}
@@ -141,11 +158,14 @@ func (l *hitLog) nextExpiry(t, w int64) (int64, bool) {
 
 // last returns the newest bucket's start.
 func (l *hitLog) last() (int64, bool) {
-	if len(l.e) == 0 {
+	if len(l.e) == l.h {
 		return 0, false
 	}
 	return l.e[len(l.e)-1].at, true
 }
+
+// buckets returns the live buckets.
+func (l *hitLog) buckets() []entry { return l.e[l.h:] }
 
 // tierWidth is the bucket width of a tier's log: 1 µs (exact timestamps) for
 // a limit up to exactMax, else ceil(window/64).
