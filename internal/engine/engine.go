@@ -130,7 +130,19 @@ func (e *Engine) Tree() *descriptors.Tree { return e.tree.Load() }
 // field before any state is touched; a store failure an error matching
 // ErrStore. The answer is otherwise always OK or OVER_LIMIT.
 func (e *Engine) ShouldRateLimit(ctx context.Context, req *Request) (*Response, error) {
-	resp := new(Response)
+	var resp *Response
+	if req != nil && len(req.Descriptors) == 1 {
+		// The common case in one allocation.
+		b := new(struct {
+			r Response
+			s [1]Status
+			l [1]CurrentLimit
+		})
+		b.r.Statuses, b.r.limits = b.s[:0:1], b.l[:0:1]
+		resp = &b.r
+	} else {
+		resp = new(Response)
+	}
 	if err := e.Decide(ctx, req, resp); err != nil {
 		return nil, err
 	}

@@ -61,6 +61,28 @@ func Apply(now time.Time, items []Item, states []*tiers.State, globals []*tiers.
 		out[i] = d
 	}
 
+	// One group: tiers.Request answers exactly what Peek would and commits
+	// nothing when it rejects, so the prediction pass is not needed.
+	groups, first := 0, -1
+	for i := range items {
+		if !items[i].Refund && leader(items, states, i) == i {
+			groups++
+			if first < 0 {
+				first = i
+			}
+		}
+	}
+	if groups == 1 {
+		i := first
+		hits, min := groupSums(items, states, i)
+		out[i] = tiers.Request(items[i].Policy, states[i], globals[i], now, hits, min)
+		split(items, states, i, out)
+		return out[i].OK || items[i].Shadow, nil
+	}
+	if groups == 0 {
+		return true, nil
+	}
+
 	rejected := false
 	for i := range items {
 		if items[i].Refund || leader(items, states, i) != i {

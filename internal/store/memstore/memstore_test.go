@@ -2,6 +2,7 @@ package memstore_test
 
 import (
 	"context"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -135,7 +136,7 @@ func BenchmarkDecide(b *testing.B) {
 	b.RunParallel(func(pb *testing.PB) {
 		out := make([]tiers.Decision, 1)
 		now := storetest.T0
-		i := 0
+		i := int(start.Add(7919))
 		for pb.Next() {
 			i++
 			now = now.Add(time.Microsecond)
@@ -154,3 +155,6 @@ func itoa(i int) string {
 	}
 	return string(b)
 }
+
+// start spreads the parallel benchmark goroutines over the keys.
+var start atomic.Int64
