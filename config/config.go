@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"io/fs"
 	"path"
+	"runtime"
 	"slices"
 	"strings"
+	"sync"
 
 	"github.com/charonlimit/charon/descriptors"
 )
@@ -88,15 +90,35 @@ func Load(fsys fs.FS, opts Options) (*Config, []Warning, error) {
 		return nil, nil, errors.Join(&Error{File: ".", Message: "listing files: " + err.Error()})
 	}
 	st := &state{opts: opts}
+	parsers := make([]*parser, len(files))
+	results := make([]*fileConfig, len(files))
+	next := make(chan int)
+	var wg sync.WaitGroup
+	for range min(runtime.GOMAXPROCS(0), len(files)) {
+		wg.Go(func() {
+			for i := range next {
+				p := &parser{opts: opts, file: files[i]}
+				parsers[i] = p
+				data, err := fs.ReadFile(fsys, files[i])
+				if err != nil {
+					p.errs = append(p.errs, &Error{File: files[i], Message: "reading: " + err.Error()})
+					continue
+				}
+				results[i] = p.parseFile(data)
+			}
+		})
+	}
+	for i := range files {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
 	var parsed []*fileConfig
-	for _, f := range files {
-		data, err := fs.ReadFile(fsys, f)
-		if err != nil {
-			st.errs = append(st.errs, &Error{File: f, Message: "reading: " + err.Error()})
-			continue
-		}
-		if fc := st.parseFile(f, data); fc != nil {
-			parsed = append(parsed, fc)
+	for i, p := range parsers {
+		st.errs = append(st.errs, p.errs...)
+		st.warns = append(st.warns, p.warns...)
+		if results[i] != nil {
+			parsed = append(parsed, results[i])
 		}
 	}
 	specs := st.merge(parsed)

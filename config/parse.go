@@ -47,9 +47,12 @@ type pnode struct {
 	children   []*pnode
 }
 
-// parser parses one file.
+// parser parses one file; the parsers of several files run concurrently
+// and their problems are gathered in file order.
 type parser struct {
-	st      *state
+	opts    Options
+	errs    []*Error
+	warns   []Warning
 	file    string
 	visited int
 	tooBig  bool
@@ -60,7 +63,7 @@ func (p *parser) errf(n *yaml.Node, path, format string, args ...any) {
 	if n != nil {
 		line = n.Line
 	}
-	p.st.errs = append(p.st.errs, &Error{File: p.file, Line: line, Path: path, Message: fmt.Sprintf(format, args...)})
+	p.errs = append(p.errs, &Error{File: p.file, Line: line, Path: path, Message: fmt.Sprintf(format, args...)})
 }
 
 func (p *parser) warnf(n *yaml.Node, path, format string, args ...any) {
@@ -68,13 +71,13 @@ func (p *parser) warnf(n *yaml.Node, path, format string, args ...any) {
 	if n != nil {
 		line = n.Line
 	}
-	p.st.warns = append(p.st.warns, Warning{File: p.file, Line: line, Path: path, Message: fmt.Sprintf(format, args...)})
+	p.warns = append(p.warns, Warning{File: p.file, Line: line, Path: path, Message: fmt.Sprintf(format, args...)})
 }
 
 var yamlLine = regexp.MustCompile(`^yaml: line (\d+): `)
 
-func (st *state) parseFile(file string, data []byte) *fileConfig {
-	p := &parser{st: st, file: file}
+func (p *parser) parseFile(data []byte) *fileConfig {
+	file := p.file
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	var doc yaml.Node
 	if err := dec.Decode(&doc); err != nil && !errors.Is(err, io.EOF) {
@@ -147,7 +150,7 @@ func (p *parser) yamlErr(err error) {
 	} else {
 		msg = strings.TrimPrefix(msg, "yaml: ")
 	}
-	p.st.errs = append(p.st.errs, &Error{File: p.file, Line: line, Message: "invalid YAML: " + msg})
+	p.errs = append(p.errs, &Error{File: p.file, Line: line, Message: "invalid YAML: " + msg})
 }
 
 // resolve follows aliases and counts nodes, so that a file expanding to too
@@ -192,7 +195,6 @@ func join(path, key string) string {
 // fields calls fn for each key of the mapping n; fn returns false for an
 // unknown key. Non-string keys, repeated keys and unknown keys are errors.
 func (p *parser) fields(n *yaml.Node, path string, fn func(key string, k, v *yaml.Node) bool) {
-	seen := map[string]int{}
 	for i := 0; i+1 < len(n.Content); i += 2 {
 		k, v := n.Content[i], p.resolve(n.Content[i+1])
 		if v == nil {
@@ -202,11 +204,17 @@ func (p *parser) fields(n *yaml.Node, path string, fn func(key string, k, v *yam
 			p.errf(k, path, "key %s is not a string", kindName(k))
 			continue
 		}
-		if line, dup := seen[k.Value]; dup {
-			p.errf(k, join(path, k.Value), "key given twice (first at line %d)", line)
+		dup := 0
+		for j := 0; j < i; j += 2 {
+			if prev := n.Content[j]; prev.Tag == "!!str" && prev.Value == k.Value {
+				dup = prev.Line
+				break
+			}
+		}
+		if dup > 0 {
+			p.errf(k, join(path, k.Value), "key given twice (first at line %d)", dup)
 			continue
 		}
-		seen[k.Value] = k.Line
 		if !fn(k.Value, k, v) {
 			p.errf(k, join(path, k.Value), "unknown key %q", k.Value)
 		}

@@ -256,7 +256,7 @@ func (p *parser) rateLimit(n *yaml.Node, path string, full bool) (*tiers.Policy,
 			ok = false
 		}
 	}
-	fixed := p.st.opts.FixedWindowDefault
+	fixed := p.opts.FixedWindowDefault
 	if algNode != nil {
 		alg, _ := p.str(algNode, join(path, "algorithm"))
 		switch strings.ToLower(alg) {
