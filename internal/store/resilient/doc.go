@@ -1,0 +1,80 @@
+// Package resilient wraps a remote store.Store (the Redis store) so that a
+// slow or unreachable remote never stalls a decision, and so that hot keys
+// over their limit stop costing round trips.
+//
+// # Deadline and circuit breaker
+//
+// Every remote Decide runs under a deadline (Options.Timeout, 10 ms by
+// default; Envoy's own RPC timeout is 20 ms). The remote must honour its
+// context's deadline, as go-redis does: the wrapper does not abandon a call
+// running in another goroutine. A circuit breaker counts the remote's
+// failures: after Options.FailureThreshold consecutive failures, or when at
+// least Options.FailureRate of the calls in an Options.RateWindow failed (with
+// at least Options.RateMinCalls calls), it opens for Options.CoolOff; calls
+// then go straight to the failure mode and do not pay the deadline. After the
+// cool-off one call probes the remote (half-open): success closes the
+// breaker, failure opens it for another cool-off. Recovery is automatic.
+//
+// A timed-out remote call may have been committed by the remote (its script
+// may have run after the deadline); the failure mode then decides the same
+// request again, so a timeout can count a request twice, never zero times.
+//
+// # Failure modes
+//
+// When the remote call fails or the breaker is open, Options.Mode decides:
+//
+//   - ModeLocal (the default): a process-local memstore, created by the
+//     wrapper, decides. Each process then enforces the limits on its own
+//     traffic only; when the remote is healthy again decisions return to it
+//     (the local state is kept for the next outage and bounded by
+//     Options.Local.MaxKeys).
+//   - ModeOpen: every item is granted in full (Granted = Hits; refunds 0),
+//     with the decision context of a pair that has no history.
+//   - ModeClosed: every item but refunds is rejected, with RetryAfter the
+//     time until the breaker's next probe (Options.CoolOff when it is not
+//     open); refunds are answered OK and lost.
+//   - ModeUnavailable: Decide returns an error wrapping ErrUnavailable (and
+//     the remote's error, or ErrBreakerOpen), which the engine wraps with
+//     engine.ErrStore and the server answers with gRPC UNAVAILABLE, so that
+//     Envoy's failure_mode_deny decides. Serving reports false while the
+//     breaker is not closed, for the gRPC health service.
+//
+// # Over-limit cache
+//
+// When the remote rejects a pair (a non-shadow, non-refund item) with a
+// positive RetryAfter T, the wrapper remembers the rejection until now+T: no
+// traffic can make the pair grantable sooner, because a rejected request
+// changes nothing and other requests only add hits. A later request whose
+// every item is such a cached pair, asking for the same minimum (the group's
+// summed Min, on which RetryAfter depends), is answered locally without a
+// round trip: OK false, Granted 0, RetryAfter and ResetAfter the time left to
+// now+T (exact, in whole microseconds like the tiers package), and the rest of
+// the decision context as the remote gave it at the rejection (Remaining,
+// TierHits, DomainHits may have moved since). Entries with RetryAfter
+// Unbounded are kept until evicted or flushed: no wait can grant them under
+// that policy ID. A request with any uncached item, or with any refund, goes
+// to the remote, which decides all or nothing anyway.
+//
+// A refund seen by this process removes the refunded pair from the cache
+// and, for a policy with a global limit, invalidates the cached pairs of the
+// same resource. Refunds made through other processes cannot be seen: after
+// one, this process may keep rejecting a pair until its cached T although the
+// remote would grant it sooner. The same holds when the remote forgets state
+// early (evicted keys). The cache is keyed by store.Key, so a policy change
+// (a new PolicyID) never hits old entries; Flush empties it when the
+// configuration changes anyway. The cache uses the now passed to Decide; if
+// the remote decides with its own clock (Redis TIME), T is still measured
+// from this process's now, which is exact as long as both clocks run at the
+// same rate.
+//
+// The cache is bounded (Options.CacheSize entries, least recently used
+// evicted per shard); a hit makes no allocation.
+//
+// # Metrics and health
+//
+// Stats returns plain counters (calls per path taken, remote errors and
+// timeouts, breaker state and openings, cache hits, misses, size and
+// evictions) for the server to export; Serving tells the health service
+// whether to report SERVING; Options.OnBreakerChange is called on every
+// breaker transition.
+package resilient

@@ -1,0 +1,367 @@
+package resilient
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/charonlimit/charon/internal/store"
+	"github.com/charonlimit/charon/internal/store/memstore"
+	"github.com/charonlimit/charon/tiers"
+)
+
+// Defaults of Options.
+const (
+	DefaultTimeout          = 10 * time.Millisecond
+	DefaultFailureThreshold = 5
+	DefaultFailureRate      = 0.5
+	DefaultRateMinCalls     = 20
+	DefaultRateWindow       = time.Second
+	DefaultCoolOff          = time.Second
+	DefaultCacheSize        = 100_000
+)
+
+// Options configure a Store. The zero value is usable: ModeLocal, the
+// defaults above, the system clock.
+type Options struct {
+	// Mode is what to do when the remote fails or the breaker is open.
+	Mode Mode
+	// Timeout bounds every remote call; 0 means DefaultTimeout, negative
+	// means no deadline of the wrapper's own (the caller's context still
+	// applies).
+	Timeout time.Duration
+	// FailureThreshold is the number of consecutive remote failures that
+	// opens the breaker; 0 means DefaultFailureThreshold.
+	FailureThreshold int
+	// FailureRate, in (0, 1], opens the breaker when at least that share of
+	// the remote calls of the current RateWindow failed, once the window
+	// holds RateMinCalls calls; 0 means DefaultFailureRate, negative turns
+	// the rate off (only consecutive failures count).
+	FailureRate float64
+	// RateMinCalls is the number of calls a window needs before its failure
+	// rate counts; 0 means DefaultRateMinCalls.
+	RateMinCalls int
+	// RateWindow is the length of the failure-rate window; 0 means
+	// DefaultRateWindow.
+	RateWindow time.Duration
+	// CoolOff is how long the breaker stays open before one call probes the
+	// remote; 0 means DefaultCoolOff.
+	CoolOff time.Duration
+	// CacheSize bounds the over-limit cache's entries; 0 means
+	// DefaultCacheSize, negative turns the cache off.
+	CacheSize int
+	// Local configures the in-memory store of ModeLocal (unused otherwise).
+	Local memstore.Options
+	// Now is the breaker's clock; nil means time.Now. Decisions and the
+	// cache use the now passed to Decide.
+	Now func() time.Time
+	// OnBreakerChange, when set, is called on every breaker transition,
+	// in order, with the new state. It runs on the deciding goroutine with
+	// a lock held: it must be quick and must not call Decide. A server uses
+	// it to set its gRPC health (see Serving).
+	OnBreakerChange func(BreakerState)
+}
+
+// Store is a store.Store over a remote store with a deadline, a circuit
+// breaker, a failure mode and an over-limit cache. Safe for concurrent use;
+// create it with New.
+type Store struct {
+	remote  store.Store
+	local   *memstore.Store // ModeLocal only
+	mode    Mode
+	timeout time.Duration
+	cooloff time.Duration
+	now     func() time.Time
+	br      breaker
+	cache   *cache // nil: off
+
+	closed    atomic.Bool
+	closeOnce sync.Once
+	closeErr  error
+
+	remoteCalls, cached, localCalls, openCalls, closedCalls, unavailCalls atomic.Uint64
+	remoteErrors, timeouts                                                atomic.Uint64
+}
+
+var _ store.Store = (*Store)(nil)
+
+// ErrNoRemote is the remote failure of a Store created with a nil remote.
+var ErrNoRemote = errors.New("resilient: no remote store")
+
+// New returns a Store deciding through remote, which it owns: Close closes
+// it. In ModeLocal it creates its in-memory fallback store. A nil remote
+// fails every call with ErrNoRemote.
+func New(remote store.Store, opts Options) *Store {
+	if remote == nil {
+		remote = noRemote{}
+	}
+	s := &Store{remote: remote, mode: opts.Mode, timeout: opts.Timeout, cooloff: opts.CoolOff, now: opts.Now}
+	if s.timeout == 0 {
+		s.timeout = DefaultTimeout
+	}
+	if s.cooloff <= 0 {
+		s.cooloff = DefaultCoolOff
+	}
+	if s.now == nil {
+		s.now = time.Now
+	}
+	b := &s.br
+	b.threshold = int64(opts.FailureThreshold)
+	if b.threshold <= 0 {
+		b.threshold = DefaultFailureThreshold
+	}
+	switch r := opts.FailureRate; {
+	case r == 0:
+		b.rate = DefaultFailureRate
+	case r > 0:
+		b.rate = min(r, 1)
+	}
+	b.minCalls = int64(opts.RateMinCalls)
+	if b.minCalls <= 0 {
+		b.minCalls = DefaultRateMinCalls
+	}
+	b.window = int64(opts.RateWindow)
+	if b.window <= 0 {
+		b.window = int64(DefaultRateWindow)
+	}
+	b.cooloff = int64(s.cooloff)
+	b.onChange = opts.OnBreakerChange
+	b.winStart.Store(s.now().UnixNano())
+	switch size := opts.CacheSize; {
+	case size == 0:
+		s.cache = newCache(DefaultCacheSize)
+	case size > 0:
+		s.cache = newCache(size)
+	}
+	if s.mode == ModeLocal {
+		s.local = memstore.New(opts.Local)
+	}
+	return s
+}
+
+// Decide implements store.Store. It answers from the over-limit cache when it
+// can, else asks the remote under the deadline, else (remote failed, breaker
+// open) answers as the failure mode says. Only ModeUnavailable returns an
+// error for a failed remote; every mode returns store.ErrClosed after Close,
+// an error wrapping store.ErrBadItem for bad items, and the caller's context
+// error when the caller gave up (canceled) before the remote answered.
+func (s *Store) Decide(ctx context.Context, now time.Time, items []store.Item, out []tiers.Decision) error {
+	if s.closed.Load() {
+		return store.ErrClosed
+	}
+	if err := store.Check(items); err != nil {
+		return err
+	}
+	if len(out) < len(items) {
+		return fmt.Errorf("%w: %d items, %d decisions", store.ErrBadItem, len(items), len(out))
+	}
+	if len(items) == 0 {
+		return nil
+	}
+	var epoch uint64
+	refunds := false
+	if s.cache != nil {
+		epoch = s.cache.epoch.Load()
+		if refunds = hasRefund(items); refunds {
+			s.cache.forgetRefunds(items)
+		} else if s.cache.lookup(now, items, out) {
+			s.cached.Add(1)
+			return nil
+		}
+	}
+	call, probe := s.br.allow(s.now().UnixNano())
+	if !call {
+		return s.fallback(ctx, now, items, out, ErrBreakerOpen)
+	}
+	err := s.callRemote(ctx, now, items, out)
+	switch {
+	case err == nil:
+		s.br.success(s.now().UnixNano(), probe)
+		s.remoteCalls.Add(1)
+		if s.cache != nil {
+			if refunds {
+				// Forget again what a concurrent call may have cached
+				// from an answer the refund came after.
+				s.cache.forgetRefunds(items)
+			}
+			s.cache.insert(epoch, now, items, out)
+		}
+		return nil
+	case errors.Is(err, store.ErrBadItem):
+		// The remote answered; the items are at fault.
+		s.br.success(s.now().UnixNano(), probe)
+		return err
+	case errors.Is(ctx.Err(), context.Canceled):
+		// The caller went away: nothing is known about the remote.
+		s.br.abort(probe)
+		return fmt.Errorf("resilient: %w", err)
+	}
+	s.remoteErrors.Add(1)
+	if errors.Is(err, context.DeadlineExceeded) {
+		s.timeouts.Add(1)
+	}
+	s.br.failure(s.now().UnixNano(), probe)
+	return s.fallback(ctx, now, items, out, err)
+}
+
+func (s *Store) callRemote(ctx context.Context, now time.Time, items []store.Item, out []tiers.Decision) error {
+	if s.timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, s.timeout)
+		defer cancel()
+	}
+	return s.remote.Decide(ctx, now, items, out)
+}
+
+// fallback decides items as the failure mode says; cause is why the remote
+// was not used.
+func (s *Store) fallback(ctx context.Context, now time.Time, items []store.Item, out []tiers.Decision, cause error) error {
+	switch s.mode {
+	case ModeLocal:
+		s.localCalls.Add(1)
+		return s.local.Decide(ctx, now, items, out)
+	case ModeOpen:
+		s.openCalls.Add(1)
+		for i := range items {
+			d := fresh(&items[i], now)
+			d.OK, d.RetryAfter, d.LimitedByHard, d.LimitedByGlobal = true, 0, false, false
+			if d.ResetAfter == tiers.Unbounded {
+				d.ResetAfter = 0
+			}
+			d.Granted = items[i].Hits
+			if items[i].Refund {
+				d.Granted = 0
+			}
+			out[i] = d
+		}
+		return nil
+	case ModeClosed:
+		s.closedCalls.Add(1)
+		wait := time.Duration(s.br.retryIn(s.now().UnixNano()))
+		if wait <= 0 {
+			wait = s.cooloff
+		}
+		wait = max(wait.Truncate(time.Microsecond), time.Microsecond)
+		for i := range items {
+			d := fresh(&items[i], now)
+			d.Granted = 0
+			if items[i].Refund {
+				d.OK = true
+			} else {
+				d.OK, d.Remaining, d.RetryAfter, d.ResetAfter = false, 0, wait, wait
+			}
+			out[i] = d
+		}
+		return nil
+	}
+	s.unavailCalls.Add(1)
+	return fmt.Errorf("%w: %w", ErrUnavailable, cause)
+}
+
+// fresh is the decision context of it's pair with no history: the best the
+// wrapper knows without the remote.
+func fresh(it *store.Item, now time.Time) tiers.Decision {
+	var st tiers.State
+	var g tiers.Global
+	gp := &g
+	if it.Policy.GlobalLimit == 0 {
+		gp = nil
+	}
+	return tiers.Peek(it.Policy, &st, gp, now, it.Hits, 1)
+}
+
+// Close closes the remote and the local store; Decide fails with
+// store.ErrClosed afterwards. Close is idempotent and returns the remote's
+// error.
+func (s *Store) Close() error {
+	s.closeOnce.Do(func() {
+		s.closed.Store(true)
+		s.closeErr = s.remote.Close()
+		if s.local != nil {
+			s.local.Close()
+		}
+	})
+	return s.closeErr
+}
+
+// Flush empties the over-limit cache; a server calls it when the
+// configuration changes. Answers of calls in flight are not cached.
+func (s *Store) Flush() {
+	if s.cache != nil {
+		s.cache.flush()
+	}
+}
+
+// Serving reports whether the wrapper answers requests: false after Close,
+// and in ModeUnavailable while the breaker is not closed (the remote is
+// down); true otherwise. A server maps it to gRPC health SERVING or
+// NOT_SERVING.
+func (s *Store) Serving() bool {
+	if s.closed.Load() {
+		return false
+	}
+	return s.mode != ModeUnavailable || BreakerState(s.br.state.Load()) == BreakerClosed
+}
+
+// Mode returns the failure mode.
+func (s *Store) Mode() Mode { return s.mode }
+
+// Stats are the wrapper's counters since New, for metrics. Every call of
+// Decide that did not fail on bad items or a closed store is counted once in
+// exactly one of Remote, Cached, Local, Open, Closed and Unavailable.
+type Stats struct {
+	// Remote counts calls the remote store decided.
+	Remote uint64
+	// Cached counts calls answered from the over-limit cache (CacheHits).
+	Cached uint64
+	// Local, Open, Closed and Unavailable count calls answered by each
+	// failure mode (only the configured mode's counter moves).
+	Local, Open, Closed, Unavailable uint64
+	// RemoteErrors counts failed remote calls, Timeouts those of them that
+	// hit the deadline. Calls the caller canceled are not counted.
+	RemoteErrors, Timeouts uint64
+	// Breaker is the breaker's state now, BreakerOpens how many times it
+	// opened (a failed probe opens it again).
+	Breaker      BreakerState
+	BreakerOpens uint64
+	// CacheHits and CacheMisses count calls without refunds that were and
+	// were not answered from the cache; CacheSize is its entries now,
+	// CacheEvictions how many were evicted to respect Options.CacheSize.
+	CacheHits, CacheMisses uint64
+	CacheSize              int
+	CacheEvictions         uint64
+}
+
+// Stats returns the counters. Safe for concurrent use; the fields are read
+// one by one, not as one snapshot.
+func (s *Store) Stats() Stats {
+	st := Stats{
+		Remote:       s.remoteCalls.Load(),
+		Cached:       s.cached.Load(),
+		Local:        s.localCalls.Load(),
+		Open:         s.openCalls.Load(),
+		Closed:       s.closedCalls.Load(),
+		Unavailable:  s.unavailCalls.Load(),
+		RemoteErrors: s.remoteErrors.Load(),
+		Timeouts:     s.timeouts.Load(),
+		Breaker:      BreakerState(s.br.state.Load()),
+		BreakerOpens: s.br.opens.Load(),
+	}
+	if c := s.cache; c != nil {
+		st.CacheHits, st.CacheMisses = c.hits.Load(), c.misses.Load()
+		st.CacheSize = int(c.size.Load())
+		st.CacheEvictions = c.evictions.Load()
+	}
+	return st
+}
+
+type noRemote struct{}
+
+func (noRemote) Decide(context.Context, time.Time, []store.Item, []tiers.Decision) error {
+	return ErrNoRemote
+}
+
+func (noRemote) Close() error { return nil }
