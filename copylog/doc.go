@@ -61,8 +61,9 @@
 // Reserve(cfg, d, copies k in [1, MaxCopies], min m in [0, k] (0 means 1),
 // hold id, request id q, session, lease): when q is not empty and records
 // has q: with another domain it is ErrRequestIDReused; otherwise the answer
-// is the record's (Replayed), and when its hold still exists the hold is
-// moved to this session and its expires raised to t+lease. Otherwise a
+// is the record's (Replayed), the record's expires is raised to t+lease,
+// and when its hold still exists the hold is moved to this session and its
+// expires raised to t+lease. Otherwise a
 // hold id already in holds is ErrHoldExists. The domain limit D is
 // cfg.Overrides[d] if present, else cfg.DomainLimit; G is cfg.GlobalLimit
 // (0: none); the groups of d are those of cfg.Groups, in order, whose
@@ -94,7 +95,8 @@
 //
 // KeepAlive(session, hold id, lease): with a hold id, that hold (else
 // ErrUnknownHold), else every hold of the session, get expires =
-// max(expires, t+lease). Transfers are not kept alive.
+// max(expires, t+lease); the answer is the least of those expiries.
+// Transfers are not kept alive.
 //
 // ReleaseSession(session): every hold of the session is released as by
 // Release of all its copies. Its staged transfers stay.

@@ -126,6 +126,10 @@ func Reserve(cfg *Config, s *State, now time.Time, r ReserveRequest) (Reservatio
 			if rec.domain != r.Domain {
 				return Reservation{Reaped: out.Reaped}, fmt.Errorf("%w: request id %q", ErrRequestIDReused, r.RequestID)
 			}
+			if exp > rec.expires {
+				rec.expires = exp
+				s.lower(exp)
+			}
 			if h := s.holds[rec.holdID]; h != nil {
 				// The retry comes from the client that holds it: rebind and
 				// refresh as a keep-alive would.
@@ -377,7 +381,8 @@ func Seize(s *State, now time.Time, transferID, holdID, session string, lease ti
 
 // KeepAliveResult is the answer to a keep-alive.
 type KeepAliveResult struct {
-	// Holds is the number of holds kept alive; Expires their new expiry.
+	// Holds is the number of holds kept alive; Expires the earliest of
+	// their expiries after the keep-alive (zero when Holds is 0).
 	Holds   int
 	Expires time.Time
 	Reaped  Reaped
@@ -406,11 +411,13 @@ func KeepAlive(s *State, now time.Time, session, holdID string, lease time.Durat
 	s.init()
 	t := now.UnixMicro()
 	exp := t + lease.Microseconds()
-	out := KeepAliveResult{Reaped: s.reap(t), Expires: time.UnixMicro(exp)}
+	out := KeepAliveResult{Reaped: s.reap(t)}
+	first := never
 	extend := func(h *hold) {
 		if exp > h.expires {
 			h.expires = exp
 		}
+		first = min(first, h.expires)
 		out.Holds++
 	}
 	if holdID != "" {
@@ -419,10 +426,13 @@ func KeepAlive(s *State, now time.Time, session, holdID string, lease time.Durat
 			return out, fmt.Errorf("%w: %q", ErrUnknownHold, holdID)
 		}
 		extend(h)
-		return out, nil
+	} else {
+		for id := range s.sessions[session] {
+			extend(s.holds[id])
+		}
 	}
-	for id := range s.sessions[session] {
-		extend(s.holds[id])
+	if out.Holds > 0 {
+		out.Expires = time.UnixMicro(first)
 	}
 	return out, nil
 }
