@@ -117,12 +117,25 @@ func (c *cache) get(t int64, k *store.Key, min int64, global bool, d *tiers.Deci
 }
 
 // insert remembers the rejections the remote answered for items at now,
-// unless Flush was called since epoch was read.
+// unless Flush was called since epoch was read. A granted item may have
+// taken hits, which can only delay its pair's grant for a larger minimum: its
+// entry, if any, is dropped so that no RetryAfter is answered too early, and
+// with a global limit the entries of its resource are invalidated.
 func (c *cache) insert(epoch uint64, now time.Time, items []store.Item, out []tiers.Decision) {
 	t := now.UnixMicro()
 	for i := range items {
 		it, d := &items[i], &out[i]
-		if it.Refund || it.Shadow || d.OK || d.RetryAfter <= 0 || leaderOf(items, i) != i {
+		if it.Refund {
+			continue
+		}
+		if d.OK {
+			c.drop(&it.Key)
+			if it.Policy.GlobalLimit > 0 && d.Granted > 0 {
+				c.gen(&it.Key).Add(1)
+			}
+			continue
+		}
+		if it.Shadow || d.RetryAfter <= 0 || leaderOf(items, i) != i {
 			continue
 		}
 		until := int64(never)
@@ -168,14 +181,19 @@ func (c *cache) forgetRefunds(items []store.Item) {
 		if it.Policy.GlobalLimit > 0 {
 			c.gen(&it.Key).Add(1)
 		}
-		sh := c.shard(&it.Key)
-		sh.mu.Lock()
-		if e, ok := sh.m[it.Key]; ok {
-			sh.remove(e)
-			c.size.Add(-1)
-		}
-		sh.mu.Unlock()
+		c.drop(&it.Key)
 	}
+}
+
+// drop removes k's entry.
+func (c *cache) drop(k *store.Key) {
+	sh := c.shard(k)
+	sh.mu.Lock()
+	if e, ok := sh.m[*k]; ok {
+		sh.remove(e)
+		c.size.Add(-1)
+	}
+	sh.mu.Unlock()
 }
 
 // flush empties the cache; calls in flight do not insert their answers.

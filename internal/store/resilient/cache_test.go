@@ -1,0 +1,258 @@
+package resilient_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/charonlimit/charon/internal/store"
+	"github.com/charonlimit/charon/internal/store/memstore"
+	"github.com/charonlimit/charon/internal/store/resilient"
+	"github.com/charonlimit/charon/tiers"
+)
+
+// exhausted returns a wrapper whose remote has rejected "a" once at t0 (3 of
+// 3 hits taken), so that a's rejection is cached, and the rejection.
+func exhausted(t *testing.T, opts resilient.Options) (*resilient.Store, *fakeRemote, tiers.Decision) {
+	t.Helper()
+	f := newFake()
+	s := resilient.New(f, opts)
+	t.Cleanup(func() { s.Close() })
+	decide(t, s, t0, take(simple, "a", 3))
+	d := decide(t, s, t0.Add(100*time.Millisecond), take(simple, "a", 1))[0]
+	if d.OK || d.RetryAfter != 900*time.Millisecond {
+		t.Fatalf("setup: %+v, want a rejection with RetryAfter 900ms", d)
+	}
+	return s, f, d
+}
+
+func TestCacheShortCircuits(t *testing.T) {
+	s, f, rejected := exhausted(t, resilient.Options{})
+	at := t0.Add(100 * time.Millisecond)
+	for _, dt := range []time.Duration{0, 300 * time.Millisecond, 900*time.Millisecond - time.Microsecond} {
+		got := decide(t, s, at.Add(dt), take(simple, "a", 1))
+		want := rejected
+		want.RetryAfter, want.ResetAfter = 900*time.Millisecond-dt, 900*time.Millisecond-dt
+		if diff := cmp.Diff(want, got[0]); diff != "" {
+			t.Errorf("+%v: cached decision (-want +got):\n%s", dt, diff)
+		}
+	}
+	if got := f.calls.Load(); got != 2 {
+		t.Errorf("%d remote calls, want 2 (the setup's)", got)
+	}
+	// Two items of one key ask for a summed minimum of 2, not the cached 1.
+	decide(t, s, at, take(simple, "a", 1), take(simple, "a", 1))
+	if got := f.calls.Load(); got != 3 {
+		t.Errorf("a request for a summed minimum of 2 was answered from the cache")
+	}
+	decide(t, s, at, take(simple, "a", 1), take(simple, "a", 1))
+	if got := f.calls.Load(); got != 3 {
+		t.Errorf("the rejection for a minimum of 2 was not cached")
+	}
+	// At exactly T the pair may be granted: the remote decides.
+	got := decide(t, s, at.Add(900*time.Millisecond), take(simple, "a", 1), take(simple, "a", 1))
+	if !got[0].OK || f.calls.Load() != 4 {
+		t.Errorf("at T: %+v after %d remote calls, want a remote grant", got[0], f.calls.Load())
+	}
+	st := s.Stats()
+	if st.Cached != 4 || st.CacheHits != 4 || st.CacheMisses != 4 || st.Remote != 4 {
+		t.Errorf("stats %+v; want 4 cached calls and hits, 4 misses, 4 remote", st)
+	}
+}
+
+func TestCacheRules(t *testing.T) {
+	at := t0.Add(200 * time.Millisecond)
+	tests := []struct {
+		name   string
+		before func(t *testing.T, s *resilient.Store) // between the rejection and the request
+		items  []store.Item
+		remote bool // the request goes to the remote
+		ok     []bool
+	}{
+		{"cached", nil, []store.Item{take(simple, "a", 1)}, false, []bool{false}},
+		{"granted in a rejected request", func(t *testing.T, s *resilient.Store) {
+			// a is cached, b is not: the remote rejects both, b with OK.
+			decide(t, s, t0.Add(100*time.Millisecond), take(simple, "a", 1), take(simple, "b", 1))
+		}, []store.Item{take(simple, "b", 1), take(simple, "a", 1)}, true, []bool{true, false}},
+		{"mixed with an uncached key", nil, []store.Item{take(simple, "b", 1), take(simple, "a", 1)}, true, []bool{true, false}},
+		{"other minimum", nil, []store.Item{take(simple, "a", 2)}, true, []bool{false}},
+		{"other policy ID", nil, []store.Item{{Key: store.Key{Resource: "r", Domain: "a", PolicyID: 2}, Policy: simple, Hits: 1, Min: 1}}, true, []bool{true}},
+		{"flushed", func(_ *testing.T, s *resilient.Store) { s.Flush() }, []store.Item{take(simple, "a", 1)}, true, []bool{false}},
+		{"refund", nil, []store.Item{refund(simple, "a", 1), take(simple, "a", 1)}, true, []bool{true, true}},
+		{"refunded before", func(t *testing.T, s *resilient.Store) {
+			decide(t, s, t0.Add(100*time.Millisecond), refund(simple, "a", 1))
+		}, []store.Item{take(simple, "a", 1)}, true, []bool{true}},
+		{"shadow", nil, []store.Item{shadowed(take(simple, "a", 1))}, false, []bool{false}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s, f, _ := exhausted(t, resilient.Options{})
+			if tt.before != nil {
+				tt.before(t, s)
+			}
+			calls := f.calls.Load()
+			got := decide(t, s, at, tt.items...)
+			if remote := f.calls.Load() > calls; remote != tt.remote {
+				t.Errorf("remote called: %v, want %v", remote, tt.remote)
+			}
+			oks := make([]bool, len(got))
+			for i, d := range got {
+				oks[i] = d.OK
+			}
+			if diff := cmp.Diff(tt.ok, oks); diff != "" {
+				t.Errorf("OK per item (-want +got):\n%s\n%+v", diff, got)
+			}
+		})
+	}
+}
+
+func shadowed(it store.Item) store.Item {
+	it.Shadow = true
+	return it
+}
+
+func TestCacheShadowRejectionNotCached(t *testing.T) {
+	f := newFake()
+	s := resilient.New(f, resilient.Options{})
+	defer s.Close()
+	decide(t, s, t0, take(simple, "a", 3))
+	decide(t, s, t0, shadowed(take(simple, "a", 1)))
+	decide(t, s, t0, shadowed(take(simple, "a", 1)))
+	if got := f.calls.Load(); got != 3 {
+		t.Errorf("%d remote calls, want 3: a shadow rejection is not cached", got)
+	}
+}
+
+func TestCacheUnbounded(t *testing.T) {
+	f := newFake()
+	s := resilient.New(f, resilient.Options{})
+	defer s.Close()
+	d := decide(t, s, t0, take(closed, "a", 1))[0]
+	if d.OK || d.RetryAfter != tiers.Unbounded {
+		t.Fatalf("closed resource: %+v, want RetryAfter Unbounded", d)
+	}
+	got := decide(t, s, t0.Add(1000*time.Hour), take(closed, "a", 1))[0]
+	if got.OK || got.RetryAfter != tiers.Unbounded || got.ResetAfter != tiers.Unbounded || f.calls.Load() != 1 {
+		t.Errorf("a day later: %+v after %d remote calls, want the cached Unbounded rejection", got, f.calls.Load())
+	}
+}
+
+// TestCacheGlobalRefund: a refund to one domain of a resource with a global
+// limit can make another domain grantable at once; the cache must not hide it.
+func TestCacheGlobalRefund(t *testing.T) {
+	f := newFake()
+	s := resilient.New(f, resilient.Options{})
+	defer s.Close()
+	decide(t, s, t0, take(global, "a", 4))
+	if d := decide(t, s, t0, take(global, "b", 1))[0]; d.OK || d.RetryAfter <= 0 {
+		t.Fatalf("b: %+v, want a rejection by the global limit with a wait", d)
+	}
+	decide(t, s, t0, take(global, "b", 1))
+	if f.calls.Load() != 2 {
+		t.Fatalf("b's rejection not cached")
+	}
+	decide(t, s, t0, refund(global, "a", 1))
+	if d := decide(t, s, t0, take(global, "b", 1))[0]; !d.OK {
+		t.Errorf("after a's refund b is grantable, got %+v", d)
+	}
+}
+
+func TestCacheTimeBackwards(t *testing.T) {
+	s, f, _ := exhausted(t, resilient.Options{})
+	calls := f.calls.Load()
+	decide(t, s, t0, take(simple, "a", 1))
+	if f.calls.Load() != calls+1 {
+		t.Errorf("a request dated before the cached rejection was answered from the cache")
+	}
+}
+
+func TestCacheDisabled(t *testing.T) {
+	s, f, _ := exhausted(t, resilient.Options{CacheSize: -1})
+	decide(t, s, t0.Add(200*time.Millisecond), take(simple, "a", 1))
+	if f.calls.Load() != 3 || s.Stats().CacheMisses != 0 {
+		t.Errorf("cache off: %d remote calls, stats %+v; want 3 and no cache counts", f.calls.Load(), s.Stats())
+	}
+}
+
+func TestCacheBounded(t *testing.T) {
+	f := newFake()
+	s := resilient.New(f, resilient.Options{CacheSize: 64})
+	defer s.Close()
+	for i := range 500 {
+		decide(t, s, t0, take(closed, fmt.Sprint("d", i), 1))
+	}
+	st := s.Stats()
+	if st.CacheSize > 64+63 || st.CacheSize+int(st.CacheEvictions) != 500 {
+		t.Errorf("stats %+v; want at most 64 (+ rounding) entries, size + evictions = 500", st)
+	}
+	s.Flush()
+	if st := s.Stats(); st.CacheSize != 0 {
+		t.Errorf("after Flush: size %d", st.CacheSize)
+	}
+}
+
+// TestCacheExactAgainstRemote replays random traces through a wrapper with
+// the cache and through a bare memstore, and demands the same outcome: OK,
+// Granted, RetryAfter and ResetAfter of every item. Only the rest of a cached
+// rejection's context (hits, remaining) may be older.
+func TestCacheExactAgainstRemote(t *testing.T) {
+	policies := []*tiers.Policy{
+		simple, global, closed,
+		{Kind: tiers.KindTiers, HardLimit: 6, Tiers: []tiers.Tier{{Limit: 4, Window: time.Second, Active: tiers.Unbounded}, {Limit: 8, Window: 2 * time.Second, Active: 4 * time.Second, Cooldown: 2 * time.Second, Skippable: true}}},
+		{Kind: tiers.KindTiers, Tiers: []tiers.Tier{{Limit: 5, Window: time.Second, Active: tiers.Unbounded}, {Limit: 10, Window: time.Second, Active: 5 * time.Second, Cooldown: 15 * time.Second}}},
+		{Kind: tiers.KindTokenBucket, Bucket: tiers.TokenBucket{Capacity: 5, Refill: 2, Per: time.Second}},
+		{Kind: tiers.KindFixedWindow, Window: tiers.FixedWindow{Limit: 3, Unit: tiers.UnitSecond}},
+	}
+	for seed := range uint64(4) {
+		s := resilient.New(newFake(), resilient.Options{})
+		ref := memstore.New(memstore.Options{})
+		r := rand.New(rand.NewPCG(seed, 6))
+		now := t0
+		for step := range 5000 {
+			now = now.Add(time.Duration(r.IntN(60)) * time.Millisecond)
+			items := make([]store.Item, 1+r.IntN(2))
+			for i := range items {
+				pi := r.IntN(len(policies))
+				hits := int64(1 + r.IntN(3))
+				it := store.Item{
+					Key:    store.Key{Resource: fmt.Sprint("res", pi), Domain: fmt.Sprint("d", r.IntN(2)), PolicyID: uint64(pi)},
+					Policy: policies[pi], Hits: hits, Min: hits,
+				}
+				if r.IntN(4) == 0 {
+					it.Min = 1 + r.Int64N(hits)
+				}
+				switch r.IntN(20) {
+				case 0:
+					it.Refund = true
+				case 1:
+					it.Shadow = true
+				}
+				items[i] = it
+			}
+			got := make([]tiers.Decision, len(items))
+			want := make([]tiers.Decision, len(items))
+			if err := s.Decide(context.Background(), now, items, got); err != nil {
+				t.Fatal(err)
+			}
+			if err := ref.Decide(context.Background(), now, items, want); err != nil {
+				t.Fatal(err)
+			}
+			for i := range items {
+				g, w := got[i], want[i]
+				if g.OK != w.OK || g.Granted != w.Granted || g.RetryAfter != w.RetryAfter || g.ResetAfter != w.ResetAfter {
+					t.Fatalf("seed %d step %d at +%v, item %d of %+v: got %+v, want %+v", seed, step, now.Sub(t0), i, items, g, w)
+				}
+			}
+		}
+		st := s.Stats()
+		if st.Cached < 200 {
+			t.Errorf("seed %d: only %d calls answered from the cache: the trace does not exercise it", seed, st.Cached)
+		}
+		s.Close()
+		ref.Close()
+	}
+}

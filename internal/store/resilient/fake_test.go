@@ -1,0 +1,74 @@
+package resilient_test
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"time"
+
+	"github.com/charonlimit/charon/internal/store"
+	"github.com/charonlimit/charon/internal/store/memstore"
+	"github.com/charonlimit/charon/tiers"
+)
+
+var errRemote = errors.New("remote: connection refused")
+
+// Behaviours of the fake remote.
+const (
+	answer int32 = iota // decide from its memstore
+	fail                // return errRemote at once
+	hang                // block until the context is done
+	gate                // signal entered, wait for release, then answer
+)
+
+// fakeRemote is a remote store whose behaviour a test switches at will.
+type fakeRemote struct {
+	mem      *memstore.Store
+	behavior atomic.Int32
+	calls    atomic.Int64
+	closed   atomic.Bool
+	entered  chan struct{}
+	release  chan struct{}
+}
+
+func newFake() *fakeRemote {
+	return &fakeRemote{mem: memstore.New(memstore.Options{}), entered: make(chan struct{}, 1), release: make(chan struct{})}
+}
+
+func (f *fakeRemote) set(b int32) { f.behavior.Store(b) }
+
+func (f *fakeRemote) Decide(ctx context.Context, now time.Time, items []store.Item, out []tiers.Decision) error {
+	f.calls.Add(1)
+	switch f.behavior.Load() {
+	case fail:
+		return errRemote
+	case hang:
+		<-ctx.Done()
+		return ctx.Err()
+	case gate:
+		f.entered <- struct{}{}
+		select {
+		case <-f.release:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return f.mem.Decide(ctx, now, items, out)
+}
+
+func (f *fakeRemote) Close() error {
+	f.closed.Store(true)
+	return f.mem.Close()
+}
+
+// clock is an injected clock a test moves by hand.
+type clock struct{ ns atomic.Int64 }
+
+func newClock() *clock {
+	c := new(clock)
+	c.ns.Store(time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC).UnixNano())
+	return c
+}
+
+func (c *clock) Now() time.Time          { return time.Unix(0, c.ns.Load()) }
+func (c *clock) Advance(d time.Duration) { c.ns.Add(int64(d)) }

@@ -1,0 +1,412 @@
+package resilient_test
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"io"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/charonlimit/charon/internal/store"
+	"github.com/charonlimit/charon/internal/store/memstore"
+	"github.com/charonlimit/charon/internal/store/resilient"
+	"github.com/charonlimit/charon/internal/store/storetest"
+	"github.com/charonlimit/charon/tiers"
+)
+
+var (
+	simple = &tiers.Policy{Kind: tiers.KindTiers, Tiers: []tiers.Tier{{Limit: 3, Window: time.Second, Active: tiers.Unbounded}}}
+	global = &tiers.Policy{Kind: tiers.KindTiers, GlobalLimit: 4, Tiers: []tiers.Tier{{Limit: 10, Window: time.Second, Active: tiers.Unbounded}}}
+	closed = &tiers.Policy{Kind: tiers.KindTiers}
+	t0     = storetest.T0
+)
+
+func take(p *tiers.Policy, domain string, hits int64) store.Item {
+	return store.Item{Key: store.Key{Resource: "r", Domain: domain, PolicyID: 1}, Policy: p, Hits: hits, Min: hits}
+}
+
+func refund(p *tiers.Policy, domain string, hits int64) store.Item {
+	it := take(p, domain, hits)
+	it.Refund = true
+	return it
+}
+
+func decide(t *testing.T, s store.Store, now time.Time, items ...store.Item) []tiers.Decision {
+	t.Helper()
+	out := make([]tiers.Decision, len(items))
+	if err := s.Decide(context.Background(), now, items, out); err != nil {
+		t.Fatalf("Decide: %v", err)
+	}
+	return out
+}
+
+func TestConformance(t *testing.T) {
+	storetest.Run(t, func(t *testing.T) store.Store {
+		return resilient.New(newFake(), resilient.Options{CacheSize: -1})
+	})
+}
+
+func TestParseMode(t *testing.T) {
+	for _, tt := range []struct {
+		in   string
+		want resilient.Mode
+	}{
+		{"local", resilient.ModeLocal},
+		{"open", resilient.ModeOpen},
+		{"closed", resilient.ModeClosed},
+		{" Unavailable ", resilient.ModeUnavailable},
+	} {
+		got, err := resilient.ParseMode(tt.in)
+		if err != nil || got != tt.want {
+			t.Errorf("ParseMode(%q) = %v, %v; want %v", tt.in, got, err, tt.want)
+		}
+		if got.String() != strings.ToLower(strings.TrimSpace(tt.in)) {
+			t.Errorf("%v.String() = %q", got, got.String())
+		}
+	}
+	for _, in := range []string{"", "deny", "local,open"} {
+		_, err := resilient.ParseMode(in)
+		if !errors.Is(err, resilient.ErrBadMode) || !strings.Contains(err.Error(), "--failure-mode") {
+			t.Errorf("ParseMode(%q) error = %v, want ErrBadMode naming --failure-mode", in, err)
+		}
+	}
+	var m resilient.Mode
+	fs := flag.NewFlagSet("charon", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.Var(&m, "failure-mode", "")
+	if err := fs.Parse([]string{"--failure-mode", "closed"}); err != nil || m != resilient.ModeClosed {
+		t.Errorf("flag: mode %v, err %v; want closed", m, err)
+	}
+	if err := fs.Parse([]string{"--failure-mode", "bogus"}); err == nil {
+		t.Error("flag accepted bogus")
+	}
+}
+
+// TestModesWithFailingRemote checks what each mode answers when every remote
+// call fails, before and after the breaker opens.
+func TestModesWithFailingRemote(t *testing.T) {
+	items := []store.Item{take(simple, "a", 2), refund(simple, "b", 1)}
+	t.Run("local", func(t *testing.T) {
+		f := newFake()
+		f.set(fail)
+		s := resilient.New(f, resilient.Options{Now: newClock().Now})
+		defer s.Close()
+		ref := memstore.New(memstore.Options{})
+		for i := range 4 {
+			got := decide(t, s, t0, items...)
+			want := decide(t, ref, t0, items...)
+			if diff := cmp.Diff(want, got); diff != "" {
+				t.Fatalf("call %d: local decisions differ from a memstore's (-want +got):\n%s", i, diff)
+			}
+		}
+		st := s.Stats()
+		if st.Local != 4 || st.Remote != 0 || st.RemoteErrors != 4 || !s.Serving() {
+			t.Errorf("stats %+v, serving %v; want 4 local calls, 4 remote errors, serving", st, s.Serving())
+		}
+	})
+	t.Run("open", func(t *testing.T) {
+		f := newFake()
+		f.set(fail)
+		s := resilient.New(f, resilient.Options{Mode: resilient.ModeOpen, Now: newClock().Now})
+		defer s.Close()
+		for range 10 {
+			got := decide(t, s, t0, items...)
+			if !got[0].OK || got[0].Granted != 2 || got[0].RetryAfter != 0 || !got[1].OK || got[1].Granted != 0 {
+				t.Fatalf("open: %+v, want everything OK, item 0 granted 2, refund granted 0", got)
+			}
+			if got[0].Tier != 1 || got[0].TierLimit != 3 {
+				t.Errorf("open: context %+v, want the first tier's", got[0])
+			}
+		}
+		if st := s.Stats(); st.Open != 10 || st.RemoteErrors != 5 || st.Breaker != resilient.BreakerOpen || !s.Serving() {
+			t.Errorf("stats %+v, serving %v; want 10 open calls, 5 remote errors (then the breaker), serving", st, s.Serving())
+		}
+	})
+	t.Run("closed", func(t *testing.T) {
+		f := newFake()
+		f.set(fail)
+		clk := newClock()
+		s := resilient.New(f, resilient.Options{Mode: resilient.ModeClosed, Now: clk.Now, CoolOff: 2 * time.Second})
+		defer s.Close()
+		got := decide(t, s, t0, items...)
+		if got[0].OK || got[0].Granted != 0 || got[0].RetryAfter != 2*time.Second || got[0].ResetAfter != 2*time.Second || !got[1].OK {
+			t.Fatalf("closed: %+v, want item 0 rejected with RetryAfter 2s, refund OK", got)
+		}
+		for range 4 {
+			decide(t, s, t0, items...)
+		}
+		clk.Advance(500 * time.Millisecond)
+		got = decide(t, s, t0, items...)
+		if got[0].OK || got[0].RetryAfter != 1500*time.Millisecond {
+			t.Fatalf("closed, breaker open for 1.5s more: %+v, want RetryAfter 1.5s", got[0])
+		}
+		if st := s.Stats(); st.Closed != 6 || !s.Serving() {
+			t.Errorf("stats %+v, serving %v; want 6 closed calls, serving", st, s.Serving())
+		}
+	})
+	t.Run("unavailable", func(t *testing.T) {
+		f := newFake()
+		f.set(fail)
+		var changes []resilient.BreakerState
+		s := resilient.New(f, resilient.Options{Mode: resilient.ModeUnavailable, Now: newClock().Now,
+			OnBreakerChange: func(b resilient.BreakerState) { changes = append(changes, b) }})
+		defer s.Close()
+		out := make([]tiers.Decision, len(items))
+		for i := range 6 {
+			err := s.Decide(context.Background(), t0, items, out)
+			if !errors.Is(err, resilient.ErrUnavailable) {
+				t.Fatalf("call %d: err = %v, want ErrUnavailable", i, err)
+			}
+			if i < 5 && !errors.Is(err, errRemote) {
+				t.Errorf("call %d: err = %v, want the remote's error wrapped", i, err)
+			}
+			if i == 5 && !errors.Is(err, resilient.ErrBreakerOpen) {
+				t.Errorf("call %d: err = %v, want ErrBreakerOpen", i, err)
+			}
+			if serving := s.Serving(); serving != (i < 4) {
+				t.Errorf("after call %d: Serving() = %v", i, serving)
+			}
+		}
+		if diff := cmp.Diff([]resilient.BreakerState{resilient.BreakerOpen}, changes); diff != "" {
+			t.Errorf("breaker changes (-want +got):\n%s", diff)
+		}
+		if st := s.Stats(); st.Unavailable != 6 || st.RemoteErrors != 5 || st.BreakerOpens != 1 {
+			t.Errorf("stats %+v; want 6 unavailable, 5 remote errors, 1 opening", st)
+		}
+	})
+}
+
+// TestLocalModeReturnsToRemote: during an outage the local store decides;
+// once a probe succeeds the remote decides again, with its own state.
+func TestLocalModeReturnsToRemote(t *testing.T) {
+	f := newFake()
+	clk := newClock()
+	s := resilient.New(f, resilient.Options{Now: clk.Now, FailureThreshold: 1})
+	defer s.Close()
+	decide(t, s, t0, take(simple, "a", 3)) // remote: a exhausted
+	f.set(fail)
+	if d := decide(t, s, t0, take(simple, "a", 1)); !d[0].OK {
+		t.Fatalf("local store has no history of a, should grant: %+v", d[0])
+	}
+	f.set(answer)
+	clk.Advance(resilient.DefaultCoolOff)
+	if d := decide(t, s, t0, take(simple, "a", 1)); d[0].OK {
+		t.Fatalf("back on the remote, a is exhausted: %+v", d[0])
+	}
+	if st := s.Stats(); st.Remote != 2 || st.Local != 1 || st.Breaker != resilient.BreakerClosed {
+		t.Errorf("stats %+v; want 2 remote, 1 local, breaker closed", st)
+	}
+}
+
+// TestTimeoutBounded is the only test that reads the wall clock: a remote
+// that hangs costs one Timeout, not more.
+func TestTimeoutBounded(t *testing.T) {
+	for _, mode := range []resilient.Mode{resilient.ModeLocal, resilient.ModeUnavailable} {
+		f := newFake()
+		f.set(hang)
+		s := resilient.New(f, resilient.Options{Mode: mode, Timeout: 5 * time.Millisecond})
+		out := make([]tiers.Decision, 1)
+		start := time.Now()
+		err := s.Decide(context.Background(), t0, []store.Item{take(simple, "a", 1)}, out)
+		elapsed := time.Since(start)
+		if elapsed >= 50*time.Millisecond {
+			t.Errorf("%v: a hanging remote took %v, want about the 5ms timeout", mode, elapsed)
+		}
+		switch mode {
+		case resilient.ModeLocal:
+			if err != nil || !out[0].OK {
+				t.Errorf("local: %v, %+v; want a local grant", err, out[0])
+			}
+		case resilient.ModeUnavailable:
+			if !errors.Is(err, resilient.ErrUnavailable) || !errors.Is(err, context.DeadlineExceeded) {
+				t.Errorf("unavailable: err = %v, want ErrUnavailable and DeadlineExceeded", err)
+			}
+		}
+		if st := s.Stats(); st.Timeouts != 1 || st.RemoteErrors != 1 {
+			t.Errorf("%v: stats %+v, want 1 timeout", mode, st)
+		}
+		s.Close()
+	}
+}
+
+func TestBreakerOpensProbesRecovers(t *testing.T) {
+	f := newFake()
+	f.set(fail)
+	clk := newClock()
+	var changes []resilient.BreakerState
+	s := resilient.New(f, resilient.Options{Now: clk.Now, FailureThreshold: 3, FailureRate: -1, CoolOff: time.Second,
+		OnBreakerChange: func(b resilient.BreakerState) { changes = append(changes, b) }})
+	defer s.Close()
+	call := func() { decide(t, s, t0, take(simple, "a", 1)) }
+	wantCalls := func(what string, n int64, state resilient.BreakerState) {
+		t.Helper()
+		if got := f.calls.Load(); got != n {
+			t.Errorf("%s: %d remote calls, want %d", what, got, n)
+		}
+		if got := s.Stats().Breaker; got != state {
+			t.Errorf("%s: breaker %v, want %v", what, got, state)
+		}
+	}
+	call()
+	call()
+	wantCalls("two failures", 2, resilient.BreakerClosed)
+	call()
+	wantCalls("three failures", 3, resilient.BreakerOpen)
+	for range 10 {
+		call()
+	}
+	wantCalls("open", 3, resilient.BreakerOpen)
+	clk.Advance(time.Second - time.Nanosecond)
+	call()
+	wantCalls("just before the cool-off ends", 3, resilient.BreakerOpen)
+	clk.Advance(time.Nanosecond)
+	call()
+	wantCalls("failed probe", 4, resilient.BreakerOpen)
+	call()
+	wantCalls("open again", 4, resilient.BreakerOpen)
+	f.set(answer)
+	clk.Advance(time.Second)
+	call()
+	wantCalls("good probe", 5, resilient.BreakerClosed)
+	call()
+	wantCalls("closed", 6, resilient.BreakerClosed)
+	want := []resilient.BreakerState{resilient.BreakerOpen, resilient.BreakerHalfOpen, resilient.BreakerOpen, resilient.BreakerHalfOpen, resilient.BreakerClosed}
+	if diff := cmp.Diff(want, changes); diff != "" {
+		t.Errorf("transitions (-want +got):\n%s", diff)
+	}
+	if st := s.Stats(); st.BreakerOpens != 2 || st.Remote != 2 || st.RemoteErrors != 4 || st.Local != 16 {
+		t.Errorf("stats %+v; want 2 openings, 2 remote, 4 errors, 16 local", st)
+	}
+}
+
+func TestBreakerFailureRate(t *testing.T) {
+	f := newFake()
+	clk := newClock()
+	s := resilient.New(f, resilient.Options{Now: clk.Now, FailureThreshold: 100, FailureRate: 0.5, RateMinCalls: 6, RateWindow: time.Second})
+	defer s.Close()
+	for i := range 5 {
+		f.set([]int32{answer, fail}[i%2])
+		decide(t, s, t0, take(simple, "a", 1))
+	}
+	if st := s.Stats(); st.Breaker != resilient.BreakerClosed {
+		t.Fatalf("5 calls, 2 failures: breaker %v, want closed (fewer than 6 calls)", st.Breaker)
+	}
+	f.set(fail)
+	decide(t, s, t0, take(simple, "a", 1))
+	if st := s.Stats(); st.Breaker != resilient.BreakerOpen {
+		t.Fatalf("6 calls, 3 failures: breaker %v, want open", st.Breaker)
+	}
+	// A new window forgets the old calls.
+	clk.Advance(time.Second)
+	f.set(answer)
+	decide(t, s, t0, take(simple, "a", 1)) // the probe closes it
+	for i := range 5 {
+		f.set([]int32{fail, answer}[i%2])
+		decide(t, s, t0, take(simple, "a", 1))
+	}
+	clk.Advance(time.Second)
+	f.set(fail)
+	decide(t, s, t0, take(simple, "a", 1))
+	if st := s.Stats(); st.Breaker != resilient.BreakerClosed {
+		t.Fatalf("failures spread over two windows: breaker %v, want closed", st.Breaker)
+	}
+}
+
+// TestHalfOpenOneProbe: while the probe is in flight the other calls take the
+// failure mode without touching the remote.
+func TestHalfOpenOneProbe(t *testing.T) {
+	f := newFake()
+	f.set(fail)
+	clk := newClock()
+	s := resilient.New(f, resilient.Options{Now: clk.Now, FailureThreshold: 1, Timeout: -1})
+	defer s.Close()
+	decide(t, s, t0, take(simple, "a", 1))
+	clk.Advance(time.Second)
+	f.set(gate)
+	done := make(chan []tiers.Decision)
+	go func() {
+		out := make([]tiers.Decision, 1)
+		s.Decide(context.Background(), t0, []store.Item{take(simple, "a", 1)}, out)
+		done <- out
+	}()
+	<-f.entered
+	if st := s.Stats(); st.Breaker != resilient.BreakerHalfOpen {
+		t.Errorf("during the probe: breaker %v, want half-open", st.Breaker)
+	}
+	decide(t, s, t0, take(simple, "a", 1))
+	if got := f.calls.Load(); got != 2 {
+		t.Errorf("%d remote calls, want 2 (the failure and the probe)", got)
+	}
+	close(f.release)
+	<-done
+	if st := s.Stats(); st.Breaker != resilient.BreakerClosed || st.Local != 2 || st.Remote != 1 {
+		t.Errorf("after the probe: %+v, want closed, 2 local, 1 remote", st)
+	}
+}
+
+// TestCanceledProbe: a probe whose caller goes away proves nothing; the next
+// call probes again.
+func TestCanceledProbe(t *testing.T) {
+	f := newFake()
+	f.set(fail)
+	clk := newClock()
+	s := resilient.New(f, resilient.Options{Now: clk.Now, FailureThreshold: 1, Mode: resilient.ModeUnavailable})
+	defer s.Close()
+	out := make([]tiers.Decision, 1)
+	s.Decide(context.Background(), t0, []store.Item{take(simple, "a", 1)}, out)
+	clk.Advance(time.Second)
+	f.set(hang)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	err := s.Decide(ctx, t0, []store.Item{take(simple, "a", 1)}, out)
+	if !errors.Is(err, context.Canceled) || errors.Is(err, resilient.ErrUnavailable) {
+		t.Fatalf("canceled call: err = %v, want context.Canceled only", err)
+	}
+	if st := s.Stats(); st.Breaker != resilient.BreakerOpen || st.RemoteErrors != 1 {
+		t.Fatalf("after a canceled probe: %+v, want open, 1 remote error", st)
+	}
+	f.set(answer)
+	decide(t, s, t0, take(simple, "a", 1))
+	if st := s.Stats(); st.Breaker != resilient.BreakerClosed || st.Remote != 1 {
+		t.Fatalf("after the next probe: %+v, want closed", st)
+	}
+}
+
+func TestCloseAndBadItems(t *testing.T) {
+	f := newFake()
+	s := resilient.New(f, resilient.Options{})
+	out := make([]tiers.Decision, 1)
+	bad := take(simple, "a", 1)
+	bad.Min = 2
+	if err := s.Decide(context.Background(), t0, []store.Item{bad}, out); !errors.Is(err, store.ErrBadItem) {
+		t.Errorf("bad item: err = %v, want store.ErrBadItem", err)
+	}
+	if err := s.Decide(context.Background(), t0, []store.Item{take(simple, "a", 1)}, nil); !errors.Is(err, store.ErrBadItem) {
+		t.Errorf("short out: err = %v, want store.ErrBadItem", err)
+	}
+	if f.calls.Load() != 0 {
+		t.Errorf("bad calls reached the remote")
+	}
+	if err := s.Close(); err != nil || s.Close() != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	if !f.closed.Load() || s.Serving() {
+		t.Errorf("after Close: remote closed %v, Serving %v; want true, false", f.closed.Load(), s.Serving())
+	}
+	if err := s.Decide(context.Background(), t0, []store.Item{take(simple, "a", 1)}, out); !errors.Is(err, store.ErrClosed) {
+		t.Errorf("after Close: err = %v, want store.ErrClosed", err)
+	}
+}
+
+func TestNilRemote(t *testing.T) {
+	s := resilient.New(nil, resilient.Options{Mode: resilient.ModeUnavailable})
+	defer s.Close()
+	out := make([]tiers.Decision, 1)
+	if err := s.Decide(context.Background(), t0, []store.Item{take(simple, "a", 1)}, out); !errors.Is(err, resilient.ErrNoRemote) {
+		t.Errorf("err = %v, want ErrNoRemote", err)
+	}
+}
