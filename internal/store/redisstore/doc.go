@@ -1,0 +1,54 @@
+// Package redisstore is the Redis implementation of store.Store: any number
+// of Charon processes sharing one Redis (single node, Sentinel or Cluster)
+// enforce one set of limits, with the same decisions as package tiers and
+// store.Apply.
+//
+// # One script per decision
+//
+// Decide runs decide.lua, an embedded Lua script sent with EVALSHA (go-redis'
+// Script.Run, which falls back to EVAL, and so reloads the script, on
+// NOSCRIPT, e.g. after a restart or a failover). The script implements the
+// algorithms of package tiers (burst tiers with hard and global limits,
+// bucketed hit logs, token bucket, fixed window; Peek, Request, Refund,
+// RetryAfter, ResetAfter, Remaining, ForgetAt) and store.Apply over all the
+// items of the call: one round trip per Decide when the call's keys are in
+// one slot, which is always the case on a single node or with Sentinel.
+// Concurrent calls share go-redis' connection pool.
+//
+// Policies travel as ARGV, msgpack arrays of integers encoded once per
+// *tiers.Policy (a cache keyed by pointer); states are msgpack arrays (Redis'
+// cmsgpack writes integers exactly, where cjson would print 14 significant
+// digits of a 16-digit µs timestamp).
+//
+// # Clock
+//
+// With ClockRedis (the default) the script reads redis.call('TIME') (allowed
+// in Redis 7, which replicates scripts by their effects): no extra round trip,
+// and every process decides on the master's clock whatever the skew of its
+// host. ClockCaller uses Decide's now instead (tests, differential replays).
+//
+// # Keys and expiry
+//
+// See keys.go for the layout: a resource with a global limit keeps its
+// domains and its global key in one slot ({resource:policyID}); other pairs
+// are tagged per (resource, policyID, domain) and spread over the Cluster.
+// Every key written gets an absolute expiry (SET ... PXAT) at its
+// tiers.ForgetAt, capped at now plus Options.MaxTTL (so no key lives without
+// a TTL, even a state tiers would keep for ever); a state whose ForgetAt is
+// zero (equivalent to a fresh one) expires at now, which deletes it at once
+// on Redis's clock.
+//
+// # Calls spanning Cluster slots
+//
+// A call whose keys are in several slots keeps the all-or-nothing contract
+// with a two-step described at Store.twoStep: lock and predict per slot,
+// then commit or abort every slot. It costs two round trips per slot, and
+// calls that meet locked keys retry after a short jittered wait (ErrBusy
+// after about a second of retries or when the context ends).
+//
+// # Errors
+//
+// Decide returns store.ErrClosed after Close, store.ErrBadItem for items it
+// cannot decide (nothing is sent), and otherwise the Redis error, wrapped:
+// a script whose reply was lost may have run.
+package redisstore

@@ -1,0 +1,81 @@
+package redisstore
+
+import (
+	"strconv"
+	"strings"
+
+	"github.com/charonlimit/charon/internal/store"
+)
+
+// Key layout (P is Options.KeyPrefix, R the escaped resource, D the escaped
+// domain, ID the policy ID in hex; escaped identities hold no ':', '{' or
+// '}'):
+//
+//	P{R:ID}:D    state of a pair whose policy has a global limit
+//	P{R:ID}      the resource's global state (hits of the last second)
+//	P{R:ID:D}    state of a pair whose policy has no global limit
+//	Plock:{...}  the lock of a key during a two-step call (Cluster only)
+//
+// The hash tag keeps a resource with a global limit, all its domains and
+// its global key in one Cluster slot, so that its requests are one script
+// call; pairs without a global limit are spread per (resource, domain).
+
+// stateKey returns the key of it's pair state and, when its policy has a
+// global limit, the key of the resource's global state.
+func stateKey(prefix string, it *store.Item) (state, global string) {
+	var id [16]byte
+	hex := strconv.AppendUint(id[:0], it.Key.PolicyID, 16)
+	k := &it.Key
+	if it.Policy.GlobalLimit > 0 {
+		var b strings.Builder
+		b.Grow(len(prefix) + len(k.Resource) + len(hex) + len(k.Domain) + 4)
+		b.WriteString(prefix)
+		b.WriteByte('{')
+		b.WriteString(k.Resource)
+		b.WriteByte(':')
+		b.Write(hex)
+		b.WriteByte('}')
+		g := b.String()
+		b.WriteByte(':')
+		b.WriteString(k.Domain)
+		return b.String(), g
+	}
+	var b strings.Builder
+	b.Grow(len(prefix) + len(k.Resource) + len(hex) + len(k.Domain) + 4)
+	b.WriteString(prefix)
+	b.WriteByte('{')
+	b.WriteString(k.Resource)
+	b.WriteByte(':')
+	b.Write(hex)
+	b.WriteByte(':')
+	b.WriteString(k.Domain)
+	b.WriteByte('}')
+	return b.String(), ""
+}
+
+// lockKey returns the lock key of key (same hash tag, so same slot).
+func lockKey(prefix, key string) string {
+	return prefix + "lock:" + key[len(prefix):]
+}
+
+// slot returns the Redis Cluster hash slot of key: CRC16 (XMODEM) of its
+// hash tag (or of the whole key when it has none) modulo 16384.
+func slot(key string) uint16 {
+	if i := strings.IndexByte(key, '{'); i >= 0 {
+		if j := strings.IndexByte(key[i+1:], '}'); j > 0 {
+			key = key[i+1 : i+1+j]
+		}
+	}
+	var crc uint16
+	for i := 0; i < len(key); i++ {
+		crc ^= uint16(key[i]) << 8
+		for range 8 {
+			if crc&0x8000 != 0 {
+				crc = crc<<1 ^ 0x1021
+			} else {
+				crc <<= 1
+			}
+		}
+	}
+	return crc & 16383
+}

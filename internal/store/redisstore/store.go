@@ -1,0 +1,440 @@
+package redisstore
+
+import (
+	"context"
+	"crypto/rand"
+	_ "embed"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"slices"
+	mrand "math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/charonlimit/charon/internal/store"
+	"github.com/charonlimit/charon/tiers"
+)
+
+//go:embed decide.lua
+var decideLua string
+
+// script is the decide script; Run sends EVALSHA and falls back to EVAL
+// (which loads it) on NOSCRIPT, e.g. after a restart or a failover.
+var script = redis.NewScript(decideLua)
+
+// Errors of the Redis store.
+var (
+	// ErrBusy is returned (wrapped) when a call's keys stayed locked by
+	// two-step calls of other processes until the context ended or the
+	// retries ran out. Nothing was changed.
+	ErrBusy = errors.New("redisstore: keys locked by concurrent calls")
+	// ErrLockLost is returned when a two-step call's lock expired before it
+	// committed (LockTTL too short for the round trips): the call may be
+	// committed in some slots and not in others.
+	ErrLockLost = errors.New("redisstore: lock lost between the two steps")
+)
+
+// Script modes (decide.lua).
+const (
+	modeDecide  = 1
+	modeChecked = 2
+	modePrepare = 3
+	modeCommit  = 4
+	modeAbort   = 5
+	modeRelease = 6
+)
+
+// Script statuses.
+const (
+	statusDone = 0
+	statusBusy = 1
+	statusLost = 2
+)
+
+// maxAttempts bounds the retries of a call that finds its keys locked.
+const maxAttempts = 200
+
+// Store is the Redis store. Safe for concurrent use; create it with New or
+// NewWithClient.
+type Store struct {
+	c       redis.UniversalClient
+	owns    bool
+	cluster bool
+	prefix  string
+	caller  bool // Clock == ClockCaller
+	maxTTL  int64
+	lockTTL int64
+	pols    policyCache
+	closed  atomic.Bool
+	calls   sync.Pool
+}
+
+var _ store.Store = (*Store)(nil)
+
+// call is the scratch of one Decide.
+type call struct {
+	skey, gkey []string // per item: state key, global key ("": none)
+	slot       []uint16 // per item: the slot of its keys
+	enc        []*encoded
+	out        []tiers.Decision // per item, the call's answer
+	// per script call
+	keys  []string
+	kix   []int // per item: index of its state key in keys, -1 not in this call
+	gix   []int
+	pols  []*encoded
+	pix   []int
+	hdr   []byte
+	args  []any
+	slots []uint16
+	nowAt []int64 // per slot of a two-step: the now its prepare used
+}
+
+// NewWithClient returns a Store over c, which the caller keeps and closes.
+// A *redis.ClusterClient (or opts.Cluster) makes the store split calls by
+// slot and use the two-step for calls spanning slots.
+func NewWithClient(c redis.UniversalClient, opts Options) (*Store, error) {
+	return newStore(c, false, opts)
+}
+
+func newStore(c redis.UniversalClient, owns bool, opts Options) (*Store, error) {
+	o, err := opts.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	_, isCluster := c.(*redis.ClusterClient)
+	s := &Store{
+		c:       c,
+		owns:    owns,
+		cluster: isCluster || o.Cluster,
+		prefix:  o.KeyPrefix,
+		caller:  o.Clock == ClockCaller,
+		maxTTL:  o.MaxTTL.Milliseconds(),
+		lockTTL: max(1, o.LockTTL.Milliseconds()),
+	}
+	s.calls.New = func() any { return new(call) }
+	return s, nil
+}
+
+// Client returns the store's Redis client.
+func (s *Store) Client() redis.UniversalClient { return s.c }
+
+// Close implements store.Store: Decide fails with store.ErrClosed afterwards,
+// and a client made by New is closed.
+func (s *Store) Close() error {
+	if s.closed.Swap(true) {
+		return nil
+	}
+	if s.owns {
+		return s.c.Close()
+	}
+	return nil
+}
+
+// Decide implements store.Store with one script call (one round trip) when
+// all the items' keys are in one Cluster slot (always on a single node or
+// with Sentinel), and with the two-step of the package documentation
+// otherwise. With ClockRedis (the default) now is ignored and the script
+// reads the Redis master's clock.
+//
+// On an error the call may or may not have been committed (a script that
+// timed out on the client may have run); store.ErrBadItem is returned before
+// anything is sent.
+func (s *Store) Decide(ctx context.Context, now time.Time, items []store.Item, out []tiers.Decision) error {
+	if s.closed.Load() {
+		return store.ErrClosed
+	}
+	if err := store.Check(items); err != nil {
+		return err
+	}
+	if len(out) < len(items) {
+		return fmt.Errorf("%w: %d items, %d decisions", store.ErrBadItem, len(items), len(out))
+	}
+	if len(items) == 0 {
+		return nil
+	}
+	t := int64(-1)
+	if s.caller {
+		t = now.UnixMicro()
+	}
+	c := s.calls.Get().(*call)
+	defer s.put(c)
+	c.prepare(s, items)
+	one := true
+	if s.cluster {
+		for i := range items {
+			if c.slot[i] != c.slot[0] {
+				one = false
+				break
+			}
+		}
+	}
+	if one {
+		mode := modeDecide
+		if s.cluster {
+			mode = modeChecked
+		}
+		for attempt := 0; ; attempt++ {
+			st, _, err := s.exec(ctx, c, items, -1, mode, t, "", out)
+			if err != nil || st == statusDone {
+				return err
+			}
+			if err := wait(ctx, attempt); err != nil {
+				return err
+			}
+		}
+	}
+	return s.twoStep(ctx, c, items, t, out)
+}
+
+func (s *Store) put(c *call) {
+	clear(c.skey)
+	clear(c.gkey)
+	clear(c.enc)
+	clear(c.keys)
+	clear(c.pols)
+	clear(c.args)
+	c.skey, c.gkey, c.enc, c.keys, c.pols, c.args = c.skey[:0], c.gkey[:0], c.enc[:0], c.keys[:0], c.pols[:0], c.args[:0]
+	s.calls.Put(c)
+}
+
+// prepare computes the keys, slots and policy encodings of the items.
+func (c *call) prepare(s *Store, items []store.Item) {
+	c.skey, c.gkey, c.slot, c.enc = c.skey[:0], c.gkey[:0], c.slot[:0], c.enc[:0]
+	for i := range items {
+		it := &items[i]
+		sk, gk := stateKey(s.prefix, it)
+		c.skey = append(c.skey, sk)
+		c.gkey = append(c.gkey, gk)
+		var sl uint16
+		if s.cluster {
+			sl = slot(sk)
+		}
+		c.slot = append(c.slot, sl)
+		c.enc = append(c.enc, s.pols.get(it.Policy))
+	}
+}
+
+// exec runs the script once for the items of slot sel (-1: all items) and,
+// when it answers, writes their decisions to out. It returns the script's
+// status and the now (µs) it used.
+func (s *Store) exec(ctx context.Context, c *call, items []store.Item, sel int, mode int, now int64, token string, out []tiers.Decision) (int, int64, error) {
+	c.keys, c.pols = c.keys[:0], c.pols[:0]
+	c.kix, c.gix, c.pix = c.kix[:0], c.gix[:0], c.pix[:0]
+	n := 0
+	for i := range items {
+		if sel >= 0 && int(c.slot[i]) != sel {
+			c.kix = append(c.kix, -1)
+			c.gix = append(c.gix, -1)
+			c.pix = append(c.pix, -1)
+			continue
+		}
+		n++
+		c.kix = append(c.kix, c.keyIndex(c.skey[i]))
+		g := -1
+		if c.gkey[i] != "" {
+			g = c.keyIndex(c.gkey[i])
+		}
+		c.gix = append(c.gix, g)
+		p := -1
+		for j, e := range c.pols {
+			if e == c.enc[i] {
+				p = j
+				break
+			}
+		}
+		if p < 0 {
+			p = len(c.pols)
+			c.pols = append(c.pols, c.enc[i])
+		}
+		c.pix = append(c.pix, p)
+	}
+	nk := len(c.keys)
+	if mode != modeDecide {
+		for k := 0; k < nk; k++ {
+			c.keys = append(c.keys, lockKey(s.prefix, c.keys[k]))
+		}
+	}
+	h := appendArray(c.hdr[:0], 6+6*n)
+	h = appendInt(h, int64(mode))
+	h = appendInt(h, now)
+	h = appendInt(h, s.maxTTL)
+	h = appendInt(h, s.lockTTL)
+	h = appendInt(h, int64(nk))
+	h = appendInt(h, int64(n))
+	for i := range items {
+		if c.kix[i] < 0 {
+			continue
+		}
+		it := &items[i]
+		h = appendInt(h, int64(c.kix[i]+1))
+		h = appendInt(h, int64(c.gix[i]+1))
+		h = appendInt(h, int64(c.pix[i]+1))
+		h = appendInt(h, it.Hits)
+		h = appendInt(h, it.Min)
+		var f int64
+		if it.Refund {
+			f |= 1
+		}
+		if it.Shadow {
+			f |= 2
+		}
+		h = appendInt(h, f)
+	}
+	c.hdr = h
+	c.args = append(c.args[:0], h, token)
+	for _, e := range c.pols {
+		c.args = append(c.args, e.arg)
+	}
+	res, err := script.Run(ctx, s.c, c.keys, c.args...).Text()
+	if err != nil {
+		return 0, 0, fmt.Errorf("redisstore: %w", err)
+	}
+	return c.read(res, items, out)
+}
+
+func (c *call) keyIndex(k string) int {
+	for j, x := range c.keys {
+		if x == k {
+			return j
+		}
+	}
+	c.keys = append(c.keys, k)
+	return len(c.keys) - 1
+}
+
+// read decodes a reply for the items of the last exec.
+func (c *call) read(res string, items []store.Item, out []tiers.Decision) (int, int64, error) {
+	r := reader{b: res}
+	n := r.array()
+	st := r.num()
+	used := r.num()
+	if r.err != nil || n < 2 {
+		return 0, 0, errReply
+	}
+	if st != statusDone {
+		return int(st), used, nil
+	}
+	for i := range items {
+		if c.kix[i] < 0 {
+			continue
+		}
+		out[i] = decision(items[i].Policy, c.enc[i], &r)
+	}
+	if r.err != nil {
+		return 0, 0, r.err
+	}
+	return statusDone, used, nil
+}
+
+// wait sleeps before retry attempt+1 of a call that found its keys locked,
+// from 50µs doubling to about 5ms, with jitter.
+func wait(ctx context.Context, attempt int) error {
+	if attempt >= maxAttempts {
+		return ErrBusy
+	}
+	d := 50 * time.Microsecond << min(attempt, 7)
+	d = d/2 + time.Duration(mrand.Int64N(int64(d)))
+	tm := time.NewTimer(d)
+	defer tm.Stop()
+	select {
+	case <-ctx.Done():
+		return fmt.Errorf("%w: %w", ErrBusy, ctx.Err())
+	case <-tm.C:
+		return nil
+	}
+}
+
+// twoStep decides a call whose keys span Cluster slots, all or nothing:
+//
+//  1. Prepare, one script per slot (pipelined): if any of the slot's keys is
+//     locked, answer busy and do nothing; else lock every key of the slot
+//     (a lock key with a random token and a PX of LockTTL) and answer the
+//     predictions of store.Apply's steps 1 and 2 for the slot's items,
+//     writing nothing (refunds included).
+//  2. If a slot was busy: release the locks taken, wait and start again.
+//     Otherwise, if no slot predicted a rejected non-shadow group, commit
+//     every slot, else abort every slot (pipelined): the script checks its
+//     token still holds the locks, applies the refunds, commits the groups
+//     (commit) or not (abort), writes the keys, and releases the locks.
+//
+// While a call holds a key's lock, every other call touching the key (one-
+// step calls included, in Cluster mode) answers busy and retries, so the
+// state that step 1 saw is the state step 2 commits on: the answer is the
+// one store.Apply gives over all the items. Groups sharing a state or a
+// global state are always in one slot (key layout), so the slots only meet
+// in the all-or-nothing. Each slot decides at the now of its own prepare.
+func (s *Store) twoStep(ctx context.Context, c *call, items []store.Item, now int64, out []tiers.Decision) error {
+	c.slots = c.slots[:0]
+	for _, sl := range c.slot {
+		seen := false
+		for _, x := range c.slots {
+			if x == sl {
+				seen = true
+				break
+			}
+		}
+		if !seen {
+			c.slots = append(c.slots, sl)
+		}
+	}
+	// Lock in slot order, so that two calls meet in the same order.
+	slices.Sort(c.slots)
+	var tb [16]byte
+	_, _ = rand.Read(tb[:8])
+	token := hex.EncodeToString(tb[:8])
+	for attempt := 0; ; attempt++ {
+		c.nowAt = c.nowAt[:0]
+		busy, locked := false, 0
+		var err error
+		for _, sl := range c.slots {
+			st, used, e := s.exec(ctx, c, items, int(sl), modePrepare, now, token, out)
+			if e != nil {
+				err = e
+				break
+			}
+			if st == statusBusy {
+				busy = true
+				break
+			}
+			c.nowAt = append(c.nowAt, used)
+			locked++
+		}
+		if err != nil || busy {
+			for _, sl := range c.slots[:locked] {
+				_, _, _ = s.exec(context.WithoutCancel(ctx), c, items, int(sl), modeRelease, now, token, out)
+			}
+			if err != nil {
+				return err
+			}
+			if err := wait(ctx, attempt); err != nil {
+				return err
+			}
+			continue
+		}
+		commit := true
+		for i := range items {
+			if !items[i].Refund && !items[i].Shadow && !out[i].OK {
+				commit = false
+			}
+		}
+		mode := modeAbort
+		if commit {
+			mode = modeCommit
+		}
+		var first error
+		for k, sl := range c.slots {
+			st, _, e := s.exec(context.WithoutCancel(ctx), c, items, int(sl), mode, c.nowAt[k], token, out)
+			if e == nil && st == statusLost {
+				e = ErrLockLost
+			}
+			if e != nil && first == nil {
+				first = e
+			}
+		}
+		return first
+	}
+}
