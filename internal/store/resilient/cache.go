@@ -107,10 +107,11 @@ func (c *cache) get(t int64, k *store.Key, min int64, global bool, d *tiers.Deci
 	sh.unlink(e)
 	sh.pushFront(e)
 	*d = e.d
+	until := e.until
 	sh.mu.Unlock()
 	d.Granted = 0
-	if e.until != never {
-		d.RetryAfter = time.Duration(e.until-t) * time.Microsecond
+	if until != never {
+		d.RetryAfter = time.Duration(until-t) * time.Microsecond
 	}
 	d.ResetAfter = d.RetryAfter
 	return true

@@ -50,17 +50,24 @@
 // round trip: OK false, Granted 0, RetryAfter and ResetAfter the time left to
 // now+T (exact, in whole microseconds like the tiers package), and the rest of
 // the decision context as the remote gave it at the rejection (Remaining,
-// TierHits, DomainHits may have moved since). Entries with RetryAfter
+// TierHits, DomainHits may have moved since; this is why the conformance
+// suite, which compares whole decisions, runs with the cache off). Entries with RetryAfter
 // Unbounded are kept until evicted or flushed: no wait can grant them under
 // that policy ID. A request with any uncached item, or with any refund, goes
 // to the remote, which decides all or nothing anyway.
 //
-// A refund seen by this process removes the refunded pair from the cache
-// and, for a policy with a global limit, invalidates the cached pairs of the
-// same resource. Refunds made through other processes cannot be seen: after
-// one, this process may keep rejecting a pair until its cached T although the
-// remote would grant it sooner. The same holds when the remote forgets state
-// early (evicted keys). The cache is keyed by store.Key, so a policy change
+// A refund this process sees removes the refunded pair's entry, and so does
+// a grant (grants can delay a pair's grant for a larger minimum); with a
+// global limit both also invalidate the entries of the pair's resource
+// (one domain's hits move every domain's answer). Within one process the
+// cache thus answers exactly what the remote would for OK, Granted,
+// RetryAfter and ResetAfter (a test replays random traces against a memstore
+// to check it). Across processes two limitations remain: a refund made
+// through another process cannot be seen, so this process may keep rejecting
+// a pair until its cached T although the remote would grant it sooner (the
+// same holds when the remote forgets state early, as evicted keys); and
+// another process's grants may push the true RetryAfter later than the cached
+// one (the answer is still a rejection; the client retries a little early). The cache is keyed by store.Key, so a policy change
 // (a new PolicyID) never hits old entries; Flush empties it when the
 // configuration changes anyway. The cache uses the now passed to Decide; if
 // the remote decides with its own clock (Redis TIME), T is still measured
