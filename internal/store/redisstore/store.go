@@ -7,8 +7,8 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"slices"
 	mrand "math/rand/v2"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -415,9 +415,21 @@ func (s *Store) twoStep(ctx context.Context, c *call, items []store.Item, now in
 			}
 			continue
 		}
+		// As in store.Apply, a group (the take items of one key) is shadow
+		// when its first item is, and its members share its answer.
 		commit := true
 		for i := range items {
-			if !items[i].Refund && !items[i].Shadow && !out[i].OK {
+			if items[i].Refund || items[i].Shadow || out[i].OK {
+				continue
+			}
+			lead := true
+			for j := 0; j < i; j++ {
+				if !items[j].Refund && c.skey[j] == c.skey[i] {
+					lead = false
+					break
+				}
+			}
+			if lead {
 				commit = false
 			}
 		}
