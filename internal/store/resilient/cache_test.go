@@ -256,3 +256,19 @@ func TestCacheExactAgainstRemote(t *testing.T) {
 		ref.Close()
 	}
 }
+
+// TestCacheBeforeBreaker: a cached rejection is the remote's own answer, so
+// it still holds while the remote is down, in every mode.
+func TestCacheBeforeBreaker(t *testing.T) {
+	s, f, _ := exhausted(t, resilient.Options{Mode: resilient.ModeOpen})
+	f.set(fail)
+	if d := decide(t, s, t0.Add(200*time.Millisecond), take(simple, "a", 1))[0]; d.OK {
+		t.Errorf("remote down, a cached: %+v, want the cached rejection", d)
+	}
+	if d := decide(t, s, t0.Add(200*time.Millisecond), take(simple, "b", 1))[0]; !d.OK {
+		t.Errorf("remote down, b not cached: %+v, want open mode's grant", d)
+	}
+	if st := s.Stats(); st.Cached != 1 || st.Open != 1 {
+		t.Errorf("stats %+v; want 1 cached, 1 open", st)
+	}
+}

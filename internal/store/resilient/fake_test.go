@@ -72,3 +72,17 @@ func newClock() *clock {
 
 func (c *clock) Now() time.Time          { return time.Unix(0, c.ns.Load()) }
 func (c *clock) Advance(d time.Duration) { c.ns.Add(int64(d)) }
+
+// pingRemote is a fakeRemote that answers Ping as its behaviour says.
+type pingRemote struct {
+	*fakeRemote
+	pings atomic.Int64
+}
+
+func (p *pingRemote) Ping(ctx context.Context) error {
+	p.pings.Add(1)
+	if p.behavior.Load() == fail {
+		return errRemote
+	}
+	return nil
+}

@@ -306,6 +306,47 @@ func (s *Store) Serving() bool {
 	return s.mode != ModeUnavailable || BreakerState(s.br.state.Load()) == BreakerClosed
 }
 
+// Pinger is implemented by remotes that can check their health without
+// deciding anything (the Redis store: PING).
+type Pinger interface {
+	Ping(ctx context.Context) error
+}
+
+// Probe lets an idle server recover: when the breaker is open and its
+// cool-off is over, and the remote implements Pinger, Probe pings the remote
+// under the deadline as the half-open probe (success closes the breaker,
+// failure opens it for another cool-off) and returns the ping's error. It
+// does nothing and returns nil otherwise. Decide probes by itself; Probe
+// matters when no traffic arrives, as in ModeUnavailable behind a readiness
+// check that stops the traffic while Serving is false: a server calls it
+// every Options.CoolOff or so.
+func (s *Store) Probe(ctx context.Context) error {
+	p, ok := s.remote.(Pinger)
+	if !ok || s.closed.Load() || BreakerState(s.br.state.Load()) != BreakerOpen {
+		return nil
+	}
+	call, probe := s.br.allow(s.now().UnixNano())
+	if !call || !probe {
+		return nil
+	}
+	if s.timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, s.timeout)
+		defer cancel()
+	}
+	err := p.Ping(ctx)
+	switch {
+	case err == nil:
+		s.br.success(s.now().UnixNano(), true)
+	case errors.Is(ctx.Err(), context.Canceled):
+		s.br.abort(true)
+	default:
+		s.remoteErrors.Add(1)
+		s.br.failure(s.now().UnixNano(), true)
+	}
+	return err
+}
+
 // Mode returns the failure mode.
 func (s *Store) Mode() Mode { return s.mode }
 

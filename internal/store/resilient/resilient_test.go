@@ -410,3 +410,33 @@ func TestNilRemote(t *testing.T) {
 		t.Errorf("err = %v, want ErrNoRemote", err)
 	}
 }
+
+// TestProbeWithoutTraffic: an idle wrapper recovers through Probe.
+func TestProbeWithoutTraffic(t *testing.T) {
+	p := &pingRemote{fakeRemote: newFake()}
+	p.set(fail)
+	clk := newClock()
+	s := resilient.New(p, resilient.Options{Mode: resilient.ModeUnavailable, Now: clk.Now, FailureThreshold: 1})
+	defer s.Close()
+	if err := s.Probe(context.Background()); err != nil || p.pings.Load() != 0 {
+		t.Fatalf("closed breaker: Probe = %v after %d pings, want nil and none", err, p.pings.Load())
+	}
+	out := make([]tiers.Decision, 1)
+	s.Decide(context.Background(), t0, []store.Item{take(simple, "a", 1)}, out)
+	if s.Serving() {
+		t.Fatal("serving with the breaker open in unavailable mode")
+	}
+	s.Probe(context.Background())
+	if p.pings.Load() != 0 {
+		t.Fatal("pinged during the cool-off")
+	}
+	clk.Advance(time.Second)
+	if err := s.Probe(context.Background()); !errors.Is(err, errRemote) || s.Serving() || s.Stats().BreakerOpens != 2 {
+		t.Fatalf("failed ping: %v, serving %v, stats %+v; want the error, not serving, 2 openings", err, s.Serving(), s.Stats())
+	}
+	p.set(answer)
+	clk.Advance(time.Second)
+	if err := s.Probe(context.Background()); err != nil || !s.Serving() || p.pings.Load() != 2 {
+		t.Fatalf("good ping: %v, serving %v, %d pings; want nil, serving, 2", err, s.Serving(), p.pings.Load())
+	}
+}
