@@ -351,8 +351,9 @@ func (s *Store) Probe(ctx context.Context) error {
 func (s *Store) Mode() Mode { return s.mode }
 
 // Stats are the wrapper's counters since New, for metrics. Every call of
-// Decide that did not fail on bad items or a closed store is counted once in
-// exactly one of Remote, Cached, Local, Open, Closed and Unavailable.
+// Decide that did not fail on bad items, a closed store or its caller's
+// cancellation is counted once, in exactly one of Remote, Cached, Local,
+// Open, Closed and Unavailable.
 type Stats struct {
 	// Remote counts calls the remote store decided.
 	Remote uint64
