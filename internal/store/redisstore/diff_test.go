@@ -1,0 +1,184 @@
+package redisstore
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/charonlimit/charon/internal/store"
+	"github.com/charonlimit/charon/internal/store/memstore"
+	"github.com/charonlimit/charon/internal/store/storetest"
+	"github.com/charonlimit/charon/tiers"
+)
+
+// randDur returns a random duration in whole µs in [lo, hi).
+func randDur(r *rand.Rand, lo, hi time.Duration) time.Duration {
+	return lo + time.Duration(r.Int64N(int64(hi-lo)/1000))*time.Microsecond
+}
+
+// randPolicy returns a random valid, normalized policy of any kind, with
+// limits on both sides of the bucketed threshold (64).
+func randPolicy(r *rand.Rand) *tiers.Policy {
+	for {
+		var p tiers.Policy
+		switch k := r.IntN(10); {
+		case k < 6:
+			p.Kind = tiers.KindTiers
+			n := r.IntN(4)
+			if r.IntN(20) == 0 {
+				n = 0 // closed
+			}
+			for i := range n {
+				var t tiers.Tier
+				switch r.IntN(3) {
+				case 0:
+					t.Limit = 1 + r.Int64N(8)
+				case 1:
+					t.Limit = 1 + r.Int64N(70)
+				default:
+					t.Limit = 60 + r.Int64N(300)
+				}
+				t.Window = randDur(r, time.Millisecond, 3*time.Second)
+				if i == 0 && r.IntN(2) == 0 {
+					t.Active = tiers.Unbounded
+				} else {
+					t.Active = t.Window * time.Duration(1+r.IntN(5))
+					if r.IntN(10) == 0 {
+						t.Active = tiers.Unbounded
+					}
+				}
+				switch r.IntN(4) {
+				case 0:
+				case 1:
+					t.Cooldown = randDur(r, time.Microsecond, 5*time.Second)
+				case 2:
+					t.Cooldown = t.Window * time.Duration(r.IntN(4))
+				default:
+					if r.IntN(5) == 0 {
+						t.Cooldown = tiers.Unbounded
+					}
+				}
+				t.Skippable = r.IntN(3) == 0
+				p.Tiers = append(p.Tiers, t)
+			}
+			if r.IntN(3) == 0 {
+				p.HardLimit = 1 + r.Int64N(100)
+			}
+			if r.IntN(3) == 0 {
+				p.GlobalLimit = 1 + r.Int64N(150)
+			}
+		case k < 8:
+			p.Kind = tiers.KindTokenBucket
+			p.Bucket = tiers.TokenBucket{Capacity: 1 + r.Int64N(200), Refill: 1 + r.Int64N(50), Per: randDur(r, time.Microsecond, 10*time.Second)}
+		default:
+			p.Kind = tiers.KindFixedWindow
+			p.Window = tiers.FixedWindow{Limit: 1 + r.Int64N(100), Unit: tiers.Unit(1 + r.IntN(2))}
+		}
+		p, _ = tiers.Normalize(p)
+		if tiers.Validate(&p) == nil {
+			return &p
+		}
+	}
+}
+
+// trace replays one random trace against the stores and demands the
+// decisions of the first (the reference) from the others.
+func trace(t *testing.T, seed uint64, steps int, stores []store.Store, names []string) {
+	t.Helper()
+	r := rand.New(rand.NewPCG(seed, 99))
+	type res struct {
+		name string
+		p    *tiers.Policy
+	}
+	var resources []res
+	for i := range 1 + r.IntN(4) {
+		resources = append(resources, res{fmt.Sprint("r", i), randPolicy(r)})
+	}
+	now := storetest.T0.Add(randDur(r, 0, time.Hour))
+	ctx := context.Background()
+	for step := range steps {
+		switch r.IntN(10) {
+		case 0: // same instant
+		case 1:
+			now = now.Add(randDur(r, time.Second, 20*time.Second))
+		case 2:
+			now = now.Add(-randDur(r, time.Microsecond, 5*time.Millisecond)) // a clock going back a little
+		default:
+			now = now.Add(randDur(r, time.Microsecond, 400*time.Millisecond))
+		}
+		items := make([]store.Item, 1+r.IntN(4))
+		for i := range items {
+			rs := resources[r.IntN(len(resources))]
+			hits := int64(1 + r.IntN(4))
+			if r.IntN(5) == 0 {
+				hits = 1 + r.Int64N(120)
+			}
+			items[i] = store.Item{
+				Key:    store.Key{Resource: rs.name, Domain: fmt.Sprint("d", r.IntN(3)), PolicyID: seed},
+				Policy: rs.p,
+				Hits:   hits,
+				Min:    1 + r.Int64N(hits),
+			}
+			switch r.IntN(10) {
+			case 0:
+				items[i].Refund = true
+			case 1:
+				items[i].Shadow = true
+			}
+		}
+		var want []tiers.Decision
+		for k, s := range stores {
+			got := make([]tiers.Decision, len(items))
+			if err := s.Decide(ctx, now, items, got); err != nil {
+				t.Fatalf("seed %d step %d: %s: %v", seed, step, names[k], err)
+			}
+			if k == 0 {
+				want = got
+				continue
+			}
+			if diff := cmp.Diff(want, got); diff != "" {
+				for _, rs := range resources {
+					t.Logf("%s: %+v", rs.name, *rs.p)
+				}
+				t.Fatalf("seed %d step %d at %v, items %+v (-%s +%s):\n%s", seed, step, now, items, names[0], names[k], diff)
+			}
+		}
+	}
+}
+
+// TestDifferential replays random traces (random policies of every kind,
+// copies, minimums, refunds, shadow and multi-item calls, µs times, a
+// clock going back a little) against the reference store (tiers and
+// store.Apply), the memory store and the Redis store, at the same now.
+func TestDifferential(t *testing.T) {
+	_, c := singleClient(t)
+	traces, steps := 1500, 30
+	if testing.Short() {
+		traces = 200
+	}
+	for seed := range uint64(traces) {
+		var m storetest.Model
+		mem := memstore.New(memstore.Options{})
+		rs := testStore(t, c, Options{Clock: ClockCaller})
+		trace(t, seed, steps, []store.Store{&m, mem, rs}, []string{"model", "memstore", "redis"})
+	}
+}
+
+// TestDifferentialCluster does the same against a 3-master Cluster, where
+// calls spanning slots take the two-step.
+func TestDifferentialCluster(t *testing.T) {
+	_, c := clusterClient(t)
+	traces := 300
+	if testing.Short() {
+		traces = 50
+	}
+	for seed := range uint64(traces) {
+		var m storetest.Model
+		rs := testStore(t, c, Options{Clock: ClockCaller})
+		trace(t, seed, 30, []store.Store{&m, rs}, []string{"model", "redis-cluster"})
+	}
+}
