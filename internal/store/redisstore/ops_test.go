@@ -1,0 +1,324 @@
+package redisstore
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/charonlimit/charon/internal/redistest"
+	"github.com/charonlimit/charon/internal/store"
+	"github.com/charonlimit/charon/internal/store/storetest"
+	"github.com/charonlimit/charon/tiers"
+)
+
+// counter is a go-redis hook counting the commands sent, by name.
+type counter struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+func (c *counter) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (c *counter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		c.add(cmd.Name())
+		return next(ctx, cmd)
+	}
+}
+func (c *counter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		for _, cmd := range cmds {
+			c.add(cmd.Name())
+		}
+		return next(ctx, cmds)
+	}
+}
+func (c *counter) add(name string) {
+	c.mu.Lock()
+	if c.n == nil {
+		c.n = map[string]int{}
+	}
+	c.n[strings.ToLower(name)]++
+	c.mu.Unlock()
+}
+func (c *counter) take() map[string]int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := c.n
+	c.n = nil
+	return n
+}
+
+var (
+	lyft    = &tiers.Policy{Kind: tiers.KindTiers, Tiers: []tiers.Tier{{Limit: 10, Window: time.Second, Active: tiers.Unbounded}}}
+	twoTier = &tiers.Policy{Kind: tiers.KindTiers, Tiers: []tiers.Tier{
+		{Limit: 5, Window: time.Second, Active: tiers.Unbounded},
+		{Limit: 50, Window: time.Minute, Active: 10 * time.Minute, Cooldown: 10 * time.Minute}}}
+	withGlobal = &tiers.Policy{Kind: tiers.KindTiers, GlobalLimit: 100, HardLimit: 20, Tiers: []tiers.Tier{{Limit: 10, Window: time.Second, Active: tiers.Unbounded}}}
+)
+
+func item(p *tiers.Policy, res, dom string, hits int64) store.Item {
+	return store.Item{Key: store.Key{Resource: res, Domain: dom, PolicyID: 7}, Policy: p, Hits: hits, Min: hits}
+}
+
+func mustDecide(t testing.TB, s store.Store, now time.Time, items ...store.Item) []tiers.Decision {
+	t.Helper()
+	out := make([]tiers.Decision, len(items))
+	if err := s.Decide(context.Background(), now, items, out); err != nil {
+		t.Fatalf("Decide: %v", err)
+	}
+	return out
+}
+
+// TestOneCommandPerDecide counts the commands of a Decide: one EVALSHA for
+// a call of several items in one slot, Redis clock or caller's.
+func TestOneCommandPerDecide(t *testing.T) {
+	_, c := singleClient(t)
+	var cnt counter
+	c.AddHook(&cnt)
+	for _, clock := range []Clock{ClockRedis, ClockCaller} {
+		s := testStore(t, c, Options{Clock: clock})
+		mustDecide(t, s, storetest.T0, item(lyft, "a", "x", 1)) // loads the script (EVAL) on first use
+		cnt.take()
+		for i := range 20 {
+			mustDecide(t, s, storetest.T0, item(lyft, "a", fmt.Sprint("x", i%3), 1), item(withGlobal, "b", "y", 2), item(twoTier, "c", "z", 1))
+			if got := cnt.take(); len(got) != 1 || got["evalsha"] != 1 {
+				t.Fatalf("clock %d, call %d: commands %v, want exactly one evalsha", clock, i, got)
+			}
+		}
+	}
+}
+
+// TestNoScript flushes the script cache: the next Decide reloads the script
+// transparently (EVALSHA answered NOSCRIPT, then EVAL).
+func TestNoScript(t *testing.T) {
+	n, c := singleClient(t)
+	var cnt counter
+	c.AddHook(&cnt)
+	s := testStore(t, c, Options{Clock: ClockCaller})
+	mustDecide(t, s, storetest.T0, item(lyft, "a", "x", 3))
+	if out, err := redistest.CLI(n.Port, "script", "flush"); err != nil {
+		t.Fatalf("SCRIPT FLUSH: %v %s", err, out)
+	}
+	cnt.take()
+	d := mustDecide(t, s, storetest.T0, item(lyft, "a", "x", 3))[0]
+	if !d.OK || d.TierHits != 6 {
+		t.Fatalf("after SCRIPT FLUSH: %+v, want granted with 6 hits in the tier", d)
+	}
+	if got := cnt.take(); got["evalsha"] != 1 || got["eval"] != 1 {
+		t.Fatalf("commands %v, want evalsha then eval", got)
+	}
+	d = mustDecide(t, s, storetest.T0, item(lyft, "a", "x", 1))[0]
+	if got := cnt.take(); len(got) != 1 || got["evalsha"] != 1 {
+		t.Fatalf("commands %v, want one evalsha once reloaded", got)
+	}
+}
+
+// TestEveryKeyHasTTL decides with the Redis clock over policies of every
+// kind (a tier kept for ever by tiers included) and checks that every key
+// expires, no later than MaxTTL.
+func TestEveryKeyHasTTL(t *testing.T) {
+	_, c := singleClient(t)
+	forever := &tiers.Policy{Kind: tiers.KindTiers, Tiers: []tiers.Tier{
+		{Limit: 1, Window: time.Second, Active: tiers.Unbounded},
+		{Limit: 5, Window: time.Second, Active: tiers.Unbounded}}}
+	bucket := &tiers.Policy{Kind: tiers.KindTokenBucket, Bucket: tiers.TokenBucket{Capacity: 10, Refill: 1, Per: time.Second}}
+	fixed := &tiers.Policy{Kind: tiers.KindFixedWindow, Window: tiers.FixedWindow{Limit: 10, Unit: tiers.UnitHour}}
+	s := testStore(t, c, Options{KeyPrefix: "ttl:", MaxTTL: time.Hour})
+	for i := range 4 {
+		for _, p := range []*tiers.Policy{lyft, twoTier, withGlobal, forever, bucket, fixed} {
+			mustDecide(t, s, time.Time{}, item(p, fmt.Sprintf("r%p", p), fmt.Sprint("d", i), 2))
+		}
+	}
+	ctx := context.Background()
+	keys, err := c.Keys(ctx, "*").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(keys) < 20 {
+		t.Fatalf("%d keys, want at least 20: %v", len(keys), keys)
+	}
+	for _, k := range keys {
+		ttl, err := c.PTTL(ctx, k).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ttl <= 0 || ttl > time.Hour {
+			t.Errorf("key %q: TTL %v, want in (0, 1h]", k, ttl)
+		}
+	}
+}
+
+// TestRedisClock decides on the Redis clock: Decide's now is ignored.
+func TestRedisClock(t *testing.T) {
+	_, c := singleClient(t)
+	s := testStore(t, c, Options{})
+	p := &tiers.Policy{Kind: tiers.KindTiers, Tiers: []tiers.Tier{{Limit: 2, Window: time.Hour, Active: tiers.Unbounded}}}
+	for i, now := range []time.Time{{}, storetest.T0, time.Unix(1, 0)} {
+		d := mustDecide(t, s, now, item(p, "clock", "d", 1))[0]
+		if wantOK := i < 2; d.OK != wantOK {
+			t.Fatalf("call %d: %+v, want OK %v", i, d, wantOK)
+		}
+		if i == 2 && (d.RetryAfter <= 59*time.Minute || d.RetryAfter > time.Hour) {
+			t.Fatalf("RetryAfter %v, want about an hour from Redis's now", d.RetryAfter)
+		}
+	}
+}
+
+// TestClusterTwoStepConcurrent runs calls spanning two slots concurrently
+// with one-slot calls on the same hot key, on a 3-master Cluster: the hot
+// key grants exactly its limit, and the other key of the two-slot calls
+// loses exactly the hits of the granted ones.
+func TestClusterTwoStepConcurrent(t *testing.T) {
+	_, c := clusterClient(t)
+	s := testStore(t, c, Options{Clock: ClockCaller})
+	hot := &tiers.Policy{Kind: tiers.KindTiers, Tiers: []tiers.Tier{{Limit: 40, Window: time.Hour, Active: tiers.Unbounded}}}
+	big := &tiers.Policy{Kind: tiers.KindTiers, Tiers: []tiers.Tier{{Limit: 1000, Window: time.Hour, Active: tiers.Unbounded}}}
+	a, b := item(hot, "hot", "a", 1), item(big, "other", "b", 1)
+	ka, _ := stateKey(s.prefix, &a)
+	kb, _ := stateKey(s.prefix, &b)
+	if slot(ka) == slot(kb) {
+		t.Fatal("test keys share a slot")
+	}
+	var two, one atomic.Int64
+	var wg sync.WaitGroup
+	errs := make(chan error, 16)
+	for w := range 12 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 15 {
+				items := []store.Item{b, a}
+				if w%3 == 0 {
+					items = []store.Item{a}
+				}
+				out := make([]tiers.Decision, len(items))
+				if err := s.Decide(context.Background(), storetest.T0, items, out); err != nil {
+					errs <- err
+					return
+				}
+				all := true
+				for _, d := range out {
+					all = all && d.OK
+				}
+				if all && len(items) == 2 {
+					two.Add(1)
+				} else if all {
+					one.Add(1)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	if got := two.Load() + one.Load(); got != 40 {
+		t.Fatalf("%d grants of the hot key (%d two-slot, %d one-slot), want exactly 40", got, two.Load(), one.Load())
+	}
+	left := 1000 - two.Load()
+	b.Hits, b.Min = left, left
+	if d := mustDecide(t, s, storetest.T0, b)[0]; !d.OK {
+		t.Fatalf("other key: %d hits left expected: %+v", left, d)
+	}
+	b.Hits, b.Min = 1, 1
+	if d := mustDecide(t, s, storetest.T0, b)[0]; d.OK {
+		t.Fatalf("other key: more than %d hits were left", left)
+	}
+	// No lock key is left behind.
+	var locks []string
+	err := c.ForEachMaster(context.Background(), func(ctx context.Context, m *redis.Client) error {
+		ks, err := m.Keys(ctx, s.prefix+"lock:*").Result()
+		locks = append(locks, ks...)
+		return err
+	})
+	if err != nil || len(locks) > 0 {
+		t.Fatalf("lock keys left: %v (%v)", locks, err)
+	}
+}
+
+// TestSentinelFailover decides through a Sentinel, kills the master, and
+// expects Decide to work again through the promoted replica.
+func TestSentinelFailover(t *testing.T) {
+	if testing.Short() {
+		t.Skip("failover takes seconds")
+	}
+	set := redistest.Sentinel(t)
+	s, err := New(Options{
+		URL:         fmt.Sprintf("redis-sentinel://%s/%s", set.Sentinel.Addr(), set.MasterName),
+		DialTimeout: 200 * time.Millisecond, ReadTimeout: 200 * time.Millisecond, WriteTimeout: 200 * time.Millisecond,
+		KeyPrefix: newPrefix(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if d := mustDecide(t, s, time.Time{}, item(lyft, "s", "d", 1))[0]; !d.OK {
+		t.Fatalf("through sentinel: %+v", d)
+	}
+	set.Master.Kill()
+	killed := time.Now()
+	deadline := killed.Add(30 * time.Second)
+	fails := 0
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+		out := make([]tiers.Decision, 1)
+		err := s.Decide(ctx, time.Time{}, []store.Item{item(lyft, "s", "d", 1)}, out)
+		cancel()
+		if err == nil {
+			t.Logf("Decide works again %v after the master was killed (%d failed calls)", time.Since(killed).Round(10*time.Millisecond), fails)
+			break
+		}
+		fails++
+		if time.Now().After(deadline) {
+			t.Fatalf("no Decide succeeded within 30s of the failover: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestMemoryUsage reports MEMORY USAGE per tracked pair in steady state.
+func TestMemoryUsage(t *testing.T) {
+	_, c := singleClient(t)
+	s := testStore(t, c, Options{Clock: ClockCaller, KeyPrefix: "mem:"})
+	ctx := context.Background()
+	usage := func(it store.Item) int64 {
+		k, _ := stateKey("mem:", &it)
+		n, err := c.MemoryUsage(ctx, k).Result()
+		if err != nil {
+			t.Fatalf("MEMORY USAGE %s: %v", k, err)
+		}
+		return n
+	}
+	// Two tiers, limits 5 and 50: fill tier 1, burst into tier 2 and fill
+	// it, one hit per 10ms.
+	now := storetest.T0
+	it := item(twoTier, "two", "d", 1)
+	for range 55 {
+		mustDecide(t, s, now, it)
+		now = now.Add(10 * time.Millisecond)
+	}
+	two := usage(it)
+	// One tier of 10,000 per hour: hits spread over the hour, so the log
+	// holds its 64 buckets.
+	big := &tiers.Policy{Kind: tiers.KindTiers, Tiers: []tiers.Tier{{Limit: 10000, Window: time.Hour, Active: tiers.Unbounded}}}
+	it = item(big, "big", "d", 1)
+	now = storetest.T0
+	for range 9000 / 50 {
+		it.Hits, it.Min = 50, 50
+		mustDecide(t, s, now, it)
+		now = now.Add(20 * time.Second)
+	}
+	tenK := usage(it)
+	// A Lyft rate limit of 10 per second, one hit.
+	it = item(lyft, "lyft", "d", 1)
+	mustDecide(t, s, storetest.T0, it)
+	one := usage(it)
+	t.Logf("MEMORY USAGE per tracked pair: 2 tiers (5, 50) full: %d bytes; 1 tier of 10,000/hour (64 buckets): %d bytes; 1 tier, 1 hit: %d bytes", two, tenK, one)
+}
