@@ -15,14 +15,14 @@ func (st *state) merge(files []*fileConfig) []descriptors.DomainSpec {
 	type domain struct {
 		first *fileConfig
 		spec  descriptors.DomainSpec
-		seen  map[[2]string]string
+		seen  map[[2]string]at
 	}
 	byName := map[string]*domain{}
 	var order []*domain
 	for _, fc := range files {
 		d := byName[fc.domain]
 		if d == nil {
-			d = &domain{first: fc, seen: map[[2]string]string{}, spec: descriptors.DomainSpec{Config: descriptors.DomainConfig{Name: fc.domain}}}
+			d = &domain{first: fc, seen: map[[2]string]at{}, spec: descriptors.DomainSpec{Config: descriptors.DomainConfig{Name: fc.domain}}}
 			byName[fc.domain] = d
 			order = append(order, d)
 		} else if !st.opts.MergeDomains {
@@ -35,11 +35,11 @@ func (st *state) merge(files []*fileConfig) []descriptors.DomainSpec {
 		for _, n := range fc.nodes {
 			k := [2]string{n.key, n.value}
 			if at, dup := d.seen[k]; dup {
-				st.errs = append(st.errs, &Error{File: fc.file, Line: n.line, Path: n.path,
-					Message: fmt.Sprintf("duplicate descriptor: key %q value %q already at %s", n.key, n.value, at)})
+				st.errs = append(st.errs, &Error{File: fc.file, Line: n.line, Path: rootPath("descriptors").i(n.index).String(),
+					Message: fmt.Sprintf("duplicate descriptor: key %q value %q already at %s:%d", n.key, n.value, at.file, at.line)})
 				continue
 			}
-			d.seen[k] = fmt.Sprintf("%s:%d", fc.file, n.line)
+			d.seen[k] = at{fc.file, n.line}
 			d.spec.Nodes = append(d.spec.Nodes, build(n))
 		}
 	}
@@ -48,6 +48,12 @@ func (st *state) merge(files []*fileConfig) []descriptors.DomainSpec {
 		specs[i] = d.spec
 	}
 	return specs
+}
+
+// at is where a descriptor was first given.
+type at struct {
+	file string
+	line int
 }
 
 func build(n *pnode) *descriptors.Node {

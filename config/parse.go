@@ -42,7 +42,7 @@ type fileConfig struct {
 type pnode struct {
 	key, value string
 	line       int
-	path       string
+	index      int // in its list, for errors found when merging
 	node       descriptors.Node
 	children   []*pnode
 }
@@ -58,20 +58,20 @@ type parser struct {
 	tooBig  bool
 }
 
-func (p *parser) errf(n *yaml.Node, path, format string, args ...any) {
+func (p *parser) errf(n *yaml.Node, path *ypath, format string, args ...any) {
 	line := 0
 	if n != nil {
 		line = n.Line
 	}
-	p.errs = append(p.errs, &Error{File: p.file, Line: line, Path: path, Message: fmt.Sprintf(format, args...)})
+	p.errs = append(p.errs, &Error{File: p.file, Line: line, Path: path.String(), Message: fmt.Sprintf(format, args...)})
 }
 
-func (p *parser) warnf(n *yaml.Node, path, format string, args ...any) {
+func (p *parser) warnf(n *yaml.Node, path *ypath, format string, args ...any) {
 	line := 0
 	if n != nil {
 		line = n.Line
 	}
-	p.warns = append(p.warns, Warning{File: p.file, Line: line, Path: path, Message: fmt.Sprintf(format, args...)})
+	p.warns = append(p.warns, Warning{File: p.file, Line: line, Path: path.String(), Message: fmt.Sprintf(format, args...)})
 }
 
 var yamlLine = regexp.MustCompile(`^yaml: line (\d+): `)
@@ -87,7 +87,7 @@ func (p *parser) parseFile(data []byte) *fileConfig {
 	var extra yaml.Node
 	if err := dec.Decode(&extra); err == nil {
 		if len(extra.Content) > 0 && extra.Content[0].Tag != "!!null" {
-			p.errf(&extra, "", "more than one YAML document in the file")
+			p.errf(&extra, nil, "more than one YAML document in the file")
 		}
 	} else if !errors.Is(err, io.EOF) {
 		p.yamlErr(err)
@@ -99,27 +99,27 @@ func (p *parser) parseFile(data []byte) *fileConfig {
 		root = p.resolve(doc.Content[0])
 	}
 	if root == nil || root.Tag == "!!null" {
-		p.errf(root, "domain", "empty domain: the file has no configuration")
+		p.errf(root, rootPath("domain"), "empty domain: the file has no configuration")
 		return nil
 	}
 	if root.Kind != yaml.MappingNode {
-		p.errf(root, "", "must be a mapping with domain and descriptors, not %s", kindName(root))
+		p.errf(root, nil, "must be a mapping with domain and descriptors, not %s", kindName(root))
 		return nil
 	}
 	var descs *yaml.Node
 	var domainNode *yaml.Node
-	p.fields(root, "", func(key string, k, v *yaml.Node) bool {
+	p.fields(root, nil, func(key string, k, v *yaml.Node) bool {
 		switch key {
 		case "domain":
 			domainNode = k
-			fc.domain, _ = p.str(v, "domain")
+			fc.domain, _ = p.str(v, rootPath("domain"))
 			fc.line = k.Line
 		case "descriptors":
 			descs = v
 		case "ignore_limits":
-			fc.ignoreLimits, _ = p.boolean(v, "ignore_limits")
+			fc.ignoreLimits, _ = p.boolean(v, rootPath("ignore_limits"))
 		case "allow_unconfigured":
-			fc.allowUnconfigured, _ = p.boolean(v, "allow_unconfigured")
+			fc.allowUnconfigured, _ = p.boolean(v, rootPath("allow_unconfigured"))
 		default:
 			return false
 		}
@@ -130,10 +130,10 @@ func (p *parser) parseFile(data []byte) *fileConfig {
 		if n == nil {
 			n = root
 		}
-		p.errf(n, "domain", "empty domain")
+		p.errf(n, rootPath("domain"), "empty domain")
 	}
 	if descs != nil {
-		fc.nodes = p.descriptors(descs, "descriptors", 1)
+		fc.nodes = p.descriptors(descs, rootPath("descriptors"), 1)
 	}
 	if fc.domain == "" {
 		return nil
@@ -163,7 +163,7 @@ func (p *parser) resolve(n *yaml.Node) *yaml.Node {
 	if p.visited > maxNodes {
 		if !p.tooBig {
 			p.tooBig = true
-			p.errf(n, "", "file too large: more than %d YAML nodes once aliases are expanded", maxNodes)
+			p.errf(n, nil, "file too large: more than %d YAML nodes once aliases are expanded", maxNodes)
 		}
 		return nil
 	}
@@ -185,16 +185,9 @@ func kindName(n *yaml.Node) string {
 	return "an unknown node"
 }
 
-func join(path, key string) string {
-	if path == "" {
-		return key
-	}
-	return path + "." + key
-}
-
 // fields calls fn for each key of the mapping n; fn returns false for an
 // unknown key. Non-string keys, repeated keys and unknown keys are errors.
-func (p *parser) fields(n *yaml.Node, path string, fn func(key string, k, v *yaml.Node) bool) {
+func (p *parser) fields(n *yaml.Node, path *ypath, fn func(key string, k, v *yaml.Node) bool) {
 	for i := 0; i+1 < len(n.Content); i += 2 {
 		k, v := n.Content[i], p.resolve(n.Content[i+1])
 		if v == nil {
@@ -212,17 +205,17 @@ func (p *parser) fields(n *yaml.Node, path string, fn func(key string, k, v *yam
 			}
 		}
 		if dup > 0 {
-			p.errf(k, join(path, k.Value), "key given twice (first at line %d)", dup)
+			p.errf(k, path.k(k.Value), "key given twice (first at line %d)", dup)
 			continue
 		}
 		if !fn(k.Value, k, v) {
-			p.errf(k, join(path, k.Value), "unknown key %q", k.Value)
+			p.errf(k, path.k(k.Value), "unknown key %q", k.Value)
 		}
 	}
 }
 
 // list returns the items of a sequence (nil for an empty value).
-func (p *parser) list(n *yaml.Node, path string) []*yaml.Node {
+func (p *parser) list(n *yaml.Node, path *ypath) []*yaml.Node {
 	if n.Tag == "!!null" {
 		return nil
 	}
@@ -240,7 +233,7 @@ func (p *parser) list(n *yaml.Node, path string) []*yaml.Node {
 	return out
 }
 
-func (p *parser) mapping(n *yaml.Node, path string) bool {
+func (p *parser) mapping(n *yaml.Node, path *ypath) bool {
 	if n.Kind != yaml.MappingNode {
 		p.errf(n, path, "must be a mapping, not %s", kindName(n))
 		return false
@@ -250,7 +243,7 @@ func (p *parser) mapping(n *yaml.Node, path string) bool {
 
 // str reads a scalar as text: envoyproxy/ratelimit reads `value: 123` as
 // "123", so any scalar is accepted; an empty value is "".
-func (p *parser) str(n *yaml.Node, path string) (string, bool) {
+func (p *parser) str(n *yaml.Node, path *ypath) (string, bool) {
 	if n.Kind != yaml.ScalarNode {
 		p.errf(n, path, "must be a string, not %s", kindName(n))
 		return "", false
@@ -261,7 +254,7 @@ func (p *parser) str(n *yaml.Node, path string) (string, bool) {
 	return n.Value, true
 }
 
-func (p *parser) boolean(n *yaml.Node, path string) (bool, bool) {
+func (p *parser) boolean(n *yaml.Node, path *ypath) (bool, bool) {
 	if n.Kind != yaml.ScalarNode || n.Tag != "!!bool" {
 		p.errf(n, path, "must be true or false, not %s", kindName(n))
 		return false, false
@@ -270,15 +263,18 @@ func (p *parser) boolean(n *yaml.Node, path string) (bool, bool) {
 	return b, true
 }
 
-func (p *parser) integer(n *yaml.Node, path string, min int64, minMsg string) (int64, bool) {
+func (p *parser) integer(n *yaml.Node, path *ypath, min int64, minMsg string) (int64, bool) {
 	if n.Kind != yaml.ScalarNode || n.Tag != "!!int" {
 		p.errf(n, path, "must be an integer, not %s", kindName(n))
 		return 0, false
 	}
-	var v int64
-	if err := n.Decode(&v); err != nil {
-		p.errf(n, path, "must be an integer that fits 64 bits, not %q", n.Value)
-		return 0, false
+	v, ok := decimal(n.Value)
+	if !ok {
+		// Hexadecimal, octal, binary, "_" separators: as yaml.v3 reads them.
+		if err := n.Decode(&v); err != nil {
+			p.errf(n, path, "must be an integer that fits 64 bits, not %q", n.Value)
+			return 0, false
+		}
 	}
 	if v < min {
 		p.errf(n, path, "%s", minMsg)
@@ -287,8 +283,33 @@ func (p *parser) integer(n *yaml.Node, path string, min int64, minMsg string) (i
 	return v, true
 }
 
+// decimal reads a plain decimal integer ("0", "42", "-7", no leading zero,
+// sign or separator) that fits 64 bits, the common case that needs no trip
+// through yaml.v3's reflection; it reports false for every other text.
+func decimal(s string) (int64, bool) {
+	digits := s
+	if len(digits) > 0 && digits[0] == '-' {
+		digits = digits[1:]
+	}
+	if len(digits) == 0 || len(digits) > 18 || (digits[0] == '0' && len(digits) > 1) {
+		return 0, false
+	}
+	var v int64
+	for i := 0; i < len(digits); i++ {
+		c := digits[i]
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		v = v*10 + int64(c-'0')
+	}
+	if len(digits) < len(s) {
+		v = -v
+	}
+	return v, true
+}
+
 // duration reads a Go duration ("1s", "5m", "24h") or "unbounded".
-func (p *parser) duration(n *yaml.Node, path string, allowUnbounded bool) (time.Duration, bool) {
+func (p *parser) duration(n *yaml.Node, path *ypath, allowUnbounded bool) (time.Duration, bool) {
 	if n.Kind != yaml.ScalarNode || n.Tag == "!!null" {
 		p.errf(n, path, "must be a duration such as 1s, 5m or 24h, not %s", kindName(n))
 		return 0, false
@@ -317,7 +338,7 @@ func (p *parser) duration(n *yaml.Node, path string, allowUnbounded bool) (time.
 }
 
 // descriptors parses a descriptor list at nesting depth.
-func (p *parser) descriptors(n *yaml.Node, path string, depth int) []*pnode {
+func (p *parser) descriptors(n *yaml.Node, path *ypath, depth int) []*pnode {
 	if depth > maxDepth {
 		p.errf(n, path, "descriptors nested deeper than %d levels", maxDepth)
 		return nil
@@ -325,7 +346,7 @@ func (p *parser) descriptors(n *yaml.Node, path string, depth int) []*pnode {
 	var out []*pnode
 	seen := map[[2]string]int{}
 	for i, it := range p.list(n, path) {
-		ip := fmt.Sprintf("%s[%d]", path, i)
+		ip := path.i(i)
 		if !p.mapping(it, ip) {
 			continue
 		}
@@ -333,6 +354,7 @@ func (p *parser) descriptors(n *yaml.Node, path string, depth int) []*pnode {
 		if d == nil {
 			continue
 		}
+		d.index = i
 		k := [2]string{d.key, d.value}
 		if line, dup := seen[k]; dup {
 			what := fmt.Sprintf("key %q", d.key)
@@ -356,14 +378,14 @@ type leafSpec struct {
 	kHard, kGlobal, kOverrides        *yaml.Node
 }
 
-func (p *parser) descriptor(n *yaml.Node, path string, depth int) *pnode {
-	d := &pnode{line: n.Line, path: path}
+func (p *parser) descriptor(n *yaml.Node, path *ypath, depth int) *pnode {
+	d := &pnode{line: n.Line}
 	var ls leafSpec
 	var children *yaml.Node
 	var keyNode *yaml.Node
 	var shadow, detailed bool
 	p.fields(n, path, func(key string, k, v *yaml.Node) bool {
-		fp := join(path, key)
+		fp := path.k(key)
 		switch key {
 		case "key":
 			keyNode = k
@@ -409,7 +431,7 @@ func (p *parser) descriptor(n *yaml.Node, path string, depth int) *pnode {
 		if at == nil {
 			at = n
 		}
-		p.errf(at, join(path, "key"), "descriptor has an empty key")
+		p.errf(at, path.k("key"), "descriptor has an empty key")
 	}
 	d.node.Key, d.node.Value = d.key, d.value
 	d.node.DetailedMetric = detailed
@@ -420,10 +442,10 @@ func (p *parser) descriptor(n *yaml.Node, path string, depth int) *pnode {
 		d.node.Limit = l
 	}
 	if d.node.ShareThreshold && d.value != "" && !strings.Contains(d.value, "*") {
-		p.warnf(n, join(path, "share_threshold"), "has no effect on a fixed value")
+		p.warnf(n, path.k("share_threshold"), "has no effect on a fixed value")
 	}
 	if children != nil {
-		d.children = p.descriptors(children, join(path, "descriptors"), depth+1)
+		d.children = p.descriptors(children, path.k("descriptors"), depth+1)
 	}
 	if d.key == "" {
 		return nil

@@ -2,7 +2,6 @@ package config
 
 import (
 	"errors"
-	"fmt"
 	"regexp"
 	"strconv"
 	"strings"
@@ -39,7 +38,7 @@ type given struct {
 
 // limit builds the limit of one descriptor, nil when it has none (or on
 // error, already reported).
-func (p *parser) limit(ls *leafSpec, path string, line int) *descriptors.Limit {
+func (p *parser) limit(ls *leafSpec, path *ypath, line int) *descriptors.Limit {
 	var gs []given
 	for _, g := range []given{
 		{"rate_limit", ls.kRate, ls.rateLimit},
@@ -55,17 +54,17 @@ func (p *parser) limit(ls *leafSpec, path string, line int) *descriptors.Limit {
 	if len(gs) == 0 {
 		for _, g := range extras {
 			if g.v != nil {
-				p.errf(g.k, join(path, g.name), "needs a policy on the same descriptor (rate_limit, tiers, token_bucket or copies)")
+				p.errf(g.k, path.k(g.name), "needs a policy on the same descriptor (rate_limit, tiers, token_bucket or copies)")
 			}
 		}
 		return nil
 	}
 	if len(gs) > 1 {
-		p.errf(gs[1].k, join(path, gs[1].name), "a descriptor has exactly one policy: %s and %s both given", gs[0].name, gs[1].name)
+		p.errf(gs[1].k, path.k(gs[1].name), "a descriptor has exactly one policy: %s and %s both given", gs[0].name, gs[1].name)
 		return nil
 	}
 	g := gs[0]
-	gp := join(path, g.name)
+	gp := path.k(g.name)
 	l := &descriptors.Limit{}
 	ok := true
 	switch g.name {
@@ -87,7 +86,7 @@ func (p *parser) limit(ls *leafSpec, path string, line int) *descriptors.Limit {
 		if e.v == nil {
 			continue
 		}
-		ep := join(path, e.name)
+		ep := path.k(e.name)
 		if l.Policy == nil || l.Policy.Kind != tiers.KindTiers {
 			p.errf(e.k, ep, "applies only to tiers and to a sliding-window rate_limit")
 			ok = false
@@ -103,7 +102,7 @@ func (p *parser) limit(ls *leafSpec, path string, line int) *descriptors.Limit {
 		}
 	}
 	if ls.overrides != nil {
-		op := join(path, "overrides")
+		op := path.k("overrides")
 		if l.Unlimited {
 			p.errf(ls.kOverrides, op, "an unlimited rate_limit has no overrides")
 			ok = false
@@ -137,14 +136,14 @@ var rateLimitFields = map[string]string{
 // validate applies tiers.Validate to a finished policy built from the key
 // source (rate_limit, tiers, token_bucket) of the descriptor or override at
 // base, reporting the field it names.
-func (p *parser) validate(at *yaml.Node, base, source string, pol *tiers.Policy) bool {
+func (p *parser) validate(at *yaml.Node, base *ypath, source string, pol *tiers.Policy) bool {
 	err := tiers.Validate(pol)
 	if err == nil {
 		return true
 	}
 	var fe *tiers.FieldError
 	if !errors.As(err, &fe) {
-		p.errf(at, join(base, source), "%v", err)
+		p.errf(at, base.k(source), "%v", err)
 		return false
 	}
 	field := fe.Field
@@ -153,7 +152,7 @@ func (p *parser) validate(at *yaml.Node, base, source string, pol *tiers.Policy)
 			field = f
 		}
 	}
-	p.errf(at, join(base, field), "%s", fe.Problem)
+	p.errf(at, base.k(field), "%s", fe.Problem)
 	return false
 }
 
@@ -165,7 +164,7 @@ type rlMeta struct {
 
 // rateLimit parses envoyproxy/ratelimit's rate_limit block; full allows
 // name, replaces and unlimited (not in overrides).
-func (p *parser) rateLimit(n *yaml.Node, path string, full bool) (*tiers.Policy, rlMeta, bool) {
+func (p *parser) rateLimit(n *yaml.Node, path *ypath, full bool) (*tiers.Policy, rlMeta, bool) {
 	var meta rlMeta
 	if !p.mapping(n, path) {
 		return nil, meta, false
@@ -174,7 +173,7 @@ func (p *parser) rateLimit(n *yaml.Node, path string, full bool) (*tiers.Policy,
 	var unit string
 	ok := true
 	p.fields(n, path, func(key string, k, v *yaml.Node) bool {
-		fp := join(path, key)
+		fp := path.k(key)
 		switch key {
 		case "unit":
 			unitNode = v
@@ -201,8 +200,8 @@ func (p *parser) rateLimit(n *yaml.Node, path string, full bool) (*tiers.Policy,
 		return true
 	})
 	if replNode != nil {
-		for i, it := range p.list(replNode, join(path, "replaces")) {
-			ip := fmt.Sprintf("%s.replaces[%d]", path, i)
+		for i, it := range p.list(replNode, path.k("replaces")) {
+			ip := path.k("replaces").i(i)
 			if !p.mapping(it, ip) {
 				ok = false
 				continue
@@ -212,15 +211,15 @@ func (p *parser) rateLimit(n *yaml.Node, path string, full bool) (*tiers.Policy,
 				if key != "name" {
 					return false
 				}
-				name, _ = p.str(v, join(ip, "name"))
+				name, _ = p.str(v, ip.k("name"))
 				return true
 			})
 			switch {
 			case name == "":
-				p.errf(it, join(ip, "name"), "empty replaces entry")
+				p.errf(it, ip.k("name"), "empty replaces entry")
 				ok = false
 			case name == meta.name:
-				p.errf(it, join(ip, "name"), "a limit cannot replace its own name %q", name)
+				p.errf(it, ip.k("name"), "a limit cannot replace its own name %q", name)
 				ok = false
 			default:
 				meta.replaces = append(meta.replaces, name)
@@ -230,7 +229,7 @@ func (p *parser) rateLimit(n *yaml.Node, path string, full bool) (*tiers.Policy,
 	u, validUnit := units[strings.ToLower(unit)]
 	if meta.unlimited {
 		if validUnit {
-			p.errf(unitNode, join(path, "unit"), "unit given with unlimited: true")
+			p.errf(unitNode, path.k("unit"), "unit given with unlimited: true")
 			return nil, meta, false
 		}
 		if unitNode != nil || rpuNode != nil || algNode != nil {
@@ -243,29 +242,29 @@ func (p *parser) rateLimit(n *yaml.Node, path string, full bool) (*tiers.Policy,
 		if at == nil {
 			at = n
 		}
-		p.errf(at, join(path, "unit"), "invalid rate limit unit %q: use second, minute, hour, day, week, month or year", unit)
+		p.errf(at, path.k("unit"), "invalid rate limit unit %q: use second, minute, hour, day, week, month or year", unit)
 		ok = false
 	}
 	var rpu int64
 	if rpuNode != nil {
 		var rok bool
-		rpu, rok = p.integer(rpuNode, join(path, "requests_per_unit"), 0, "must be >= 0")
+		rpu, rok = p.integer(rpuNode, path.k("requests_per_unit"), 0, "must be >= 0")
 		ok = ok && rok
 		if rok && rpu > 1<<32-1 {
-			p.errf(rpuNode, join(path, "requests_per_unit"), "must be < 2^32")
+			p.errf(rpuNode, path.k("requests_per_unit"), "must be < 2^32")
 			ok = false
 		}
 	}
 	fixed := p.opts.FixedWindowDefault
 	if algNode != nil {
-		alg, _ := p.str(algNode, join(path, "algorithm"))
+		alg, _ := p.str(algNode, path.k("algorithm"))
 		switch strings.ToLower(alg) {
 		case "fixed_window", "fixed":
 			fixed = true
 		case "sliding_window", "sliding":
 			fixed = false
 		default:
-			p.errf(algNode, join(path, "algorithm"), "unknown algorithm %q: use sliding_window or fixed_window", alg)
+			p.errf(algNode, path.k("algorithm"), "unknown algorithm %q: use sliding_window or fixed_window", alg)
 			ok = false
 		}
 	}
@@ -284,12 +283,12 @@ func (p *parser) rateLimit(n *yaml.Node, path string, full bool) (*tiers.Policy,
 
 // tierList parses tiers: [{limit, window, active, cooldown, skippable}] and
 // normalizes them (SPEC §2), warning for each change.
-func (p *parser) tierList(k, n *yaml.Node, path string) (*tiers.Policy, bool) {
+func (p *parser) tierList(k, n *yaml.Node, path *ypath) (*tiers.Policy, bool) {
 	pol := closed()
 	ok := true
 	items := p.list(n, path)
 	for i, it := range items {
-		ip := fmt.Sprintf("%s[%d]", path, i)
+		ip := path.i(i)
 		if !p.mapping(it, ip) {
 			ok = false
 			continue
@@ -297,7 +296,7 @@ func (p *parser) tierList(k, n *yaml.Node, path string) (*tiers.Policy, bool) {
 		t := tiers.Tier{Active: tiers.Unbounded}
 		var haveLimit, haveWindow bool
 		p.fields(it, ip, func(key string, kk, v *yaml.Node) bool {
-			fp := join(ip, key)
+			fp := ip.k(key)
 			var vok bool
 			switch key {
 			case "limit":
@@ -323,11 +322,11 @@ func (p *parser) tierList(k, n *yaml.Node, path string) (*tiers.Policy, bool) {
 			return true
 		})
 		if !haveLimit {
-			p.errf(it, join(ip, "limit"), "missing")
+			p.errf(it, ip.k("limit"), "missing")
 			ok = false
 		}
 		if !haveWindow {
-			p.errf(it, join(ip, "window"), "missing")
+			p.errf(it, ip.k("window"), "missing")
 			ok = false
 		}
 		pol.Tiers = append(pol.Tiers, t)
@@ -341,7 +340,7 @@ func (p *parser) tierList(k, n *yaml.Node, path string) (*tiers.Policy, bool) {
 	for _, note := range notes {
 		if m := tierNote.FindStringSubmatch(note); m != nil {
 			if i, err := strconv.Atoi(m[1]); err == nil && i < len(items) {
-				p.warnf(items[i], fmt.Sprintf("%s[%d]", path, i), "%s", m[2])
+				p.warnf(items[i], path.i(i), "%s", m[2])
 				continue
 			}
 		}
@@ -355,7 +354,7 @@ func (p *parser) tierList(k, n *yaml.Node, path string) (*tiers.Policy, bool) {
 	return pol, true
 }
 
-func (p *parser) tokenBucket(n *yaml.Node, path string) (*tiers.Policy, bool) {
+func (p *parser) tokenBucket(n *yaml.Node, path *ypath) (*tiers.Policy, bool) {
 	if !p.mapping(n, path) {
 		return nil, false
 	}
@@ -363,7 +362,7 @@ func (p *parser) tokenBucket(n *yaml.Node, path string) (*tiers.Policy, bool) {
 	ok := true
 	seen := map[string]bool{}
 	p.fields(n, path, func(key string, k, v *yaml.Node) bool {
-		fp := join(path, key)
+		fp := path.k(key)
 		var vok bool
 		switch key {
 		case "capacity":
@@ -385,21 +384,21 @@ func (p *parser) tokenBucket(n *yaml.Node, path string) (*tiers.Policy, bool) {
 	})
 	for _, k := range []string{"capacity", "refill", "per"} {
 		if !seen[k] {
-			p.errf(n, join(path, k), "missing")
+			p.errf(n, path.k(k), "missing")
 			ok = false
 		}
 	}
 	return pol, ok
 }
 
-func (p *parser) copies(n *yaml.Node, path string) (*descriptors.Copies, bool) {
+func (p *parser) copies(n *yaml.Node, path *ypath) (*descriptors.Copies, bool) {
 	if !p.mapping(n, path) {
 		return nil, false
 	}
 	c := &descriptors.Copies{}
 	ok, haveDomain := true, false
 	p.fields(n, path, func(key string, k, v *yaml.Node) bool {
-		fp := join(path, key)
+		fp := path.k(key)
 		var vok bool
 		switch key {
 		case "domain_limit":
@@ -416,17 +415,17 @@ func (p *parser) copies(n *yaml.Node, path string) (*descriptors.Copies, bool) {
 		return true
 	})
 	if !haveDomain {
-		p.errf(n, join(path, "domain_limit"), "missing")
+		p.errf(n, path.k("domain_limit"), "missing")
 		ok = false
 	}
 	return c, ok
 }
 
-func (p *parser) groups(n *yaml.Node, path string, c *descriptors.Copies) bool {
+func (p *parser) groups(n *yaml.Node, path *ypath, c *descriptors.Copies) bool {
 	ok := true
 	names := map[string]bool{}
 	for i, it := range p.list(n, path) {
-		ip := fmt.Sprintf("%s[%d]", path, i)
+		ip := path.i(i)
 		if !p.mapping(it, ip) {
 			ok = false
 			continue
@@ -434,7 +433,7 @@ func (p *parser) groups(n *yaml.Node, path string, c *descriptors.Copies) bool {
 		var g descriptors.Group
 		haveLimit := false
 		p.fields(it, ip, func(key string, k, v *yaml.Node) bool {
-			fp := join(ip, key)
+			fp := ip.k(key)
 			var vok = true
 			switch key {
 			case "name":
@@ -444,9 +443,9 @@ func (p *parser) groups(n *yaml.Node, path string, c *descriptors.Copies) bool {
 				g.Limit, vok = p.integer(v, fp, 0, "must be >= 0")
 			case "members":
 				for j, m := range p.list(v, fp) {
-					s, sok := p.str(m, fmt.Sprintf("%s[%d]", fp, j))
+					s, sok := p.str(m, fp.i(j))
 					if sok && s == "" {
-						p.errf(m, fmt.Sprintf("%s[%d]", fp, j), "empty member")
+						p.errf(m, fp.i(j), "empty member")
 						sok = false
 					}
 					vok = vok && sok
@@ -460,14 +459,14 @@ func (p *parser) groups(n *yaml.Node, path string, c *descriptors.Copies) bool {
 		})
 		switch {
 		case g.Name == "":
-			p.errf(it, join(ip, "name"), "missing")
+			p.errf(it, ip.k("name"), "missing")
 			ok = false
 		case names[g.Name]:
-			p.errf(it, join(ip, "name"), "group %q given twice", g.Name)
+			p.errf(it, ip.k("name"), "group %q given twice", g.Name)
 			ok = false
 		}
 		if !haveLimit {
-			p.errf(it, join(ip, "limit"), "missing")
+			p.errf(it, ip.k("limit"), "missing")
 			ok = false
 		}
 		names[g.Name] = true
@@ -477,15 +476,15 @@ func (p *parser) groups(n *yaml.Node, path string, c *descriptors.Copies) bool {
 }
 
 // lowerCopies lowers copy limits above the global limit (paper §4.1).
-func (p *parser) lowerCopies(n *yaml.Node, path string, c *descriptors.Copies) {
+func (p *parser) lowerCopies(n *yaml.Node, path *ypath, c *descriptors.Copies) {
 	g := c.GlobalLimit
 	if c.DomainLimit > g {
-		p.warnf(n, join(path, "domain_limit"), "domain_limit %d above global_limit %d: lowered to %d", c.DomainLimit, g, g)
+		p.warnf(n, path.k("domain_limit"), "domain_limit %d above global_limit %d: lowered to %d", c.DomainLimit, g, g)
 		c.DomainLimit = g
 	}
 	for i := range c.Groups {
 		if c.Groups[i].Limit > g {
-			p.warnf(n, fmt.Sprintf("%s.groups[%d].limit", path, i), "group limit %d above global_limit %d: lowered to %d", c.Groups[i].Limit, g, g)
+			p.warnf(n, path.k("groups").i(i).k("limit"), "group limit %d above global_limit %d: lowered to %d", c.Groups[i].Limit, g, g)
 			c.Groups[i].Limit = g
 		}
 	}
@@ -500,11 +499,11 @@ func (p *parser) lowerCopies(n *yaml.Node, path string, c *descriptors.Copies) {
 // overrides parses the domain-specific configurations of l. A rate override
 // replaces the default policy for its domain entirely (hard_limit included),
 // except the resource-wide global_limit, which it keeps.
-func (p *parser) overrides(n *yaml.Node, path string, l *descriptors.Limit) bool {
+func (p *parser) overrides(n *yaml.Node, path *ypath, l *descriptors.Limit) bool {
 	ok := true
 	lines := map[string]int{}
 	for i, it := range p.list(n, path) {
-		ip := fmt.Sprintf("%s[%d]", path, i)
+		ip := path.i(i)
 		if !p.mapping(it, ip) {
 			ok = false
 			continue
@@ -517,7 +516,7 @@ func (p *parser) overrides(n *yaml.Node, path string, l *descriptors.Limit) bool
 			switch key {
 			case "domain":
 				domainNode = v
-				domain, _ = p.str(v, join(ip, key))
+				domain, _ = p.str(v, ip.k(key))
 			case "rate_limit":
 				ls.rateLimit, ls.kRate = v, k
 			case "tiers":
@@ -534,12 +533,12 @@ func (p *parser) overrides(n *yaml.Node, path string, l *descriptors.Limit) bool
 			return true
 		})
 		if domain == "" {
-			p.errf(it, join(ip, "domain"), "missing: name the Charon domain this override is for")
+			p.errf(it, ip.k("domain"), "missing: name the Charon domain this override is for")
 			ok = false
 			continue
 		}
 		if line, dup := lines[domain]; dup {
-			p.errf(domainNode, join(ip, "domain"), "domain %q already overridden at line %d", domain, line)
+			p.errf(domainNode, ip.k("domain"), "domain %q already overridden at line %d", domain, line)
 			ok = false
 			continue
 		}
@@ -551,7 +550,7 @@ func (p *parser) overrides(n *yaml.Node, path string, l *descriptors.Limit) bool
 				ok = false
 				continue
 			}
-			v, vok := p.integer(dl, join(ip, "domain_limit"), 0, "must be >= 0")
+			v, vok := p.integer(dl, ip.k("domain_limit"), 0, "must be >= 0")
 			if !vok {
 				ok = false
 				continue
@@ -563,7 +562,7 @@ func (p *parser) overrides(n *yaml.Node, path string, l *descriptors.Limit) bool
 			continue
 		}
 		if dl != nil {
-			p.errf(dl, join(ip, "domain_limit"), "applies only to copies")
+			p.errf(dl, ip.k("domain_limit"), "applies only to copies")
 			ok = false
 			continue
 		}
@@ -579,7 +578,7 @@ func (p *parser) overrides(n *yaml.Node, path string, l *descriptors.Limit) bool
 			continue
 		}
 		g := gs[0]
-		gp := join(ip, g.name)
+		gp := ip.k(g.name)
 		var pol *tiers.Policy
 		var pok bool
 		switch g.name {
@@ -596,11 +595,11 @@ func (p *parser) overrides(n *yaml.Node, path string, l *descriptors.Limit) bool
 		}
 		if ls.hardLimit != nil {
 			if pol.Kind != tiers.KindTiers {
-				p.errf(ls.kHard, join(ip, "hard_limit"), "applies only to tiers and to a sliding-window rate_limit")
+				p.errf(ls.kHard, ip.k("hard_limit"), "applies only to tiers and to a sliding-window rate_limit")
 				ok = false
 				continue
 			}
-			v, vok := p.integer(ls.hardLimit, join(ip, "hard_limit"), 1, "must be >= 1 (leave it out for no limit)")
+			v, vok := p.integer(ls.hardLimit, ip.k("hard_limit"), 1, "must be >= 1 (leave it out for no limit)")
 			if !vok {
 				ok = false
 				continue
