@@ -233,9 +233,12 @@ func TestClusterTwoStepConcurrent(t *testing.T) {
 	}
 	// No lock key is left behind.
 	var locks []string
+	var mu sync.Mutex
 	err := c.ForEachMaster(context.Background(), func(ctx context.Context, m *redis.Client) error {
 		ks, err := m.Keys(ctx, s.prefix+"lock:*").Result()
+		mu.Lock()
 		locks = append(locks, ks...)
+		mu.Unlock()
 		return err
 	})
 	if err != nil || len(locks) > 0 {

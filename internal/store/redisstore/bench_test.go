@@ -1,0 +1,76 @@
+package redisstore
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/charonlimit/charon/internal/redistest"
+	"github.com/charonlimit/charon/internal/store"
+	"github.com/charonlimit/charon/internal/store/memstore"
+	"github.com/charonlimit/charon/tiers"
+)
+
+// benchDecide decides one item per call over 10,000 keys from parallel
+// goroutines.
+func benchDecide(b *testing.B, s store.Store) {
+	p := &tiers.Policy{Kind: tiers.KindTiers, Tiers: []tiers.Tier{{Limit: 100, Window: time.Second, Active: tiers.Unbounded}}}
+	items := make([]store.Item, 10000)
+	for i := range items {
+		items[i] = store.Item{Key: store.Key{Resource: "bench/key=value", Domain: fmt.Sprint("user", i), PolicyID: 1}, Policy: p, Hits: 1, Min: 1}
+	}
+	var next atomic.Int64
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		out := make([]tiers.Decision, 1)
+		ctx := context.Background()
+		for pb.Next() {
+			i := next.Add(1) % int64(len(items))
+			if err := s.Decide(ctx, time.Now(), items[i:i+1], out); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
+
+// BenchmarkDecide: 1 item, 10,000 keys, parallel, against a local
+// redis-server (Redis clock), and the memory store for comparison.
+func BenchmarkDecide(b *testing.B) {
+	b.Run("redis", func(b *testing.B) {
+		n := redistest.Single(b)
+		c := redis.NewClient(&redis.Options{Addr: n.Addr()})
+		defer c.Close()
+		s := testStore(b, c, Options{})
+		b.SetParallelism(16)
+		benchDecide(b, s)
+	})
+	b.Run("memstore", func(b *testing.B) {
+		benchDecide(b, memstore.New(memstore.Options{}))
+	})
+}
+
+// TestScriptCost logs Redis's own time per script call (INFO commandstats).
+func TestScriptCost(t *testing.T) {
+	n, c := singleClient(t)
+	s := testStore(t, c, Options{})
+	p := &tiers.Policy{Kind: tiers.KindTiers, Tiers: []tiers.Tier{{Limit: 100, Window: time.Second, Active: tiers.Unbounded}}}
+	for i := range 3000 {
+		out := make([]tiers.Decision, 1)
+		items := []store.Item{{Key: store.Key{Resource: "cost", Domain: fmt.Sprint("u", i%500), PolicyID: 1}, Policy: p, Hits: 1, Min: 1}}
+		if err := s.Decide(context.Background(), time.Time{}, items, out); err != nil {
+			t.Fatal(err)
+		}
+	}
+	out, _ := redistest.CLI(n.Port, "info", "commandstats")
+	for _, l := range strings.Split(out, "\n") {
+		if strings.Contains(l, "evalsha") {
+			t.Logf("%s", strings.TrimSpace(l))
+		}
+	}
+}
