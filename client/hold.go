@@ -1,0 +1,362 @@
+package client
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	charonv1 "github.com/charonlimit/charon/api/charon/v1"
+)
+
+// Target is what the server resolved a Resource to.
+type Target struct {
+	// Resource is the resource's key; Domain is the Charon domain.
+	Resource, Domain string
+}
+
+// Hold is copies of a copy-limited resource held by this client, from
+// Reserve or Seize. Close it when done (defer h.Close()): Close releases
+// whatever Release and Transfer left. A Hold is safe for concurrent use.
+//
+// A Hold returned with OK false is a rejection: it holds nothing, and its
+// Reply says why. A Hold granted by the client itself (Degraded or Forced)
+// holds nothing on a server: Release and Close only count it down.
+type Hold struct {
+	c        *Client
+	s        *session // nil: a local hold
+	id       string
+	ok       bool
+	degraded bool
+	forced   bool
+	err      error // the server error behind a degraded hold
+	target   Target
+	groups   []string
+	fencing  int64
+	attempts int
+	waited   time.Duration
+	reply    *charonv1.ReserveResponse
+	seized   *charonv1.SeizeResponse
+
+	mu     sync.Mutex // serializes the operations of the hold
+	copies int64
+	closed bool
+
+	lostOnce sync.Once
+	lost     chan struct{}
+	lostMu   sync.Mutex
+	lostErr  error
+}
+
+// ID is the server's hold id; empty for a rejection or a local hold.
+func (h *Hold) ID() string { return h.id }
+
+// OK reports whether copies were granted (by the server, or by the client
+// when Degraded or Forced).
+func (h *Hold) OK() bool { return h.ok }
+
+// Copies is how many copies the hold has now.
+func (h *Hold) Copies() int64 {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.copies
+}
+
+// Degraded reports a grant of the minimum by the client because the server
+// could not answer (Options.FailOpen); Err says why.
+func (h *Hold) Degraded() bool { return h.degraded }
+
+// Forced reports a grant by the kill switch of a server rejection.
+func (h *Hold) Forced() bool { return h.forced }
+
+// Err is the server error behind a degraded hold, else why the hold was lost,
+// else nil.
+func (h *Hold) Err() error {
+	if h.err != nil {
+		return h.err
+	}
+	h.lostMu.Lock()
+	defer h.lostMu.Unlock()
+	return h.lostErr
+}
+
+// Target is the resource and Charon domain holding the copies.
+func (h *Hold) Target() Target { return h.target }
+
+// Groups are the domain groups the copies count against.
+func (h *Hold) Groups() []string { return h.groups }
+
+// FencingToken increases with every grant of the resource.
+func (h *Hold) FencingToken() int64 { return h.fencing }
+
+// Attempts and Waited are the attempts Reserve made and the time it spent,
+// backoff sleeps included (paper Figure 7's res.waited).
+func (h *Hold) Attempts() int         { return h.attempts }
+func (h *Hold) Waited() time.Duration { return h.waited }
+
+// Reply is the server's reserve answer with the decision context (for a
+// Forced hold, the rejection); nil for a seized or degraded hold.
+func (h *Hold) Reply() *charonv1.ReserveResponse { return h.reply }
+
+// Seized is the server's seize answer; nil for a reserved hold.
+func (h *Hold) Seized() *charonv1.SeizeResponse { return h.seized }
+
+// Lost is closed when the server has dropped the hold because the Session
+// stream carrying it ended (client closed, network loss, server crash); Err
+// then says why, and operations on the hold fail with ErrSessionLost. It is
+// never closed for a local hold or a rejection.
+func (h *Hold) Lost() <-chan struct{} { return h.lost }
+
+func (h *Hold) markLost(err error) {
+	h.lostOnce.Do(func() {
+		h.lostMu.Lock()
+		h.lostErr = err
+		h.lostMu.Unlock()
+		close(h.lost)
+	})
+}
+
+func (h *Hold) lostError() error {
+	select {
+	case <-h.lost:
+		h.lostMu.Lock()
+		defer h.lostMu.Unlock()
+		return h.lostErr
+	default:
+		return nil
+	}
+}
+
+func newHold(c *Client) *Hold { return &Hold{c: c, lost: make(chan struct{})} }
+
+// Reserve asks for between min and copies copies of a copy-limited resource
+// (min 0 means 1), retrying rejections for up to maxWait (UseDefault:
+// Options.MaxWait) with exponential backoff and jitter. A rejection is not an
+// error: the Hold is not OK. The hold lives on the Client's Session stream.
+func (c *Client) Reserve(ctx context.Context, r Resource, copies, min int64, maxWait time.Duration) (*Hold, error) {
+	if copies < 1 || min < 0 || min > copies {
+		return nil, fmt.Errorf("%w: copies %d, min %d: want copies >= 1 and 0 <= min <= copies", ErrInvalid, copies, min)
+	}
+	h := newHold(c)
+	req := &charonv1.ReserveRequest{Resource: r.proto(), Copies: copies, MinCopies: min, Lease: durationOrNil(c.opts.Lease)}
+	try := func(ctx context.Context) (outcome, error) {
+		s, err := c.session()
+		if err != nil {
+			return outcome{}, err
+		}
+		resp, err := s.call(ctx, &charonv1.SessionRequest{Operation: &charonv1.SessionRequest_Reserve{Reserve: req}})
+		if err != nil {
+			return outcome{}, err
+		}
+		reply := resp.GetReserve()
+		h.s, h.reply = s, reply
+		o := outcome{ok: reply.GetOk()}
+		if !o.ok && c.KillSwitch() {
+			h.forced = true
+			o.ok = true
+		}
+		return o, nil
+	}
+	attempts, waited, err := c.retry(ctx, c.maxWait(maxWait), try)
+	h.attempts, h.waited = attempts, waited
+	if err != nil {
+		if !c.failOpen(ctx, err) {
+			return nil, err
+		}
+		h.s, h.reply = nil, nil
+		h.ok, h.degraded, h.err, h.copies = true, true, err, minimum(copies, min)
+		return h, nil
+	}
+	reply := h.reply
+	h.target = Target{Resource: reply.GetTarget().GetResource(), Domain: reply.GetTarget().GetDomain()}
+	if h.forced {
+		h.s = nil
+		h.ok, h.copies = true, copies
+		return h, nil
+	}
+	if !reply.GetOk() {
+		h.s = nil
+		return h, nil
+	}
+	h.ok, h.id, h.copies = true, reply.GetHoldId(), reply.GetGranted()
+	h.groups, h.fencing = reply.GetGroups(), reply.GetFencingToken()
+	h.s.track(h)
+	return h, nil
+}
+
+// Seize claims copies another client staged with Transfer, as a hold of this
+// client. It is not retried and never degraded: an unknown, expired or seized
+// transfer id is NOT_FOUND.
+func (c *Client) Seize(ctx context.Context, transferID string) (*Hold, error) {
+	if transferID == "" {
+		return nil, fmt.Errorf("%w: empty transfer id", ErrInvalid)
+	}
+	s, err := c.session()
+	if err != nil {
+		return nil, err
+	}
+	resp, err := s.call(ctx, &charonv1.SessionRequest{Operation: &charonv1.SessionRequest_Seize{
+		Seize: &charonv1.SeizeRequest{TransferId: transferID, Lease: durationOrNil(c.opts.Lease)},
+	}})
+	if err != nil {
+		return nil, err
+	}
+	r := resp.GetSeize()
+	h := newHold(c)
+	h.s, h.seized, h.ok = s, r, true
+	h.id, h.copies, h.fencing, h.groups = r.GetHoldId(), r.GetCopies(), r.GetFencingToken(), r.GetGroups()
+	h.target = Target{Resource: r.GetTarget().GetResource(), Domain: r.GetTarget().GetDomain()}
+	s.track(h)
+	return h, nil
+}
+
+// check returns why an operation on n copies of h cannot go on; h.mu held.
+func (h *Hold) check(n int64) error {
+	switch {
+	case h.closed:
+		return ErrHoldClosed
+	case n < 1:
+		return fmt.Errorf("%w: copies %d: want >= 1", ErrInvalid, n)
+	case n > h.copies:
+		return fmt.Errorf("%w: %d, the hold has %d", ErrOverRelease, n, h.copies)
+	}
+	if h.s != nil {
+		if err := h.lostError(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Release gives back n of the hold's copies (partial releases allowed).
+func (h *Hold) Release(ctx context.Context, n int64) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if err := h.check(n); err != nil {
+		return err
+	}
+	if h.s == nil {
+		h.copies -= n
+		return nil
+	}
+	resp, err := h.s.call(ctx, &charonv1.SessionRequest{Operation: &charonv1.SessionRequest_Release{
+		Release: &charonv1.ReleaseRequest{HoldId: h.id, Copies: n},
+	}})
+	if err != nil {
+		return h.opError(err)
+	}
+	h.setCopies(resp.GetRelease().GetRemaining())
+	return nil
+}
+
+// Transfer stages n of the hold's copies for another client to Seize within
+// ttl (0: the server's default) and returns the transfer id to hand over.
+// Local holds cannot be transferred (ErrLocalHold).
+func (h *Hold) Transfer(ctx context.Context, n int64, ttl time.Duration) (string, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if err := h.check(n); err != nil {
+		return "", err
+	}
+	if h.s == nil {
+		return "", ErrLocalHold
+	}
+	resp, err := h.s.call(ctx, &charonv1.SessionRequest{Operation: &charonv1.SessionRequest_Transfer{
+		Transfer: &charonv1.TransferRequest{HoldId: h.id, Copies: n, Ttl: durationOrNil(ttl)},
+	}})
+	if err != nil {
+		return "", h.opError(err)
+	}
+	t := resp.GetTransfer()
+	h.setCopies(t.GetRemaining())
+	return t.GetTransferId(), nil
+}
+
+// Close releases the copies the hold still has, within
+// Options.CloseTimeout. It is idempotent, and nil for a rejection, a local
+// hold, an empty hold, or a lost one (the server already released it).
+func (h *Hold) Close() error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.closed {
+		return nil
+	}
+	h.closed = true
+	if h.s == nil || h.copies == 0 || h.lostError() != nil {
+		h.copies = 0
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), h.c.opts.CloseTimeout)
+	defer cancel()
+	_, err := h.s.call(ctx, &charonv1.SessionRequest{Operation: &charonv1.SessionRequest_Release{
+		Release: &charonv1.ReleaseRequest{HoldId: h.id}, // 0: all it has
+	}})
+	h.copies = 0
+	h.s.untrack(h)
+	if err != nil && !isLost(err) {
+		return fmt.Errorf("client: close hold: %w", err)
+	}
+	return nil
+}
+
+// setCopies records the server's count; h.mu held.
+func (h *Hold) setCopies(n int64) {
+	h.copies = n
+	if n == 0 {
+		h.s.untrack(h)
+	}
+}
+
+// opError is err, with a lost session recorded on the hold; h.mu held.
+func (h *Hold) opError(err error) error {
+	if isLost(err) {
+		h.markLost(err)
+	}
+	return err
+}
+
+// ReserveAll reserves the same number of copies, between min and copies, of
+// every resource, in order, pseudo-atomically (paper §3.3, Figure 7): each
+// resource is asked for what the previous ones granted, the earlier holds are
+// trimmed down to what a later one granted, and on the first rejection or
+// error every hold already reserved is released. All the reserves share one
+// maxWait (UseDefault: Options.MaxWait). On success the holds have equal
+// Copies, one per resource in order; the caller closes them. A rejection
+// returns an error wrapping ErrRejected.
+//
+// A rate-limited resource, if any, must come after: Request it for the holds'
+// Copies and Release the extra (see the example).
+func (c *Client) ReserveAll(ctx context.Context, rs []Resource, copies, min int64, maxWait time.Duration) ([]*Hold, error) {
+	wait := c.maxWait(maxWait)
+	holds := make([]*Hold, 0, len(rs))
+	undo := func() {
+		for _, h := range holds {
+			_ = h.Close()
+		}
+	}
+	n := copies
+	for i, r := range rs {
+		h, err := c.Reserve(ctx, r, n, min, max(wait, 0))
+		if err != nil {
+			undo()
+			return nil, fmt.Errorf("client: reserve %s: %w", r, err)
+		}
+		wait -= h.Waited()
+		if !h.OK() {
+			undo()
+			return nil, fmt.Errorf("%w: resources[%d] %s: at least %d of %d copies", ErrRejected, i, r, max(min, 1), n)
+		}
+		holds = append(holds, h)
+		got := h.Copies()
+		if got < n {
+			for j, e := range holds[:i] {
+				if err := e.Release(ctx, e.Copies()-got); err != nil {
+					undo()
+					return nil, fmt.Errorf("client: trim %s: %w", rs[j], err)
+				}
+			}
+			n = got
+		}
+	}
+	return holds, nil
+}
