@@ -56,6 +56,7 @@ type parser struct {
 	file    string
 	visited int
 	tooBig  bool
+	fast    *fastParser // shared by the files one goroutine parses
 }
 
 func (p *parser) errf(n *yaml.Node, path *ypath, format string, args ...any) {
@@ -78,20 +79,14 @@ var yamlLine = regexp.MustCompile(`^yaml: line (\d+): `)
 
 func (p *parser) parseFile(data []byte) *fileConfig {
 	file := p.file
-	dec := yaml.NewDecoder(bytes.NewReader(data))
-	var doc yaml.Node
-	if err := dec.Decode(&doc); err != nil && !errors.Is(err, io.EOF) {
-		p.yamlErr(err)
-		return nil
+	if p.fast == nil {
+		p.fast = new(fastParser)
 	}
-	var extra yaml.Node
-	if err := dec.Decode(&extra); err == nil {
-		if len(extra.Content) > 0 && extra.Content[0].Tag != "!!null" {
-			p.errf(&extra, nil, "more than one YAML document in the file")
+	doc, ok := p.fast.parse(data)
+	if !ok {
+		if doc = p.parseYAML(data); doc == nil {
+			return nil
 		}
-	} else if !errors.Is(err, io.EOF) {
-		p.yamlErr(err)
-		return nil
 	}
 	fc := &fileConfig{file: file, line: 1}
 	var root *yaml.Node
@@ -139,6 +134,26 @@ func (p *parser) parseFile(data []byte) *fileConfig {
 		return nil
 	}
 	return fc
+}
+
+// parseYAML parses data with yaml.v3, nil after reporting an error.
+func (p *parser) parseYAML(data []byte) *yaml.Node {
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	var doc yaml.Node
+	if err := dec.Decode(&doc); err != nil && !errors.Is(err, io.EOF) {
+		p.yamlErr(err)
+		return nil
+	}
+	var extra yaml.Node
+	if err := dec.Decode(&extra); err == nil {
+		if len(extra.Content) > 0 && extra.Content[0].Tag != "!!null" {
+			p.errf(&extra, nil, "more than one YAML document in the file")
+		}
+	} else if !errors.Is(err, io.EOF) {
+		p.yamlErr(err)
+		return nil
+	}
+	return &doc
 }
 
 func (p *parser) yamlErr(err error) {
