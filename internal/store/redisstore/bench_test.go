@@ -55,7 +55,7 @@ func BenchmarkDecide(b *testing.B) {
 	})
 }
 
-// TestScriptCost logs Redis's own time per script call (INFO commandstats).
+// TestScriptCost logs Redis's own time per decide call (INFO commandstats).
 func TestScriptCost(t *testing.T) {
 	n, c := singleClient(t)
 	s := testStore(t, c, Options{})
@@ -69,7 +69,7 @@ func TestScriptCost(t *testing.T) {
 	}
 	out, _ := redistest.CLI(n.Port, "info", "commandstats")
 	for _, l := range strings.Split(out, "\n") {
-		if strings.Contains(l, "evalsha") {
+		if strings.Contains(l, "cmdstat_fcall") {
 			t.Logf("%s", strings.TrimSpace(l))
 		}
 	}

@@ -1,5 +1,12 @@
--- Charon's decide script: tiers (doc.go of package tiers) and store.Apply
+#!lua name=charon_@V@
+-- Charon's decide function: tiers (doc.go of package tiers) and store.Apply
 -- over the items of one call, for the keys of one Redis Cluster slot.
+--
+-- A Redis 7 function library: Redis runs this chunk once, at FUNCTION LOAD,
+-- so the helpers below are defined once, not per call; the call is
+-- FCALL charon_decide_@V@ (encode.go's libraryCode puts the hash of this
+-- file in place of @V@, so two versions of Charon sharing one Redis each
+-- call their own code).
 --
 -- Every quantity is an integer below 2^53 (times in µs), so Lua's doubles
 -- compute exactly what package tiers computes; Unbounded is math.huge.
@@ -26,11 +33,22 @@
 -- 8 LimitedByGlobal), Granted, Tier, TierHits, DomainHits, ResourceHits,
 -- Remaining, RetryAfter (µs), ResetAfter (µs).
 
-local INF = math.huge
+local INF = 1 / 0 -- math.huge
 local SEC = 1000000
 local MAXC = 1125899906842624 -- 2^50, the clamp of copies and min
-local fmod, min, max = math.fmod, math.min, math.max
-local pack, unpack = cmsgpack.pack, cmsgpack.unpack
+-- Redis runs the library's chunk without the Lua libraries (math,
+-- cmsgpack...): they are bound at the first call.
+local fmod, pack, unpack
+
+local function min(a, b)
+  if a < b then return a end
+  return b
+end
+
+local function max(a, b)
+  if a > b then return a end
+  return b
+end
 
 -- floor(a/b)*b for b > 0 (Go: floorDiv(a, b) * b).
 local function floormul(a, b)
@@ -635,6 +653,9 @@ end
 -- ---------------------------------------------------------------------------
 -- The call.
 
+
+local function fdecide(KEYS, ARGV)
+if not fmod then fmod, pack, unpack = math.fmod, cmsgpack.pack, cmsgpack.unpack end
 local hdr = unpack(ARGV[1])
 local mode, now, maxttl, lockttl, nk, n = hdr[1], hdr[2], hdr[3], hdr[4], hdr[5], hdr[6]
 local token = ARGV[2]
@@ -837,3 +858,6 @@ for i = 1, n do
   r[x + 6], r[x + 7], r[x + 8], r[x + 9] = d.rh, d.rem, d.retry, d.reset
 end
 return pack(r)
+end
+
+redis.register_function{ function_name = 'charon_decide_@V@', callback = fdecide }

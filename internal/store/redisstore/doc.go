@@ -3,11 +3,18 @@
 // enforce one set of limits, with the same decisions as package tiers and
 // store.Apply.
 //
-// # One script per decision
+// # One function call per decision
 //
-// Decide runs decide.lua, an embedded Lua script sent with EVALSHA (go-redis'
-// Script.Run, which falls back to EVAL, and so reloads the script, on
-// NOSCRIPT, e.g. after a restart or a failover). The script implements the
+// Decide calls decide.lua, an embedded Redis 7 function library (FCALL;
+// Redis 7.0 or later is required). Its library and function names carry a
+// hash of the code (charon_<hash>, charon_decide_<hash>), so processes of
+// different versions sharing one Redis each call their own code; the
+// libraries of old versions stay loaded until FUNCTION DELETE. When Redis
+// answers that it does not have the function (after a restart without
+// persistence, a FUNCTION FLUSH, a new Cluster master), Decide loads it
+// (FUNCTION LOAD REPLACE, on every master of a Cluster) and calls it again;
+// Store.Load does the same ahead of the first call. The Redis user needs
+// the FUNCTION and FCALL commands. The library implements the
 // algorithms of package tiers (burst tiers with hard and global limits,
 // bucketed hit logs, token bucket, fixed window; Peek, Request, Refund,
 // RetryAfter, ResetAfter, Remaining, ForgetAt) and store.Apply over all the
@@ -22,8 +29,8 @@
 //
 // # Clock
 //
-// With ClockRedis (the default) the script reads redis.call('TIME') (allowed
-// in Redis 7, which replicates scripts by their effects): no extra round trip,
+// With ClockRedis (the default) the function reads redis.call('TIME') (allowed
+// in Redis 7, which replicates functions by their effects): no extra round trip,
 // and every process decides on the master's clock whatever the skew of its
 // host. ClockCaller uses Decide's now instead (tests, differential replays).
 //
@@ -50,5 +57,5 @@
 //
 // Decide returns store.ErrClosed after Close, store.ErrBadItem for items it
 // cannot decide (nothing is sent), and otherwise the Redis error, wrapped:
-// a script whose reply was lost may have run.
+// a call whose reply was lost may have run.
 package redisstore

@@ -75,47 +75,76 @@ func mustDecide(t testing.TB, s store.Store, now time.Time, items ...store.Item)
 	return out
 }
 
-// TestOneCommandPerDecide counts the commands of a Decide: one EVALSHA for
-// a call of several items in one slot, Redis clock or caller's.
+// TestOneCommandPerDecide counts the commands of a Decide: one FCALL for a
+// call of several items in one slot, Redis clock or caller's.
 func TestOneCommandPerDecide(t *testing.T) {
 	_, c := singleClient(t)
 	var cnt counter
 	c.AddHook(&cnt)
 	for _, clock := range []Clock{ClockRedis, ClockCaller} {
 		s := testStore(t, c, Options{Clock: clock})
-		mustDecide(t, s, storetest.T0, item(lyft, "a", "x", 1)) // loads the script (EVAL) on first use
+		mustDecide(t, s, storetest.T0, item(lyft, "a", "x", 1)) // loads the function on first use
 		cnt.take()
 		for i := range 20 {
 			mustDecide(t, s, storetest.T0, item(lyft, "a", fmt.Sprint("x", i%3), 1), item(withGlobal, "b", "y", 2), item(twoTier, "c", "z", 1))
-			if got := cnt.take(); len(got) != 1 || got["evalsha"] != 1 {
-				t.Fatalf("clock %d, call %d: commands %v, want exactly one evalsha", clock, i, got)
+			if got := cnt.take(); len(got) != 1 || got["fcall"] != 1 {
+				t.Fatalf("clock %d, call %d: commands %v, want exactly one fcall", clock, i, got)
+			}
+			mustDecide(t, s, storetest.T0, item(twoTier, "c", fmt.Sprint("z", i), 1))
+			if got := cnt.take(); len(got) != 1 || got["fcall"] != 1 {
+				t.Fatalf("clock %d, single item %d: commands %v, want exactly one fcall", clock, i, got)
 			}
 		}
 	}
 }
 
-// TestNoScript flushes the script cache: the next Decide reloads the script
-// transparently (EVALSHA answered NOSCRIPT, then EVAL).
-func TestNoScript(t *testing.T) {
-	n, c := singleClient(t)
+// TestFunctionReload removes the decide function from Redis (FUNCTION
+// FLUSH, then a restart of a server without persistence): the next Decide
+// loads it again transparently (FCALL answered "Function not found", then
+// FUNCTION LOAD and FCALL again), and the following ones are one FCALL.
+func TestFunctionReload(t *testing.T) {
+	n, args := redistest.SingleArgs(t)
+	c := redis.NewClient(&redis.Options{Addr: n.Addr()})
+	t.Cleanup(func() { c.Close() })
 	var cnt counter
 	c.AddHook(&cnt)
 	s := testStore(t, c, Options{Clock: ClockCaller})
-	mustDecide(t, s, storetest.T0, item(lyft, "a", "x", 3))
-	if out, err := redistest.CLI(n.Port, "script", "flush"); err != nil {
-		t.Fatalf("SCRIPT FLUSH: %v %s", err, out)
+	if err := s.Load(context.Background()); err != nil {
+		t.Fatalf("Load: %v", err)
 	}
 	cnt.take()
-	d := mustDecide(t, s, storetest.T0, item(lyft, "a", "x", 3))[0]
-	if !d.OK || d.TierHits != 6 {
-		t.Fatalf("after SCRIPT FLUSH: %+v, want granted with 6 hits in the tier", d)
+	mustDecide(t, s, storetest.T0, item(lyft, "a", "x", 3))
+	if got := cnt.take(); len(got) != 1 || got["fcall"] != 1 {
+		t.Fatalf("commands %v after Load, want one fcall", got)
 	}
-	if got := cnt.take(); got["evalsha"] != 1 || got["eval"] != 1 {
-		t.Fatalf("commands %v, want evalsha then eval", got)
-	}
-	d = mustDecide(t, s, storetest.T0, item(lyft, "a", "x", 1))[0]
-	if got := cnt.take(); len(got) != 1 || got["evalsha"] != 1 {
-		t.Fatalf("commands %v, want one evalsha once reloaded", got)
+	wantHits := int64(3)
+	for _, lose := range []string{"flush", "restart"} {
+		switch lose {
+		case "flush":
+			if out, err := redistest.CLI(n.Port, "function", "flush"); err != nil {
+				t.Fatalf("FUNCTION FLUSH: %v %s", err, out)
+			}
+		case "restart":
+			n.Kill()
+			n.Restart(t, args...)
+			wantHits = 0 // the server kept no data either
+		}
+		cnt.take()
+		d := mustDecide(t, s, storetest.T0, item(lyft, "a", "x", 3))[0]
+		if wantHits += 3; !d.OK || d.TierHits != wantHits {
+			t.Fatalf("after %s: %+v, want granted with %d hits in the tier", lose, d, wantHits)
+		}
+		got := cnt.take()
+		delete(got, "hello") // a new connection's handshake, after the restart
+		delete(got, "client")
+		if got["fcall"] != 2 || got["function"] != 1 || len(got) != 2 {
+			t.Fatalf("after %s: commands %v, want fcall, function load, fcall", lose, got)
+		}
+		mustDecide(t, s, storetest.T0, item(lyft, "a", "x", 1))
+		if got := cnt.take(); len(got) != 1 || got["fcall"] != 1 {
+			t.Fatalf("after %s: commands %v, want one fcall once reloaded", lose, got)
+		}
+		wantHits++
 	}
 }
 

@@ -3,7 +3,6 @@ package redisstore
 import (
 	"context"
 	"crypto/rand"
-	_ "embed"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -18,13 +17,6 @@ import (
 	"github.com/charonlimit/charon/internal/store"
 	"github.com/charonlimit/charon/tiers"
 )
-
-//go:embed decide.lua
-var decideLua string
-
-// script is the decide script; Run sends EVALSHA and falls back to EVAL
-// (which loads it) on NOSCRIPT, e.g. after a restart or a failover.
-var script = redis.NewScript(decideLua)
 
 // Errors of the Redis store.
 var (
@@ -289,9 +281,9 @@ func (s *Store) exec(ctx context.Context, c *call, items []store.Item, sel int, 
 	for _, e := range c.pols {
 		c.args = append(c.args, e.arg)
 	}
-	res, err := script.Run(ctx, s.c, c.keys, c.args...).Text()
+	res, err := s.fcall(ctx, c.keys, c.args)
 	if err != nil {
-		return 0, 0, fmt.Errorf("redisstore: %w", err)
+		return 0, 0, err
 	}
 	return c.read(res, items, out)
 }
