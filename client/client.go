@@ -254,7 +254,8 @@ type Result struct {
 // Request asks for between min and copies hits of a rate-limited resource,
 // retrying rejections for up to maxWait (UseDefault: Options.MaxWait) with
 // exponential backoff and jitter (paper §3.2). A rejection is not an error:
-// the Result is not OK. A rejection marked retry_never is not retried.
+// the Result is not OK. A rejection marked retry_never is not retried. If ctx
+// ends first, the error is ctx.Err().
 func (c *Client) Request(ctx context.Context, r Resource, copies, min int64, maxWait time.Duration) (*Result, error) {
 	if copies < 0 || min < 0 || min > copies {
 		return nil, fmt.Errorf("%w: copies %d, min %d: want 0 <= min <= copies", ErrInvalid, copies, min)
@@ -280,6 +281,9 @@ func (c *Client) Request(ctx context.Context, r Resource, copies, min int64, max
 	attempts, waited, err := c.retry(ctx, c.maxWait(maxWait), try)
 	res.Attempts, res.Waited = attempts, waited
 	if err != nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
 		if !c.failOpen(ctx, err) {
 			return nil, err
 		}

@@ -132,7 +132,8 @@ func newHold(c *Client) *Hold { return &Hold{c: c, lost: make(chan struct{})} }
 // Reserve asks for between min and copies copies of a copy-limited resource
 // (min 0 means 1), retrying rejections for up to maxWait (UseDefault:
 // Options.MaxWait) with exponential backoff and jitter. A rejection is not an
-// error: the Hold is not OK. The hold lives on the Client's Session stream.
+// error: the Hold is not OK. If ctx ends first, the error is ctx.Err(). The
+// hold lives on the Client's Session stream.
 func (c *Client) Reserve(ctx context.Context, r Resource, copies, min int64, maxWait time.Duration) (*Hold, error) {
 	if copies < 1 || min < 0 || min > copies {
 		return nil, fmt.Errorf("%w: copies %d, min %d: want copies >= 1 and 0 <= min <= copies", ErrInvalid, copies, min)
@@ -160,6 +161,9 @@ func (c *Client) Reserve(ctx context.Context, r Resource, copies, min int64, max
 	attempts, waited, err := c.retry(ctx, c.maxWait(maxWait), try)
 	h.attempts, h.waited = attempts, waited
 	if err != nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
 		if !c.failOpen(ctx, err) {
 			return nil, err
 		}
