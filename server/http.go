@@ -29,6 +29,10 @@ func (s *Server) serveHealthcheck(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "shutting down", http.StatusInternalServerError)
 		return
 	}
+	if !s.serving() {
+		http.Error(w, "store unavailable", http.StatusInternalServerError)
+		return
+	}
 	io.WriteString(w, "OK")
 }
 

@@ -1,0 +1,27 @@
+package server
+
+import (
+	"context"
+
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+)
+
+// SetServing sets the gRPC health of the server (the overall service "" and
+// RLSServiceName) to SERVING or NOT_SERVING; /healthcheck follows it (500
+// while NOT_SERVING). A store that cannot answer (the Redis store in the
+// unavailable failure mode while Redis is down) drives it. It has no effect
+// once the server is shutting down, which turns health NOT_SERVING for good.
+func (s *Server) SetServing(ok bool) {
+	st := healthpb.HealthCheckResponse_NOT_SERVING
+	if ok {
+		st = healthpb.HealthCheckResponse_SERVING
+	}
+	s.health.SetServingStatus("", st)
+	s.health.SetServingStatus(RLSServiceName, st)
+}
+
+// serving reports whether the gRPC health of RLSServiceName is SERVING.
+func (s *Server) serving() bool {
+	r, err := s.health.Check(context.Background(), &healthpb.HealthCheckRequest{Service: RLSServiceName})
+	return err == nil && r.GetStatus() == healthpb.HealthCheckResponse_SERVING
+}

@@ -1,0 +1,100 @@
+package server
+
+import (
+	"context"
+	"net/http"
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	dto "github.com/prometheus/client_model/go"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	"github.com/charonlimit/charon/internal/store/resilient"
+)
+
+func TestRegisterStoreExportsStats(t *testing.T) {
+	m := NewMetrics(nil)
+	st := resilient.Stats{Remote: 10, Cached: 4, Local: 3, RemoteErrors: 2, Timeouts: 1,
+		Breaker: resilient.BreakerOpen, BreakerOpens: 5, CacheHits: 4, CacheMisses: 12, CacheSize: 7, CacheEvictions: 6}
+	m.RegisterStore(func() resilient.Stats { return st })
+	fams, err := m.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]float64{}
+	for _, f := range fams {
+		if !strings.HasPrefix(f.GetName(), "charon_store_") {
+			continue
+		}
+		for _, mt := range f.GetMetric() {
+			name := f.GetName()
+			for _, l := range mt.GetLabel() {
+				name += "{" + l.GetName() + "=" + l.GetValue() + "}"
+			}
+			got[name] = value(mt)
+		}
+	}
+	want := map[string]float64{
+		"charon_store_calls_total{path=remote}":        10,
+		"charon_store_calls_total{path=cached}":        4,
+		"charon_store_calls_total{path=local}":         3,
+		"charon_store_calls_total{path=open}":          0,
+		"charon_store_calls_total{path=closed}":        0,
+		"charon_store_calls_total{path=unavailable}":   0,
+		"charon_store_remote_errors_total":             2,
+		"charon_store_remote_timeouts_total":           1,
+		"charon_store_breaker_state":                   1,
+		"charon_store_breaker_opens_total":             5,
+		"charon_store_overlimit_cache_hits_total":      4,
+		"charon_store_overlimit_cache_misses_total":    12,
+		"charon_store_overlimit_cache_entries":         7,
+		"charon_store_overlimit_cache_evictions_total": 6,
+	}
+	if d := cmp.Diff(want, got); d != "" {
+		keys := make([]string, 0, len(got))
+		for k := range got {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		t.Errorf("store metrics (-want +got):\n%s\ngot names: %v", d, keys)
+	}
+}
+
+func value(m *dto.Metric) float64 {
+	if c := m.GetCounter(); c != nil {
+		return c.GetValue()
+	}
+	return m.GetGauge().GetValue()
+}
+
+func TestSetServingDrivesHealth(t *testing.T) {
+	s, stop := newTestServer(t, Options{})
+	defer stop()
+	hc := healthpb.NewHealthClient(dial(t, s.GRPCAddr()))
+	check := func() (healthpb.HealthCheckResponse_ServingStatus, int) {
+		t.Helper()
+		r, err := hc.Check(context.Background(), &healthpb.HealthCheckRequest{Service: RLSServiceName})
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := http.Get("http://" + s.HTTPAddr() + "/healthcheck")
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return r.GetStatus(), resp.StatusCode
+	}
+	if st, code := check(); st != healthpb.HealthCheckResponse_SERVING || code != 200 {
+		t.Fatalf("start: %v %d, want SERVING 200", st, code)
+	}
+	s.SetServing(false)
+	if st, code := check(); st != healthpb.HealthCheckResponse_NOT_SERVING || code != 500 {
+		t.Fatalf("after SetServing(false): %v %d, want NOT_SERVING 500", st, code)
+	}
+	s.SetServing(true)
+	if st, code := check(); st != healthpb.HealthCheckResponse_SERVING || code != 200 {
+		t.Fatalf("after SetServing(true): %v %d, want SERVING 200", st, code)
+	}
+}
