@@ -31,6 +31,9 @@ func bigFS() fstest.MapFS {
 	return fsys
 }
 
+// TestLoadSpeed logs how long loading bigFS takes, wall and CPU time. It is
+// opt-in and asserts nothing about timing (the machine may be shared); the
+// README carries the figure.
 func TestLoadSpeed(t *testing.T) {
 	if os.Getenv("CHARON_LOAD_SPEED") == "" {
 		t.Skip("set CHARON_LOAD_SPEED=1 to time loading 1,000 files × 100 descriptors")
