@@ -1,0 +1,367 @@
+package client_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/charonlimit/charon/client"
+)
+
+// waitFor fails the test if ch is not closed soon; a guard, not a sleep.
+func waitFor(t *testing.T, ch <-chan struct{}, what string) {
+	t.Helper()
+	select {
+	case <-ch:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("timed out waiting for %s", what)
+	}
+}
+
+func TestReserveReleaseClose(t *testing.T) {
+	f := newFake()
+	f.copyLimit[copyKey] = 10
+	c, _ := newClient(t, f, client.Options{})
+	ctx := context.Background()
+
+	h, err := c.Reserve(ctx, copyRes, 6, 2, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !h.OK() || h.Copies() != 6 || h.ID() == "" || h.Degraded() || h.Forced() {
+		t.Fatalf("got ok %v copies %d id %q; want a server hold of 6", h.OK(), h.Copies(), h.ID())
+	}
+	if got := h.Target(); got.Resource != copyKey {
+		t.Errorf("target %+v, want resource %s", got, copyKey)
+	}
+	if h.Reply().GetContext().GetDomainLimit() != 10 || h.FencingToken() == 0 || len(h.Groups()) == 0 {
+		t.Errorf("context %v, fencing %d, groups %v: want the server's context", h.Reply().GetContext(), h.FencingToken(), h.Groups())
+	}
+
+	// The pool has 4 left: at least 5 is rejected, up to 8 with min 1 gets 4.
+	r, err := c.Reserve(ctx, copyRes, 8, 5, 0)
+	if err != nil || r.OK() || r.Copies() != 0 || r.Reply().GetContext().GetTotalHolds() != 6 {
+		t.Errorf("over the limit: got ok %v copies %d, %v; want a rejection with context", r.OK(), r.Copies(), err)
+	}
+	if err := r.Close(); err != nil {
+		t.Errorf("close of a rejection: %v", err)
+	}
+	h2, err := c.Reserve(ctx, copyRes, 8, 1, 0)
+	if err != nil || h2.Copies() != 4 {
+		t.Fatalf("got %d copies, %v; want the 4 left", h2.Copies(), err)
+	}
+	defer h2.Close()
+
+	if err := h.Release(ctx, 2); err != nil {
+		t.Fatal(err)
+	}
+	if h.Copies() != 4 || f.heldOf(copyKey) != 8 {
+		t.Errorf("after release 2: hold %d, server %d; want 4, 8", h.Copies(), f.heldOf(copyKey))
+	}
+	if err := h.Release(ctx, 5); !errors.Is(err, client.ErrOverRelease) {
+		t.Errorf("release 5 of 4: got %v, want ErrOverRelease", err)
+	}
+	if err := h.Release(ctx, 0); !errors.Is(err, client.ErrInvalid) {
+		t.Errorf("release 0: got %v, want ErrInvalid", err)
+	}
+	if err := h.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if h.Copies() != 0 || f.heldOf(copyKey) != 4 {
+		t.Errorf("after close: hold %d, server %d; want 0, 4", h.Copies(), f.heldOf(copyKey))
+	}
+	if err := h.Close(); err != nil {
+		t.Errorf("second close: %v", err)
+	}
+	if err := h.Release(ctx, 1); !errors.Is(err, client.ErrHoldClosed) {
+		t.Errorf("release after close: got %v, want ErrHoldClosed", err)
+	}
+}
+
+func TestReleaseAllThenClose(t *testing.T) {
+	f := newFake()
+	f.copyLimit[copyKey] = 3
+	c, _ := newClient(t, f, client.Options{})
+	ctx := context.Background()
+	h, err := c.Reserve(ctx, copyRes, 3, 3, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 3; i++ {
+		if err := h.Release(ctx, 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := h.Close(); err != nil {
+		t.Errorf("close of an empty hold: %v", err)
+	}
+	if ids := f.holdIDs(); len(ids) != 0 || f.heldOf(copyKey) != 0 {
+		t.Errorf("server holds %v, held %d; want none", ids, f.heldOf(copyKey))
+	}
+}
+
+func TestTransferSeize(t *testing.T) {
+	f := newFake()
+	f.copyLimit[copyKey] = 15
+	conn, _ := serve(t, f)
+	p1 := client.New(conn, client.Options{})
+	defer p1.Close()
+	p2 := client.New(conn, client.Options{})
+	defer p2.Close()
+	ctx := context.Background()
+
+	h1, err := p1.Reserve(ctx, copyRes, 15, 15, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h1.Transfer(ctx, 16, 0); !errors.Is(err, client.ErrOverRelease) {
+		t.Errorf("transfer 16 of 15: got %v, want ErrOverRelease", err)
+	}
+	tid, err := h1.Transfer(ctx, 10, 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h1.Copies() != 5 {
+		t.Errorf("after transfer: %d copies, want 5", h1.Copies())
+	}
+	h2, err := p2.Seize(ctx, tid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !h2.OK() || h2.Copies() != 10 || h2.Target().Resource != copyKey || h2.Seized() == nil {
+		t.Errorf("seized: ok %v copies %d target %+v; want 10 of %s", h2.OK(), h2.Copies(), h2.Target(), copyKey)
+	}
+	if _, err := p2.Seize(ctx, tid); status.Code(err) != codes.NotFound {
+		t.Errorf("second seize: got %v, want NOT_FOUND", err)
+	}
+	if err := h2.Release(ctx, 5); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.heldOf(copyKey); got != 10 {
+		t.Errorf("server holds %d, want 10", got)
+	}
+	// The seized hold belongs to p2's session: it dies with p2.
+	f.mu.Lock()
+	f.events = make(chan string, 10)
+	f.mu.Unlock()
+	if err := p2.Close(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, h2.Lost(), "the seized hold to be lost")
+	select {
+	case <-f.events:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the server did not release the seized hold")
+	}
+	if !errors.Is(h2.Err(), client.ErrClosed) {
+		t.Errorf("Err = %v, want ErrClosed", h2.Err())
+	}
+	if err := h1.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.heldOf(copyKey); got != 0 {
+		t.Errorf("server holds %d, want 0", got)
+	}
+	if _, err := p2.Reserve(ctx, copyRes, 1, 1, 0); !errors.Is(err, client.ErrClosed) {
+		t.Errorf("reserve on a closed client: got %v, want ErrClosed", err)
+	}
+}
+
+func TestReserveAll(t *testing.T) {
+	r1, r2, r3 := client.R("a"), client.R("b"), client.R("c")
+	ctx := context.Background()
+
+	t.Run("trims to the smallest grant", func(t *testing.T) {
+		f := newFake()
+		f.copyLimit["a"], f.copyLimit["b"], f.copyLimit["c"] = 10, 4, 6
+		c, _ := newClient(t, f, client.Options{})
+		holds, err := c.ReserveAll(ctx, []client.Resource{r1, r2, r3}, 8, 2, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []int64
+		for _, h := range holds {
+			got = append(got, h.Copies())
+		}
+		if diff := cmp.Diff([]int64{4, 4, 4}, got); diff != "" {
+			t.Errorf("copies (-want +got):\n%s", diff)
+		}
+		if a, b, c := f.heldOf("a"), f.heldOf("b"), f.heldOf("c"); a != 4 || b != 4 || c != 4 {
+			t.Errorf("server holds a=%d b=%d c=%d, want 4 each", a, b, c)
+		}
+		for _, h := range holds {
+			_ = h.Close()
+		}
+	})
+
+	t.Run("rolls back on a rejection", func(t *testing.T) {
+		f := newFake()
+		f.copyLimit["a"], f.copyLimit["b"], f.copyLimit["c"] = 10, 10, 1
+		c, clk := newClient(t, f, client.Options{})
+		holds, err := c.ReserveAll(ctx, []client.Resource{r1, r2, r3}, 8, 2, 100*time.Millisecond)
+		if !errors.Is(err, client.ErrRejected) || holds != nil {
+			t.Fatalf("got %v, %v; want ErrRejected", holds, err)
+		}
+		if a, b, c := f.heldOf("a"), f.heldOf("b"), f.heldOf("c"); a+b+c != 0 {
+			t.Errorf("server holds a=%d b=%d c=%d, want all released", a, b, c)
+		}
+		var total time.Duration
+		for _, d := range clk.Sleeps() {
+			total += d
+		}
+		if total != 100*time.Millisecond {
+			t.Errorf("waited %v in all, want the shared 100ms", total)
+		}
+	})
+
+	t.Run("rolls back on an error", func(t *testing.T) {
+		f := newFake()
+		f.copyLimit["a"] = 10
+		c, _ := newClient(t, f, client.Options{FailOpen: true})
+		_, err := c.ReserveAll(ctx, []client.Resource{r1, client.R("unknown")}, 3, 3, 0)
+		if status.Code(err) != codes.NotFound {
+			t.Errorf("got %v, want NOT_FOUND", err)
+		}
+		if got := f.heldOf("a"); got != 0 {
+			t.Errorf("server holds %d of a, want 0", got)
+		}
+	})
+}
+
+func TestSessionLost(t *testing.T) {
+	f := newFake()
+	f.copyLimit[copyKey] = 5
+	c, _ := newClient(t, f, client.Options{FailOpen: true})
+	ctx := context.Background()
+	h, err := c.Reserve(ctx, copyRes, 3, 3, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.mu.Lock()
+	close(f.kill)
+	f.kill = make(chan struct{})
+	f.mu.Unlock()
+
+	waitFor(t, h.Lost(), "the hold to be lost")
+	if !errors.Is(h.Err(), client.ErrSessionLost) || status.Code(h.Err()) != codes.Unavailable {
+		t.Errorf("Err = %v, want ErrSessionLost", h.Err())
+	}
+	if err := h.Release(ctx, 1); !errors.Is(err, client.ErrSessionLost) {
+		t.Errorf("release of a lost hold: got %v, want ErrSessionLost", err)
+	}
+	if _, err := h.Transfer(ctx, 1, 0); !errors.Is(err, client.ErrSessionLost) {
+		t.Errorf("transfer of a lost hold: got %v, want ErrSessionLost", err)
+	}
+	if err := h.Close(); err != nil {
+		t.Errorf("close of a lost hold: %v", err)
+	}
+	if got := f.heldOf(copyKey); got != 0 {
+		t.Errorf("server holds %d after the session ended, want 0", got)
+	}
+	// The next reserve opens a new session.
+	h2, err := c.Reserve(ctx, copyRes, 5, 5, 0)
+	if err != nil || !h2.OK() || h2.Degraded() {
+		t.Fatalf("reserve after the loss: ok %v degraded %v, %v; want a server hold", h2.OK(), h2.Degraded(), err)
+	}
+	if err := h2.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestClientCloseReleasesHolds(t *testing.T) {
+	f := newFake()
+	f.copyLimit[copyKey] = 5
+	c, _ := newClient(t, f, client.Options{})
+	ctx := context.Background()
+	h, err := c.Reserve(ctx, copyRes, 5, 5, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.events = make(chan string, 10)
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, h.Lost(), "the hold to be lost")
+	select {
+	case <-f.events:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the server did not release the session's hold")
+	}
+	if got := f.heldOf(copyKey); got != 0 {
+		t.Errorf("server holds %d, want 0", got)
+	}
+	if err := c.Close(); err != nil {
+		t.Errorf("second Close: %v", err)
+	}
+}
+
+func TestAbandonedReserveIsReleased(t *testing.T) {
+	f := newFake()
+	f.copyLimit[copyKey] = 5
+	f.gate = make(chan struct{})
+	f.events = make(chan string, 10)
+	c, _ := newClient(t, f, client.Options{})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	f.onCall = func() { cancel() }
+	go func() {
+		_, err := c.Reserve(ctx, copyRes, 2, 2, 0)
+		done <- err
+	}()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("got %v, want context.Canceled", err)
+	}
+	close(f.gate) // the server grants after the caller gave up
+	select {
+	case ev := <-f.events:
+		if ev != "release h1" {
+			t.Errorf("event %q, want release h1", ev)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the abandoned hold was not released")
+	}
+	if got := f.heldOf(copyKey); got != 0 {
+		t.Errorf("server holds %d, want 0", got)
+	}
+}
+
+func TestConcurrentHolds(t *testing.T) {
+	f := newFake()
+	f.copyLimit[copyKey] = 20
+	c, _ := newClient(t, f, client.Options{})
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	errs := make(chan error, 40)
+	for i := 0; i < 40; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			h, err := c.Reserve(ctx, copyRes, 2, 1, 0)
+			if err != nil {
+				errs <- err
+				return
+			}
+			defer h.Close()
+			if h.OK() && h.Copies() == 2 {
+				if err := h.Release(ctx, 1); err != nil {
+					errs <- fmt.Errorf("release: %w", err)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	if got := f.heldOf(copyKey); got != 0 {
+		t.Errorf("server holds %d after every Close, want 0", got)
+	}
+}
