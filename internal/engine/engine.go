@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/charonlimit/charon/descriptors"
+	"github.com/charonlimit/charon/internal/copystore"
 	"github.com/charonlimit/charon/internal/store"
 	"github.com/charonlimit/charon/internal/store/memstore"
 	"github.com/charonlimit/charon/tiers"
@@ -55,6 +56,9 @@ type Options struct {
 	MaxHits uint64
 	// FailureMode is what to answer when the store fails.
 	FailureMode FailureMode
+	// Copies keeps the copy logs of copy-limited resources; nil: the copy
+	// operations fail with ErrNoCopyStore. The Engine does not own it.
+	Copies copystore.Store
 }
 
 // Engine decides requests. Safe for concurrent use. The zero value is
@@ -70,6 +74,8 @@ type Engine struct {
 	names    nameCache
 	override overrideCache
 	once     sync.Once
+	copies   copystore.Store
+	copyIdx  atomic.Pointer[copyIndex]
 }
 
 // scratch holds one request's working buffers, reused through a pool.
@@ -84,7 +90,7 @@ type scratch struct {
 // New returns an Engine with opts and no tree (every request is answered OK,
 // not limited, until SetTree).
 func New(opts Options) *Engine {
-	e := &Engine{store: opts.Store, now: opts.Now, maxDesc: opts.MaxDescriptors, maxHits: opts.MaxHits}
+	e := &Engine{store: opts.Store, now: opts.Now, maxDesc: opts.MaxDescriptors, maxHits: opts.MaxHits, copies: opts.Copies}
 	e.once.Do(e.defaults)
 	return e
 }

@@ -1,0 +1,356 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/charonlimit/charon/copylog"
+	"github.com/charonlimit/charon/descriptors"
+	"github.com/charonlimit/charon/internal/copystore"
+)
+
+// unconfiguredSuffix names, after an RLS domain's escaped name and "/", the
+// one unlimited copy log that holds the reserves of resources matching
+// nothing in a domain with allow_unconfigured. Escaping never leaves a "~"
+// there in a configured resource, so the name cannot collide.
+const unconfiguredSuffix = "/~unconfigured"
+
+// unlimitedCopies is the copy limit of unconfigured resources.
+var unlimitedCopies = &copylog.Config{DomainLimit: copylog.MaxCopies}
+
+// copyIndex maps the copy-limited resources of one tree to their limits,
+// converted to copylog once per tree.
+type copyIndex struct {
+	tree       *descriptors.Tree
+	byResource map[string]*copyLimit
+	// resources lists byResource's keys, sorted.
+	resources []string
+}
+
+type copyLimit struct {
+	limit *descriptors.Limit // nil for an unconfigured resource
+	cfg   *copylog.Config
+}
+
+// copyIndex returns the index of the tree in force, building it on first
+// use after SetTree.
+func (e *Engine) copyIndex() *copyIndex {
+	tree := e.tree.Load()
+	if idx := e.copyIdx.Load(); idx != nil && idx.tree == tree {
+		return idx
+	}
+	idx := &copyIndex{tree: tree, byResource: make(map[string]*copyLimit)}
+	for _, dc := range tree.Domains() {
+		if dc.AllowUnconfigured {
+			idx.byResource[descriptors.Escape(dc.Name)+unconfiguredSuffix] = &copyLimit{cfg: unlimitedCopies}
+		}
+		for _, lf := range tree.Leaves(dc.Name) {
+			if lf.Limit.Copies != nil {
+				idx.byResource[lf.Resource] = &copyLimit{limit: lf.Limit, cfg: CopyConfig(lf.Limit.Copies)}
+			}
+		}
+	}
+	for r := range idx.byResource {
+		idx.resources = append(idx.resources, r)
+	}
+	slices.Sort(idx.resources)
+	e.copyIdx.Store(idx)
+	return idx
+}
+
+// CopyConfig converts a configured copy limit to copylog's.
+func CopyConfig(c *descriptors.Copies) *copylog.Config {
+	cfg := &copylog.Config{DomainLimit: c.DomainLimit, GlobalLimit: c.GlobalLimit, Overrides: c.Overrides}
+	for _, g := range c.Groups {
+		cfg.Groups = append(cfg.Groups, copylog.Group{Name: g.Name, Limit: g.Limit, Members: g.Members})
+	}
+	return cfg
+}
+
+// CopyResources lists the copy-limited resources of the configuration in
+// force (with each allow_unconfigured domain's unlimited copy log), sorted.
+// The caller must not change the slice.
+func (e *Engine) CopyResources() []string {
+	return e.copyIndex().resources
+}
+
+// ReserveRequest is a charon.v1 Reserve, resolved by the engine.
+type ReserveRequest struct {
+	// Domain and Entries address the resource as an RLS descriptor does.
+	Domain  string
+	Entries []descriptors.Entry
+	// Copies in [1, copylog.MaxCopies]; Min in [0, Copies], 0 meaning 1.
+	Copies, Min int64
+	// RequestID makes the reserve idempotent ("": not).
+	RequestID string
+	// Session binds the hold ("": none, it lives by Lease alone).
+	Session string
+	// Lease in (0, copylog.MaxLease].
+	Lease time.Duration
+}
+
+// Reservation is the answer to Reserve.
+type Reservation struct {
+	copylog.Reservation
+	// Resource is the copy log's resource; Domain the Charon domain.
+	Resource, Domain string
+}
+
+// Reserve reserves copies of the copy-limited resource the request's
+// descriptor matches, under a new hold id (NewID of the resource). Errors:
+// *InputError, ErrUnknownResource, ErrRateLimited, ErrNoCopyStore, the
+// store's (copylog's sentinels, or copystore.ErrUnavailable), each wrapped
+// in a *FieldError naming the request field.
+func (e *Engine) Reserve(ctx context.Context, r ReserveRequest) (Reservation, error) {
+	e.once.Do(e.defaults)
+	if err := validateResource(r.Domain, r.Entries); err != nil {
+		return Reservation{}, err
+	}
+	switch {
+	case r.Copies < 1 || r.Copies > copylog.MaxCopies:
+		return Reservation{}, &InputError{Field: "copies", Message: fmt.Sprintf("%d, want in [1, %d]", r.Copies, copylog.MaxCopies)}
+	case r.Min < 0 || r.Min > r.Copies:
+		return Reservation{}, &InputError{Field: "min_copies", Message: fmt.Sprintf("%d, want in [0, copies %d]", r.Min, r.Copies)}
+	case r.Lease <= 0 || r.Lease > copylog.MaxLease:
+		return Reservation{}, &InputError{Field: "lease", Message: fmt.Sprintf("%v, want in (0, %v]", r.Lease, copylog.MaxLease)}
+	}
+	if e.copies == nil {
+		return Reservation{}, ErrNoCopyStore
+	}
+	idx := e.copyIndex()
+	tree := idx.tree
+	var resource, domain string
+	var cl *copyLimit
+	m, ok := tree.Match(r.Domain, r.Entries)
+	switch {
+	case !ok:
+		dc, known := tree.Domain(r.Domain)
+		if !known || !dc.AllowUnconfigured {
+			return Reservation{}, &FieldError{Field: "resource", Err: fmt.Errorf("%w: no limit matches domain %q and its entries", ErrUnknownResource, truncate(r.Domain))}
+		}
+		resource = descriptors.Escape(r.Domain) + unconfiguredSuffix
+		cl = idx.byResource[resource]
+	case m.Limit.Copies == nil:
+		return Reservation{}, &FieldError{Field: "resource", Err: fmt.Errorf("%w: %s", ErrRateLimited, m.Resource)}
+	default:
+		resource, domain = m.Resource, m.Domain
+		cl = idx.byResource[resource]
+	}
+	if cl == nil {
+		// The index and the match come from the same tree: unreachable.
+		return Reservation{}, fmt.Errorf("engine: no copy limit indexed for %s", resource)
+	}
+	holdID, err := NewID(resource)
+	if err != nil {
+		return Reservation{}, fmt.Errorf("%w: minting a hold id: %w", copystore.ErrUnavailable, err)
+	}
+	res, err := e.copies.Reserve(ctx, e.now(), resource, cl.cfg, copylog.ReserveRequest{
+		Domain: domain, Copies: r.Copies, Min: r.Min, HoldID: holdID,
+		RequestID: r.RequestID, Session: r.Session, Lease: r.Lease,
+	})
+	out := Reservation{Reservation: res, Resource: resource, Domain: domain}
+	if err != nil {
+		return out, fieldOf(err, "request_id")
+	}
+	return out, nil
+}
+
+// fieldOf attributes a copy store error to the request field it is about;
+// idField names the field of ErrBadID and of unknown ids.
+func fieldOf(err error, idField string) error {
+	var field string
+	switch {
+	case errors.Is(err, copylog.ErrBadCopies), errors.Is(err, copylog.ErrOverRelease), errors.Is(err, copylog.ErrOverTransfer):
+		field = "copies"
+	case errors.Is(err, copylog.ErrBadMin):
+		field = "min_copies"
+	case errors.Is(err, copylog.ErrBadLease):
+		field = "lease"
+	case errors.Is(err, copylog.ErrRequestIDReused):
+		field = "request_id"
+	case errors.Is(err, copylog.ErrBadID), errors.Is(err, copylog.ErrUnknownHold), errors.Is(err, copylog.ErrUnknownTransfer):
+		field = idField
+	default:
+		return err
+	}
+	return &FieldError{Field: field, Err: err}
+}
+
+// resourceOfID returns the resource of a hold or transfer id, or an error
+// wrapping unknown (copylog.ErrUnknownHold or ErrUnknownTransfer).
+func resourceOfID(id, field string, unknown error) (string, error) {
+	if id == "" {
+		return "", &InputError{Field: field, Message: "empty"}
+	}
+	if len(id) > copylog.MaxIDLen {
+		return "", &InputError{Field: field, Message: fmt.Sprintf("%d bytes, longer than %d", len(id), copylog.MaxIDLen)}
+	}
+	r, ok := ResourceOf(id)
+	if !ok {
+		return "", &FieldError{Field: field, Err: fmt.Errorf("%w: %q is not an id this service issued", unknown, truncate(id))}
+	}
+	return r, nil
+}
+
+// Release gives back copies of the hold (0: all it has). Errors: the hold
+// unknown (copylog.ErrUnknownHold, field hold_id), more than it has
+// (copylog.ErrOverRelease, field copies), a store failure.
+func (e *Engine) Release(ctx context.Context, holdID string, copies int64) (copylog.ReleaseResult, error) {
+	e.once.Do(e.defaults)
+	resource, err := resourceOfID(holdID, "hold_id", copylog.ErrUnknownHold)
+	if err != nil {
+		return copylog.ReleaseResult{}, err
+	}
+	if copies < 0 || copies > copylog.MaxCopies {
+		return copylog.ReleaseResult{}, &InputError{Field: "copies", Message: fmt.Sprintf("%d, want in [0, %d]", copies, copylog.MaxCopies)}
+	}
+	if e.copies == nil {
+		return copylog.ReleaseResult{}, ErrNoCopyStore
+	}
+	res, err := e.copies.Release(ctx, e.now(), resource, holdID, copies)
+	return res, fieldOf(err, "hold_id")
+}
+
+// Transferred is the answer to Transfer.
+type Transferred struct {
+	copylog.TransferResult
+	Resource string
+}
+
+// Transfer stages copies of the hold (0: all) under a new transfer id for
+// ttl. Errors as Release, with copylog.ErrOverTransfer.
+func (e *Engine) Transfer(ctx context.Context, holdID string, copies int64, ttl time.Duration) (Transferred, error) {
+	e.once.Do(e.defaults)
+	resource, err := resourceOfID(holdID, "hold_id", copylog.ErrUnknownHold)
+	if err != nil {
+		return Transferred{}, err
+	}
+	switch {
+	case copies < 0 || copies > copylog.MaxCopies:
+		return Transferred{}, &InputError{Field: "copies", Message: fmt.Sprintf("%d, want in [0, %d]", copies, copylog.MaxCopies)}
+	case ttl <= 0 || ttl > copylog.MaxLease:
+		return Transferred{}, &InputError{Field: "ttl", Message: fmt.Sprintf("%v, want in (0, %v]", ttl, copylog.MaxLease)}
+	}
+	if e.copies == nil {
+		return Transferred{}, ErrNoCopyStore
+	}
+	transferID, err := NewID(resource)
+	if err != nil {
+		return Transferred{}, fmt.Errorf("%w: minting a transfer id: %w", copystore.ErrUnavailable, err)
+	}
+	res, err := e.copies.Transfer(ctx, e.now(), resource, holdID, copies, ttl, transferID)
+	return Transferred{TransferResult: res, Resource: resource}, fieldOf(err, "hold_id")
+}
+
+// Seized is the answer to Seize.
+type Seized struct {
+	copylog.SeizeResult
+	Resource string
+	// CurrentGroups are the groups the hold's domain belongs to in the
+	// configuration in force (Groups are those captured at reserve time).
+	CurrentGroups []string
+}
+
+// Seize turns the staged copies of transferID into a new hold of session
+// (or of its lease alone). Errors: copylog.ErrUnknownTransfer (unknown,
+// lapsed or already seized; field transfer_id), a store failure.
+func (e *Engine) Seize(ctx context.Context, transferID, session string, lease time.Duration) (Seized, error) {
+	e.once.Do(e.defaults)
+	resource, err := resourceOfID(transferID, "transfer_id", copylog.ErrUnknownTransfer)
+	if err != nil {
+		return Seized{}, err
+	}
+	if lease <= 0 || lease > copylog.MaxLease {
+		return Seized{}, &InputError{Field: "lease", Message: fmt.Sprintf("%v, want in (0, %v]", lease, copylog.MaxLease)}
+	}
+	if e.copies == nil {
+		return Seized{}, ErrNoCopyStore
+	}
+	holdID, err := NewID(resource)
+	if err != nil {
+		return Seized{}, fmt.Errorf("%w: minting a hold id: %w", copystore.ErrUnavailable, err)
+	}
+	res, err := e.copies.Seize(ctx, e.now(), resource, transferID, holdID, session, lease)
+	out := Seized{SeizeResult: res, Resource: resource}
+	if err != nil {
+		return out, fieldOf(err, "transfer_id")
+	}
+	if cl := e.copyIndex().byResource[resource]; cl != nil {
+		for _, g := range cl.cfg.Groups {
+			if slices.Contains(g.Members, res.Domain) {
+				out.CurrentGroups = append(out.CurrentGroups, g.Name)
+			}
+		}
+	}
+	return out, nil
+}
+
+// KeepAlive extends the lease of one hold to now+lease (never shortening
+// it). Errors as Release.
+func (e *Engine) KeepAlive(ctx context.Context, holdID string, lease time.Duration) (copylog.KeepAliveResult, error) {
+	e.once.Do(e.defaults)
+	resource, err := resourceOfID(holdID, "hold_id", copylog.ErrUnknownHold)
+	if err != nil {
+		return copylog.KeepAliveResult{}, err
+	}
+	if lease <= 0 || lease > copylog.MaxLease {
+		return copylog.KeepAliveResult{}, &InputError{Field: "lease", Message: fmt.Sprintf("%v, want in (0, %v]", lease, copylog.MaxLease)}
+	}
+	if e.copies == nil {
+		return copylog.KeepAliveResult{}, ErrNoCopyStore
+	}
+	res, err := e.copies.KeepAlive(ctx, e.now(), resource, "", holdID, lease)
+	return res, fieldOf(err, "hold_id")
+}
+
+// KeepAliveSession extends the leases of every hold of session on the
+// given resources (nil: every copy-limited resource of the configuration,
+// CopyResources), and sums the answers: Holds kept alive, the earliest
+// expiry, what reaping released. It stops at the first error.
+func (e *Engine) KeepAliveSession(ctx context.Context, session string, lease time.Duration, resources []string) (copylog.KeepAliveResult, error) {
+	e.once.Do(e.defaults)
+	if session == "" {
+		return copylog.KeepAliveResult{}, &InputError{Field: "session", Message: "empty"}
+	}
+	if lease <= 0 || lease > copylog.MaxLease {
+		return copylog.KeepAliveResult{}, &InputError{Field: "lease", Message: fmt.Sprintf("%v, want in (0, %v]", lease, copylog.MaxLease)}
+	}
+	if e.copies == nil {
+		return copylog.KeepAliveResult{}, ErrNoCopyStore
+	}
+	if resources == nil {
+		resources = e.CopyResources()
+	}
+	var out copylog.KeepAliveResult
+	now := e.now()
+	for _, r := range resources {
+		res, err := e.copies.KeepAlive(ctx, now, r, session, "", lease)
+		if err != nil {
+			return out, fieldOf(err, "session")
+		}
+		out.Reaped.Holds += res.Reaped.Holds
+		out.Reaped.Transfers += res.Reaped.Transfers
+		out.Reaped.Copies += res.Reaped.Copies
+		if res.Holds > 0 {
+			if out.Holds == 0 || res.Expires.Before(out.Expires) {
+				out.Expires = res.Expires
+			}
+			out.Holds += res.Holds
+		}
+	}
+	return out, nil
+}
+
+// ReleaseSession releases every hold of session on resource, as when the
+// session's stream ends.
+func (e *Engine) ReleaseSession(ctx context.Context, resource, session string) (copylog.SessionResult, error) {
+	e.once.Do(e.defaults)
+	if e.copies == nil {
+		return copylog.SessionResult{}, ErrNoCopyStore
+	}
+	res, err := e.copies.ReleaseSession(ctx, e.now(), resource, session)
+	return res, fieldOf(err, "session")
+}

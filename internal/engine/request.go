@@ -1,0 +1,160 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/charonlimit/charon/descriptors"
+	"github.com/charonlimit/charon/internal/store"
+	"github.com/charonlimit/charon/tiers"
+)
+
+// Errors of the charon.v1 operations; the server maps each to its own gRPC
+// code. They are wrapped with the offending field (see FieldError).
+var (
+	// ErrUnknownResource: the descriptor matches no configured limit and its
+	// RLS domain does not allow unconfigured resources.
+	ErrUnknownResource = errors.New("engine: unknown resource")
+	// ErrCopyLimited: a rate operation (Request) on a copy-limited resource.
+	ErrCopyLimited = errors.New("engine: resource is copy-limited, use Reserve")
+	// ErrRateLimited: a copy operation (Reserve) on a resource that is not
+	// copy-limited.
+	ErrRateLimited = errors.New("engine: resource is not copy-limited, use Request")
+	// ErrNoCopyStore: a copy operation on an Engine without Options.Copies.
+	ErrNoCopyStore = errors.New("engine: no copy store")
+)
+
+// FieldError is an operation's error attributed to a request field, e.g.
+// "hold_id" or "copies"; Err is the cause (errors.Is sees through).
+type FieldError struct {
+	Field string
+	Err   error
+}
+
+func (e *FieldError) Error() string { return e.Field + ": " + e.Err.Error() }
+func (e *FieldError) Unwrap() error { return e.Err }
+
+// Result is the answer to a bulk Request.
+type Result struct {
+	// Decision is the store's decision with its full context (SPEC §2). For
+	// an unlimited or unconfigured resource it is a plain grant of every
+	// copy with no context.
+	Decision tiers.Decision
+	// Match is the descriptor's match; its Resource is empty for an
+	// unconfigured resource.
+	Match descriptors.Match
+	// Unlimited reports that no limit applies: an unlimited leaf, or a
+	// resource matching nothing in a domain with allow_unconfigured.
+	Unlimited bool
+	// Shadow reports a rejection turned into a grant by shadow_mode or the
+	// domain's ignore_limits; nothing was committed.
+	Shadow bool
+}
+
+// validateResource reports the first field of a charon.v1 resource (an RLS
+// domain and one descriptor's entries) that cannot be matched.
+func validateResource(domain string, entries []descriptors.Entry) error {
+	switch {
+	case domain == "":
+		return &InputError{Field: "resource.domain", Message: "empty"}
+	case len(domain) > MaxLen:
+		return &InputError{Field: "resource.domain", Message: fmt.Sprintf("%d bytes, longer than %d", len(domain), MaxLen)}
+	case len(entries) == 0:
+		return &InputError{Field: "resource.entries", Message: "empty"}
+	case len(entries) > MaxEntries:
+		return &InputError{Field: "resource.entries", Message: fmt.Sprintf("%d entries, more than %d", len(entries), MaxEntries)}
+	}
+	for j := range entries {
+		en := &entries[j]
+		switch {
+		case en.Key == "":
+			return &InputError{Field: fmt.Sprintf("resource.entries[%d].key", j), Message: "empty"}
+		case len(en.Key) > MaxLen:
+			return &InputError{Field: fmt.Sprintf("resource.entries[%d].key", j), Message: fmt.Sprintf("%d bytes, longer than %d", len(en.Key), MaxLen)}
+		case len(en.Value) > MaxLen:
+			return &InputError{Field: fmt.Sprintf("resource.entries[%d].value", j), Message: fmt.Sprintf("%d bytes, longer than %d", len(en.Value), MaxLen)}
+		}
+	}
+	return nil
+}
+
+// Request is the bulk form of ShouldRateLimit for one rate-limited resource:
+// it grants the largest n in [min, copies] the policy allows (min 0 accepts
+// none), or nothing, through the same store and clock. A copy-limited
+// resource is ErrCopyLimited; a resource matching no limit is
+// ErrUnknownResource unless the RLS domain has allow_unconfigured (then
+// every copy is granted). Bad input is an *InputError; a store failure
+// matches ErrStore.
+func (e *Engine) Request(ctx context.Context, domain string, entries []descriptors.Entry, copies, min int64) (Result, error) {
+	e.once.Do(e.defaults)
+	if err := validateResource(domain, entries); err != nil {
+		return Result{}, err
+	}
+	switch {
+	case copies < 1:
+		return Result{}, &InputError{Field: "copies", Message: fmt.Sprintf("%d, want at least 1", copies)}
+	case uint64(copies) > e.maxHits:
+		return Result{}, &InputError{Field: "copies", Message: fmt.Sprintf("%d, more than %d", copies, e.maxHits)}
+	case min < 0 || min > copies:
+		return Result{}, &InputError{Field: "min_copies", Message: fmt.Sprintf("%d, want in [0, copies %d]", min, copies)}
+	}
+	tree := e.tree.Load()
+	dc, known := tree.Domain(domain)
+	m, ok := tree.Match(domain, entries)
+	if !ok {
+		if known && dc.AllowUnconfigured {
+			return Result{Decision: grantAll(copies), Unlimited: true}, nil
+		}
+		return Result{}, &FieldError{Field: "resource", Err: fmt.Errorf("%w: no limit matches domain %q and its entries", ErrUnknownResource, truncate(domain))}
+	}
+	l := m.Limit
+	switch {
+	case l.Copies != nil:
+		return Result{Match: m}, &FieldError{Field: "resource", Err: fmt.Errorf("%w: %s", ErrCopyLimited, m.Resource)}
+	case l.Unlimited:
+		return Result{Decision: grantAll(copies), Match: m, Unlimited: true}, nil
+	case m.Policy == nil:
+		// A limit of zero (a Policy-less leaf built by hand): never granted.
+		return Result{Decision: tiers.Decision{OK: min == 0, RetryAfter: tiers.Unbounded, ResetAfter: tiers.Unbounded}, Match: m}, nil
+	}
+	shadow := (known && dc.IgnoreLimits) || l.ShadowMode
+	items := [1]store.Item{{
+		Key:    store.Key{Resource: m.Resource, Domain: m.Domain, PolicyID: l.ID},
+		Policy: m.Policy,
+		Hits:   copies,
+		Min:    max(min, 1),
+		Shadow: shadow,
+	}}
+	var out [1]tiers.Decision
+	if err := e.store.Decide(ctx, e.now(), items[:], out[:]); err != nil {
+		return Result{Match: m}, fmt.Errorf("%w: %w", ErrStore, err)
+	}
+	r := Result{Decision: out[0], Match: m}
+	if !r.Decision.OK {
+		switch {
+		case shadow:
+			r.Shadow = true
+			r.Decision.OK, r.Decision.Granted = true, copies
+		case min == 0:
+			// Zero granted is a grant of "any number, none included".
+			r.Decision.OK = true
+		}
+	}
+	return r, nil
+}
+
+// grantAll is the answer where no limit applies: everything granted, and
+// Remaining as large as a request may ask.
+func grantAll(copies int64) tiers.Decision {
+	return tiers.Decision{OK: true, Granted: copies, Remaining: 1 << 50}
+}
+
+// truncate bounds a request value quoted in an error message.
+func truncate(s string) string {
+	const maxQuoted = 128
+	if len(s) <= maxQuoted {
+		return s
+	}
+	return s[:maxQuoted] + "…"
+}
