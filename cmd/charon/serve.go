@@ -16,6 +16,7 @@ import (
 
 	"github.com/charonlimit/charon/config"
 	"github.com/charonlimit/charon/internal/store/memstore"
+	"github.com/charonlimit/charon/internal/store/resilient"
 	"github.com/charonlimit/charon/server"
 )
 
@@ -23,19 +24,26 @@ import (
 // envoyproxy/ratelimit's environment, CHARON_* variables and flags, in rising
 // precedence.
 type serveConfig struct {
-	ConfigDir       string
-	GRPCAddr        string
-	HTTPAddr        string
-	DebugAddr       string
-	Store           string
-	RedisURL        string
-	MaxDescriptors  int
-	MaxKeys         int
-	ResponseHeaders bool
-	MergeDomains    bool
-	ShutdownTimeout time.Duration
-	LogLevel        string
-	LogFormat       string
+	ConfigDir     string
+	GRPCAddr      string
+	HTTPAddr      string
+	DebugAddr     string
+	Store         string
+	RedisURL      string
+	RedisCluster  bool
+	RedisPoolSize int
+	RedisTimeout  time.Duration
+	FailureMode   resilient.Mode
+	// RedisUsername and RedisPassword come from REDIS_AUTH only (never a
+	// flag, which ps would show); they override the URL's.
+	RedisUsername, RedisPassword string
+	MaxDescriptors               int
+	MaxKeys                      int
+	ResponseHeaders              bool
+	MergeDomains                 bool
+	ShutdownTimeout              time.Duration
+	LogLevel                     string
+	LogFormat                    string
 }
 
 func defaultServeConfig() serveConfig {
@@ -46,6 +54,7 @@ func defaultServeConfig() serveConfig {
 		Store:           "memory",
 		MaxDescriptors:  64,
 		MaxKeys:         memstore.DefaultMaxKeys,
+		RedisTimeout:    resilient.DefaultTimeout,
 		ShutdownTimeout: 10 * time.Second,
 		LogLevel:        "info",
 		LogFormat:       "json",
@@ -102,7 +111,7 @@ func applyLyftEnv(c *serveConfig, getenv func(string) string) error {
 		}
 		c.MergeDomains = b
 	}
-	return nil
+	return applyLyftRedisEnv(c, getenv)
 }
 
 // serveFlags declares serve's flags on fs with c's values as defaults, so
@@ -113,7 +122,8 @@ func serveFlags(fs *flag.FlagSet, c *serveConfig) {
 	fs.StringVar(&c.HTTPAddr, "http-addr", c.HTTPAddr, "HTTP listen `address` for /healthcheck and /json (env CHARON_HTTP_ADDR)")
 	fs.StringVar(&c.DebugAddr, "debug-addr", c.DebugAddr, "debug listen `address` for /metrics, /rlconfig, pprof (env CHARON_DEBUG_ADDR)")
 	fs.StringVar(&c.Store, "store", c.Store, "state store: memory or redis (env CHARON_STORE)")
-	fs.StringVar(&c.RedisURL, "redis-url", c.RedisURL, "Redis `URL` for --store redis (env CHARON_REDIS_URL)")
+	fs.StringVar(&c.RedisURL, "redis-url", c.RedisURL, "Redis `URL` for --store redis: redis://, rediss://, redis-sentinel://, redis-cluster://, unix:// (env CHARON_REDIS_URL)")
+	redisFlags(fs, c)
 	fs.IntVar(&c.MaxDescriptors, "max-descriptors", c.MaxDescriptors, "most descriptors in one request (env CHARON_MAX_DESCRIPTORS)")
 	fs.IntVar(&c.MaxKeys, "max-keys", c.MaxKeys, "most tracked (resource, domain) pairs in memory, least recently used evicted (env CHARON_MAX_KEYS)")
 	fs.BoolVar(&c.ResponseHeaders, "response-headers", c.ResponseHeaders, "add RateLimit-Limit/-Remaining/-Reset response headers (env CHARON_RESPONSE_HEADERS)")
@@ -160,7 +170,9 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (se
 	switch c.Store {
 	case "memory":
 	case "redis":
-		return c, fmt.Errorf("%w: --store redis is not available yet; use --store memory", errUsage)
+		if err := checkRedis(c); err != nil {
+			return c, err
+		}
 	default:
 		return c, fmt.Errorf("%w: --store %q: want memory or redis", errUsage, c.Store)
 	}
@@ -206,9 +218,13 @@ func runServe(args []string, getenv func(string) string, stderr io.Writer) error
 	}
 	log := newLogger(c.LogLevel, c.LogFormat, stderr)
 
-	st := memstore.New(memstore.Options{MaxKeys: c.MaxKeys, SweepInterval: 10 * time.Second})
-	defer st.Close()
-	eng := newEngine(c, st)
+	st, err := openStore(c, log)
+	if err != nil {
+		log.Error("cannot start", "err", err.Error())
+		return errReported
+	}
+	defer st.close()
+	eng := newEngine(c, st.engineStore)
 	cfgOpts := config.Options{MergeDomains: c.MergeDomains}
 	opts := server.Options{
 		GRPCAddr:        c.GRPCAddr,
@@ -220,11 +236,12 @@ func runServe(args []string, getenv func(string) string, stderr io.Writer) error
 		ResponseHeaders: c.ResponseHeaders,
 		ShutdownTimeout: c.ShutdownTimeout,
 		Logger:          log,
-		Metrics:         server.NewMetrics(func() float64 { return float64(st.Evictions()) }),
+		Metrics:         st.metrics(),
 	}
 	if c.ConfigDir == "" {
 		log.Warn("no --config directory: serving with no configuration, every request is OK")
 	}
+	opts.Engine = st.wrap(eng)
 	srv, err := server.New(opts)
 	if err != nil {
 		log.Error("cannot start", "err", err.Error())
@@ -232,6 +249,8 @@ func runServe(args []string, getenv func(string) string, stderr io.Writer) error
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
+	stopWatch := st.watch(ctx, srv, log)
+	defer stopWatch()
 	if err := srv.Serve(ctx); err != nil {
 		log.Error("server failed", "err", err.Error())
 		return errReported

@@ -82,8 +82,8 @@ func TestParseServeErrors(t *testing.T) {
 		args []string
 		env  map[string]string
 	}{
-		{"redis not yet", []string{"--store", "redis"}, nil},
-		{"redis not yet from env", nil, map[string]string{"CHARON_STORE": "redis"}},
+		{"redis without url", []string{"--store", "redis"}, nil},
+		{"redis without url from env", nil, map[string]string{"CHARON_STORE": "redis"}},
 		{"unknown store", []string{"--store", "disk"}, nil},
 		{"bad number env", nil, map[string]string{"CHARON_MAX_DESCRIPTORS": "many"}},
 		{"zero descriptors", []string{"--max-descriptors", "0"}, nil},
@@ -100,8 +100,8 @@ func TestParseServeErrors(t *testing.T) {
 		}
 	}
 	_, err := parseServe([]string{"--store", "redis"}, envOf(nil), io.Discard)
-	if err == nil || !strings.Contains(err.Error(), "not available yet") {
-		t.Errorf("redis store error %v does not say it is not available yet", err)
+	if err == nil || !strings.Contains(err.Error(), "--redis-url") {
+		t.Errorf("redis store error %v does not ask for --redis-url", err)
 	}
 }
 
