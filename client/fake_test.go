@@ -354,23 +354,33 @@ func (f *fake) dispatch(ctx context.Context, r *charonv1.SessionRequest, sid int
 // returns a connection to it and a function that stops the server.
 func serve(t testing.TB, f *fake) (*grpc.ClientConn, func()) {
 	t.Helper()
-	lis := bufconn.Listen(1 << 20)
-	srv := grpc.NewServer()
-	charonv1.RegisterCharonServer(srv, f)
-	go func() { _ = srv.Serve(lis) }()
-	conn, err := grpc.NewClient("passthrough:///bufnet",
-		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),
-		grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, stop, err := start(f)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var once sync.Once
-	stop := func() { once.Do(srv.Stop) }
 	t.Cleanup(func() {
 		_ = conn.Close()
 		stop()
 	})
 	return conn, stop
+}
+
+// start runs f over an in-memory connection; stop stops the server, not
+// the connection.
+func start(f *fake) (conn *grpc.ClientConn, stop func(), err error) {
+	lis := bufconn.Listen(1 << 20)
+	srv := grpc.NewServer()
+	charonv1.RegisterCharonServer(srv, f)
+	go func() { _ = srv.Serve(lis) }()
+	conn, err = grpc.NewClient("passthrough:///bufnet",
+		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),
+		grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		srv.Stop()
+		return nil, nil, err
+	}
+	var once sync.Once
+	return conn, func() { once.Do(srv.Stop) }, nil
 }
 
 // clock is a fake clock whose Sleep records the sleep and moves time on.
