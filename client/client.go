@@ -76,6 +76,11 @@ type Options struct {
 	// KillSwitch is the initial state of the kill switch (SetKillSwitch).
 	KillSwitch bool
 
+	// CallTimeout bounds each attempt of Request and Reserve, so a server
+	// that hangs counts as a server error (and FailOpen grants) instead of
+	// blocking until the caller's deadline. Zero: no bound but ctx's.
+	CallTimeout time.Duration
+
 	// CloseTimeout bounds Hold.Close's release. Zero: DefaultCloseTimeout.
 	CloseTimeout time.Duration
 
@@ -266,6 +271,8 @@ func (c *Client) Request(ctx context.Context, r Resource, copies, min int64, max
 	req := &charonv1.RequestRequest{Resource: r.proto(), Copies: copies, MinCopies: min}
 	res := &Result{}
 	try := func(ctx context.Context) (outcome, error) {
+		ctx, cancel := c.attemptContext(ctx)
+		defer cancel()
 		reply, err := c.rpc.Request(ctx, req)
 		if err != nil {
 			return outcome{}, err
@@ -314,6 +321,14 @@ func (c *Client) maxWait(d time.Duration) time.Duration {
 		return max(c.opts.MaxWait, 0)
 	}
 	return d
+}
+
+// attemptContext bounds one attempt by Options.CallTimeout.
+func (c *Client) attemptContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	if c.opts.CallTimeout <= 0 {
+		return ctx, func() {}
+	}
+	return context.WithTimeout(ctx, c.opts.CallTimeout)
 }
 
 func (c *Client) isClosed() bool {
@@ -392,7 +407,8 @@ func (c *Client) failOpen(ctx context.Context, err error) bool {
 // (a "client error": returned to the caller).
 //
 //	server: UNAVAILABLE, DEADLINE_EXCEEDED, INTERNAL, UNKNOWN, RESOURCE_EXHAUSTED,
-//	        ABORTED, DATA_LOSS, UNIMPLEMENTED, CANCELED, ErrSessionLost
+//	        ABORTED, DATA_LOSS, UNIMPLEMENTED, CANCELED, ErrSessionLost,
+//	        context.DeadlineExceeded (an attempt over Options.CallTimeout)
 //	client: INVALID_ARGUMENT, NOT_FOUND, ALREADY_EXISTS, PERMISSION_DENIED,
 //	        UNAUTHENTICATED, FAILED_PRECONDITION, OUT_OF_RANGE, and the
 //	        client's own errors
@@ -400,7 +416,7 @@ func ServerError(err error) bool {
 	if err == nil {
 		return false
 	}
-	if errors.Is(err, ErrSessionLost) {
+	if errors.Is(err, ErrSessionLost) || errors.Is(err, context.DeadlineExceeded) {
 		return true
 	}
 	if errors.Is(err, ErrClosed) || errors.Is(err, ErrInvalid) {

@@ -141,7 +141,9 @@ func (c *Client) Reserve(ctx context.Context, r Resource, copies, min int64, max
 	h := newHold(c)
 	req := &charonv1.ReserveRequest{Resource: r.proto(), Copies: copies, MinCopies: min, Lease: durationOrNil(c.opts.Lease)}
 	try := func(ctx context.Context) (outcome, error) {
-		s, err := c.session()
+		ctx, cancel := c.attemptContext(ctx)
+		defer cancel()
+		s, err := c.session(ctx)
 		if err != nil {
 			return outcome{}, err
 		}
@@ -195,7 +197,7 @@ func (c *Client) Seize(ctx context.Context, transferID string) (*Hold, error) {
 	if transferID == "" {
 		return nil, fmt.Errorf("%w: empty transfer id", ErrInvalid)
 	}
-	s, err := c.session()
+	s, err := c.session(ctx)
 	if err != nil {
 		return nil, err
 	}

@@ -365,3 +365,28 @@ func TestConcurrentHolds(t *testing.T) {
 		t.Errorf("server holds %d after every Close, want 0", got)
 	}
 }
+
+func TestCallTimeoutFailsOpen(t *testing.T) {
+	f := newFake()
+	f.copyLimit[copyKey] = 5
+	f.gate = make(chan struct{})
+	f.events = make(chan string, 10)
+	c, _ := newClient(t, f, client.Options{FailOpen: true, CallTimeout: 20 * time.Millisecond})
+	h, err := c.Reserve(context.Background(), copyRes, 4, 2, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !h.Degraded() || h.Copies() != 2 || !errors.Is(h.Err(), context.DeadlineExceeded) {
+		t.Errorf("got degraded %v copies %d err %v; want a degraded hold of 2 after the call timed out",
+			h.Degraded(), h.Copies(), h.Err())
+	}
+	close(f.gate) // the server grants late; the client gives it back
+	select {
+	case <-f.events:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the late grant was not released")
+	}
+	if got := f.heldOf(copyKey); got != 0 {
+		t.Errorf("server holds %d, want 0", got)
+	}
+}

@@ -31,8 +31,9 @@ type session struct {
 }
 
 // session returns the live Session stream, opening one if there is none or
-// the last one ended.
-func (c *Client) session() (*session, error) {
+// the last one ended. The stream outlives ctx, but opening it (which waits
+// for a connection) gives up when ctx ends.
+func (c *Client) session(ctx context.Context) (*session, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closed {
@@ -45,8 +46,13 @@ func (c *Client) session() (*session, error) {
 			return s, nil
 		}
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	stream, err := c.rpc.Session(ctx)
+	sctx, cancel := context.WithCancel(context.Background())
+	stop := context.AfterFunc(ctx, cancel)
+	stream, err := c.rpc.Session(sctx)
+	if !stop() {
+		cancel()
+		return nil, ctx.Err()
+	}
 	if err != nil {
 		cancel()
 		return nil, err
