@@ -9,7 +9,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"testing/fstest"
 
+	"github.com/google/go-cmp/cmp"
 	"gopkg.in/yaml.v3"
 )
 
@@ -115,6 +117,11 @@ func fastSeeds(t testing.TB) [][]byte {
 		"  a: 1\n  b: 2\n", "a:\n    b: 1\n  c: 2\n", "a: 1\n- b\n", "0.25: x\n", "a: -\n", "a: - b\n",
 		"a: [b] c\n", "a: {b}\n", "a: {b: }\n", "a: [,]\n", "---\na: 1\n", "a: 1\n...\n", "%YAML 1.2\n---\na: 1\n",
 		"a:\n  # comment\n  b: 1\n# end\n", "a: 1 \nb: 2   # x\n", "# only a comment\n", "", "\n\n",
+		"a: [-, a]\n", "a: [-]\n", "- -1\n", "a: -x\n", "a: {'a': 1}\n", "- 'a': 1\n", "- a:\n  - x\n- b: 1\n",
+		"a: b[c]\n", "a: x,y\n", "-a: 1\n", "~: 1\n", "a: \"\"\n", "a: ''\n", "a: [\"\", '']\n", "--- # c\na: 1\n",
+		"a:\n  - b: 1\n    c: [1]\n  -\n    d: 2\n", "a: b  c  \n", "a: 1.5e3\n", "a: 0o17\n", "a: .inf\n", "a: +1\n",
+		"a: 2001-12-14t21:59:43.10-05:00\n", "a: 1:2\n", "a: [a b, c d]\n", "a: { b: c }\n", "a: [ ]\n", "a: [[], [[]]]\n",
+		"'a b': c\n", "a: 'x' \n", "---\n---\na: 1\n", "a: [b]#c\n", "a: 'b'#c\n", "a:  # c\n  b: 1\n",
 		"a: x:y\n", "a: x :y\n", "a: '#'\n", "a: \"#\"\n", "a: [x, y]   \n", "a: {x: [1, 2]}#c\n",
 	} {
 		seeds = append(seeds, []byte(s))
@@ -166,5 +173,30 @@ func TestFastYAMLErrorsKeepLines(t *testing.T) {
 	_, _, err := load(t, Options{}, "a.yaml", text)
 	if err == nil || !strings.Contains(err.Error(), `a.yaml:6: descriptors[1].bogus: unknown key "bogus"`) {
 		t.Fatalf("err = %v", err)
+	}
+}
+
+// TestFastYAMLLoadsAlike loads every seed with and without the fast parser:
+// the errors, warnings and dumped trees are the same.
+func TestFastYAMLLoadsAlike(t *testing.T) {
+	loadText := func(data []byte, v3 bool) string {
+		yamlV3Only = v3
+		defer func() { yamlV3Only = false }()
+		cfg, warns, err := Load(fstest.MapFS{"f.yaml": {Data: data}}, Options{})
+		var b strings.Builder
+		fmt.Fprintf(&b, "error: %v\n", err)
+		for _, w := range warns {
+			fmt.Fprintf(&b, "warning: %s\n", w)
+		}
+		if cfg != nil {
+			out, err := cfg.Dump()
+			fmt.Fprintf(&b, "dump (%v):\n%s", err, out)
+		}
+		return b.String()
+	}
+	for _, s := range fastSeeds(t) {
+		if diff := cmp.Diff(loadText(s, true), loadText(s, false)); diff != "" {
+			t.Errorf("input:\n%s\nyaml.v3 (-) and fast parser (+):\n%s", s, diff)
+		}
 	}
 }

@@ -21,6 +21,9 @@ const (
 	maxNodes = 1_000_000 // YAML nodes visited per file, aliases expanded
 )
 
+// yamlV3Only turns the fast parser off, for tests comparing both paths.
+var yamlV3Only = false
+
 // state collects the problems of one Load.
 type state struct {
 	opts  Options
@@ -82,7 +85,11 @@ func (p *parser) parseFile(data []byte) *fileConfig {
 	if p.fast == nil {
 		p.fast = new(fastParser)
 	}
-	doc, ok := p.fast.parse(data)
+	var doc *yaml.Node
+	ok := false
+	if !yamlV3Only {
+		doc, ok = p.fast.parse(data)
+	}
 	if !ok {
 		if doc = p.parseYAML(data); doc == nil {
 			return nil
