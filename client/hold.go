@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	charonv1 "github.com/charonlimit/charon/api/charon/v1"
@@ -38,8 +39,8 @@ type Hold struct {
 	reply    *charonv1.ReserveResponse
 	seized   *charonv1.SeizeResponse
 
-	mu     sync.Mutex // serializes the operations of the hold
-	copies int64
+	mu     sync.Mutex   // serializes the operations of the hold
+	copies atomic.Int64 // written under mu; read at any time
 	closed bool
 
 	lostOnce sync.Once
@@ -57,9 +58,7 @@ func (h *Hold) OK() bool { return h.ok }
 
 // Copies is how many copies the hold has now.
 func (h *Hold) Copies() int64 {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return h.copies
+	return h.copies.Load()
 }
 
 // Degraded reports a grant of the minimum by the client because the server
@@ -89,9 +88,11 @@ func (h *Hold) Groups() []string { return h.groups }
 // FencingToken increases with every grant of the resource.
 func (h *Hold) FencingToken() int64 { return h.fencing }
 
-// Attempts and Waited are the attempts Reserve made and the time it spent,
-// backoff sleeps included (paper Figure 7's res.waited).
-func (h *Hold) Attempts() int         { return h.attempts }
+// Attempts is how many attempts Reserve made.
+func (h *Hold) Attempts() int { return h.attempts }
+
+// Waited is the time Reserve spent, backoff sleeps included (paper Figure
+// 7's res.waited), measured with Options.Now.
 func (h *Hold) Waited() time.Duration { return h.waited }
 
 // Reply is the server's reserve answer with the decision context (for a
@@ -170,21 +171,24 @@ func (c *Client) Reserve(ctx context.Context, r Resource, copies, min int64, max
 			return nil, err
 		}
 		h.s, h.reply = nil, nil
-		h.ok, h.degraded, h.err, h.copies = true, true, err, minimum(copies, min)
+		h.ok, h.degraded, h.err = true, true, err
+		h.copies.Store(minimum(copies, min))
 		return h, nil
 	}
 	reply := h.reply
 	h.target = Target{Resource: reply.GetTarget().GetResource(), Domain: reply.GetTarget().GetDomain()}
 	if h.forced {
 		h.s = nil
-		h.ok, h.copies = true, copies
+		h.ok = true
+		h.copies.Store(copies)
 		return h, nil
 	}
 	if !reply.GetOk() {
 		h.s = nil
 		return h, nil
 	}
-	h.ok, h.id, h.copies = true, reply.GetHoldId(), reply.GetGranted()
+	h.ok, h.id = true, reply.GetHoldId()
+	h.copies.Store(reply.GetGranted())
 	h.groups, h.fencing = reply.GetGroups(), reply.GetFencingToken()
 	h.s.track(h)
 	return h, nil
@@ -210,7 +214,8 @@ func (c *Client) Seize(ctx context.Context, transferID string) (*Hold, error) {
 	r := resp.GetSeize()
 	h := newHold(c)
 	h.s, h.seized, h.ok = s, r, true
-	h.id, h.copies, h.fencing, h.groups = r.GetHoldId(), r.GetCopies(), r.GetFencingToken(), r.GetGroups()
+	h.id, h.fencing, h.groups = r.GetHoldId(), r.GetFencingToken(), r.GetGroups()
+	h.copies.Store(r.GetCopies())
 	h.target = Target{Resource: r.GetTarget().GetResource(), Domain: r.GetTarget().GetDomain()}
 	s.track(h)
 	return h, nil
@@ -223,8 +228,8 @@ func (h *Hold) check(n int64) error {
 		return ErrHoldClosed
 	case n < 1:
 		return fmt.Errorf("%w: copies %d: want >= 1", ErrInvalid, n)
-	case n > h.copies:
-		return fmt.Errorf("%w: %d, the hold has %d", ErrOverRelease, n, h.copies)
+	case n > h.copies.Load():
+		return fmt.Errorf("%w: %d, the hold has %d", ErrOverRelease, n, h.copies.Load())
 	}
 	if h.s != nil {
 		if err := h.lostError(); err != nil {
@@ -242,7 +247,7 @@ func (h *Hold) Release(ctx context.Context, n int64) error {
 		return err
 	}
 	if h.s == nil {
-		h.copies -= n
+		h.copies.Add(-n)
 		return nil
 	}
 	resp, err := h.s.call(ctx, &charonv1.SessionRequest{Operation: &charonv1.SessionRequest_Release{
@@ -288,8 +293,8 @@ func (h *Hold) Close() error {
 		return nil
 	}
 	h.closed = true
-	if h.s == nil || h.copies == 0 || h.lostError() != nil {
-		h.copies = 0
+	if h.s == nil || h.copies.Load() == 0 || h.lostError() != nil {
+		h.copies.Store(0)
 		return nil
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), h.c.opts.CloseTimeout)
@@ -297,7 +302,7 @@ func (h *Hold) Close() error {
 	_, err := h.s.call(ctx, &charonv1.SessionRequest{Operation: &charonv1.SessionRequest_Release{
 		Release: &charonv1.ReleaseRequest{HoldId: h.id}, // 0: all it has
 	}})
-	h.copies = 0
+	h.copies.Store(0)
 	h.s.untrack(h)
 	if err != nil && !isLost(err) {
 		return fmt.Errorf("client: close hold: %w", err)
@@ -307,7 +312,7 @@ func (h *Hold) Close() error {
 
 // setCopies records the server's count; h.mu held.
 func (h *Hold) setCopies(n int64) {
-	h.copies = n
+	h.copies.Store(n)
 	if n == 0 {
 		h.s.untrack(h)
 	}
