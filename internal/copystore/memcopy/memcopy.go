@@ -1,0 +1,378 @@
+package memcopy
+
+import (
+	"context"
+	"fmt"
+	"hash/maphash"
+	"math/bits"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/charonlimit/charon/copylog"
+	"github.com/charonlimit/charon/internal/copystore"
+)
+
+// Defaults and bounds of Options.
+const (
+	DefaultShards = 64
+	MaxShards     = 256
+)
+
+// ErrClosed is returned by every operation after Close. It wraps
+// copystore.ErrUnavailable: the server answers UNAVAILABLE.
+var ErrClosed = fmt.Errorf("memcopy: closed: %w", copystore.ErrUnavailable)
+
+// Options configure a Store. The zero value is usable: DefaultShards
+// shards, no sweeper (operations still reap their own resource; call Reap
+// to reap the others).
+type Options struct {
+	// Shards is the number of independently locked shards, rounded up to a
+	// power of two and capped at MaxShards; 0 or less means DefaultShards.
+	Shards int
+	// SweepInterval, when positive, starts a goroutine that calls Reap with
+	// Now() every interval until Close.
+	SweepInterval time.Duration
+	// Now is the sweeper's clock; nil means time.Now. Operations use the
+	// now they are given, never this clock.
+	Now func() time.Time
+}
+
+// Stats are the store's gauges and counters, for metrics. Gauges count
+// lapsed holds and transfers until something reaps them.
+type Stats struct {
+	// Resources is the number of resources with a non-empty copy log.
+	Resources int
+	// Holds, Transfers and Copies are gauges: live holds, staged transfers,
+	// and copies counted against the limits (those of holds and of staged
+	// transfers).
+	Holds     int64
+	Transfers int64
+	Copies    int64
+	// Granted and Rejected count reserves (a replay of an idempotent
+	// reserve counts as neither); Seized counts seizes.
+	Granted  uint64
+	Rejected uint64
+	Seized   uint64
+	// LeaseExpiries counts holds released because their lease lapsed,
+	// whoever reaped them (an operation on the resource or Reap);
+	// ReapedHolds counts those released by Reap alone (the periodic
+	// reaper), a subset. TransferExpiries counts staged transfers whose
+	// ttl lapsed unseized, ExpiredCopies the copies both released.
+	LeaseExpiries    uint64
+	ReapedHolds      uint64
+	TransferExpiries uint64
+	ExpiredCopies    uint64
+	// SessionHolds counts holds released by ReleaseSession (sessions that
+	// ended), SessionCopies their copies.
+	SessionHolds  uint64
+	SessionCopies uint64
+}
+
+// Store is the in-memory copy store. Safe for concurrent use; create it
+// with New and Close it to stop the sweeper.
+type Store struct {
+	shards    []shard
+	mask      uint64
+	seed      maphash.Seed
+	closed    atomic.Bool
+	stop      chan struct{}
+	done      chan struct{}
+	closeOnce sync.Once
+}
+
+var _ copystore.Store = (*Store)(nil)
+
+type shard struct {
+	mu     sync.Mutex
+	states map[string]*copylog.State
+	// tokens keeps the last fencing token of each resource whose copy log
+	// was dropped empty, to seed its next one.
+	tokens map[string]int64
+	c      counters
+	_      [64]byte
+}
+
+// counters are a shard's share of Stats, changed under the shard's lock.
+type counters struct {
+	holds, transfers, copies                              int64
+	granted, rejected, seized                             uint64
+	leaseExpiries, reapedHolds, transferExpiries, expired uint64
+	sessionHolds, sessionCopies                           uint64
+}
+
+// New returns an empty Store with opts.
+func New(opts Options) *Store {
+	n := opts.Shards
+	if n <= 0 {
+		n = DefaultShards
+	}
+	n = min(1<<bits.Len(uint(n-1)), MaxShards)
+	s := &Store{shards: make([]shard, n), mask: uint64(n - 1), seed: maphash.MakeSeed()}
+	for i := range s.shards {
+		s.shards[i].states = map[string]*copylog.State{}
+		s.shards[i].tokens = map[string]int64{}
+	}
+	if opts.SweepInterval > 0 {
+		now := opts.Now
+		if now == nil {
+			now = time.Now
+		}
+		s.stop, s.done = make(chan struct{}), make(chan struct{})
+		go s.sweeper(opts.SweepInterval, now)
+	}
+	return s
+}
+
+func (s *Store) sweeper(every time.Duration, now func() time.Time) {
+	defer close(s.done)
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-t.C:
+			s.reap(now())
+		}
+	}
+}
+
+// Close stops the sweeper and waits for it; every operation fails with
+// ErrClosed afterwards. Closing twice is harmless.
+func (s *Store) Close() error {
+	s.closeOnce.Do(func() {
+		s.closed.Store(true)
+		if s.stop != nil {
+			close(s.stop)
+			<-s.done
+		}
+	})
+	return nil
+}
+
+// lock returns the locked shard of resource and its state, made (seeded
+// with the resource's last token) when it had none. The caller runs one
+// operation, then calls done.
+func (s *Store) lock(resource string) (*shard, *copylog.State, error) {
+	if s.closed.Load() {
+		return nil, nil, ErrClosed
+	}
+	sh := &s.shards[maphash.String(s.seed, resource)&s.mask]
+	sh.mu.Lock()
+	st := sh.states[resource]
+	if st == nil {
+		st = new(copylog.State)
+		st.Seed(sh.tokens[resource])
+	}
+	return sh, st, nil
+}
+
+// done stores st as resource's state, or drops it and keeps its token when
+// it is empty, counts what the operation's reaping released, and unlocks.
+func (sh *shard) done(resource string, st *copylog.State, copiesBefore int64, r copylog.Reaped, byReap bool) {
+	sh.count(r, byReap)
+	sh.c.copies += st.TotalHeld() - copiesBefore
+	if st.Empty() {
+		if _, ok := sh.states[resource]; ok {
+			delete(sh.states, resource)
+		}
+		if tok := st.Token(); tok > 0 {
+			sh.tokens[resource] = tok
+		}
+	} else if _, ok := sh.states[resource]; !ok {
+		sh.states[resource] = st
+		delete(sh.tokens, resource)
+	}
+	sh.mu.Unlock()
+}
+
+func (sh *shard) count(r copylog.Reaped, byReap bool) {
+	if r.Holds == 0 && r.Transfers == 0 {
+		return
+	}
+	sh.c.holds -= int64(r.Holds)
+	sh.c.transfers -= int64(r.Transfers)
+	sh.c.leaseExpiries += uint64(r.Holds)
+	sh.c.transferExpiries += uint64(r.Transfers)
+	sh.c.expired += uint64(r.Copies)
+	if byReap {
+		sh.c.reapedHolds += uint64(r.Holds)
+	}
+}
+
+// Reserve runs copylog.Reserve on resource's copy log.
+func (s *Store) Reserve(_ context.Context, now time.Time, resource string, cfg *copylog.Config, r copylog.ReserveRequest) (copylog.Reservation, error) {
+	sh, st, err := s.lock(resource)
+	if err != nil {
+		return copylog.Reservation{}, err
+	}
+	before := st.TotalHeld()
+	res, err := copylog.Reserve(cfg, st, now, r)
+	if err == nil && !res.Replayed {
+		if res.OK {
+			sh.c.granted++
+			sh.c.holds++
+		} else {
+			sh.c.rejected++
+		}
+	}
+	sh.done(resource, st, before, res.Reaped, false)
+	return res, err
+}
+
+// Release runs copylog.Release on resource's copy log.
+func (s *Store) Release(_ context.Context, now time.Time, resource, holdID string, copies int64) (copylog.ReleaseResult, error) {
+	sh, st, err := s.lock(resource)
+	if err != nil {
+		return copylog.ReleaseResult{}, err
+	}
+	before := st.TotalHeld()
+	res, err := copylog.Release(st, now, holdID, copies)
+	if err == nil && res.Left == 0 {
+		sh.c.holds--
+	}
+	sh.done(resource, st, before, res.Reaped, false)
+	return res, err
+}
+
+// Transfer runs copylog.Transfer on resource's copy log.
+func (s *Store) Transfer(_ context.Context, now time.Time, resource, holdID string, copies int64, ttl time.Duration, transferID string) (copylog.TransferResult, error) {
+	sh, st, err := s.lock(resource)
+	if err != nil {
+		return copylog.TransferResult{}, err
+	}
+	before := st.TotalHeld()
+	res, err := copylog.Transfer(st, now, holdID, copies, ttl, transferID)
+	if err == nil {
+		sh.c.transfers++
+		if res.Left == 0 {
+			sh.c.holds--
+		}
+	}
+	sh.done(resource, st, before, res.Reaped, false)
+	return res, err
+}
+
+// Seize runs copylog.Seize on resource's copy log.
+func (s *Store) Seize(_ context.Context, now time.Time, resource, transferID, holdID, session string, lease time.Duration) (copylog.SeizeResult, error) {
+	sh, st, err := s.lock(resource)
+	if err != nil {
+		return copylog.SeizeResult{}, err
+	}
+	before := st.TotalHeld()
+	res, err := copylog.Seize(st, now, transferID, holdID, session, lease)
+	if err == nil {
+		sh.c.transfers--
+		sh.c.holds++
+		sh.c.seized++
+	}
+	sh.done(resource, st, before, res.Reaped, false)
+	return res, err
+}
+
+// KeepAlive runs copylog.KeepAlive on resource's copy log.
+func (s *Store) KeepAlive(_ context.Context, now time.Time, resource, session, holdID string, lease time.Duration) (copylog.KeepAliveResult, error) {
+	sh, st, err := s.lock(resource)
+	if err != nil {
+		return copylog.KeepAliveResult{}, err
+	}
+	before := st.TotalHeld()
+	res, err := copylog.KeepAlive(st, now, session, holdID, lease)
+	sh.done(resource, st, before, res.Reaped, false)
+	return res, err
+}
+
+// ReleaseSession runs copylog.ReleaseSession on resource's copy log.
+func (s *Store) ReleaseSession(_ context.Context, now time.Time, resource, session string) (copylog.SessionResult, error) {
+	sh, st, err := s.lock(resource)
+	if err != nil {
+		return copylog.SessionResult{}, err
+	}
+	before := st.TotalHeld()
+	res, err := copylog.ReleaseSession(st, now, session)
+	if err == nil {
+		sh.c.holds -= int64(res.Holds)
+		sh.c.sessionHolds += uint64(res.Holds)
+		sh.c.sessionCopies += uint64(res.Copies)
+	}
+	sh.done(resource, st, before, res.Reaped, false)
+	return res, err
+}
+
+// Reap expires, at now, the lapsed holds and transfers of every resource
+// (copylog.Expire), one shard locked at a time, and drops the copy logs
+// left empty. It skips a resource whose NextExpiry is after now.
+func (s *Store) Reap(_ context.Context, now time.Time) error {
+	if s.closed.Load() {
+		return ErrClosed
+	}
+	s.reap(now)
+	return nil
+}
+
+func (s *Store) reap(now time.Time) {
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		for resource, st := range sh.states {
+			next := st.NextExpiry()
+			if next.IsZero() || next.After(now) {
+				continue
+			}
+			before := st.TotalHeld()
+			r, err := copylog.Expire(st, now)
+			if err != nil { // only for a nil state, never stored
+				continue
+			}
+			sh.count(r, true)
+			sh.c.copies += st.TotalHeld() - before
+			if st.Empty() {
+				delete(sh.states, resource)
+				if tok := st.Token(); tok > 0 {
+					sh.tokens[resource] = tok
+				}
+			}
+		}
+		sh.mu.Unlock()
+	}
+}
+
+// Stats returns the store's gauges and counters, summed over the shards
+// (each shard locked in turn, so the sum is not one instant's).
+func (s *Store) Stats() Stats {
+	var out Stats
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		c := sh.c
+		out.Resources += len(sh.states)
+		sh.mu.Unlock()
+		out.Holds += c.holds
+		out.Transfers += c.transfers
+		out.Copies += c.copies
+		out.Granted += c.granted
+		out.Rejected += c.rejected
+		out.Seized += c.seized
+		out.LeaseExpiries += c.leaseExpiries
+		out.ReapedHolds += c.reapedHolds
+		out.TransferExpiries += c.transferExpiries
+		out.ExpiredCopies += c.expired
+		out.SessionHolds += c.sessionHolds
+		out.SessionCopies += c.sessionCopies
+	}
+	return out
+}
+
+// Tokens returns the number of resources whose copy log was dropped empty
+// and whose last fencing token the store keeps (a few bytes each).
+func (s *Store) Tokens() int {
+	n := 0
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		n += len(sh.tokens)
+		sh.mu.Unlock()
+	}
+	return n
+}
