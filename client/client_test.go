@@ -4,13 +4,17 @@ import (
 	"context"
 	"errors"
 	"math/rand/v2"
+	"net"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/grpc/test/bufconn"
 
+	charonv1 "github.com/charonlimit/charon/api/charon/v1"
 	"github.com/charonlimit/charon/client"
 )
 
@@ -320,5 +324,30 @@ func TestKillSwitch(t *testing.T) {
 	h, err = c.Reserve(ctx, copyRes, 4, 1, 0)
 	if err != nil || h.OK() || h.Forced() || h.Reply() == nil {
 		t.Errorf("switch off: got hold ok %v forced %v, %v; want a rejection", h.OK(), h.Forced(), err)
+	}
+}
+
+func TestDial(t *testing.T) {
+	f := newFake()
+	f.hitsLeft[rateKey] = 1
+	lis := bufconn.Listen(1 << 20)
+	srv := grpc.NewServer()
+	charonv1.RegisterCharonServer(srv, f)
+	go func() { _ = srv.Serve(lis) }()
+	defer srv.Stop()
+	c, err := client.Dial("passthrough:///bufnet", client.Options{},
+		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := c.Request(context.Background(), rateRes, 1, 1, 0)
+	if err != nil || !res.OK {
+		t.Fatalf("got %+v, %v; want a grant", res, err)
+	}
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Request(context.Background(), rateRes, 1, 1, 0); !errors.Is(err, client.ErrClosed) {
+		t.Errorf("after Close: got %v, want ErrClosed", err)
 	}
 }
