@@ -44,6 +44,15 @@
 // when done, typically with defer: Close releases what Release and Transfer
 // left, and is idempotent. Client.Close ends the stream, releasing every hold.
 //
+// The client keeps holds alive with the stream rather than with unary calls
+// and KeepAlive leases, because that is the paper's model (holds die with
+// their session) and needs no timer in the client: the server renews the
+// session's leases while the stream lives and releases the holds when it
+// ends. A connection that dies silently is noticed by gRPC keepalive pings:
+// Dial turns them on (every 20s); a caller of New configures its own
+// connection. Options.CallTimeout bounds each attempt, so a server that
+// hangs counts as a server error.
+//
 // # Examples
 //
 // Wait up to 5 seconds for one hit of a rate-limited resource (paper
