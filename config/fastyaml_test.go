@@ -200,3 +200,13 @@ func TestFastYAMLLoadsAlike(t *testing.T) {
 		}
 	}
 }
+
+func TestMergeDuplicatePath(t *testing.T) {
+	_, _, err := load(t, Options{MergeDomains: true},
+		"a.yaml", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1}\n",
+		"b.yaml", "domain: d\ndescriptors:\n  - key: x\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 2}\n")
+	want := `b.yaml:4: descriptors[1]: duplicate descriptor: key "k" value "" already at a.yaml:3`
+	if err == nil || err.Error() != want {
+		t.Fatalf("err = %v, want %s", err, want)
+	}
+}
