@@ -41,7 +41,8 @@ type Options struct {
 // Stats are the store's gauges and counters, for metrics. Gauges count
 // lapsed holds and transfers until something reaps them.
 type Stats struct {
-	// Resources is the number of resources with a non-empty copy log.
+	// Resources is the number of copy logs kept: those of resources
+	// holding something, and those emptied since the last Reap.
 	Resources int
 	// Holds, Transfers and Copies are gauges: live holds, staged transfers,
 	// and copies counted against the limits (those of holds and of staged
@@ -56,8 +57,8 @@ type Stats struct {
 	Seized   uint64
 	// LeaseExpiries counts holds released because their lease lapsed,
 	// whoever reaped them (an operation on the resource or Reap);
-	// ReapedHolds counts those released by Reap alone (the periodic
-	// reaper), a subset. TransferExpiries counts staged transfers whose
+	// ReapedHolds counts those released by Reap or the sweeper (the
+	// periodic reaper), a subset. TransferExpiries counts staged transfers whose
 	// ttl lapsed unseized, ExpiredCopies the copies both released.
 	LeaseExpiries    uint64
 	ReapedHolds      uint64
@@ -168,21 +169,18 @@ func (s *Store) lock(resource string) (*shard, *copylog.State, error) {
 	return sh, st, nil
 }
 
-// done stores st as resource's state, or drops it and keeps its token when
-// it is empty, counts what the operation's reaping released, and unlocks.
-func (sh *shard) done(resource string, st *copylog.State, copiesBefore int64, r copylog.Reaped, byReap bool) {
-	sh.count(r, byReap)
+// done stores st as resource's state when it is new and not empty, counts
+// what the operation's reaping released, and unlocks. A copy log that
+// becomes empty stays until Reap drops it, so that a resource reserved and
+// released in turn does not make a new one every time.
+func (sh *shard) done(resource string, st *copylog.State, copiesBefore int64, r copylog.Reaped) {
+	sh.count(r, false)
 	sh.c.copies += st.TotalHeld() - copiesBefore
-	if st.Empty() {
-		if _, ok := sh.states[resource]; ok {
-			delete(sh.states, resource)
+	if !st.Empty() {
+		if _, ok := sh.states[resource]; !ok {
+			sh.states[resource] = st
+			delete(sh.tokens, resource)
 		}
-		if tok := st.Token(); tok > 0 {
-			sh.tokens[resource] = tok
-		}
-	} else if _, ok := sh.states[resource]; !ok {
-		sh.states[resource] = st
-		delete(sh.tokens, resource)
 	}
 	sh.mu.Unlock()
 }
@@ -217,7 +215,7 @@ func (s *Store) Reserve(_ context.Context, now time.Time, resource string, cfg *
 			sh.c.rejected++
 		}
 	}
-	sh.done(resource, st, before, res.Reaped, false)
+	sh.done(resource, st, before, res.Reaped)
 	return res, err
 }
 
@@ -232,7 +230,7 @@ func (s *Store) Release(_ context.Context, now time.Time, resource, holdID strin
 	if err == nil && res.Left == 0 {
 		sh.c.holds--
 	}
-	sh.done(resource, st, before, res.Reaped, false)
+	sh.done(resource, st, before, res.Reaped)
 	return res, err
 }
 
@@ -250,7 +248,7 @@ func (s *Store) Transfer(_ context.Context, now time.Time, resource, holdID stri
 			sh.c.holds--
 		}
 	}
-	sh.done(resource, st, before, res.Reaped, false)
+	sh.done(resource, st, before, res.Reaped)
 	return res, err
 }
 
@@ -267,7 +265,7 @@ func (s *Store) Seize(_ context.Context, now time.Time, resource, transferID, ho
 		sh.c.holds++
 		sh.c.seized++
 	}
-	sh.done(resource, st, before, res.Reaped, false)
+	sh.done(resource, st, before, res.Reaped)
 	return res, err
 }
 
@@ -279,7 +277,7 @@ func (s *Store) KeepAlive(_ context.Context, now time.Time, resource, session, h
 	}
 	before := st.TotalHeld()
 	res, err := copylog.KeepAlive(st, now, session, holdID, lease)
-	sh.done(resource, st, before, res.Reaped, false)
+	sh.done(resource, st, before, res.Reaped)
 	return res, err
 }
 
@@ -296,13 +294,14 @@ func (s *Store) ReleaseSession(_ context.Context, now time.Time, resource, sessi
 		sh.c.sessionHolds += uint64(res.Holds)
 		sh.c.sessionCopies += uint64(res.Copies)
 	}
-	sh.done(resource, st, before, res.Reaped, false)
+	sh.done(resource, st, before, res.Reaped)
 	return res, err
 }
 
 // Reap expires, at now, the lapsed holds and transfers of every resource
 // (copylog.Expire), one shard locked at a time, and drops the copy logs
-// left empty. It skips a resource whose NextExpiry is after now.
+// left empty, keeping their last fencing tokens. It skips the expiry of a
+// resource whose NextExpiry is after now.
 func (s *Store) Reap(_ context.Context, now time.Time) error {
 	if s.closed.Load() {
 		return ErrClosed
@@ -316,17 +315,12 @@ func (s *Store) reap(now time.Time) {
 		sh := &s.shards[i]
 		sh.mu.Lock()
 		for resource, st := range sh.states {
-			next := st.NextExpiry()
-			if next.IsZero() || next.After(now) {
-				continue
+			if next := st.NextExpiry(); !next.IsZero() && !next.After(now) {
+				before := st.TotalHeld()
+				r, _ := copylog.Expire(st, now) // errors only for a nil state
+				sh.count(r, true)
+				sh.c.copies += st.TotalHeld() - before
 			}
-			before := st.TotalHeld()
-			r, err := copylog.Expire(st, now)
-			if err != nil { // only for a nil state, never stored
-				continue
-			}
-			sh.count(r, true)
-			sh.c.copies += st.TotalHeld() - before
 			if st.Empty() {
 				delete(sh.states, resource)
 				if tok := st.Token(); tok > 0 {
