@@ -1,5 +1,6 @@
 // Package server serves Charon to the network: Envoy's RateLimitService v3
-// over gRPC (with health and reflection), the HTTP endpoints /healthcheck and
+// and the charon.v1 API (bulk requests, copy-limited holds on Session
+// streams or unary leases) over gRPC (with health and reflection), the HTTP endpoints /healthcheck and
 // /json, the debug endpoints /metrics, /rlconfig and pprof, and the config
 // directory watcher that swaps a new configuration in atomically.
 //

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 
+	"github.com/charonlimit/charon/copylog"
+	"github.com/charonlimit/charon/internal/copystore"
 	"github.com/charonlimit/charon/internal/engine"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -22,9 +24,23 @@ func grpcError(err error) error {
 	switch {
 	case errors.As(err, &in):
 		return status.Error(codes.InvalidArgument, in.Error())
-	case errors.Is(err, engine.ErrStore):
-		// UNAVAILABLE lets Envoy's failure_mode_deny decide.
+	case errors.Is(err, engine.ErrStore), errors.Is(err, copystore.ErrUnavailable), errors.Is(err, engine.ErrNoCopyStore):
+		// UNAVAILABLE lets Envoy's failure_mode_deny, or a client's degraded
+		// mode, decide; copies never fall back to local state.
 		return status.Error(codes.Unavailable, err.Error())
+	case errors.Is(err, engine.ErrUnknownResource), errors.Is(err, copylog.ErrUnknownHold), errors.Is(err, copylog.ErrUnknownTransfer):
+		return status.Error(codes.NotFound, err.Error())
+	case errors.Is(err, engine.ErrCopyLimited), errors.Is(err, engine.ErrRateLimited):
+		return status.Error(codes.FailedPrecondition, err.Error())
+	case errors.Is(err, copylog.ErrOverRelease), errors.Is(err, copylog.ErrOverTransfer):
+		return status.Error(codes.OutOfRange, err.Error())
+	case errors.Is(err, copylog.ErrBadCopies), errors.Is(err, copylog.ErrBadMin), errors.Is(err, copylog.ErrBadLease), errors.Is(err, copylog.ErrBadID):
+		return status.Error(codes.InvalidArgument, err.Error())
+	case errors.Is(err, copylog.ErrRequestIDReused):
+		return status.Error(codes.AlreadyExists, err.Error())
+	case errors.Is(err, copylog.ErrHoldExists), errors.Is(err, copylog.ErrTransferExists):
+		// Two random 128-bit ids met: retrying mints new ones.
+		return status.Error(codes.Aborted, err.Error())
 	case errors.Is(err, context.Canceled):
 		return status.Error(codes.Canceled, err.Error())
 	case errors.Is(err, context.DeadlineExceeded):

@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/reflection"
 
+	charonv1 "github.com/charonlimit/charon/api/charon/v1"
 	"github.com/charonlimit/charon/config"
 )
 
@@ -57,6 +58,10 @@ type Options struct {
 
 	Logger  *slog.Logger // nil: discard
 	Metrics *Metrics     // nil: NewMetrics(nil)
+
+	// Charon configures the charon.v1 service, registered when its Engine
+	// (or Options.Engine) implements CharonEngine.
+	Charon CharonOptions
 }
 
 // Server is a running Charon front end: its listeners are open once New
@@ -66,6 +71,7 @@ type Server struct {
 	log      *slog.Logger
 	metrics  *Metrics
 	rls      *rls
+	charon   *charon // nil: charon.v1 not served
 	reloader *Reloader
 	health   *health.Server
 
@@ -125,8 +131,19 @@ func New(opts Options) (*Server, error) {
 			MinTime:             10 * time.Second,
 			PermitWithoutStream: true,
 		}),
+		// Ping idle connections, so that a Session stream whose client
+		// vanished (network loss, a host gone) ends, releasing its holds.
+		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 5 * time.Second, Timeout: 5 * time.Second}),
 	)
 	rlsv3.RegisterRateLimitServiceServer(s.grpc, s.rls)
+	if ce := opts.Charon.Engine; ce != nil {
+		s.charon = newCharon(ce, opts.Charon, s.metrics, s.log)
+	} else if ce, ok := opts.Engine.(CharonEngine); ok {
+		s.charon = newCharon(ce, opts.Charon, s.metrics, s.log)
+	}
+	if s.charon != nil {
+		charonv1.RegisterCharonServer(s.grpc, s.charon)
+	}
 	healthpb.RegisterHealthServer(s.grpc, s.health)
 	reflection.Register(s.grpc)
 
@@ -229,6 +246,10 @@ func (s *Server) shutdown() {
 	s.log.Info("shutting down", "timeout", s.opts.ShutdownTimeout)
 	s.shuttingDown.Store(true)
 	s.health.Shutdown()
+	if s.charon != nil {
+		// Session streams would hold up a graceful stop: end them now.
+		close(s.charon.closing)
+	}
 	deadline, cancel := context.WithTimeout(context.Background(), s.opts.ShutdownTimeout)
 	defer cancel()
 

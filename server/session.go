@@ -1,0 +1,194 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"io"
+	"slices"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	charonv1 "github.com/charonlimit/charon/api/charon/v1"
+	"github.com/charonlimit/charon/internal/engine"
+)
+
+// session is the state of one Session stream. Only the stream's own
+// goroutine touches it.
+type session struct {
+	id string
+	// resources are those where the session may hold copies: every
+	// resource a reserve or seize on the stream reached.
+	resources []string
+}
+
+func (s *session) touch(resource string) {
+	if resource != "" && !slices.Contains(s.resources, resource) {
+		s.resources = append(s.resources, resource)
+	}
+}
+
+// Session serves one stream: it runs the stream's operations in order,
+// renews the leases of its holds every SessionLease/3, and releases them
+// all when the stream ends, however it ends (the client closes it or
+// exits, the connection breaks or misses its keepalives, the server shuts
+// down).
+func (c *charon) Session(stream grpc.BidiStreamingServer[charonv1.SessionRequest, charonv1.SessionResponse]) error {
+	err := c.session(stream)
+	c.metrics.call("Session", status.Code(grpcError(err)))
+	return err
+}
+
+func (c *charon) session(stream grpc.BidiStreamingServer[charonv1.SessionRequest, charonv1.SessionResponse]) error {
+	ctx := stream.Context()
+	id, err := engine.NewSessionID()
+	if err != nil {
+		return status.Errorf(codes.Internal, "minting a session id: %v", err)
+	}
+	s := &session{id: streamSessionPrefix + id}
+	c.metrics.sessions.Inc()
+	defer c.metrics.sessions.Dec()
+	defer c.endSession(ctx, s)
+
+	reqs := make(chan *charonv1.SessionRequest)
+	recvErr := make(chan error, 1)
+	done := make(chan struct{})
+	defer close(done)
+	go func() {
+		for {
+			req, err := stream.Recv()
+			if err != nil {
+				recvErr <- err
+				return
+			}
+			select {
+			case reqs <- req:
+			case <-done:
+				return
+			}
+		}
+	}()
+	tick := time.NewTicker(c.opts.SessionLease / 3)
+	defer tick.Stop()
+	for {
+		select {
+		case req := <-reqs:
+			if err := stream.Send(c.sessionOp(ctx, s, req)); err != nil {
+				return err
+			}
+		case err := <-recvErr:
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
+			return err
+		case <-tick.C:
+			c.renew(ctx, s)
+		case <-c.closing:
+			return status.Error(codes.Unavailable, "server shutting down")
+		case <-ctx.Done():
+			return status.FromContextError(ctx.Err()).Err()
+		}
+	}
+}
+
+// renew extends the leases of the session's holds.
+func (c *charon) renew(ctx context.Context, s *session) (int, error) {
+	if len(s.resources) == 0 {
+		return 0, nil
+	}
+	res, err := c.engine.KeepAliveSession(ctx, s.id, c.opts.SessionLease, s.resources)
+	c.metrics.reaped(res.Reaped)
+	if err != nil && ctx.Err() == nil {
+		// The holds lapse within SessionLease if this goes on.
+		c.log.Warn("session lease renewal failed", "resources", len(s.resources), "err", truncate(err.Error()))
+	}
+	return res.Holds, err
+}
+
+// endSession releases every hold of the session, on a context that
+// outlives the stream's.
+func (c *charon) endSession(streamCtx context.Context, s *session) {
+	if len(s.resources) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(streamCtx), sessionReleaseTimeout)
+	defer cancel()
+	for _, r := range s.resources {
+		res, err := c.engine.ReleaseSession(ctx, r, s.id)
+		c.metrics.reaped(res.Reaped)
+		if err != nil {
+			c.log.Warn("releasing a session's holds failed; they lapse with their lease", "resource", truncate(r), "lease", c.opts.SessionLease, "err", truncate(err.Error()))
+			continue
+		}
+		c.metrics.sessionReleased.Add(float64(res.Holds))
+	}
+}
+
+// sessionOp runs one operation of the stream and answers it with its
+// correlation id; a failed operation is an Error answer, the stream goes on.
+func (c *charon) sessionOp(ctx context.Context, s *session, req *charonv1.SessionRequest) *charonv1.SessionResponse {
+	out := &charonv1.SessionResponse{Id: req.GetId()}
+	var err error
+	method := "Session"
+	switch op := req.GetOperation().(type) {
+	case *charonv1.SessionRequest_Request:
+		method = "Request"
+		var r *charonv1.RequestResponse
+		if r, err = c.request(ctx, op.Request); err == nil {
+			out.Result = &charonv1.SessionResponse_Request{Request: r}
+		}
+	case *charonv1.SessionRequest_Reserve:
+		method = "Reserve"
+		var r *charonv1.ReserveResponse
+		var resource string
+		r, resource, err = c.reserve(ctx, op.Reserve, s.id, c.opts.SessionLease)
+		s.touch(resource)
+		if err == nil {
+			out.Result = &charonv1.SessionResponse_Reserve{Reserve: r}
+		}
+	case *charonv1.SessionRequest_Release:
+		method = "Release"
+		var r *charonv1.ReleaseResponse
+		if r, err = c.release(ctx, op.Release); err == nil {
+			out.Result = &charonv1.SessionResponse_Release{Release: r}
+		}
+	case *charonv1.SessionRequest_Transfer:
+		method = "Transfer"
+		var r *charonv1.TransferResponse
+		if r, err = c.transfer(ctx, op.Transfer); err == nil {
+			out.Result = &charonv1.SessionResponse_Transfer{Transfer: r}
+		}
+	case *charonv1.SessionRequest_Seize:
+		method = "Seize"
+		var r *charonv1.SeizeResponse
+		var resource string
+		r, resource, err = c.seize(ctx, op.Seize, s.id, c.opts.SessionLease)
+		s.touch(resource)
+		if err == nil {
+			out.Result = &charonv1.SessionResponse_Seize{Seize: r}
+		}
+	case *charonv1.SessionRequest_KeepAlive:
+		method = "KeepAlive"
+		var r *charonv1.KeepAliveResponse
+		if op.KeepAlive.GetTarget() == nil {
+			// No target: keep the stream's own holds alive now.
+			var holds int
+			holds, err = c.renew(ctx, s)
+			r = &charonv1.KeepAliveResponse{Holds: int32(min(holds, 1<<31-1))}
+		} else {
+			r, err = c.keepAlive(ctx, op.KeepAlive)
+		}
+		if err == nil {
+			out.Result = &charonv1.SessionResponse_KeepAlive{KeepAlive: r}
+		}
+	default:
+		err = &engine.InputError{Field: "operation", Message: "missing"}
+	}
+	if gerr := c.done(method, err); gerr != nil {
+		st := status.Convert(gerr)
+		out.Result = &charonv1.SessionResponse_Error{Error: &charonv1.Error{Code: int32(st.Code()), Message: st.Message()}}
+	}
+	return out
+}
