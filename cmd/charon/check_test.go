@@ -28,7 +28,7 @@ func TestConfigCheck(t *testing.T) {
 		{[]string{"config"}, 2, "", "usage"},
 		{[]string{"nope"}, 2, "", "unknown verb"},
 		{[]string{"version"}, 0, "charon ", ""},
-		{[]string{"serve", "--store", "redis"}, 2, "", "not available yet"},
+		{[]string{"serve", "--store", "redis"}, 2, "", "needs --redis-url"},
 	}
 	for _, tc := range tests {
 		var out, errb bytes.Buffer

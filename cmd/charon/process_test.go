@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -41,14 +42,37 @@ func freePorts(t *testing.T, n int) []int {
 	return ports
 }
 
+var (
+	buildOnce sync.Once
+	binDir    string // removed by TestMain
+	builtBin  string
+	buildErr  error
+	buildOut  []byte
+)
+
+// buildCharon builds the binary once per test binary run and returns its
+// path.
 func buildCharon(t *testing.T) string {
 	t.Helper()
-	bin := filepath.Join(t.TempDir(), "charon")
-	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
-	if err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
+	buildOnce.Do(func() {
+		if binDir, buildErr = os.MkdirTemp("", "charon-test-"); buildErr != nil {
+			return
+		}
+		builtBin = filepath.Join(binDir, "charon")
+		buildOut, buildErr = exec.Command("go", "build", "-o", builtBin, ".").CombinedOutput()
+	})
+	if buildErr != nil {
+		t.Fatalf("go build: %v\n%s", buildErr, buildOut)
 	}
-	return bin
+	return builtBin
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if binDir != "" {
+		os.RemoveAll(binDir)
+	}
+	os.Exit(code)
 }
 
 // TestServeProcess runs the real binary: it starts on free ports with
