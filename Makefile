@@ -5,7 +5,7 @@ BIN      ?= bin/charon
 FUZZTIME ?= 20s
 VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 
-.PHONY: all build run test bench fuzz generate clean
+.PHONY: all build run test bench bench-redis fuzz generate clean
 
 all: build
 
@@ -24,6 +24,13 @@ test:
 # 10,000 keys, and prints the ratio.
 bench: build
 	scripts/bench.sh $(BIN)
+
+# Starts a redis-server (killed at the end) and two servers on free ports,
+# the in-memory store and the Redis store, and measures ShouldRateLimit at
+# concurrency 64 over 10,000 keys and the hot over-limit key on both; prints
+# the ratios Redis / memory.
+bench-redis: build
+	scripts/bench-redis.sh $(BIN)
 
 # Runs every fuzz target for FUZZTIME each.
 fuzz:

@@ -1,0 +1,97 @@
+#!/usr/bin/env bash
+# Usage: scripts/bench-redis.sh [path/to/charon]
+# Starts a redis-server and two `charon serve` processes (the in-memory store
+# and the Redis store) on free loopback ports with examples/config, and runs
+# `charon bench` against each: ShouldRateLimit at CONCURRENCY over KEYS uniform
+# keys, then the hot over-limit key (--hot: one value far over its 1000/s
+# limit). Prints the throughput ratios Redis / memory. Everything shares this
+# machine (Redis included), so only the ratios are meaningful.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bin=${1:-bin/charon}
+concurrency=${CONCURRENCY:-64}
+keys=${KEYS:-10000}
+duration=${DURATION:-10s}
+redis_server=${REDIS_SERVER:-redis-server}
+
+if ! command -v "$redis_server" >/dev/null; then
+	echo "redis-server not found (apt-get install redis-server)" >&2
+	exit 1
+fi
+
+used=" "
+pick() { # sets the named variable to a free port not picked before
+	local p
+	for _ in $(seq 500); do
+		p=$((20000 + RANDOM % 30000))
+		case "$used" in *" $p "*) continue ;; esac
+		if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
+			used="$used$p "
+			printf -v "$1" '%s' "$p"
+			return 0
+		fi
+	done
+	echo "no free port found" >&2
+	return 1
+}
+pick redis
+pick mem_grpc; pick mem_http; pick mem_debug
+pick red_grpc; pick red_http; pick red_debug
+
+pids=()
+cleanup() {
+	for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
+	for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
+}
+trap cleanup EXIT
+
+"$redis_server" --port "$redis" --bind 127.0.0.1 --save '' --appendonly no --protected-mode no \
+	--loglevel warning --logfile '' >/dev/null &
+pids+=($!)
+for _ in $(seq 100); do
+	if (exec 3<>"/dev/tcp/127.0.0.1/$redis") 2>/dev/null; then break; fi
+	sleep 0.05
+done
+
+serve() { # name grpc http debug args...
+	local name=$1 grpc=$2 http=$3 debug=$4
+	shift 4
+	LOG_LEVEL=warn "$bin" serve --config examples/config \
+		--grpc-addr "127.0.0.1:$grpc" --http-addr "127.0.0.1:$http" --debug-addr "127.0.0.1:$debug" "$@" &
+	pids+=($!)
+	local pid=$!
+	for _ in $(seq 100); do
+		if curl -fsS "http://127.0.0.1:$http/healthcheck" >/dev/null 2>&1; then return 0; fi
+		if ! kill -0 "$pid" 2>/dev/null; then echo "charon serve ($name) exited" >&2; exit 1; fi
+		sleep 0.1
+	done
+	echo "charon serve ($name) not healthy" >&2
+	exit 1
+}
+serve memory "$mem_grpc" "$mem_http" "$mem_debug"
+serve redis "$red_grpc" "$red_http" "$red_debug" --store redis --redis-url "redis://127.0.0.1:$redis"
+
+echo "redis-server 127.0.0.1:$redis; concurrency $concurrency, $keys keys, $duration per run"
+run() { # grpc extra-args...
+	local grpc=$1
+	shift
+	"$bin" bench --addr "127.0.0.1:$grpc" --domain bench --key user --concurrency "$concurrency" --duration "$duration" "$@"
+}
+mem_keys=$(run "$mem_grpc" --keys "$keys")
+echo "memory keys: $mem_keys"
+red_keys=$(run "$red_grpc" --keys "$keys")
+echo "redis  keys: $red_keys"
+mem_hot=$(run "$mem_grpc" --hot)
+echo "memory hot:  $mem_hot"
+red_hot=$(run "$red_grpc" --hot)
+echo "redis  hot:  $red_hot"
+
+cache=$(curl -fsS "http://127.0.0.1:$red_debug/metrics" | grep '^charon_store_' || true)
+hits=$(sed -n 's/^charon_store_overlimit_cache_hits_total \(.*\)/\1/p' <<<"$cache")
+misses=$(sed -n 's/^charon_store_overlimit_cache_misses_total \(.*\)/\1/p' <<<"$cache")
+awk -v h="${hits:-0}" -v m="${misses:-0}" 'BEGIN { if (h + m > 0) printf "redis over-limit cache: %d hits, %d misses, hit ratio %.3f\n", h, m, h / (h + m) }'
+
+rps() { sed -n 's/.* rps=\([0-9.]*\) .*/\1/p' <<<"$1"; }
+ratio() { awk -v a="$2" -v b="$3" -v n="$1" 'BEGIN { if (b > 0) printf "ratio %s redis / memory = %.2f\n", n, a / b; else printf "ratio %s: memory run failed\n", n }'; }
+ratio "$keys keys" "$(rps "$red_keys")" "$(rps "$mem_keys")"
+ratio "hot key" "$(rps "$red_hot")" "$(rps "$mem_hot")"
