@@ -71,7 +71,9 @@ type Stats struct {
 }
 
 // Store is the in-memory copy store. Safe for concurrent use; create it
-// with New and Close it to stop the sweeper.
+// with New and Close it to stop the sweeper. Its operations never wait for
+// anything but a shard's mutex, held for one copylog operation, so they do
+// not consult their context.
 type Store struct {
 	shards    []shard
 	mask      uint64

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -180,5 +181,75 @@ func TestShardsOption(t *testing.T) {
 			t.Errorf("Shards %d: %+v", n, got)
 		}
 		s.Close()
+	}
+}
+
+// The suite passes with a sweeper dropping emptied copy logs concurrently
+// (it reaps at the wall clock, before T0: no lease lapses by it).
+func TestConformanceWithSweeper(t *testing.T) {
+	copystoretest.Run(t, func(t *testing.T) copystore.Store {
+		return memcopy.New(memcopy.Options{Shards: 2, SweepInterval: 50 * time.Microsecond})
+	})
+}
+
+// Reap running with operations keeps the gauges exact: once everything
+// lapsed and was reaped, they are all zero.
+func TestReapConcurrentGauges(t *testing.T) {
+	s := memcopy.New(memcopy.Options{Shards: 2})
+	defer s.Close()
+	const workers, ops = 4, 300
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			for i := range ops {
+				now := at(time.Duration(i) * time.Millisecond)
+				res := fmt.Sprint("r", (w+i)%5)
+				r, err := s.Reserve(bg, now, res, cfg, copylog.ReserveRequest{Domain: fmt.Sprint("d", w), Copies: 2, HoldID: fmt.Sprintf("h%d-%d", w, i),
+					Session: fmt.Sprint("s", w, i%3), Lease: time.Duration(1+i%7) * time.Millisecond})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				switch {
+				case !r.OK:
+				case i%4 == 0:
+					// The reaper's now runs ahead of the workers': a hold
+					// may be gone already.
+					if _, err := s.Release(bg, now, res, r.HoldID, 1); err != nil && !errors.Is(err, copylog.ErrUnknownHold) {
+						t.Error(err)
+					}
+				case i%4 == 1:
+					if _, err := s.Transfer(bg, now, res, r.HoldID, 0, time.Millisecond, fmt.Sprintf("x%d-%d", w, i)); err != nil && !errors.Is(err, copylog.ErrUnknownHold) {
+						t.Error(err)
+					}
+				case i%4 == 2:
+					if _, err := s.ReleaseSession(bg, now, res, fmt.Sprint("s", w, i%3)); err != nil {
+						t.Error(err)
+					}
+				}
+			}
+		})
+	}
+	wg.Go(func() {
+		for i := range ops {
+			if err := s.Reap(bg, at(time.Duration(i)*time.Millisecond)); err != nil {
+				t.Error(err)
+			}
+		}
+	})
+	wg.Wait()
+	st := s.Stats()
+	if st.Granted == 0 || st.SessionHolds == 0 || st.LeaseExpiries == 0 {
+		t.Errorf("the test did not exercise grants, session ends and expiries: %+v", st)
+	}
+	if err := s.Reap(bg, at(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	st = s.Stats()
+	if st.Holds != 0 || st.Transfers != 0 || st.Copies != 0 || st.Resources != 0 {
+		t.Errorf("after everything lapsed: %+v", st)
+	}
+	if got := st.Granted + st.Seized; uint64(st.LeaseExpiries)+st.SessionHolds > got {
+		t.Errorf("more holds ended (%d expired, %d with sessions) than were made (%d)", st.LeaseExpiries, st.SessionHolds, got)
 	}
 }
