@@ -224,7 +224,9 @@ func runServe(args []string, getenv func(string) string, stderr io.Writer) error
 		return errReported
 	}
 	defer st.close()
-	eng := newEngine(c, st.engineStore)
+	copies := openCopies(c, log)
+	defer copies.Close()
+	eng := newEngine(c, st.engineStore, copies)
 	cfgOpts := config.Options{MergeDomains: c.MergeDomains}
 	opts := server.Options{
 		GRPCAddr:        c.GRPCAddr,
@@ -242,6 +244,8 @@ func runServe(args []string, getenv func(string) string, stderr io.Writer) error
 		log.Warn("no --config directory: serving with no configuration, every request is OK")
 	}
 	opts.Engine = st.wrap(eng)
+	opts.Charon = charonOptions(copies, opts.Metrics)
+	opts.Charon.Engine = eng
 	srv, err := server.New(opts)
 	if err != nil {
 		log.Error("cannot start", "err", err.Error())
