@@ -278,6 +278,39 @@ type linRecorder struct {
 	transfers []string
 	// sessions are the clients' current sessions.
 	sessions []string
+	// step starts the clients' operations together, one at a time each,
+	// so that even a store answering in a microsecond sees them overlap.
+	step *barrier
+}
+
+// barrier is a cyclic barrier of n goroutines.
+type barrier struct {
+	mu         sync.Mutex
+	cond       sync.Cond
+	n, waiting int
+	generation int
+}
+
+func newBarrier(n int) *barrier {
+	b := &barrier{n: n}
+	b.cond.L = &b.mu
+	return b
+}
+
+// wait returns when all n goroutines called it.
+func (b *barrier) wait() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	gen := b.generation
+	if b.waiting++; b.waiting == b.n {
+		b.waiting = 0
+		b.generation++
+		b.cond.Broadcast()
+		return
+	}
+	for gen == b.generation {
+		b.cond.Wait()
+	}
 }
 
 // do runs op as client c and records it.
@@ -308,6 +341,7 @@ func linHistory(s copystore.Store, seed uint64, clients int) []porcupine.Operati
 	for c := range clients {
 		rec.sessions[c] = newID("s")
 	}
+	rec.step = newBarrier(clients)
 	var wg sync.WaitGroup
 	for c := range clients {
 		wg.Go(func() { linClient(s, res, rec, c, rand.New(rand.NewPCG(seed, uint64(c)))) })
@@ -333,6 +367,7 @@ func linClient(s copystore.Store, res string, rec *linRecorder, c int, rng *rand
 		return rec.sessions[c]
 	}
 	for range linOps {
+		rec.step.wait()
 		op := rng.IntN(100)
 		if len(holds) == 0 && op >= 35 && op < 65 {
 			op = 0 // nothing to release or transfer: reserve
