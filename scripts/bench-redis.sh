@@ -4,14 +4,22 @@
 # and the Redis store) on free loopback ports with examples/config, and runs
 # `charon bench` against each: ShouldRateLimit at CONCURRENCY over KEYS uniform
 # keys, then the hot over-limit key (--hot: one value far over its 1000/s
-# limit). Prints the throughput ratios Redis / memory. Everything shares this
-# machine (Redis included), so only the ratios are meaningful.
+# limit). Prints the throughput ratios Redis / memory, and how the Redis
+# server's decisions were made (charon_store_calls_total by path) and its
+# over-limit cache's hit ratio in each run. Everything shares this machine
+# (Redis included), so only the ratios are meaningful.
+#
+# The Redis server runs with --redis-timeout REDIS_TIMEOUT (default 1s, not
+# the production 10ms): on a loaded machine at concurrency 64 some calls take
+# over 10 ms and the breaker would send decisions to the local failure mode,
+# which would measure the memory store again.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bin=${1:-bin/charon}
 concurrency=${CONCURRENCY:-64}
 keys=${KEYS:-10000}
 duration=${DURATION:-10s}
+redis_timeout=${REDIS_TIMEOUT:-1s}
 redis_server=${REDIS_SERVER:-redis-server}
 
 if ! command -v "$redis_server" >/dev/null; then
@@ -69,7 +77,8 @@ serve() { # name grpc http debug args...
 	exit 1
 }
 serve memory "$mem_grpc" "$mem_http" "$mem_debug"
-serve redis "$red_grpc" "$red_http" "$red_debug" --store redis --redis-url "redis://127.0.0.1:$redis"
+serve redis "$red_grpc" "$red_http" "$red_debug" --store redis --redis-url "redis://127.0.0.1:$redis" \
+	--redis-timeout "$redis_timeout"
 
 echo "redis-server 127.0.0.1:$redis; concurrency $concurrency, $keys keys, $duration per run"
 run() { # grpc extra-args...
@@ -77,19 +86,42 @@ run() { # grpc extra-args...
 	shift
 	"$bin" bench --addr "127.0.0.1:$grpc" --domain bench --key user --concurrency "$concurrency" --duration "$duration" "$@"
 }
-mem_keys=$(run "$mem_grpc" --keys "$keys")
-echo "memory keys: $mem_keys"
-red_keys=$(run "$red_grpc" --keys "$keys")
-echo "redis  keys: $red_keys"
-mem_hot=$(run "$mem_grpc" --hot)
-echo "memory hot:  $mem_hot"
-red_hot=$(run "$red_grpc" --hot)
-echo "redis  hot:  $red_hot"
+# metric NAME: the Redis server's value of NAME now (0 when absent).
+metric() {
+	curl -fsS "http://127.0.0.1:$red_debug/metrics" | awk -v n="$1" '$1 == n { v = $2 } END { print v + 0 }'
+}
+paths="remote cached local open closed unavailable"
+snapshot() { # prints the store counters, one per line
+	for p in $paths; do metric "charon_store_calls_total{path=\"$p\"}"; done
+	metric charon_store_overlimit_cache_hits_total
+	metric charon_store_overlimit_cache_misses_total
+	metric charon_store_breaker_opens_total
+}
+report() { # before after: the counters' moves during a run
+	paste <(echo "$1") <(echo "$2") | awk -v paths="$paths" '
+		{ d[NR] = $2 - $1 }
+		END {
+			n = split(paths, p, " ")
+			line = "  redis decisions by path:"
+			for (i = 1; i <= n; i++) if (d[i] > 0) line = line " " p[i] "=" d[i]
+			print line
+			h = d[n + 1]; m = d[n + 2]
+			if (h + m > 0) printf "  over-limit cache: %d hits, %d misses, hit ratio %.3f; breaker opened %d times\n", h, m, h / (h + m), d[n + 3]
+		}'
+}
 
-cache=$(curl -fsS "http://127.0.0.1:$red_debug/metrics" | grep '^charon_store_' || true)
-hits=$(sed -n 's/^charon_store_overlimit_cache_hits_total \(.*\)/\1/p' <<<"$cache")
-misses=$(sed -n 's/^charon_store_overlimit_cache_misses_total \(.*\)/\1/p' <<<"$cache")
-awk -v h="${hits:-0}" -v m="${misses:-0}" 'BEGIN { if (h + m > 0) printf "redis over-limit cache: %d hits, %d misses, hit ratio %.3f\n", h, m, h / (h + m) }'
+mem_keys=$(run "$mem_grpc" --keys "$keys")
+echo "memory $keys keys: $mem_keys"
+before=$(snapshot)
+red_keys=$(run "$red_grpc" --keys "$keys")
+echo "redis  $keys keys: $red_keys"
+report "$before" "$(snapshot)"
+mem_hot=$(run "$mem_grpc" --hot)
+echo "memory hot key:    $mem_hot"
+before=$(snapshot)
+red_hot=$(run "$red_grpc" --hot)
+echo "redis  hot key:    $red_hot"
+report "$before" "$(snapshot)"
 
 rps() { sed -n 's/.* rps=\([0-9.]*\) .*/\1/p' <<<"$1"; }
 ratio() { awk -v a="$2" -v b="$3" -v n="$1" 'BEGIN { if (b > 0) printf "ratio %s redis / memory = %.2f\n", n, a / b; else printf "ratio %s: memory run failed\n", n }'; }
