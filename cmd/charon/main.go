@@ -23,6 +23,13 @@ Usage:
   charon config check DIR [--dump]         validate a configuration directory
   charon ask --domain D --descriptor k=v   ask a running server for a decision
   charon bench [flags]                     load a running server and report throughput
+  charon reserve --domain D --descriptor k=v [--copies N --min M] [--hold-for DUR]
+                                           hold copies of a copy-limited resource while running
+  charon release --hold ID [--copies N]    release copies of a hold
+  charon transfer --hold ID [--copies N] [--ttl DUR]
+                                           stage copies of a hold; prints the transfer id
+  charon seize --transfer ID [--hold-for DUR]
+                                           hold transferred copies while running
   charon version                           print the version
 
 Run "charon VERB -h" for a verb's flags.
@@ -54,6 +61,14 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) in
 		err = runAsk(args[1:], stdout, stderr)
 	case "bench":
 		err = runBench(args[1:], stdout, stderr)
+	case "reserve":
+		err = runReserve(args[1:], stdout, stderr)
+	case "release":
+		err = runRelease(args[1:], stdout, stderr)
+	case "transfer":
+		err = runTransfer(args[1:], stdout, stderr)
+	case "seize":
+		err = runSeize(args[1:], stdout, stderr)
 	case "version", "--version", "-version":
 		fmt.Fprintln(stdout, "charon", versionString())
 		return 0

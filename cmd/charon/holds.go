@@ -1,0 +1,305 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	charonv1 "github.com/charonlimit/charon/api/charon/v1"
+)
+
+// The copy verbs: reserve and seize hold their copies on a Session stream
+// while they run (the server releases them if the process dies), release
+// and transfer are unary and act on any hold by its id.
+
+// holdFlags are the flags every copy verb has.
+type holdFlags struct {
+	addr    string
+	timeout time.Duration
+}
+
+func (h *holdFlags) declare(fs *flag.FlagSet) {
+	fs.StringVar(&h.addr, "addr", "localhost:8081", "server gRPC `HOST:PORT`")
+	fs.DurationVar(&h.timeout, "timeout", 5*time.Second, "timeout of each call")
+}
+
+func (h *holdFlags) dial() (*grpc.ClientConn, charonv1.CharonClient, error) {
+	cc, err := grpc.NewClient(h.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return nil, nil, err
+	}
+	return cc, charonv1.NewCharonClient(cc), nil
+}
+
+// parseVerb parses a verb's flags; it refuses positional arguments.
+func parseVerb(fs *flag.FlagSet, args []string) error {
+	if err := fs.Parse(args); err != nil {
+		if err == flag.ErrHelp {
+			return err
+		}
+		return fmt.Errorf("%w: %v", errUsage, err)
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("%w: unexpected argument %q", errUsage, fs.Arg(0))
+	}
+	return nil
+}
+
+// callError turns a gRPC error into a message with its code.
+func callError(err error) error {
+	if s, ok := status.FromError(err); ok {
+		return fmt.Errorf("%s: %s", s.Code(), s.Message())
+	}
+	return err
+}
+
+// signalContext is done on SIGINT or SIGTERM; tests replace it.
+var signalContext = func() (context.Context, context.CancelFunc) {
+	return signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+}
+
+func runReserve(args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("charon reserve", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var hf holdFlags
+	hf.declare(fs)
+	domain := fs.String("domain", "", "RLS domain")
+	descriptor := fs.String("descriptor", "", "the resource's descriptor `k=v,k2=v2`")
+	copies := fs.Int64("copies", 1, "copies to reserve at most")
+	minCopies := fs.Int64("min", 0, "copies to reserve at least (0: 1)")
+	requestID := fs.String("request-id", "", "makes the reserve idempotent")
+	holdFor := fs.Duration("hold-for", 0, "release after this long (0: hold until interrupted)")
+	if err := parseVerb(fs, args); err != nil {
+		return err
+	}
+	if *domain == "" || *descriptor == "" {
+		return fmt.Errorf("%w: reserve needs --domain and --descriptor", errUsage)
+	}
+	d, err := parseDescriptor(*descriptor)
+	if err != nil {
+		return fmt.Errorf("%w: --descriptor: %v", errUsage, err)
+	}
+	r := &charonv1.Resource{Domain: *domain}
+	for _, e := range d.GetEntries() {
+		r.Entries = append(r.Entries, &charonv1.Entry{Key: e.GetKey(), Value: e.GetValue()})
+	}
+	op := &charonv1.SessionRequest{Operation: &charonv1.SessionRequest_Reserve{Reserve: &charonv1.ReserveRequest{
+		Resource: r, Copies: *copies, MinCopies: *minCopies, RequestId: *requestID,
+	}}}
+	return holdOnSession(hf, op, *holdFor, stdout)
+}
+
+func runSeize(args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("charon seize", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var hf holdFlags
+	hf.declare(fs)
+	transfer := fs.String("transfer", "", "the transfer `ID` to seize")
+	holdFor := fs.Duration("hold-for", 0, "release after this long (0: hold until interrupted)")
+	if err := parseVerb(fs, args); err != nil {
+		return err
+	}
+	if *transfer == "" {
+		return fmt.Errorf("%w: seize needs --transfer", errUsage)
+	}
+	op := &charonv1.SessionRequest{Operation: &charonv1.SessionRequest_Seize{Seize: &charonv1.SeizeRequest{TransferId: *transfer}}}
+	return holdOnSession(hf, op, *holdFor, stdout)
+}
+
+// holdOnSession runs op (a reserve or a seize) on a new Session stream,
+// prints the hold, waits for a signal or holdFor, then releases what is
+// left of the hold and closes the stream.
+func holdOnSession(hf holdFlags, op *charonv1.SessionRequest, holdFor time.Duration, stdout io.Writer) error {
+	sigCtx, stop := signalContext()
+	defer stop()
+	cc, c, err := hf.dial()
+	if err != nil {
+		return err
+	}
+	defer cc.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel() // ends the stream: the server releases the session's holds
+	st, err := c.Session(ctx)
+	if err != nil {
+		return callError(err)
+	}
+	call := func(req *charonv1.SessionRequest) (*charonv1.SessionResponse, error) {
+		req.Id++
+		if err := st.Send(req); err != nil {
+			return nil, callError(err)
+		}
+		recvd := make(chan error, 1)
+		var resp *charonv1.SessionResponse
+		go func() {
+			var err error
+			resp, err = st.Recv()
+			recvd <- err
+		}()
+		select {
+		case err := <-recvd:
+			if err != nil {
+				return nil, callError(err)
+			}
+		case <-time.After(hf.timeout):
+			return nil, fmt.Errorf("no answer in %v", hf.timeout)
+		}
+		if e := resp.GetError(); e != nil {
+			return nil, fmt.Errorf("%s: %s", codeName(e.GetCode()), e.GetMessage())
+		}
+		return resp, nil
+	}
+	resp, err := call(op)
+	if err != nil {
+		return err
+	}
+	var holdID string
+	switch r := resp.GetResult().(type) {
+	case *charonv1.SessionResponse_Reserve:
+		printReservation(stdout, r.Reserve)
+		if !r.Reserve.GetOk() {
+			return errReported
+		}
+		holdID = r.Reserve.GetHoldId()
+	case *charonv1.SessionResponse_Seize:
+		s := r.Seize
+		fmt.Fprintf(stdout, "hold %s\nseized %d copies (fencing token %d)\nresource %s domain %q groups %s\n",
+			s.GetHoldId(), s.GetCopies(), s.GetFencingToken(), s.GetTarget().GetResource(), s.GetTarget().GetDomain(), strings.Join(s.GetGroups(), ","))
+		holdID = s.GetHoldId()
+	default:
+		return fmt.Errorf("unexpected answer %v", resp)
+	}
+	if holdFor > 0 {
+		fmt.Fprintf(stdout, "holding for %v (interrupt to release now)\n", holdFor)
+		t := time.NewTimer(holdFor)
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-sigCtx.Done():
+		}
+	} else {
+		fmt.Fprintln(stdout, "holding until interrupted")
+		<-sigCtx.Done()
+	}
+	rel, err := call(&charonv1.SessionRequest{Id: op.Id, Operation: &charonv1.SessionRequest_Release{Release: &charonv1.ReleaseRequest{HoldId: holdID}}})
+	switch {
+	case err == nil:
+		fmt.Fprintf(stdout, "released %d copies\n", rel.GetRelease().GetReleased())
+	case strings.HasPrefix(err.Error(), "NotFound"):
+		// Released, transferred or lapsed meanwhile.
+		fmt.Fprintln(stdout, "nothing left to release:", err)
+	default:
+		// Closing the stream releases the hold anyway.
+		fmt.Fprintln(stdout, "release failed; closing the session releases the hold:", err)
+	}
+	st.CloseSend()
+	return nil
+}
+
+func codeName(c int32) string { return codes.Code(c).String() }
+
+func printReservation(w io.Writer, r *charonv1.ReserveResponse) {
+	if r.GetOk() {
+		fmt.Fprintf(w, "hold %s\ngranted %d copies (fencing token %d)", r.GetHoldId(), r.GetGranted(), r.GetFencingToken())
+		if r.GetReplayed() {
+			fmt.Fprint(w, ", replayed")
+		}
+		fmt.Fprintln(w)
+	} else {
+		fmt.Fprint(w, "rejected")
+		switch {
+		case r.GetLimitedByGroup() != "":
+			fmt.Fprintf(w, ": group %s is full", r.GetLimitedByGroup())
+		case r.GetLimitedByGlobal():
+			fmt.Fprint(w, ": global limit reached")
+		case r.GetLimitedByDomain():
+			fmt.Fprint(w, ": domain limit reached")
+		}
+		fmt.Fprintln(w)
+	}
+	x := r.GetContext()
+	fmt.Fprintf(w, "resource %s domain %q\n", r.GetTarget().GetResource(), r.GetTarget().GetDomain())
+	fmt.Fprintf(w, "domain limit %d, held by the domain %d", x.GetDomainLimit(), x.GetDomainHolds())
+	if x.GetGlobalLimit() > 0 {
+		fmt.Fprintf(w, "; global limit %d", x.GetGlobalLimit())
+	}
+	fmt.Fprintf(w, "; held by all %d\n", x.GetTotalHolds())
+	for _, g := range x.GetGroups() {
+		fmt.Fprintf(w, "group %s limit %d, held %d\n", g.GetName(), g.GetLimit(), g.GetHolds())
+	}
+}
+
+func runRelease(args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("charon release", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var hf holdFlags
+	hf.declare(fs)
+	hold := fs.String("hold", "", "the hold `ID`")
+	copies := fs.Int64("copies", 0, "copies to release (0: all the hold has)")
+	if err := parseVerb(fs, args); err != nil {
+		return err
+	}
+	if *hold == "" {
+		return fmt.Errorf("%w: release needs --hold", errUsage)
+	}
+	cc, c, err := hf.dial()
+	if err != nil {
+		return err
+	}
+	defer cc.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), hf.timeout)
+	defer cancel()
+	r, err := c.Release(ctx, &charonv1.ReleaseRequest{HoldId: *hold, Copies: *copies})
+	if err != nil {
+		return callError(err)
+	}
+	fmt.Fprintf(stdout, "released %d copies, %d left on the hold\n", r.GetReleased(), r.GetRemaining())
+	return nil
+}
+
+func runTransfer(args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("charon transfer", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var hf holdFlags
+	hf.declare(fs)
+	hold := fs.String("hold", "", "the hold `ID`")
+	copies := fs.Int64("copies", 0, "copies to transfer (0: all the hold has)")
+	ttl := fs.Duration("ttl", 0, "how long the copies wait for a seize (0: the server's default)")
+	if err := parseVerb(fs, args); err != nil {
+		return err
+	}
+	if *hold == "" {
+		return fmt.Errorf("%w: transfer needs --hold", errUsage)
+	}
+	if *ttl < 0 {
+		return fmt.Errorf("%w: --ttl must not be negative", errUsage)
+	}
+	cc, c, err := hf.dial()
+	if err != nil {
+		return err
+	}
+	defer cc.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), hf.timeout)
+	defer cancel()
+	req := &charonv1.TransferRequest{HoldId: *hold, Copies: *copies}
+	if *ttl > 0 {
+		req.Ttl = durationpb.New(*ttl)
+	}
+	r, err := c.Transfer(ctx, req)
+	if err != nil {
+		return callError(err)
+	}
+	fmt.Fprintln(stdout, r.GetTransferId())
+	fmt.Fprintf(stdout, "staged %d copies until %s, %d left on the hold\n", r.GetCopies(), r.GetExpires().AsTime().Format(time.RFC3339), r.GetRemaining())
+	return nil
+}

@@ -1,0 +1,164 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/charonlimit/charon/descriptors"
+	"github.com/charonlimit/charon/internal/copystore/memcopy"
+	"github.com/charonlimit/charon/internal/engine"
+	"github.com/charonlimit/charon/server"
+)
+
+// syncBuffer is a bytes.Buffer safe for a verb writing while a test reads.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// startCopyServer serves a copy-limited resource c/db (3 copies per domain)
+// in process.
+func startCopyServer(t *testing.T) (string, *memcopy.Store) {
+	t.Helper()
+	copies := memcopy.New(memcopy.Options{})
+	t.Cleanup(func() { copies.Close() })
+	eng := engine.New(engine.Options{Copies: copies})
+	t.Cleanup(func() { eng.Close() })
+	tree, err := descriptors.NewTree([]descriptors.DomainSpec{{Config: descriptors.DomainConfig{Name: "c"}, Nodes: []*descriptors.Node{
+		{Key: "db", Limit: &descriptors.Limit{Copies: &descriptors.Copies{DomainLimit: 3}}},
+	}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eng.SetTree(tree)
+	srv, err := server.New(server.Options{GRPCAddr: "127.0.0.1:0", Engine: eng})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+	})
+	return srv.GRPCAddr(), copies
+}
+
+func waitOutput(t *testing.T, b *syncBuffer, want string) string {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(b.String(), want) {
+		if time.Now().After(deadline) {
+			t.Fatalf("output %q never contained %q", b.String(), want)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	return b.String()
+}
+
+// lineAfter returns the word after prefix on the output's line starting
+// with it.
+func lineAfter(out, prefix string) string {
+	for _, l := range strings.Split(out, "\n") {
+		if rest, ok := strings.CutPrefix(l, prefix); ok {
+			return strings.Fields(rest)[0]
+		}
+	}
+	return ""
+}
+
+func TestCopyVerbs(t *testing.T) {
+	addr, copies := startCopyServer(t)
+	sigCtx, interrupt := context.WithCancel(context.Background())
+	defer interrupt()
+	old := signalContext
+	signalContext = func() (context.Context, context.CancelFunc) { return context.WithCancel(sigCtx) }
+	defer func() { signalContext = old }()
+
+	var out, errOut syncBuffer
+	code := make(chan int, 1)
+	go func() {
+		code <- run([]string{"reserve", "--addr", addr, "--domain", "c", "--descriptor", "db=a", "--copies", "5"}, nil, &out, &errOut)
+	}()
+	text := waitOutput(t, &out, "holding until interrupted")
+	hold := lineAfter(text, "hold ")
+	if hold == "" || !strings.Contains(text, "granted 3 copies") || !strings.Contains(text, "domain limit 3, held by the domain 3") {
+		t.Fatalf("reserve printed %q", text)
+	}
+
+	var rel bytes.Buffer
+	if c := run([]string{"release", "--addr", addr, "--hold", hold, "--copies", "1"}, nil, &rel, &errOut); c != 0 || !strings.Contains(rel.String(), "released 1 copies, 2 left") {
+		t.Errorf("release: exit %d, %q %q", c, rel.String(), errOut.String())
+	}
+	var tr bytes.Buffer
+	if c := run([]string{"transfer", "--addr", addr, "--hold", hold, "--copies", "1", "--ttl", "1m"}, nil, &tr, &errOut); c != 0 {
+		t.Fatalf("transfer: exit %d, %q", c, errOut.String())
+	}
+	transferID := strings.SplitN(tr.String(), "\n", 2)[0]
+	if !strings.Contains(tr.String(), "staged 1 copies") {
+		t.Errorf("transfer printed %q", tr.String())
+	}
+	var sz bytes.Buffer
+	if c := run([]string{"seize", "--addr", addr, "--transfer", transferID, "--hold-for", "1ms"}, nil, &sz, &errOut); c != 0 ||
+		!strings.Contains(sz.String(), "seized 1 copies") || !strings.Contains(sz.String(), "released 1 copies") {
+		t.Errorf("seize: exit %d, %q %q", c, sz.String(), errOut.String())
+	}
+	if s := copies.Stats(); s.Copies != 1 {
+		t.Errorf("copies held while reserve runs: %d, want 1", s.Copies)
+	}
+	interrupt()
+	if c := <-code; c != 0 {
+		t.Errorf("reserve exit %d, %q", c, errOut.String())
+	}
+	if !strings.Contains(out.String(), "released 1 copies") {
+		t.Errorf("reserve printed %q", out.String())
+	}
+	if s := copies.Stats(); s.Copies != 0 {
+		t.Errorf("copies held after reserve ended: %d", s.Copies)
+	}
+}
+
+func TestCopyVerbErrors(t *testing.T) {
+	addr, _ := startCopyServer(t)
+	old := signalContext
+	signalContext = func() (context.Context, context.CancelFunc) { return context.WithCancel(context.Background()) }
+	defer func() { signalContext = old }()
+	unknown, _ := engine.NewID("c/db")
+	for _, tc := range []struct {
+		args []string
+		code int
+		msg  string
+	}{
+		{[]string{"reserve", "--addr", addr}, 2, "needs --domain"},
+		{[]string{"reserve", "--addr", addr, "--domain", "c", "--descriptor", "nope=1"}, 1, "NotFound: resource:"},
+		{[]string{"reserve", "--addr", addr, "--domain", "c", "--descriptor", "db=a", "--copies", "4", "--min", "4"}, 1, ""},
+		{[]string{"release", "--addr", addr}, 2, "needs --hold"},
+		{[]string{"release", "--addr", addr, "--hold", unknown}, 1, "NotFound: hold_id:"},
+		{[]string{"transfer", "--addr", addr, "--hold", unknown}, 1, "NotFound: hold_id:"},
+		{[]string{"seize", "--addr", addr, "--transfer", unknown}, 1, "NotFound: transfer_id:"},
+		{[]string{"seize", "--addr", addr, "extra"}, 2, "unexpected argument"},
+	} {
+		var out, errOut bytes.Buffer
+		c := run(tc.args, nil, &out, &errOut)
+		if c != tc.code || !strings.Contains(errOut.String(), tc.msg) {
+			t.Errorf("%v: exit %d, stderr %q; want exit %d and %q", tc.args, c, errOut.String(), tc.code, tc.msg)
+		}
+	}
+}
