@@ -1,0 +1,119 @@
+package server
+
+import (
+	"context"
+	"net"
+	"testing"
+	"time"
+
+	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/test/bufconn"
+
+	charonv1 "github.com/charonlimit/charon/api/charon/v1"
+	"github.com/charonlimit/charon/internal/copystore/memcopy"
+	"github.com/charonlimit/charon/internal/engine"
+)
+
+// benchConn serves one server (engine over a memstore and a memcopy) on an
+// in-memory connection, so the figures compare the two APIs through the
+// same gRPC stack, engine and stores, with no kernel networking.
+func benchConn(b *testing.B) *grpc.ClientConn {
+	b.Helper()
+	copies := memcopy.New(memcopy.Options{})
+	b.Cleanup(func() { copies.Close() })
+	eng := engine.New(engine.Options{Copies: copies})
+	b.Cleanup(func() { eng.Close() })
+	eng.SetTree(charonTree(b))
+	s, err := New(Options{GRPCAddr: "127.0.0.1:0", Engine: eng})
+	if err != nil {
+		b.Fatal(err)
+	}
+	s.grpcLis.Close()
+	lis := bufconn.Listen(1 << 20)
+	go s.grpc.Serve(lis)
+	b.Cleanup(s.grpc.Stop)
+	cc, err := grpc.NewClient("passthrough:///bufnet",
+		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),
+		grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { cc.Close() })
+	return cc
+}
+
+// BenchmarkCopiesVsRLS measures, through one server, one ShouldRateLimit,
+// a unary Reserve+Release pair, and the same pair on a Session stream.
+// The target: a pair costs at most twice one ShouldRateLimit.
+func BenchmarkCopiesVsRLS(b *testing.B) {
+	cc := benchConn(b)
+	ctx := context.Background()
+	b.Run("ShouldRateLimit", func(b *testing.B) {
+		c := rlsv3.NewRateLimitServiceClient(cc)
+		req := &rlsv3.RateLimitRequest{Domain: "c", Descriptors: []*ratelimitv3.RateLimitDescriptor{desc("fast", "u")}}
+		b.ReportAllocs()
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				r, err := c.ShouldRateLimit(ctx, req)
+				if err != nil || r.OverallCode != rlsv3.RateLimitResponse_OK {
+					b.Fatalf("%v, %v", r, err)
+				}
+			}
+		})
+	})
+	b.Run("ReserveRelease", func(b *testing.B) {
+		c := charonv1.NewCharonClient(cc)
+		req := &charonv1.ReserveRequest{Resource: res("c", "big", "u"), Copies: 1}
+		b.ReportAllocs()
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				r, err := c.Reserve(ctx, req)
+				if err != nil || !r.Ok {
+					b.Fatalf("%v, %v", r, err)
+				}
+				if _, err := c.Release(ctx, &charonv1.ReleaseRequest{HoldId: r.HoldId}); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	})
+	b.Run("SessionReserveRelease", func(b *testing.B) {
+		c := charonv1.NewCharonClient(cc)
+		b.ReportAllocs()
+		b.RunParallel(func(pb *testing.PB) {
+			sctx, cancel := context.WithTimeout(ctx, time.Hour)
+			defer cancel()
+			st, err := c.Session(sctx)
+			if err != nil {
+				b.Error(err)
+				return
+			}
+			reserve := &charonv1.SessionRequest{Operation: &charonv1.SessionRequest_Reserve{Reserve: &charonv1.ReserveRequest{Resource: res("c", "big", "u"), Copies: 1}}}
+			for pb.Next() {
+				reserve.Id++
+				if err := st.Send(reserve); err != nil {
+					b.Error(err)
+					return
+				}
+				r, err := st.Recv()
+				if err != nil || !r.GetReserve().GetOk() {
+					b.Errorf("%v, %v", r, err)
+					return
+				}
+				rel := &charonv1.SessionRequest{Id: reserve.Id, Operation: &charonv1.SessionRequest_Release{Release: &charonv1.ReleaseRequest{HoldId: r.GetReserve().GetHoldId()}}}
+				if err := st.Send(rel); err != nil {
+					b.Error(err)
+					return
+				}
+				if _, err := st.Recv(); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+			st.CloseSend()
+		})
+	})
+}
