@@ -71,6 +71,7 @@ func Run(t *testing.T, newStore func(t *testing.T) copystore.Store) {
 		{"Reap", testReap},
 		{"ResourcesIndependent", testIndependent},
 		{"Close", testClose},
+		{"TracesMatchCopylog", testTraces},
 		{"Concurrent", testConcurrentLimits},
 		{"Linearizable", testLinearizable},
 	}

@@ -3,8 +3,10 @@
 // in [min, copies] or nothing, partial and over-releases, unknown holds and
 // transfers, transfers and seizes, leases lapsing at exactly their expiry,
 // keep-alives, session deaths, idempotent reserves, fencing tokens that
-// keep increasing when a resource empties, the periodic reaper,
-// concurrency (run it with -race) and a linearizability check of
+// keep increasing when a resource empties, the periodic reaper, random
+// traces whose every answer must equal copylog's own (a differential test
+// with time moving, so leases and records lapse mid-trace), concurrency
+// (run it with -race) and a linearizability check of
 // concurrent histories against a sequential semaphore model (Porcupine).
 //
 // The suite passes now explicitly to every operation and expects the store
