@@ -31,7 +31,7 @@ used=" "
 pick() { # sets the named variable to a free port not picked before
 	local p
 	for _ in $(seq 500); do
-		p=$((20000 + RANDOM % 30000))
+		p=$((20000 + RANDOM % 12000)) # below Linux's ephemeral ports (32768-)
 		case "$used" in *" $p "*) continue ;; esac
 		if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
 			used="$used$p "
