@@ -14,10 +14,11 @@
 --
 -- KEYS: the call's state keys and global keys (KEYS[1..nk]); in the lock
 -- modes, KEYS[nk+i] is the lock key of KEYS[i].
--- ARGV[1]: msgpack array: mode, now (µs; -1: use Redis TIME), maxTTL (ms),
---   lockTTL (ms), nk, n (items), then per item: state key index, global key
---   index (0: none), policy index, hits, min, flags (1 refund, 2 shadow),
---   then for mode 5: the forced abort flag is the mode itself.
+-- ARGV[1]: big-endian doubles (struct '>d', exact for integers below 2^53,
+--   and read without making a table): mode, now (µs; -1: use Redis TIME),
+--   maxTTL (ms), lockTTL (ms), nk, n (items), then per item: state key
+--   index, global key index (0: none), policy index, hits, min, flags
+--   (1 refund, 2 shadow).
 -- ARGV[2]: the lock token (lock modes) or "".
 -- ARGV[3..]: policies, msgpack arrays (see encode.go):
 --   tiers:  0, hard, global, hard width, global width, n, then per tier:
@@ -28,17 +29,18 @@
 -- Modes: 1 decide; 2 decide unless a key is locked; 3 prepare (lock the
 -- keys, decide without writing); 4 finish and commit; 5 finish and abort
 -- (refunds only); 6 release the locks.
--- Reply: msgpack array: status (0 done, 1 a key is locked, 2 a lock was
--- lost), now (µs), then per item: flags (1 OK, 2 Burst, 4 LimitedByHard,
--- 8 LimitedByGlobal), Granted, Tier, TierHits, DomainHits, ResourceHits,
--- Remaining, RetryAfter (µs), ResetAfter (µs).
+-- Reply: big-endian doubles: status (0 done, 1 a key is locked, 2 a lock
+-- was lost), now (µs), then per item: flags (1 OK, 2 Burst, 4
+-- LimitedByHard, 8 LimitedByGlobal), Granted, Tier, TierHits, DomainHits,
+-- ResourceHits, Remaining, RetryAfter (µs), ResetAfter (µs; +Inf for
+-- Unbounded).
 
 local INF = 1 / 0 -- math.huge
 local SEC = 1000000
 local MAXC = 1125899906842624 -- 2^50, the clamp of copies and min
 -- Redis runs the library's chunk without the Lua libraries (math,
 -- cmsgpack...): they are bound at the first call.
-local fmod, pack, unpack
+local fmod, pack, unpack, spack, sunpack
 
 local function min(a, b)
   if a < b then return a end
@@ -77,20 +79,22 @@ local function clamp(n)
 end
 
 -- ---------------------------------------------------------------------------
--- Hit logs: buckets (start a[i], count c[i]) for i in h..e, strictly
--- increasing starts; sum is the hits of the live buckets. Same operations
--- as tiers/state.go.
+-- Hit logs (tiers/state.go): buckets i in h..e, bucket i's start at l[2i-1]
+-- and its count at l[2i], strictly increasing starts; sum is the hits of
+-- the live buckets. One table per log, whatever its length: entries
+-- outside h..e are garbage and never read. Same operations as
+-- tiers/state.go.
 
-local function newlog() return { a = {}, c = {}, h = 1, e = 0, sum = 0 } end
+local function newlog() return { h = 1, e = 0, sum = 0 } end
 
-local function lreset(l) l.a, l.c, l.h, l.e, l.sum = {}, {}, 1, 0, 0 end
+local function lreset(l) l.h, l.e, l.sum = 1, 0, 0 end
 
 -- count: hits of the buckets starting after t-w.
 local function lcount(l, t, w)
-  local n, lim, a, c = l.sum, t - w, l.a, l.c
-  for i = l.h, l.e do
-    if a[i] > lim then break end
-    n = n - c[i]
+  local n, lim = l.sum, t - w
+  for j = 2 * l.h - 1, 2 * l.e - 1, 2 do
+    if l[j] > lim then break end
+    n = n - l[j + 1]
   end
   return n
 end
@@ -98,20 +102,21 @@ end
 -- oldest: start of the oldest bucket counted at t, or nil.
 local function loldest(l, t, w)
   local lim = t - w
-  for i = l.h, l.e do
-    if l.a[i] > lim then return l.a[i] end
+  for j = 2 * l.h - 1, 2 * l.e - 1, 2 do
+    if l[j] > lim then return l[j] end
   end
   return nil
 end
 
 -- prune: drop the buckets no longer counted at t.
 local function lprune(l, t, w)
-  local lim = t - w
-  while l.h <= l.e and l.a[l.h] <= lim do
-    l.sum = l.sum - l.c[l.h]
-    l.h = l.h + 1
+  local lim, h, e, sum = t - w, l.h, l.e, l.sum
+  while h <= e and l[2 * h - 1] <= lim do
+    sum = sum - l[2 * h]
+    h = h + 1
   end
-  if l.h > l.e then lreset(l) end
+  if h > e then h, e, sum = 1, 0, 0 end
+  l.h, l.e, l.sum = h, e, sum
 end
 
 -- add: n hits at t in buckets of width b, after pruning for window w; a hit
@@ -120,13 +125,14 @@ local function ladd(l, t, w, b, n)
   if n <= 0 then return end
   lprune(l, t, w)
   local at = floormul(t, b)
+  local e = l.e
   l.sum = l.sum + n
-  if l.e >= l.h and l.a[l.e] >= at then
-    l.c[l.e] = l.c[l.e] + n
+  if e >= l.h and l[2 * e - 1] >= at then
+    l[2 * e] = l[2 * e] + n
     return
   end
-  l.e = l.e + 1
-  l.a[l.e], l.c[l.e] = at, n
+  e = e + 1
+  l.e, l[2 * e - 1], l[2 * e] = e, at, n
 end
 
 -- removeNewest: remove up to n hits counted at t, newest first.
@@ -134,15 +140,12 @@ local function lremove(l, t, w, n)
   lprune(l, t, w)
   local done = 0
   while done < n and l.e >= l.h do
-    local k = l.e
-    local take = min(n - done, l.c[k])
-    l.c[k] = l.c[k] - take
+    local k = 2 * l.e
+    local take = min(n - done, l[k])
+    l[k] = l[k] - take
     l.sum = l.sum - take
     done = done + take
-    if l.c[k] == 0 then
-      l.a[k], l.c[k] = nil, nil
-      l.e = k - 1
-    end
+    if l[k] == 0 then l.e = l.e - 1 end
   end
   if l.h > l.e then lreset(l) end
   return done
@@ -150,8 +153,8 @@ end
 
 -- nextExpiry: the earliest instant after t at which a bucket leaves w.
 local function lnext(l, t, w)
-  for i = l.h, l.e do
-    local x = l.a[i] + w
+  for j = 2 * l.h - 1, 2 * l.e - 1, 2 do
+    local x = l[j] + w
     if x > t then return x end
   end
   return nil
@@ -159,28 +162,33 @@ end
 
 local function llast(l)
   if l.e < l.h then return nil end
-  return l.a[l.e]
+  return l[2 * l.e - 1]
 end
 
-local function lenc(l, o)
-  o[#o + 1] = l.e - l.h + 1
-  for i = l.h, l.e do
-    o[#o + 1] = l.a[i]
-    o[#o + 1] = l.c[i]
+-- enc: append the log to the array o, which holds n values; returns the
+-- new n.
+local function lenc(l, o, n)
+  n = n + 1
+  o[n] = l.e - l.h + 1
+  for j = 2 * l.h - 1, 2 * l.e do
+    n = n + 1
+    o[n] = l[j]
   end
+  return n
 end
 
+-- dec: the log at v[p] (m, then m pairs), and the index after it.
 local function ldec(v, p)
-  local l = newlog()
   local m = v[p] or 0
-  p = p + 1
-  for i = 1, m do
-    l.a[i], l.c[i] = v[p], v[p + 1]
-    l.sum = l.sum + v[p + 1]
-    p = p + 2
+  local l = { h = 1, e = m, sum = 0 }
+  local sum = 0
+  for j = 1, 2 * m, 2 do
+    local c = v[p + j + 1]
+    l[j], l[j + 1] = v[p + j], c
+    sum = sum + c
   end
-  l.e = m
-  return l, p
+  l.sum = sum
+  return l, p + 1 + 2 * m
 end
 
 -- ---------------------------------------------------------------------------
@@ -202,6 +210,22 @@ local function decpol(s)
   elseif p.kind == 2 then
     p.lim, p.len = v[2], v[3]
   end
+  return p
+end
+
+-- Decoded policies by their encoding, kept across calls (a policy is the
+-- same from call to call; its table is never written). Emptied when it
+-- holds maxpols of them, so the policies of old configs do not pile up.
+-- A cache of a pure function of the call's arguments: it changes no
+-- decision, and replicas, which apply the calls' effects, never need it.
+local pcache, npols, maxpols = {}, 0, 4096
+
+local function policy(arg)
+  local p = pcache[arg]
+  if p then return p end
+  p = decpol(arg)
+  if npols >= maxpols then pcache, npols = {}, 0 end
+  pcache[arg], npols = p, npols + 1
   return p
 end
 
@@ -244,40 +268,40 @@ local function decstate(blob, kind)
 end
 
 local function encstate(s)
-  local o = { s.kind }
+  local o, n = { s.kind }, 1
   if s.kind == 0 then
-    lenc(s.sec, o)
+    n = lenc(s.sec, o, n)
     -- Tiers never entered after the last entered one are not written: they
     -- read back as never entered, which is what they are.
     local nt = 0
     for i = 1, s.nt do
       if s.t[i].inn then nt = i end
     end
-    o[#o + 1] = nt
+    n = n + 1
+    o[n] = nt
     for i = 1, nt do
       local ts = s.t[i]
-      o[#o + 1] = ts.inn and 1 or 0
-      o[#o + 1] = ts.ent
-      lenc(ts.hits, o)
+      o[n + 1], o[n + 2] = ts.inn and 1 or 0, ts.ent
+      n = lenc(ts.hits, o, n + 2)
     end
   elseif s.kind == 9 then
-    lenc(s.log, o)
+    lenc(s.log, o, n)
   else
-    o[#o + 1] = s.used and 1 or 0
-    o[#o + 1] = s.at
-    o[#o + 1] = s.val
+    o[2], o[3], o[4] = s.used and 1 or 0, s.at, s.val
   end
   return pack(o)
 end
 
+-- A decision: the fields of tiers.Decision the Go side cannot complete.
 local function newd()
   return { ok = false, granted = 0, tier = 0, th = 0, dh = 0, rh = 0, burst = false,
            lh = false, lg = false, rem = 0, retry = 0, reset = 0 }
 end
 
-local function closed()
-  local d = newd()
-  d.retry, d.reset = INF, INF
+-- dreset: d as newd() returns it, without a new table.
+local function dreset(d)
+  d.ok, d.granted, d.tier, d.th, d.dh, d.rh = false, 0, 0, 0, 0, 0
+  d.burst, d.lh, d.lg, d.rem, d.retry, d.reset = false, false, false, 0, 0, 0
   return d
 end
 
@@ -297,10 +321,17 @@ local function phase(p, s, i, t)
 end
 
 -- The walker grants hits in chunks at t over a read-only view of the state:
--- c the current tier, cnt its hits, n granted, mask the tiers entered.
-local function winit(p, s, g, t)
-  local w = { p = p, s = s, t = t, dom = lcount(s.sec, t, SEC), glob = 0, c = 0, cnt = 0, n = 0,
-              mask = {}, nm = 0, hard = false, global = false }
+-- c the current tier, cnt its hits, n granted, nm the number of tiers
+-- entered, and tier j was entered when mask[j] == stamp. Walkers are two
+-- tables made once (W for a decision, RW for the walks of retry_tiers,
+-- which runs inside a decision) and set up anew by winit: a call makes no
+-- table to walk, and the stamp spares clearing the mask.
+local function newwalker() return { mask = {}, stamp = 0 } end
+local W, RW = newwalker(), newwalker()
+
+local function winit(w, p, s, g, t)
+  w.p, w.s, w.t, w.dom, w.glob, w.c, w.cnt, w.n = p, s, t, lcount(s.sec, t, SEC), 0, 0, 0, 0
+  w.nm, w.hard, w.global, w.stamp = 0, false, false, w.stamp + 1
   if g then w.glob = lcount(g, t, SEC) end
   -- The current tier is the highest active one.
   for i = p.n, 1, -1 do
@@ -311,15 +342,6 @@ local function winit(p, s, g, t)
     end
   end
   return w
-end
-
-local function wcopy(w)
-  local x = {}
-  for k, v in pairs(w) do x[k] = v end
-  local m = {}
-  for k, v in pairs(w.mask) do m[k] = v end
-  x.mask = m
-  return x
 end
 
 -- target: the first tier above c that is inactive, passing over skippable
@@ -359,10 +381,17 @@ local function run(w, limit)
       local j = target(w)
       if j == 0 then return end
       w.c, w.cnt = j, 0
-      w.mask[j] = true
+      w.mask[j] = w.stamp
       w.nm = w.nm + 1
     end
   end
+end
+
+-- earlier: the earlier of best and x, counting x only when it is finite
+-- and after t (best may be nil, x may be nil).
+local function earlier(best, x, t)
+  if x and x > t and x ~= INF and (best == nil or x < best) then return x end
+  return best
 end
 
 -- next_event: the earliest instant after t at which the state's meaning
@@ -370,21 +399,18 @@ end
 -- leaving its window), or nil.
 local function next_event(p, s, g, t)
   local best = nil
-  local function consider(x)
-    if x and x > t and x ~= INF and (best == nil or x < best) then best = x end
-  end
   for i = 1, min(p.n, s.nt) do
     local ts = s.t[i]
     if ts.inn then
       local tr = p.T[i]
       local e = ts.ent + tr.act
-      consider(e)
-      consider(e + tr.cool)
-      consider(lnext(ts.hits, t, tr.win))
+      best = earlier(best, e, t)
+      best = earlier(best, e + tr.cool, t)
+      best = earlier(best, lnext(ts.hits, t, tr.win), t)
     end
   end
-  consider(lnext(s.sec, t, SEC))
-  if g then consider(lnext(g, t, SEC)) end
+  best = earlier(best, lnext(s.sec, t, SEC), t)
+  if g then best = earlier(best, lnext(g, t, SEC), t) end
   return best
 end
 
@@ -399,78 +425,80 @@ local function retry_tiers(p, s, g, t, k, m)
     local nx = next_event(p, s, g, cur)
     if not nx then return INF end
     cur = nx
-    local w = winit(p, s, g, cur)
+    local w = winit(RW, p, s, g, cur)
     run(w, need)
     if w.n >= need then return cur - t end
   end
 end
 
--- apply_tiers: commit the walk res that started at tier c0 holding cnt0.
-local function apply_tiers(p, s, gs, t, c0, cnt0, res)
+-- apply_tiers: commit a walk that started at tier c0 holding cnt0 and, at
+-- the request's k, granted n, ended in tier c holding cnt, having entered
+-- nm tiers (those with mask[j] == stamp).
+local function apply_tiers(p, s, gs, t, c0, cnt0, n, c, cnt, nm, mask, stamp)
   for i = s.nt + 1, p.n do s.t[i] = { inn = false, ent = 0, hits = newlog() } end
   if p.n > s.nt then s.nt = p.n end
-  local function addto(i, hits)
-    local tr = p.T[i]
-    ladd(s.t[i].hits, t, tr.win, tr.width, hits)
-  end
-  if res.nm == 0 then
-    addto(c0, res.n)
+  local T = p.T
+  if nm == 0 then
+    ladd(s.t[c0].hits, t, T[c0].win, T[c0].width, n)
   else
     -- The tier left fills up; the tiers entered are entered at t with an
     -- emptied log; the last one gets the rest.
     if c0 >= 1 then
-      local x = p.T[c0].lim - cnt0
-      if x > 0 then addto(c0, x) end
+      local x = T[c0].lim - cnt0
+      if x > 0 then ladd(s.t[c0].hits, t, T[c0].win, T[c0].width, x) end
     end
-    for j = c0 + 1, res.c do
-      if res.mask[j] then
-        local ts = s.t[j]
+    for j = c0 + 1, c do
+      if mask[j] == stamp then
+        local ts, tr = s.t[j], T[j]
         ts.inn, ts.ent = true, t
         lreset(ts.hits)
-        if j == res.c then addto(j, res.cnt) else addto(j, p.T[j].lim) end
+        local x = tr.lim
+        if j == c then x = cnt end
+        ladd(ts.hits, t, tr.win, tr.width, x)
       end
     end
   end
-  ladd(s.sec, t, SEC, p.hw, res.n)
+  ladd(s.sec, t, SEC, p.hw, n)
   s.dirty = true
   if gs then
-    ladd(gs.log, t, SEC, p.gw, res.n)
+    ladd(gs.log, t, SEC, p.gw, n)
     gs.dirty = true
   end
 end
 
-local function decide_tiers(p, s, gs, t, k, m, commit)
+local function decide_tiers(p, s, gs, t, k, m, commit, d)
   local g = gs and gs.log
-  local d = newd()
-  local w = winit(p, s, g, t)
+  local w = winit(W, p, s, g, t)
   local c0, cnt0 = w.c, w.cnt
+  -- The walk for the request's k hits...
   run(w, k)
-  local atK = wcopy(w)
+  local n, c, cnt, nm, dom, glob = w.n, w.c, w.cnt, w.nm, w.dom, w.glob
+  d.lh, d.lg = w.hard, w.global
+  -- ... goes on for Remaining. It marks only tiers above c in the mask.
   run(w, MAXC)
-  d.lh, d.lg = atK.hard, atK.global
-  if atK.n >= m and m <= k then
-    d.ok, d.granted = true, atK.n
-    d.tier, d.th = atK.c, atK.cnt
-    d.burst = atK.nm > 0
-    d.dh = atK.dom + atK.n
-    if g then d.rh = atK.glob + atK.n end
-    d.rem = w.n - atK.n
-    if d.tier >= 1 then
+  if n >= m and m <= k then
+    d.ok, d.granted = true, n
+    d.tier, d.th = c, cnt
+    d.burst = nm > 0
+    d.dh = dom + n
+    if g then d.rh = glob + n end
+    d.rem = w.n - n
+    if c >= 1 then
       -- ResetAfter: the oldest counted hit of the current tier (t when
       -- entered now) plus its window, minus t.
-      local win = p.T[d.tier].win
+      local win = p.T[c].win
       local oldest = t
-      if not atK.mask[d.tier] then
-        local o = loldest(s.t[d.tier].hits, t, win)
+      if w.mask[c] ~= w.stamp then
+        local o = loldest(s.t[c].hits, t, win)
         if o then oldest = o end
       end
       d.reset = max(0, oldest + win - t)
     end
-    if commit and atK.n > 0 then apply_tiers(p, s, gs, t, c0, cnt0, atK) end
+    if commit and n > 0 then apply_tiers(p, s, gs, t, c0, cnt0, n, c, cnt, nm, w.mask, w.stamp) end
   else
     d.tier, d.th = c0, cnt0
-    d.dh = atK.dom
-    if g then d.rh = atK.glob end
+    d.dh = dom
+    if g then d.rh = glob end
     d.rem = w.n
     d.retry = retry_tiers(p, s, g, t, k, m)
     d.reset = d.retry
@@ -480,7 +508,7 @@ end
 
 local function refund_tiers(p, s, gs, t, hits)
   local g = gs and gs.log
-  local w = winit(p, s, g, t)
+  local w = winit(W, p, s, g, t)
   if w.c == 0 or hits <= 0 then return end
   local n = lremove(s.t[w.c].hits, t, p.T[w.c].win, hits)
   lremove(s.sec, t, SEC, n)
@@ -493,25 +521,24 @@ end
 
 local function forget_tiers(p, s)
   local best = nil
-  local function consider(x)
-    if best == nil or x > best then best = x end
-  end
   for i = 1, s.nt do
     local ts = s.t[i]
     if ts.inn and i <= p.n then
       local tr = p.T[i]
+      local x = nil
       if tr.act ~= INF then
-        consider(ts.ent + tr.act + tr.cool)
+        x = ts.ent + tr.act + tr.cool
       else
         -- A tier above the first active for ever: kept for ever.
         if i > 1 then return INF end
         local at = llast(ts.hits)
-        if at then consider(at + tr.win) end
+        if at then x = at + tr.win end
       end
+      if x and (best == nil or x > best) then best = x end
     end
   end
   local at = llast(s.sec)
-  if at then consider(at + SEC) end
+  if at and (best == nil or at + SEC > best) then best = at + SEC end
   return best
 end
 
@@ -527,9 +554,8 @@ local function balance(p, s, t)
   return b + p.r * dt
 end
 
-local function decide_bucket(p, s, t, k, m, commit)
+local function decide_bucket(p, s, t, k, m, commit, d)
   local unit = p.unit
-  local d = newd()
   d.tier = 1
   local b = balance(p, s, t)
   local whole = idiv(b, unit)
@@ -581,10 +607,9 @@ local function fwin(p, s, t)
   return start, 0
 end
 
-local function decide_fixed(p, s, t, k, m, commit)
+local function decide_fixed(p, s, t, k, m, commit, d)
   local start, cnt = fwin(p, s, t)
   local lim = p.lim
-  local d = newd()
   d.tier = 1
   local reset = start + p.len - t
   local n = min(k, max(0, lim - cnt))
@@ -623,12 +648,16 @@ end
 -- ---------------------------------------------------------------------------
 -- tiers.Peek / tiers.Request, tiers.Refund, tiers.ForgetAt.
 
-local function decide(p, s, gs, t, k, m, commit)
+-- decide: the decision on k hits, at least m, written to d (as from
+-- newd); commit applies a grant to the states.
+local function decide(p, s, gs, t, k, m, commit, d)
   k, m = clamp(k), clamp(m)
-  if p.kind == 0 then return decide_tiers(p, s, gs, t, k, m, commit) end
-  if p.kind == 1 then return decide_bucket(p, s, t, k, m, commit) end
-  if p.kind == 2 then return decide_fixed(p, s, t, k, m, commit) end
-  return closed()
+  if p.kind == 0 then return decide_tiers(p, s, gs, t, k, m, commit, d) end
+  if p.kind == 1 then return decide_bucket(p, s, t, k, m, commit, d) end
+  if p.kind == 2 then return decide_fixed(p, s, t, k, m, commit, d) end
+  -- Closed: nothing is ever granted.
+  d.retry, d.reset = INF, INF
+  return d
 end
 
 local function refund(p, s, gs, t, hits)
@@ -654,140 +683,53 @@ end
 -- The call.
 
 
-local function fdecide(KEYS, ARGV)
-if not fmod then fmod, pack, unpack = math.fmod, cmsgpack.pack, cmsgpack.unpack end
-local hdr = unpack(ARGV[1])
-local mode, now, maxttl, lockttl, nk, n = hdr[1], hdr[2], hdr[3], hdr[4], hdr[5], hdr[6]
-local token = ARGV[2]
+-- The answer's header and one item's answer: big-endian doubles.
+local function rhead(status, now) return spack('>dd', status, now) end
 
-if mode >= 2 then
-  if mode == 6 then
-    for i = 1, nk do
-      if redis.call('GET', KEYS[nk + i]) == token then redis.call('DEL', KEYS[nk + i]) end
-    end
-    return pack({ 0, 0 })
-  end
-  if mode <= 3 then
-    -- Another call holds a lock on one of the keys between its two steps.
-    for i = 1, nk do
-      if redis.call('EXISTS', KEYS[nk + i]) == 1 then return pack({ 1, 0 }) end
-    end
-  else
-    for i = 1, nk do
-      if redis.call('GET', KEYS[nk + i]) ~= token then
-        if mode == 4 then return pack({ 2, 0 }) end
-      end
-    end
-  end
+local function ritem(d, granted)
+  local f = 0
+  if d.ok then f = f + 1 end
+  if d.burst then f = f + 2 end
+  if d.lh then f = f + 4 end
+  if d.lg then f = f + 8 end
+  return spack('>ddddddddd', f, granted, d.tier, d.th, d.dh, d.rh, d.rem, d.retry, d.reset)
 end
 
-if now < 0 then
-  -- The clock of the Redis master: every process agrees on it. Scripts
-  -- are replicated by their effects (Redis 7), so reading it is allowed.
-  local tm = redis.call('TIME')
-  now = tonumber(tm[1]) * SEC + tonumber(tm[2])
+-- save: write state s at key, expiring at its ForgetAt, at most maxttl
+-- (ms) from now.
+local function save(key, s, now, maxttl)
+  -- ForgetAt nil (zero): the state is equivalent to a fresh one but for
+  -- the Burst flag of the next request (a first tier active for ever stays
+  -- entered); it expires at now, which on Redis's clock deletes it at once,
+  -- and under a caller's clock keeps the flag exact while that clock is
+  -- ahead of Redis's.
+  local at = forget(s.p, s) or now
+  local ms = floormul(now, 1000) / 1000 + maxttl
+  if at ~= INF then ms = min(ceildiv(at, 1000), ms) end
+  redis.call('SET', key, encstate(s), 'PXAT', ms)
 end
 
-local pols = {}
-local items = {}
-local q = 7
-for i = 1, n do
-  local it = { sk = hdr[q], gk = hdr[q + 1], pi = hdr[q + 2], hits = hdr[q + 3], min = hdr[q + 4] }
-  local f = hdr[q + 5]
-  it.refund = fmod(f, 2) == 1
-  it.shadow = fmod(idiv(f, 2), 2) == 1
-  q = q + 6
-  if not pols[it.pi] then pols[it.pi] = decpol(ARGV[2 + it.pi]) end
-  it.p = pols[it.pi]
-  items[i] = it
+-- load: the state at key for a policy p (kind 9: a global state).
+local function load(key, p, kind)
+  local s = decstate(redis.call('GET', key), kind)
+  s.p = p
+  return s
 end
 
--- Load every key once; items sharing a key share its table.
-local st = {}
-for i = 1, n do
-  local it = items[i]
-  if not st[it.sk] then
-    local kind = it.p.kind
-    if kind > 2 then kind = 3 end
-    st[it.sk] = decstate(redis.call('GET', KEYS[it.sk]), kind)
-    st[it.sk].p = it.p
-  end
-  if it.gk > 0 and not st[it.gk] then
-    st[it.gk] = decstate(redis.call('GET', KEYS[it.gk]), 9)
-  end
+local function statekind(p)
+  if p.kind > 2 then return 3 end
+  return p.kind
 end
 
--- Groups: the take items sharing a state key, led by the first of them,
--- asking for the sum of their hits and minimums (store.Apply).
-local lead, gh, gm, first = {}, {}, {}, {}
-for i = 1, n do
-  local it = items[i]
-  if not it.refund then
-    local l = first[it.sk]
-    if not l then
-      l = i
-      first[it.sk] = i
-      gh[i], gm[i] = 0, 0
-    end
-    lead[i] = l
-    gh[l] = gh[l] + it.hits
-    gm[l] = gm[l] + it.min
-  end
-end
+-- The decision of the fast path (a call of one take item), made once.
+local D = newd()
 
-local function gstate(it)
-  if it.gk > 0 then return st[it.gk] end
-  return nil
-end
-
-local out, gr = {}, {}
-
--- Apply step 1: every refund, in order, then a Peek of one hit.
-for i = 1, n do
-  local it = items[i]
-  if it.refund then
-    refund(it.p, st[it.sk], gstate(it), now, it.hits)
-    local d = decide(it.p, st[it.sk], gstate(it), now, 1, 1, false)
-    d.ok = true
-    out[i], gr[i] = d, 0
-  end
-end
-
--- Step 2: each group's Peek of its sums, in leader order; a global limit's
--- room is shared with the earlier granted groups of the same global.
-local rejected = (mode == 5)
-for i = 1, n do
-  local it = items[i]
-  if not it.refund and lead[i] == i then
-    local p = it.p
-    local d = decide(p, st[it.sk], gstate(it), now, gh[i], gm[i], false)
-    if d.ok and it.gk > 0 and p.kind == 0 and p.glob > 0 then
-      local s = 0
-      for k = 1, i - 1 do
-        local o = items[k]
-        if o.gk == it.gk and not o.refund and lead[k] == k and out[k].ok then s = s + out[k].granted end
-      end
-      local room = p.glob - (d.rh - d.granted) - s
-      if room < d.granted then
-        if room >= gm[i] then
-          d.granted = room
-        else
-          d.ok, d.granted, d.lg = false, 0, true
-          d.rem = max(room, 0)
-        end
-      end
-    end
-    out[i] = d
-    if not d.ok and not it.shadow then rejected = true end
-  end
-end
-
--- split: share the group answer of leader i between its members, in item
+-- split: share the answer of group leader i between its members, in item
 -- order: each its min, then the rest up to its hits.
-local function split(i)
+local function split(i, items, lead, out, gr, gm)
   local d = out[i]
   local extra = d.granted - gm[i]
-  for j = i, n do
+  for j = i, #items do
     local o = items[j]
     if not o.refund and lead[j] == i then
       out[j] = d
@@ -802,62 +744,183 @@ local function split(i)
   end
 end
 
-if mode == 3 then
-  -- Prepare: lock the keys, write nothing, answer the predictions.
-  for i = 1, nk do
-    redis.call('SET', KEYS[nk + i], token, 'PX', lockttl)
-  end
+-- The general path: any number of items, refunds, the two-step's modes.
+local function general(KEYS, ARGV, mode, now, maxttl, lockttl, nk, n, pos)
+  local token = ARGV[2]
+  local items, pols = {}, {}
   for i = 1, n do
-    if not items[i].refund and lead[i] == i then split(i) end
+    local sk, gk, pi, hits, mn, f
+    sk, gk, pi, hits, mn, f, pos = sunpack('>dddddd', ARGV[1], pos)
+    local it = { sk = sk, gk = gk, pi = pi, hits = hits, min = mn }
+    it.refund = fmod(f, 2) == 1
+    it.shadow = fmod(idiv(f, 2), 2) == 1
+    if not pols[pi] then pols[pi] = policy(ARGV[2 + pi]) end
+    it.p = pols[pi]
+    items[i] = it
   end
-else
-  -- Step 3: a rejected non-shadow group rejects the call: predictions.
-  -- Step 4: otherwise commit every group but the rejected shadow ones.
+
+  -- Load every key once; items sharing a key share its table.
+  local st = {}
+  for i = 1, n do
+    local it = items[i]
+    if not st[it.sk] then st[it.sk] = load(KEYS[it.sk], it.p, statekind(it.p)) end
+    if it.gk > 0 and not st[it.gk] then st[it.gk] = load(KEYS[it.gk], nil, 9) end
+  end
+  local function gstate(it)
+    if it.gk > 0 then return st[it.gk] end
+    return nil
+  end
+
+  -- Groups: the take items sharing a state key, led by the first of them,
+  -- asking for the sum of their hits and minimums (store.Apply).
+  local lead, gh, gm, first = {}, {}, {}, {}
+  for i = 1, n do
+    local it = items[i]
+    if not it.refund then
+      local l = first[it.sk]
+      if not l then
+        l = i
+        first[it.sk] = i
+        gh[i], gm[i] = 0, 0
+      end
+      lead[i] = l
+      gh[l] = gh[l] + it.hits
+      gm[l] = gm[l] + it.min
+    end
+  end
+
+  local out, gr = {}, {}
+
+  -- Apply step 1: every refund, in order, then a Peek of one hit.
+  for i = 1, n do
+    local it = items[i]
+    if it.refund then
+      refund(it.p, st[it.sk], gstate(it), now, it.hits)
+      local d = decide(it.p, st[it.sk], gstate(it), now, 1, 1, false, newd())
+      d.ok = true
+      out[i], gr[i] = d, 0
+    end
+  end
+
+  -- Step 2: each group's Peek of its sums, in leader order; a global
+  -- limit's room is shared with the earlier granted groups of the same
+  -- global.
+  local rejected = (mode == 5)
   for i = 1, n do
     local it = items[i]
     if not it.refund and lead[i] == i then
-      if not rejected and not (it.shadow and not out[i].ok) then
-        out[i] = decide(it.p, st[it.sk], gstate(it), now, gh[i], gm[i], true)
+      local p = it.p
+      local d = decide(p, st[it.sk], gstate(it), now, gh[i], gm[i], false, newd())
+      if d.ok and it.gk > 0 and p.kind == 0 and p.glob > 0 then
+        local s = 0
+        for k = 1, i - 1 do
+          local o = items[k]
+          if o.gk == it.gk and not o.refund and lead[k] == k and out[k].ok then s = s + out[k].granted end
+        end
+        local room = p.glob - (d.rh - d.granted) - s
+        if room < d.granted then
+          if room >= gm[i] then
+            d.granted = room
+          else
+            d.ok, d.granted, d.lg = false, 0, true
+            d.rem = max(room, 0)
+          end
+        end
       end
-      split(i)
+      out[i] = d
+      if not d.ok and not it.shadow then rejected = true end
     end
   end
-  -- Write what changed: each key expires at its ForgetAt, at most maxttl
-  -- from now.
-  local nowms = floormul(now, 1000) / 1000
-  for k, s in pairs(st) do
-    if s.dirty then
-      -- ForgetAt nil (zero): the state is equivalent to a fresh one but
-      -- for the Burst flag of the next request (a first tier active for
-      -- ever stays entered); it expires at now, which on Redis's clock
-      -- deletes it at once, and under a caller's clock keeps the flag
-      -- exact while that clock is ahead of Redis's.
-      local at = forget(s.p, s) or now
-      local ms = nowms + maxttl
-      if at ~= INF then ms = min(ceildiv(at, 1000), ms) end
-      redis.call('SET', KEYS[k], encstate(s), 'PXAT', ms)
-    end
-  end
-  if mode >= 4 then
+
+  if mode == 3 then
+    -- Prepare: lock the keys, write nothing, answer the predictions.
     for i = 1, nk do
-      if redis.call('GET', KEYS[nk + i]) == token then redis.call('DEL', KEYS[nk + i]) end
+      redis.call('SET', KEYS[nk + i], token, 'PX', lockttl)
+    end
+    for i = 1, n do
+      if not items[i].refund and lead[i] == i then split(i, items, lead, out, gr, gm) end
+    end
+  else
+    -- Step 3: a rejected non-shadow group rejects the call: predictions.
+    -- Step 4: otherwise commit every group but the rejected shadow ones.
+    for i = 1, n do
+      local it = items[i]
+      if not it.refund and lead[i] == i then
+        if not rejected and not (it.shadow and not out[i].ok) then
+          out[i] = decide(it.p, st[it.sk], gstate(it), now, gh[i], gm[i], true, newd())
+        end
+        split(i, items, lead, out, gr, gm)
+      end
+    end
+    -- Write what changed.
+    for k, s in pairs(st) do
+      if s.dirty then save(KEYS[k], s, now, maxttl) end
+    end
+    if mode >= 4 then
+      for i = 1, nk do
+        if redis.call('GET', KEYS[nk + i]) == token then redis.call('DEL', KEYS[nk + i]) end
+      end
     end
   end
+
+  local r = { rhead(0, now) }
+  for i = 1, n do r[i + 1] = ritem(out[i], gr[i]) end
+  return table.concat(r)
 end
 
-local r = { 0, now }
-for i = 1, n do
-  local d = out[i]
-  local f = 0
-  if d.ok then f = f + 1 end
-  if d.burst then f = f + 2 end
-  if d.lh then f = f + 4 end
-  if d.lg then f = f + 8 end
-  local x = #r
-  r[x + 1], r[x + 2], r[x + 3], r[x + 4], r[x + 5] = f, gr[i], d.tier, d.th, d.dh
-  r[x + 6], r[x + 7], r[x + 8], r[x + 9] = d.rh, d.rem, d.retry, d.reset
-end
-return pack(r)
+local function fdecide(KEYS, ARGV)
+  if not fmod then
+    fmod, pack, unpack = math.fmod, cmsgpack.pack, cmsgpack.unpack
+    spack, sunpack = struct.pack, struct.unpack
+  end
+  local mode, now, maxttl, lockttl, nk, n, pos = sunpack('>dddddd', ARGV[1])
+  local token = ARGV[2]
+
+  if mode >= 2 then
+    if mode == 6 then
+      for i = 1, nk do
+        if redis.call('GET', KEYS[nk + i]) == token then redis.call('DEL', KEYS[nk + i]) end
+      end
+      return rhead(0, 0)
+    end
+    if mode <= 3 then
+      -- Another call holds a lock on one of the keys between its two steps.
+      for i = 1, nk do
+        if redis.call('EXISTS', KEYS[nk + i]) == 1 then return rhead(1, 0) end
+      end
+    else
+      for i = 1, nk do
+        if redis.call('GET', KEYS[nk + i]) ~= token then
+          if mode == 4 then return rhead(2, 0) end
+        end
+      end
+    end
+  end
+
+  if now < 0 then
+    -- The clock of the Redis master: every process agrees on it. Functions
+    -- are replicated by their effects, so reading it is allowed.
+    local tm = redis.call('TIME')
+    now = tonumber(tm[1]) * SEC + tonumber(tm[2])
+  end
+
+  if n == 1 and mode <= 2 then
+    local sk, gk, pi, hits, mn, f = sunpack('>dddddd', ARGV[1], pos)
+    if fmod(f, 2) == 0 then
+      -- The fast path, one take item: store.Apply's steps reduce to one
+      -- Request (a rejection changes nothing, shadow or not), and its
+      -- group's answer is its own.
+      local p = policy(ARGV[3])
+      local s = load(KEYS[sk], p, statekind(p))
+      local gs = nil
+      if gk > 0 then gs = load(KEYS[gk], nil, 9) end
+      local d = decide(p, s, gs, now, hits, mn, true, dreset(D))
+      if s.dirty then save(KEYS[sk], s, now, maxttl) end
+      if gs and gs.dirty then save(KEYS[gk], gs, now, maxttl) end
+      return rhead(0, now) .. ritem(d, d.granted)
+    end
+  end
+  return general(KEYS, ARGV, mode, now, maxttl, lockttl, nk, n, pos)
 end
 
 redis.register_function{ function_name = 'charon_decide_@V@', callback = fdecide }

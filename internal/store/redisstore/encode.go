@@ -11,9 +11,11 @@ import (
 	"github.com/charonlimit/charon/tiers"
 )
 
-// The script's arguments and replies are msgpack arrays of integers
-// (Redis's cmsgpack reads and writes them exactly up to 2^53; +Inf stands
-// for Unbounded).
+// The function's arguments are big-endian doubles (exact for the integers
+// below 2^53 it works with; larger counts are clamped by it anyway), and
+// so are its replies (+Inf stands for Unbounded). Policies are msgpack
+// arrays of integers (Redis's cmsgpack reads them exactly up to 2^53),
+// decoded by the function once per policy.
 
 func appendArray(b []byte, n int) []byte {
 	switch {
@@ -50,106 +52,31 @@ func appendMicros(b []byte, us int64) []byte {
 	return appendInt(b, us)
 }
 
-var errReply = errors.New("redisstore: malformed script reply")
+// appendF64 appends v as a big-endian double, rounded as Lua would round
+// it.
+func appendF64(b []byte, v int64) []byte {
+	return binary.BigEndian.AppendUint64(b, math.Float64bits(float64(v)))
+}
 
-// reader decodes a msgpack array of numbers from the script's reply.
+var errReply = errors.New("redisstore: malformed function reply")
+
+// reader decodes the function's reply, a sequence of big-endian doubles.
 type reader struct {
 	b   string
 	err error
 }
 
-func be16(s string) uint64 { return uint64(s[0])<<8 | uint64(s[1]) }
-func be32(s string) uint64 { return be16(s)<<16 | be16(s[2:]) }
-func be64(s string) uint64 { return be32(s)<<32 | be32(s[4:]) }
-
-func (r *reader) array() int {
-	if len(r.b) == 0 {
-		r.err = errReply
-		return 0
-	}
-	c := r.b[0]
-	switch {
-	case c&0xf0 == 0x90:
-		r.b = r.b[1:]
-		return int(c & 0x0f)
-	case c == 0xdc && len(r.b) >= 3:
-		n := int(be16(r.b[1:]))
-		r.b = r.b[3:]
-		return n
-	case c == 0xdd && len(r.b) >= 5:
-		n := int(be32(r.b[1:]))
-		r.b = r.b[5:]
-		return n
-	}
-	r.err = errReply
-	return 0
-}
-
 // num returns the next number; +Inf (and any number too large to be a
 // count of µs) is returned as math.MaxInt64.
 func (r *reader) num() int64 {
-	if r.err != nil || len(r.b) == 0 {
+	if r.err != nil || len(r.b) < 8 {
 		r.err = errReply
 		return 0
 	}
-	c := r.b[0]
-	need := func(n int) bool {
-		if len(r.b) < 1+n {
-			r.err = errReply
-			return false
-		}
-		return true
-	}
-	var v int64
-	switch {
-	case c < 0x80:
-		r.b = r.b[1:]
-		return int64(c)
-	case c >= 0xe0:
-		r.b = r.b[1:]
-		return int64(int8(c))
-	case c == 0xcc && need(1):
-		v = int64(r.b[1])
-		r.b = r.b[2:]
-	case c == 0xcd && need(2):
-		v = int64(be16(r.b[1:]))
-		r.b = r.b[3:]
-	case c == 0xce && need(4):
-		v = int64(be32(r.b[1:]))
-		r.b = r.b[5:]
-	case c == 0xcf && need(8):
-		u := be64(r.b[1:])
-		r.b = r.b[9:]
-		if u > math.MaxInt64 {
-			return math.MaxInt64
-		}
-		v = int64(u)
-	case c == 0xd0 && need(1):
-		v = int64(int8(r.b[1]))
-		r.b = r.b[2:]
-	case c == 0xd1 && need(2):
-		v = int64(int16(uint16(be16(r.b[1:]))))
-		r.b = r.b[3:]
-	case c == 0xd2 && need(4):
-		v = int64(int32(uint32(be32(r.b[1:]))))
-		r.b = r.b[5:]
-	case c == 0xd3 && need(8):
-		v = int64(be64(r.b[1:]))
-		r.b = r.b[9:]
-	case c == 0xca && need(4):
-		f := float64(math.Float32frombits(uint32(be32(r.b[1:]))))
-		r.b = r.b[5:]
-		v = floatMicros(f)
-	case c == 0xcb && need(8):
-		f := math.Float64frombits(be64(r.b[1:]))
-		r.b = r.b[9:]
-		v = floatMicros(f)
-	default:
-		if r.err == nil {
-			r.err = errReply
-		}
-	}
-	return v
+	u := uint64(r.b[0])<<56 | uint64(r.b[1])<<48 | uint64(r.b[2])<<40 | uint64(r.b[3])<<32 |
+		uint64(r.b[4])<<24 | uint64(r.b[5])<<16 | uint64(r.b[6])<<8 | uint64(r.b[7])
+	r.b = r.b[8:]
+	return floatMicros(math.Float64frombits(u))
 }
 
 func floatMicros(f float64) int64 {

@@ -250,23 +250,22 @@ func (s *Store) exec(ctx context.Context, c *call, items []store.Item, sel int, 
 			c.keys = append(c.keys, lockKey(s.prefix, c.keys[k]))
 		}
 	}
-	h := appendArray(c.hdr[:0], 6+6*n)
-	h = appendInt(h, int64(mode))
-	h = appendInt(h, now)
-	h = appendInt(h, s.maxTTL)
-	h = appendInt(h, s.lockTTL)
-	h = appendInt(h, int64(nk))
-	h = appendInt(h, int64(n))
+	h := appendF64(c.hdr[:0], int64(mode))
+	h = appendF64(h, now)
+	h = appendF64(h, s.maxTTL)
+	h = appendF64(h, s.lockTTL)
+	h = appendF64(h, int64(nk))
+	h = appendF64(h, int64(n))
 	for i := range items {
 		if c.kix[i] < 0 {
 			continue
 		}
 		it := &items[i]
-		h = appendInt(h, int64(c.kix[i]+1))
-		h = appendInt(h, int64(c.gix[i]+1))
-		h = appendInt(h, int64(c.pix[i]+1))
-		h = appendInt(h, it.Hits)
-		h = appendInt(h, it.Min)
+		h = appendF64(h, int64(c.kix[i]+1))
+		h = appendF64(h, int64(c.gix[i]+1))
+		h = appendF64(h, int64(c.pix[i]+1))
+		h = appendF64(h, it.Hits)
+		h = appendF64(h, it.Min)
 		var f int64
 		if it.Refund {
 			f |= 1
@@ -274,7 +273,7 @@ func (s *Store) exec(ctx context.Context, c *call, items []store.Item, sel int, 
 		if it.Shadow {
 			f |= 2
 		}
-		h = appendInt(h, f)
+		h = appendF64(h, f)
 	}
 	c.hdr = h
 	c.args = append(c.args[:0], h, token)
@@ -301,10 +300,9 @@ func (c *call) keyIndex(k string) int {
 // read decodes a reply for the items of the last exec.
 func (c *call) read(res string, items []store.Item, out []tiers.Decision) (int, int64, error) {
 	r := reader{b: res}
-	n := r.array()
 	st := r.num()
 	used := r.num()
-	if r.err != nil || n < 2 {
+	if r.err != nil {
 		return 0, 0, errReply
 	}
 	if st != statusDone {
