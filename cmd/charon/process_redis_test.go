@@ -487,3 +487,23 @@ func TestRedisClusterServe(t *testing.T) {
 	}
 	p.stop(t)
 }
+
+// TestRedisSentinelServe serves through a Sentinel URL: the limit holds.
+func TestRedisSentinelServe(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the binary and a Sentinel set")
+	}
+	s := redistest.Sentinel(t)
+	bin := buildCharon(t)
+	cfg := writeRedisConfig(t)
+	p := startServe(t, bin, "--config", cfg, "--store", "redis",
+		"--redis-url", "redis-sentinel://"+s.Sentinel.Addr()+"/"+s.MasterName, "--redis-timeout", "2s")
+	if got := burst(t, []*proc{p}, 3*testLimit, "user", "judy"); got != testLimit {
+		t.Errorf("burst of %d through Sentinel: %d granted, want %d", 3*testLimit, got, testLimit)
+	}
+	out, err := redistest.CLI(s.Master.Port, "dbsize")
+	if n, _ := strconv.Atoi(strings.TrimSpace(out)); err != nil || n == 0 {
+		t.Errorf("master DBSIZE %q, %v: the decisions did not reach the master", out, err)
+	}
+	p.stop(t)
+}
