@@ -40,7 +40,7 @@ local SEC = 1000000
 local MAXC = 1125899906842624 -- 2^50, the clamp of copies and min
 -- Redis runs the library's chunk without the Lua libraries (math,
 -- cmsgpack...): they are bound at the first call.
-local fmod, pack, unpack, spack, sunpack
+local fmod, mpack, munpack, spack, sunpack, tunpack
 
 local function min(a, b)
   if a < b then return a end
@@ -79,20 +79,22 @@ local function clamp(n)
 end
 
 -- ---------------------------------------------------------------------------
--- Hit logs (tiers/state.go): buckets i in h..e, bucket i's start at l[2i-1]
--- and its count at l[2i], strictly increasing starts; sum is the hits of
--- the live buckets. One table per log, whatever its length: entries
--- outside h..e are garbage and never read. Same operations as
--- tiers/state.go.
+-- Hit logs (tiers/state.go): buckets with strictly increasing starts, of
+-- which l[H]..l[E] are live (bucket i's start at l[2i+2], its count at
+-- l[2i+3]); l[SUM] is the hits of the live buckets. A log is one table,
+-- all in its array part (made in one go by ldec, with no rehash for named
+-- fields); entries outside the live buckets are garbage, never read. Same
+-- operations as tiers/state.go.
+local H, E, SUM = 1, 2, 3
 
-local function newlog() return { h = 1, e = 0, sum = 0 } end
+local function newlog() return { 1, 0, 0 } end
 
-local function lreset(l) l.h, l.e, l.sum = 1, 0, 0 end
+local function lreset(l) l[H], l[E], l[SUM] = 1, 0, 0 end
 
 -- count: hits of the buckets starting after t-w.
 local function lcount(l, t, w)
-  local n, lim = l.sum, t - w
-  for j = 2 * l.h - 1, 2 * l.e - 1, 2 do
+  local n, lim = l[SUM], t - w
+  for j = 2 * l[H] + 2, 2 * l[E] + 2, 2 do
     if l[j] > lim then break end
     n = n - l[j + 1]
   end
@@ -102,7 +104,7 @@ end
 -- oldest: start of the oldest bucket counted at t, or nil.
 local function loldest(l, t, w)
   local lim = t - w
-  for j = 2 * l.h - 1, 2 * l.e - 1, 2 do
+  for j = 2 * l[H] + 2, 2 * l[E] + 2, 2 do
     if l[j] > lim then return l[j] end
   end
   return nil
@@ -110,13 +112,13 @@ end
 
 -- prune: drop the buckets no longer counted at t.
 local function lprune(l, t, w)
-  local lim, h, e, sum = t - w, l.h, l.e, l.sum
-  while h <= e and l[2 * h - 1] <= lim do
-    sum = sum - l[2 * h]
+  local lim, h, e, sum = t - w, l[H], l[E], l[SUM]
+  while h <= e and l[2 * h + 2] <= lim do
+    sum = sum - l[2 * h + 3]
     h = h + 1
   end
   if h > e then h, e, sum = 1, 0, 0 end
-  l.h, l.e, l.sum = h, e, sum
+  l[H], l[E], l[SUM] = h, e, sum
 end
 
 -- add: n hits at t in buckets of width b, after pruning for window w; a hit
@@ -125,35 +127,35 @@ local function ladd(l, t, w, b, n)
   if n <= 0 then return end
   lprune(l, t, w)
   local at = floormul(t, b)
-  local e = l.e
-  l.sum = l.sum + n
-  if e >= l.h and l[2 * e - 1] >= at then
-    l[2 * e] = l[2 * e] + n
+  local e = l[E]
+  l[SUM] = l[SUM] + n
+  if e >= l[H] and l[2 * e + 2] >= at then
+    l[2 * e + 3] = l[2 * e + 3] + n
     return
   end
   e = e + 1
-  l.e, l[2 * e - 1], l[2 * e] = e, at, n
+  l[E], l[2 * e + 2], l[2 * e + 3] = e, at, n
 end
 
 -- removeNewest: remove up to n hits counted at t, newest first.
 local function lremove(l, t, w, n)
   lprune(l, t, w)
   local done = 0
-  while done < n and l.e >= l.h do
-    local k = 2 * l.e
+  while done < n and l[E] >= l[H] do
+    local k = 2 * l[E] + 3
     local take = min(n - done, l[k])
     l[k] = l[k] - take
-    l.sum = l.sum - take
+    l[SUM] = l[SUM] - take
     done = done + take
-    if l[k] == 0 then l.e = l.e - 1 end
+    if l[k] == 0 then l[E] = l[E] - 1 end
   end
-  if l.h > l.e then lreset(l) end
+  if l[H] > l[E] then lreset(l) end
   return done
 end
 
 -- nextExpiry: the earliest instant after t at which a bucket leaves w.
 local function lnext(l, t, w)
-  for j = 2 * l.h - 1, 2 * l.e - 1, 2 do
+  for j = 2 * l[H] + 2, 2 * l[E] + 2, 2 do
     local x = l[j] + w
     if x > t then return x end
   end
@@ -161,16 +163,16 @@ local function lnext(l, t, w)
 end
 
 local function llast(l)
-  if l.e < l.h then return nil end
-  return l[2 * l.e - 1]
+  if l[E] < l[H] then return nil end
+  return l[2 * l[E] + 2]
 end
 
--- enc: append the log to the array o, which holds n values; returns the
--- new n.
+-- enc: append the log to the array o, which holds n values (m, then m
+-- pairs start, count); returns the new n.
 local function lenc(l, o, n)
   n = n + 1
-  o[n] = l.e - l.h + 1
-  for j = 2 * l.h - 1, 2 * l.e do
+  o[n] = l[E] - l[H] + 1
+  for j = 2 * l[H] + 2, 2 * l[E] + 3 do
     n = n + 1
     o[n] = l[j]
   end
@@ -180,14 +182,10 @@ end
 -- dec: the log at v[p] (m, then m pairs), and the index after it.
 local function ldec(v, p)
   local m = v[p] or 0
-  local l = { h = 1, e = m, sum = 0 }
+  local l = { 1, m, 0, tunpack(v, p + 1, p + 2 * m) }
   local sum = 0
-  for j = 1, 2 * m, 2 do
-    local c = v[p + j + 1]
-    l[j], l[j + 1] = v[p + j], c
-    sum = sum + c
-  end
-  l.sum = sum
+  for j = 5, 2 * m + 3, 2 do sum = sum + l[j] end
+  l[SUM] = sum
   return l, p + 1 + 2 * m
 end
 
@@ -195,7 +193,7 @@ end
 -- Policies and states.
 
 local function decpol(s)
-  local v = unpack(s)
+  local v = munpack(s)
   local p = { kind = v[1] }
   if p.kind == 0 then
     p.hard, p.glob, p.hw, p.gw, p.n = v[2], v[3], v[4], v[5], v[6]
@@ -236,12 +234,14 @@ end
 --   global:       9, log
 -- A log is: m, then m pairs (start, count).
 local function decstate(blob, kind)
-  local s = { kind = kind, dirty = false }
+  -- Every field in the constructors: no table grows afterwards.
+  local s = { kind = kind, dirty = false, p = false, t = false, nt = 0, sec = false, log = false,
+              used = false, at = 0, val = 0 }
   local v = nil
-  if blob then v = unpack(blob) end
+  if blob then v = munpack(blob) end
   if type(v) ~= 'table' or v[1] ~= kind then v = nil end
   if kind == 0 then
-    s.t, s.nt = {}, 0
+    s.t = {}
     if not v then
       s.sec = newlog()
       return s
@@ -251,24 +251,26 @@ local function decstate(blob, kind)
     s.nt = v[p]
     p = p + 1
     for i = 1, s.nt do
-      local ts = { inn = v[p] == 1, ent = v[p + 1] }
-      ts.hits, p = ldec(v, p + 2)
-      s.t[i] = ts
+      local inn, ent, hits = v[p] == 1, v[p + 1], nil
+      hits, p = ldec(v, p + 2)
+      s.t[i] = { inn = inn, ent = ent, hits = hits }
     end
   elseif kind == 9 then
     if v then s.log = ldec(v, 2) else s.log = newlog() end
-  else
-    if v then
-      s.used, s.at, s.val = v[2] == 1, v[3], v[4]
-    else
-      s.used, s.at, s.val = false, 0, 0
-    end
+  elseif v then
+    s.used, s.at, s.val = v[2] == 1, v[3], v[4]
   end
   return s
 end
 
+-- The array encstate fills, made once: its array part has grown to the
+-- largest state seen. Entries past the state's are cleared, as
+-- cmsgpack.pack packs a table whose keys are 1..n as an array of n.
+local O, on = {}, 0
+
 local function encstate(s)
-  local o, n = { s.kind }, 1
+  local o, n = O, 1
+  o[1] = s.kind
   if s.kind == 0 then
     n = lenc(s.sec, o, n)
     -- Tiers never entered after the last entered one are not written: they
@@ -285,11 +287,14 @@ local function encstate(s)
       n = lenc(ts.hits, o, n + 2)
     end
   elseif s.kind == 9 then
-    lenc(s.log, o, n)
+    n = lenc(s.log, o, n)
   else
     o[2], o[3], o[4] = s.used and 1 or 0, s.at, s.val
+    n = 4
   end
-  return pack(o)
+  for i = n + 1, on do o[i] = nil end
+  on = n
+  return mpack(o)
 end
 
 -- A decision: the fields of tiers.Decision the Go side cannot complete.
@@ -870,8 +875,8 @@ end
 
 local function fdecide(KEYS, ARGV)
   if not fmod then
-    fmod, pack, unpack = math.fmod, cmsgpack.pack, cmsgpack.unpack
-    spack, sunpack = struct.pack, struct.unpack
+    fmod, mpack, munpack = math.fmod, cmsgpack.pack, cmsgpack.unpack
+    spack, sunpack, tunpack = struct.pack, struct.unpack, unpack
   end
   local mode, now, maxttl, lockttl, nk, n, pos = sunpack('>dddddd', ARGV[1])
   local token = ARGV[2]
