@@ -691,13 +691,22 @@ end
 -- The answer's header and one item's answer: big-endian doubles.
 local function rhead(status, now) return spack('>dd', status, now) end
 
-local function ritem(d, granted)
+local function dflags(d)
   local f = 0
   if d.ok then f = f + 1 end
   if d.burst then f = f + 2 end
   if d.lh then f = f + 4 end
   if d.lg then f = f + 8 end
-  return spack('>ddddddddd', f, granted, d.tier, d.th, d.dh, d.rh, d.rem, d.retry, d.reset)
+  return f
+end
+
+local function ritem(d, granted)
+  return spack('>ddddddddd', dflags(d), granted, d.tier, d.th, d.dh, d.rh, d.rem, d.retry, d.reset)
+end
+
+-- rone: the whole answer to a call of one item, in one string.
+local function rone(now, d, granted)
+  return spack('>ddddddddddd', 0, now, dflags(d), granted, d.tier, d.th, d.dh, d.rh, d.rem, d.retry, d.reset)
 end
 
 -- save: write state s at key, expiring at its ForgetAt, at most maxttl
@@ -922,7 +931,7 @@ local function fdecide(KEYS, ARGV)
       local d = decide(p, s, gs, now, hits, mn, true, dreset(D))
       if s.dirty then save(KEYS[sk], s, now, maxttl) end
       if gs and gs.dirty then save(KEYS[gk], gs, now, maxttl) end
-      return rhead(0, now) .. ritem(d, d.granted)
+      return rone(now, d, d.granted)
     end
   end
   return general(KEYS, ARGV, mode, now, maxttl, lockttl, nk, n, pos)

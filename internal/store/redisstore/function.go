@@ -23,6 +23,9 @@ var (
 	libVersion  = libHash(decideLua)
 	libraryCode = strings.ReplaceAll(decideLua, "@V@", libVersion)
 	funcName    = "charon_decide_" + libVersion
+	// The command's first arguments, boxed once.
+	fcallName   any = "fcall"
+	funcNameArg any = funcName
 )
 
 func libHash(code string) string {
@@ -57,15 +60,17 @@ func (s *Store) Load(ctx context.Context) error {
 	return nil
 }
 
-// fcall calls the decide function, loading it first when Redis does not
-// have it (then calling it again: it did not run).
-func (s *Store) fcall(ctx context.Context, keys []string, args []any) (string, error) {
-	res, err := s.c.FCall(ctx, funcName, keys, args...).Text()
+// fcall sends cmd, an FCALL of the decide function (fcallName,
+// funcNameArg, the number of keys, the keys, the arguments), loading the
+// function first when Redis does not have it (then sending cmd again: the
+// function did not run).
+func (s *Store) fcall(ctx context.Context, cmd []any) (string, error) {
+	res, err := s.c.Do(ctx, cmd...).Text()
 	if isNotFound(err) {
 		if err := s.Load(ctx); err != nil {
 			return "", err
 		}
-		res, err = s.c.FCall(ctx, funcName, keys, args...).Text()
+		res, err = s.c.Do(ctx, cmd...).Text()
 	}
 	if err != nil {
 		return "", fmt.Errorf("redisstore: %w", err)

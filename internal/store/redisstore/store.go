@@ -80,7 +80,8 @@ type call struct {
 	pols  []*encoded
 	pix   []int
 	hdr   []byte
-	args  []any
+	hbox  any   // hdr boxed, reused while hdr keeps its array and length
+	args  []any // the FCALL command
 	slots []uint16
 	nowAt []int64 // per slot of a two-step: the now its prepare used
 }
@@ -276,11 +277,21 @@ func (s *Store) exec(ctx context.Context, c *call, items []store.Item, sel int, 
 		h = appendF64(h, f)
 	}
 	c.hdr = h
-	c.args = append(c.args[:0], h, token)
+	// Boxing a []byte allocates: the box of the last header is reused when
+	// this one has the same array and length (its bytes were rewritten in
+	// place; go-redis has written the previous command before returning).
+	if b, ok := c.hbox.([]byte); !ok || len(b) != len(h) || &b[0] != &h[0] {
+		c.hbox = h
+	}
+	c.args = append(c.args[:0], fcallName, funcNameArg, len(c.keys))
+	for _, k := range c.keys {
+		c.args = append(c.args, k)
+	}
+	c.args = append(c.args, c.hbox, token)
 	for _, e := range c.pols {
 		c.args = append(c.args, e.arg)
 	}
-	res, err := s.fcall(ctx, c.keys, c.args)
+	res, err := s.fcall(ctx, c.args)
 	if err != nil {
 		return 0, 0, err
 	}
