@@ -22,10 +22,20 @@
 // one slot, which is always the case on a single node or with Sentinel.
 // Concurrent calls share go-redis' connection pool.
 //
-// Policies travel as ARGV, msgpack arrays of integers encoded once per
-// *tiers.Policy (a cache keyed by pointer); states are msgpack arrays (Redis'
-// cmsgpack writes integers exactly, where cjson would print 14 significant
-// digits of a 16-digit µs timestamp).
+// # Cost
+//
+// What a decision costs Redis is its Lua work, so the function keeps it
+// small: a call of one take item (the common case) takes a fast path, one
+// Request with no peek and no grouping; the call's numbers and the reply
+// are big-endian doubles read and written with Redis' struct library (no
+// table); policies travel as ARGV, msgpack arrays of integers encoded once
+// per *tiers.Policy on the Go side (a cache keyed by pointer) and decoded
+// once by the library (a cache keyed by their encoding); the scratch
+// tables of a decision are made once, at load. States are msgpack arrays
+// (Redis' cmsgpack writes integers exactly, where cjson would print 14
+// significant digits of a 16-digit µs timestamp); their cost grows with
+// the buckets of their hit logs (at most 64 per log). TestScriptCost and
+// BenchmarkDecide report Redis' time per call (INFO commandstats).
 //
 // # Clock
 //
