@@ -325,71 +325,67 @@ local function phase(p, s, i, t)
   return 0
 end
 
--- The walker grants hits in chunks at t over a read-only view of the state:
--- c the current tier, cnt its hits, n granted, nm the number of tiers
--- entered, and tier j was entered when mask[j] == stamp. Walkers are two
--- tables made once (W for a decision, RW for the walks of retry_tiers,
--- which runs inside a decision) and set up anew by winit: a call makes no
--- table to walk, and the stamp spares clearing the mask.
-local function newwalker() return { mask = {}, stamp = 0 } end
-local W, RW = newwalker(), newwalker()
+-- The walk grants hits in chunks at t over a read-only view of the state,
+-- in local variables (table fields cost a lookup each): c the current
+-- tier, cnt its hits, n granted, nm the number of tiers entered; tier j was
+-- entered by the walk when MASK[j] == stamp. MASK is made once; each walk
+-- takes a new stamp, which spares clearing it.
+local MASK, stamp = {}, 0
 
-local function winit(w, p, s, g, t)
-  w.p, w.s, w.t, w.dom, w.glob, w.c, w.cnt, w.n = p, s, t, lcount(s.sec, t, SEC), 0, 0, 0, 0
-  w.nm, w.hard, w.global, w.stamp = 0, false, false, w.stamp + 1
-  if g then w.glob = lcount(g, t, SEC) end
-  -- The current tier is the highest active one.
+-- start: the walk's start at t: the domain's and the resource's hits of
+-- the last second, and the current tier (the highest active one, 0 when
+-- none) with its count.
+local function start(p, s, g, t)
+  local dom, glob, c, cnt = lcount(s.sec, t, SEC), 0, 0, 0
+  if g then glob = lcount(g, t, SEC) end
   for i = p.n, 1, -1 do
     if phase(p, s, i, t) == 1 then
-      w.c = i
-      w.cnt = lcount(s.t[i].hits, t, p.T[i].win)
+      c, cnt = i, lcount(s.t[i].hits, t, p.T[i].win)
       break
     end
   end
-  return w
+  return dom, glob, c, cnt
 end
 
 -- target: the first tier above c that is inactive, passing over skippable
 -- tiers in cooldown; 0 when none.
-local function target(w)
-  local p = w.p
-  for j = w.c + 1, p.n do
-    local ph = phase(p, w.s, j, w.t)
+local function target(p, s, t, c)
+  for j = c + 1, p.n do
+    local ph = phase(p, s, j, t)
     if ph == 0 then return j end
     if ph ~= 2 or not p.T[j].skip then return 0 end
   end
   return 0
 end
 
--- run: grant until n reaches limit or nothing more can be granted.
-local function run(w, limit)
-  w.hard, w.global = false, false
-  local p = w.p
-  local h, g = p.hard, p.glob
-  while w.n < limit do
-    local take = limit - w.n
+-- walk: grant from (c, cnt, n, nm) until n reaches limit or nothing more
+-- can be granted; returns c, cnt, n, nm and whether the hard, or the
+-- global, limit stopped it.
+local function walk(p, s, t, dom, glob, c, cnt, n, nm, limit, st)
+  local h, g, T = p.hard, p.glob, p.T
+  while n < limit do
+    local take = limit - n
     if h > 0 then
-      if w.dom + w.n >= h then w.hard = true; return end
-      take = min(take, h - w.dom - w.n)
+      if dom + n >= h then return c, cnt, n, nm, true, false end
+      take = min(take, h - dom - n)
     end
     if g > 0 then
-      if w.glob + w.n >= g then w.global = true; return end
-      take = min(take, g - w.glob - w.n)
+      if glob + n >= g then return c, cnt, n, nm, false, true end
+      take = min(take, g - glob - n)
     end
     local room = 0
-    if w.c >= 1 then room = p.T[w.c].lim - w.cnt end
+    if c >= 1 then room = T[c].lim - cnt end
     if room > 0 then
       take = min(take, room)
-      w.cnt = w.cnt + take
-      w.n = w.n + take
+      cnt, n = cnt + take, n + take
     else
-      local j = target(w)
-      if j == 0 then return end
-      w.c, w.cnt = j, 0
-      w.mask[j] = w.stamp
-      w.nm = w.nm + 1
+      local j = target(p, s, t, c)
+      if j == 0 then return c, cnt, n, nm, false, false end
+      c, cnt, nm = j, 0, nm + 1
+      MASK[j] = st
     end
   end
+  return c, cnt, n, nm, false, false
 end
 
 -- earlier: the earlier of best and x, counting x only when it is finite
@@ -430,9 +426,10 @@ local function retry_tiers(p, s, g, t, k, m)
     local nx = next_event(p, s, g, cur)
     if not nx then return INF end
     cur = nx
-    local w = winit(RW, p, s, g, cur)
-    run(w, need)
-    if w.n >= need then return cur - t end
+    local dom, glob, c, cnt = start(p, s, g, cur)
+    stamp = stamp + 1
+    local _, _, n = walk(p, s, cur, dom, glob, c, cnt, 0, 0, need, stamp)
+    if n >= need then return cur - t end
   end
 end
 
@@ -473,38 +470,38 @@ end
 
 local function decide_tiers(p, s, gs, t, k, m, commit, d)
   local g = gs and gs.log
-  local w = winit(W, p, s, g, t)
-  local c0, cnt0 = w.c, w.cnt
+  local dom, glob, c0, cnt0 = start(p, s, g, t)
+  stamp = stamp + 1
+  local st = stamp
   -- The walk for the request's k hits...
-  run(w, k)
-  local n, c, cnt, nm, dom, glob = w.n, w.c, w.cnt, w.nm, w.dom, w.glob
-  d.lh, d.lg = w.hard, w.global
-  -- ... goes on for Remaining. It marks only tiers above c in the mask.
-  run(w, MAXC)
+  local c, cnt, n, nm, lh, lg = walk(p, s, t, dom, glob, c0, cnt0, 0, 0, k, st)
+  d.lh, d.lg = lh, lg
+  -- ... goes on for Remaining; it marks only tiers above c.
+  local _, _, more = walk(p, s, t, dom, glob, c, cnt, n, nm, MAXC, st)
   if n >= m and m <= k then
     d.ok, d.granted = true, n
     d.tier, d.th = c, cnt
     d.burst = nm > 0
     d.dh = dom + n
     if g then d.rh = glob + n end
-    d.rem = w.n - n
+    d.rem = more - n
     if c >= 1 then
       -- ResetAfter: the oldest counted hit of the current tier (t when
       -- entered now) plus its window, minus t.
       local win = p.T[c].win
       local oldest = t
-      if w.mask[c] ~= w.stamp then
+      if MASK[c] ~= st then
         local o = loldest(s.t[c].hits, t, win)
         if o then oldest = o end
       end
       d.reset = max(0, oldest + win - t)
     end
-    if commit and n > 0 then apply_tiers(p, s, gs, t, c0, cnt0, n, c, cnt, nm, w.mask, w.stamp) end
+    if commit and n > 0 then apply_tiers(p, s, gs, t, c0, cnt0, n, c, cnt, nm, MASK, st) end
   else
     d.tier, d.th = c0, cnt0
     d.dh = dom
     if g then d.rh = glob end
-    d.rem = w.n
+    d.rem = more
     d.retry = retry_tiers(p, s, g, t, k, m)
     d.reset = d.retry
   end
@@ -513,9 +510,9 @@ end
 
 local function refund_tiers(p, s, gs, t, hits)
   local g = gs and gs.log
-  local w = winit(W, p, s, g, t)
-  if w.c == 0 or hits <= 0 then return end
-  local n = lremove(s.t[w.c].hits, t, p.T[w.c].win, hits)
+  local _, _, c = start(p, s, g, t)
+  if c == 0 or hits <= 0 then return end
+  local n = lremove(s.t[c].hits, t, p.T[c].win, hits)
   lremove(s.sec, t, SEC, n)
   s.dirty = true
   if gs then
