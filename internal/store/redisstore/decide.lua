@@ -918,9 +918,15 @@ local function fdecide(KEYS, ARGV)
   if n == 1 and mode <= 2 then
     local sk, gk, pi, hits, mn, f = sunpack('>dddddd', ARGV[1], pos)
     if fmod(f, 2) == 0 then
-      -- The fast path, one take item: store.Apply's steps reduce to one
-      -- Request (a rejection changes nothing, shadow or not), and its
-      -- group's answer is its own.
+      -- The fast path, one take item (the common call), with the same
+      -- answer as the general path below. store.Apply's steps reduce to
+      -- one tiers.Request at now for k = hits, m = min: there is no refund
+      -- (step 1); the item is its group, and no earlier group shares its
+      -- global limit's room (step 2); if the Peek would reject, so does
+      -- the Request, which then changes nothing (tiers/doc.go: "If fewer
+      -- than m are granted nothing changes"), shadow or not (steps 3, 4);
+      -- if it would grant, the Request grants the same. The group's
+      -- Granted goes to its only member (split).
       local p = policy(ARGV[3])
       local s = load(KEYS[sk], p, statekind(p))
       local gs = nil
