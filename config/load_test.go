@@ -13,6 +13,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/charonlimit/charon/descriptors"
 	"github.com/charonlimit/charon/tiers"
 )
 
@@ -399,4 +400,38 @@ func FuzzLoad(f *testing.F) {
 			}
 		}
 	})
+}
+
+func TestLoadFixedWindowDefault(t *testing.T) {
+	text := `domain: api
+descriptors:
+  - key: plain
+    rate_limit: {unit: hour, requests_per_unit: 10}
+  - key: sliding
+    rate_limit: {unit: hour, requests_per_unit: 10, algorithm: sliding_window}
+`
+	for _, tc := range []struct {
+		fixedDefault bool
+		key          string
+		want         tiers.Kind
+	}{
+		{false, "plain", tiers.KindTiers},
+		{true, "plain", tiers.KindFixedWindow},
+		{true, "sliding", tiers.KindTiers},
+	} {
+		cfg, _, err := load(t, Options{FixedWindowDefault: tc.fixedDefault}, "api.yaml", text)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, ok := cfg.Tree.Match("api", []descriptors.Entry{{Key: tc.key, Value: "x"}})
+		if !ok || m.Policy == nil {
+			t.Fatalf("%s: no match", tc.key)
+		}
+		if m.Policy.Kind != tc.want {
+			t.Errorf("FixedWindowDefault %v, %s: got kind %v, want %v", tc.fixedDefault, tc.key, m.Policy.Kind, tc.want)
+		}
+		if tc.want == tiers.KindFixedWindow && (m.Policy.Window.Limit != 10 || m.Policy.Window.Unit != tiers.UnitHour) {
+			t.Errorf("fixed window %+v, want 10 per hour", m.Policy.Window)
+		}
+	}
 }

@@ -18,8 +18,9 @@ func runCheck(args []string, stdout, stderr io.Writer) error {
 	fs.SetOutput(stderr)
 	dump := fs.Bool("dump", false, "print the resolved configuration as YAML")
 	merge := fs.Bool("merge-domains", false, "merge files that share a domain instead of refusing them")
+	fixed := fs.Bool("fixed-window", false, "rate_limit without an algorithm uses the calendar-aligned fixed window")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: charon config check DIR [--dump] [--merge-domains]")
+		fmt.Fprintln(stderr, "usage: charon config check DIR [--dump] [--merge-domains] [--fixed-window]")
 		fs.PrintDefaults()
 	}
 	var dirs []string
@@ -43,7 +44,7 @@ func runCheck(args []string, stdout, stderr io.Writer) error {
 	if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
 		return fmt.Errorf("%s is not a readable directory", dir)
 	}
-	cfg, warns, err := config.Load(server.DirFS(dir), config.Options{MergeDomains: *merge})
+	cfg, warns, err := config.Load(server.DirFS(dir), config.Options{MergeDomains: *merge, FixedWindowDefault: *fixed})
 	for _, w := range warns {
 		fmt.Fprintln(stdout, "warning:", w.String())
 	}

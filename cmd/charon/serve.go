@@ -41,6 +41,7 @@ type serveConfig struct {
 	MaxKeys                      int
 	ResponseHeaders              bool
 	MergeDomains                 bool
+	FixedWindow                  bool
 	ShutdownTimeout              time.Duration
 	LogLevel                     string
 	LogFormat                    string
@@ -128,6 +129,7 @@ func serveFlags(fs *flag.FlagSet, c *serveConfig) {
 	fs.IntVar(&c.MaxKeys, "max-keys", c.MaxKeys, "most tracked (resource, domain) pairs in memory, least recently used evicted (env CHARON_MAX_KEYS)")
 	fs.BoolVar(&c.ResponseHeaders, "response-headers", c.ResponseHeaders, "add RateLimit-Limit/-Remaining/-Reset response headers (env CHARON_RESPONSE_HEADERS)")
 	fs.BoolVar(&c.MergeDomains, "merge-domains", c.MergeDomains, "merge files that share a domain instead of refusing them (env CHARON_MERGE_DOMAINS)")
+	fs.BoolVar(&c.FixedWindow, "fixed-window", c.FixedWindow, "rate_limit without an algorithm uses envoyproxy/ratelimit's calendar-aligned fixed window instead of the exact sliding window (env CHARON_FIXED_WINDOW)")
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", c.ShutdownTimeout, "time in-flight requests get on SIGTERM (env CHARON_SHUTDOWN_TIMEOUT)")
 }
 
@@ -227,7 +229,7 @@ func runServe(args []string, getenv func(string) string, stderr io.Writer) error
 	copies := openCopies(c, log)
 	defer copies.Close()
 	eng := newEngine(c, st.engineStore, copies)
-	cfgOpts := config.Options{MergeDomains: c.MergeDomains}
+	cfgOpts := config.Options{MergeDomains: c.MergeDomains, FixedWindowDefault: c.FixedWindow}
 	opts := server.Options{
 		GRPCAddr:        c.GRPCAddr,
 		HTTPAddr:        c.HTTPAddr,

@@ -28,19 +28,21 @@ func TestParseServePrecedence(t *testing.T) {
 	}{
 		{"defaults", nil, nil, def},
 		{"flags", []string{"--config", "/c", "--grpc-addr", ":1", "--http-addr", ":2", "--debug-addr", ":3",
-			"--max-descriptors", "8", "--max-keys", "100", "--response-headers", "--merge-domains", "--shutdown-timeout", "3s"}, nil,
+			"--max-descriptors", "8", "--max-keys", "100", "--response-headers", "--merge-domains", "--shutdown-timeout", "3s", "--fixed-window"}, nil,
 			with(func(c *serveConfig) {
 				c.ConfigDir, c.GRPCAddr, c.HTTPAddr, c.DebugAddr = "/c", ":1", ":2", ":3"
+				c.FixedWindow = true
 				c.MaxDescriptors, c.MaxKeys, c.ResponseHeaders, c.MergeDomains, c.ShutdownTimeout = 8, 100, true, true, 3*time.Second
 			})},
 		{"charon env", nil, map[string]string{
 			"CHARON_CONFIG": "/e", "CHARON_GRPC_ADDR": ":11", "CHARON_HTTP_ADDR": ":12", "CHARON_DEBUG_ADDR": ":13",
 			"CHARON_MAX_DESCRIPTORS": "9", "CHARON_MAX_KEYS": "7", "CHARON_RESPONSE_HEADERS": "true",
-			"CHARON_MERGE_DOMAINS": "1", "CHARON_SHUTDOWN_TIMEOUT": "1m", "CHARON_STORE": "memory", "CHARON_REDIS_URL": "redis://x"},
+			"CHARON_MERGE_DOMAINS": "1", "CHARON_SHUTDOWN_TIMEOUT": "1m", "CHARON_FIXED_WINDOW": "true", "CHARON_STORE": "memory", "CHARON_REDIS_URL": "redis://x"},
 			with(func(c *serveConfig) {
 				c.ConfigDir, c.GRPCAddr, c.HTTPAddr, c.DebugAddr = "/e", ":11", ":12", ":13"
 				c.MaxDescriptors, c.MaxKeys, c.ResponseHeaders, c.MergeDomains, c.ShutdownTimeout = 9, 7, true, true, time.Minute
 				c.RedisURL = "redis://x"
+				c.FixedWindow = true
 			})},
 		{"flag beats env", []string{"--grpc-addr", ":1", "--response-headers=false"},
 			map[string]string{"CHARON_GRPC_ADDR": ":11", "GRPC_PORT": "9", "CHARON_RESPONSE_HEADERS": "true"},
