@@ -4,7 +4,8 @@
 # in-memory store, runs `charon bench --noop` (gRPC health Check: the no-op
 # ceiling) and then ShouldRateLimit at the same concurrency over KEYS uniform
 # keys, and prints the throughput ratio. Both runs share this machine, so only
-# the ratio is meaningful.
+# the ratio is meaningful. Then a charon.v1 Reserve + Release pair run, and
+# its cost relative to one ShouldRateLimit.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bin=${1:-bin/charon}
@@ -54,3 +55,11 @@ echo "$real"
 rps() { sed -n 's/.* rps=\([0-9.]*\) .*/\1/p' <<<"$1"; }
 awk -v a="$(rps "$real")" -v b="$(rps "$noop")" \
 	'BEGIN { if (b > 0) printf "ratio ShouldRateLimit / no-op = %.2f\n", a / b; else print "ratio: no-op run failed" }'
+
+# charon.v1: a Reserve + Release pair of one copy (on a Session stream, as the
+# Go client holds copies) against one ShouldRateLimit, same server, same run.
+pair=$("$bin" bench --addr "127.0.0.1:$grpc" --reserve --domain bench --key seat --keys "$keys" \
+	--concurrency "$concurrency" --duration "$duration")
+echo "$pair"
+awk -v a="$(rps "$real")" -v b="$(rps "$pair")" \
+	'BEGIN { if (b > 0) printf "cost of a reserve+release pair / one ShouldRateLimit = %.2f\n", a / b; else print "ratio: reserve run failed" }'

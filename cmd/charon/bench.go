@@ -32,6 +32,7 @@ type benchOptions struct {
 	Keys        int
 	Hot         bool
 	Noop        bool
+	Reserve     bool
 }
 
 // benchResult is one run's outcome.
@@ -59,11 +60,15 @@ func runBench(args []string, stdout, stderr io.Writer) error {
 	fs.IntVar(&o.Keys, "keys", 10000, "distinct values, drawn uniformly")
 	fs.BoolVar(&o.Hot, "hot", false, "one hot value instead of --keys")
 	fs.BoolVar(&o.Noop, "noop", false, "call the gRPC health Check instead: the no-op ceiling")
+	fs.BoolVar(&o.Reserve, "reserve", false, "a charon.v1 Reserve + Release pair of one copy per iteration, on one Session stream per worker (--domain/--key name a copy-limited resource)")
 	if err := fs.Parse(args); err != nil {
 		if err == flag.ErrHelp {
 			return err
 		}
 		return fmt.Errorf("%w: %v", errUsage, err)
+	}
+	if o.Noop && o.Reserve {
+		return fmt.Errorf("%w: --noop and --reserve exclude each other", errUsage)
 	}
 	if o.Concurrency < 1 || o.Conns < 1 || o.Descriptors < 1 || o.Keys < 1 || o.Duration <= 0 {
 		return fmt.Errorf("%w: --concurrency, --conns, --descriptors, --keys and --duration must be positive", errUsage)
@@ -73,8 +78,11 @@ func runBench(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	mode := "ratelimit"
-	if o.Noop {
+	switch {
+	case o.Noop:
 		mode = "noop"
+	case o.Reserve:
+		mode = "reserve+release"
 	}
 	fmt.Fprintf(stdout, "mode=%s concurrency=%d duration=%s requests=%d errors=%d over_limit=%d rps=%.0f p50=%s p99=%s p99.9=%s\n",
 		mode, o.Concurrency, r.Elapsed.Round(time.Millisecond), r.Requests, r.Errors, r.OverLimit, r.RPS(),
@@ -128,6 +136,20 @@ func bench(o benchOptions) (benchResult, error) {
 				})
 			}
 			hreq := &healthpb.HealthCheckRequest{}
+			var pair *reservePair
+			if o.Reserve {
+				p, err := newReservePair(ctx, cc, o.Domain, o.Key)
+				if err != nil {
+					mu.Lock()
+					res.Errors++
+					if res.FirstError == nil {
+						res.FirstError = err
+					}
+					mu.Unlock()
+					return
+				}
+				pair = p
+			}
 			lat := make([]time.Duration, 0, 1<<14)
 			var n, errs, over int
 			var firstErr error
@@ -150,9 +172,16 @@ func bench(o benchOptions) (benchResult, error) {
 				}
 				start := time.Now()
 				var err error
-				if o.Noop {
+				switch {
+				case o.Noop:
 					_, err = hc.Check(ctx, hreq)
-				} else {
+				case o.Reserve:
+					var ok bool
+					ok, err = pair.do(req.Descriptors[0].Entries[0].Value)
+					if err == nil && !ok {
+						over++
+					}
+				default:
 					var resp *rlsv3.RateLimitResponse
 					resp, err = rl.ShouldRateLimit(ctx, req)
 					if err == nil && resp.GetOverallCode() == rlsv3.RateLimitResponse_OVER_LIMIT {
