@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"sync"
 	"sync/atomic"
+	"runtime"
 	"time"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
@@ -125,6 +126,7 @@ func New(opts Options) (*Server, error) {
 	s.health.SetServingStatus(RLSServiceName, healthpb.HealthCheckResponse_SERVING)
 	s.grpc = grpc.NewServer(
 		grpc.MaxRecvMsgSize(opts.MaxRecvMsgSize),
+		grpc.NumStreamWorkers(uint32(runtime.GOMAXPROCS(0))),
 		// Envoy pings idle connections; accept pings every 10 s, streams
 		// or not, instead of closing the connection with ENHANCE_YOUR_CALM.
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{
