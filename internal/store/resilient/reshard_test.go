@@ -1,0 +1,104 @@
+package resilient_test
+
+import (
+	"context"
+	"fmt"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/charonlimit/charon/internal/redistest"
+	"github.com/charonlimit/charon/internal/store"
+	"github.com/charonlimit/charon/internal/store/redisstore"
+	"github.com/charonlimit/charon/internal/store/resilient"
+	"github.com/charonlimit/charon/tiers"
+)
+
+// TestClusterReshardUnderLoad moves slots between the masters of a 3-master
+// Cluster while workers decide through the production stack (the Redis
+// store behind the failure-mode wrapper, local mode): no decision returns
+// an error, and most are made by Redis, not by the local fallback.
+func TestClusterReshardUnderLoad(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a Redis Cluster")
+	}
+	nodes := redistest.Cluster(t, 3)
+	addrs := make([]string, len(nodes))
+	for i, n := range nodes {
+		addrs[i] = n.Addr()
+	}
+	remote, err := redisstore.New(redisstore.Options{Cluster: true, ClusterAddrs: addrs, Clock: redisstore.ClockCaller})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := resilient.New(remote, resilient.Options{Timeout: time.Second, CacheSize: -1})
+	defer st.Close()
+
+	ids := make([]string, len(nodes))
+	for i, n := range nodes {
+		out, err := redistest.CLI(n.Port, "cluster", "myid")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids[i] = strings.TrimSpace(out)
+	}
+
+	policy := &tiers.Policy{Tiers: []tiers.Tier{{Limit: 1_000_000, Window: time.Second, Active: tiers.Unbounded}}}
+	var (
+		calls, errs atomic.Int64
+		firstErr    atomic.Value
+		stop        = make(chan struct{})
+		wg          sync.WaitGroup
+	)
+	for w := 0; w < 8; w++ {
+		wg.Add(1)
+		go func(w int) {
+			defer wg.Done()
+			items := make([]store.Item, 1)
+			out := make([]tiers.Decision, 1)
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				items[0] = store.Item{Key: store.Key{Resource: "r", Domain: "d" + strconv.Itoa((w*7919+i)%500), PolicyID: 1},
+					Policy: policy, Hits: 1, Min: 1}
+				err := st.Decide(context.Background(), time.Now(), items, out)
+				calls.Add(1)
+				if err != nil || !out[0].OK {
+					errs.Add(1)
+					firstErr.CompareAndSwap(nil, fmt.Sprint(err, out[0]))
+				}
+			}
+		}(w)
+	}
+	time.Sleep(200 * time.Millisecond) // traffic before the move
+	for _, mv := range [][2]int{{0, 1}, {1, 2}} {
+		cmd := exec.Command("redis-cli", "--cluster", "reshard", nodes[0].Addr(),
+			"--cluster-from", ids[mv[0]], "--cluster-to", ids[mv[1]], "--cluster-slots", "300", "--cluster-yes")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			close(stop)
+			wg.Wait()
+			t.Fatalf("reshard: %v\n%s", err, out)
+		}
+	}
+	time.Sleep(200 * time.Millisecond) // traffic after the move
+	close(stop)
+	wg.Wait()
+
+	s := st.Stats()
+	t.Logf("%d decisions during resharding: remote %d, local %d, remote errors %d", calls.Load(), s.Remote, s.Local, s.RemoteErrors)
+	if errs.Load() != 0 {
+		t.Fatalf("%d of %d decisions failed or were refused; first: %v", errs.Load(), calls.Load(), firstErr.Load())
+	}
+	// Slot moves are followed through MOVED/ASK redirections: Redis makes
+	// the decisions throughout, the local fallback is not needed.
+	if s.Remote == 0 || s.RemoteErrors*100 > s.Remote {
+		t.Fatalf("remote %d, local %d, remote errors %d: Redis should have made the decisions", s.Remote, s.Local, s.RemoteErrors)
+	}
+}
