@@ -63,6 +63,7 @@ func TestEncodeRoundTrip(t *testing.T) {
 			})
 		}
 	}
+	staged := 0
 	for i, o := range ops {
 		now := t0.Add(time.Duration(i) * 700 * time.Millisecond)
 		want, werr := o(&kept, now)
@@ -71,9 +72,22 @@ func TestEncodeRoundTrip(t *testing.T) {
 		if fmt.Sprint(werr) != fmt.Sprint(gerr) || !reflect.DeepEqual(normalize(want), normalize(got)) {
 			t.Fatalf("op %d: kept %+v (%v), round-tripped %+v (%v)", i, want, werr, got, gerr)
 		}
+		view := func(s *State) string {
+			return fmt.Sprint(s.TotalHeld(), s.DomainHeld("a"), s.DomainHeld("b"), s.DomainHeld("c"), s.GroupHeld("eu"),
+				s.Holds(), s.Transfers(), s.Token())
+		}
+		if view(&kept) != view(&wire) {
+			t.Fatalf("op %d: kept state %s, round-tripped %s", i, view(&kept), view(&wire))
+		}
+		if len(kept.Transfers()) > 0 {
+			staged++
+		}
 	}
 	if !reflect.DeepEqual(kept.Holds(), wire.Holds()) || kept.TotalHeld() != wire.TotalHeld() || kept.Token() != wire.Token() {
 		t.Fatalf("end states differ")
+	}
+	if staged == 0 {
+		t.Fatal("the trace never staged a transfer")
 	}
 	if kept.LastExpiry().IsZero() {
 		t.Fatal("LastExpiry of a state with holds is zero")
