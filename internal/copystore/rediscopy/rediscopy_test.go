@@ -1,0 +1,109 @@
+package rediscopy
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/charonlimit/charon/copylog"
+	"github.com/charonlimit/charon/internal/copystore"
+	"github.com/charonlimit/charon/internal/copystore/copystoretest"
+	"github.com/charonlimit/charon/internal/redistest"
+	"github.com/charonlimit/charon/internal/store/redisstore"
+)
+
+var prefixes atomic.Int64
+
+func newPrefix() string { return "t" + strconv.FormatInt(prefixes.Add(1), 10) + ":" }
+
+func TestConformanceSingle(t *testing.T) {
+	n := redistest.Single(t)
+	c := redis.NewClient(&redis.Options{Addr: n.Addr()})
+	t.Cleanup(func() { c.Close() })
+	copystoretest.Run(t, func(t *testing.T) copystore.Store {
+		return New(c, Options{KeyPrefix: newPrefix(), Clock: redisstore.ClockCaller})
+	})
+}
+
+func TestConformanceCluster(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a Redis Cluster")
+	}
+	nodes := redistest.Cluster(t, 3)
+	addrs := make([]string, len(nodes))
+	for i, n := range nodes {
+		addrs[i] = n.Addr()
+	}
+	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
+	t.Cleanup(func() { c.Close() })
+	copystoretest.Run(t, func(t *testing.T) copystore.Store {
+		return New(c, Options{KeyPrefix: newPrefix(), Clock: redisstore.ClockCaller})
+	})
+}
+
+// TestRedisClockAndTTL: with the Redis clock a lease lapses by Redis time, and
+// every key has a TTL.
+func TestRedisClockAndTTL(t *testing.T) {
+	n := redistest.Single(t)
+	c := redis.NewClient(&redis.Options{Addr: n.Addr()})
+	t.Cleanup(func() { c.Close() })
+	s := New(c, Options{})
+	ctx := context.Background()
+	cfg := &copylog.Config{DomainLimit: 1}
+	// The caller's now is far in the past: with the Redis clock it is ignored.
+	past := time.Unix(0, 0)
+	r, err := s.Reserve(ctx, past, "r", cfg, copylog.ReserveRequest{Domain: "d", Copies: 1, HoldID: "h1", Lease: 300 * time.Millisecond})
+	if err != nil || !r.OK {
+		t.Fatalf("reserve: %+v %v", r, err)
+	}
+	if time.Until(r.Expires) > time.Second || time.Until(r.Expires) < -time.Second {
+		t.Fatalf("lease expires at %v: not measured from Redis time (now %v)", r.Expires, time.Now())
+	}
+	ttl, err := c.PTTL(ctx, "charon:c{r}").Result()
+	if err != nil || ttl <= 0 {
+		t.Fatalf("key TTL %v %v, want a positive TTL", ttl, err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		r2, err := s.Reserve(ctx, past, "r", cfg, copylog.ReserveRequest{Domain: "d", Copies: 1, HoldID: "h2", Lease: time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r2.OK {
+			if r2.Token <= r.Token {
+				t.Fatalf("fencing token %d after %d", r2.Token, r.Token)
+			}
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the lapsed lease was never reaped")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestUnavailable: with Redis gone, operations fail wrapping
+// copystore.ErrUnavailable; after Close they fail with ErrClosed.
+func TestUnavailable(t *testing.T) {
+	n := redistest.Single(t)
+	c := redis.NewClient(&redis.Options{Addr: n.Addr(), MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
+	t.Cleanup(func() { c.Close() })
+	s := New(c, Options{Clock: redisstore.ClockCaller})
+	n.Kill()
+	_, err := s.Release(context.Background(), copystoretest.T0, "r", "h", 1)
+	if !errors.Is(err, copystore.ErrUnavailable) {
+		t.Fatalf("got %v, want ErrUnavailable", err)
+	}
+	s.Close()
+	if _, err := s.Release(context.Background(), copystoretest.T0, "r", "h", 1); !errors.Is(err, ErrClosed) {
+		t.Fatalf("after Close: %v", err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
