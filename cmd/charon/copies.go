@@ -1,13 +1,21 @@
 package main
 
 import (
+	"context"
+	"errors"
 	"log/slog"
+	"strings"
+	"sync"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/charonlimit/charon/internal/copystore"
 	"github.com/charonlimit/charon/internal/copystore/memcopy"
+	"github.com/charonlimit/charon/internal/copystore/rediscopy"
+	"github.com/charonlimit/charon/internal/store/redisstore"
 	"github.com/charonlimit/charon/server"
 )
 
@@ -16,14 +24,76 @@ import (
 // own resource anyway).
 const copySweepInterval = time.Second
 
-// openCopies opens the copy store of copy-limited resources. --store memory
-// (and, until the Redis copy store is wired here, --store redis) keeps the
-// copies in this process: they are not shared with other servers.
-func openCopies(c serveConfig, log *slog.Logger) copystore.Store {
-	if c.Store == "redis" {
-		log.Warn("copy-limited resources are kept in memory: they are not shared between servers")
+// openCopies opens the copy store of copy-limited resources: in this process
+// with --store memory, in the shared Redis with --store redis (never with a
+// local fallback: a copy operation Redis cannot answer fails UNAVAILABLE).
+func openCopies(c serveConfig, log *slog.Logger) (copystore.Store, error) {
+	if c.Store != "redis" {
+		return memcopy.New(memcopy.Options{SweepInterval: copySweepInterval}), nil
 	}
-	return memcopy.New(memcopy.Options{SweepInterval: copySweepInterval})
+	var cl redis.UniversalClient
+	if strings.HasPrefix(c.RedisURL, "unix://") {
+		o, err := redis.ParseURL(c.RedisURL)
+		if err != nil {
+			return nil, err
+		}
+		if c.RedisUsername != "" {
+			o.Username = c.RedisUsername
+		}
+		if c.RedisPassword != "" {
+			o.Password = c.RedisPassword
+		}
+		o.ContextTimeoutEnabled = true
+		cl = redis.NewClient(o)
+	} else {
+		u, err := redisstore.ClientOptions(redisOptions(c))
+		if err != nil {
+			return nil, err
+		}
+		cl = redis.NewUniversalClient(u)
+	}
+	r := &redisCopies{Store: rediscopy.New(cl, rediscopy.Options{}), c: cl, stop: make(chan struct{}), done: make(chan struct{})}
+	go r.reaper(log)
+	log.Info("copy store", "kind", "redis")
+	return r, nil
+}
+
+// redisCopies is the Redis copy store of serve: it owns its client and
+// reaps lapsed holds of every resource every copySweepInterval, so holds of a
+// dead process are released without any coordinator.
+type redisCopies struct {
+	*rediscopy.Store
+	c          redis.UniversalClient
+	stop, done chan struct{}
+	closeOnce  sync.Once
+}
+
+func (r *redisCopies) reaper(log *slog.Logger) {
+	defer close(r.done)
+	t := time.NewTicker(copySweepInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-r.stop:
+			return
+		case <-t.C:
+			ctx, cancel := context.WithTimeout(context.Background(), copySweepInterval)
+			if err := r.Reap(ctx, time.Now()); err != nil {
+				log.Debug("copy reaper", "err", err.Error())
+			}
+			cancel()
+		}
+	}
+}
+
+func (r *redisCopies) Close() error {
+	var err error
+	r.closeOnce.Do(func() {
+		close(r.stop)
+		<-r.done
+		err = errors.Join(r.Store.Close(), r.c.Close())
+	})
+	return err
 }
 
 // charonOptions configures the charon.v1 service over copies: the holds

@@ -226,7 +226,11 @@ func runServe(args []string, getenv func(string) string, stderr io.Writer) error
 		return errReported
 	}
 	defer st.close()
-	copies := openCopies(c, log)
+	copies, err := openCopies(c, log)
+	if err != nil {
+		log.Error("cannot start", "err", err.Error())
+		return errReported
+	}
 	defer copies.Close()
 	eng := newEngine(c, st.engineStore, copies)
 	cfgOpts := config.Options{MergeDomains: c.MergeDomains, FixedWindowDefault: c.FixedWindow}

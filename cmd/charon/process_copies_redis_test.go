@@ -1,0 +1,101 @@
+package main
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	charonv1 "github.com/charonlimit/charon/api/charon/v1"
+	"github.com/charonlimit/charon/internal/redistest"
+)
+
+// TestRedisCopiesSurviveAKilledServer: 50 Session streams hold 1,000 copies
+// through one `charon serve`, which is then killed with SIGKILL. A second
+// server sharing the Redis never grants a copy while the dead server's leases
+// run, and sees every copy free within the lease (10 s) plus a second.
+func TestRedisCopiesSurviveAKilledServer(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts redis-server and two servers and waits for a lease")
+	}
+	n := redistest.Single(t)
+	bin := buildCharon(t)
+	dir := t.TempDir()
+	yaml := "domain: test\ndescriptors:\n  - key: seat\n    copies: {domain_limit: 1000}\n"
+	if err := os.WriteFile(filepath.Join(dir, "test.yaml"), []byte(yaml), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	args := []string{"--config", dir, "--store", "redis", "--redis-url", "redis://" + n.Addr()}
+	a := startServe(t, bin, args...)
+	b := startServe(t, bin, args...)
+
+	ctx := context.Background()
+	dial := func(addr string) charonv1.CharonClient {
+		cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { cc.Close() })
+		return charonv1.NewCharonClient(cc)
+	}
+	res := &charonv1.Resource{Domain: "test", Entries: []*charonv1.Entry{{Key: "seat", Value: "s"}}}
+	ca := dial(a.grpcAddr)
+	for i := 0; i < 50; i++ {
+		st, err := ca.Session(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := st.Send(&charonv1.SessionRequest{Id: 1, Operation: &charonv1.SessionRequest_Reserve{
+			Reserve: &charonv1.ReserveRequest{Resource: res, Copies: 20, MinCopies: 20}}}); err != nil {
+			t.Fatal(err)
+		}
+		r, err := st.Recv()
+		if err != nil || !r.GetReserve().GetOk() {
+			t.Fatalf("session %d: reserve %v %v", i, r, err)
+		}
+	}
+	if err := a.cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	<-a.exited
+	killed := time.Now()
+
+	cb := dial(b.grpcAddr)
+	try := func() bool {
+		r, err := cb.Reserve(ctx, &charonv1.ReserveRequest{Resource: res, Copies: 1000, MinCopies: 1, Session: "probe"})
+		if err != nil {
+			t.Fatalf("reserve on the survivor: %v", err)
+		}
+		if !r.GetOk() {
+			return false
+		}
+		if r.GetGranted() != 1000 {
+			t.Fatalf("%.1fs after the kill the survivor granted %d copies: the dead server's were freed one by one", time.Since(killed).Seconds(), r.GetGranted())
+		}
+		if _, err := cb.Release(ctx, &charonv1.ReleaseRequest{HoldId: r.GetHoldId()}); err != nil {
+			t.Fatal(err)
+		}
+		return true
+	}
+	for {
+		ok := try()
+		since := time.Since(killed)
+		// Leases are renewed every lease/3, so the last renewal was at most
+		// ~3.4 s before the kill: nothing may be granted for ~6.5 s.
+		if ok && since < 6*time.Second {
+			t.Fatalf("a copy was granted %.1fs after the kill, while the dead server's leases still ran", since.Seconds())
+		}
+		if ok {
+			t.Logf("every copy free %.1fs after the kill", since.Seconds())
+			return
+		}
+		if since > 11*time.Second {
+			t.Fatalf("copies still held %.1fs after the kill (lease 10s)", since.Seconds())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
