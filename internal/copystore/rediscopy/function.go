@@ -1,0 +1,341 @@
+package rediscopy
+
+import (
+	"context"
+	"crypto/sha1"
+	_ "embed"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/charonlimit/charon/copylog"
+	"github.com/charonlimit/charon/internal/copystore"
+	"github.com/charonlimit/charon/internal/store/redisstore"
+)
+
+//go:embed copies.lua
+var copiesLua string
+
+// The copy log function is a Redis 7 function library named after a hash of
+// its code, so that processes of different versions sharing one Redis each
+// call their own code.
+var (
+	libVersion  = libHash(copiesLua)
+	libraryCode = strings.ReplaceAll(copiesLua, "@V@", libVersion)
+	funcName    = "charon_copies_" + libVersion
+)
+
+func libHash(code string) string {
+	h := sha1.Sum([]byte(code))
+	return hex.EncodeToString(h[:8])
+}
+
+// isNotFound reports whether err is Redis' answer to an FCALL of a function
+// it does not have (a restart without persistence, a failover to a replica
+// that never had it, a FUNCTION FLUSH).
+func isNotFound(err error) bool {
+	return err != nil && strings.Contains(err.Error(), "Function not found")
+}
+
+// Load loads the copy log function into Redis (every master of a Cluster).
+// Operations load it by themselves when Redis answers that it does not have
+// it; calling Load at start only moves that round trip out of the first
+// operation.
+func (s *Store) Load(ctx context.Context) error {
+	if cc, ok := s.c.(*redis.ClusterClient); ok {
+		err := cc.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error {
+			return m.FunctionLoadReplace(ctx, libraryCode).Err()
+		})
+		if err != nil {
+			return fmt.Errorf("%w: FUNCTION LOAD: %v", copystore.ErrUnavailable, err)
+		}
+		return nil
+	}
+	if err := s.c.FunctionLoadReplace(ctx, libraryCode).Err(); err != nil {
+		return fmt.Errorf("%w: FUNCTION LOAD: %v", copystore.ErrUnavailable, err)
+	}
+	return nil
+}
+
+// reply is the function's answer: an error code, what reaping released,
+// the instant it decided at (µs) and the operation's fields.
+type reply struct {
+	code   string
+	reaped copylog.Reaped
+	t      int64
+	f      []any
+}
+
+// call runs operation op on resource's copy log in one FCALL (two when the
+// function must be loaded first).
+func (s *Store) call(ctx context.Context, now time.Time, resource, op string, args ...any) (reply, error) {
+	select {
+	case <-s.closed:
+		return reply{}, ErrClosed
+	default:
+	}
+	at := ""
+	if s.clock == redisstore.ClockCaller {
+		at = strconv.FormatInt(now.UnixMicro(), 10)
+	}
+	argv := append([]any{op, at}, args...)
+	keys := []string{s.key(resource)}
+	v, err := s.c.FCall(ctx, funcName, keys, argv...).Result()
+	if isNotFound(err) {
+		if err := s.Load(ctx); err != nil {
+			return reply{}, err
+		}
+		v, err = s.c.FCall(ctx, funcName, keys, argv...).Result()
+	}
+	if err != nil {
+		return reply{}, fmt.Errorf("%w: %s: %v", copystore.ErrUnavailable, resource, err)
+	}
+	a, ok := v.([]any)
+	if !ok || len(a) != 6 {
+		return reply{}, fmt.Errorf("%w: %s: malformed reply %v", copystore.ErrUnavailable, resource, v)
+	}
+	var r reply
+	r.code, _ = a[0].(string)
+	r.reaped = copylog.Reaped{Holds: int(num(a[1])), Transfers: int(num(a[2])), Copies: num(a[3])}
+	r.t = num(a[4])
+	r.f, _ = a[5].([]any)
+	return r, nil
+}
+
+func num(v any) int64 {
+	n, _ := v.(int64)
+	return n
+}
+
+func str(v any) string {
+	s, _ := v.(string)
+	return s
+}
+
+// strs is an array of strings, nil when empty (as copylog answers).
+func strs(v any) []string {
+	a, _ := v.([]any)
+	if len(a) == 0 {
+		return nil
+	}
+	out := make([]string, len(a))
+	for i, x := range a {
+		out[i] = str(x)
+	}
+	return out
+}
+
+// field returns f[i], or nil past its end.
+func field(f []any, i int) any {
+	if i < len(f) {
+		return f[i]
+	}
+	return nil
+}
+
+// errArgs reports whether err is one of copylog's argument errors (found
+// before the state is read).
+func errArgs(err error) bool {
+	for _, e := range [...]error{copylog.ErrNilState, copylog.ErrBadConfig, copylog.ErrBadCopies,
+		copylog.ErrBadMin, copylog.ErrBadLease, copylog.ErrBadID} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
+}
+
+func reserveFCall(s *Store, ctx context.Context, now time.Time, resource string, cfg *copylog.Config, r copylog.ReserveRequest) (copylog.Reservation, error) {
+	// copylog checks the arguments before it reads the state: the same
+	// operation on an empty State finds exactly the same argument errors.
+	if _, err := copylog.Reserve(cfg, &copylog.State{}, now, r); err != nil {
+		return copylog.Reservation{}, err
+	}
+	min := r.Min
+	if min == 0 {
+		min = 1
+	}
+	dl := cfg.DomainLimit
+	if v, ok := cfg.Overrides[r.Domain]; ok {
+		dl = v
+	}
+	args := []any{r.Domain, r.Copies, min, r.HoldID, r.RequestID, r.Session, r.Lease.Microseconds(), dl, cfg.GlobalLimit}
+	var groups []copylog.Group
+	for _, g := range cfg.Groups {
+		for _, m := range g.Members {
+			if m == r.Domain {
+				groups = append(groups, g)
+				args = append(args, g.Name, g.Limit)
+				break
+			}
+		}
+	}
+	rep, err := s.call(ctx, now, resource, "reserve", args...)
+	if err != nil {
+		return copylog.Reservation{}, err
+	}
+	switch rep.code {
+	case "":
+	case "request_id_reused":
+		return copylog.Reservation{Reaped: rep.reaped}, fmt.Errorf("%w: request id %q", copylog.ErrRequestIDReused, r.RequestID)
+	case "hold_exists":
+		return copylog.Reservation{Reaped: rep.reaped}, fmt.Errorf("%w: %q", copylog.ErrHoldExists, r.HoldID)
+	default:
+		return copylog.Reservation{}, unexpected(resource, rep.code)
+	}
+	f := rep.f
+	out := copylog.Reservation{
+		OK:              num(field(f, 0)) == 1,
+		Granted:         num(field(f, 1)),
+		HoldID:          str(field(f, 2)),
+		Token:           num(field(f, 3)),
+		Groups:          strs(field(f, 5)),
+		Replayed:        num(field(f, 6)) == 1,
+		LimitedByDomain: num(field(f, 7)) == 1,
+		LimitedByGlobal: num(field(f, 8)) == 1,
+		LimitedByGroup:  str(field(f, 9)),
+		Reaped:          rep.reaped,
+	}
+	if out.OK {
+		out.Expires = time.UnixMicro(num(field(f, 4)))
+	}
+	out.Context = copylog.Context{DomainLimit: dl, GlobalLimit: cfg.GlobalLimit,
+		DomainHeld: num(field(f, 10)), TotalHeld: num(field(f, 11))}
+	held, _ := field(f, 12).([]any)
+	for i, g := range groups {
+		out.Context.Groups = append(out.Context.Groups, copylog.GroupContext{Name: g.Name, Limit: g.Limit, Held: num(field(held, i))})
+	}
+	return out, nil
+}
+
+func releaseFCall(s *Store, ctx context.Context, now time.Time, resource, holdID string, copies int64) (copylog.ReleaseResult, error) {
+	if _, err := copylog.Release(&copylog.State{}, now, holdID, copies); errArgs(err) {
+		return copylog.ReleaseResult{}, err
+	}
+	rep, err := s.call(ctx, now, resource, "release", holdID, copies)
+	if err != nil {
+		return copylog.ReleaseResult{}, err
+	}
+	out := copylog.ReleaseResult{Reaped: rep.reaped}
+	switch rep.code {
+	case "":
+	case "unknown_hold":
+		return out, fmt.Errorf("%w: %q", copylog.ErrUnknownHold, holdID)
+	case "over_release":
+		return out, fmt.Errorf("%w: release of %d copies, hold %q has %d", copylog.ErrOverRelease, copies, holdID, num(field(rep.f, 0)))
+	default:
+		return copylog.ReleaseResult{}, unexpected(resource, rep.code)
+	}
+	f := rep.f
+	out.Released, out.Left, out.Domain = num(field(f, 0)), num(field(f, 1)), str(field(f, 2))
+	out.DomainHeld, out.TotalHeld = num(field(f, 3)), num(field(f, 4))
+	return out, nil
+}
+
+func transferFCall(s *Store, ctx context.Context, now time.Time, resource, holdID string, copies int64, ttl time.Duration, transferID string) (copylog.TransferResult, error) {
+	if _, err := copylog.Transfer(&copylog.State{}, now, holdID, copies, ttl, transferID); errArgs(err) {
+		return copylog.TransferResult{}, err
+	}
+	rep, err := s.call(ctx, now, resource, "transfer", holdID, copies, ttl.Microseconds(), transferID)
+	if err != nil {
+		return copylog.TransferResult{}, err
+	}
+	out := copylog.TransferResult{Reaped: rep.reaped}
+	switch rep.code {
+	case "":
+	case "unknown_hold":
+		return out, fmt.Errorf("%w: %q", copylog.ErrUnknownHold, holdID)
+	case "over_transfer":
+		return out, fmt.Errorf("%w: transfer of %d copies, hold %q has %d", copylog.ErrOverTransfer, copies, holdID, num(field(rep.f, 0)))
+	case "transfer_exists":
+		return out, fmt.Errorf("%w: %q", copylog.ErrTransferExists, transferID)
+	default:
+		return copylog.TransferResult{}, unexpected(resource, rep.code)
+	}
+	f := rep.f
+	out.TransferID, out.Copies, out.Left = transferID, num(field(f, 0)), num(field(f, 1))
+	out.Expires = time.UnixMicro(num(field(f, 2)))
+	return out, nil
+}
+
+func seizeFCall(s *Store, ctx context.Context, now time.Time, resource, transferID, holdID, session string, lease time.Duration) (copylog.SeizeResult, error) {
+	if _, err := copylog.Seize(&copylog.State{}, now, transferID, holdID, session, lease); errArgs(err) {
+		return copylog.SeizeResult{}, err
+	}
+	rep, err := s.call(ctx, now, resource, "seize", transferID, holdID, session, lease.Microseconds())
+	if err != nil {
+		return copylog.SeizeResult{}, err
+	}
+	out := copylog.SeizeResult{Reaped: rep.reaped}
+	switch rep.code {
+	case "":
+	case "unknown_transfer":
+		return out, fmt.Errorf("%w: %q", copylog.ErrUnknownTransfer, transferID)
+	case "hold_exists":
+		return out, fmt.Errorf("%w: %q", copylog.ErrHoldExists, holdID)
+	default:
+		return copylog.SeizeResult{}, unexpected(resource, rep.code)
+	}
+	f := rep.f
+	out.HoldID, out.Copies, out.Token = holdID, num(field(f, 0)), num(field(f, 1))
+	out.Expires = time.UnixMicro(num(field(f, 2)))
+	out.Domain, out.Groups = str(field(f, 3)), strs(field(f, 4))
+	return out, nil
+}
+
+func keepAliveFCall(s *Store, ctx context.Context, now time.Time, resource, session, holdID string, lease time.Duration) (copylog.KeepAliveResult, error) {
+	if _, err := copylog.KeepAlive(&copylog.State{}, now, session, holdID, lease); errArgs(err) {
+		return copylog.KeepAliveResult{}, err
+	}
+	rep, err := s.call(ctx, now, resource, "keepalive", session, holdID, lease.Microseconds())
+	if err != nil {
+		return copylog.KeepAliveResult{}, err
+	}
+	out := copylog.KeepAliveResult{Reaped: rep.reaped}
+	switch rep.code {
+	case "":
+	case "unknown_hold":
+		return out, fmt.Errorf("%w: %q", copylog.ErrUnknownHold, holdID)
+	default:
+		return copylog.KeepAliveResult{}, unexpected(resource, rep.code)
+	}
+	out.Holds = int(num(field(rep.f, 0)))
+	if out.Holds > 0 {
+		out.Expires = time.UnixMicro(num(field(rep.f, 1)))
+	}
+	return out, nil
+}
+
+func releaseSessionFCall(s *Store, ctx context.Context, now time.Time, resource, session string) (copylog.SessionResult, error) {
+	if _, err := copylog.ReleaseSession(&copylog.State{}, now, session); err != nil {
+		return copylog.SessionResult{}, err
+	}
+	rep, err := s.call(ctx, now, resource, "session", session)
+	if err != nil {
+		return copylog.SessionResult{}, err
+	}
+	if rep.code != "" {
+		return copylog.SessionResult{}, unexpected(resource, rep.code)
+	}
+	return copylog.SessionResult{Holds: int(num(field(rep.f, 0))), Copies: num(field(rep.f, 1)), Reaped: rep.reaped}, nil
+}
+
+func expireFCall(s *Store, ctx context.Context, now time.Time, resource string) (copylog.Reaped, error) {
+	rep, err := s.call(ctx, now, resource, "expire")
+	if err != nil {
+		return copylog.Reaped{}, err
+	}
+	if rep.code != "" {
+		return copylog.Reaped{}, unexpected(resource, rep.code)
+	}
+	return rep.reaped, nil
+}
+
+func unexpected(resource, code string) error {
+	return fmt.Errorf("%w: %s: unexpected answer %q", copystore.ErrUnavailable, resource, code)
+}
