@@ -107,3 +107,35 @@ func TestUnavailable(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestFunctionReloadedAndEmptyKeyKept: after FUNCTION FLUSH (a restart
+// without persistence, a failover to a replica that never had the library)
+// the store loads its function again by itself; a resource nobody holds
+// keeps only its fencing token, under a TTL.
+func TestFunctionReloadedAndEmptyKeyKept(t *testing.T) {
+	n := redistest.Single(t)
+	c := redis.NewClient(&redis.Options{Addr: n.Addr()})
+	t.Cleanup(func() { c.Close() })
+	s := New(c, Options{Clock: redisstore.ClockCaller})
+	ctx := context.Background()
+	cfg := &copylog.Config{DomainLimit: 3}
+	r, err := s.Reserve(ctx, copystoretest.T0, "r", cfg, copylog.ReserveRequest{Domain: "d", Copies: 2, HoldID: "h1", Lease: time.Minute})
+	if err != nil || !r.OK || r.Token != 1 {
+		t.Fatalf("reserve: %+v %v", r, err)
+	}
+	if err := c.FunctionFlush(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	rel, err := s.Release(ctx, copystoretest.T0, "r", "h1", 0)
+	if err != nil || rel.Released != 2 || rel.TotalHeld != 0 {
+		t.Fatalf("release after FUNCTION FLUSH: %+v %v", rel, err)
+	}
+	ttl, err := c.PTTL(ctx, "charon:c{r}").Result()
+	if err != nil || ttl < 29*24*time.Hour || ttl > 31*24*time.Hour {
+		t.Fatalf("empty copy log TTL %v %v, want about 30 days", ttl, err)
+	}
+	r, err = s.Reserve(ctx, copystoretest.T0, "r", cfg, copylog.ReserveRequest{Domain: "d", Copies: 1, HoldID: "h2", Lease: time.Minute})
+	if err != nil || !r.OK || r.Token != 2 {
+		t.Fatalf("reserve after the log emptied: %+v %v, want token 2", r, err)
+	}
+}
