@@ -20,7 +20,26 @@
 // RetryAfter, ResetAfter, Remaining, ForgetAt) and store.Apply over all the
 // items of the call: one round trip per Decide when the call's keys are in
 // one slot, which is always the case on a single node or with Sentinel.
-// Concurrent calls share go-redis' connection pool.
+//
+// # Pipelining
+//
+// Concurrent calls are pipelined: each FCALL (every script call of a
+// Decide, the two-step's included) goes to a queue served by
+// Options.Pipelines dispatcher goroutines (DefaultPipelines; started by
+// New, stopped by Close). A dispatcher takes every call queued while its
+// previous pipeline was in flight (up to 128; no timer, so a lone call
+// goes at once), sends them as one go-redis pipeline (on a Cluster, split
+// by node by go-redis) and answers each caller: each decision is still one
+// atomic FCALL, and Redis and the Go side pay one read and one write per
+// batch instead of per call. A pipeline lives until the latest deadline of
+// its callers (none when one has none; go-redis' read and write timeouts
+// still apply). A caller whose context ends gets its error at once (its
+// FCALL may still run, as with any call that times out); a call whose
+// context ended before its batch was sent is not sent. When Redis answers
+// "Function not found" inside a pipeline, the dispatcher loads the
+// function and sends those calls again. Pipelines < 0 turns the
+// dispatchers off: each call then sends its FCALL on its own pooled
+// connection.
 //
 // # Cost
 //

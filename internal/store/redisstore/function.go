@@ -60,11 +60,16 @@ func (s *Store) Load(ctx context.Context) error {
 	return nil
 }
 
-// fcall sends cmd, an FCALL of the decide function (fcallName,
-// funcNameArg, the number of keys, the keys, the arguments), loading the
-// function first when Redis does not have it (then sending cmd again: the
-// function did not run).
-func (s *Store) fcall(ctx context.Context, cmd []any) (string, error) {
+// fcall sends c.args, an FCALL of the decide function (fcallName,
+// funcNameArg, the number of keys, the keys, the arguments), through the
+// dispatchers' pipelines (pipeline.go), or on its own when they are off,
+// loading the function first when Redis does not have it (then sending
+// the command again: the function did not run).
+func (s *Store) fcall(ctx context.Context, c *call) (string, error) {
+	if s.q != nil {
+		return s.send(ctx, c)
+	}
+	cmd := c.args
 	res, err := s.c.Do(ctx, cmd...).Text()
 	if isNotFound(err) {
 		if err := s.Load(ctx); err != nil {

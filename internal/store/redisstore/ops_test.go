@@ -17,10 +17,13 @@ import (
 	"github.com/charonlimit/charon/tiers"
 )
 
-// counter is a go-redis hook counting the commands sent, by name.
+// counter is a go-redis hook counting the commands sent, by name, and the
+// pipelines. The handshake of a new connection (HELLO, CLIENT) is not
+// counted.
 type counter struct {
-	mu sync.Mutex
-	n  map[string]int
+	mu    sync.Mutex
+	n     map[string]int
+	pipes int
 }
 
 func (c *counter) DialHook(next redis.DialHook) redis.DialHook { return next }
@@ -32,6 +35,9 @@ func (c *counter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 }
 func (c *counter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
+		c.mu.Lock()
+		c.pipes++
+		c.mu.Unlock()
 		for _, cmd := range cmds {
 			c.add(cmd.Name())
 		}
@@ -39,11 +45,15 @@ func (c *counter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Proc
 	}
 }
 func (c *counter) add(name string) {
+	name = strings.ToLower(name)
+	if name == "hello" || name == "client" {
+		return
+	}
 	c.mu.Lock()
 	if c.n == nil {
 		c.n = map[string]int{}
 	}
-	c.n[strings.ToLower(name)]++
+	c.n[name]++
 	c.mu.Unlock()
 }
 func (c *counter) take() map[string]int {
@@ -51,7 +61,15 @@ func (c *counter) take() map[string]int {
 	defer c.mu.Unlock()
 	n := c.n
 	c.n = nil
+	c.pipes = 0
 	return n
+}
+
+// takePipes returns the pipelines counted since the last take.
+func (c *counter) takePipes() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.pipes
 }
 
 var (
@@ -76,24 +94,36 @@ func mustDecide(t testing.TB, s store.Store, now time.Time, items ...store.Item)
 }
 
 // TestOneCommandPerDecide counts the commands of a Decide: one FCALL for a
-// call of several items in one slot, Redis clock or caller's.
+// call of several items in one slot, Redis clock or caller's, sent in a
+// pipeline by a dispatcher (or on its own with the dispatchers off).
 func TestOneCommandPerDecide(t *testing.T) {
 	_, c := singleClient(t)
 	var cnt counter
 	c.AddHook(&cnt)
-	for _, clock := range []Clock{ClockRedis, ClockCaller} {
-		s := testStore(t, c, Options{Clock: clock})
-		mustDecide(t, s, storetest.T0, item(lyft, "a", "x", 1)) // loads the function on first use
-		cnt.take()
-		for i := range 20 {
-			mustDecide(t, s, storetest.T0, item(lyft, "a", fmt.Sprint("x", i%3), 1), item(withGlobal, "b", "y", 2), item(twoTier, "c", "z", 1))
-			if got := cnt.take(); len(got) != 1 || got["fcall"] != 1 {
-				t.Fatalf("clock %d, call %d: commands %v, want exactly one fcall", clock, i, got)
+	for _, pipelines := range []int{0, -1} {
+		wantPipes := 1
+		if pipelines < 0 {
+			wantPipes = 0
+		}
+		check := func(clock Clock, what string, i int) {
+			t.Helper()
+			pipes := cnt.takePipes()
+			if got := cnt.take(); len(got) != 1 || got["fcall"] != 1 || pipes != wantPipes {
+				t.Fatalf("pipelines %d, clock %d, %s %d: commands %v in %d pipelines, want exactly one fcall in %d",
+					pipelines, clock, what, i, got, pipes, wantPipes)
 			}
-			mustDecide(t, s, storetest.T0, item(twoTier, "c", fmt.Sprint("z", i), 1))
-			if got := cnt.take(); len(got) != 1 || got["fcall"] != 1 {
-				t.Fatalf("clock %d, single item %d: commands %v, want exactly one fcall", clock, i, got)
+		}
+		for _, clock := range []Clock{ClockRedis, ClockCaller} {
+			s := testStore(t, c, Options{Clock: clock, Pipelines: pipelines})
+			mustDecide(t, s, storetest.T0, item(lyft, "a", "x", 1)) // loads the function on first use
+			cnt.take()
+			for i := range 20 {
+				mustDecide(t, s, storetest.T0, item(lyft, "a", fmt.Sprint("x", i%3), 1), item(withGlobal, "b", "y", 2), item(twoTier, "c", "z", 1))
+				check(clock, "call", i)
+				mustDecide(t, s, storetest.T0, item(twoTier, "c", fmt.Sprint("z", i), 1))
+				check(clock, "single item", i)
 			}
+			s.Close()
 		}
 	}
 }
@@ -135,8 +165,6 @@ func TestFunctionReload(t *testing.T) {
 			t.Fatalf("after %s: %+v, want granted with %d hits in the tier", lose, d, wantHits)
 		}
 		got := cnt.take()
-		delete(got, "hello") // a new connection's handshake, after the restart
-		delete(got, "client")
 		if got["fcall"] != 2 || got["function"] != 1 || len(got) != 2 {
 			t.Fatalf("after %s: commands %v, want fcall, function load, fcall", lose, got)
 		}

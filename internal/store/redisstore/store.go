@@ -63,6 +63,10 @@ type Store struct {
 	pols    policyCache
 	closed  atomic.Bool
 	calls   sync.Pool
+	// The dispatchers (pipeline.go); q is nil when Options.Pipelines < 0.
+	q    chan *request
+	stop chan struct{}
+	wg   sync.WaitGroup
 }
 
 var _ store.Store = (*Store)(nil)
@@ -84,6 +88,7 @@ type call struct {
 	args  []any // the FCALL command
 	slots []uint16
 	nowAt []int64 // per slot of a two-step: the now its prepare used
+	req   *request
 }
 
 // NewWithClient returns a Store over c, which the caller keeps and closes.
@@ -109,22 +114,34 @@ func newStore(c redis.UniversalClient, owns bool, opts Options) (*Store, error) 
 		lockTTL: max(1, o.LockTTL.Milliseconds()),
 	}
 	s.calls.New = func() any { return new(call) }
+	s.stop = make(chan struct{})
+	if o.Pipelines > 0 {
+		s.q = make(chan *request, maxBatch*o.Pipelines)
+		s.wg.Add(o.Pipelines)
+		for range o.Pipelines {
+			go s.dispatch()
+		}
+	}
 	return s, nil
 }
 
 // Client returns the store's Redis client.
 func (s *Store) Client() redis.UniversalClient { return s.c }
 
-// Close implements store.Store: Decide fails with store.ErrClosed afterwards,
-// and a client made by New is closed.
+// Close implements store.Store: Decide fails with store.ErrClosed afterwards
+// (calls waiting for a pipeline too), the dispatchers stop once their batch
+// in flight is answered, and a client made by New is closed.
 func (s *Store) Close() error {
 	if s.closed.Swap(true) {
 		return nil
 	}
+	close(s.stop)
+	var err error
 	if s.owns {
-		return s.c.Close()
+		err = s.c.Close()
 	}
-	return nil
+	s.wg.Wait()
+	return err
 }
 
 // Decide implements store.Store with one script call (one round trip) when
@@ -291,7 +308,7 @@ func (s *Store) exec(ctx context.Context, c *call, items []store.Item, sel int, 
 	for _, e := range c.pols {
 		c.args = append(c.args, e.arg)
 	}
-	res, err := s.fcall(ctx, c.args)
+	res, err := s.fcall(ctx, c)
 	if err != nil {
 		return 0, 0, err
 	}

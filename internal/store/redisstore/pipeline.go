@@ -1,0 +1,182 @@
+package redisstore
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/charonlimit/charon/internal/store"
+)
+
+// maxBatch caps the FCALLs of one pipeline.
+const maxBatch = 128
+
+// DefaultPipelines is the default of Options.Pipelines.
+const DefaultPipelines = 2
+
+// request is one FCALL handed to a dispatcher: args is the command, ctx
+// the caller's (its deadline bounds the batch); the dispatcher writes res
+// and err, then signals done (buffered: a caller that gave up does not
+// block it).
+type request struct {
+	args []any
+	ctx  context.Context
+	res  string
+	err  error
+	done chan struct{}
+}
+
+// deadlineCtx is the context of a batch: no cancellation, no values, the
+// latest deadline of its callers.
+type deadlineCtx struct {
+	context.Context
+	at time.Time
+}
+
+func (c *deadlineCtx) Deadline() (time.Time, bool) { return c.at, true }
+
+// send hands the FCALL c.args to a dispatcher and waits for its reply,
+// the caller's context or Close. A caller that stops waiting detaches its
+// request and the buffers the command points into (c.args, c.hdr), so
+// that c can be reused while the dispatcher still sends them.
+func (s *Store) send(ctx context.Context, c *call) (string, error) {
+	r := c.req
+	if r == nil {
+		r = &request{done: make(chan struct{}, 1)}
+		c.req = r
+	}
+	r.args, r.ctx = c.args, ctx
+	select {
+	case s.q <- r:
+	case <-ctx.Done():
+		r.args, r.ctx = nil, nil
+		return "", fmt.Errorf("redisstore: %w", ctx.Err())
+	case <-s.stop:
+		r.args, r.ctx = nil, nil
+		return "", store.ErrClosed
+	}
+	select {
+	case <-r.done:
+		res, err := r.res, r.err
+		r.args, r.ctx, r.res, r.err = nil, nil, "", nil
+		return res, err
+	case <-ctx.Done():
+		c.detach()
+		return "", fmt.Errorf("redisstore: %w", ctx.Err())
+	case <-s.stop:
+		c.detach()
+		return "", store.ErrClosed
+	}
+}
+
+// detach leaves c's request and command buffers to the dispatcher.
+func (c *call) detach() {
+	c.req, c.args, c.hdr, c.hbox = nil, nil, nil, nil
+}
+
+// dispatch is a dispatcher: it takes the requests queued while its last
+// batch was in flight (up to maxBatch; no timer: a lone request goes at
+// once), sends them as one pipeline of FCALLs (each still its own atomic
+// function call) and answers each caller. It returns after Close.
+func (s *Store) dispatch() {
+	defer s.wg.Done()
+	batch := make([]*request, 0, maxBatch)
+	cmds := make([]*redis.Cmd, 0, maxBatch)
+	retry := make([]int, 0, maxBatch)
+	dctx := &deadlineCtx{Context: context.Background()}
+	for {
+		select {
+		case r := <-s.q:
+			batch = append(batch[:0], r)
+		case <-s.stop:
+			return
+		}
+	fill:
+		for len(batch) < maxBatch {
+			select {
+			case r := <-s.q:
+				batch = append(batch, r)
+			default:
+				break fill
+			}
+		}
+		cmds, retry = s.run(dctx, batch, cmds[:0], retry[:0])
+		for _, r := range batch {
+			r.done <- struct{}{}
+		}
+		clear(batch)
+		clear(cmds)
+	}
+}
+
+// run sends the batch's live requests as one pipeline and sets their
+// replies. When Redis does not have the function, it loads it and sends
+// the failed calls again (they did not run).
+func (s *Store) run(dctx *deadlineCtx, batch []*request, cmds []*redis.Cmd, retry []int) ([]*redis.Cmd, []int) {
+	// The batch lives until its latest caller's deadline, with none when a
+	// caller has none (go-redis' read and write timeouts still apply).
+	var ctx context.Context = dctx
+	dctx.at = time.Time{}
+	for _, r := range batch {
+		if err := r.ctx.Err(); err != nil {
+			continue
+		}
+		d, ok := r.ctx.Deadline()
+		if !ok {
+			ctx = context.Background()
+			break
+		}
+		if d.After(dctx.at) {
+			dctx.at = d
+		}
+	}
+	pipe := s.c.Pipeline()
+	for _, r := range batch {
+		var cmd *redis.Cmd
+		if err := r.ctx.Err(); err != nil {
+			// Its caller has gone: not sent.
+			r.err = fmt.Errorf("redisstore: %w", err)
+		} else {
+			cmd = redis.NewCmd(ctx, r.args...)
+			_ = pipe.Process(ctx, cmd)
+		}
+		cmds = append(cmds, cmd)
+	}
+	if pipe.Len() > 0 {
+		_, _ = pipe.Exec(ctx)
+	}
+	for i, cmd := range cmds {
+		if cmd != nil && isNotFound(cmd.Err()) {
+			retry = append(retry, i)
+		}
+	}
+	if len(retry) > 0 {
+		if err := s.Load(ctx); err != nil {
+			for _, i := range retry {
+				batch[i].err = err
+				cmds[i] = nil
+			}
+		} else {
+			pipe := s.c.Pipeline()
+			for _, i := range retry {
+				cmds[i] = redis.NewCmd(ctx, batch[i].args...)
+				_ = pipe.Process(ctx, cmds[i])
+			}
+			_, _ = pipe.Exec(ctx)
+		}
+	}
+	for i, cmd := range cmds {
+		if cmd == nil {
+			continue
+		}
+		res, err := cmd.Text()
+		if err != nil {
+			batch[i].err = fmt.Errorf("redisstore: %w", err)
+			continue
+		}
+		batch[i].res = res
+	}
+	return cmds, retry
+}
