@@ -139,3 +139,92 @@ func TestFunctionReloadedAndEmptyKeyKept(t *testing.T) {
 		t.Fatalf("reserve after the log emptied: %+v %v, want token 2", r, err)
 	}
 }
+
+// countHook records the name of every command the client sends.
+type countHook struct{ cmds *[]string }
+
+func (h countHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h countHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		*h.cmds = append(*h.cmds, cmd.Name())
+		return next(ctx, cmd)
+	}
+}
+
+func (h countHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		for _, c := range cmds {
+			*h.cmds = append(*h.cmds, c.Name())
+		}
+		return next(ctx, cmds)
+	}
+}
+
+// TestOneFCallPerOperation: every operation, granted, rejected or failing on
+// the state, is exactly one FCALL once the function is loaded.
+func TestOneFCallPerOperation(t *testing.T) {
+	n := redistest.Single(t)
+	c := redis.NewClient(&redis.Options{Addr: n.Addr()})
+	t.Cleanup(func() { c.Close() })
+	var cmds []string
+	c.AddHook(countHook{&cmds})
+	s := New(c, Options{})
+	ctx := context.Background()
+	if err := s.Load(ctx); err != nil {
+		t.Fatal(err)
+	}
+	cfg := &copylog.Config{DomainLimit: 2}
+	now := time.Now()
+	ops := []struct {
+		name string
+		do   func() error
+	}{
+		{"reserve", func() error {
+			_, err := s.Reserve(ctx, now, "r", cfg, copylog.ReserveRequest{Domain: "d", Copies: 2, HoldID: "h1", Session: "s", Lease: time.Minute})
+			return err
+		}},
+		{"rejected reserve", func() error {
+			_, err := s.Reserve(ctx, now, "r", cfg, copylog.ReserveRequest{Domain: "d", Copies: 1, HoldID: "h2", Lease: time.Minute})
+			return err
+		}},
+		{"keepalive", func() error { _, err := s.KeepAlive(ctx, now, "r", "s", "", time.Minute); return err }},
+		{"transfer", func() error { _, err := s.Transfer(ctx, now, "r", "h1", 1, time.Minute, "x1"); return err }},
+		{"seize", func() error { _, err := s.Seize(ctx, now, "r", "x1", "h3", "s", time.Minute); return err }},
+		{"release", func() error { _, err := s.Release(ctx, now, "r", "h3", 1); return err }},
+		{"unknown hold", func() error {
+			if _, err := s.Release(ctx, now, "r", "nope", 1); !errors.Is(err, copylog.ErrUnknownHold) {
+				return err
+			}
+			return nil
+		}},
+		{"release session", func() error { _, err := s.ReleaseSession(ctx, now, "r", "s"); return err }},
+	}
+	for _, op := range ops {
+		cmds = cmds[:0]
+		if err := op.do(); err != nil {
+			t.Fatalf("%s: %v", op.name, err)
+		}
+		if len(cmds) != 1 || cmds[0] != "fcall" {
+			t.Errorf("%s sent %v, want one fcall", op.name, cmds)
+		}
+	}
+	// The reaper: one SCAN, then one FCALL per copy log.
+	cmds = cmds[:0]
+	if err := s.Reap(ctx, now); err != nil {
+		t.Fatal(err)
+	}
+	if len(cmds) != 2 || cmds[0] != "scan" || cmds[1] != "fcall" {
+		t.Errorf("reap sent %v, want scan and one fcall", cmds)
+	}
+	// Every key the store wrote has a TTL.
+	keys, err := c.Keys(ctx, "*").Result()
+	if err != nil || len(keys) == 0 {
+		t.Fatalf("keys %v %v", keys, err)
+	}
+	for _, k := range keys {
+		if ttl, err := c.PTTL(ctx, k).Result(); err != nil || ttl <= 0 {
+			t.Errorf("key %q has TTL %v %v", k, ttl, err)
+		}
+	}
+}
