@@ -43,24 +43,33 @@ func benchDecide(b *testing.B, s store.Store) {
 // BenchmarkDecide: 1 item, 10,000 keys, parallel, against a local
 // redis-server (Redis clock), and the memory store for comparison.
 func BenchmarkDecide(b *testing.B) {
-	b.Run("redis", func(b *testing.B) {
-		n := redistest.Single(b)
-		c := redis.NewClient(&redis.Options{Addr: n.Addr()})
-		defer c.Close()
-		s := testStore(b, c, Options{})
-		if err := s.Load(context.Background()); err != nil {
-			b.Fatal(err)
-		}
-		b.SetParallelism(16)
-		benchDecide(b, s)
-		b.StopTimer()
-		if us, ok := fcallMicros(n.Port); ok {
-			b.ReportMetric(us, "redis-µs/call")
-		}
-	})
+	for _, v := range []struct {
+		name      string
+		pipelines int
+	}{{"redis", 0}, {"redis-unpipelined", -1}} {
+		b.Run(v.name, func(b *testing.B) { benchRedis(b, v.pipelines) })
+	}
 	b.Run("memstore", func(b *testing.B) {
 		benchDecide(b, memstore.New(memstore.Options{}))
 	})
+}
+
+// benchRedis runs benchDecide on a Redis store with the given
+// Options.Pipelines.
+func benchRedis(b *testing.B, pipelines int) {
+	n := redistest.Single(b)
+	c := redis.NewClient(&redis.Options{Addr: n.Addr()})
+	defer c.Close()
+	s := testStore(b, c, Options{Pipelines: pipelines})
+	if err := s.Load(context.Background()); err != nil {
+		b.Fatal(err)
+	}
+	b.SetParallelism(16)
+	benchDecide(b, s)
+	b.StopTimer()
+	if us, ok := fcallMicros(n.Port); ok {
+		b.ReportMetric(us, "redis-µs/call")
+	}
 }
 
 // fcallMicros returns Redis' own time per FCALL (INFO commandstats).
