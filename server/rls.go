@@ -62,13 +62,19 @@ func (s *rls) decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.R
 	return toProtoResponse(eresp, s.responseHeaders), nil
 }
 
-// fail logs err with truncated request values and maps it to gRPC.
+// fail logs err with truncated request values and maps it to gRPC. Bad
+// input and UNAVAILABLE (the store's failure mode while Redis is down,
+// logged once when the breaker opens and counted per request) are logged
+// at debug level, so an outage does not write a line per request.
 func (s *rls) fail(req *rlsv3.RateLimitRequest, err error) error {
 	gerr := grpcError(err)
 	code := status.Code(gerr)
-	if code == codes.InvalidArgument {
+	switch code {
+	case codes.InvalidArgument:
 		s.log.Debug("invalid request", "domain", truncate(req.GetDomain()), "descriptors", len(req.GetDescriptors()), "err", truncate(err.Error()))
-	} else {
+	case codes.Unavailable:
+		s.log.Debug("request failed", "domain", truncate(req.GetDomain()), "code", code.String(), "err", truncate(err.Error()))
+	default:
 		s.log.Warn("request failed", "domain", truncate(req.GetDomain()), "code", code.String(), "err", truncate(err.Error()))
 	}
 	return gerr

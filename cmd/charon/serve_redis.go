@@ -231,6 +231,9 @@ func openStore(c serveConfig, log *slog.Logger) (*serveStore, error) {
 		Mode:    c.FailureMode,
 		Timeout: c.RedisTimeout,
 		Local:   local,
+		// watch probes with PING and the function's presence, under a
+		// deadline of its own: decisions never do.
+		ProbeByPing: true,
 		OnBreakerChange: func(resilient.BreakerState) {
 			select {
 			case s.wake <- struct{}{}:
@@ -292,9 +295,10 @@ func (f flushOnReload) SetTree(t *descriptors.Tree) {
 }
 
 // watch keeps the server's health equal to the store's Serving (NOT_SERVING
-// only in the unavailable mode while Redis is down), probes Redis (PING) as
-// soon as the breaker's cool-off is over so that an idle server recovers, and
-// logs breaker transitions. The returned function stops it.
+// only in the unavailable mode while Redis is down), probes Redis (PING, and
+// the decide function loaded again if Redis lost it) as soon as the
+// breaker's cool-off is over, which is how the store recovers, and logs
+// breaker transitions. The returned function stops it.
 func (s *serveStore) watch(ctx context.Context, srv *server.Server, log *slog.Logger) func() {
 	if s.res == nil {
 		return func() {}
@@ -304,7 +308,7 @@ func (s *serveStore) watch(ctx context.Context, srv *server.Server, log *slog.Lo
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		tick := time.NewTicker(resilient.DefaultCoolOff / 4) // Probe is a no-op until the cool-off ends
+		tick := time.NewTicker(resilient.DefaultCoolOff / 10) // Probe is a no-op until the cool-off ends
 		defer tick.Stop()
 		serving, breaker := true, resilient.BreakerClosed
 		update := func() {

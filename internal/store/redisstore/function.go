@@ -22,6 +22,7 @@ var decideLua string
 var (
 	libVersion  = libHash(decideLua)
 	libraryCode = strings.ReplaceAll(decideLua, "@V@", libVersion)
+	libName     = "charon_" + libVersion
 	funcName    = "charon_decide_" + libVersion
 	// The command's first arguments, boxed once.
 	fcallName   any = "fcall"

@@ -2,6 +2,7 @@ package redisstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -173,6 +174,44 @@ func TestFunctionReload(t *testing.T) {
 			t.Fatalf("after %s: commands %v, want one fcall once reloaded", lose, got)
 		}
 		wantHits++
+	}
+}
+
+// TestPingLoadsFunction: Ping, the breaker's probe, loads the decide
+// function where Redis lacks it (PING, FUNCTION LIST, FUNCTION LOAD), so the
+// first decision after a Redis restart is one FCALL; where Redis has it,
+// Ping loads nothing.
+func TestPingLoadsFunction(t *testing.T) {
+	n := redistest.Single(t)
+	c := redis.NewClient(&redis.Options{Addr: n.Addr()})
+	t.Cleanup(func() { c.Close() })
+	var cnt counter
+	c.AddHook(&cnt)
+	s := testStore(t, c, Options{Clock: ClockCaller})
+	ctx := context.Background()
+	if out, err := redistest.CLI(n.Port, "function", "flush"); err != nil {
+		t.Fatalf("FUNCTION FLUSH: %v %s", err, out)
+	}
+	cnt.take()
+	if err := s.Ping(ctx); err != nil {
+		t.Fatalf("Ping: %v", err)
+	}
+	if got := cnt.take(); got["ping"] != 1 || got["function"] != 2 || len(got) != 2 {
+		t.Fatalf("Ping without the function: commands %v, want ping, function list, function load", got)
+	}
+	mustDecide(t, s, storetest.T0, item(lyft, "a", "x", 1))
+	if got := cnt.take(); len(got) != 1 || got["fcall"] != 1 {
+		t.Fatalf("decision after Ping: commands %v, want one fcall", got)
+	}
+	if err := s.Ping(ctx); err != nil {
+		t.Fatalf("Ping: %v", err)
+	}
+	if got := cnt.take(); got["ping"] != 1 || got["function"] != 1 || len(got) != 2 {
+		t.Fatalf("Ping with the function loaded: commands %v, want ping, function list", got)
+	}
+	s.Close()
+	if err := s.Ping(ctx); !errors.Is(err, store.ErrClosed) {
+		t.Fatalf("Ping after Close = %v, want store.ErrClosed", err)
 	}
 }
 

@@ -28,15 +28,6 @@ type request struct {
 	done chan struct{}
 }
 
-// deadlineCtx is the context of a batch: no cancellation, no values, the
-// latest deadline of its callers.
-type deadlineCtx struct {
-	context.Context
-	at time.Time
-}
-
-func (c *deadlineCtx) Deadline() (time.Time, bool) { return c.at, true }
-
 // send hands the FCALL c.args to a dispatcher and waits for its reply,
 // the caller's context or Close. A caller that stops waiting detaches its
 // request and the buffers the command points into (c.args, c.hdr), so
@@ -85,7 +76,6 @@ func (s *Store) dispatch() {
 	batch := make([]*request, 0, maxBatch)
 	cmds := make([]*redis.Cmd, 0, maxBatch)
 	retry := make([]int, 0, maxBatch)
-	dctx := &deadlineCtx{Context: context.Background()}
 	for {
 		select {
 		case r := <-s.q:
@@ -102,7 +92,7 @@ func (s *Store) dispatch() {
 				break fill
 			}
 		}
-		cmds, retry = s.run(dctx, batch, cmds[:0], retry[:0])
+		cmds, retry = s.run(batch, cmds[:0], retry[:0])
 		for _, r := range batch {
 			r.done <- struct{}{}
 		}
@@ -114,23 +104,31 @@ func (s *Store) dispatch() {
 // run sends the batch's live requests as one pipeline and sets their
 // replies. When Redis does not have the function, it loads it and sends
 // the failed calls again (they did not run).
-func (s *Store) run(dctx *deadlineCtx, batch []*request, cmds []*redis.Cmd, retry []int) ([]*redis.Cmd, []int) {
+func (s *Store) run(batch []*request, cmds []*redis.Cmd, retry []int) ([]*redis.Cmd, []int) {
 	// The batch lives until its latest caller's deadline, with none when a
-	// caller has none (go-redis' read and write timeouts still apply).
-	var ctx context.Context = dctx
-	dctx.at = time.Time{}
+	// caller has none (go-redis' read and write timeouts still apply). Not
+	// the callers' cancellation: one caller giving up must not fail the
+	// others' calls. The deadline is a real one (Done closes), so that a
+	// dial's retry backoff or a wait for a pooled connection ends with it.
+	ctx := context.Background()
+	var latest time.Time
 	for _, r := range batch {
 		if err := r.ctx.Err(); err != nil {
 			continue
 		}
 		d, ok := r.ctx.Deadline()
 		if !ok {
-			ctx = context.Background()
+			latest = time.Time{}
 			break
 		}
-		if d.After(dctx.at) {
-			dctx.at = d
+		if d.After(latest) {
+			latest = d
 		}
+	}
+	if !latest.IsZero() {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, latest)
+		defer cancel()
 	}
 	pipe := s.c.Pipeline()
 	for _, r := range batch {

@@ -77,10 +77,14 @@ func (c *clock) Advance(d time.Duration) { c.ns.Add(int64(d)) }
 type pingRemote struct {
 	*fakeRemote
 	pings atomic.Int64
+	left  atomic.Int64 // ns: the last ping's time to its deadline
 }
 
 func (p *pingRemote) Ping(ctx context.Context) error {
 	p.pings.Add(1)
+	if d, ok := ctx.Deadline(); ok {
+		p.left.Store(int64(time.Until(d)))
+	}
 	if p.behavior.Load() == fail {
 		return errRemote
 	}

@@ -22,6 +22,7 @@ const (
 	DefaultRateWindow       = time.Second
 	DefaultCoolOff          = time.Second
 	DefaultCacheSize        = 100_000
+	DefaultProbeTimeout     = time.Second
 )
 
 // Options configure a Store. The zero value is usable: ModeLocal, the
@@ -50,6 +51,17 @@ type Options struct {
 	// CoolOff is how long the breaker stays open before one call probes the
 	// remote; 0 means DefaultCoolOff.
 	CoolOff time.Duration
+	// ProbeByPing makes Probe the only half-open probe, when the remote
+	// implements Pinger: while the breaker is not closed every Decide is
+	// answered by the failure mode, and the owner calls Probe every
+	// CoolOff/4 or so. A decision's deadline (Timeout) is short; a remote
+	// that has just come back may need longer for its first answer (a new
+	// connection, a Redis that must load its function again), which a
+	// decision used as the probe would time out on, keeping the breaker
+	// open while the remote is healthy.
+	ProbeByPing bool
+	// ProbeTimeout bounds Probe's ping; 0 means DefaultProbeTimeout.
+	ProbeTimeout time.Duration
 	// CacheSize bounds the over-limit cache's entries; 0 means
 	// DefaultCacheSize, negative turns the cache off.
 	CacheSize int
@@ -71,6 +83,8 @@ type Options struct {
 type Store struct {
 	remote  store.Store
 	local   *memstore.Store // ModeLocal only
+	pinger  Pinger          // the remote's Ping with ProbeByPing, else nil
+	probeTO time.Duration
 	mode    Mode
 	timeout time.Duration
 	cooloff time.Duration
@@ -104,6 +118,13 @@ func New(remote store.Store, opts Options) *Store {
 	}
 	if s.cooloff <= 0 {
 		s.cooloff = DefaultCoolOff
+	}
+	if p, ok := remote.(Pinger); ok && opts.ProbeByPing {
+		s.pinger = p
+	}
+	s.probeTO = opts.ProbeTimeout
+	if s.probeTO <= 0 {
+		s.probeTO = DefaultProbeTimeout
 	}
 	if s.now == nil {
 		s.now = time.Now
@@ -172,7 +193,13 @@ func (s *Store) Decide(ctx context.Context, now time.Time, items []store.Item, o
 			return nil
 		}
 	}
-	call, probe := s.br.allow(s.now().UnixNano())
+	var call, probe bool
+	if s.pinger != nil {
+		// Only Probe leaves the open state.
+		call = BreakerState(s.br.state.Load()) == BreakerClosed
+	} else {
+		call, probe = s.br.allow(s.now().UnixNano())
+	}
 	if !call {
 		return s.fallback(ctx, now, items, out, ErrBreakerOpen)
 	}
@@ -312,14 +339,15 @@ type Pinger interface {
 	Ping(ctx context.Context) error
 }
 
-// Probe lets an idle server recover: when the breaker is open and its
-// cool-off is over, and the remote implements Pinger, Probe pings the remote
-// under the deadline as the half-open probe (success closes the breaker,
+// Probe lets a server recover: when the breaker is open and its cool-off is
+// over, and the remote implements Pinger, Probe pings the remote under
+// Options.ProbeTimeout as the half-open probe (success closes the breaker,
 // failure opens it for another cool-off) and returns the ping's error. It
-// does nothing and returns nil otherwise. Decide probes by itself; Probe
-// matters when no traffic arrives, as in ModeUnavailable behind a readiness
-// check that stops the traffic while Serving is false: a server calls it
-// every Options.CoolOff or so.
+// does nothing and returns nil otherwise. Without Options.ProbeByPing,
+// Decide also probes by itself and Probe matters when no traffic arrives,
+// as in ModeUnavailable behind a readiness check that stops the traffic
+// while Serving is false; with it, Probe is the only way back. A server
+// calls it every Options.CoolOff/4 or so.
 func (s *Store) Probe(ctx context.Context) error {
 	p, ok := s.remote.(Pinger)
 	if !ok || s.closed.Load() || BreakerState(s.br.state.Load()) != BreakerOpen {
@@ -329,11 +357,8 @@ func (s *Store) Probe(ctx context.Context) error {
 	if !call || !probe {
 		return nil
 	}
-	if s.timeout > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, s.timeout)
-		defer cancel()
-	}
+	ctx, cancel := context.WithTimeout(ctx, s.probeTO)
+	defer cancel()
 	err := p.Ping(ctx)
 	switch {
 	case err == nil:

@@ -440,3 +440,47 @@ func TestProbeWithoutTraffic(t *testing.T) {
 		t.Fatalf("good ping: %v, serving %v, %d pings; want nil, serving, 2", err, s.Serving(), p.pings.Load())
 	}
 }
+
+// TestProbeByPing: with ProbeByPing, decisions never probe: after the
+// cool-off they are still answered by the failure mode without touching the
+// remote, and only Probe, under ProbeTimeout rather than the decisions'
+// short Timeout, closes the breaker.
+func TestProbeByPing(t *testing.T) {
+	p := &pingRemote{fakeRemote: newFake()}
+	p.set(fail)
+	clk := newClock()
+	s := resilient.New(p, resilient.Options{Mode: resilient.ModeLocal, Now: clk.Now, FailureThreshold: 1,
+		ProbeByPing: true, ProbeTimeout: 300 * time.Millisecond})
+	defer s.Close()
+	out := make([]tiers.Decision, 1)
+	it := []store.Item{take(simple, "a", 1)}
+	if err := s.Decide(context.Background(), t0, it, out); err != nil || !out[0].OK {
+		t.Fatalf("failed remote in local mode: %v, %+v", err, out[0])
+	}
+	if st := s.Stats(); st.Breaker != resilient.BreakerOpen || st.Local != 1 {
+		t.Fatalf("after a failure with threshold 1: %+v, want open and one local decision", st)
+	}
+	p.set(answer)
+	clk.Advance(resilient.DefaultCoolOff)
+	calls := p.calls.Load()
+	for range 3 {
+		if err := s.Decide(context.Background(), t0, it, out); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if st := s.Stats(); p.calls.Load() != calls || st.Breaker != resilient.BreakerOpen || st.Local != 4 {
+		t.Fatalf("decisions after the cool-off: %d remote calls, %+v; want none, still open, all local", p.calls.Load()-calls, st)
+	}
+	if err := s.Probe(context.Background()); err != nil {
+		t.Fatalf("Probe: %v", err)
+	}
+	if left := time.Duration(p.left.Load()); left <= resilient.DefaultTimeout || left > 300*time.Millisecond {
+		t.Errorf("Probe's ping had %v to its deadline, want ProbeTimeout (300ms), not the decisions' Timeout", left)
+	}
+	if st := s.Stats(); st.Breaker != resilient.BreakerClosed {
+		t.Fatalf("after a good Probe: %+v, want closed", st)
+	}
+	if err := s.Decide(context.Background(), t0, it, out); err != nil || p.calls.Load() != calls+1 {
+		t.Fatalf("decision after recovery: %v, %d remote calls; want the remote's", err, p.calls.Load()-calls)
+	}
+}
