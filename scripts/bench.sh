@@ -4,8 +4,9 @@
 # in-memory store, runs `charon bench --noop` (gRPC health Check: the no-op
 # ceiling) and then ShouldRateLimit at the same concurrency over KEYS uniform
 # keys, and prints the throughput ratio. Both runs share this machine, so only
-# the ratio is meaningful. Then a charon.v1 Reserve + Release pair run, and
-# its cost relative to one ShouldRateLimit.
+# the ratio is meaningful. Then charon.v1 Reserve + Release pair runs (on
+# Session streams, then as unary calls), and their cost relative to one
+# ShouldRateLimit.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bin=${1:-bin/charon}
@@ -63,3 +64,10 @@ pair=$("$bin" bench --addr "127.0.0.1:$grpc" --reserve --domain bench --key seat
 echo "$pair"
 awk -v a="$(rps "$real")" -v b="$(rps "$pair")" \
 	'BEGIN { if (b > 0) printf "cost of a reserve+release pair / one ShouldRateLimit = %.2f\n", a / b; else print "ratio: reserve run failed" }'
+
+# The same pair as two unary calls, for callers that cannot keep a stream.
+unary=$("$bin" bench --addr "127.0.0.1:$grpc" --reserve --unary --domain bench --key seat --keys "$keys" \
+	--concurrency "$concurrency" --duration "$duration")
+echo "$unary"
+awk -v a="$(rps "$real")" -v b="$(rps "$unary")" \
+	'BEGIN { if (b > 0) printf "cost of a unary reserve+release pair / one ShouldRateLimit = %.2f\n", a / b; else print "ratio: unary reserve run failed" }'

@@ -33,6 +33,7 @@ type benchOptions struct {
 	Hot         bool
 	Noop        bool
 	Reserve     bool
+	Unary       bool
 }
 
 // benchResult is one run's outcome.
@@ -61,6 +62,7 @@ func runBench(args []string, stdout, stderr io.Writer) error {
 	fs.BoolVar(&o.Hot, "hot", false, "one hot value instead of --keys")
 	fs.BoolVar(&o.Noop, "noop", false, "call the gRPC health Check instead: the no-op ceiling")
 	fs.BoolVar(&o.Reserve, "reserve", false, "a charon.v1 Reserve + Release pair of one copy per iteration, on one Session stream per worker (--domain/--key name a copy-limited resource)")
+	fs.BoolVar(&o.Unary, "unary", false, "with --reserve: the pair as two unary calls instead of on a Session stream")
 	if err := fs.Parse(args); err != nil {
 		if err == flag.ErrHelp {
 			return err
@@ -69,6 +71,9 @@ func runBench(args []string, stdout, stderr io.Writer) error {
 	}
 	if o.Noop && o.Reserve {
 		return fmt.Errorf("%w: --noop and --reserve exclude each other", errUsage)
+	}
+	if o.Unary && !o.Reserve {
+		return fmt.Errorf("%w: --unary needs --reserve", errUsage)
 	}
 	if o.Concurrency < 1 || o.Conns < 1 || o.Descriptors < 1 || o.Keys < 1 || o.Duration <= 0 {
 		return fmt.Errorf("%w: --concurrency, --conns, --descriptors, --keys and --duration must be positive", errUsage)
@@ -81,6 +86,8 @@ func runBench(args []string, stdout, stderr io.Writer) error {
 	switch {
 	case o.Noop:
 		mode = "noop"
+	case o.Reserve && o.Unary:
+		mode = "unary-reserve+release"
 	case o.Reserve:
 		mode = "reserve+release"
 	}
@@ -138,7 +145,7 @@ func bench(o benchOptions) (benchResult, error) {
 			hreq := &healthpb.HealthCheckRequest{}
 			var pair *reservePair
 			if o.Reserve {
-				p, err := newReservePair(ctx, cc, o.Domain, o.Key)
+				p, err := newReservePair(ctx, cc, o.Domain, o.Key, o.Unary)
 				if err != nil {
 					mu.Lock()
 					res.Errors++

@@ -11,8 +11,11 @@ import (
 )
 
 // reservePair runs Reserve + Release pairs of one copy on one Session
-// stream, the way the Go client holds copies.
+// stream, the way the Go client holds copies, or (unary) as two unary
+// calls.
 type reservePair struct {
+	ctx    context.Context
+	unary  charonv1.CharonClient // nil: on the stream
 	stream grpc.BidiStreamingClient[charonv1.SessionRequest, charonv1.SessionResponse]
 	id     uint64
 	res    charonv1.ReserveRequest
@@ -21,12 +24,18 @@ type reservePair struct {
 	key    string
 }
 
-func newReservePair(ctx context.Context, cc grpc.ClientConnInterface, domain, key string) (*reservePair, error) {
-	st, err := charonv1.NewCharonClient(cc).Session(ctx)
-	if err != nil {
-		return nil, err
+func newReservePair(ctx context.Context, cc grpc.ClientConnInterface, domain, key string, unary bool) (*reservePair, error) {
+	p := &reservePair{ctx: ctx, domain: domain, key: key}
+	c := charonv1.NewCharonClient(cc)
+	if unary {
+		p.unary = c
+	} else {
+		st, err := c.Session(ctx)
+		if err != nil {
+			return nil, err
+		}
+		p.stream = st
 	}
-	p := &reservePair{stream: st, domain: domain, key: key}
 	p.res.Copies, p.res.MinCopies = 1, 1
 	p.res.Resource = &charonv1.Resource{Domain: domain, Entries: []*charonv1.Entry{{Key: key}}}
 	return p, nil
@@ -36,6 +45,15 @@ func newReservePair(ctx context.Context, cc grpc.ClientConnInterface, domain, ke
 // reserve was rejected (nothing to release then).
 func (p *reservePair) do(value string) (ok bool, err error) {
 	p.res.Resource.Entries[0].Value = value
+	if p.unary != nil {
+		rr, err := p.unary.Reserve(p.ctx, &p.res)
+		if err != nil || !rr.GetOk() {
+			return false, err
+		}
+		p.rel.HoldId, p.rel.Copies = rr.GetHoldId(), 0
+		_, err = p.unary.Release(p.ctx, &p.rel)
+		return true, err
+	}
 	r, err := p.call(&charonv1.SessionRequest{Operation: &charonv1.SessionRequest_Reserve{Reserve: &p.res}})
 	if err != nil {
 		return false, err
