@@ -16,6 +16,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	"github.com/charonlimit/charon/internal/gctune"
 )
 
 // benchOptions drive a closed-loop load run: Concurrency workers each send
@@ -78,6 +80,9 @@ func runBench(args []string, stdout, stderr io.Writer) error {
 	if o.Concurrency < 1 || o.Conns < 1 || o.Descriptors < 1 || o.Keys < 1 || o.Duration <= 0 {
 		return fmt.Errorf("%w: --concurrency, --conns, --descriptors, --keys and --duration must be positive", errUsage)
 	}
+	// The load tool's own collections would take CPU from the server it
+	// measures on a shared machine: the same heap floor as charon serve's.
+	defer gctune.Floor(defaultHeapFloorMiB << 20).Stop()
 	r, err := bench(o)
 	if err != nil {
 		return err

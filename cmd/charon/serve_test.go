@@ -28,17 +28,20 @@ func TestParseServePrecedence(t *testing.T) {
 	}{
 		{"defaults", nil, nil, def},
 		{"flags", []string{"--config", "/c", "--grpc-addr", ":1", "--http-addr", ":2", "--debug-addr", ":3",
-			"--max-descriptors", "8", "--max-keys", "100", "--response-headers", "--merge-domains", "--shutdown-timeout", "3s", "--fixed-window"}, nil,
+			"--max-descriptors", "8", "--max-keys", "100", "--response-headers", "--merge-domains", "--shutdown-timeout", "3s", "--fixed-window", "--heap-floor-mib", "0"}, nil,
 			with(func(c *serveConfig) {
 				c.ConfigDir, c.GRPCAddr, c.HTTPAddr, c.DebugAddr = "/c", ":1", ":2", ":3"
 				c.FixedWindow = true
+				c.HeapFloorMiB = 0
 				c.MaxDescriptors, c.MaxKeys, c.ResponseHeaders, c.MergeDomains, c.ShutdownTimeout = 8, 100, true, true, 3*time.Second
 			})},
 		{"charon env", nil, map[string]string{
 			"CHARON_CONFIG": "/e", "CHARON_GRPC_ADDR": ":11", "CHARON_HTTP_ADDR": ":12", "CHARON_DEBUG_ADDR": ":13",
 			"CHARON_MAX_DESCRIPTORS": "9", "CHARON_MAX_KEYS": "7", "CHARON_RESPONSE_HEADERS": "true",
-			"CHARON_MERGE_DOMAINS": "1", "CHARON_SHUTDOWN_TIMEOUT": "1m", "CHARON_FIXED_WINDOW": "true", "CHARON_STORE": "memory", "CHARON_REDIS_URL": "redis://x"},
+			"CHARON_MERGE_DOMAINS": "1", "CHARON_SHUTDOWN_TIMEOUT": "1m", "CHARON_FIXED_WINDOW": "true", "CHARON_STORE": "memory", "CHARON_REDIS_URL": "redis://x",
+			"CHARON_HEAP_FLOOR_MIB": "256"},
 			with(func(c *serveConfig) {
+				c.HeapFloorMiB = 256
 				c.ConfigDir, c.GRPCAddr, c.HTTPAddr, c.DebugAddr = "/e", ":11", ":12", ":13"
 				c.MaxDescriptors, c.MaxKeys, c.ResponseHeaders, c.MergeDomains, c.ShutdownTimeout = 9, 7, true, true, time.Minute
 				c.RedisURL = "redis://x"
@@ -89,6 +92,7 @@ func TestParseServeErrors(t *testing.T) {
 		{"unknown store", []string{"--store", "disk"}, nil},
 		{"bad number env", nil, map[string]string{"CHARON_MAX_DESCRIPTORS": "many"}},
 		{"zero descriptors", []string{"--max-descriptors", "0"}, nil},
+		{"negative heap floor", []string{"--heap-floor-mib", "-1"}, nil},
 		{"bad port", nil, map[string]string{"GRPC_PORT": "http"}},
 		{"bad merge", nil, map[string]string{"MERGE_DOMAIN_CONFIG": "perhaps"}},
 		{"bad log level", nil, map[string]string{"LOG_LEVEL": "loud"}},
