@@ -60,12 +60,40 @@ func openCopies(c serveConfig, log *slog.Logger) (copystore.Store, error) {
 
 // redisCopies is the Redis copy store of serve: it owns its client and
 // reaps lapsed holds of every resource every copySweepInterval, so holds of a
-// dead process are released without any coordinator.
+// dead process are released without any coordinator. Each sweep's view of
+// the Redis (what it reaped, what is held) feeds the copy store's metrics.
 type redisCopies struct {
 	*rediscopy.Store
 	c          redis.UniversalClient
 	stop, done chan struct{}
 	closeOnce  sync.Once
+
+	mu          sync.Mutex
+	live        rediscopy.Live // as of the last sweep
+	reapedHolds int64          // by this process's sweeps
+	reapedTrans int64
+	sweeps      int64
+}
+
+// sweep runs one sweep and records its stats.
+func (r *redisCopies) sweep(ctx context.Context, now time.Time) error {
+	st, err := r.Sweep(ctx, now)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.reapedHolds += int64(st.Reaped.Holds)
+	r.reapedTrans += int64(st.Reaped.Transfers)
+	if err == nil {
+		r.live = st.Live
+		r.sweeps++
+	}
+	return err
+}
+
+// stats returns the last sweep's view and this process's reaping totals.
+func (r *redisCopies) stats() (live rediscopy.Live, reapedHolds, reapedTransfers, sweeps int64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.live, r.reapedHolds, r.reapedTrans, r.sweeps
 }
 
 func (r *redisCopies) reaper(log *slog.Logger) {
@@ -78,7 +106,7 @@ func (r *redisCopies) reaper(log *slog.Logger) {
 			return
 		case <-t.C:
 			ctx, cancel := context.WithTimeout(context.Background(), copySweepInterval)
-			if err := r.Reap(ctx, time.Now()); err != nil {
+			if err := r.sweep(ctx, time.Now()); err != nil {
 				log.Debug("copy reaper", "err", err.Error())
 			}
 			cancel()
@@ -100,11 +128,49 @@ func (r *redisCopies) Close() error {
 // gauge and the store's expiry counters when the store reports them.
 func charonOptions(copies copystore.Store, m *server.Metrics) server.CharonOptions {
 	var o server.CharonOptions
-	if mc, ok := copies.(*memcopy.Store); ok {
-		o.Holds = func() float64 { return float64(mc.Stats().Copies) }
-		registerMemcopyStats(m, mc)
+	switch cs := copies.(type) {
+	case *memcopy.Store:
+		o.Holds = func() float64 { return float64(cs.Stats().Copies) }
+		registerMemcopyStats(m, cs)
+	case *redisCopies:
+		o.Holds = func() float64 { live, _, _, _ := cs.stats(); return float64(live.Copies) }
+		registerRedisCopyStats(m, cs)
 	}
 	return o
+}
+
+// registerRedisCopyStats exports the Redis copy store's view as of the
+// reaper's last sweep (every process sharing the Redis sees the same
+// holds) and what this process's sweeps reaped.
+func registerRedisCopyStats(m *server.Metrics, r *redisCopies) {
+	gauge := func(name, help string, f func() float64) {
+		m.Registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Namespace: "charon", Subsystem: "copystore", Name: name, Help: help}, f))
+	}
+	counter := func(name, help string, f func() float64) {
+		m.Registry.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Namespace: "charon", Subsystem: "copystore", Name: name, Help: help}, f))
+	}
+	gauge("holds", "Live holds in the Redis copy logs, as of the last sweep.", func() float64 {
+		live, _, _, _ := r.stats()
+		return float64(live.Holds)
+	})
+	gauge("transfers", "Staged transfers in the Redis copy logs, as of the last sweep.", func() float64 {
+		live, _, _, _ := r.stats()
+		return float64(live.Transfers)
+	})
+	counter("reaped_holds_total", "Holds whose lease lapsed released by this process's periodic sweeps.", func() float64 {
+		_, h, _, _ := r.stats()
+		return float64(h)
+	})
+	counter("reaped_transfers_total", "Unseized transfers released by this process's periodic sweeps.", func() float64 {
+		_, _, x, _ := r.stats()
+		return float64(x)
+	})
+	counter("sweeps_total", "Completed sweeps of every copy log in the Redis.", func() float64 {
+		_, _, _, n := r.stats()
+		return float64(n)
+	})
 }
 
 // registerMemcopyStats exports the memory copy store's gauges and counters.

@@ -249,7 +249,14 @@ local function session(st, C, t, A)
   return '', {n, c}
 end
 
-local function expire(st, C, t, A) return '', {} end
+-- expire: reaping only (done by every call); the fields are what the log
+-- holds afterwards: holds, staged transfers, copies (both).
+local function expire(st, C, t, A)
+  local nh, nx = 0, 0
+  for _ in pairs(st.h) do nh = nh + 1 end
+  for _ in pairs(st.x) do nx = nx + 1 end
+  return '', {nh, nx, C.t}
+end
 
 local ops = {reserve = reserve, release = release, transfer = transfer, seize = seize,
   keepalive = keepalive, session = session, expire = expire}

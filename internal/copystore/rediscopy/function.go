@@ -325,15 +325,15 @@ func releaseSessionFCall(s *Store, ctx context.Context, now time.Time, resource,
 	return copylog.SessionResult{Holds: int(num(field(rep.f, 0))), Copies: num(field(rep.f, 1)), Reaped: rep.reaped}, nil
 }
 
-func expireFCall(s *Store, ctx context.Context, now time.Time, resource string) (copylog.Reaped, error) {
+func expireFCall(s *Store, ctx context.Context, now time.Time, resource string) (copylog.Reaped, Live, error) {
 	rep, err := s.call(ctx, now, resource, "expire")
 	if err != nil {
-		return copylog.Reaped{}, err
+		return copylog.Reaped{}, Live{}, err
 	}
 	if rep.code != "" {
-		return copylog.Reaped{}, unexpected(resource, rep.code)
+		return copylog.Reaped{}, Live{}, unexpected(resource, rep.code)
 	}
-	return rep.reaped, nil
+	return rep.reaped, Live{Holds: int(num(field(rep.f, 0))), Transfers: int(num(field(rep.f, 1))), Copies: num(field(rep.f, 2))}, nil
 }
 
 func unexpected(resource, code string) error {

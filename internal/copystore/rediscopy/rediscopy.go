@@ -26,6 +26,7 @@ package rediscopy
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -115,29 +116,67 @@ func (s *Store) ReleaseSession(ctx context.Context, now time.Time, resource, ses
 // Reap expires the lapsed holds and transfers of every resource in the
 // Redis (on every master of a Cluster).
 func (s *Store) Reap(ctx context.Context, now time.Time) error {
+	_, err := s.Sweep(ctx, now)
+	return err
+}
+
+// Live is what copy logs hold: holds, staged transfers, and the copies of
+// both.
+type Live struct {
+	Holds, Transfers int
+	Copies           int64
+}
+
+// SweepStats is what a Sweep released and what was left.
+type SweepStats struct {
+	Reaped copylog.Reaped
+	Live   Live
+	Logs   int // copy logs visited
+}
+
+// Sweep is Reap, reporting what it released and what the copy logs hold
+// afterwards, summed over every resource in the Redis: a view of all the
+// processes sharing it, as of the sweep. On an error the stats cover the
+// logs visited before it.
+func (s *Store) Sweep(ctx context.Context, now time.Time) (SweepStats, error) {
+	var st SweepStats
 	select {
 	case <-s.closed:
-		return ErrClosed
+		return st, ErrClosed
 	default:
 	}
+	var mu sync.Mutex // ForEachMaster runs the masters concurrently
 	reapNode := func(ctx context.Context, c redis.UniversalClient) error {
 		it := c.Scan(ctx, 0, s.prefix+"c{*", 256).Iterator()
 		for it.Next(ctx) {
 			k := it.Val()
 			res := k[len(s.prefix)+2 : len(k)-1]
-			if _, err := expireFCall(s, ctx, now, res); err != nil {
+			r, live, err := expireFCall(s, ctx, now, res)
+			if err != nil {
 				return err
 			}
+			mu.Lock()
+			st.Logs++
+			st.Reaped.Holds += r.Holds
+			st.Reaped.Transfers += r.Transfers
+			st.Reaped.Copies += r.Copies
+			st.Live.Holds += live.Holds
+			st.Live.Transfers += live.Transfers
+			st.Live.Copies += live.Copies
+			mu.Unlock()
 		}
 		if err := it.Err(); err != nil {
 			return fmt.Errorf("%w: scan: %v", copystore.ErrUnavailable, err)
 		}
 		return nil
 	}
+	var err error
 	if cc, ok := s.c.(*redis.ClusterClient); ok {
-		return cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error { return reapNode(ctx, c) })
+		err = cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error { return reapNode(ctx, c) })
+	} else {
+		err = reapNode(ctx, s.c)
 	}
-	return reapNode(ctx, s.c)
+	return st, err
 }
 
 var _ copystore.Store = (*Store)(nil)

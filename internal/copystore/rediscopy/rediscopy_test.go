@@ -228,3 +228,45 @@ func TestOneFCallPerOperation(t *testing.T) {
 		}
 	}
 }
+
+// TestSweepStats: Sweep reports what it reaped and what the copy logs hold
+// afterwards, summed over every resource of the Redis.
+func TestSweepStats(t *testing.T) {
+	n := redistest.Single(t)
+	c := redis.NewClient(&redis.Options{Addr: n.Addr()})
+	t.Cleanup(func() { c.Close() })
+	s := New(c, Options{KeyPrefix: newPrefix(), Clock: redisstore.ClockCaller})
+	ctx := context.Background()
+	cfg := &copylog.Config{DomainLimit: 10}
+	t0 := time.Unix(1_800_000_000, 0)
+	reserve := func(res, hold string, copies int64, lease time.Duration) {
+		t.Helper()
+		r, err := s.Reserve(ctx, t0, res, cfg, copylog.ReserveRequest{Domain: "d", Copies: copies, HoldID: hold, Lease: lease})
+		if err != nil || !r.OK {
+			t.Fatalf("reserve %s: %+v %v", hold, r, err)
+		}
+	}
+	reserve("a", "a1", 3, time.Second)
+	reserve("a", "a2", 2, time.Minute)
+	reserve("b", "b1", 4, time.Minute)
+	if _, err := s.Transfer(ctx, t0, "b", "b1", 1, 2*time.Second, "x1"); err != nil {
+		t.Fatal(err)
+	}
+	st, err := s.Sweep(ctx, t0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := SweepStats{Logs: 2, Live: Live{Holds: 3, Transfers: 1, Copies: 9}}
+	if st != want {
+		t.Fatalf("sweep before any expiry: %+v, want %+v", st, want)
+	}
+	// a1's lease and the transfer lapse.
+	st, err = s.Sweep(ctx, t0.Add(3*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want = SweepStats{Logs: 2, Reaped: copylog.Reaped{Holds: 1, Transfers: 1, Copies: 4}, Live: Live{Holds: 2, Transfers: 0, Copies: 5}}
+	if st != want {
+		t.Fatalf("sweep after a1 and x1 lapsed: %+v, want %+v", st, want)
+	}
+}
