@@ -14,6 +14,10 @@
 // then go straight to the failure mode and do not pay the deadline. After the
 // cool-off one call probes the remote (half-open): success closes the
 // breaker, failure opens it for another cool-off. Recovery is automatic.
+// With Options.ProbeByPing and a remote that implements Pinger, the probe is
+// Probe's ping alone, under its own, longer deadline (Options.ProbeTimeout):
+// decisions never probe, and the owner calls Probe a few times per cool-off
+// (charon serve does, PINGing Redis and loading its function again).
 //
 // A timed-out remote call may have been committed by the remote (its script
 // may have run after the deadline); the failure mode then decides the same
