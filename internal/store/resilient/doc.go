@@ -16,8 +16,9 @@
 // breaker, failure opens it for another cool-off. Recovery is automatic.
 // With Options.ProbeByPing and a remote that implements Pinger, the probe is
 // Probe's ping alone, under its own, longer deadline (Options.ProbeTimeout):
-// decisions never probe, and the owner calls Probe a few times per cool-off
-// (charon serve does, PINGing Redis and loading its function again).
+// decisions never probe, and the owner calls Probe several times per
+// cool-off (charon serve does, PINGing Redis and loading its function
+// again); after the cool-off every Probe pings until one succeeds.
 //
 // A timed-out remote call may have been committed by the remote (its script
 // may have run after the deadline); the failure mode then decides the same

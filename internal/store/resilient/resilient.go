@@ -51,10 +51,14 @@ type Options struct {
 	// CoolOff is how long the breaker stays open before one call probes the
 	// remote; 0 means DefaultCoolOff.
 	CoolOff time.Duration
-	// ProbeByPing makes Probe the only half-open probe, when the remote
-	// implements Pinger: while the breaker is not closed every Decide is
-	// answered by the failure mode, and the owner calls Probe every
-	// CoolOff/4 or so. A decision's deadline (Timeout) is short; a remote
+	// ProbeByPing makes Probe the only probe, when the remote implements
+	// Pinger: while the breaker is open every Decide is answered by the
+	// failure mode, and the owner calls Probe every CoolOff/10 or so. Once
+	// the cool-off is over every such call pings, until a ping succeeds and
+	// closes the breaker; a failed ping leaves the breaker open without
+	// another cool-off (and is not counted as an opening), so recovery
+	// follows the remote's return by about the owner's interval. A
+	// decision's deadline (Timeout) is short; a remote
 	// that has just come back may need longer for its first answer (a new
 	// connection, a Redis that must load its function again), which a
 	// decision used as the probe would time out on, keeping the breaker
@@ -85,6 +89,7 @@ type Store struct {
 	local   *memstore.Store // ModeLocal only
 	pinger  Pinger          // the remote's Ping with ProbeByPing, else nil
 	probeTO time.Duration
+	probing atomic.Bool // a ProbeByPing ping is in flight
 	mode    Mode
 	timeout time.Duration
 	cooloff time.Duration
@@ -349,6 +354,9 @@ type Pinger interface {
 // while Serving is false; with it, Probe is the only way back. A server
 // calls it every Options.CoolOff/4 or so.
 func (s *Store) Probe(ctx context.Context) error {
+	if s.pinger != nil {
+		return s.probeByPing(ctx)
+	}
 	p, ok := s.remote.(Pinger)
 	if !ok || s.closed.Load() || BreakerState(s.br.state.Load()) != BreakerOpen {
 		return nil
@@ -368,6 +376,29 @@ func (s *Store) Probe(ctx context.Context) error {
 	default:
 		s.remoteErrors.Add(1)
 		s.br.failure(s.now().UnixNano(), true)
+	}
+	return err
+}
+
+// probeByPing is Probe with Options.ProbeByPing: one ping at a time, once
+// the cool-off is over, with no state change but on success.
+func (s *Store) probeByPing(ctx context.Context) error {
+	if s.closed.Load() || BreakerState(s.br.state.Load()) != BreakerOpen || s.br.retryIn(s.now().UnixNano()) > 0 {
+		return nil
+	}
+	if !s.probing.CompareAndSwap(false, true) {
+		return nil
+	}
+	defer s.probing.Store(false)
+	ctx, cancel := context.WithTimeout(ctx, s.probeTO)
+	defer cancel()
+	err := s.pinger.Ping(ctx)
+	switch {
+	case err == nil:
+		s.br.success(s.now().UnixNano(), true)
+	case errors.Is(ctx.Err(), context.Canceled):
+	default:
+		s.remoteErrors.Add(1)
 	}
 	return err
 }

@@ -460,6 +460,9 @@ func TestProbeByPing(t *testing.T) {
 	if st := s.Stats(); st.Breaker != resilient.BreakerOpen || st.Local != 1 {
 		t.Fatalf("after a failure with threshold 1: %+v, want open and one local decision", st)
 	}
+	if err := s.Probe(context.Background()); err != nil || p.pings.Load() != 0 {
+		t.Fatalf("Probe during the cool-off: %v after %d pings, want nil and none", err, p.pings.Load())
+	}
 	p.set(answer)
 	clk.Advance(resilient.DefaultCoolOff)
 	calls := p.calls.Load()
@@ -471,6 +474,18 @@ func TestProbeByPing(t *testing.T) {
 	if st := s.Stats(); p.calls.Load() != calls || st.Breaker != resilient.BreakerOpen || st.Local != 4 {
 		t.Fatalf("decisions after the cool-off: %d remote calls, %+v; want none, still open, all local", p.calls.Load()-calls, st)
 	}
+	// A failed ping leaves the breaker open, with no new cool-off and no
+	// opening counted: the next Probe pings at once.
+	p.set(fail)
+	for i := range 2 {
+		if err := s.Probe(context.Background()); !errors.Is(err, errRemote) {
+			t.Fatalf("Probe %d with the remote down: %v, want its error", i, err)
+		}
+	}
+	if st := s.Stats(); p.pings.Load() != 2 || st.Breaker != resilient.BreakerOpen || st.BreakerOpens != 1 {
+		t.Fatalf("after 2 failed pings: %d pings, %+v; want 2 pings, open, opened once", p.pings.Load(), st)
+	}
+	p.set(answer)
 	if err := s.Probe(context.Background()); err != nil {
 		t.Fatalf("Probe: %v", err)
 	}
