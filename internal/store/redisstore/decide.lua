@@ -203,6 +203,9 @@ local function decpol(s)
       p.T[i] = { lim = v[q], win = v[q + 1], act = v[q + 2], cool = v[q + 3], skip = v[q + 4] == 1, width = v[q + 5] }
       q = q + 6
     end
+    -- One tier, no hard or global limit: the one-tier path (one1) can
+    -- decide its grants.
+    p.one = p.n == 1 and p.hard == 0 and p.glob == 0
   elseif p.kind == 1 then
     p.unit, p.r, p.capU, p.cap = v[2], v[3], v[4], v[5]
   elseif p.kind == 2 then
@@ -233,13 +236,19 @@ end
 --   bucket/fixed: kind, used (0/1), at, val
 --   global:       9, log
 -- A log is: m, then m pairs (start, count).
-local function decstate(blob, kind)
+-- unblob: the blob's array if it is a state of that kind, else nil.
+local function unblob(blob, kind)
+  local v = nil
+  if blob then v = munpack(blob) end
+  if type(v) ~= 'table' or v[1] ~= kind then return nil end
+  return v
+end
+
+-- decv: the state of v (unblob's answer).
+local function decv(v, kind)
   -- Every field in the constructors: no table grows afterwards.
   local s = { kind = kind, dirty = false, p = false, t = false, nt = 0, sec = false, log = false,
               used = false, at = 0, val = 0 }
-  local v = nil
-  if blob then v = munpack(blob) end
-  if type(v) ~= 'table' or v[1] ~= kind then v = nil end
   if kind == 0 then
     s.t = {}
     if not v then
@@ -262,6 +271,8 @@ local function decstate(blob, kind)
   end
   return s
 end
+
+local function decstate(blob, kind) return decv(unblob(blob, kind), kind) end
 
 -- The array encstate fills, made once: its array part has grown to the
 -- largest state seen. Entries past the state's are cleared, as
@@ -727,6 +738,117 @@ local function load(key, p, kind)
   return s
 end
 
+-- ---------------------------------------------------------------------------
+-- The one-tier path: a call of one take item (the fast path below) whose
+-- policy is one tier with no hard or global limit (p.one), with no global
+-- key. It grants what decide_tiers grants, with the same answer, state and
+-- expiry as save's, reading the blob's array v and writing the new state
+-- straight into O: no table per call but v, and every step of the walk,
+-- apply_tiers, forget_tiers and encstate written out for the one tier. A
+-- call it would not grant (a rejection, no hit granted, the tier in its
+-- cooldown, a state of more tiers) is left to decide, on the same blob.
+
+-- cut: the index of the first bucket of the log at v[p] (m pairs) that
+-- starts after lo, and the index of its last bucket (prune).
+local function cut(v, p, m, lo)
+  local q, e = p + 1, p + 2 * m - 1
+  while q <= e and v[q] <= lo do q = q + 2 end
+  return q, e
+end
+
+-- copy: the buckets v[q..e] (start, count pairs) to o after its index j,
+-- behind their number, with n hits added at t in buckets of width b (ladd,
+-- lenc). Returns the new j, the hits copied, and the newest bucket's start.
+local function copy(v, q, e, o, j, t, b, n)
+  local mj, cnt = j + 1, 0
+  j = mj
+  for x = q, e, 2 do
+    local c = v[x + 1]
+    o[j + 1], o[j + 2] = v[x], c
+    cnt = cnt + c
+    j = j + 2
+  end
+  local r = fmod(t, b)
+  if r < 0 then r = r + b end
+  local at = t - r
+  if j > mj and o[j - 1] >= at then
+    o[j] = o[j] + n
+    at = o[j - 1]
+  else
+    o[j + 1], o[j + 2] = at, n
+    j = j + 2
+  end
+  o[mj] = (j - mj) / 2
+  return j, cnt, at
+end
+
+-- one1: the whole answer, or nil and the state's array (unblob's answer)
+-- for decide.
+local function one1(key, p, t, k, m, maxttl)
+  local v = unblob(redis.call('GET', key), 0)
+  local sm, inn, ent, tp, tm = 0, false, 0, 0, 0
+  if v then
+    sm = v[2] or 0
+    tp = 3 + 2 * sm
+    local nt = v[tp]
+    if nt == 1 then
+      inn, ent, tm = v[tp + 1] == 1, v[tp + 2], v[tp + 3] or 0
+      tp = tp + 3
+    elseif nt ~= 0 then
+      return nil, v
+    end
+  end
+  k, m = clamp(k), clamp(m)
+  local tr = p.T[1]
+  local lim, win, act = tr.lim, tr.win, tr.act
+  -- The walk (start, walk): from the tier while active, entering it (a
+  -- burst) while inactive, none in its cooldown. ResetAfter: the oldest
+  -- counted hit of the tier (t when entered now) plus its window, minus t.
+  local burst, n, cnt, reset, q, e = true, 0, 0, 0, 0, -1
+  if inn then
+    local x = ent + act
+    if t < x then
+      burst = false
+    elseif t < x + tr.cool then
+      return nil, v
+    end
+  end
+  if burst then
+    -- Entered at t with an emptied log.
+    ent = t
+    n = min(k, lim)
+    reset = max(0, win)
+  else
+    q, e = cut(v, tp, tm, t - win)
+    local oldest = t
+    if q <= e then oldest = v[q] end
+    for x = q + 1, e + 1, 2 do cnt = cnt + v[x] end
+    n = min(k, lim - cnt)
+    reset = max(0, oldest + win - t)
+  end
+  if n < 1 or n < m or m > k then return nil, v end
+  cnt = cnt + n
+  -- apply_tiers and encstate: the second log, then the tier, entered.
+  local o = O
+  o[1] = 0
+  local sq, se = cut(v, 2, sm, t - SEC)
+  local j, dom, sat = copy(v, sq, se, o, 1, t, p.hw, n)
+  o[j + 1], o[j + 2], o[j + 3] = 1, 1, ent
+  local j2, _, tat = copy(v, q, e, o, j + 3, t, tr.width, n)
+  for i = j2 + 1, on do o[i] = nil end
+  on = j2
+  -- save: forget_tiers (both logs hold a bucket now).
+  local at
+  if act ~= INF then at = ent + act + tr.cool else at = tat + win end
+  if sat + SEC > at then at = sat + SEC end
+  local ms = floormul(t, 1000) / 1000 + maxttl
+  if at ~= INF then ms = min(ceildiv(at, 1000), ms) end
+  redis.call('SET', key, mpack(o), 'PXAT', ms)
+  local f = 1
+  if burst then f = 3 end
+  return spack('>ddddddddddd', 0, t, f, n, 1, cnt, dom + n, 0, max(0, min(MAXC - n, lim - cnt)), 0, reset)
+end
+
 local function statekind(p)
   if p.kind > 2 then return 3 end
   return p.kind
@@ -928,7 +1050,15 @@ local function fdecide(KEYS, ARGV)
       -- if it would grant, the Request grants the same. The group's
       -- Granted goes to its only member (split).
       local p = policy(ARGV[3])
-      local s = load(KEYS[sk], p, statekind(p))
+      local s
+      if p.one and gk == 0 then
+        local r, v = one1(KEYS[sk], p, now, hits, mn, maxttl)
+        if r then return r end
+        s = decv(v, 0)
+        s.p = p
+      else
+        s = load(KEYS[sk], p, statekind(p))
+      end
       local gs = nil
       if gk > 0 then gs = load(KEYS[gk], nil, 9) end
       local d = decide(p, s, gs, now, hits, mn, true, dreset(D))

@@ -1,0 +1,149 @@
+package redisstore
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/charonlimit/charon/tiers"
+)
+
+// TestOneTierPath demands of the one-tier path (one1 in decide.lua) the
+// same answers, stored states and expiry times as the general decision on
+// the same calls: the library is loaded a second time with that path cut
+// off, and random calls of one item, mostly of one-tier policies, go to
+// both on keys of their own.
+func TestOneTierPath(t *testing.T) {
+	_, c := singleClient(t)
+	ctx := context.Background()
+	const cut = "if p.one and gk == 0 then"
+	if !strings.Contains(decideLua, cut) {
+		t.Fatal("decide.lua has no one-tier path to cut off")
+	}
+	ref := strings.Replace(decideLua, cut, "if false then", 1)
+	refVersion := libHash(ref)
+	for _, code := range []string{libraryCode, strings.ReplaceAll(ref, "@V@", refVersion)} {
+		if err := c.FunctionLoadReplace(ctx, code).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fns := []string{funcName, "charon_decide_" + refVersion}
+
+	r := rand.New(rand.NewPCG(7, 11))
+	randTier := func() tiers.Tier {
+		tr := tiers.Tier{Limit: 1 + r.Int64N(8), Window: randDur(r, time.Millisecond, 3*time.Second), Active: tiers.Unbounded}
+		switch r.IntN(3) {
+		case 1:
+			tr.Limit = 1 + r.Int64N(2000)
+		case 2:
+			tr.Limit = 60 + r.Int64N(10)
+		}
+		if r.IntN(2) == 0 {
+			tr.Active = tr.Window * time.Duration(1+r.IntN(5))
+		}
+		switch r.IntN(4) {
+		case 1:
+			tr.Cooldown = randDur(r, time.Microsecond, 5*time.Second)
+		case 2:
+			tr.Cooldown = tr.Window * time.Duration(r.IntN(4))
+		case 3:
+			if r.IntN(3) == 0 {
+				tr.Cooldown = tiers.Unbounded
+			}
+		}
+		tr.Skippable = r.IntN(3) == 0
+		return tr
+	}
+	randPolicy := func() *tiers.Policy {
+		p := &tiers.Policy{Kind: tiers.KindTiers, Tiers: []tiers.Tier{randTier()}}
+		switch r.IntN(8) {
+		case 0: // a state of more tiers on the same key
+			p.Tiers = append(p.Tiers, randTier())
+		case 1:
+			p.HardLimit = 1 + r.Int64N(100)
+		case 2:
+			p.Kind, p.Bucket = tiers.KindTokenBucket, tiers.TokenBucket{Capacity: 1 + r.Int64N(200), Refill: 1 + r.Int64N(50), Per: time.Second}
+		}
+		q, _ := tiers.Normalize(*p)
+		return &q
+	}
+
+	// Future times, so that no state expires on Redis's clock during the
+	// test.
+	start := time.Now().Add(time.Hour).UnixMicro()
+	calls, granted := 0, 0
+	for trace := range 300 {
+		pols := []*tiers.Policy{randPolicy()}
+		if r.IntN(4) == 0 {
+			pols = append(pols, randPolicy())
+		}
+		now := start + r.Int64N(int64(time.Hour/time.Microsecond))
+		for step := range 60 {
+			switch r.IntN(10) {
+			case 0:
+			case 1:
+				now += r.Int64N(10_000_000)
+			case 2:
+				now -= r.Int64N(5000)
+			default:
+				now += r.Int64N(300_000)
+			}
+			p := pols[0]
+			if r.IntN(10) == 0 {
+				p = pols[r.IntN(len(pols))]
+			}
+			hits := 1 + r.Int64N(4)
+			if r.IntN(5) == 0 {
+				hits = r.Int64N(2500)
+			}
+			mn := r.Int64N(hits + 1)
+			if r.IntN(20) == 0 {
+				mn = hits + 1
+			}
+			var f int64
+			if r.IntN(8) == 0 {
+				f = 2 // shadow
+			}
+			maxTTL := int64(3_600_000)
+			if r.IntN(10) == 0 {
+				maxTTL = 1 + r.Int64N(3000)
+			}
+			var h []byte
+			for _, v := range []int64{modeDecide, now, maxTTL, 1000, 1, 1, 1, 0, 1, hits, mn, f} {
+				h = appendF64(h, v)
+			}
+			arg := encodePolicy(p).arg
+			var replies, states []string
+			var expiry []int64
+			for i, fn := range fns {
+				key := fmt.Sprintf("onetier:%d:%d", i, trace)
+				rep, err := c.Do(ctx, "fcall", fn, 1, key, string(h), "", arg).Text()
+				if err != nil {
+					t.Fatalf("trace %d step %d: %s: %v", trace, step, fn, err)
+				}
+				st, err := c.Get(ctx, key).Result()
+				if err != nil && err.Error() != "redis: nil" {
+					t.Fatal(err)
+				}
+				exp, err := c.Do(ctx, "pexpiretime", key).Int64()
+				if err != nil {
+					t.Fatal(err)
+				}
+				replies, states, expiry = append(replies, rep), append(states, st), append(expiry, exp)
+			}
+			calls++
+			rd := &reader{b: replies[1][16:]}
+			if rd.num()&1 != 0 {
+				granted++
+			}
+			if replies[0] != replies[1] || states[0] != states[1] || expiry[0] != expiry[1] {
+				t.Fatalf("trace %d step %d: policy %+v, now %d, hits %d, min %d, flags %d:\nreply %x\n  ref %x\nstate %x\n  ref %x\nexpiry %d, ref %d",
+					trace, step, *p, now, hits, mn, f, replies[0], replies[1], states[0], states[1], expiry[0], expiry[1])
+			}
+		}
+	}
+	t.Logf("%d calls, %d granted", calls, granted)
+}
