@@ -18,7 +18,8 @@ cd "$(dirname "$0")/.."
 bin=${1:-bin/charon}
 concurrency=${CONCURRENCY:-64}
 keys=${KEYS:-10000}
-duration=${DURATION:-10s}
+duration=${DURATION:-5s}
+rounds=${ROUNDS:-3}
 redis_timeout=${REDIS_TIMEOUT:-1s}
 redis_server=${REDIS_SERVER:-redis-server}
 
@@ -80,7 +81,7 @@ serve memory "$mem_grpc" "$mem_http" "$mem_debug"
 serve redis "$red_grpc" "$red_http" "$red_debug" --store redis --redis-url "redis://127.0.0.1:$redis" \
 	--redis-timeout "$redis_timeout"
 
-echo "redis-server 127.0.0.1:$redis; concurrency $concurrency, $keys keys, $duration per run"
+echo "redis-server 127.0.0.1:$redis; concurrency $concurrency, $keys keys, $rounds rounds of $duration per run"
 run() { # grpc extra-args...
 	local grpc=$1
 	shift
@@ -110,20 +111,32 @@ report() { # before after: the counters' moves during a run
 		}'
 }
 
-mem_keys=$(run "$mem_grpc" --keys "$keys")
-echo "memory $keys keys: $mem_keys"
-before=$(snapshot)
-red_keys=$(run "$red_grpc" --keys "$keys")
-echo "redis  $keys keys: $red_keys"
-report "$before" "$(snapshot)"
-mem_hot=$(run "$mem_grpc" --hot)
-echo "memory hot key:    $mem_hot"
-before=$(snapshot)
-red_hot=$(run "$red_grpc" --hot)
-echo "redis  hot key:    $red_hot"
-report "$before" "$(snapshot)"
+# The four runs take turns for ROUNDS rounds, so that the machine's changes of
+# speed weigh on all alike; each one's throughput is its requests over its
+# time summed over the rounds.
+all=""
+for r in $(seq "$rounds"); do
+	out=$(run "$mem_grpc" --keys "$keys"); echo "round $r memory $keys keys: $out"; all="${all}mem_keys $out"$'\n'
+	before=$(snapshot)
+	out=$(run "$red_grpc" --keys "$keys"); echo "round $r redis  $keys keys: $out"; all="${all}red_keys $out"$'\n'
+	report "$before" "$(snapshot)"
+	out=$(run "$mem_grpc" --hot); echo "round $r memory hot key:    $out"; all="${all}mem_hot $out"$'\n'
+	before=$(snapshot)
+	out=$(run "$red_grpc" --hot); echo "round $r redis  hot key:    $out"; all="${all}red_hot $out"$'\n'
+	report "$before" "$(snapshot)"
+done
 
-rps() { sed -n 's/.* rps=\([0-9.]*\) .*/\1/p' <<<"$1"; }
-ratio() { awk -v a="$2" -v b="$3" -v n="$1" 'BEGIN { if (b > 0) printf "ratio %s redis / memory = %.2f\n", n, a / b; else printf "ratio %s: memory run failed\n", n }'; }
-ratio "$keys keys" "$(rps "$red_keys")" "$(rps "$mem_keys")"
-ratio "hot key" "$(rps "$red_hot")" "$(rps "$mem_hot")"
+rps() { # name: requests over time, summed over the rounds
+	awk -v m="$1" '$1 == m {
+		for (i = 2; i <= NF; i++) {
+			split($i, kv, "=")
+			if (kv[1] == "requests") { r = kv[2]; n += r }
+			# the time of a run: its requests over its rate (duration= has units)
+			if (kv[1] == "rps" && kv[2] > 0) d += r / kv[2]
+		}
+	} END { if (d > 0) printf "%.0f", n / d; else print 0 }' <<<"$all"
+}
+for m in mem_keys red_keys mem_hot red_hot; do echo "$m: $(rps "$m") req/s over $rounds rounds"; done
+ratio() { awk -v a="$2" -v b="$3" -v n="$1" 'BEGIN { if (a > 0 && b > 0) printf "ratio %s redis / memory = %.2f\n", n, a / b; else printf "ratio %s: a run failed\n", n }'; }
+ratio "$keys keys" "$(rps red_keys)" "$(rps mem_keys)"
+ratio "hot key" "$(rps red_hot)" "$(rps mem_hot)"
