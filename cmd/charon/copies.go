@@ -68,32 +68,37 @@ type redisCopies struct {
 	stop, done chan struct{}
 	closeOnce  sync.Once
 
-	mu          sync.Mutex
-	live        rediscopy.Live // as of the last sweep
-	reapedHolds int64          // by this process's sweeps
-	reapedTrans int64
-	sweeps      int64
+	mu sync.Mutex
+	st redisCopyStats
+}
+
+// redisCopyStats: the Redis copy logs as of the last sweep, and what this
+// process's sweeps reaped.
+type redisCopyStats struct {
+	Live                         rediscopy.Live
+	ReapedHolds, ReapedTransfers int64
+	Sweeps                       int64
 }
 
 // sweep runs one sweep and records its stats.
 func (r *redisCopies) sweep(ctx context.Context, now time.Time) error {
-	st, err := r.Sweep(ctx, now)
+	sw, err := r.Sweep(ctx, now)
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.reapedHolds += int64(st.Reaped.Holds)
-	r.reapedTrans += int64(st.Reaped.Transfers)
+	r.st.ReapedHolds += int64(sw.Reaped.Holds)
+	r.st.ReapedTransfers += int64(sw.Reaped.Transfers)
 	if err == nil {
-		r.live = st.Live
-		r.sweeps++
+		r.st.Live = sw.Live
+		r.st.Sweeps++
 	}
 	return err
 }
 
-// stats returns the last sweep's view and this process's reaping totals.
-func (r *redisCopies) stats() (live rediscopy.Live, reapedHolds, reapedTransfers, sweeps int64) {
+// Stats returns the last sweep's view and this process's reaping totals.
+func (r *redisCopies) Stats() redisCopyStats {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.live, r.reapedHolds, r.reapedTrans, r.sweeps
+	return r.st
 }
 
 func (r *redisCopies) reaper(log *slog.Logger) {
@@ -133,7 +138,7 @@ func charonOptions(copies copystore.Store, m *server.Metrics) server.CharonOptio
 		o.Holds = func() float64 { return float64(cs.Stats().Copies) }
 		registerMemcopyStats(m, cs)
 	case *redisCopies:
-		o.Holds = func() float64 { live, _, _, _ := cs.stats(); return float64(live.Copies) }
+		o.Holds = func() float64 { return float64(cs.Stats().Live.Copies) }
 		registerRedisCopyStats(m, cs)
 	}
 	return o
@@ -143,51 +148,54 @@ func charonOptions(copies copystore.Store, m *server.Metrics) server.CharonOptio
 // reaper's last sweep (every process sharing the Redis sees the same
 // holds) and what this process's sweeps reaped.
 func registerRedisCopyStats(m *server.Metrics, r *redisCopies) {
-	gauge := func(name, help string, f func() float64) {
-		m.Registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Namespace: "charon", Subsystem: "copystore", Name: name, Help: help}, f))
-	}
-	counter := func(name, help string, f func() float64) {
-		m.Registry.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
-			Namespace: "charon", Subsystem: "copystore", Name: name, Help: help}, f))
-	}
-	gauge("holds", "Live holds in the Redis copy logs, as of the last sweep.", func() float64 {
-		live, _, _, _ := r.stats()
-		return float64(live.Holds)
-	})
-	gauge("transfers", "Staged transfers in the Redis copy logs, as of the last sweep.", func() float64 {
-		live, _, _, _ := r.stats()
-		return float64(live.Transfers)
-	})
-	counter("reaped_holds_total", "Holds whose lease lapsed released by this process's periodic sweeps.", func() float64 {
-		_, h, _, _ := r.stats()
-		return float64(h)
-	})
-	counter("reaped_transfers_total", "Unseized transfers released by this process's periodic sweeps.", func() float64 {
-		_, _, x, _ := r.stats()
-		return float64(x)
-	})
-	counter("sweeps_total", "Completed sweeps of every copy log in the Redis.", func() float64 {
-		_, _, _, n := r.stats()
-		return float64(n)
-	})
+	registerCopystore(m, r.Stats,
+		copystoreMetric[redisCopyStats]{"holds", "Live holds in the Redis copy logs, as of the last sweep.", false,
+			func(s redisCopyStats) float64 { return float64(s.Live.Holds) }},
+		copystoreMetric[redisCopyStats]{"transfers", "Staged transfers in the Redis copy logs, as of the last sweep.", false,
+			func(s redisCopyStats) float64 { return float64(s.Live.Transfers) }},
+		copystoreMetric[redisCopyStats]{"reaped_holds_total", "Holds whose lease lapsed released by this process's periodic sweeps.", true,
+			func(s redisCopyStats) float64 { return float64(s.ReapedHolds) }},
+		copystoreMetric[redisCopyStats]{"reaped_transfers_total", "Unseized transfers released by this process's periodic sweeps.", true,
+			func(s redisCopyStats) float64 { return float64(s.ReapedTransfers) }},
+		copystoreMetric[redisCopyStats]{"sweeps_total", "Completed sweeps of every copy log in the Redis.", true,
+			func(s redisCopyStats) float64 { return float64(s.Sweeps) }},
+	)
 }
 
 // registerMemcopyStats exports the memory copy store's gauges and counters.
 func registerMemcopyStats(m *server.Metrics, mc *memcopy.Store) {
-	gauge := func(name, help string, f func(memcopy.Stats) float64) {
-		m.Registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Namespace: "charon", Subsystem: "copystore", Name: name, Help: help,
-		}, func() float64 { return f(mc.Stats()) }))
+	registerCopystore(m, mc.Stats,
+		copystoreMetric[memcopy.Stats]{"holds", "Live holds in the copy store.", false,
+			func(s memcopy.Stats) float64 { return float64(s.Holds) }},
+		copystoreMetric[memcopy.Stats]{"transfers", "Staged transfers in the copy store.", false,
+			func(s memcopy.Stats) float64 { return float64(s.Transfers) }},
+		copystoreMetric[memcopy.Stats]{"lease_expiries_total", "Holds released because their lease lapsed.", true,
+			func(s memcopy.Stats) float64 { return float64(s.LeaseExpiries) }},
+		copystoreMetric[memcopy.Stats]{"reaped_holds_total", "Holds released by the periodic reaper (a subset of lease expiries).", true,
+			func(s memcopy.Stats) float64 { return float64(s.ReapedHolds) }},
+		copystoreMetric[memcopy.Stats]{"session_holds_total", "Holds released because their session ended.", true,
+			func(s memcopy.Stats) float64 { return float64(s.SessionHolds) }},
+	)
+}
+
+// copystoreMetric is a charon_copystore_ gauge or counter read from a
+// store's stats S.
+type copystoreMetric[S any] struct {
+	name, help string
+	counter    bool
+	value      func(S) float64
+}
+
+// registerCopystore registers ms, each reading stats when scraped.
+func registerCopystore[S any](m *server.Metrics, stats func() S, ms ...copystoreMetric[S]) {
+	for _, c := range ms {
+		f := func() float64 { return c.value(stats()) }
+		if c.counter {
+			m.Registry.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+				Namespace: "charon", Subsystem: "copystore", Name: c.name, Help: c.help}, f))
+		} else {
+			m.Registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+				Namespace: "charon", Subsystem: "copystore", Name: c.name, Help: c.help}, f))
+		}
 	}
-	counter := func(name, help string, f func(memcopy.Stats) float64) {
-		m.Registry.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
-			Namespace: "charon", Subsystem: "copystore", Name: name, Help: help,
-		}, func() float64 { return f(mc.Stats()) }))
-	}
-	gauge("holds", "Live holds in the copy store.", func(s memcopy.Stats) float64 { return float64(s.Holds) })
-	gauge("transfers", "Staged transfers in the copy store.", func(s memcopy.Stats) float64 { return float64(s.Transfers) })
-	counter("lease_expiries_total", "Holds released because their lease lapsed.", func(s memcopy.Stats) float64 { return float64(s.LeaseExpiries) })
-	counter("reaped_holds_total", "Holds released by the periodic reaper (a subset of lease expiries).", func(s memcopy.Stats) float64 { return float64(s.ReapedHolds) })
-	counter("session_holds_total", "Holds released because their session ended.", func(s memcopy.Stats) float64 { return float64(s.SessionHolds) })
 }

@@ -90,3 +90,28 @@ func gathered(t *testing.T, m *server.Metrics, name string) (float64, bool) {
 	}
 	return 0, false
 }
+
+// TestMemoryCopyMetrics: with --store memory the copy store's gauges read
+// the memory store.
+func TestMemoryCopyMetrics(t *testing.T) {
+	cs, err := openCopies(defaultServeConfig(), slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close()
+	m := server.NewMetrics(nil)
+	o := charonOptions(cs, m)
+	res, err := cs.Reserve(context.Background(), time.Now(), "seat", &copylog.Config{DomainLimit: 10},
+		copylog.ReserveRequest{Domain: "d", Copies: 4, HoldID: "h", Lease: time.Minute})
+	if err != nil || !res.OK {
+		t.Fatalf("reserve: %+v %v", res, err)
+	}
+	if got := o.Holds(); got != 4 {
+		t.Errorf("copies held = %v, want 4", got)
+	}
+	for name, want := range map[string]float64{"charon_copystore_holds": 1, "charon_copystore_transfers": 0, "charon_copystore_lease_expiries_total": 0} {
+		if got, ok := gathered(t, m, name); !ok || got != want {
+			t.Errorf("%s = %v (found %v), want %v", name, got, ok, want)
+		}
+	}
+}
