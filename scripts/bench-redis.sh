@@ -4,10 +4,11 @@
 # and the Redis store) on free loopback ports with examples/config, and runs
 # `charon bench` against each: ShouldRateLimit at CONCURRENCY over KEYS uniform
 # keys, then the hot over-limit key (--hot: one value far over its 1000/s
-# limit). Prints the throughput ratios Redis / memory, and how the Redis
-# server's decisions were made (charon_store_calls_total by path) and its
-# over-limit cache's hit ratio in each run. Everything shares this machine
-# (Redis included), so only the ratios are meaningful.
+# limit). The four runs take turns for ROUNDS (3) rounds of DURATION (5s).
+# Prints how the Redis server's decisions were made in each run
+# (charon_store_calls_total by path) and its over-limit cache's hit ratio,
+# then the throughput ratios Redis / memory over the rounds. Everything
+# shares this machine (Redis included), so only the ratios are meaningful.
 #
 # The Redis server runs with --redis-timeout REDIS_TIMEOUT (default 1s, not
 # the production 10ms): on a loaded machine at concurrency 64 some calls take

@@ -81,7 +81,7 @@ done
 # summary: per mode, "mode rps p99-median-ms errors"
 summary=$(awk '
 	function ms(v) { if (v ~ /µs$/) return substr(v, 1, length(v) - 2) / 1000; if (v ~ /ms$/) return substr(v, 1, length(v) - 2) + 0; return substr(v, 1, length(v) - 1) * 1000 }
-	NF > 1 {
+	$2 ~ /^mode=/ {
 		m = $1
 		for (i = 2; i <= NF; i++) {
 			split($i, kv, "=")
