@@ -45,7 +45,11 @@
 //
 // What a decision costs Redis is its Lua work, so the function keeps it
 // small: a call of one take item (the common case) takes a fast path, one
-// Request with no peek and no grouping; the call's numbers and the reply
+// Request with no peek and no grouping, and when its policy is one tier
+// with no hard or global limit (every plain rate_limit) a one-tier path
+// that decides a grant on the stored array and packs the new state with no
+// table per call (TestOneTierPath holds it equal to the general code);
+// the call's numbers and the reply
 // are big-endian doubles read and written with Redis' struct library (no
 // table); policies travel as ARGV, msgpack arrays of integers encoded once
 // per *tiers.Policy on the Go side (a cache keyed by pointer) and decoded
@@ -53,8 +57,9 @@
 // tables of a decision are made once, at load. States are msgpack arrays
 // (Redis' cmsgpack writes integers exactly, where cjson would print 14
 // significant digits of a 16-digit µs timestamp); their cost grows with
-// the buckets of their hit logs (at most 64 per log). TestScriptCost and
-// BenchmarkDecide report Redis' time per call (INFO commandstats).
+// the buckets of their hit logs (at most 64 per log). TestScriptCost,
+// TestScriptCostBench (with CHARON_COST_ROUNDS set) and BenchmarkDecide
+// report Redis' time per call (INFO commandstats).
 //
 // # Clock
 //
