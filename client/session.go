@@ -90,7 +90,7 @@ func (s *session) call(ctx context.Context, req *charonv1.SessionRequest) (*char
 		case <-s.done:
 			return nil, s.err
 		case <-ctx.Done():
-			s.abandon(req.Id)
+			s.abandon(req.Id, ch)
 			return nil, ctx.Err()
 		}
 	}
@@ -105,7 +105,7 @@ func (s *session) call(ctx context.Context, req *charonv1.SessionRequest) (*char
 			return nil, s.err
 		}
 	case <-ctx.Done():
-		s.abandon(req.Id)
+		s.abandon(req.Id, ch)
 		return nil, ctx.Err()
 	}
 }
@@ -123,10 +123,32 @@ func (s *session) send(req *charonv1.SessionRequest) error {
 	return s.stream.Send(req)
 }
 
-func (s *session) abandon(id uint64) {
+// abandon gives up on call id, whose caller's context ended. If the reader
+// took the answer off pending in the meantime, it is in ch (buffered) and
+// nobody will read it: a hold it grants is released like any other orphan.
+func (s *session) abandon(id uint64, ch chan *charonv1.SessionResponse) {
 	s.mu.Lock()
+	_, waiting := s.pending[id]
 	delete(s.pending, id)
 	s.mu.Unlock()
+	if waiting {
+		return
+	}
+	select {
+	case r := <-ch:
+		s.orphan(r)
+	default:
+		// The stream ended with the call unanswered (end clears pending):
+		// its holds died with it.
+	}
+}
+
+// orphan handles an answer nobody waits for: a caller gave up. It gives back
+// what the answer granted rather than hold it until the session ends.
+func (s *session) orphan(r *charonv1.SessionResponse) {
+	if id := grantedHold(r); id != "" {
+		go s.releaseOrphan(id)
+	}
 }
 
 // read dispatches answers until the stream ends, then ends the session.
@@ -137,18 +159,17 @@ func (s *session) read() {
 			s.end(err)
 			return
 		}
+		// The answer goes into ch under mu (ch is buffered: it never
+		// blocks), so abandon finds it either pending or in ch.
 		s.mu.Lock()
 		ch, ok := s.pending[r.GetId()]
-		delete(s.pending, r.GetId())
-		s.mu.Unlock()
 		if ok {
+			delete(s.pending, r.GetId())
 			ch <- r
-			continue
 		}
-		// An answer nobody waits for: a caller gave up. Give back what it
-		// was granted rather than hold it until the session ends.
-		if id := grantedHold(r); id != "" {
-			go s.releaseOrphan(id)
+		s.mu.Unlock()
+		if !ok {
+			s.orphan(r)
 		}
 	}
 }

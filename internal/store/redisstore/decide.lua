@@ -28,7 +28,8 @@
 --   closed: 3
 -- Modes: 1 decide; 2 decide unless a key is locked; 3 prepare (lock the
 -- keys, decide without writing); 4 finish and commit; 5 finish and abort
--- (refunds only); 6 release the locks.
+-- (refunds only); 6 release the locks; 7 seal: extend the locks to lockTTL
+-- if the token still holds them all (before a commit).
 -- Reply: big-endian doubles: status (0 done, 1 a key is locked, 2 a lock
 -- was lost), now (µs), then per item: flags (1 OK, 2 Burst, 4
 -- LimitedByHard, 8 LimitedByGlobal), Granted, Tier, TierHits, DomainHits,
@@ -1013,6 +1014,17 @@ local function fdecide(KEYS, ARGV)
     if mode == 6 then
       for i = 1, nk do
         if redis.call('GET', KEYS[nk + i]) == token then redis.call('DEL', KEYS[nk + i]) end
+      end
+      return rhead(0, 0)
+    end
+    if mode == 7 then
+      -- Seal: if the token still holds every lock, extend them all to
+      -- lockttl (the commit lease); else nothing changes.
+      for i = 1, nk do
+        if redis.call('GET', KEYS[nk + i]) ~= token then return rhead(2, 0) end
+      end
+      for i = 1, nk do
+        redis.call('PEXPIRE', KEYS[nk + i], lockttl)
       end
       return rhead(0, 0)
     end

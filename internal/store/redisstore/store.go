@@ -24,11 +24,16 @@ var (
 	// two-step calls of other processes until the context ended or the
 	// retries ran out. Nothing was changed.
 	ErrBusy = errors.New("redisstore: keys locked by concurrent calls")
-	// ErrLockLost is returned when a two-step call's lock expired before it
-	// committed (LockTTL too short for the round trips): the call may be
-	// committed in some slots and not in others.
+	// ErrLockLost is returned when a two-step call's sealed locks expired
+	// before it committed: the process stalled for more than the commit
+	// lease (sealFactor × LockTTL) between two round trips of one call. The
+	// call may be committed in some slots and not in others.
 	ErrLockLost = errors.New("redisstore: lock lost between the two steps")
 )
+
+// sealFactor × LockTTL is the commit lease: how long the locks of a two-step
+// call live once sealed, for its commit round trips.
+const sealFactor = 10
 
 // Script modes (decide.lua).
 const (
@@ -38,6 +43,7 @@ const (
 	modeCommit  = 4
 	modeAbort   = 5
 	modeRelease = 6
+	modeSeal    = 7
 )
 
 // Script statuses.
@@ -60,6 +66,7 @@ type Store struct {
 	caller  bool // Clock == ClockCaller
 	maxTTL  int64
 	lockTTL int64
+	sealTTL int64
 	pols    policyCache
 	closed  atomic.Bool
 	calls   sync.Pool
@@ -112,6 +119,7 @@ func newStore(c redis.UniversalClient, owns bool, opts Options) (*Store, error) 
 		caller:  o.Clock == ClockCaller,
 		maxTTL:  o.MaxTTL.Milliseconds(),
 		lockTTL: max(1, o.LockTTL.Milliseconds()),
+		sealTTL: max(1, (sealFactor * o.LockTTL).Milliseconds()),
 	}
 	s.calls.New = func() any { return new(call) }
 	s.stop = make(chan struct{})
@@ -271,7 +279,11 @@ func (s *Store) exec(ctx context.Context, c *call, items []store.Item, sel int, 
 	h := appendF64(c.hdr[:0], int64(mode))
 	h = appendF64(h, now)
 	h = appendF64(h, s.maxTTL)
-	h = appendF64(h, s.lockTTL)
+	if mode == modeSeal {
+		h = appendF64(h, s.sealTTL)
+	} else {
+		h = appendF64(h, s.lockTTL)
+	}
 	h = appendF64(h, int64(nk))
 	h = appendF64(h, int64(n))
 	for i := range items {
@@ -311,6 +323,15 @@ func (s *Store) exec(ctx context.Context, c *call, items []store.Item, sel int, 
 	res, err := s.fcall(ctx, c)
 	if err != nil {
 		return 0, 0, err
+	}
+	if mode == modeSeal || mode == modeRelease {
+		// The reply is a status, with no decisions.
+		r := reader{b: res}
+		st := r.num()
+		if r.err != nil {
+			return 0, 0, errReply
+		}
+		return int(st), 0, nil
 	}
 	return c.read(res, items, out)
 }
@@ -374,8 +395,12 @@ func wait(ctx context.Context, attempt int) error {
 //     predictions of store.Apply's steps 1 and 2 for the slot's items,
 //     writing nothing (refunds included).
 //  2. If a slot was busy: release the locks taken, wait and start again.
-//     Otherwise, if no slot predicted a rejected non-shadow group, commit
-//     every slot, else abort every slot (pipelined): the script checks its
+//     Otherwise, if no slot predicted a rejected non-shadow group, seal
+//     every slot (the token must still hold each lock; they are extended to
+//     the commit lease, sealFactor × LockTTL) and commit every slot; a lock
+//     that lapsed before its seal releases them all and starts again, with
+//     nothing written. If a group was rejected, abort every slot
+//     (pipelined): the script checks its
 //     token still holds the locks, applies the refunds, commits the groups
 //     (commit) or not (abort), writes the keys, and releases the locks.
 //
@@ -454,6 +479,29 @@ func (s *Store) twoStep(ctx context.Context, c *call, items []store.Item, now in
 		mode := modeAbort
 		if commit {
 			mode = modeCommit
+			// Fencing: commit only if the token still holds every lock,
+			// checked in every slot before any slot commits, and with the
+			// locks extended to the commit lease. A lock that lapsed since
+			// its prepare (a slow machine, a long pause) means another
+			// call may have decided on those keys: nothing was written
+			// yet, so release the rest and start again.
+			sealed := true
+			for _, sl := range c.slots {
+				st, _, e := s.exec(context.WithoutCancel(ctx), c, items, int(sl), modeSeal, now, token, out)
+				if e != nil || st != statusDone {
+					sealed = false
+					break
+				}
+			}
+			if !sealed {
+				for _, sl := range c.slots {
+					_, _, _ = s.exec(context.WithoutCancel(ctx), c, items, int(sl), modeRelease, now, token, out)
+				}
+				if err := wait(ctx, attempt); err != nil {
+					return err
+				}
+				continue
+			}
 		}
 		var first error
 		for k, sl := range c.slots {
