@@ -421,3 +421,95 @@ func TestMemoryUsage(t *testing.T) {
 	one := usage(it)
 	t.Logf("MEMORY USAGE per tracked pair: 2 tiers (5, 50) full: %d bytes; 1 tier of 10,000/hour (64 buckets): %d bytes; 1 tier, 1 hit: %d bytes", two, tenK, one)
 }
+
+// stealer is a go-redis hook that, before the first seal FCALL it sees,
+// runs steal once: what happens to a two-step call whose lock lapsed
+// between its prepare and its commit while another call took the key.
+type stealer struct {
+	once  sync.Once
+	steal func()
+}
+
+func (h *stealer) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *stealer) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		h.before([]redis.Cmder{cmd})
+		return next(ctx, cmd)
+	}
+}
+func (h *stealer) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		h.before(cmds)
+		return next(ctx, cmds)
+	}
+}
+func (h *stealer) before(cmds []redis.Cmder) {
+	for _, cmd := range cmds {
+		args := cmd.Args()
+		if len(args) < 4 || !strings.EqualFold(fmt.Sprint(args[0]), "fcall") {
+			continue
+		}
+		nk := 0
+		fmt.Sscan(fmt.Sprint(args[2]), &nk)
+		hdr, ok := args[3+nk].([]byte)
+		if ok && len(hdr) >= 8 && readF64(hdr) == modeSeal {
+			h.once.Do(h.steal)
+		}
+	}
+}
+
+func readF64(b []byte) int64 {
+	r := reader{b: string(b)}
+	return int64(r.num())
+}
+
+// TestClusterTwoStepLockLapse: a two-step call whose lock lapsed after its
+// prepare, while another call decided on the key, commits nothing and
+// starts again: it answers as store.Apply over the new state (a rejected, so
+// the call commits nothing and b keeps its hit), never ErrLockLost and never
+// half committed.
+func TestClusterTwoStepLockLapse(t *testing.T) {
+	nodes, c := clusterClient(t)
+	one := &tiers.Policy{Kind: tiers.KindTiers, Tiers: []tiers.Tier{{Limit: 1, Window: time.Hour, Active: tiers.Unbounded}}}
+	prefix := newPrefix()
+	// The intruder has its own client, so its call does not wait behind
+	// the hooked pipeline.
+	c2 := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{nodes[0].Addr()}})
+	t.Cleanup(func() { c2.Close() })
+	intruder := testStore(t, c2, Options{Clock: ClockCaller, KeyPrefix: prefix})
+	a, b := item(one, "ra", "a", 1), item(one, "rb", "b", 1)
+	var stolen error
+	h := &stealer{steal: func() {
+		ka, _ := stateKey(prefix, &a)
+		// The lock lapses, and another call takes a's only hit.
+		if err := c2.Del(context.Background(), lockKey(prefix, ka)).Err(); err != nil {
+			stolen = err
+			return
+		}
+		out := make([]tiers.Decision, 1)
+		stolen = intruder.Decide(context.Background(), storetest.T0, []store.Item{a}, out)
+		if stolen == nil && !out[0].OK {
+			stolen = errors.New("the intruder was not granted")
+		}
+	}}
+	c.AddHook(h)
+	s := testStore(t, c, Options{Clock: ClockCaller, KeyPrefix: prefix})
+	ka, _ := stateKey(prefix, &a)
+	kb, _ := stateKey(prefix, &b)
+	if slot(ka) == slot(kb) {
+		t.Fatal("test keys share a slot")
+	}
+	out := make([]tiers.Decision, 2)
+	if err := s.Decide(context.Background(), storetest.T0, []store.Item{a, b}, out); err != nil {
+		t.Fatalf("two-step call: %v", err)
+	}
+	if stolen != nil {
+		t.Fatalf("intruder: %v", stolen)
+	}
+	if out[0].OK {
+		t.Errorf("two-step call after its lock lapsed: a granted %+v, want rejected (the intruder took it)", out[0])
+	}
+	if d := mustDecide(t, s, storetest.T0, b)[0]; !d.OK {
+		t.Errorf("b lost its hit to a call that was rejected: %+v", d)
+	}
+}
