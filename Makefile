@@ -4,8 +4,10 @@ GO       ?= go
 BIN      ?= bin/charon
 FUZZTIME ?= 20s
 VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+# Extra `go test` flags: .ci/run passes -count=1 so no result is reused.
+TESTFLAGS ?=
 
-.PHONY: all build run test bench bench-redis fuzz generate clean
+.PHONY: all build run test test-stress reliability bench bench-redis fuzz generate generate-check clean
 
 all: build
 
@@ -17,7 +19,17 @@ run:
 
 test:
 	$(GO) vet ./...
-	$(GO) test -race ./...
+	$(GO) test -race $(TESTFLAGS) ./...
+
+# make test RUNS (5) times back to back with a CPU hog on every core (stopped
+# by PID at the end), as on a busy CI machine; fails if any run fails.
+test-stress:
+	scripts/test-stress.sh
+
+# Runs the fault tests against real redis-server processes and prints the
+# latency, recovery and failover figures they measure (not part of make test).
+reliability:
+	scripts/reliability.sh
 
 # Starts a server on free ports with examples/config, measures the no-op
 # ceiling (gRPC health Check) and ShouldRateLimit at concurrency 64 over
@@ -46,6 +58,11 @@ fuzz:
 # buf, protoc-gen-go and protoc-gen-go-grpc; the output is checked in.
 generate:
 	scripts/generate.sh
+
+# Fails when make generate would change api/charon/v1.
+generate-check: generate
+	git diff --exit-code -- api/charon/v1
+	@test -z "$$(git status --porcelain -- api/charon/v1)" || { git status --porcelain -- api/charon/v1; exit 1; }
 
 clean:
 	rm -rf bin

@@ -91,6 +91,6 @@ func TestReserveProcessKilled(t *testing.T) {
 		got = r
 		return err == nil && r.Ok
 	})
-	t.Logf("copies free %v after SIGKILL of the holder", time.Since(start))
+	t.Logf("reliability: copies free %v after SIGKILL of the holder", time.Since(start))
 	c.Release(context.Background(), &charonv1.ReleaseRequest{HoldId: got.HoldId})
 }

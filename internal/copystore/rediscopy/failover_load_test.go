@@ -98,5 +98,5 @@ func TestSentinelFailoverLossUnderLoad(t *testing.T) {
 			t.Fatalf("keep-alive %s: %v", id, err)
 		}
 	}
-	t.Logf("failover after %.1fs under load: %d acknowledged holds, %d lost", time.Since(killed).Seconds(), len(acked), lost)
+	t.Logf("reliability: rediscopy Sentinel failover after %.1fs under load: %d acknowledged holds, %d lost", time.Since(killed).Seconds(), len(acked), lost)
 }

@@ -72,5 +72,5 @@ func TestSentinelFailoverLoss(t *testing.T) {
 			t.Fatalf("keep-alive %s: %v", id, err)
 		}
 	}
-	t.Logf("failover after %.1fs: %d of %d acknowledged holds kept, %d lost", time.Since(killed).Seconds(), kept, n, n-kept)
+	t.Logf("reliability: rediscopy Sentinel failover after %.1fs: %d of %d acknowledged holds kept, %d lost", time.Since(killed).Seconds(), kept, n, n-kept)
 }

@@ -371,7 +371,7 @@ func TestSentinelFailover(t *testing.T) {
 		err := s.Decide(ctx, time.Time{}, []store.Item{item(lyft, "s", "d", 1)}, out)
 		cancel()
 		if err == nil {
-			t.Logf("Decide works again %v after the master was killed (%d failed calls)", time.Since(killed).Round(10*time.Millisecond), fails)
+			t.Logf("reliability: Sentinel failover: Decide works again %v after the master was killed (%d failed calls)", time.Since(killed).Round(10*time.Millisecond), fails)
 			break
 		}
 		fails++

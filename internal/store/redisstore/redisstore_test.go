@@ -45,6 +45,7 @@ func testStore(t testing.TB, c redis.UniversalClient, opts Options) *Store {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { s.Close() })
 	return s
 }
 

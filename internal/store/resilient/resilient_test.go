@@ -203,18 +203,20 @@ func TestLocalModeReturnsToRemote(t *testing.T) {
 }
 
 // TestTimeoutBounded is the only test that reads the wall clock: a remote
-// that hangs costs one Timeout, not more.
+// that hangs is given up after Timeout (20 ms), not waited for. The bound
+// asserted is 100 times that, so a busy machine cannot fail it while a hang
+// still does.
 func TestTimeoutBounded(t *testing.T) {
 	for _, mode := range []resilient.Mode{resilient.ModeLocal, resilient.ModeUnavailable} {
 		f := newFake()
 		f.set(hang)
-		s := resilient.New(f, resilient.Options{Mode: mode, Timeout: 5 * time.Millisecond})
+		s := resilient.New(f, resilient.Options{Mode: mode, Timeout: 20 * time.Millisecond})
 		out := make([]tiers.Decision, 1)
 		start := time.Now()
 		err := s.Decide(context.Background(), t0, []store.Item{take(simple, "a", 1)}, out)
 		elapsed := time.Since(start)
-		if elapsed >= 50*time.Millisecond {
-			t.Errorf("%v: a hanging remote took %v, want about the 5ms timeout", mode, elapsed)
+		if elapsed >= 2*time.Second {
+			t.Errorf("%v: a hanging remote took %v, want about the 20ms timeout", mode, elapsed)
 		}
 		switch mode {
 		case resilient.ModeLocal:
