@@ -12,7 +12,9 @@ import (
 //
 //	charon_store_calls_total{path}             decisions by path: remote, cached, local, open, closed, unavailable
 //	charon_store_remote_errors_total           failed remote calls (timeouts included)
-//	charon_store_remote_timeouts_total         remote calls that hit --redis-timeout
+//	charon_store_remote_timeouts_total         remote calls that hit their deadline
+//	charon_store_remote_slow_total             of those, timeouts while Redis answered other calls (not counted by the breaker)
+//	charon_store_not_sent_total                calls whose deadline passed while queued for Redis in this process
 //	charon_store_breaker_state                 0 closed, 1 open, 2 half-open
 //	charon_store_breaker_opens_total           times the circuit breaker opened
 //	charon_store_overlimit_cache_hits_total    decisions answered by the over-limit cache
@@ -33,7 +35,11 @@ var (
 	storeErrorsDesc = prometheus.NewDesc("charon_store_remote_errors_total",
 		"Remote store calls that failed, timeouts included.", nil, nil)
 	storeTimeoutsDesc = prometheus.NewDesc("charon_store_remote_timeouts_total",
-		"Remote store calls that hit the store call timeout.", nil, nil)
+		"Remote store calls that hit their deadline (the caller's less a margin, or the store timeout).", nil, nil)
+	storeSlowDesc = prometheus.NewDesc("charon_store_remote_slow_total",
+		"Remote store timeouts while the remote answered other calls: slow, not down; not counted by the breaker.", nil, nil)
+	storeNotSentDesc = prometheus.NewDesc("charon_store_not_sent_total",
+		"Store calls whose deadline passed while queued in this process, before reaching the remote; answered by the failure mode.", nil, nil)
 	breakerStateDesc = prometheus.NewDesc("charon_store_breaker_state",
 		"Circuit breaker in front of the remote store: 0 closed, 1 open, 2 half-open.", nil, nil)
 	breakerOpensDesc = prometheus.NewDesc("charon_store_breaker_opens_total",
@@ -54,7 +60,7 @@ type storeCollector struct {
 }
 
 func (c *storeCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{storeCallsDesc, storeErrorsDesc, storeTimeoutsDesc, breakerStateDesc,
+	for _, d := range []*prometheus.Desc{storeCallsDesc, storeErrorsDesc, storeTimeoutsDesc, storeSlowDesc, storeNotSentDesc, breakerStateDesc,
 		breakerOpensDesc, cacheHitsDesc, cacheMissesDesc, cacheSizeDesc, cacheEvictionsDesc} {
 		ch <- d
 	}
@@ -73,6 +79,8 @@ func (c *storeCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(storeCallsDesc, st.Unavailable, "unavailable")
 	counter(storeErrorsDesc, st.RemoteErrors)
 	counter(storeTimeoutsDesc, st.Timeouts)
+	counter(storeSlowDesc, st.Slow)
+	counter(storeNotSentDesc, st.NotSent)
 	ch <- prometheus.MustNewConstMetric(breakerStateDesc, prometheus.GaugeValue, float64(st.Breaker))
 	counter(breakerOpensDesc, st.BreakerOpens)
 	counter(cacheHitsDesc, st.CacheHits)

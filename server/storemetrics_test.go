@@ -16,7 +16,7 @@ import (
 
 func TestRegisterStoreExportsStats(t *testing.T) {
 	m := NewMetrics(nil)
-	st := resilient.Stats{Remote: 10, Cached: 4, Local: 3, RemoteErrors: 2, Timeouts: 1,
+	st := resilient.Stats{Remote: 10, Cached: 4, Local: 3, RemoteErrors: 2, Timeouts: 1, Slow: 8, NotSent: 9,
 		Breaker: resilient.BreakerOpen, BreakerOpens: 5, CacheHits: 4, CacheMisses: 12, CacheSize: 7, CacheEvictions: 6}
 	m.RegisterStore(func() resilient.Stats { return st })
 	fams, err := m.Registry.Gather()
@@ -45,6 +45,8 @@ func TestRegisterStoreExportsStats(t *testing.T) {
 		"charon_store_calls_total{path=unavailable}":   0,
 		"charon_store_remote_errors_total":             2,
 		"charon_store_remote_timeouts_total":           1,
+		"charon_store_remote_slow_total":               8,
+		"charon_store_not_sent_total":                  9,
 		"charon_store_breaker_state":                   1,
 		"charon_store_breaker_opens_total":             5,
 		"charon_store_overlimit_cache_hits_total":      4,

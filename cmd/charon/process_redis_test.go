@@ -179,6 +179,8 @@ descriptors:
       - {limit: 10, window: 1h, active: 1h}
   - key: load
     rate_limit: {unit: hour, requests_per_unit: 1000000}
+  - key: burst
+    rate_limit: {unit: hour, requests_per_unit: 50}
 `, testLimit)
 	if err := os.WriteFile(filepath.Join(dir, "test.yaml"), []byte(yaml), 0o644); err != nil {
 		t.Fatal(err)
@@ -190,6 +192,12 @@ descriptors:
 // procs, and returns how many were OK.
 func burst(t *testing.T, procs []*proc, n int, key, value string) int {
 	t.Helper()
+	return burstWithin(t, procs, n, 10*time.Second, key, value)
+}
+
+// burstWithin is burst with each request's deadline.
+func burstWithin(t *testing.T, procs []*proc, n int, deadline time.Duration, key, value string) int {
+	t.Helper()
 	var ok, failed atomic.Int64
 	var wg sync.WaitGroup
 	start := make(chan struct{})
@@ -199,7 +207,7 @@ func burst(t *testing.T, procs []*proc, n int, key, value string) int {
 		go func() {
 			defer wg.Done()
 			<-start
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			ctx, cancel := context.WithTimeout(context.Background(), deadline)
 			defer cancel()
 			resp, err := p.ask(ctx, key, value)
 			switch {
@@ -308,6 +316,63 @@ func get(t *testing.T, url string) string {
 	var buf bytes.Buffer
 	buf.ReadFrom(resp.Body)
 	return buf.String()
+}
+
+// TestRedisBurstExactAtDefaults: at default settings, a burst of 400
+// concurrent single-hit requests over two servers sharing Redis, each caller
+// allowing 3 s, grants exactly the limit (50): decisions wait for Redis as
+// long as the callers allow instead of falling back to per-process state.
+// No decision left the remote path, and other keys keep their whole limit.
+func TestRedisBurstExactAtDefaults(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the binary and redis-server")
+	}
+	r := redistest.Single(t)
+	bin := buildCharon(t)
+	cfg := writeRedisConfig(t)
+	url := "redis://" + r.Addr()
+	a := startServe(t, bin, "--config", cfg, "--store", "redis", "--redis-url", url)
+	b := startServe(t, bin, "--config", cfg, "--store", "redis", "--redis-url", url)
+	procs := []*proc{a, b}
+	for round, who := range []string{"k1", "k2"} {
+		if got := burstWithin(t, procs, 400, 3*time.Second, "burst", who); got != 50 {
+			t.Errorf("round %d: burst of 400 over two servers: %d granted, want exactly 50", round, got)
+		}
+	}
+	granted := 0
+	for i := 0; i < testLimit+5; i++ {
+		if procs[i%2].mustOK(t, "user", "untouched") {
+			granted++
+		}
+	}
+	if granted != testLimit {
+		t.Errorf("another key after the bursts: %d of %d granted, want its limit %d", granted, testLimit+5, testLimit)
+	}
+	for _, p := range procs {
+		m := get(t, "http://"+p.debugAddr+"/metrics")
+		for _, path := range []string{"local", "unavailable", "open", "closed"} {
+			if n := metricValue(m, `charon_store_calls_total{path="`+path+`"}`); n != 0 {
+				t.Errorf("%s: %v decisions on path %s, want 0 (Redis was up)", p.grpcAddr, n, path)
+			}
+		}
+		t.Logf("%s: remote %v, slow timeouts %v, not sent %v", p.grpcAddr,
+			metricValue(m, `charon_store_calls_total{path="remote"}`),
+			metricValue(m, "charon_store_remote_slow_total"), metricValue(m, "charon_store_not_sent_total"))
+	}
+}
+
+// metricValue is the value of the sample named name (with its labels, as
+// exposed) in a Prometheus text exposition, or -1 when absent.
+func metricValue(exposition, name string) float64 {
+	for _, line := range strings.Split(exposition, "\n") {
+		if rest, ok := strings.CutPrefix(line, name+" "); ok {
+			v, err := strconv.ParseFloat(strings.TrimSpace(rest), 64)
+			if err == nil {
+				return v
+			}
+		}
+	}
+	return -1
 }
 
 // TestRedisKilledUnderLoad kills Redis under load: every RPC is answered

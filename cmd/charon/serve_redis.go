@@ -28,7 +28,7 @@ import (
 func redisFlags(fs *flag.FlagSet, c *serveConfig) {
 	fs.BoolVar(&c.RedisCluster, "redis-cluster", c.RedisCluster, "treat the hosts of a redis:// or rediss:// --redis-url as Cluster seeds (env CHARON_REDIS_CLUSTER)")
 	fs.IntVar(&c.RedisPoolSize, "redis-pool-size", c.RedisPoolSize, "Redis connections per node; 0: 10 per CPU (env CHARON_REDIS_POOL_SIZE)")
-	fs.DurationVar(&c.RedisTimeout, "redis-timeout", c.RedisTimeout, "time limit of one Redis decision, after which the failure mode decides (env CHARON_REDIS_TIMEOUT)")
+	fs.DurationVar(&c.RedisTimeout, "redis-timeout", c.RedisTimeout, "time limit of a Redis decision when the caller sends no gRPC deadline (with one, Redis is waited for until 2ms before it); then the failure mode decides (env CHARON_REDIS_TIMEOUT)")
 	fs.Var(&c.FailureMode, "failure-mode", "what decides while Redis fails: local, open, closed or unavailable (env CHARON_FAILURE_MODE)")
 }
 

@@ -11,6 +11,12 @@ import (
 // ErrClosed is returned by Decide after Close.
 var ErrClosed = errors.New("store: closed")
 
+// ErrNotSent is returned (wrapped, with the context's error) by a remote
+// store's Decide when the caller's context ended while the call waited in
+// the store's own queue, before anything was sent: nothing was changed, and
+// it says nothing about the remote's health.
+var ErrNotSent = errors.New("store: not sent before the deadline")
+
 // ErrBadItem is returned (wrapped) by Decide for an item it cannot decide: no
 // policy, hits below 1, or a minimum outside [1, hits]. Nothing is changed.
 var ErrBadItem = errors.New("store: bad item")

@@ -3,6 +3,7 @@ package redisstore
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -26,7 +27,16 @@ type request struct {
 	res  string
 	err  error
 	done chan struct{}
+	// state decides, once per send, between the dispatcher sending the
+	// FCALL (reqSent) and its caller giving up first (reqAbandoned).
+	state atomic.Int32
 }
+
+const (
+	reqQueued int32 = iota
+	reqSent
+	reqAbandoned
+)
 
 // send hands the FCALL c.args to a dispatcher and waits for its reply,
 // the caller's context or Close. A caller that stops waiting detaches its
@@ -39,11 +49,12 @@ func (s *Store) send(ctx context.Context, c *call) (string, error) {
 		c.req = r
 	}
 	r.args, r.ctx = c.args, ctx
+	r.state.Store(reqQueued)
 	select {
 	case s.q <- r:
 	case <-ctx.Done():
 		r.args, r.ctx = nil, nil
-		return "", fmt.Errorf("redisstore: %w", ctx.Err())
+		return "", fmt.Errorf("redisstore: %w: %w", store.ErrNotSent, ctx.Err())
 	case <-s.stop:
 		r.args, r.ctx = nil, nil
 		return "", store.ErrClosed
@@ -55,6 +66,10 @@ func (s *Store) send(ctx context.Context, c *call) (string, error) {
 		return res, err
 	case <-ctx.Done():
 		c.detach()
+		if r.state.CompareAndSwap(reqQueued, reqAbandoned) {
+			// Still in the queue: the dispatcher will not send it.
+			return "", fmt.Errorf("redisstore: %w: %w", store.ErrNotSent, ctx.Err())
+		}
 		return "", fmt.Errorf("redisstore: %w", ctx.Err())
 	case <-s.stop:
 		c.detach()
@@ -133,9 +148,9 @@ func (s *Store) run(batch []*request, cmds []*redis.Cmd, retry []int) ([]*redis.
 	pipe := s.c.Pipeline()
 	for _, r := range batch {
 		var cmd *redis.Cmd
-		if err := r.ctx.Err(); err != nil {
+		if err := r.ctx.Err(); err != nil || !r.state.CompareAndSwap(reqQueued, reqSent) {
 			// Its caller has gone: not sent.
-			r.err = fmt.Errorf("redisstore: %w", err)
+			r.err = fmt.Errorf("redisstore: %w: %w", store.ErrNotSent, context.Cause(r.ctx))
 		} else {
 			cmd = redis.NewCmd(ctx, r.args...)
 			_ = pipe.Process(ctx, cmd)

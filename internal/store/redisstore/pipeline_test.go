@@ -162,8 +162,8 @@ func TestPipelineCancelledCaller(t *testing.T) {
 	a := run(ctxA, 1)
 	<-g.entered // A's pipeline is held
 	cancelA()
-	if r := <-a; !errors.Is(r.err, context.Canceled) {
-		t.Fatalf("held caller: %+v, want context.Canceled", r)
+	if r := <-a; !errors.Is(r.err, context.Canceled) || errors.Is(r.err, store.ErrNotSent) {
+		t.Fatalf("held caller: %+v, want context.Canceled (sent: not ErrNotSent)", r)
 	}
 	ctxB, cancelB := context.WithCancel(context.Background())
 	b := run(ctxB, 3)
@@ -175,8 +175,8 @@ func TestPipelineCancelledCaller(t *testing.T) {
 		runtime.Gosched()
 	}
 	cancelB()
-	if r := <-b; !errors.Is(r.err, context.Canceled) {
-		t.Fatalf("queued caller: %+v, want context.Canceled", r)
+	if r := <-b; !errors.Is(r.err, context.Canceled) || !errors.Is(r.err, store.ErrNotSent) {
+		t.Fatalf("queued caller: %+v, want context.Canceled and ErrNotSent", r)
 	}
 	close(g.release)
 	r := <-cc

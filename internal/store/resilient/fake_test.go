@@ -3,6 +3,7 @@ package resilient_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync/atomic"
 	"time"
 
@@ -19,6 +20,7 @@ const (
 	fail                // return errRemote at once
 	hang                // block until the context is done
 	gate                // signal entered, wait for release, then answer
+	notSent             // return store.ErrNotSent at once (queued past the deadline)
 )
 
 // fakeRemote is a remote store whose behaviour a test switches at will.
@@ -29,6 +31,7 @@ type fakeRemote struct {
 	closed   atomic.Bool
 	entered  chan struct{}
 	release  chan struct{}
+	deadline atomic.Int64 // ns: the last call's context deadline, 0 for none
 }
 
 func newFake() *fakeRemote {
@@ -39,9 +42,16 @@ func (f *fakeRemote) set(b int32) { f.behavior.Store(b) }
 
 func (f *fakeRemote) Decide(ctx context.Context, now time.Time, items []store.Item, out []tiers.Decision) error {
 	f.calls.Add(1)
+	if d, ok := ctx.Deadline(); ok {
+		f.deadline.Store(d.UnixNano())
+	} else {
+		f.deadline.Store(0)
+	}
 	switch f.behavior.Load() {
 	case fail:
 		return errRemote
+	case notSent:
+		return fmt.Errorf("remote: %w: %w", store.ErrNotSent, context.DeadlineExceeded)
 	case hang:
 		<-ctx.Done()
 		return ctx.Err()

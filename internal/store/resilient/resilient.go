@@ -15,7 +15,8 @@ import (
 
 // Defaults of Options.
 const (
-	DefaultTimeout          = 10 * time.Millisecond
+	DefaultTimeout          = 100 * time.Millisecond
+	DefaultMargin           = 2 * time.Millisecond
 	DefaultFailureThreshold = 5
 	DefaultFailureRate      = 0.5
 	DefaultRateMinCalls     = 20
@@ -30,10 +31,17 @@ const (
 type Options struct {
 	// Mode is what to do when the remote fails or the breaker is open.
 	Mode Mode
-	// Timeout bounds every remote call; 0 means DefaultTimeout, negative
-	// means no deadline of the wrapper's own (the caller's context still
-	// applies).
+	// Timeout bounds a remote call whose caller's context has no deadline;
+	// 0 means DefaultTimeout, negative means none. A caller with a deadline
+	// (Envoy sends 20 ms, a direct caller may allow seconds) has the remote
+	// wait until Margin before it, so a burst that queues calls inside the
+	// process does not send them to the failure mode while the remote still
+	// answers in time.
 	Timeout time.Duration
+	// Margin is the time kept before the caller's deadline for the failure
+	// mode to answer: the remote call's deadline is the caller's minus
+	// Margin (at most a quarter of the time left); 0 means DefaultMargin.
+	Margin time.Duration
 	// FailureThreshold is the number of consecutive remote failures that
 	// opens the breaker; 0 means DefaultFailureThreshold.
 	FailureThreshold int
@@ -92,17 +100,21 @@ type Store struct {
 	probing atomic.Bool // a ProbeByPing ping is in flight
 	mode    Mode
 	timeout time.Duration
-	cooloff time.Duration
-	now     func() time.Time
-	br      breaker
-	cache   *cache // nil: off
+	margin  time.Duration
+	// answers counts the remote's answers: a call that times out while it
+	// grew was slow, not evidence of an outage.
+	answers atomic.Uint64
+	cooloff  time.Duration
+	now      func() time.Time
+	br       breaker
+	cache    *cache // nil: off
 
 	closed    atomic.Bool
 	closeOnce sync.Once
 	closeErr  error
 
 	remoteCalls, cached, localCalls, openCalls, closedCalls, unavailCalls atomic.Uint64
-	remoteErrors, timeouts                                                atomic.Uint64
+	remoteErrors, timeouts, slow, notSent                                 atomic.Uint64
 }
 
 var _ store.Store = (*Store)(nil)
@@ -120,6 +132,10 @@ func New(remote store.Store, opts Options) *Store {
 	s := &Store{remote: remote, mode: opts.Mode, timeout: opts.Timeout, cooloff: opts.CoolOff, now: opts.Now}
 	if s.timeout == 0 {
 		s.timeout = DefaultTimeout
+	}
+	s.margin = opts.Margin
+	if s.margin <= 0 {
+		s.margin = DefaultMargin
 	}
 	if s.cooloff <= 0 {
 		s.cooloff = DefaultCoolOff
@@ -208,9 +224,11 @@ func (s *Store) Decide(ctx context.Context, now time.Time, items []store.Item, o
 	if !call {
 		return s.fallback(ctx, now, items, out, ErrBreakerOpen)
 	}
+	answers := s.answers.Load()
 	err := s.callRemote(ctx, now, items, out)
 	switch {
 	case err == nil:
+		s.answers.Add(1)
 		s.br.success(s.now().UnixNano(), probe)
 		s.remoteCalls.Add(1)
 		if s.cache != nil {
@@ -230,17 +248,38 @@ func (s *Store) Decide(ctx context.Context, now time.Time, items []store.Item, o
 		// The caller went away: nothing is known about the remote.
 		s.br.abort(probe)
 		return fmt.Errorf("resilient: %w", err)
+	case errors.Is(err, store.ErrNotSent):
+		// The deadline passed while the call was queued in this process:
+		// work beyond what the remote takes, not a remote failure.
+		s.br.abort(probe)
+		s.notSent.Add(1)
+		return s.fallback(ctx, now, items, out, err)
 	}
 	s.remoteErrors.Add(1)
 	if errors.Is(err, context.DeadlineExceeded) {
 		s.timeouts.Add(1)
+		if s.answers.Load() != answers {
+			// The remote answered other calls meanwhile: it is up and
+			// busy. Only timeouts while nothing comes back open the
+			// breaker.
+			s.slow.Add(1)
+			s.br.abort(probe)
+			return s.fallback(ctx, now, items, out, err)
+		}
 	}
 	s.br.failure(s.now().UnixNano(), probe)
 	return s.fallback(ctx, now, items, out, err)
 }
 
+// callRemote asks the remote until Margin before the caller's deadline, or
+// for Timeout when the caller has none.
 func (s *Store) callRemote(ctx context.Context, now time.Time, items []store.Item, out []tiers.Decision) error {
-	if s.timeout > 0 {
+	if d, ok := ctx.Deadline(); ok {
+		left := time.Until(d)
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, d.Add(-min(s.margin, left/4)))
+		defer cancel()
+	} else if s.timeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, s.timeout)
 		defer cancel()
@@ -419,8 +458,14 @@ type Stats struct {
 	// failure mode (only the configured mode's counter moves).
 	Local, Open, Closed, Unavailable uint64
 	// RemoteErrors counts failed remote calls, Timeouts those of them that
-	// hit the deadline. Calls the caller canceled are not counted.
-	RemoteErrors, Timeouts uint64
+	// hit the deadline, Slow those timeouts while the remote answered other
+	// calls (not counted against the breaker). Calls the caller canceled
+	// are not counted.
+	RemoteErrors, Timeouts, Slow uint64
+	// NotSent counts calls whose deadline passed while they were queued in
+	// this process, before reaching the remote (answered by the failure
+	// mode, not counted against the breaker nor in RemoteErrors).
+	NotSent uint64
 	// Breaker is the breaker's state now, BreakerOpens how many times it
 	// opened (a failed probe opens it again).
 	Breaker      BreakerState
@@ -445,6 +490,8 @@ func (s *Store) Stats() Stats {
 		Unavailable:  s.unavailCalls.Load(),
 		RemoteErrors: s.remoteErrors.Load(),
 		Timeouts:     s.timeouts.Load(),
+		Slow:         s.slow.Load(),
+		NotSent:      s.notSent.Load(),
 		Breaker:      BreakerState(s.br.state.Load()),
 		BreakerOpens: s.br.opens.Load(),
 	}

@@ -1,0 +1,103 @@
+package resilient_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/charonlimit/charon/internal/store"
+	"github.com/charonlimit/charon/internal/store/resilient"
+	"github.com/charonlimit/charon/tiers"
+)
+
+// TestRemoteDeadline: a caller with a deadline has the remote wait until
+// Margin before it, whatever Timeout says; a caller without one gets
+// Timeout.
+func TestRemoteDeadline(t *testing.T) {
+	f := newFake()
+	f.set(answer)
+	s := resilient.New(f, resilient.Options{Timeout: 10 * time.Millisecond, Margin: 3 * time.Millisecond})
+	defer s.Close()
+	deadline := time.Now().Add(time.Hour)
+	ctx, cancel := context.WithDeadline(context.Background(), deadline)
+	defer cancel()
+	out := make([]tiers.Decision, 1)
+	if err := s.Decide(ctx, t0, []store.Item{take(simple, "a", 1)}, out); err != nil || !out[0].OK {
+		t.Fatalf("Decide: %v, %+v", err, out[0])
+	}
+	if got, want := time.Unix(0, f.deadline.Load()), deadline.Add(-3*time.Millisecond); !got.Equal(want) {
+		t.Errorf("remote deadline %v, want the caller's less the margin, %v", got, want)
+	}
+	before := time.Now()
+	if err := s.Decide(context.Background(), t0, []store.Item{take(simple, "a", 1)}, out); err != nil {
+		t.Fatal(err)
+	}
+	after := time.Now()
+	got := time.Unix(0, f.deadline.Load())
+	if got.Before(before.Add(10*time.Millisecond)) || got.After(after.Add(10*time.Millisecond)) {
+		t.Errorf("remote deadline %v without a caller's deadline, want Timeout (10ms) after the call [%v, %v]", got, before, after)
+	}
+	// Little time left: the margin is at most a quarter of it.
+	deadline = time.Now().Add(4 * time.Millisecond)
+	ctx2, cancel2 := context.WithDeadline(context.Background(), deadline)
+	defer cancel2()
+	_ = s.Decide(ctx2, t0, []store.Item{take(simple, "a", 1)}, out)
+	if got := time.Unix(0, f.deadline.Load()); !got.Before(deadline) || got.Before(deadline.Add(-time.Millisecond)) {
+		t.Errorf("remote deadline %v, want within the last quarter of the 4ms left before %v", got, deadline)
+	}
+}
+
+// TestSlowIsNotDown: a call that times out while the remote answered
+// another call is slow, not evidence of an outage: the breaker (threshold 1)
+// stays closed. A timeout while nothing came back opens it.
+func TestSlowIsNotDown(t *testing.T) {
+	f := newFake()
+	s := resilient.New(f, resilient.Options{FailureThreshold: 1, FailureRate: -1, CacheSize: -1})
+	defer s.Close()
+	f.set(gate)
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	done := make(chan error, 1)
+	out1 := make([]tiers.Decision, 1)
+	go func() { done <- s.Decide(ctx, t0, []store.Item{take(simple, "a", 1)}, out1) }()
+	<-f.entered // the first call waits on the remote, until its deadline
+	f.set(answer)
+	out := make([]tiers.Decision, 1)
+	if err := s.Decide(context.Background(), t0, []store.Item{take(simple, "b", 1)}, out); err != nil || !out[0].OK {
+		t.Fatalf("second call: %v, %+v", err, out[0])
+	}
+	if err := <-done; err != nil || !out1[0].OK {
+		t.Fatalf("slow call in ModeLocal: %v, %+v; want a local grant", err, out1[0])
+	}
+	st := s.Stats()
+	if st.Breaker != resilient.BreakerClosed || st.Slow != 1 || st.Timeouts != 1 || st.Local != 1 {
+		t.Errorf("after a slow call: %+v; want the breaker closed, 1 slow timeout, 1 local answer", st)
+	}
+
+	f.set(hang)
+	ctx3, cancel3 := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel3()
+	_ = s.Decide(ctx3, t0, []store.Item{take(simple, "c", 1)}, out)
+	if st := s.Stats(); st.Breaker != resilient.BreakerOpen || st.Slow != 1 || st.Timeouts != 2 {
+		t.Errorf("after a timeout with no answer: %+v; want the breaker open", st)
+	}
+}
+
+// TestNotSentIsNotAFailure: a call whose deadline passed in the remote's
+// own queue goes to the failure mode, counted as NotSent, and leaves the
+// breaker alone.
+func TestNotSentIsNotAFailure(t *testing.T) {
+	f := newFake()
+	f.set(notSent)
+	s := resilient.New(f, resilient.Options{Mode: resilient.ModeUnavailable, FailureThreshold: 1, FailureRate: -1})
+	defer s.Close()
+	out := make([]tiers.Decision, 1)
+	err := s.Decide(context.Background(), t0, []store.Item{take(simple, "a", 1)}, out)
+	if !errors.Is(err, resilient.ErrUnavailable) || !errors.Is(err, store.ErrNotSent) {
+		t.Errorf("Decide: %v; want ErrUnavailable wrapping ErrNotSent", err)
+	}
+	if st := s.Stats(); st.Breaker != resilient.BreakerClosed || st.NotSent != 1 || st.RemoteErrors != 0 || st.Unavailable != 1 {
+		t.Errorf("stats %+v; want the breaker closed, 1 not sent, no remote error", st)
+	}
+}
