@@ -16,11 +16,11 @@ var errRemote = errors.New("remote: connection refused")
 
 // Behaviours of the fake remote.
 const (
-	answer int32 = iota // decide from its memstore
-	fail                // return errRemote at once
-	hang                // block until the context is done
-	gate                // signal entered, wait for release, then answer
-	notSent             // return store.ErrNotSent at once (queued past the deadline)
+	answer  int32 = iota // decide from its memstore
+	fail                 // return errRemote at once
+	hang                 // block until the context is done
+	gate                 // signal entered, wait for release, then answer
+	notSent              // return store.ErrNotSent at once (queued past the deadline)
 )
 
 // fakeRemote is a remote store whose behaviour a test switches at will.

@@ -104,10 +104,10 @@ type Store struct {
 	// answers counts the remote's answers: a call that times out while it
 	// grew was slow, not evidence of an outage.
 	answers atomic.Uint64
-	cooloff  time.Duration
-	now      func() time.Time
-	br       breaker
-	cache    *cache // nil: off
+	cooloff time.Duration
+	now     func() time.Time
+	br      breaker
+	cache   *cache // nil: off
 
 	closed    atomic.Bool
 	closeOnce sync.Once
