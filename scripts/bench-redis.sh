@@ -1,19 +1,20 @@
 #!/usr/bin/env bash
 # Usage: scripts/bench-redis.sh [path/to/charon]
 # Starts a redis-server and two `charon serve` processes (the in-memory store
-# and the Redis store) on free loopback ports with examples/config, and runs
-# `charon bench` against each: ShouldRateLimit at CONCURRENCY over KEYS uniform
-# keys, then the hot over-limit key (--hot: one value far over its 1000/s
-# limit). The four runs take turns for ROUNDS (3) rounds of DURATION (5s).
-# Prints how the Redis server's decisions were made in each run
-# (charon_store_calls_total by path) and its over-limit cache's hit ratio,
-# then the throughput ratios Redis / memory over the rounds. Everything
-# shares this machine (Redis included), so only the ratios are meaningful.
-#
-# The Redis server runs with --redis-timeout REDIS_TIMEOUT (default 1s, not
-# the production 10ms): on a loaded machine at concurrency 64 some calls take
-# over 10 ms and the breaker would send decisions to the local failure mode,
-# which would measure the memory store again.
+# and the Redis store, at default settings) on free loopback ports with
+# examples/config, and runs `charon bench` against each in three workloads:
+#   users  one descriptor {user} over KEYS (10000) uniform users (1000/s each)
+#   hot    one hot key limited to 100/s (nearly every request over the limit)
+#   three  three descriptors per request: {user}, {tenant}, {api, user}
+# The six runs take turns for ROUNDS (3) rounds of DURATION (5s), at
+# CONCURRENCY (64), each request with a gRPC deadline of TIMEOUT (default 1s,
+# a direct caller; TIMEOUT=20ms is what Envoy sends). After each Redis run it
+# prints how that run's decisions were made (charon_store_calls_total by path:
+# remote, cached by the over-limit cache, or a failure mode) so that a run
+# whose decisions fell back to local state cannot pass for a Redis figure,
+# and Redis' own CPU time per request (from /proc/PID/stat). Then the
+# throughput ratios Redis / memory over the rounds. Everything shares this
+# machine (Redis included), so only the ratios are meaningful.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bin=${1:-bin/charon}
@@ -21,7 +22,7 @@ concurrency=${CONCURRENCY:-64}
 keys=${KEYS:-10000}
 duration=${DURATION:-5s}
 rounds=${ROUNDS:-3}
-redis_timeout=${REDIS_TIMEOUT:-1s}
+timeout=${TIMEOUT:-1s}
 redis_server=${REDIS_SERVER:-redis-server}
 
 if ! command -v "$redis_server" >/dev/null; then
@@ -79,15 +80,23 @@ serve() { # name grpc http debug args...
 	exit 1
 }
 serve memory "$mem_grpc" "$mem_http" "$mem_debug"
-serve redis "$red_grpc" "$red_http" "$red_debug" --store redis --redis-url "redis://127.0.0.1:$redis" \
-	--redis-timeout "$redis_timeout"
+serve redis "$red_grpc" "$red_http" "$red_debug" --store redis --redis-url "redis://127.0.0.1:$redis"
+redis_pid=${pids[0]}
 
-echo "redis-server 127.0.0.1:$redis; concurrency $concurrency, $keys keys, $rounds rounds of $duration per run"
-run() { # grpc extra-args...
-	local grpc=$1
-	shift
-	"$bin" bench --addr "127.0.0.1:$grpc" --domain bench --key user --concurrency "$concurrency" --duration "$duration" "$@"
+echo "redis-server 127.0.0.1:$redis; concurrency $concurrency, $keys keys, deadline $timeout, $rounds rounds of $duration per run"
+run() { # grpc workload
+	local grpc=$1 w
+	case $2 in
+	users) w=(--key user --keys "$keys") ;;
+	hot) w=(--key hot --hot) ;;
+	three) w=(--three --keys "$keys") ;;
+	esac
+	"$bin" bench --addr "127.0.0.1:$grpc" --domain bench --concurrency "$concurrency" --duration "$duration" \
+		--timeout "$timeout" "${w[@]}"
 }
+# redis_cpu: redis-server's CPU time so far, in clock ticks (utime + stime).
+redis_cpu() { awk '{ print $14 + $15 }' "/proc/$redis_pid/stat"; }
+ticks=$(getconf CLK_TCK)
 # metric NAME: the Redis server's value of NAME now (0 when absent).
 metric() {
 	curl -fsS "http://127.0.0.1:$red_debug/metrics" | awk -v n="$1" '$1 == n { v = $2 } END { print v + 0 }'
@@ -99,7 +108,8 @@ snapshot() { # prints the store counters, one per line
 	metric charon_store_overlimit_cache_misses_total
 	metric charon_store_breaker_opens_total
 }
-report() { # before after: the counters' moves during a run
+report() { # before after requests cpu-ticks: the counters' moves during a run
+	echo "  redis-server CPU per request: $(awk -v t="$4" -v n="$3" -v hz="$ticks" 'BEGIN { if (n > 0) printf "%.1f µs", t / hz * 1e6 / n; else print "n/a" }')"
 	paste <(echo "$1") <(echo "$2") | awk -v paths="$paths" '
 		{ d[NR] = $2 - $1 }
 		END {
@@ -112,19 +122,19 @@ report() { # before after: the counters' moves during a run
 		}'
 }
 
-# The four runs take turns for ROUNDS rounds, so that the machine's changes of
+# The runs take turns for ROUNDS rounds, so that the machine's changes of
 # speed weigh on all alike; each one's throughput is its requests over its
 # time summed over the rounds.
+workloads="users hot three"
 all=""
+reqs() { awk '{ for (i = 1; i <= NF; i++) if ($i ~ /^requests=/) { split($i, kv, "="); print kv[2] } }' <<<"$1"; }
 for r in $(seq "$rounds"); do
-	out=$(run "$mem_grpc" --keys "$keys"); echo "round $r memory $keys keys: $out"; all="${all}mem_keys $out"$'\n'
-	before=$(snapshot)
-	out=$(run "$red_grpc" --keys "$keys"); echo "round $r redis  $keys keys: $out"; all="${all}red_keys $out"$'\n'
-	report "$before" "$(snapshot)"
-	out=$(run "$mem_grpc" --hot); echo "round $r memory hot key:    $out"; all="${all}mem_hot $out"$'\n'
-	before=$(snapshot)
-	out=$(run "$red_grpc" --hot); echo "round $r redis  hot key:    $out"; all="${all}red_hot $out"$'\n'
-	report "$before" "$(snapshot)"
+	for w in $workloads; do
+		out=$(run "$mem_grpc" "$w"); echo "round $r memory $w: $out"; all="${all}mem_$w $out"$'\n'
+		before=$(snapshot); c0=$(redis_cpu)
+		out=$(run "$red_grpc" "$w"); echo "round $r redis  $w: $out"; all="${all}red_$w $out"$'\n'
+		report "$before" "$(snapshot)" "$(reqs "$out")" "$(($(redis_cpu) - c0))"
+	done
 done
 
 rps() { # name: requests over time, summed over the rounds
@@ -137,7 +147,6 @@ rps() { # name: requests over time, summed over the rounds
 		}
 	} END { if (d > 0) printf "%.0f", n / d; else print 0 }' <<<"$all"
 }
-for m in mem_keys red_keys mem_hot red_hot; do echo "$m: $(rps "$m") req/s over $rounds rounds"; done
+for w in $workloads; do echo "mem_$w: $(rps "mem_$w") req/s, red_$w: $(rps "red_$w") req/s over $rounds rounds"; done
 ratio() { awk -v a="$2" -v b="$3" -v n="$1" 'BEGIN { if (a > 0 && b > 0) printf "ratio %s redis / memory = %.2f\n", n, a / b; else printf "ratio %s: a run failed\n", n }'; }
-ratio "$keys keys" "$(rps red_keys)" "$(rps mem_keys)"
-ratio "hot key" "$(rps red_hot)" "$(rps mem_hot)"
+for w in $workloads; do ratio "$w" "$(rps "red_$w")" "$(rps "mem_$w")"; done

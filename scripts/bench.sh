@@ -3,7 +3,8 @@
 # Starts `charon serve` on free loopback ports with examples/config and the
 # in-memory store, and runs `charon bench` at CONCURRENCY (64) in four modes:
 # the gRPC health Check (the no-op ceiling), ShouldRateLimit over KEYS (10000)
-# uniform keys, and charon.v1 Reserve + Release pairs on Session streams and
+# uniform keys, ShouldRateLimit of three descriptors ({user}, {tenant},
+# {api, user}), and charon.v1 Reserve + Release pairs on Session streams and
 # as unary calls. The modes take turns for ROUNDS (3) rounds of DURATION (5s)
 # each, so that the machine's changes of speed weigh on all alike; it prints
 # each mode's throughput and median p99, ShouldRateLimit's throughput as a
@@ -60,6 +61,9 @@ run() { # mode: one bench run of that mode
 	noop) "$bin" bench --addr "127.0.0.1:$grpc" --noop --concurrency "$concurrency" --duration "$duration" ;;
 	ratelimit) "$bin" bench --addr "127.0.0.1:$grpc" --domain bench --key user --keys "$keys" \
 		--concurrency "$concurrency" --duration "$duration" ;;
+	# three descriptors per request: {user}, {tenant}, {api, user}
+	three) "$bin" bench --addr "127.0.0.1:$grpc" --domain bench --three --keys "$keys" \
+		--concurrency "$concurrency" --duration "$duration" ;;
 	# charon.v1: a Reserve + Release pair of one copy on a Session stream, as
 	# the Go client holds copies, and the same pair as two unary calls.
 	pair) "$bin" bench --addr "127.0.0.1:$grpc" --reserve --domain bench --key seat --keys "$keys" \
@@ -68,7 +72,7 @@ run() { # mode: one bench run of that mode
 		--concurrency "$concurrency" --duration "$duration" ;;
 	esac
 }
-modes="noop ratelimit pair unary"
+modes="noop ratelimit three pair unary"
 all=""
 for r in $(seq "$rounds"); do
 	for m in $modes; do
@@ -106,5 +110,6 @@ ratio() { # label numerator denominator
 	awk -v l="$1" -v a="$2" -v b="$3" 'BEGIN { if (a > 0 && b > 0) printf "%s = %.2f\n", l, a / b; else printf "%s: a run failed\n", l }'
 }
 ratio "ratio ShouldRateLimit / no-op" "$(get ratelimit)" "$(get noop)"
+ratio "ratio ShouldRateLimit of three descriptors / no-op" "$(get three)" "$(get noop)"
 ratio "cost of a reserve+release pair / one ShouldRateLimit" "$(get ratelimit)" "$(get pair)"
 ratio "cost of a unary reserve+release pair / one ShouldRateLimit" "$(get ratelimit)" "$(get unary)"

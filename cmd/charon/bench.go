@@ -33,6 +33,8 @@ type benchOptions struct {
 	Descriptors int
 	Keys        int
 	Hot         bool
+	Three       bool
+	Timeout     time.Duration
 	Noop        bool
 	Reserve     bool
 	Unary       bool
@@ -62,6 +64,8 @@ func runBench(args []string, stdout, stderr io.Writer) error {
 	fs.IntVar(&o.Descriptors, "descriptors", 1, "descriptors per request")
 	fs.IntVar(&o.Keys, "keys", 10000, "distinct values, drawn uniformly")
 	fs.BoolVar(&o.Hot, "hot", false, "one hot value instead of --keys")
+	fs.BoolVar(&o.Three, "three", false, "three descriptors per request: {user}, {tenant} and {api, user}, users from --keys, tenants one per 100 users, 10 apis (--key and --descriptors are ignored)")
+	fs.DurationVar(&o.Timeout, "timeout", 0, "each request's gRPC deadline (Envoy sends 20ms); 0: none")
 	fs.BoolVar(&o.Noop, "noop", false, "call the gRPC health Check instead: the no-op ceiling")
 	fs.BoolVar(&o.Reserve, "reserve", false, "a charon.v1 Reserve + Release pair of one copy per iteration, on one Session stream per worker (--domain/--key name a copy-limited resource)")
 	fs.BoolVar(&o.Unary, "unary", false, "with --reserve: the pair as two unary calls instead of on a Session stream")
@@ -142,10 +146,22 @@ func bench(o benchOptions) (benchResult, error) {
 			hc := healthpb.NewHealthClient(cc)
 			rng := rand.New(rand.NewPCG(uint64(w), 42))
 			req := &rlsv3.RateLimitRequest{Domain: o.Domain}
-			for i := 0; i < o.Descriptors; i++ {
+			for i := 0; i < o.Descriptors && !o.Three; i++ {
 				req.Descriptors = append(req.Descriptors, &ratelimitv3.RateLimitDescriptor{
 					Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: o.Key}},
 				})
+			}
+			entry := func(k string) *ratelimitv3.RateLimitDescriptor_Entry {
+				return &ratelimitv3.RateLimitDescriptor_Entry{Key: k}
+			}
+			var user, tenant, api, apiUser *ratelimitv3.RateLimitDescriptor_Entry
+			if o.Three {
+				user, tenant, api, apiUser = entry("user"), entry("tenant"), entry("api"), entry("user")
+				req.Descriptors = []*ratelimitv3.RateLimitDescriptor{
+					{Entries: []*ratelimitv3.RateLimitDescriptor_Entry{user}},
+					{Entries: []*ratelimitv3.RateLimitDescriptor_Entry{tenant}},
+					{Entries: []*ratelimitv3.RateLimitDescriptor_Entry{api, apiUser}},
+				}
 			}
 			hreq := &healthpb.HealthCheckRequest{}
 			var pair *reservePair
@@ -175,11 +191,19 @@ func bench(o benchOptions) (benchResult, error) {
 					default:
 					}
 				}
-				for _, d := range req.Descriptors {
-					if o.Hot {
-						d.Entries[0].Value = "hot"
-					} else {
-						d.Entries[0].Value = values[rng.IntN(len(values))]
+				switch {
+				case o.Three:
+					u := rng.IntN(len(values))
+					user.Value, apiUser.Value = values[u], values[u]
+					tenant.Value = values[u/100]
+					api.Value = values[rng.IntN(min(10, len(values)))]
+				default:
+					for _, d := range req.Descriptors {
+						if o.Hot {
+							d.Entries[0].Value = "hot"
+						} else {
+							d.Entries[0].Value = values[rng.IntN(len(values))]
+						}
 					}
 				}
 				start := time.Now()
@@ -195,7 +219,12 @@ func bench(o benchOptions) (benchResult, error) {
 					}
 				default:
 					var resp *rlsv3.RateLimitResponse
-					resp, err = rl.ShouldRateLimit(ctx, req)
+					cctx, ccancel := ctx, context.CancelFunc(func() {})
+					if o.Timeout > 0 {
+						cctx, ccancel = context.WithTimeout(ctx, o.Timeout)
+					}
+					resp, err = rl.ShouldRateLimit(cctx, req)
+					ccancel()
 					if err == nil && resp.GetOverallCode() == rlsv3.RateLimitResponse_OVER_LIMIT {
 						over++
 					}
