@@ -82,11 +82,6 @@ type dumpGroup struct {
 	Members []string `yaml:"members,flow"`
 }
 
-var unitNames = map[tiers.Unit]string{
-	tiers.UnitSecond: "second", tiers.UnitMinute: "minute", tiers.UnitHour: "hour", tiers.UnitDay: "day",
-	tiers.UnitWeek: "week", tiers.UnitMonth: "month", tiers.UnitYear: "year",
-}
-
 func dumpPol(p *tiers.Policy) *dumpPolicy {
 	if p == nil {
 		return nil
@@ -105,7 +100,7 @@ func dumpPol(p *tiers.Policy) *dumpPolicy {
 		d.TokenBucket = &dumpBucket{p.Bucket.Capacity, p.Bucket.Refill, fmtDur(p.Bucket.Per)}
 	case tiers.KindFixedWindow:
 		d.Algorithm = "fixed_window"
-		d.FixedWindow = &dumpFixed{p.Window.Limit, unitNames[p.Window.Unit]}
+		d.FixedWindow = &dumpFixed{p.Window.Limit, p.Window.Unit.String()}
 	}
 	return d
 }

@@ -13,21 +13,6 @@ import (
 	"github.com/charonlimit/charon/tiers"
 )
 
-// units are envoyproxy/ratelimit's unit names (case-insensitive there too)
-// with their length as a sliding window: a month is 30 days, a year 365.
-var units = map[string]struct {
-	unit tiers.Unit
-	len  time.Duration
-}{
-	"second": {tiers.UnitSecond, time.Second},
-	"minute": {tiers.UnitMinute, time.Minute},
-	"hour":   {tiers.UnitHour, time.Hour},
-	"day":    {tiers.UnitDay, 24 * time.Hour},
-	"week":   {tiers.UnitWeek, 7 * 24 * time.Hour},
-	"month":  {tiers.UnitMonth, 30 * 24 * time.Hour},
-	"year":   {tiers.UnitYear, 365 * 24 * time.Hour},
-}
-
 // closed is the policy that rejects every request (no tiers).
 func closed() *tiers.Policy { return &tiers.Policy{Kind: tiers.KindTiers} }
 
@@ -226,7 +211,7 @@ func (p *parser) rateLimit(n *yaml.Node, path *ypath, full bool) (*tiers.Policy,
 			}
 		}
 	}
-	u, validUnit := units[strings.ToLower(unit)]
+	u, validUnit := tiers.ParseUnit(unit)
 	if meta.unlimited {
 		if validUnit {
 			p.errf(unitNode, path.k("unit"), "unit given with unlimited: true")
@@ -276,9 +261,10 @@ func (p *parser) rateLimit(n *yaml.Node, path *ypath, full bool) (*tiers.Policy,
 		return closed(), meta, true
 	}
 	if fixed {
-		return &tiers.Policy{Kind: tiers.KindFixedWindow, Window: tiers.FixedWindow{Limit: rpu, Unit: u.unit}}, meta, true
+		return &tiers.Policy{Kind: tiers.KindFixedWindow, Window: tiers.FixedWindow{Limit: rpu, Unit: u}}, meta, true
 	}
-	return &tiers.Policy{Kind: tiers.KindTiers, Tiers: []tiers.Tier{{Limit: rpu, Window: u.len, Active: tiers.Unbounded}}}, meta, true
+	// A sliding window of the unit's length (a month is 30 days, a year 365).
+	return &tiers.Policy{Kind: tiers.KindTiers, Tiers: []tiers.Tier{{Limit: rpu, Window: u.Length(), Active: tiers.Unbounded}}}, meta, true
 }
 
 // tierList parses tiers: [{limit, window, active, cooldown, skippable}] and

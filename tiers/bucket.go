@@ -6,7 +6,7 @@ package tiers
 // divisor, so every quantity is an exact integer. ok is false for an invalid
 // bucket.
 func bucketUnits(b *TokenBucket) (p, r, capU int64, ok bool) {
-	per := micros(b.Per)
+	per := Micros(b.Per)
 	if b.Capacity < 1 || b.Refill < 1 || per < 1 || per == inf {
 		return 0, 0, 0, false
 	}
@@ -42,7 +42,7 @@ func decideBucket(p *Policy, s *State, t, k, m int64, commit bool) Decision {
 	if !ok {
 		return closed()
 	}
-	d := Decision{Tier: 1, TierLimit: p.Bucket.Capacity, TierWindow: duration(ceilDiv(capU, r))}
+	d := Decision{Tier: 1}
 	b := balance(s, t, r, capU)
 	whole := b / unit
 	n := min(k, whole)
@@ -52,7 +52,7 @@ func decideBucket(p *Policy, s *State, t, k, m int64, commit bool) Decision {
 		d.Remaining = b / unit
 		d.TierHits = p.Bucket.Capacity - d.Remaining
 		if b < capU {
-			d.ResetAfter = duration(ceilDiv(unit-b%unit, r))
+			d.ResetAfter = FromMicros(ceilDiv(unit-b%unit, r))
 		}
 		if commit && n > 0 {
 			s.used, s.val, s.at = true, b, max(s.at, t)
@@ -65,7 +65,7 @@ func decideBucket(p *Policy, s *State, t, k, m int64, commit bool) Decision {
 	if need > k || need > p.Bucket.Capacity {
 		d.RetryAfter = Unbounded
 	} else {
-		d.RetryAfter = duration(ceilDiv(need*unit-b, r))
+		d.RetryAfter = FromMicros(ceilDiv(need*unit-b, r))
 	}
 	d.ResetAfter = d.RetryAfter
 	return d

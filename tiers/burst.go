@@ -23,11 +23,11 @@ func phase(p *Policy, s *State, i int, t int64) int {
 		return inactive
 	}
 	tr := &p.Tiers[i-1]
-	end := addSat(ts.entered, micros(tr.Active))
+	end := addSat(ts.entered, Micros(tr.Active))
 	if t < end {
 		return active
 	}
-	if t < addSat(end, max(0, micros(tr.Cooldown))) {
+	if t < addSat(end, max(0, Micros(tr.Cooldown))) {
 		return cooldown
 	}
 	return inactive
@@ -60,7 +60,7 @@ func (w *walker) init(p *Policy, s *State, g *Global, t int64) {
 	for i := numTiers(p); i >= 1; i-- {
 		if phase(p, s, i, t) == active {
 			w.c = i
-			w.cnt = s.tiers[i-1].hits.count(t, micros(p.Tiers[i-1].Window))
+			w.cnt = s.tiers[i-1].hits.count(t, Micros(p.Tiers[i-1].Window))
 			break
 		}
 	}
@@ -132,7 +132,7 @@ func total(p *Policy, s *State, g *Global, t int64) int64 {
 
 // decideTiers answers a KindTiers request and commits it when commit is set.
 func decideTiers(p *Policy, s *State, g *Global, t, k, m int64, commit bool) Decision {
-	d := Decision{HardLimit: p.HardLimit, GlobalLimit: p.GlobalLimit}
+	var d Decision
 	var w walker
 	w.init(p, s, g, t)
 	c0, cnt0 := w.c, w.cnt
@@ -151,14 +151,14 @@ func decideTiers(p *Policy, s *State, g *Global, t, k, m int64, commit bool) Dec
 		}
 		d.Remaining = w.n - atK.n
 		if d.Tier >= 1 {
-			win := micros(p.Tiers[d.Tier-1].Window)
+			win := Micros(p.Tiers[d.Tier-1].Window)
 			oldest := t
 			if atK.mask&(1<<(d.Tier-1)) == 0 {
 				if at, ok := s.tiers[d.Tier-1].hits.oldest(t, win); ok {
 					oldest = at
 				}
 			}
-			d.ResetAfter = duration(max(0, oldest+win-t))
+			d.ResetAfter = FromMicros(max(0, oldest+win-t))
 		}
 		if commit && atK.n > 0 {
 			applyTiers(p, s, g, t, c0, cnt0, &atK)
@@ -170,12 +170,8 @@ func decideTiers(p *Policy, s *State, g *Global, t, k, m int64, commit bool) Dec
 			d.ResourceHits = atK.glob
 		}
 		d.Remaining = w.n
-		d.RetryAfter = duration(retryTiers(p, s, g, t, k, m))
+		d.RetryAfter = FromMicros(retryTiers(p, s, g, t, k, m))
 		d.ResetAfter = d.RetryAfter
-	}
-	if d.Tier >= 1 {
-		d.TierLimit = p.Tiers[d.Tier-1].Limit
-		d.TierWindow = p.Tiers[d.Tier-1].Window
 	}
 	return d
 }
@@ -190,7 +186,7 @@ func applyTiers(p *Policy, s *State, g *Global, t int64, c0 int, cnt0 int64, res
 	}
 	addTo := func(i int, hits int64) {
 		tr := &p.Tiers[i-1]
-		win := micros(tr.Window)
+		win := Micros(tr.Window)
 		s.tiers[i-1].hits.add(t, win, tierWidth(tr.Limit, win, s.exact), hits, capHint(tr.Limit))
 	}
 	if res.mask == 0 {
@@ -263,12 +259,12 @@ func nextEvent(p *Policy, s *State, g *Global, t int64) (int64, bool) {
 			continue
 		}
 		tr := &p.Tiers[i-1]
-		end := addSat(ts.entered, micros(tr.Active))
+		end := addSat(ts.entered, Micros(tr.Active))
 		consider(end, end != inf)
-		cend := addSat(end, max(0, micros(tr.Cooldown)))
+		cend := addSat(end, max(0, Micros(tr.Cooldown)))
 		consider(cend, cend != inf)
 		if t < end { // only an active tier's hits matter: no tier is entered without traffic
-			consider(ts.hits.nextExpiry(t, micros(tr.Window)))
+			consider(ts.hits.nextExpiry(t, Micros(tr.Window)))
 		}
 	}
 	consider(s.second.nextExpiry(t, second))
@@ -286,7 +282,7 @@ func refundTiers(p *Policy, s *State, g *Global, t, hits int64) {
 	if w.c == 0 || hits <= 0 {
 		return
 	}
-	n := s.tiers[w.c-1].hits.removeNewest(t, micros(p.Tiers[w.c-1].Window), hits)
+	n := s.tiers[w.c-1].hits.removeNewest(t, Micros(p.Tiers[w.c-1].Window), hits)
 	s.second.removeNewest(t, second, n)
 	if g != nil {
 		g.second.removeNewest(t, second, n)
@@ -311,9 +307,9 @@ func forgetTiers(p *Policy, s *State) (int64, bool) {
 			continue // a tier the policy no longer has
 		}
 		tr := &p.Tiers[i-1]
-		a := micros(tr.Active)
+		a := Micros(tr.Active)
 		if a != inf {
-			consider(addSat(addSat(ts.entered, a), max(0, micros(tr.Cooldown))))
+			consider(addSat(addSat(ts.entered, a), max(0, Micros(tr.Cooldown))))
 			continue
 		}
 		if i > 1 {
@@ -322,7 +318,7 @@ func forgetTiers(p *Policy, s *State) (int64, bool) {
 		// The first tier, active for ever: once its window is empty,
 		// forgetting it only changes the next request's Burst flag.
 		if at, ok := ts.hits.last(); ok {
-			consider(at + micros(tr.Window))
+			consider(at + Micros(tr.Window))
 		}
 	}
 	if at, ok := s.second.last(); ok {

@@ -103,6 +103,14 @@
 //
 // # Stores and servers
 //
+// The package owns the numbers of a policy: Unit's Length, String and
+// ParseUnit are the units' lengths and names, Micros and FromMicros the
+// conversions of its time, and AppendCompact a policy's integers as a port
+// of the procedure (the Redis store's function) reads them, with the
+// widths, fixed-point units and lengths above already derived; FillLimits
+// completes such a port's decisions with the fields that follow from the
+// policy. Other packages call these rather than derive the numbers again.
+//
 // RetryAfter Unbounded means no wait can grant the request (a closed
 // resource, or more than the policy can ever grant at once): a server should
 // answer OVER_LIMIT without a reset time and a client should not retry.

@@ -1,26 +1,62 @@
 package tiers
 
-// unitSeconds returns the length of a fixed-window unit in seconds, as
-// envoyproxy/ratelimit's UnitToDivider defines it (a month is 30 days, a
-// year 365 days), or 0 for an unknown unit.
-func unitSeconds(u Unit) int64 {
-	switch u {
-	case UnitSecond:
-		return 1
-	case UnitMinute:
-		return 60
-	case UnitHour:
-		return 60 * 60
-	case UnitDay:
-		return 60 * 60 * 24
-	case UnitWeek:
-		return 60 * 60 * 24 * 7
-	case UnitMonth:
-		return 60 * 60 * 24 * 30
-	case UnitYear:
-		return 60 * 60 * 24 * 365
+import (
+	"strconv"
+	"strings"
+	"time"
+)
+
+// units are the fixed-window units by their value: envoyproxy/ratelimit's
+// names, and their lengths in seconds as its UnitToDivider defines them (a
+// month is 30 days, a year 365 days).
+var units = [...]struct {
+	name    string
+	seconds int64
+}{
+	UnitSecond: {"second", 1},
+	UnitMinute: {"minute", 60},
+	UnitHour:   {"hour", 60 * 60},
+	UnitDay:    {"day", 24 * 60 * 60},
+	UnitWeek:   {"week", 7 * 24 * 60 * 60},
+	UnitMonth:  {"month", 30 * 24 * 60 * 60},
+	UnitYear:   {"year", 365 * 24 * 60 * 60},
+}
+
+// unitMicros returns the length of u in µs, or 0 for an unknown unit.
+func unitMicros(u Unit) int64 {
+	if u == 0 || int(u) >= len(units) {
+		return 0
 	}
-	return 0
+	return units[u].seconds * second
+}
+
+// Length returns the length of u as envoyproxy/ratelimit counts it (a month
+// is 30 days, a year 365 days), or 0 for an unknown unit: the length of a
+// fixed window of u, and the window of the sliding-window tier that a
+// rate_limit of one u resolves to.
+func (u Unit) Length() time.Duration {
+	return time.Duration(unitMicros(u)) * time.Microsecond
+}
+
+// String returns the unit's name in an envoyproxy/ratelimit config
+// ("second", "minute", "hour", "day", "week", "month", "year"), or
+// "Unit(n)" for an unknown unit.
+func (u Unit) String() string {
+	if unitMicros(u) == 0 {
+		return "Unit(" + strconv.Itoa(int(u)) + ")"
+	}
+	return units[u].name
+}
+
+// ParseUnit returns the unit named s, in any case, as String spells it; ok
+// is false for any other name.
+func ParseUnit(s string) (u Unit, ok bool) {
+	for i := range units {
+		if i > 0 && strings.EqualFold(s, units[i].name) {
+			return Unit(i), true
+		}
+	}
+	return 0, false
 }
 
 // window returns the start of the fixed window holding t, in µs, and its
@@ -29,7 +65,7 @@ func unitSeconds(u Unit) int64 {
 // older than t's is counted in its own window (time that goes backwards
 // counts against the newer window).
 func fixedWindow(p *Policy, s *State, t int64) (start, length, count int64) {
-	length = unitSeconds(p.Window.Unit) * second
+	length = unitMicros(p.Window.Unit)
 	start = floorDiv(t, length) * length
 	if s.used && s.at >= start {
 		return s.at, length, s.val
@@ -38,13 +74,13 @@ func fixedWindow(p *Policy, s *State, t int64) (start, length, count int64) {
 }
 
 func decideFixed(p *Policy, s *State, t, k, m int64, commit bool) Decision {
-	if unitSeconds(p.Window.Unit) == 0 || p.Window.Limit < 1 {
+	if unitMicros(p.Window.Unit) == 0 || p.Window.Limit < 1 {
 		return closed()
 	}
 	start, length, cnt := fixedWindow(p, s, t)
 	lim := p.Window.Limit
-	d := Decision{Tier: 1, TierLimit: lim, TierWindow: duration(length)}
-	reset := duration(start + length - t)
+	d := Decision{Tier: 1}
+	reset := FromMicros(start + length - t)
 	n := min(k, max(0, lim-cnt))
 	if n >= m && m <= k {
 		d.OK, d.Granted = true, n
@@ -68,7 +104,7 @@ func decideFixed(p *Policy, s *State, t, k, m int64, commit bool) Decision {
 }
 
 func refundFixed(p *Policy, s *State, t, hits int64) {
-	if unitSeconds(p.Window.Unit) == 0 || hits <= 0 {
+	if unitMicros(p.Window.Unit) == 0 || hits <= 0 {
 		return
 	}
 	start, _, cnt := fixedWindow(p, s, t)
@@ -79,9 +115,9 @@ func refundFixed(p *Policy, s *State, t, hits int64) {
 }
 
 func forgetFixed(p *Policy, s *State) (int64, bool) {
-	n := unitSeconds(p.Window.Unit)
+	n := unitMicros(p.Window.Unit)
 	if n == 0 || !s.used || s.val <= 0 {
 		return 0, false
 	}
-	return s.at + n*second, true
+	return s.at + n, true
 }

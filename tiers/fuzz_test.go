@@ -100,7 +100,7 @@ func toBuckets(p *Policy, s *State, g *Global) (*State, *Global) {
 		if i >= len(p.Tiers) {
 			break
 		}
-		w := micros(p.Tiers[i].Window)
+		w := Micros(p.Tiers[i].Window)
 		c.tiers[i].hits = rebucket(s.tiers[i].hits, w, tierWidth(p.Tiers[i].Limit, w, false))
 	}
 	c.second = rebucket(s.second, second, secondWidth(p.HardLimit, false))
@@ -230,7 +230,7 @@ func checkTrace(t *testing.T, r *bytesource, p *Policy, checkLimits bool) {
 			}
 			a := &acts[dom][i]
 			ts := &s.tiers[i]
-			w := micros(p.Tiers[i].Window)
+			w := Micros(p.Tiers[i].Window)
 			added := ts.hits.count(now, w)
 			if !a.in || a.entered != ts.entered {
 				*a = activation{in: ts.in, entered: ts.entered}

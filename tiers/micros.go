@@ -35,16 +35,19 @@ const second int64 = 1_000_000
 // not be modified.
 var Forever = time.UnixMicro(math.MaxInt64)
 
-// micros converts d to microseconds, truncating; Unbounded becomes inf.
-func micros(d time.Duration) int64 {
+// Micros returns d in whole microseconds, truncated, the unit of time inside
+// the package and of the compact form (AppendCompact); Unbounded becomes
+// math.MaxInt64 (Lua's math.huge in a port).
+func Micros(d time.Duration) int64 {
 	if d == Unbounded {
 		return inf
 	}
 	return d.Microseconds()
 }
 
-// duration converts microseconds back; inf becomes Unbounded.
-func duration(us int64) time.Duration {
+// FromMicros returns us microseconds as a Duration, the inverse of Micros:
+// math.MaxInt64, and anything too long for a Duration, becomes Unbounded.
+func FromMicros(us int64) time.Duration {
 	if us >= inf/int64(time.Microsecond) {
 		return Unbounded
 	}

@@ -30,15 +30,19 @@ func decide(p *Policy, s *State, g *Global, t, k, m int64, commit bool) Decision
 		return closed()
 	}
 	k, m = clampCopies(k), clampCopies(m)
+	var d Decision
 	switch p.Kind {
 	case KindTiers:
-		return decideTiers(p, s, g, t, k, m, commit)
+		d = decideTiers(p, s, g, t, k, m, commit)
 	case KindTokenBucket:
-		return decideBucket(p, s, t, k, m, commit)
+		d = decideBucket(p, s, t, k, m, commit)
 	case KindFixedWindow:
-		return decideFixed(p, s, t, k, m, commit)
+		d = decideFixed(p, s, t, k, m, commit)
+	default:
+		return closed()
 	}
-	return closed()
+	p.FillLimits(&d)
+	return d
 }
 
 // closed is the answer of a policy that can never grant.

@@ -111,7 +111,7 @@ func Validate(p *Policy) error {
 		if err := limit("requests_per_unit", p.Window.Limit, 1); err != nil {
 			return err
 		}
-		if unitSeconds(p.Window.Unit) == 0 {
+		if unitMicros(p.Window.Unit) == 0 {
 			return fieldErr("unit", "unknown unit %d", p.Window.Unit)
 		}
 	default:

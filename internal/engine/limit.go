@@ -10,36 +10,12 @@ import (
 	"github.com/charonlimit/charon/tiers"
 )
 
-const day = 24 * time.Hour
-
-// unitLength is the length of u as envoyproxy/ratelimit counts it (a month
-// is 30 days, a year 365), 0 for an unknown unit.
-func unitLength(u tiers.Unit) time.Duration {
-	switch u {
-	case tiers.UnitSecond:
-		return time.Second
-	case tiers.UnitMinute:
-		return time.Minute
-	case tiers.UnitHour:
-		return time.Hour
-	case tiers.UnitDay:
-		return day
-	case tiers.UnitWeek:
-		return 7 * day
-	case tiers.UnitMonth:
-		return 30 * day
-	case tiers.UnitYear:
-		return 365 * day
-	}
-	return 0
-}
-
 // unitOf expresses w as multiplier × the largest of second, minute, hour and
 // day that divides it. exact is false when no unit divides w (then the unit
 // is a second and the multiplier 0).
 func unitOf(w time.Duration) (u tiers.Unit, mult uint32, exact bool) {
 	for _, u := range [...]tiers.Unit{tiers.UnitDay, tiers.UnitHour, tiers.UnitMinute, tiers.UnitSecond} {
-		l := unitLength(u)
+		l := u.Length()
 		if w > 0 && w%l == 0 {
 			m := min(w/l, math.MaxUint32)
 			if m == 1 {
@@ -133,7 +109,7 @@ func appendWindow(b []byte, w time.Duration) []byte {
 	for _, u := range [...]struct {
 		l time.Duration
 		s string
-	}{{day, "d"}, {time.Hour, "h"}, {time.Minute, "m"}, {time.Second, "s"}} {
+	}{{tiers.UnitDay.Length(), "d"}, {time.Hour, "h"}, {time.Minute, "m"}, {time.Second, "s"}} {
 		if w > 0 && w%u.l == 0 {
 			return append(strconv.AppendInt(b, int64(w/u.l), 10), u.s...)
 		}

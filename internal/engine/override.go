@@ -31,7 +31,7 @@ func (c *overrideCache) limit(o Override) *descriptors.Limit {
 	if o.RequestsPerUnit > 0 {
 		p.Tiers = []tiers.Tier{{
 			Limit:  int64(o.RequestsPerUnit),
-			Window: unitLength(o.Unit) * time.Duration(o.Multiplier),
+			Window: o.Unit.Length() * time.Duration(o.Multiplier),
 			Active: tiers.Unbounded,
 		}}
 	}

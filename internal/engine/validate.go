@@ -39,7 +39,7 @@ func (e *Engine) validate(req *Request) error {
 				return &InputError{Field: fmt.Sprintf("descriptors[%d].entries[%d].value", i, j), Message: fmt.Sprintf("%d bytes, longer than %d", len(en.Value), MaxLen)}
 			}
 		}
-		if o := d.Override; o != nil && unitLength(o.Unit) == 0 {
+		if o := d.Override; o != nil && o.Unit.Length() == 0 {
 			return &InputError{Field: fmt.Sprintf("descriptors[%d].limit.unit", i), Message: fmt.Sprintf("unknown unit %d", o.Unit)}
 		}
 	}

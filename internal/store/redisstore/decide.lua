@@ -20,7 +20,9 @@
 --   index, global key index (0: none), policy index, hits, min, flags
 --   (1 refund, 2 shadow).
 -- ARGV[2]: the lock token (lock modes) or "".
--- ARGV[3..]: policies, msgpack arrays (see encode.go):
+-- ARGV[3..]: policies, msgpack arrays of their compact form (Go's
+--   tiers.Policy.AppendCompact, which derives the widths, units and
+--   lengths; Unbounded as +Inf):
 --   tiers:  0, hard, global, hard width, global width, n, then per tier:
 --           limit, window, active, cooldown (>= 0), skippable (0/1), width
 --   bucket: 1, unit p, rate r, capacity in units, capacity

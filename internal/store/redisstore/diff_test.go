@@ -20,8 +20,23 @@ func randDur(r *rand.Rand, lo, hi time.Duration) time.Duration {
 	return lo + time.Duration(r.Int64N(int64(hi-lo)/1000))*time.Microsecond
 }
 
+// randScale returns the range of a random window or period: milliseconds
+// to seconds mostly, else minutes to an hour, or hours to days, so that
+// long windows, active periods and cooldowns (and the bucket widths of
+// long windows) are exercised as well.
+func randScale(r *rand.Rand) (lo, hi time.Duration) {
+	switch r.IntN(6) {
+	case 0:
+		return time.Minute, time.Hour
+	case 1:
+		return time.Hour, 3 * 24 * time.Hour
+	}
+	return time.Millisecond, 3 * time.Second
+}
+
 // randPolicy returns a random valid, normalized policy of any kind, with
-// limits on both sides of the bucketed threshold (64).
+// limits on both sides of the bucketed threshold (64) and windows and
+// periods from milliseconds to days.
 func randPolicy(r *rand.Rand) *tiers.Policy {
 	for {
 		var p tiers.Policy
@@ -42,7 +57,8 @@ func randPolicy(r *rand.Rand) *tiers.Policy {
 				default:
 					t.Limit = 60 + r.Int64N(300)
 				}
-				t.Window = randDur(r, time.Millisecond, 3*time.Second)
+				lo, hi := randScale(r)
+				t.Window = randDur(r, lo, hi)
 				if i == 0 && r.IntN(2) == 0 {
 					t.Active = tiers.Unbounded
 				} else {
@@ -54,7 +70,7 @@ func randPolicy(r *rand.Rand) *tiers.Policy {
 				switch r.IntN(4) {
 				case 0:
 				case 1:
-					t.Cooldown = randDur(r, time.Microsecond, 5*time.Second)
+					t.Cooldown = randDur(r, time.Microsecond, hi*5/3)
 				case 2:
 					t.Cooldown = t.Window * time.Duration(r.IntN(4))
 				default:
@@ -73,10 +89,15 @@ func randPolicy(r *rand.Rand) *tiers.Policy {
 			}
 		case k < 8:
 			p.Kind = tiers.KindTokenBucket
-			p.Bucket = tiers.TokenBucket{Capacity: 1 + r.Int64N(200), Refill: 1 + r.Int64N(50), Per: randDur(r, time.Microsecond, 10*time.Second)}
+			_, hi := randScale(r)
+			p.Bucket = tiers.TokenBucket{Capacity: 1 + r.Int64N(200), Refill: 1 + r.Int64N(50), Per: randDur(r, time.Microsecond, hi*10/3)}
 		default:
 			p.Kind = tiers.KindFixedWindow
-			p.Window = tiers.FixedWindow{Limit: 1 + r.Int64N(100), Unit: tiers.Unit(1 + r.IntN(2))}
+			u := tiers.Unit(1 + r.IntN(2))
+			if r.IntN(3) == 0 {
+				u = tiers.Unit(1 + r.IntN(int(tiers.UnitYear))) // hours to years
+			}
+			p.Window = tiers.FixedWindow{Limit: 1 + r.Int64N(100), Unit: u}
 		}
 		p, _ = tiers.Normalize(p)
 		if tiers.Validate(&p) == nil {
@@ -98,6 +119,23 @@ func trace(t *testing.T, seed uint64, steps int, stores []store.Store, names []s
 	for i := range 1 + r.IntN(4) {
 		resources = append(resources, res{fmt.Sprint("r", i), randPolicy(r)})
 	}
+	// span is the longest finite window or period of the trace's policies
+	// (at least 20 s): jumps of up to span reach the end of a long window,
+	// active period or cooldown.
+	span := 20 * time.Second
+	for _, rs := range resources {
+		p := rs.p
+		for _, d := range []time.Duration{p.Bucket.Per, p.Window.Unit.Length()} {
+			span = max(span, d)
+		}
+		for _, t := range p.Tiers {
+			for _, d := range []time.Duration{t.Window, t.Active, t.Cooldown} {
+				if d != tiers.Unbounded {
+					span = max(span, d)
+				}
+			}
+		}
+	}
 	now := storetest.T0.Add(randDur(r, 0, time.Hour))
 	ctx := context.Background()
 	for step := range steps {
@@ -105,6 +143,8 @@ func trace(t *testing.T, seed uint64, steps int, stores []store.Store, names []s
 		case 0: // same instant
 		case 1:
 			now = now.Add(randDur(r, time.Second, 20*time.Second))
+		case 3:
+			now = now.Add(randDur(r, time.Second, span))
 		case 2:
 			now = now.Add(-randDur(r, time.Microsecond, 5*time.Millisecond)) // a clock going back a little
 		default:
@@ -151,9 +191,11 @@ func trace(t *testing.T, seed uint64, steps int, stores []store.Store, names []s
 }
 
 // TestDifferential replays random traces (random policies of every kind,
-// copies, minimums, refunds, shadow and multi-item calls, µs times, a
-// clock going back a little) against the reference store (tiers and
-// store.Apply), the memory store and the Redis store, at the same now.
+// windows and periods from milliseconds to days, copies, minimums,
+// refunds, shadow and multi-item calls, µs times, jumps of up to the
+// longest period, a clock going back a little) against the reference
+// store (tiers and store.Apply), the memory store and the Redis store, at
+// the same now.
 func TestDifferential(t *testing.T) {
 	_, c := singleClient(t)
 	traces, steps := 1500, 30

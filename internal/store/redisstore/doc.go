@@ -48,7 +48,10 @@
 // Request with no peek and no grouping, and when its policy is one tier
 // with no hard or global limit (every plain rate_limit) a one-tier path
 // that decides a grant on the stored array and packs the new state with no
-// table per call (TestOneTierPath holds it equal to the general code);
+// table per call (TestOneTierPath holds it equal to the general code;
+// TestOneTierCost, with CHARON_COST_ROUNDS set, measures what it saves,
+// alternating rounds with and without it: 20 to 35% of Redis' time per
+// FCALL, about a sixth to a quarter of the server's CPU per call);
 // the call's numbers and the reply
 // are big-endian doubles read and written with Redis' struct library (no
 // table); policies travel as ARGV, msgpack arrays of integers encoded once

@@ -6,7 +6,6 @@ import (
 	"math"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/charonlimit/charon/tiers"
 )
@@ -43,13 +42,20 @@ func appendInt(b []byte, v int64) []byte {
 	return binary.BigEndian.AppendUint64(b, uint64(v))
 }
 
-// appendMicros appends a count of µs, +Inf for Unbounded (math.MaxInt64).
-func appendMicros(b []byte, us int64) []byte {
-	if us == math.MaxInt64 {
-		b = append(b, 0xcb)
-		return binary.BigEndian.AppendUint64(b, math.Float64bits(math.Inf(1)))
+// appendCompact appends a policy's compact form (tiers.Policy.AppendCompact)
+// as a msgpack array: the integers as they are, math.MaxInt64 (Unbounded) as
+// +Inf, which is math.huge to the function.
+func appendCompact(b []byte, v []int64) []byte {
+	b = appendArray(b, len(v))
+	for _, x := range v {
+		if x == math.MaxInt64 {
+			b = append(b, 0xcb)
+			b = binary.BigEndian.AppendUint64(b, math.Float64bits(math.Inf(1)))
+			continue
+		}
+		b = appendInt(b, x)
 	}
-	return appendInt(b, us)
+	return b
 }
 
 // appendF64 appends v as a big-endian double, rounded as Lua would round
@@ -89,162 +95,14 @@ func floatMicros(f float64) int64 {
 	return int64(f)
 }
 
-// duration converts µs from the script to a Duration like package tiers
-// does: math.MaxInt64 (+Inf) and anything too long become Unbounded.
-func duration(us int64) time.Duration {
-	if us >= math.MaxInt64/int64(time.Microsecond) {
-		return tiers.Unbounded
-	}
-	return time.Duration(us) * time.Microsecond
-}
-
-func micros(d time.Duration) int64 {
-	if d == tiers.Unbounded {
-		return math.MaxInt64
-	}
-	return d.Microseconds()
-}
-
-func ceilDiv(a, b int64) int64 {
-	q := a / b
-	if a%b != 0 {
-		q++
-	}
-	return q
-}
-
-func gcd(a, b int64) int64 {
-	for b != 0 {
-		a, b = b, a%b
-	}
-	return a
-}
-
-// Policy kinds of the script.
-const (
-	kindTiers  = 0
-	kindBucket = 1
-	kindFixed  = 2
-	kindClosed = 3
-)
-
-// encoded is a policy as the script reads it, with what the Go side needs to
-// complete a decision (TierLimit and TierWindow of a bucket or a window).
+// encoded is a policy as the function reads it: its compact form
+// (tiers.Policy.AppendCompact) as a msgpack array, in a string.
 type encoded struct {
-	arg    any // the msgpack array, as a string
-	kind   int
-	limit  int64         // bucket capacity, window limit
-	window time.Duration // time to refill the bucket, window length
+	arg any
 }
 
-// encodePolicy encodes p for the script. Policies the tiers package would
-// answer as closed (an invalid bucket or window, an unknown kind) are
-// encoded as closed.
 func encodePolicy(p *tiers.Policy) *encoded {
-	var b []byte
-	e := &encoded{kind: kindClosed}
-	switch p.Kind {
-	case tiers.KindTiers:
-		e.kind = kindTiers
-		n := min(len(p.Tiers), tiers.MaxTiers)
-		b = appendArray(b, 6+6*n)
-		b = appendInt(b, kindTiers)
-		b = appendInt(b, p.HardLimit)
-		b = appendInt(b, p.GlobalLimit)
-		b = appendInt(b, secondWidth(p.HardLimit))
-		b = appendInt(b, secondWidth(p.GlobalLimit))
-		b = appendInt(b, int64(n))
-		for _, t := range p.Tiers[:n] {
-			win := micros(t.Window)
-			b = appendInt(b, t.Limit)
-			b = appendMicros(b, win)
-			b = appendMicros(b, micros(t.Active))
-			b = appendMicros(b, max(0, micros(t.Cooldown)))
-			if t.Skippable {
-				b = appendInt(b, 1)
-			} else {
-				b = appendInt(b, 0)
-			}
-			b = appendInt(b, tierWidth(t.Limit, win))
-		}
-	case tiers.KindTokenBucket:
-		unit, r, capU, ok := bucketUnits(&p.Bucket)
-		if !ok {
-			break
-		}
-		e.kind, e.limit, e.window = kindBucket, p.Bucket.Capacity, duration(ceilDiv(capU, r))
-		b = appendArray(b, 5)
-		b = appendInt(b, kindBucket)
-		b = appendInt(b, unit)
-		b = appendInt(b, r)
-		b = appendInt(b, capU)
-		b = appendInt(b, p.Bucket.Capacity)
-	case tiers.KindFixedWindow:
-		secs := unitSeconds(p.Window.Unit)
-		if secs == 0 || p.Window.Limit < 1 {
-			break
-		}
-		e.kind, e.limit, e.window = kindFixed, p.Window.Limit, time.Duration(secs)*time.Second
-		b = appendArray(b, 3)
-		b = appendInt(b, kindFixed)
-		b = appendInt(b, p.Window.Limit)
-		b = appendInt(b, secs*1_000_000)
-	}
-	if e.kind == kindClosed {
-		b = appendArray(b[:0], 1)
-		b = appendInt(b, kindClosed)
-	}
-	e.arg = string(b)
-	return e
-}
-
-// The widths of package tiers' hit logs (tiers/state.go).
-func tierWidth(limit, window int64) int64 {
-	if limit <= 64 {
-		return 1
-	}
-	return max(1, ceilDiv(window, 64))
-}
-
-func secondWidth(limit int64) int64 {
-	if limit >= 1 && limit <= 64 {
-		return 1
-	}
-	return 1_000_000 / 64
-}
-
-// bucketUnits is tiers' fixed-point form of a token bucket.
-func bucketUnits(b *tiers.TokenBucket) (p, r, capU int64, ok bool) {
-	per := micros(b.Per)
-	if b.Capacity < 1 || b.Refill < 1 || per < 1 || per == math.MaxInt64 {
-		return 0, 0, 0, false
-	}
-	g := gcd(b.Refill, per)
-	p, r = per/g, b.Refill/g
-	if b.Capacity > (1<<53)/p {
-		return 0, 0, 0, false
-	}
-	return p, r, b.Capacity * p, true
-}
-
-func unitSeconds(u tiers.Unit) int64 {
-	switch u {
-	case tiers.UnitSecond:
-		return 1
-	case tiers.UnitMinute:
-		return 60
-	case tiers.UnitHour:
-		return 3600
-	case tiers.UnitDay:
-		return 86400
-	case tiers.UnitWeek:
-		return 604800
-	case tiers.UnitMonth:
-		return 2592000
-	case tiers.UnitYear:
-		return 31536000
-	}
-	return 0
+	return &encoded{arg: string(appendCompact(nil, p.AppendCompact(nil)))}
 }
 
 // policyCache maps a *tiers.Policy (immutable once in use) to its encoding.
@@ -271,8 +129,9 @@ func (c *policyCache) get(p *tiers.Policy) *encoded {
 	return e
 }
 
-// decision completes the script's numbers for an item of policy p.
-func decision(p *tiers.Policy, e *encoded, r *reader) tiers.Decision {
+// decision reads the function's answer for an item of policy p and
+// completes it with what follows from the policy.
+func decision(p *tiers.Policy, r *reader) tiers.Decision {
 	flags := r.num()
 	d := tiers.Decision{
 		Granted:         r.num(),
@@ -286,18 +145,8 @@ func decision(p *tiers.Policy, e *encoded, r *reader) tiers.Decision {
 	d.DomainHits = r.num()
 	d.ResourceHits = r.num()
 	d.Remaining = r.num()
-	d.RetryAfter = duration(r.num())
-	d.ResetAfter = duration(r.num())
-	switch e.kind {
-	case kindTiers:
-		d.HardLimit, d.GlobalLimit = p.HardLimit, p.GlobalLimit
-		if d.Tier >= 1 && d.Tier <= len(p.Tiers) {
-			d.TierLimit, d.TierWindow = p.Tiers[d.Tier-1].Limit, p.Tiers[d.Tier-1].Window
-		}
-	case kindBucket, kindFixed:
-		if d.Tier == 1 {
-			d.TierLimit, d.TierWindow = e.limit, e.window
-		}
-	}
+	d.RetryAfter = tiers.FromMicros(r.num())
+	d.ResetAfter = tiers.FromMicros(r.num())
+	p.FillLimits(&d)
 	return d
 }

@@ -361,7 +361,7 @@ func (c *call) read(res string, items []store.Item, out []tiers.Decision) (int, 
 		if c.kix[i] < 0 {
 			continue
 		}
-		out[i] = decision(items[i].Policy, c.enc[i], &r)
+		out[i] = decision(items[i].Policy, &r)
 	}
 	if r.err != nil {
 		return 0, 0, r.err

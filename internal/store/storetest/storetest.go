@@ -43,6 +43,7 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"ConcurrentAllOrNothing", testConcurrentMulti},
 		{"ConcurrentGlobal", testConcurrentGlobal},
 		{"RandomTracesMatchModel", testRandomTraces},
+		{"Scenarios", testScenarios},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
