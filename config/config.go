@@ -96,9 +96,8 @@ func Load(fsys fs.FS, opts Options) (*Config, []Warning, error) {
 	var wg sync.WaitGroup
 	for range min(runtime.GOMAXPROCS(0), len(files)) {
 		wg.Go(func() {
-			fast := new(fastParser)
 			for i := range next {
-				p := &parser{opts: opts, file: files[i], fast: fast}
+				p := &parser{opts: opts, file: files[i]}
 				parsers[i] = p
 				data, err := fs.ReadFile(fsys, files[i])
 				if err != nil {

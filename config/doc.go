@@ -63,12 +63,9 @@
 //
 // # Speed
 //
-// Files are parsed concurrently, one goroutine per CPU. A file written in
-// the plain subset of YAML that configurations use (block and one-line flow
-// collections, plain and quoted scalars, comments) is parsed by a small
-// parser of this package that builds the same yaml.Node tree as yaml.v3 and
-// is several times faster; any other file (anchors, aliases, tags, block
-// scalars, several documents, or invalid YAML) is parsed by yaml.v3 whole,
-// so its errors and their lines are yaml.v3's. Positions in error messages
+// Files are parsed concurrently, one goroutine per CPU. Each file is decoded
+// once by yaml.v3 into a yaml.Node tree, which the loader then walks,
+// validating as it goes; errors and their lines are yaml.v3's for invalid
+// YAML and the nodes' own for everything else. Positions in error messages
 // are written out only for the problems reported.
 package config

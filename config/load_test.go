@@ -125,6 +125,16 @@ descriptors:
 		}},
 		{"two documents", "domain: a\n---\ndomain: b\n", []string{"api.yaml:2: more than one YAML document in the file"}},
 		{"not a mapping", "- a\n", []string{"api.yaml:1: must be a mapping with domain and descriptors, not a list"}},
+		{"anchors and aliases keep their lines", `
+domain: api
+descriptors:
+  - key: k
+    rate_limit: &rl {unit: second, requests_per_unit: 1}
+  - key: &x k2
+    rate_limit: *rl
+    bogus: 1
+`, []string{`api.yaml:8: descriptors[1].bogus: unknown key "bogus"`}},
+		{"invalid YAML", "domain: a\ndescriptors:\n  - key: k\n  bad\n", []string{"api.yaml:4: invalid YAML: could not find expected ':'"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -140,6 +150,16 @@ descriptors:
 				t.Errorf("errors (-want +got):\n%s", diff)
 			}
 		})
+	}
+}
+
+func TestMergeDuplicatePath(t *testing.T) {
+	_, _, err := load(t, Options{MergeDomains: true},
+		"a.yaml", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1}\n",
+		"b.yaml", "domain: d\ndescriptors:\n  - key: x\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 2}\n")
+	want := `b.yaml:4: descriptors[1]: duplicate descriptor: key "k" value "" already at a.yaml:3`
+	if err == nil || err.Error() != want {
+		t.Fatalf("got error %v, want %s", err, want)
 	}
 }
 
@@ -375,6 +395,7 @@ func FuzzLoad(f *testing.F) {
 	f.Add([]byte("domain: a\ndescriptors:\n  - key: k\n    copies: {domain_limit: 3, global_limit: 1, groups: [{name: g, limit: 2, members: [a]}]}\n"))
 	f.Add([]byte("a: &a [*a]\n"))
 	f.Add([]byte("'''"))
+	f.Add([]byte("---\n---\n0: 0"))
 	for _, fl := range []string{"valid", "examples", "invalid"} {
 		m, _ := filepath.Glob(filepath.Join(lyftDir, fl, "*.yaml"))
 		for _, p := range m {

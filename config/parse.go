@@ -21,9 +21,6 @@ const (
 	maxNodes = 1_000_000 // YAML nodes visited per file, aliases expanded
 )
 
-// yamlV3Only turns the fast parser off, for tests comparing both paths.
-var yamlV3Only = false
-
 // state collects the problems of one Load.
 type state struct {
 	opts  Options
@@ -59,7 +56,6 @@ type parser struct {
 	file    string
 	visited int
 	tooBig  bool
-	fast    *fastParser // shared by the files one goroutine parses
 }
 
 func (p *parser) errf(n *yaml.Node, path *ypath, format string, args ...any) {
@@ -81,21 +77,11 @@ func (p *parser) warnf(n *yaml.Node, path *ypath, format string, args ...any) {
 var yamlLine = regexp.MustCompile(`^yaml: line (\d+): `)
 
 func (p *parser) parseFile(data []byte) *fileConfig {
-	file := p.file
-	if p.fast == nil {
-		p.fast = new(fastParser)
+	doc := p.parseYAML(data)
+	if doc == nil {
+		return nil
 	}
-	var doc *yaml.Node
-	ok := false
-	if !yamlV3Only {
-		doc, ok = p.fast.parse(data)
-	}
-	if !ok {
-		if doc = p.parseYAML(data); doc == nil {
-			return nil
-		}
-	}
-	fc := &fileConfig{file: file, line: 1}
+	fc := &fileConfig{file: p.file, line: 1}
 	var root *yaml.Node
 	if len(doc.Content) > 0 {
 		root = p.resolve(doc.Content[0])
