@@ -180,6 +180,11 @@ func ClientOptions(opts Options) (*redis.UniversalOptions, error) {
 	}
 	// Decide's context bounds every call (the failure-mode layer sets it).
 	u.ContextTimeoutEnabled = true
+	// A refused dial is evidence that Redis is down: report it at once
+	// (go-redis' default retries a failed dial 5 times, 100 ms apart, so a
+	// caller allowing seconds would wait them out before the breaker heard
+	// of the outage).
+	u.DialerRetries = 1
 	return u, nil
 }
 
