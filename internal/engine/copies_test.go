@@ -14,6 +14,7 @@ import (
 	"github.com/charonlimit/charon/copylog"
 	"github.com/charonlimit/charon/descriptors"
 	"github.com/charonlimit/charon/internal/copystore"
+	"github.com/charonlimit/charon/internal/store/memstore"
 )
 
 // fakeCopies is a copystore.Store over copylog states in a map; err, when
@@ -132,8 +133,9 @@ func newCopyEngine(t *testing.T) (*Engine, *fakeCopies, *clock) {
 	t.Helper()
 	clk := newClock()
 	fc := &fakeCopies{}
-	e := New(Options{Now: clk.Now, Copies: fc})
-	t.Cleanup(func() { e.Close() })
+	st := memstore.New(memstore.Options{})
+	t.Cleanup(func() { st.Close() })
+	e := New(Options{Store: st, Now: clk.Now, Copies: fc})
 	e.SetTree(copyTree(t))
 	return e, fc, clk
 }

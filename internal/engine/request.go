@@ -127,8 +127,8 @@ func (e *Engine) Request(ctx context.Context, domain string, entries []descripto
 		Shadow: shadow,
 	}}
 	var out [1]tiers.Decision
-	if err := e.store.Decide(ctx, e.now(), items[:], out[:]); err != nil {
-		return Result{Match: m}, fmt.Errorf("%w: %w", ErrStore, err)
+	if err := e.decide(ctx, e.now(), items[:], out[:]); err != nil {
+		return Result{Match: m}, err
 	}
 	r := Result{Decision: out[0], Match: m}
 	if !r.Decision.OK {
