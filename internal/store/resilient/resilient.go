@@ -450,7 +450,7 @@ func (s *Store) Stats() Stats {
 	}
 	if c := s.cache; c != nil {
 		st.CacheHits, st.CacheMisses = c.hits.Load(), c.misses.Load()
-		st.CacheSize = int(c.size.Load())
+		st.CacheSize = c.size()
 		st.CacheEvictions = c.evictions.Load()
 	}
 	return st
