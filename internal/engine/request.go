@@ -106,7 +106,7 @@ func (e *Engine) Request(ctx context.Context, domain string, entries []descripto
 		if known && dc.AllowUnconfigured {
 			return Result{Decision: grantAll(copies), Unlimited: true}, nil
 		}
-		return Result{}, &FieldError{Field: "resource", Err: fmt.Errorf("%w: no limit matches domain %q and its entries", ErrUnknownResource, truncate(domain))}
+		return Result{}, &FieldError{Field: "resource", Err: fmt.Errorf("%w: no limit matches domain %q and its entries", ErrUnknownResource, Truncate(domain))}
 	}
 	l := m.Limit
 	switch {
@@ -148,13 +148,4 @@ func (e *Engine) Request(ctx context.Context, domain string, entries []descripto
 // Remaining as large as a request may ask.
 func grantAll(copies int64) tiers.Decision {
 	return tiers.Decision{OK: true, Granted: copies, Remaining: 1 << 50}
-}
-
-// truncate bounds a request value quoted in an error message.
-func truncate(s string) string {
-	const maxQuoted = 128
-	if len(s) <= maxQuoted {
-		return s
-	}
-	return s[:maxQuoted] + "…"
 }
