@@ -13,7 +13,7 @@ import (
 //	charon_store_calls_total{path}             decisions by path: remote, cached, local, open, closed, unavailable
 //	charon_store_remote_errors_total           failed remote calls (timeouts included)
 //	charon_store_remote_timeouts_total         remote calls that hit --redis-timeout
-//	charon_store_breaker_state                 0 closed, 1 open, 2 half-open
+//	charon_store_breaker_state                 0 closed, 1 open
 //	charon_store_breaker_opens_total           times the circuit breaker opened
 //	charon_store_overlimit_cache_hits_total    decisions answered by the over-limit cache
 //	charon_store_overlimit_cache_misses_total  decisions without refunds it could not answer
@@ -35,7 +35,7 @@ var (
 	storeTimeoutsDesc = prometheus.NewDesc("charon_store_remote_timeouts_total",
 		"Remote store calls that hit the store call timeout.", nil, nil)
 	breakerStateDesc = prometheus.NewDesc("charon_store_breaker_state",
-		"Circuit breaker in front of the remote store: 0 closed, 1 open, 2 half-open.", nil, nil)
+		"Circuit breaker in front of the remote store: 0 closed, 1 open.", nil, nil)
 	breakerOpensDesc = prometheus.NewDesc("charon_store_breaker_opens_total",
 		"Times the circuit breaker in front of the remote store opened.", nil, nil)
 	cacheHitsDesc = prometheus.NewDesc("charon_store_overlimit_cache_hits_total",
