@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/charonlimit/charon/internal/lru"
+	"github.com/charonlimit/charon/internal/periodic"
 	"github.com/charonlimit/charon/internal/store"
 	"github.com/charonlimit/charon/tiers"
 )
@@ -48,9 +49,7 @@ type Store struct {
 	evictions atomic.Uint64
 	expired   atomic.Uint64
 	closed    atomic.Bool
-	stop      chan struct{}
-	done      chan struct{}
-	closeOnce sync.Once
+	sweeper   *periodic.Loop // nil without Options.SweepInterval
 	scratch   sync.Pool
 }
 
@@ -106,35 +105,16 @@ func New(opts Options) *Store {
 		if now == nil {
 			now = time.Now
 		}
-		s.stop, s.done = make(chan struct{}), make(chan struct{})
-		go s.sweeper(opts.SweepInterval, now)
+		s.sweeper = periodic.Start(opts.SweepInterval, func() { s.Sweep(now()) })
 	}
 	return s
 }
 
-func (s *Store) sweeper(every time.Duration, now func() time.Time) {
-	defer close(s.done)
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-s.stop:
-			return
-		case <-t.C:
-			s.Sweep(now())
-		}
-	}
-}
-
-// Close stops the sweeper; Decide fails with store.ErrClosed afterwards.
+// Close stops the sweeper and waits for it; Decide fails with
+// store.ErrClosed afterwards. Close is idempotent.
 func (s *Store) Close() error {
-	s.closeOnce.Do(func() {
-		s.closed.Store(true)
-		if s.stop != nil {
-			close(s.stop)
-			<-s.done
-		}
-	})
+	s.closed.Store(true)
+	s.sweeper.Stop()
 	return nil
 }
 
