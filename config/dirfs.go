@@ -85,4 +85,3 @@ func visible(ents []fs.DirEntry) []fs.DirEntry {
 	}
 	return out
 }
-
