@@ -63,8 +63,10 @@ func Escape(s string) string {
 	return string(appendEscaped(make([]byte, 0, escapedLen(s)), s))
 }
 
-// bound returns s cut to MaxKeyLen with a hash of the whole, when longer.
-func bound(s string) string {
+// Bound returns s cut to MaxKeyLen with a hash of the whole, when longer:
+// how every Match.Resource and Match.Domain is bounded, and how the engine
+// bounds the resource of a request's own limit.
+func Bound(s string) string {
 	if len(s) <= MaxKeyLen {
 		return s
 	}

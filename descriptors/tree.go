@@ -184,7 +184,7 @@ func (b *builder) level(lv *level, nodes []*Node, parent []*node, resource strin
 			b.d.maxDepth = len(n.path)
 		}
 		if n.limit != nil {
-			b.leaf(n, bound(res))
+			b.leaf(n, Bound(res))
 		}
 		b.level(&n.children, in.Children, n.path, res)
 	}
@@ -378,7 +378,7 @@ func (n *node) identity(rls string, entries []Entry, m *Match) {
 		}
 	}
 	s := sb.String()
-	m.Domain = bound(s[:dlen])
+	m.Domain = Bound(s[:dlen])
 	if n.metricDyn {
 		m.MetricKey = s[dlen:]
 	}

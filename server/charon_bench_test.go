@@ -15,6 +15,7 @@ import (
 	charonv1 "github.com/charonlimit/charon/api/charon/v1"
 	"github.com/charonlimit/charon/internal/copystore/memcopy"
 	"github.com/charonlimit/charon/internal/engine"
+	"github.com/charonlimit/charon/internal/store/memstore"
 )
 
 // benchConn serves one server (engine over a memstore and a memcopy) on an
@@ -24,8 +25,9 @@ func benchConn(b *testing.B) *grpc.ClientConn {
 	b.Helper()
 	copies := memcopy.New(memcopy.Options{})
 	b.Cleanup(func() { copies.Close() })
-	eng := engine.New(engine.Options{Copies: copies})
-	b.Cleanup(func() { eng.Close() })
+	st := memstore.New(memstore.Options{})
+	b.Cleanup(func() { st.Close() })
+	eng := engine.New(engine.Options{Store: st, Copies: copies})
 	eng.SetTree(charonTree(b))
 	s, err := New(Options{GRPCAddr: "127.0.0.1:0", Engine: eng})
 	if err != nil {

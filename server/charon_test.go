@@ -21,6 +21,7 @@ import (
 	"github.com/charonlimit/charon/internal/copystore"
 	"github.com/charonlimit/charon/internal/copystore/memcopy"
 	"github.com/charonlimit/charon/internal/engine"
+	"github.com/charonlimit/charon/internal/store/memstore"
 	"github.com/charonlimit/charon/tiers"
 )
 
@@ -93,8 +94,9 @@ func newCharonFixture(t *testing.T, copts CharonOptions, copies copystore.Store)
 		t.Cleanup(func() { f.copies.Close() })
 		copies = f.copies
 	}
-	f.eng = engine.New(engine.Options{Now: f.clock.Now, Copies: copies})
-	t.Cleanup(func() { f.eng.Close() })
+	st := memstore.New(memstore.Options{})
+	t.Cleanup(func() { st.Close() })
+	f.eng = engine.New(engine.Options{Store: st, Now: f.clock.Now, Copies: copies})
 	f.eng.SetTree(charonTree(t))
 	if copts.Engine == nil {
 		copts.Engine = f.eng

@@ -32,11 +32,12 @@ func FuzzShouldRateLimit(f *testing.F) {
 		f.Fatal(err)
 	}
 	now := time.Unix(1_900_000_000, 0)
+	st := memstore.New(memstore.Options{MaxKeys: 10_000})
+	f.Cleanup(func() { st.Close() })
 	eng := engine.New(engine.Options{
-		Store: memstore.New(memstore.Options{MaxKeys: 10_000}),
+		Store: st,
 		Now:   func() time.Time { now = now.Add(7 * time.Millisecond); return now },
 	})
-	f.Cleanup(func() { eng.Close() })
 	eng.SetTree(cfg.Tree)
 	s := &rls{engine: eng, metrics: NewMetrics(nil), log: slog.New(slog.NewTextHandler(io.Discard, nil))}
 

@@ -11,6 +11,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
+
+	"github.com/charonlimit/charon/internal/engine"
 )
 
 // maxJSONBody bounds a /json request body.
@@ -53,7 +55,7 @@ func (s *Server) serveJSON(w http.ResponseWriter, r *http.Request) {
 	}
 	var req rlsv3.RateLimitRequest
 	if err := protojson.Unmarshal(body, &req); err != nil {
-		http.Error(w, "invalid RateLimitRequest JSON: "+truncate(err.Error()), http.StatusBadRequest)
+		http.Error(w, "invalid RateLimitRequest JSON: "+engine.Truncate(err.Error()), http.StatusBadRequest)
 		return
 	}
 	resp, err := s.rls.ShouldRateLimit(r.Context(), &req)

@@ -71,23 +71,13 @@ func (s *rls) fail(req *rlsv3.RateLimitRequest, err error) error {
 	code := status.Code(gerr)
 	switch code {
 	case codes.InvalidArgument:
-		s.log.Debug("invalid request", "domain", truncate(req.GetDomain()), "descriptors", len(req.GetDescriptors()), "err", truncate(err.Error()))
+		s.log.Debug("invalid request", "domain", engine.Truncate(req.GetDomain()), "descriptors", len(req.GetDescriptors()), "err", engine.Truncate(err.Error()))
 	case codes.Unavailable:
-		s.log.Debug("request failed", "domain", truncate(req.GetDomain()), "code", code.String(), "err", truncate(err.Error()))
+		s.log.Debug("request failed", "domain", engine.Truncate(req.GetDomain()), "code", code.String(), "err", engine.Truncate(err.Error()))
 	default:
-		s.log.Warn("request failed", "domain", truncate(req.GetDomain()), "code", code.String(), "err", truncate(err.Error()))
+		s.log.Warn("request failed", "domain", engine.Truncate(req.GetDomain()), "code", code.String(), "err", engine.Truncate(err.Error()))
 	}
 	return gerr
-}
-
-// maxLogValue bounds request values in logs.
-const maxLogValue = 128
-
-func truncate(s string) string {
-	if len(s) <= maxLogValue {
-		return s
-	}
-	return s[:maxLogValue] + "…"
 }
 
 // overrideUnits maps Envoy's request-side envoy.type.v3.RateLimitUnit (which

@@ -102,7 +102,7 @@ func (c *charon) renew(ctx context.Context, s *session) (int, error) {
 	c.metrics.reaped(res.Reaped)
 	if err != nil && ctx.Err() == nil {
 		// The holds lapse within SessionLease if this goes on.
-		c.log.Warn("session lease renewal failed", "resources", len(s.resources), "err", truncate(err.Error()))
+		c.log.Warn("session lease renewal failed", "resources", len(s.resources), "err", engine.Truncate(err.Error()))
 	}
 	return res.Holds, err
 }
@@ -119,7 +119,7 @@ func (c *charon) endSession(streamCtx context.Context, s *session) {
 		res, err := c.engine.ReleaseSession(ctx, r, s.id)
 		c.metrics.reaped(res.Reaped)
 		if err != nil {
-			c.log.Warn("releasing a session's holds failed; they lapse with their lease", "resource", truncate(r), "lease", c.opts.SessionLease, "err", truncate(err.Error()))
+			c.log.Warn("releasing a session's holds failed; they lapse with their lease", "resource", engine.Truncate(r), "lease", c.opts.SessionLease, "err", engine.Truncate(err.Error()))
 			continue
 		}
 		c.metrics.sessionReleased.Add(float64(res.Holds))

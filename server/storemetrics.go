@@ -15,7 +15,7 @@ import (
 //	charon_store_remote_timeouts_total         remote calls that hit their deadline
 //	charon_store_remote_slow_total             of those, timeouts while Redis answered other calls (not counted by the breaker)
 //	charon_store_not_sent_total                calls whose deadline passed while queued for Redis in this process
-//	charon_store_breaker_state                 0 closed, 1 open, 2 half-open
+//	charon_store_breaker_state                 0 closed, 1 open
 //	charon_store_breaker_opens_total           times the circuit breaker opened
 //	charon_store_overlimit_cache_hits_total    decisions answered by the over-limit cache
 //	charon_store_overlimit_cache_misses_total  decisions without refunds it could not answer
@@ -41,7 +41,7 @@ var (
 	storeNotSentDesc = prometheus.NewDesc("charon_store_not_sent_total",
 		"Store calls whose deadline passed while queued in this process, before reaching the remote; answered by the failure mode.", nil, nil)
 	breakerStateDesc = prometheus.NewDesc("charon_store_breaker_state",
-		"Circuit breaker in front of the remote store: 0 closed, 1 open, 2 half-open.", nil, nil)
+		"Circuit breaker in front of the remote store: 0 closed, 1 open.", nil, nil)
 	breakerOpensDesc = prometheus.NewDesc("charon_store_breaker_opens_total",
 		"Times the circuit breaker in front of the remote store opened.", nil, nil)
 	cacheHitsDesc = prometheus.NewDesc("charon_store_overlimit_cache_hits_total",

@@ -8,7 +8,6 @@ import (
 	"os"
 
 	"github.com/charonlimit/charon/config"
-	"github.com/charonlimit/charon/server"
 )
 
 // runCheck validates a configuration directory offline, exactly as serve
@@ -44,7 +43,7 @@ func runCheck(args []string, stdout, stderr io.Writer) error {
 	if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
 		return fmt.Errorf("%s is not a readable directory", dir)
 	}
-	cfg, warns, err := config.Load(server.DirFS(dir), config.Options{MergeDomains: *merge, FixedWindowDefault: *fixed})
+	cfg, warns, err := config.Load(config.DirFS(dir), config.Options{MergeDomains: *merge, FixedWindowDefault: *fixed})
 	for _, w := range warns {
 		fmt.Fprintln(stdout, "warning:", w.String())
 	}

@@ -39,7 +39,6 @@ func startCopyServer(t *testing.T) (string, *memcopy.Store) {
 	copies := memcopy.New(memcopy.Options{})
 	t.Cleanup(func() { copies.Close() })
 	eng := engine.New(engine.Options{Copies: copies})
-	t.Cleanup(func() { eng.Close() })
 	tree, err := descriptors.NewTree([]descriptors.DomainSpec{{Config: descriptors.DomainConfig{Name: "c"}, Nodes: []*descriptors.Node{
 		{Key: "db", Limit: &descriptors.Limit{Copies: &descriptors.Copies{DomainLimit: 3}}},
 	}}})

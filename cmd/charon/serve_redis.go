@@ -169,7 +169,7 @@ func redisOptions(c serveConfig) redisstore.Options {
 
 // openRedis returns the Redis store of c (not connected yet: go-redis
 // dials on first use).
-func openRedis(c serveConfig) (store.Store, error) {
+func openRedis(c serveConfig) (resilient.Remote, error) {
 	if !strings.HasPrefix(c.RedisURL, "unix://") {
 		return redisstore.New(redisOptions(c))
 	}
@@ -231,9 +231,6 @@ func openStore(c serveConfig, log *slog.Logger) (*serveStore, error) {
 		Mode:    c.FailureMode,
 		Timeout: c.RedisTimeout,
 		Local:   local,
-		// watch probes with PING and the function's presence, under a
-		// deadline of its own: decisions never do.
-		ProbeByPing: true,
 		OnBreakerChange: func(resilient.BreakerState) {
 			select {
 			case s.wake <- struct{}{}:
@@ -244,11 +241,9 @@ func openStore(c serveConfig, log *slog.Logger) (*serveStore, error) {
 	s.engineStore = s.res
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
-	if p, ok := remote.(resilient.Pinger); ok {
-		if err := p.Ping(ctx); err != nil {
-			log.Warn("redis does not answer yet; deciding by the failure mode until it does",
-				"failure_mode", c.FailureMode.String(), "err", err.Error())
-		}
+	if err := remote.Ping(ctx); err != nil {
+		log.Warn("redis does not answer yet; deciding by the failure mode until it does",
+			"failure_mode", c.FailureMode.String(), "err", err.Error())
 	}
 	log.Info("store", "kind", "redis", "failure_mode", c.FailureMode.String(), "timeout", c.RedisTimeout)
 	return s, nil

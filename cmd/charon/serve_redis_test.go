@@ -102,8 +102,13 @@ func TestParseServeRedisErrors(t *testing.T) {
 	}
 }
 
+// pingedMem is a memstore standing in for the Redis store.
+type pingedMem struct{ *memstore.Store }
+
+func (pingedMem) Ping(context.Context) error { return nil }
+
 func TestFlushOnReloadEmptiesTheCache(t *testing.T) {
-	res := resilient.New(memstore.New(memstore.Options{}), resilient.Options{})
+	res := resilient.New(pingedMem{memstore.New(memstore.Options{})}, resilient.Options{})
 	defer res.Close()
 	p := &tiers.Policy{Kind: tiers.KindTiers, Tiers: []tiers.Tier{{Limit: 1, Window: time.Minute, Active: tiers.Unbounded}}}
 	items := []store.Item{{Key: store.Key{Resource: "r", Domain: "d", PolicyID: 1}, Policy: p, Hits: 1, Min: 1}}

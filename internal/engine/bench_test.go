@@ -38,24 +38,20 @@ func benchEngine(b *testing.B) *Engine {
 // BenchmarkShouldRateLimit is the engine over the in-memory store: one
 // descriptor per request, 10,000 keys, all goroutines.
 func BenchmarkShouldRateLimit(b *testing.B) {
-	e := benchEngine(b)
-	reqs := benchRequests()
-	ctx := context.Background()
-	b.ReportAllocs()
-	b.ResetTimer()
-	b.RunParallel(func(pb *testing.PB) {
-		i := int(start.Add(7919))
-		for pb.Next() {
-			i++
-			if _, err := e.ShouldRateLimit(ctx, reqs[i%len(reqs)]); err != nil {
-				b.Fatal(err)
-			}
-		}
+	benchParallel(b, func(e *Engine, ctx context.Context, req *Request, _ *Response) error {
+		_, err := e.ShouldRateLimit(ctx, req)
+		return err
 	})
 }
 
 // BenchmarkDecide is the same with a reused Response.
 func BenchmarkDecide(b *testing.B) {
+	benchParallel(b, (*Engine).Decide)
+}
+
+// benchParallel runs decide over benchEngine and benchRequests on all
+// goroutines, each with a Response of its own.
+func benchParallel(b *testing.B, decide func(e *Engine, ctx context.Context, req *Request, resp *Response) error) {
 	e := benchEngine(b)
 	reqs := benchRequests()
 	ctx := context.Background()
@@ -66,7 +62,7 @@ func BenchmarkDecide(b *testing.B) {
 		i := int(start.Add(7919))
 		for pb.Next() {
 			i++
-			if err := e.Decide(ctx, reqs[i%len(reqs)], &resp); err != nil {
+			if err := decide(e, ctx, reqs[i%len(reqs)], &resp); err != nil {
 				b.Fatal(err)
 			}
 		}

@@ -129,7 +129,7 @@ func (e *Engine) Reserve(ctx context.Context, r ReserveRequest) (Reservation, er
 	case !ok:
 		dc, known := tree.Domain(r.Domain)
 		if !known || !dc.AllowUnconfigured {
-			return Reservation{}, &FieldError{Field: "resource", Err: fmt.Errorf("%w: no limit matches domain %q and its entries", ErrUnknownResource, truncate(r.Domain))}
+			return Reservation{}, &FieldError{Field: "resource", Err: fmt.Errorf("%w: no limit matches domain %q and its entries", ErrUnknownResource, Truncate(r.Domain))}
 		}
 		resource = descriptors.Escape(r.Domain) + unconfiguredSuffix
 		cl = idx.byResource[resource]
@@ -190,7 +190,7 @@ func resourceOfID(id, field string, unknown error) (string, error) {
 	}
 	r, ok := ResourceOf(id)
 	if !ok {
-		return "", &FieldError{Field: field, Err: fmt.Errorf("%w: %q is not an id this service issued", unknown, truncate(id))}
+		return "", &FieldError{Field: field, Err: fmt.Errorf("%w: %q is not an id this service issued", unknown, Truncate(id))}
 	}
 	return r, nil
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/charonlimit/charon/copylog"
 	"github.com/charonlimit/charon/descriptors"
 	"github.com/charonlimit/charon/internal/copystore"
+	"github.com/charonlimit/charon/internal/store/memstore"
 )
 
 // fakeCopies is a copystore.Store over copylog states in a map; err, when
@@ -132,8 +133,9 @@ func newCopyEngine(t *testing.T) (*Engine, *fakeCopies, *clock) {
 	t.Helper()
 	clk := newClock()
 	fc := &fakeCopies{}
-	e := New(Options{Now: clk.Now, Copies: fc})
-	t.Cleanup(func() { e.Close() })
+	st := memstore.New(memstore.Options{})
+	t.Cleanup(func() { st.Close() })
+	e := New(Options{Store: st, Now: clk.Now, Copies: fc})
 	e.SetTree(copyTree(t))
 	return e, fc, clk
 }
@@ -225,16 +227,23 @@ func TestBulkRequestErrors(t *testing.T) {
 		{"store down", down, "c", entries("rate", "u"), 1, 1, ErrStore, ""},
 	} {
 		_, err := tc.e.Request(context.Background(), tc.domain, tc.es, tc.copies, tc.min)
-		if err == nil {
-			t.Errorf("%s: no error", tc.name)
-			continue
-		}
-		if tc.want != nil && !errors.Is(err, tc.want) {
-			t.Errorf("%s: got %v, want %v", tc.name, err, tc.want)
-		}
-		if tc.field != "" && !strings.HasPrefix(err.Error(), tc.field+":") {
-			t.Errorf("%s: error %q does not name field %q", tc.name, err, tc.field)
-		}
+		wantFieldError(t, tc.name, err, tc.want, tc.field)
+	}
+}
+
+// wantFieldError checks that err is not nil, matches want (when not nil)
+// and names field (when not empty) as its prefix.
+func wantFieldError(t *testing.T, name string, err, want error, field string) {
+	t.Helper()
+	if err == nil {
+		t.Errorf("%s: no error", name)
+		return
+	}
+	if want != nil && !errors.Is(err, want) {
+		t.Errorf("%s: got %v, want %v", name, err, want)
+	}
+	if field != "" && !strings.HasPrefix(err.Error(), field+":") {
+		t.Errorf("%s: error %q does not name field %q", name, err, field)
 	}
 }
 
@@ -381,17 +390,7 @@ func TestCopyErrors(t *testing.T) {
 			return err
 		}, copystore.ErrUnavailable, ""},
 	} {
-		err := tc.f()
-		if err == nil {
-			t.Errorf("%s: no error", tc.name)
-			continue
-		}
-		if tc.want != nil && !errors.Is(err, tc.want) {
-			t.Errorf("%s: got %v, want %v", tc.name, err, tc.want)
-		}
-		if tc.field != "" && !strings.HasPrefix(err.Error(), tc.field+":") {
-			t.Errorf("%s: error %q does not name field %q", tc.name, err, tc.field)
-		}
+		wantFieldError(t, tc.name, tc.f(), tc.want, tc.field)
 	}
 	// Copy limits of the rate path stay as they were: RLS answers OK.
 	resp, err := e.ShouldRateLimit(ctx, &Request{Domain: "c", Descriptors: []Descriptor{desc("db", "a")}})

@@ -12,6 +12,9 @@
 // copy log from the id alone. Copy store failures are returned, never
 // answered from local state.
 //
-// The engine owns the clock (Options.Now) and, with issue-5 stores, the
-// failure mode. It imports no gRPC: the server converts to and from protos.
+// The engine owns the clock (Options.Now); a store failure is returned
+// wrapped with ErrStore (a remote store's failure mode lives in the store,
+// package resilient). The engine imports no gRPC and no store
+// implementation: the server converts to and from protos, and the caller
+// hands it a store.
 package engine

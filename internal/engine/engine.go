@@ -12,7 +12,6 @@ import (
 	"github.com/charonlimit/charon/descriptors"
 	"github.com/charonlimit/charon/internal/copystore"
 	"github.com/charonlimit/charon/internal/store"
-	"github.com/charonlimit/charon/internal/store/memstore"
 	"github.com/charonlimit/charon/tiers"
 )
 
@@ -27,25 +26,22 @@ const (
 	DefaultMaxHits = math.MaxUint32
 )
 
-// ErrStore is matched (errors.Is) by the error ShouldRateLimit returns when
-// the store failed; the store's own error is wrapped too.
+// ErrStore is matched (errors.Is) by the error ShouldRateLimit and Request
+// return when the store failed; the store's own error is wrapped too. What
+// happens when a remote store fails (a local fallback, open, closed,
+// unavailable) is the store's business: the engine passes its error on.
 var ErrStore = errors.New("engine: store failed")
 
-// FailureMode says what ShouldRateLimit does when the store fails.
-type FailureMode uint8
+// ErrNoStore is wrapped, with ErrStore, by the error of a decision asked of an
+// Engine without Options.Store.
+var ErrNoStore = errors.New("engine: no store")
 
-const (
-	// FailureError returns the store's error, wrapped with ErrStore, for the
-	// server to map. The default, and the only mode so far; the Redis store
-	// brings local, open, closed and unavailable.
-	FailureError FailureMode = iota
-)
-
-// Options configure an Engine. The zero value is usable: an in-memory store
-// with default settings, the system clock, 64 descriptors per request.
+// Options configure an Engine. The zero value is usable: no store (the copy
+// operations and descriptors that no rate limit applies to still work), the
+// system clock, 64 descriptors per request.
 type Options struct {
-	// Store keeps the state; nil means a memstore with default options,
-	// which the Engine then owns (Close closes it).
+	// Store keeps the rate-limit state; the Engine does not own it. Nil:
+	// deciding a rate-limited descriptor fails with ErrNoStore.
 	Store store.Store
 	// Now is the clock, read once per request; nil means time.Now.
 	Now func() time.Time
@@ -54,18 +50,15 @@ type Options struct {
 	MaxDescriptors int
 	// MaxHits bounds the hits of one descriptor; 0 means DefaultMaxHits.
 	MaxHits uint64
-	// FailureMode is what to answer when the store fails.
-	FailureMode FailureMode
 	// Copies keeps the copy logs of copy-limited resources; nil: the copy
 	// operations fail with ErrNoCopyStore. The Engine does not own it.
 	Copies copystore.Store
 }
 
 // Engine decides requests. Safe for concurrent use. The zero value is
-// New(Options{}): an engine over its own in-memory store.
+// New(Options{}).
 type Engine struct {
 	store    store.Store
-	ownStore bool
 	now      func() time.Time
 	maxDesc  int
 	maxHits  uint64
@@ -98,9 +91,6 @@ func New(opts Options) *Engine {
 // defaults fills what Options left out; it also makes the zero Engine
 // usable, as New(Options{}).
 func (e *Engine) defaults() {
-	if e.store == nil {
-		e.store, e.ownStore = memstore.New(memstore.Options{}), true
-	}
 	if e.now == nil {
 		e.now = time.Now
 	}
@@ -111,15 +101,6 @@ func (e *Engine) defaults() {
 		e.maxHits = DefaultMaxHits
 	}
 	e.scratch.New = func() any { return new(scratch) }
-}
-
-// Close closes the store when the Engine created it.
-func (e *Engine) Close() error {
-	e.once.Do(e.defaults)
-	if e.ownStore {
-		return e.store.Close()
-	}
-	return nil
 }
 
 // SetTree swaps in a new descriptor tree atomically; requests in flight
@@ -217,8 +198,8 @@ func (e *Engine) Decide(ctx context.Context, req *Request, resp *Response) error
 	}
 	sc.out = grow(sc.out, len(sc.items))
 	if len(sc.items) > 0 {
-		if err := e.store.Decide(ctx, now, sc.items, sc.out); err != nil {
-			return fmt.Errorf("%w: %w", ErrStore, err)
+		if err := e.decide(ctx, now, sc.items, sc.out); err != nil {
+			return err
 		}
 	}
 
@@ -251,6 +232,17 @@ func (e *Engine) Decide(ctx context.Context, req *Request, resp *Response) error
 		}
 		resp.limits[i] = e.currentLimit(&st.Match, d)
 		st.Limit = &resp.limits[i]
+	}
+	return nil
+}
+
+// decide runs the store on items; its error matches ErrStore.
+func (e *Engine) decide(ctx context.Context, now time.Time, items []store.Item, out []tiers.Decision) error {
+	if e.store == nil {
+		return fmt.Errorf("%w: %w", ErrStore, ErrNoStore)
+	}
+	if err := e.store.Decide(ctx, now, items, out); err != nil {
+		return fmt.Errorf("%w: %w", ErrStore, err)
 	}
 	return nil
 }

@@ -317,12 +317,22 @@ func TestNotLimited(t *testing.T) {
 	}
 }
 
+// TestZeroEngineIsUsable: with no tree nothing is limited; with one, a
+// rate-limited descriptor fails with ErrNoStore, for want of a store.
 func TestZeroEngineIsUsable(t *testing.T) {
 	var e Engine
-	defer e.Close()
 	resp, err := e.ShouldRateLimit(context.Background(), &Request{Domain: "d", Descriptors: []Descriptor{desc("k", "v")}})
 	if err != nil || resp.Code != CodeOK {
 		t.Fatalf("zero Engine: %+v, %v", resp, err)
+	}
+	e.SetTree(testTree(t))
+	_, err = e.ShouldRateLimit(context.Background(), one("user", "u"))
+	if !errors.Is(err, ErrStore) || !errors.Is(err, ErrNoStore) {
+		t.Errorf("no store: err = %v, want ErrStore and ErrNoStore", err)
+	}
+	_, err = e.Request(context.Background(), "test", entries("user", "u"), 1, 1)
+	if !errors.Is(err, ErrStore) || !errors.Is(err, ErrNoStore) {
+		t.Errorf("Request with no store: err = %v, want ErrStore and ErrNoStore", err)
 	}
 }
 
@@ -504,5 +514,21 @@ func TestDecideReusesResponse(t *testing.T) {
 	}
 	if resp.Statuses[0].Limit == resp.Statuses[1].Limit {
 		t.Errorf("statuses share one CurrentLimit")
+	}
+}
+
+func TestTruncate(t *testing.T) {
+	long := strings.Repeat("a", MaxQuoted+10)
+	for _, tt := range []struct{ in, want string }{
+		{"", ""},
+		{"short", "short"},
+		{long[:MaxQuoted], long[:MaxQuoted]},
+		{long, long[:MaxQuoted] + "…"},
+		// A rune across the cut is left out whole.
+		{long[:MaxQuoted-1] + "é" + long, long[:MaxQuoted-1] + "…"},
+	} {
+		if got := Truncate(tt.in); got != tt.want {
+			t.Errorf("Truncate(%d bytes) = %q, want %q", len(tt.in), got, tt.want)
+		}
 	}
 }

@@ -1,8 +1,6 @@
 package engine
 
 import (
-	"hash/fnv"
-	"strings"
 	"sync"
 	"time"
 
@@ -61,26 +59,6 @@ func (e *Engine) overrideMatch(buf []byte, domain string, d *Descriptor, m *desc
 		buf = append(buf, descriptors.Escape(en.Value)...)
 	}
 	m.Limit, m.Policy, m.Domain, m.Replaced = l, l.Policy, "", false
-	m.Resource = bound(buf)
+	m.Resource = descriptors.Bound(string(buf))
 	return buf
-}
-
-// bound is the resource named by b, cut to descriptors.MaxKeyLen with a hash
-// of the whole when longer, as the descriptors package bounds its own.
-func bound(b []byte) string {
-	if len(b) <= descriptors.MaxKeyLen {
-		return string(b)
-	}
-	h := fnv.New64a()
-	h.Write(b)
-	var s strings.Builder
-	s.Grow(descriptors.MaxKeyLen)
-	s.Write(b[:descriptors.MaxKeyLen-17])
-	s.WriteByte('~')
-	const hex = "0123456789ABCDEF"
-	v := h.Sum64()
-	for i := 60; i >= 0; i -= 4 {
-		s.WriteByte(hex[(v>>uint(i))&15])
-	}
-	return s.String()
 }

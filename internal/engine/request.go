@@ -106,7 +106,7 @@ func (e *Engine) Request(ctx context.Context, domain string, entries []descripto
 		if known && dc.AllowUnconfigured {
 			return Result{Decision: grantAll(copies), Unlimited: true}, nil
 		}
-		return Result{}, &FieldError{Field: "resource", Err: fmt.Errorf("%w: no limit matches domain %q and its entries", ErrUnknownResource, truncate(domain))}
+		return Result{}, &FieldError{Field: "resource", Err: fmt.Errorf("%w: no limit matches domain %q and its entries", ErrUnknownResource, Truncate(domain))}
 	}
 	l := m.Limit
 	switch {
@@ -127,8 +127,8 @@ func (e *Engine) Request(ctx context.Context, domain string, entries []descripto
 		Shadow: shadow,
 	}}
 	var out [1]tiers.Decision
-	if err := e.store.Decide(ctx, e.now(), items[:], out[:]); err != nil {
-		return Result{Match: m}, fmt.Errorf("%w: %w", ErrStore, err)
+	if err := e.decide(ctx, e.now(), items[:], out[:]); err != nil {
+		return Result{Match: m}, err
 	}
 	r := Result{Decision: out[0], Match: m}
 	if !r.Decision.OK {
@@ -148,13 +148,4 @@ func (e *Engine) Request(ctx context.Context, domain string, entries []descripto
 // Remaining as large as a request may ask.
 func grantAll(copies int64) tiers.Decision {
 	return tiers.Decision{OK: true, Granted: copies, Remaining: 1 << 50}
-}
-
-// truncate bounds a request value quoted in an error message.
-func truncate(s string) string {
-	const maxQuoted = 128
-	if len(s) <= maxQuoted {
-		return s
-	}
-	return s[:maxQuoted] + "…"
 }

@@ -184,22 +184,15 @@ func split(items []Item, states []*tiers.State, i int, out []tiers.Decision) {
 		}
 		return
 	}
-	_, min := groupSums(items, states, i)
-	extra := d.Granted - min
+	_, groupMin := groupSums(items, states, i)
+	extra := d.Granted - groupMin
 	for j := i; j < len(items); j++ {
 		if states[j] != states[i] || items[j].Refund {
 			continue
 		}
-		e := min64(items[j].Hits-items[j].Min, extra)
+		e := min(items[j].Hits-items[j].Min, extra)
 		extra -= e
 		out[j] = d
 		out[j].Granted = items[j].Min + e
 	}
-}
-
-func min64(a, b int64) int64 {
-	if a < b {
-		return a
-	}
-	return b
 }

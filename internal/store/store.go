@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"errors"
+	"hash/maphash"
 	"time"
 
 	"github.com/charonlimit/charon/tiers"
@@ -32,6 +33,15 @@ type Key struct {
 	Resource string
 	Domain   string
 	PolicyID uint64
+}
+
+// Hash returns a hash of k under seed, for sharding in-process maps (the
+// in-memory store's states, the over-limit cache).
+func (k Key) Hash(seed maphash.Seed) uint64 {
+	h := maphash.String(seed, k.Resource)
+	h = h*0x9e3779b97f4a7c15 ^ maphash.String(seed, k.Domain)
+	h ^= k.PolicyID * 0xbf58476d1ce4e5b9
+	return h ^ h>>29
 }
 
 // Item is one descriptor of a request, ready to be decided.

@@ -11,6 +11,7 @@ import (
 
 	"github.com/charonlimit/charon/copylog"
 	"github.com/charonlimit/charon/internal/copystore"
+	"github.com/charonlimit/charon/internal/periodic"
 )
 
 // Defaults and bounds of Options.
@@ -75,13 +76,11 @@ type Stats struct {
 // anything but a shard's mutex, held for one copylog operation, so they do
 // not consult their context.
 type Store struct {
-	shards    []shard
-	mask      uint64
-	seed      maphash.Seed
-	closed    atomic.Bool
-	stop      chan struct{}
-	done      chan struct{}
-	closeOnce sync.Once
+	shards  []shard
+	mask    uint64
+	seed    maphash.Seed
+	closed  atomic.Bool
+	sweeper *periodic.Loop // nil without Options.SweepInterval
 }
 
 var _ copystore.Store = (*Store)(nil)
@@ -121,36 +120,16 @@ func New(opts Options) *Store {
 		if now == nil {
 			now = time.Now
 		}
-		s.stop, s.done = make(chan struct{}), make(chan struct{})
-		go s.sweeper(opts.SweepInterval, now)
+		s.sweeper = periodic.Start(opts.SweepInterval, func() { s.reap(now()) })
 	}
 	return s
-}
-
-func (s *Store) sweeper(every time.Duration, now func() time.Time) {
-	defer close(s.done)
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-s.stop:
-			return
-		case <-t.C:
-			s.reap(now())
-		}
-	}
 }
 
 // Close stops the sweeper and waits for it; every operation fails with
 // ErrClosed afterwards. Closing twice is harmless.
 func (s *Store) Close() error {
-	s.closeOnce.Do(func() {
-		s.closed.Store(true)
-		if s.stop != nil {
-			close(s.stop)
-			<-s.done
-		}
-	})
+	s.closed.Store(true)
+	s.sweeper.Stop()
 	return nil
 }
 

@@ -11,8 +11,8 @@ import (
 
 	"github.com/charonlimit/charon/copylog"
 	"github.com/charonlimit/charon/internal/copystore"
+	"github.com/charonlimit/charon/internal/redisfunc"
 	"github.com/charonlimit/charon/internal/redistest"
-	"github.com/charonlimit/charon/internal/store/redisstore"
 )
 
 // TestSentinelFailoverLoss measures what a failover loses: holds are
@@ -32,7 +32,7 @@ func TestSentinelFailoverLoss(t *testing.T) {
 		DialTimeout: 200 * time.Millisecond, ReadTimeout: 500 * time.Millisecond, MaxRetries: -1,
 	})
 	t.Cleanup(func() { c.Close() })
-	s := New(c, Options{Clock: redisstore.ClockCaller})
+	s := New(c, Options{Clock: redisfunc.ClockCaller})
 	ctx := context.Background()
 	cfg := &copylog.Config{DomainLimit: 100000}
 	now := time.Now()

@@ -2,20 +2,15 @@ package rediscopy
 
 import (
 	"context"
-	"crypto/sha1"
 	_ "embed"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 
 	"github.com/charonlimit/charon/copylog"
 	"github.com/charonlimit/charon/internal/copystore"
-	"github.com/charonlimit/charon/internal/store/redisstore"
+	"github.com/charonlimit/charon/internal/redisfunc"
 )
 
 //go:embed copies.lua
@@ -25,39 +20,17 @@ var copiesLua string
 // its code, so that processes of different versions sharing one Redis each
 // call their own code.
 var (
-	libVersion  = libHash(copiesLua)
-	libraryCode = strings.ReplaceAll(copiesLua, "@V@", libVersion)
-	funcName    = "charon_copies_" + libVersion
+	lib      = redisfunc.New(copiesLua)
+	funcName = lib.Function("charon_copies_")
 )
-
-func libHash(code string) string {
-	h := sha1.Sum([]byte(code))
-	return hex.EncodeToString(h[:8])
-}
-
-// isNotFound reports whether err is Redis' answer to an FCALL of a function
-// it does not have (a restart without persistence, a failover to a replica
-// that never had it, a FUNCTION FLUSH).
-func isNotFound(err error) bool {
-	return err != nil && strings.Contains(err.Error(), "Function not found")
-}
 
 // Load loads the copy log function into Redis (every master of a Cluster).
 // Operations load it by themselves when Redis answers that it does not have
 // it; calling Load at start only moves that round trip out of the first
 // operation.
 func (s *Store) Load(ctx context.Context) error {
-	if cc, ok := s.c.(*redis.ClusterClient); ok {
-		err := cc.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error {
-			return m.FunctionLoadReplace(ctx, libraryCode).Err()
-		})
-		if err != nil {
-			return fmt.Errorf("%w: FUNCTION LOAD: %v", copystore.ErrUnavailable, err)
-		}
-		return nil
-	}
-	if err := s.c.FunctionLoadReplace(ctx, libraryCode).Err(); err != nil {
-		return fmt.Errorf("%w: FUNCTION LOAD: %v", copystore.ErrUnavailable, err)
+	if err := lib.Load(ctx, s.c); err != nil {
+		return fmt.Errorf("%w: %v", copystore.ErrUnavailable, err)
 	}
 	return nil
 }
@@ -80,18 +53,16 @@ func (s *Store) call(ctx context.Context, now time.Time, resource, op string, ar
 	default:
 	}
 	at := ""
-	if s.clock == redisstore.ClockCaller {
+	if s.clock == redisfunc.ClockCaller {
 		at = strconv.FormatInt(now.UnixMicro(), 10)
 	}
 	argv := append([]any{op, at}, args...)
 	keys := []string{s.key(resource)}
-	v, err := s.c.FCall(ctx, funcName, keys, argv...).Result()
-	if isNotFound(err) {
-		if err := s.Load(ctx); err != nil {
-			return reply{}, err
-		}
+	var v any
+	err := lib.Run(ctx, s.c, func() (err error) {
 		v, err = s.c.FCall(ctx, funcName, keys, argv...).Result()
-	}
+		return err
+	})
 	if err != nil {
 		return reply{}, fmt.Errorf("%w: %s: %v", copystore.ErrUnavailable, resource, err)
 	}

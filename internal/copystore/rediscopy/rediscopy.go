@@ -33,7 +33,7 @@ import (
 
 	"github.com/charonlimit/charon/copylog"
 	"github.com/charonlimit/charon/internal/copystore"
-	"github.com/charonlimit/charon/internal/store/redisstore"
+	"github.com/charonlimit/charon/internal/redisfunc"
 )
 
 // DefaultKeyPrefix starts every key unless Options.KeyPrefix says otherwise.
@@ -48,15 +48,15 @@ type Options struct {
 	// KeyPrefix starts every key (default DefaultKeyPrefix); it must not
 	// contain braces.
 	KeyPrefix string
-	// Clock: redisstore.ClockRedis (default) or redisstore.ClockCaller.
-	Clock redisstore.Clock
+	// Clock: redisfunc.ClockRedis (default) or redisfunc.ClockCaller.
+	Clock redisfunc.Clock
 }
 
 // Store is a copystore.Store in Redis. Safe for concurrent use.
 type Store struct {
 	c      redis.UniversalClient
 	prefix string
-	clock  redisstore.Clock
+	clock  redisfunc.Clock
 	closed chan struct{}
 }
 
@@ -170,12 +170,7 @@ func (s *Store) Sweep(ctx context.Context, now time.Time) (SweepStats, error) {
 		}
 		return nil
 	}
-	var err error
-	if cc, ok := s.c.(*redis.ClusterClient); ok {
-		err = cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error { return reapNode(ctx, c) })
-	} else {
-		err = reapNode(ctx, s.c)
-	}
+	err := redisfunc.EachMaster(ctx, s.c, reapNode)
 	return st, err
 }
 

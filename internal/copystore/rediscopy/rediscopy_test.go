@@ -13,8 +13,8 @@ import (
 	"github.com/charonlimit/charon/copylog"
 	"github.com/charonlimit/charon/internal/copystore"
 	"github.com/charonlimit/charon/internal/copystore/copystoretest"
+	"github.com/charonlimit/charon/internal/redisfunc"
 	"github.com/charonlimit/charon/internal/redistest"
-	"github.com/charonlimit/charon/internal/store/redisstore"
 )
 
 var prefixes atomic.Int64
@@ -26,7 +26,7 @@ func TestConformanceSingle(t *testing.T) {
 	c := redis.NewClient(&redis.Options{Addr: n.Addr()})
 	t.Cleanup(func() { c.Close() })
 	copystoretest.Run(t, func(t *testing.T) copystore.Store {
-		return New(c, Options{KeyPrefix: newPrefix(), Clock: redisstore.ClockCaller})
+		return New(c, Options{KeyPrefix: newPrefix(), Clock: redisfunc.ClockCaller})
 	})
 }
 
@@ -42,7 +42,7 @@ func TestConformanceCluster(t *testing.T) {
 	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
 	t.Cleanup(func() { c.Close() })
 	copystoretest.Run(t, func(t *testing.T) copystore.Store {
-		return New(c, Options{KeyPrefix: newPrefix(), Clock: redisstore.ClockCaller})
+		return New(c, Options{KeyPrefix: newPrefix(), Clock: redisfunc.ClockCaller})
 	})
 }
 
@@ -93,7 +93,7 @@ func TestUnavailable(t *testing.T) {
 	n := redistest.Single(t)
 	c := redis.NewClient(&redis.Options{Addr: n.Addr(), MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
 	t.Cleanup(func() { c.Close() })
-	s := New(c, Options{Clock: redisstore.ClockCaller})
+	s := New(c, Options{Clock: redisfunc.ClockCaller})
 	n.Kill()
 	_, err := s.Release(context.Background(), copystoretest.T0, "r", "h", 1)
 	if !errors.Is(err, copystore.ErrUnavailable) {
@@ -116,7 +116,7 @@ func TestFunctionReloadedAndEmptyKeyKept(t *testing.T) {
 	n := redistest.Single(t)
 	c := redis.NewClient(&redis.Options{Addr: n.Addr()})
 	t.Cleanup(func() { c.Close() })
-	s := New(c, Options{Clock: redisstore.ClockCaller})
+	s := New(c, Options{Clock: redisfunc.ClockCaller})
 	ctx := context.Background()
 	cfg := &copylog.Config{DomainLimit: 3}
 	r, err := s.Reserve(ctx, copystoretest.T0, "r", cfg, copylog.ReserveRequest{Domain: "d", Copies: 2, HoldID: "h1", Lease: time.Minute})
@@ -235,7 +235,7 @@ func TestSweepStats(t *testing.T) {
 	n := redistest.Single(t)
 	c := redis.NewClient(&redis.Options{Addr: n.Addr()})
 	t.Cleanup(func() { c.Close() })
-	s := New(c, Options{KeyPrefix: newPrefix(), Clock: redisstore.ClockCaller})
+	s := New(c, Options{KeyPrefix: newPrefix(), Clock: redisfunc.ClockCaller})
 	ctx := context.Background()
 	cfg := &copylog.Config{DomainLimit: 10}
 	t0 := time.Unix(1_800_000_000, 0)

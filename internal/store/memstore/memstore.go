@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/charonlimit/charon/internal/lru"
+	"github.com/charonlimit/charon/internal/periodic"
 	"github.com/charonlimit/charon/internal/store"
 	"github.com/charonlimit/charon/tiers"
 )
@@ -43,45 +45,41 @@ type Options struct {
 
 // Store is the in-memory store. Safe for concurrent use; create it with New.
 type Store struct {
-	shards    []shard
-	mask      uint64
-	perShard  int // 0: unbounded
-	seed      maphash.Seed
+	m         *lru.Sharded[key, entry]
 	evictions atomic.Uint64
 	expired   atomic.Uint64
 	closed    atomic.Bool
-	stop      chan struct{}
-	done      chan struct{}
-	closeOnce sync.Once
+	sweeper   *periodic.Loop // nil without Options.SweepInterval
 	scratch   sync.Pool
 }
 
 var _ store.Store = (*Store)(nil)
 
-type shard struct {
-	mu   sync.Mutex
-	m    map[key]*entry
-	head entry // sentinel of the LRU list: head.next is the most recent
-	_    [40]byte
+// key names a pair's state, or, with global, a resource's global state
+// (Domain empty).
+type key struct {
+	store.Key
+	global bool
 }
 
-type key struct {
-	resource, domain string
-	id               uint64
-	global           bool
+func hashKey(k key, seed maphash.Seed) uint64 {
+	h := k.Key.Hash(seed)
+	if k.global {
+		h = ^h
+	}
+	return h
 }
 
 type entry struct {
-	key        key
-	state      tiers.State
-	global     tiers.Global
-	forget     time.Time
-	prev, next *entry
-	pinned     bool
+	state  tiers.State
+	global tiers.Global
+	forget time.Time
+	pinned bool // in use by the call holding the shard's lock
 }
 
 type scratch struct {
-	entries []*entry
+	shard   []int // per item: the shard of its state key, then of its global key (-1: none)
+	entries []*lru.Entry[key, entry]
 	states  []*tiers.State
 	globals []*tiers.Global
 }
@@ -93,53 +91,30 @@ func New(opts Options) *Store {
 		n = DefaultShards
 	}
 	n = min(1<<bits.Len(uint(n-1)), MaxShards)
-	s := &Store{shards: make([]shard, n), mask: uint64(n - 1), seed: maphash.MakeSeed()}
+	perShard := 0 // unbounded
 	switch max := opts.MaxKeys; {
 	case max == 0:
-		s.perShard = (DefaultMaxKeys + n - 1) / n
+		perShard = (DefaultMaxKeys + n - 1) / n
 	case max > 0:
-		s.perShard = (max + n - 1) / n
+		perShard = (max + n - 1) / n
 	}
-	for i := range s.shards {
-		sh := &s.shards[i]
-		sh.m = make(map[key]*entry)
-		sh.head.next, sh.head.prev = &sh.head, &sh.head
-	}
+	s := &Store{m: lru.New[key, entry](n, perShard, hashKey)}
 	s.scratch.New = func() any { return new(scratch) }
 	if opts.SweepInterval > 0 {
 		now := opts.Now
 		if now == nil {
 			now = time.Now
 		}
-		s.stop, s.done = make(chan struct{}), make(chan struct{})
-		go s.sweeper(opts.SweepInterval, now)
+		s.sweeper = periodic.Start(opts.SweepInterval, func() { s.Sweep(now()) })
 	}
 	return s
 }
 
-func (s *Store) sweeper(every time.Duration, now func() time.Time) {
-	defer close(s.done)
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-s.stop:
-			return
-		case <-t.C:
-			s.Sweep(now())
-		}
-	}
-}
-
-// Close stops the sweeper; Decide fails with store.ErrClosed afterwards.
+// Close stops the sweeper and waits for it; Decide fails with
+// store.ErrClosed afterwards. Close is idempotent.
 func (s *Store) Close() error {
-	s.closeOnce.Do(func() {
-		s.closed.Store(true)
-		if s.stop != nil {
-			close(s.stop)
-			<-s.done
-		}
-	})
+	s.closed.Store(true)
+	s.sweeper.Stop()
 	return nil
 }
 
@@ -150,51 +125,25 @@ func (s *Store) Evictions() uint64 { return s.evictions.Load() }
 func (s *Store) Expired() uint64 { return s.expired.Load() }
 
 // Len returns the number of tracked keys (pair and global states).
-func (s *Store) Len() int {
-	n := 0
-	for i := range s.shards {
-		sh := &s.shards[i]
-		sh.mu.Lock()
-		n += len(sh.m)
-		sh.mu.Unlock()
-	}
-	return n
-}
+func (s *Store) Len() int { return s.m.Len() }
 
 // Sweep forgets every key whose forgetting time (tiers.ForgetAt) is not after
 // now and returns how many it forgot. It locks one shard at a time.
 func (s *Store) Sweep(now time.Time) int {
 	n := 0
-	for i := range s.shards {
-		sh := &s.shards[i]
-		sh.mu.Lock()
-		for e := sh.head.next; e != &sh.head; {
-			next := e.next
-			if !e.pinned && !e.forget.After(now) {
-				sh.remove(e)
-				n++
-			}
-			e = next
-		}
-		sh.mu.Unlock()
+	for i := range s.m.Shards() {
+		sh := s.m.Shard(i)
+		sh.Lock()
+		n += sh.RemoveIf(func(e *lru.Entry[key, entry]) bool { return !e.Value.pinned && !e.Value.forget.After(now) })
+		sh.Unlock()
 	}
 	s.expired.Add(uint64(n))
 	return n
 }
 
-func (s *Store) hash(k *key) uint64 {
-	h := maphash.String(s.seed, k.resource)
-	h = h*0x9e3779b97f4a7c15 ^ maphash.String(s.seed, k.domain)
-	h ^= k.id * 0xbf58476d1ce4e5b9
-	if k.global {
-		h = ^h
-	}
-	return h ^ h>>29
-}
-
 func itemKeys(it *store.Item) (state, global key) {
-	state = key{resource: it.Key.Resource, domain: it.Key.Domain, id: it.Key.PolicyID}
-	global = key{resource: it.Key.Resource, id: it.Key.PolicyID, global: true}
+	state = key{Key: it.Key}
+	global = key{Key: store.Key{Resource: it.Key.Resource, PolicyID: it.Key.PolicyID}, global: true}
 	return state, global
 }
 
@@ -207,34 +156,32 @@ func (s *Store) Decide(_ context.Context, now time.Time, items []store.Item, out
 	if err := store.Check(items); err != nil {
 		return err
 	}
+	sc := s.scratch.Get().(*scratch)
+	sc.shard = sc.shard[:0]
 	var locked [MaxShards / 64]uint64
 	for i := range items {
 		sk, gk := itemKeys(&items[i])
-		idx := s.hash(&sk) & s.mask
-		locked[idx/64] |= 1 << (idx % 64)
+		idx, gidx := s.m.Index(sk), -1
 		if items[i].Policy.GlobalLimit > 0 {
-			idx = s.hash(&gk) & s.mask
-			locked[idx/64] |= 1 << (idx % 64)
+			gidx = s.m.Index(gk)
+			locked[gidx/64] |= 1 << (gidx % 64)
 		}
+		locked[idx/64] |= 1 << (idx % 64)
+		sc.shard = append(sc.shard, idx, gidx)
 	}
-	for w, word := range locked {
-		for ; word != 0; word &= word - 1 {
-			s.shards[w*64+bits.TrailingZeros64(word)].mu.Lock()
-		}
-	}
-	sc := s.scratch.Get().(*scratch)
+	s.lock(&locked, true)
 	sc.entries = sc.entries[:0]
 	sc.states = sc.states[:0]
 	sc.globals = sc.globals[:0]
 	for i := range items {
 		sk, gk := itemKeys(&items[i])
-		e := s.lookup(&sk)
+		e := s.lookup(sc.shard[2*i], sk)
 		sc.entries = append(sc.entries, e)
-		sc.states = append(sc.states, &e.state)
-		if items[i].Policy.GlobalLimit > 0 {
-			g := s.lookup(&gk)
-			sc.entries = append(sc.entries, g)
-			sc.globals = append(sc.globals, &g.global)
+		sc.states = append(sc.states, &e.Value.state)
+		if g := sc.shard[2*i+1]; g >= 0 {
+			ge := s.lookup(g, gk)
+			sc.entries = append(sc.entries, ge)
+			sc.globals = append(sc.globals, &ge.Value.global)
 		} else {
 			sc.globals = append(sc.globals, nil)
 		}
@@ -244,12 +191,12 @@ func (s *Store) Decide(_ context.Context, now time.Time, items []store.Item, out
 	// a new, untouched key keeps the zero time and goes at the next sweep.
 	k := 0
 	for i := range items {
-		e := sc.entries[k]
+		e := &sc.entries[k].Value
 		k++
 		e.pinned = false
 		e.forget = tiers.ForgetAt(items[i].Policy, &e.state)
-		if items[i].Policy.GlobalLimit > 0 {
-			g := sc.entries[k]
+		if sc.shard[2*i+1] >= 0 {
+			g := &sc.entries[k].Value
 			k++
 			g.pinned = false
 			g.forget = g.global.ForgetAt()
@@ -259,58 +206,38 @@ func (s *Store) Decide(_ context.Context, now time.Time, items []store.Item, out
 	clear(sc.states)
 	clear(sc.globals)
 	s.scratch.Put(sc)
-	for w, word := range locked {
-		for ; word != 0; word &= word - 1 {
-			s.shards[w*64+bits.TrailingZeros64(word)].mu.Unlock()
-		}
-	}
+	s.lock(&locked, false)
 	return err
 }
 
-// lookup returns k's entry, creating it, pinned and most recent. The shard is
-// locked by the caller.
-func (s *Store) lookup(k *key) *entry {
-	sh := &s.shards[s.hash(k)&s.mask]
-	e, ok := sh.m[*k]
-	if ok {
-		sh.unlink(e)
-		sh.pushFront(e)
-		e.pinned = true
-		return e
-	}
-	if s.perShard > 0 {
-		for len(sh.m) >= s.perShard {
-			victim := sh.head.prev
-			for victim != &sh.head && victim.pinned {
-				victim = victim.prev
+// lock locks (or unlocks) the shards of the set bits, in ascending order.
+func (s *Store) lock(set *[MaxShards / 64]uint64, lock bool) {
+	for w, word := range set {
+		for ; word != 0; word &= word - 1 {
+			sh := s.m.Shard(w*64 + bits.TrailingZeros64(word))
+			if lock {
+				sh.Lock()
+			} else {
+				sh.Unlock()
 			}
-			if victim == &sh.head {
-				break
-			}
-			sh.remove(victim)
-			s.evictions.Add(1)
 		}
 	}
-	e = &entry{key: key{resource: strings.Clone(k.resource), domain: strings.Clone(k.domain), id: k.id, global: k.global}, pinned: true}
-	sh.m[e.key] = e
-	sh.pushFront(e)
+}
+
+// lookup returns k's entry in shard i, creating it, pinned and most recent.
+// The shard is locked by the caller.
+func (s *Store) lookup(i int, k key) *lru.Entry[key, entry] {
+	sh := s.m.Shard(i)
+	e := sh.Get(k)
+	if e == nil {
+		var n int
+		k.Resource, k.Domain = strings.Clone(k.Resource), strings.Clone(k.Domain)
+		e, n = sh.Add(k, pinned)
+		s.evictions.Add(uint64(n))
+	}
+	e.Value.pinned = true
 	return e
 }
 
-func (sh *shard) unlink(e *entry) {
-	e.prev.next = e.next
-	e.next.prev = e.prev
-	e.prev, e.next = nil, nil
-}
-
-func (sh *shard) pushFront(e *entry) {
-	e.prev = &sh.head
-	e.next = sh.head.next
-	sh.head.next.prev = e
-	sh.head.next = e
-}
-
-func (sh *shard) remove(e *entry) {
-	sh.unlink(e)
-	delete(sh.m, e.key)
-}
+// pinned keeps the entries of the call in progress from eviction.
+func pinned(e *lru.Entry[key, entry]) bool { return e.Value.pinned }

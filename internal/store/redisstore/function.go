@@ -2,13 +2,10 @@ package redisstore
 
 import (
 	"context"
-	"crypto/sha1"
 	_ "embed"
-	"encoding/hex"
 	"fmt"
-	"strings"
 
-	"github.com/redis/go-redis/v9"
+	"github.com/charonlimit/charon/internal/redisfunc"
 )
 
 //go:embed decide.lua
@@ -20,43 +17,23 @@ var decideLua string
 // at load time, so a call pays for the decision only, not for defining the
 // script's helpers as EVAL would on every call.
 var (
-	libVersion  = libHash(decideLua)
-	libraryCode = strings.ReplaceAll(decideLua, "@V@", libVersion)
-	libName     = "charon_" + libVersion
-	funcName    = "charon_decide_" + libVersion
+	lib         = redisfunc.New(decideLua)
+	libraryCode = lib.Code
+	funcName    = lib.Function("charon_decide_")
 	// The command's first arguments, boxed once.
 	fcallName   any = "fcall"
 	funcNameArg any = funcName
+	// libHash is the version a library's code gets.
+	libHash = redisfunc.Hash
 )
-
-func libHash(code string) string {
-	h := sha1.Sum([]byte(code))
-	return hex.EncodeToString(h[:8])
-}
-
-// isNotFound reports whether err is Redis' answer to an FCALL of a function
-// it does not have: after a restart without persistence, a FUNCTION FLUSH,
-// or on a node that never loaded it.
-func isNotFound(err error) bool {
-	return err != nil && strings.Contains(err.Error(), "Function not found")
-}
 
 // Load loads the decide function into Redis (every master of a Cluster),
 // replacing a library of the same name. Decide loads it by itself when
 // Redis answers that it does not have it, so calling Load at start only
 // moves that round trip out of the first request.
 func (s *Store) Load(ctx context.Context) error {
-	if cc, ok := s.c.(*redis.ClusterClient); ok {
-		err := cc.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error {
-			return m.FunctionLoadReplace(ctx, libraryCode).Err()
-		})
-		if err != nil {
-			return fmt.Errorf("redisstore: FUNCTION LOAD: %w", err)
-		}
-		return nil
-	}
-	if err := s.c.FunctionLoadReplace(ctx, libraryCode).Err(); err != nil {
-		return fmt.Errorf("redisstore: FUNCTION LOAD: %w", err)
+	if err := lib.Load(ctx, s.c); err != nil {
+		return fmt.Errorf("redisstore: %w", err)
 	}
 	return nil
 }
@@ -70,14 +47,11 @@ func (s *Store) fcall(ctx context.Context, c *call) (string, error) {
 	if s.q != nil {
 		return s.send(ctx, c)
 	}
-	cmd := c.args
-	res, err := s.c.Do(ctx, cmd...).Text()
-	if isNotFound(err) {
-		if err := s.Load(ctx); err != nil {
-			return "", err
-		}
-		res, err = s.c.Do(ctx, cmd...).Text()
-	}
+	var res string
+	err := lib.Run(ctx, s.c, func() (err error) {
+		res, err = s.c.Do(ctx, c.args...).Text()
+		return err
+	})
 	if err != nil {
 		return "", fmt.Errorf("redisstore: %w", err)
 	}

@@ -10,26 +10,24 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/charonlimit/charon/internal/redisfunc"
 )
 
 // ErrBadURL is wrapped by the errors of New and ParseURL for a URL they
 // cannot use.
 var ErrBadURL = errors.New("redisstore: bad Redis URL")
 
-// Clock chooses the clock of the decisions.
-type Clock uint8
+// Clock chooses the clock of the decisions: redisfunc.ClockRedis (the
+// default) or redisfunc.ClockCaller. With the caller's clock, one behind
+// Redis's forgets keys earlier, never granting less than a fresh state
+// would.
+type Clock = redisfunc.Clock
 
+// The clocks, as redisfunc names them.
 const (
-	// ClockRedis (the default) reads the Redis master's clock (TIME) inside
-	// the script, with no extra round trip; Decide's now is ignored. Every
-	// process sharing the Redis then decides on one clock, whatever the skew
-	// of their hosts, and keys expire (PXAT) on the clock that wrote them.
-	ClockRedis Clock = iota
-	// ClockCaller decides at Decide's now (tests replaying traces; a single
-	// process). Key expiry times are then in the caller's clock: a caller
-	// clock ahead of Redis's keeps keys longer, one behind forgets them
-	// earlier (never granting less than a fresh state would).
-	ClockCaller
+	ClockRedis  = redisfunc.ClockRedis
+	ClockCaller = redisfunc.ClockCaller
 )
 
 // Defaults of Options.

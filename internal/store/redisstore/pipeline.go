@@ -8,6 +8,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/charonlimit/charon/internal/redisfunc"
 	"github.com/charonlimit/charon/internal/store"
 )
 
@@ -161,7 +162,7 @@ func (s *Store) run(batch []*request, cmds []*redis.Cmd, retry []int) ([]*redis.
 		_, _ = pipe.Exec(ctx)
 	}
 	for i, cmd := range cmds {
-		if cmd != nil && isNotFound(cmd.Err()) {
+		if cmd != nil && redisfunc.IsNotFound(cmd.Err()) {
 			retry = append(retry, i)
 		}
 	}

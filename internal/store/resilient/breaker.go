@@ -13,29 +13,25 @@ type BreakerState int32
 const (
 	// BreakerClosed: the remote is called.
 	BreakerClosed BreakerState = iota
-	// BreakerOpen: the remote is not called until the cool-off ends.
+	// BreakerOpen: the remote is not called; Probe pings it once the
+	// cool-off is over, and a ping that succeeds closes the breaker.
 	BreakerOpen
-	// BreakerHalfOpen: one call is probing the remote; the others take the
-	// failure mode.
-	BreakerHalfOpen
 )
 
-// String returns "closed", "open" or "half-open".
+// String returns "closed" or "open".
 func (s BreakerState) String() string {
 	switch s {
 	case BreakerClosed:
 		return "closed"
 	case BreakerOpen:
 		return "open"
-	case BreakerHalfOpen:
-		return "half-open"
 	}
 	return fmt.Sprintf("BreakerState(%d)", int32(s))
 }
 
 // breaker is a circuit breaker over nanosecond instants passed by the caller.
-// The closed path (allow, success) is lock-free; transitions take mu, so
-// they are ordered and onChange sees them in order.
+// The closed path (success) is lock-free; transitions take mu, so they are
+// ordered and onChange sees them in order.
 type breaker struct {
 	threshold int64   // consecutive failures that open it
 	rate      float64 // failure ratio that opens it; 0: off
@@ -45,7 +41,7 @@ type breaker struct {
 	onChange  func(BreakerState)
 
 	state       atomic.Int32
-	openUntil   atomic.Int64 // ns: when a probe may go
+	openUntil   atomic.Int64 // ns: the end of the cool-off, when probes may go
 	consecutive atomic.Int64
 	winStart    atomic.Int64
 	winCalls    atomic.Int64
@@ -55,81 +51,41 @@ type breaker struct {
 	mu sync.Mutex
 }
 
-// allow reports whether a call may go to the remote at now, and whether that
-// call is the half-open probe (which must end with success, failure or
-// abort).
-func (b *breaker) allow(now int64) (call, probe bool) {
-	switch BreakerState(b.state.Load()) {
-	case BreakerClosed:
-		return true, false
-	case BreakerOpen:
-		if now < b.openUntil.Load() {
-			return false, false
-		}
-		b.mu.Lock()
-		defer b.mu.Unlock()
-		if BreakerState(b.state.Load()) != BreakerOpen || now < b.openUntil.Load() {
-			return false, false
-		}
-		b.set(BreakerHalfOpen)
-		return true, true
-	}
-	return false, false
-}
+// closed reports whether calls may go to the remote.
+func (b *breaker) closed() bool { return BreakerState(b.state.Load()) == BreakerClosed }
 
 // success records a remote call that answered.
-func (b *breaker) success(now int64, probe bool) {
+func (b *breaker) success(now int64) {
 	if b.consecutive.Load() != 0 {
 		b.consecutive.Store(0)
 	}
 	b.count(now, false)
-	if probe {
-		b.mu.Lock()
-		b.resetWindow(now)
-		b.set(BreakerClosed)
-		b.mu.Unlock()
-	}
 }
 
-// failure records a remote call that failed.
-func (b *breaker) failure(now int64, probe bool) {
-	if probe {
-		b.mu.Lock()
-		b.trip(now)
-		b.mu.Unlock()
-		return
-	}
+// failure records a remote call that failed, opening the breaker when the
+// consecutive failures or the failure rate say so.
+func (b *breaker) failure(now int64) {
 	n := b.consecutive.Add(1)
 	calls, fails := b.count(now, true)
 	if n >= b.threshold || (b.rate > 0 && calls >= b.minCalls && float64(fails) >= b.rate*float64(calls)) {
 		b.mu.Lock()
 		if BreakerState(b.state.Load()) == BreakerClosed {
-			b.trip(now)
+			b.openUntil.Store(now + b.cooloff)
+			b.consecutive.Store(0)
+			b.resetWindow(now)
+			b.opens.Add(1)
+			b.set(BreakerOpen)
 		}
 		b.mu.Unlock()
 	}
 }
 
-// abort gives up a probe that proved nothing (the caller went away): the
-// breaker goes back to open with its cool-off over, so the next call probes.
-func (b *breaker) abort(probe bool) {
-	if !probe {
-		return
-	}
+// close closes the breaker after a successful probe at now.
+func (b *breaker) close(now int64) {
 	b.mu.Lock()
-	if BreakerState(b.state.Load()) == BreakerHalfOpen {
-		b.set(BreakerOpen)
-	}
-	b.mu.Unlock()
-}
-
-// trip opens the breaker for a cool-off from now; mu is held.
-func (b *breaker) trip(now int64) {
-	b.openUntil.Store(now + b.cooloff)
-	b.consecutive.Store(0)
 	b.resetWindow(now)
-	b.opens.Add(1)
-	b.set(BreakerOpen)
+	b.set(BreakerClosed)
+	b.mu.Unlock()
 }
 
 // set changes the state and tells onChange; mu is held.
@@ -167,7 +123,7 @@ func (b *breaker) count(now int64, failed bool) (calls, fails int64) {
 	return calls, fails
 }
 
-// retryIn returns the time until the next probe, in ns, or 0 when the
+// retryIn returns the time until the cool-off ends, in ns, or 0 when the
 // breaker is not open or the cool-off is over.
 func (b *breaker) retryIn(now int64) int64 {
 	if BreakerState(b.state.Load()) != BreakerOpen {

@@ -4,10 +4,10 @@ import (
 	"hash/maphash"
 	"math"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/charonlimit/charon/internal/lru"
 	"github.com/charonlimit/charon/internal/store"
 	"github.com/charonlimit/charon/tiers"
 )
@@ -26,48 +26,24 @@ const (
 // instant at which they may be granted again. Times are in microseconds since
 // the Unix epoch, as in the tiers package, so RetryAfter comes out exact.
 type cache struct {
-	shards   [cacheShards]cacheShard
-	perShard int
-	seed     maphash.Seed
-	epoch    atomic.Uint64 // bumped by Flush: calls begun before it do not insert
-	gens     [genSlots]atomic.Uint32
+	m     *lru.Sharded[store.Key, centry]
+	seed  maphash.Seed
+	epoch atomic.Uint64 // bumped by Flush: calls begun before it do not insert
+	gens  [genSlots]atomic.Uint32
 
 	hits, misses, evictions atomic.Uint64
-	size                    atomic.Int64
-}
-
-type cacheShard struct {
-	mu   sync.Mutex
-	m    map[store.Key]*centry
-	head centry // LRU sentinel: head.next is the most recent
-	_    [40]byte
 }
 
 // centry is one rejected pair.
 type centry struct {
-	key        store.Key
-	min        int64 // the group's summed Min the rejection was for
-	at, until  int64 // µs: when it was rejected, when it may be granted (never: Unbounded)
-	gen        uint32
-	d          tiers.Decision
-	prev, next *centry
+	min       int64 // the group's summed Min the rejection was for
+	at, until int64 // µs: when it was rejected, when it may be granted (never: Unbounded)
+	gen       uint32
+	d         tiers.Decision
 }
 
 func newCache(size int) *cache {
-	c := &cache{perShard: (size + cacheShards - 1) / cacheShards, seed: maphash.MakeSeed()}
-	for i := range c.shards {
-		sh := &c.shards[i]
-		sh.m = make(map[store.Key]*centry)
-		sh.head.next, sh.head.prev = &sh.head, &sh.head
-	}
-	return c
-}
-
-func (c *cache) shard(k *store.Key) *cacheShard {
-	h := maphash.String(c.seed, k.Resource)
-	h = h*0x9e3779b97f4a7c15 ^ maphash.String(c.seed, k.Domain)
-	h ^= k.PolicyID * 0xbf58476d1ce4e5b9
-	return &c.shards[(h^h>>29)%cacheShards]
+	return &cache{m: lru.New[store.Key, centry](cacheShards, (size+cacheShards-1)/cacheShards, store.Key.Hash), seed: maphash.MakeSeed()}
 }
 
 func (c *cache) gen(k *store.Key) *atomic.Uint32 {
@@ -97,18 +73,22 @@ func (c *cache) lookup(now time.Time, items []store.Item, out []tiers.Decision) 
 
 // get writes k's cached rejection at t to d when there is one for min.
 func (c *cache) get(t int64, k *store.Key, min int64, global bool, d *tiers.Decision) bool {
-	sh := c.shard(k)
-	sh.mu.Lock()
-	e, ok := sh.m[*k]
-	if !ok || e.min != min || t < e.at || t >= e.until || (global && e.gen != c.gen(k).Load()) {
-		sh.mu.Unlock()
+	sh := c.m.ShardOf(*k)
+	sh.Lock()
+	en := sh.Peek(*k)
+	if en == nil {
+		sh.Unlock()
 		return false
 	}
-	sh.unlink(e)
-	sh.pushFront(e)
+	e := &en.Value
+	if e.min != min || t < e.at || t >= e.until || (global && e.gen != c.gen(k).Load()) {
+		sh.Unlock()
+		return false
+	}
+	sh.Touch(en)
 	*d = e.d
 	until := e.until
-	sh.mu.Unlock()
+	sh.Unlock()
 	d.Granted = 0
 	if until != never {
 		d.RetryAfter = time.Duration(until-t) * time.Microsecond
@@ -148,27 +128,19 @@ func (c *cache) insert(epoch uint64, now time.Time, items []store.Item, out []ti
 }
 
 func (c *cache) put(epoch uint64, at, until int64, k *store.Key, min int64, gen uint32, d *tiers.Decision) {
-	sh := c.shard(k)
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
+	sh := c.m.ShardOf(*k)
+	sh.Lock()
+	defer sh.Unlock()
 	if c.epoch.Load() != epoch {
 		return
 	}
-	e, ok := sh.m[*k]
-	if ok {
-		sh.unlink(e)
-	} else {
-		for len(sh.m) >= c.perShard && sh.head.prev != &sh.head {
-			sh.remove(sh.head.prev)
-			c.evictions.Add(1)
-			c.size.Add(-1)
-		}
-		e = &centry{key: store.Key{Resource: strings.Clone(k.Resource), Domain: strings.Clone(k.Domain), PolicyID: k.PolicyID}}
-		sh.m[e.key] = e
-		c.size.Add(1)
+	e := sh.Get(*k)
+	if e == nil {
+		var n int
+		e, n = sh.Add(store.Key{Resource: strings.Clone(k.Resource), Domain: strings.Clone(k.Domain), PolicyID: k.PolicyID}, nil)
+		c.evictions.Add(uint64(n))
 	}
-	sh.pushFront(e)
-	e.min, e.at, e.until, e.gen, e.d = min, at, until, gen, *d
+	e.Value = centry{min: min, at: at, until: until, gen: gen, d: *d}
 }
 
 // forgetRefunds drops the pairs the refund items of items give hits back to
@@ -188,45 +160,22 @@ func (c *cache) forgetRefunds(items []store.Item) {
 
 // drop removes k's entry.
 func (c *cache) drop(k *store.Key) {
-	sh := c.shard(k)
-	sh.mu.Lock()
-	if e, ok := sh.m[*k]; ok {
-		sh.remove(e)
-		c.size.Add(-1)
+	sh := c.m.ShardOf(*k)
+	sh.Lock()
+	if e := sh.Peek(*k); e != nil {
+		sh.Remove(e)
 	}
-	sh.mu.Unlock()
+	sh.Unlock()
 }
 
 // flush empties the cache; calls in flight do not insert their answers.
 func (c *cache) flush() {
 	c.epoch.Add(1)
-	for i := range c.shards {
-		sh := &c.shards[i]
-		sh.mu.Lock()
-		c.size.Add(-int64(len(sh.m)))
-		clear(sh.m)
-		sh.head.next, sh.head.prev = &sh.head, &sh.head
-		sh.mu.Unlock()
-	}
+	c.m.Clear()
 }
 
-func (sh *cacheShard) unlink(e *centry) {
-	e.prev.next = e.next
-	e.next.prev = e.prev
-	e.prev, e.next = nil, nil
-}
-
-func (sh *cacheShard) pushFront(e *centry) {
-	e.prev = &sh.head
-	e.next = sh.head.next
-	sh.head.next.prev = e
-	sh.head.next = e
-}
-
-func (sh *cacheShard) remove(e *centry) {
-	sh.unlink(e)
-	delete(sh.m, e.key)
-}
+// size returns the number of cached rejections.
+func (c *cache) size() int { return c.m.Len() }
 
 // leaderOf returns the first take item sharing item i's key (store.Apply's
 // group leader).

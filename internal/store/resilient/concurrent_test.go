@@ -80,6 +80,7 @@ func TestConcurrentChaos(t *testing.T) {
 					}
 					_ = s.Stats()
 					_ = s.Serving()
+					_ = s.Probe(context.Background())
 				}
 			}()
 			for w := range workers {

@@ -10,15 +10,15 @@
 // running in another goroutine. A circuit breaker counts the remote's
 // failures: after Options.FailureThreshold consecutive failures, or when at
 // least Options.FailureRate of the calls in an Options.RateWindow failed (with
-// at least Options.RateMinCalls calls), it opens for Options.CoolOff; calls
-// then go straight to the failure mode and do not pay the deadline. After the
-// cool-off one call probes the remote (half-open): success closes the
-// breaker, failure opens it for another cool-off. Recovery is automatic.
-// With Options.ProbeByPing and a remote that implements Pinger, the probe is
-// Probe's ping alone, under its own, longer deadline (Options.ProbeTimeout):
-// decisions never probe, and the owner calls Probe several times per
-// cool-off (charon serve does, PINGing Redis and loading its function
-// again); after the cool-off every Probe pings until one succeeds.
+// at least Options.RateMinCalls calls), it opens; calls then go straight to
+// the failure mode and do not pay the deadline. Decisions never probe the
+// remote: after the cool-off (Options.CoolOff) Probe pings it (the Remote's
+// Ping, under its own, longer deadline, Options.ProbeTimeout), and the first
+// ping that succeeds closes the breaker. The owner calls Probe several times
+// per cool-off (charon serve does, every tenth of it, PINGing Redis and
+// loading its function again where it is missing); a failed ping leaves the
+// breaker open without another cool-off, so recovery follows the remote's
+// return by about the owner's interval.
 //
 // A timed-out remote call may have been committed by the remote (its script
 // may have run after the deadline); the failure mode then decides the same
@@ -36,8 +36,8 @@
 //   - ModeOpen: every item is granted in full (Granted = Hits; refunds 0),
 //     with the decision context of a pair that has no history.
 //   - ModeClosed: every item but refunds is rejected, with RetryAfter the
-//     time until the breaker's next probe (Options.CoolOff when it is not
-//     open); refunds are answered OK and lost.
+//     rest of the cool-off (Options.CoolOff when it is over or the breaker
+//     is not open); refunds are answered OK and lost.
 //   - ModeUnavailable: Decide returns an error wrapping ErrUnavailable (and
 //     the remote's error, or ErrBreakerOpen), which the engine wraps with
 //     engine.ErrStore and the server answers with gRPC UNAVAILABLE, so that

@@ -12,6 +12,12 @@ import (
 	"github.com/charonlimit/charon/tiers"
 )
 
+// memRemote is a memstore standing in for the Redis store: it decides, and
+// its Ping always answers.
+type memRemote struct{ *memstore.Store }
+
+func (memRemote) Ping(context.Context) error { return nil }
+
 // Example shows the wiring a server does: the --failure-mode flag, the
 // breaker driving health, Flush on reload, and Stats for metrics. A memstore
 // stands in for the Redis store.
@@ -22,7 +28,7 @@ func Example() {
 	fs.Parse([]string{"--failure-mode=unavailable"})
 
 	var s *resilient.Store
-	s = resilient.New(memstore.New(memstore.Options{}), resilient.Options{
+	s = resilient.New(memRemote{memstore.New(memstore.Options{})}, resilient.Options{
 		Mode: mode,
 		OnBreakerChange: func(b resilient.BreakerState) {
 			// health.SetServingStatus("", SERVING or NOT_SERVING from s.Serving())

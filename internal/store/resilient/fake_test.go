@@ -23,11 +23,14 @@ const (
 	notSent              // return store.ErrNotSent at once (queued past the deadline)
 )
 
-// fakeRemote is a remote store whose behaviour a test switches at will.
+// fakeRemote is a remote store whose behaviour, for decisions and pings
+// alike, a test switches at will.
 type fakeRemote struct {
 	mem      *memstore.Store
 	behavior atomic.Int32
 	calls    atomic.Int64
+	pings    atomic.Int64
+	left     atomic.Int64 // ns: the last ping's time to its deadline
 	closed   atomic.Bool
 	entered  chan struct{}
 	release  chan struct{}
@@ -47,6 +50,22 @@ func (f *fakeRemote) Decide(ctx context.Context, now time.Time, items []store.It
 	} else {
 		f.deadline.Store(0)
 	}
+	if err := f.behave(ctx); err != nil {
+		return err
+	}
+	return f.mem.Decide(ctx, now, items, out)
+}
+
+func (f *fakeRemote) Ping(ctx context.Context) error {
+	f.pings.Add(1)
+	if d, ok := ctx.Deadline(); ok {
+		f.left.Store(int64(time.Until(d)))
+	}
+	return f.behave(ctx)
+}
+
+// behave fails, hangs or waits at the gate as the behaviour says.
+func (f *fakeRemote) behave(ctx context.Context) error {
 	switch f.behavior.Load() {
 	case fail:
 		return errRemote
@@ -63,7 +82,7 @@ func (f *fakeRemote) Decide(ctx context.Context, now time.Time, items []store.It
 			return ctx.Err()
 		}
 	}
-	return f.mem.Decide(ctx, now, items, out)
+	return nil
 }
 
 func (f *fakeRemote) Close() error {
@@ -82,21 +101,3 @@ func newClock() *clock {
 
 func (c *clock) Now() time.Time          { return time.Unix(0, c.ns.Load()) }
 func (c *clock) Advance(d time.Duration) { c.ns.Add(int64(d)) }
-
-// pingRemote is a fakeRemote that answers Ping as its behaviour says.
-type pingRemote struct {
-	*fakeRemote
-	pings atomic.Int64
-	left  atomic.Int64 // ns: the last ping's time to its deadline
-}
-
-func (p *pingRemote) Ping(ctx context.Context) error {
-	p.pings.Add(1)
-	if d, ok := ctx.Deadline(); ok {
-		p.left.Store(int64(time.Until(d)))
-	}
-	if p.behavior.Load() == fail {
-		return errRemote
-	}
-	return nil
-}

@@ -56,22 +56,9 @@ type Options struct {
 	// RateWindow is the length of the failure-rate window; 0 means
 	// DefaultRateWindow.
 	RateWindow time.Duration
-	// CoolOff is how long the breaker stays open before one call probes the
+	// CoolOff is how long the breaker stays open before Probe pings the
 	// remote; 0 means DefaultCoolOff.
 	CoolOff time.Duration
-	// ProbeByPing makes Probe the only probe, when the remote implements
-	// Pinger: while the breaker is open every Decide is answered by the
-	// failure mode, and the owner calls Probe every CoolOff/10 or so. Once
-	// the cool-off is over every such call pings, until a ping succeeds and
-	// closes the breaker; a failed ping leaves the breaker open without
-	// another cool-off (and is not counted as an opening), so recovery
-	// follows the remote's return by about the owner's interval. A
-	// decision's deadline (Timeout) is short; a remote
-	// that has just come back may need longer for its first answer (a new
-	// connection, a Redis that must load its function again), which a
-	// decision used as the probe would time out on, keeping the breaker
-	// open while the remote is healthy.
-	ProbeByPing bool
 	// ProbeTimeout bounds Probe's ping; 0 means DefaultProbeTimeout.
 	ProbeTimeout time.Duration
 	// CacheSize bounds the over-limit cache's entries; 0 means
@@ -93,11 +80,10 @@ type Options struct {
 // breaker, a failure mode and an over-limit cache. Safe for concurrent use;
 // create it with New.
 type Store struct {
-	remote  store.Store
+	remote  Remote
 	local   *memstore.Store // ModeLocal only
-	pinger  Pinger          // the remote's Ping with ProbeByPing, else nil
 	probeTO time.Duration
-	probing atomic.Bool // a ProbeByPing ping is in flight
+	probing atomic.Bool // a Probe's ping is in flight
 	mode    Mode
 	timeout time.Duration
 	margin  time.Duration
@@ -122,10 +108,18 @@ var _ store.Store = (*Store)(nil)
 // ErrNoRemote is the remote failure of a Store created with a nil remote.
 var ErrNoRemote = errors.New("resilient: no remote store")
 
+// Remote is the store a Store protects (the Redis store): it decides, and it
+// can check its health without deciding anything (PING), which is how the
+// breaker learns that it is back.
+type Remote interface {
+	store.Store
+	Ping(ctx context.Context) error
+}
+
 // New returns a Store deciding through remote, which it owns: Close closes
 // it. In ModeLocal it creates its in-memory fallback store. A nil remote
-// fails every call with ErrNoRemote.
-func New(remote store.Store, opts Options) *Store {
+// fails every call and every ping with ErrNoRemote.
+func New(remote Remote, opts Options) *Store {
 	if remote == nil {
 		remote = noRemote{}
 	}
@@ -139,9 +133,6 @@ func New(remote store.Store, opts Options) *Store {
 	}
 	if s.cooloff <= 0 {
 		s.cooloff = DefaultCoolOff
-	}
-	if p, ok := remote.(Pinger); ok && opts.ProbeByPing {
-		s.pinger = p
 	}
 	s.probeTO = opts.ProbeTimeout
 	if s.probeTO <= 0 {
@@ -214,14 +205,8 @@ func (s *Store) Decide(ctx context.Context, now time.Time, items []store.Item, o
 			return nil
 		}
 	}
-	var call, probe bool
-	if s.pinger != nil {
-		// Only Probe leaves the open state.
-		call = BreakerState(s.br.state.Load()) == BreakerClosed
-	} else {
-		call, probe = s.br.allow(s.now().UnixNano())
-	}
-	if !call {
+	if !s.br.closed() {
+		// Only Probe closes the breaker again.
 		return s.fallback(ctx, now, items, out, ErrBreakerOpen)
 	}
 	answers := s.answers.Load()
@@ -229,7 +214,7 @@ func (s *Store) Decide(ctx context.Context, now time.Time, items []store.Item, o
 	switch {
 	case err == nil:
 		s.answers.Add(1)
-		s.br.success(s.now().UnixNano(), probe)
+		s.br.success(s.now().UnixNano())
 		s.remoteCalls.Add(1)
 		if s.cache != nil {
 			if refunds {
@@ -242,16 +227,14 @@ func (s *Store) Decide(ctx context.Context, now time.Time, items []store.Item, o
 		return nil
 	case errors.Is(err, store.ErrBadItem):
 		// The remote answered; the items are at fault.
-		s.br.success(s.now().UnixNano(), probe)
+		s.br.success(s.now().UnixNano())
 		return err
 	case errors.Is(ctx.Err(), context.Canceled):
 		// The caller went away: nothing is known about the remote.
-		s.br.abort(probe)
 		return fmt.Errorf("resilient: %w", err)
 	case errors.Is(err, store.ErrNotSent):
 		// The deadline passed while the call was queued in this process:
 		// work beyond what the remote takes, not a remote failure.
-		s.br.abort(probe)
 		s.notSent.Add(1)
 		return s.fallback(ctx, now, items, out, err)
 	}
@@ -263,11 +246,10 @@ func (s *Store) Decide(ctx context.Context, now time.Time, items []store.Item, o
 			// busy. Only timeouts while nothing comes back open the
 			// breaker.
 			s.slow.Add(1)
-			s.br.abort(probe)
 			return s.fallback(ctx, now, items, out, err)
 		}
 	}
-	s.br.failure(s.now().UnixNano(), probe)
+	s.br.failure(s.now().UnixNano())
 	return s.fallback(ctx, now, items, out, err)
 }
 
@@ -374,55 +356,23 @@ func (s *Store) Serving() bool {
 	if s.closed.Load() {
 		return false
 	}
-	return s.mode != ModeUnavailable || BreakerState(s.br.state.Load()) == BreakerClosed
+	return s.mode != ModeUnavailable || s.br.closed()
 }
 
-// Pinger is implemented by remotes that can check their health without
-// deciding anything (the Redis store: PING).
-type Pinger interface {
-	Ping(ctx context.Context) error
-}
-
-// Probe lets a server recover: when the breaker is open and its cool-off is
-// over, and the remote implements Pinger, Probe pings the remote under
-// Options.ProbeTimeout as the half-open probe (success closes the breaker,
-// failure opens it for another cool-off) and returns the ping's error. It
-// does nothing and returns nil otherwise. Without Options.ProbeByPing,
-// Decide also probes by itself and Probe matters when no traffic arrives,
-// as in ModeUnavailable behind a readiness check that stops the traffic
-// while Serving is false; with it, Probe is the only way back. A server
-// calls it every Options.CoolOff/4 or so.
+// Probe lets the store recover: when the breaker is open and its cool-off
+// is over, Probe pings the remote under Options.ProbeTimeout, one ping at a
+// time, and a ping that succeeds closes the breaker; it returns the ping's
+// error. A failed ping leaves the breaker open with no new cool-off (and no
+// opening counted), so the next Probe pings again. Probe does nothing and
+// returns nil otherwise. Decisions never probe: a decision's deadline
+// (Options.Timeout) is short, and a remote that has just come back may need
+// longer for its first answer (a new connection, a Redis that must load its
+// function again), which a decision used as the probe would time out on,
+// keeping the breaker open while the remote is healthy. The owner calls
+// Probe every Options.CoolOff/10 or so, so recovery follows the remote's
+// return by about that interval.
 func (s *Store) Probe(ctx context.Context) error {
-	if s.pinger != nil {
-		return s.probeByPing(ctx)
-	}
-	p, ok := s.remote.(Pinger)
-	if !ok || s.closed.Load() || BreakerState(s.br.state.Load()) != BreakerOpen {
-		return nil
-	}
-	call, probe := s.br.allow(s.now().UnixNano())
-	if !call || !probe {
-		return nil
-	}
-	ctx, cancel := context.WithTimeout(ctx, s.probeTO)
-	defer cancel()
-	err := p.Ping(ctx)
-	switch {
-	case err == nil:
-		s.br.success(s.now().UnixNano(), true)
-	case errors.Is(ctx.Err(), context.Canceled):
-		s.br.abort(true)
-	default:
-		s.remoteErrors.Add(1)
-		s.br.failure(s.now().UnixNano(), true)
-	}
-	return err
-}
-
-// probeByPing is Probe with Options.ProbeByPing: one ping at a time, once
-// the cool-off is over, with no state change but on success.
-func (s *Store) probeByPing(ctx context.Context) error {
-	if s.closed.Load() || BreakerState(s.br.state.Load()) != BreakerOpen || s.br.retryIn(s.now().UnixNano()) > 0 {
+	if s.closed.Load() || s.br.closed() || s.br.retryIn(s.now().UnixNano()) > 0 {
 		return nil
 	}
 	if !s.probing.CompareAndSwap(false, true) {
@@ -431,10 +381,10 @@ func (s *Store) probeByPing(ctx context.Context) error {
 	defer s.probing.Store(false)
 	ctx, cancel := context.WithTimeout(ctx, s.probeTO)
 	defer cancel()
-	err := s.pinger.Ping(ctx)
+	err := s.remote.Ping(ctx)
 	switch {
 	case err == nil:
-		s.br.success(s.now().UnixNano(), true)
+		s.br.close(s.now().UnixNano())
 	case errors.Is(ctx.Err(), context.Canceled):
 	default:
 		s.remoteErrors.Add(1)
@@ -457,17 +407,17 @@ type Stats struct {
 	// Local, Open, Closed and Unavailable count calls answered by each
 	// failure mode (only the configured mode's counter moves).
 	Local, Open, Closed, Unavailable uint64
-	// RemoteErrors counts failed remote calls, Timeouts those of them that
-	// hit the deadline, Slow those timeouts while the remote answered other
-	// calls (not counted against the breaker). Calls the caller canceled
-	// are not counted.
+	// RemoteErrors counts failed remote calls and failed probe pings,
+	// Timeouts the calls among them that hit the deadline, Slow those
+	// timeouts while the remote answered other calls (not counted against
+	// the breaker). Calls and pings the caller canceled are not counted.
 	RemoteErrors, Timeouts, Slow uint64
 	// NotSent counts calls whose deadline passed while they were queued in
 	// this process, before reaching the remote (answered by the failure
 	// mode, not counted against the breaker nor in RemoteErrors).
 	NotSent uint64
 	// Breaker is the breaker's state now, BreakerOpens how many times it
-	// opened (a failed probe opens it again).
+	// opened.
 	Breaker      BreakerState
 	BreakerOpens uint64
 	// CacheHits and CacheMisses count calls without refunds that were and
@@ -497,7 +447,7 @@ func (s *Store) Stats() Stats {
 	}
 	if c := s.cache; c != nil {
 		st.CacheHits, st.CacheMisses = c.hits.Load(), c.misses.Load()
-		st.CacheSize = int(c.size.Load())
+		st.CacheSize = c.size()
 		st.CacheEvictions = c.evictions.Load()
 	}
 	return st
@@ -508,5 +458,7 @@ type noRemote struct{}
 func (noRemote) Decide(context.Context, time.Time, []store.Item, []tiers.Decision) error {
 	return ErrNoRemote
 }
+
+func (noRemote) Ping(context.Context) error { return ErrNoRemote }
 
 func (noRemote) Close() error { return nil }

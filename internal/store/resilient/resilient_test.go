@@ -194,6 +194,9 @@ func TestLocalModeReturnsToRemote(t *testing.T) {
 	}
 	f.set(answer)
 	clk.Advance(resilient.DefaultCoolOff)
+	if err := s.Probe(context.Background()); err != nil {
+		t.Fatalf("Probe: %v", err)
+	}
 	if d := decide(t, s, t0, take(simple, "a", 1)); d[0].OK {
 		t.Fatalf("back on the remote, a is exhausted: %+v", d[0])
 	}
@@ -235,19 +238,28 @@ func TestTimeoutBounded(t *testing.T) {
 	}
 }
 
-func TestBreakerOpensProbesRecovers(t *testing.T) {
+// TestBreakerOpensAndProbeCloses: failures open the breaker; decisions
+// then never reach the remote, during the cool-off or after it; only Probe,
+// once the cool-off is over and under ProbeTimeout rather than the
+// decisions' short Timeout, pings it, and a good ping closes the breaker.
+// A failed ping leaves it open with no new cool-off and no opening counted.
+func TestBreakerOpensAndProbeCloses(t *testing.T) {
 	f := newFake()
 	f.set(fail)
 	clk := newClock()
 	var changes []resilient.BreakerState
 	s := resilient.New(f, resilient.Options{Now: clk.Now, FailureThreshold: 3, FailureRate: -1, CoolOff: time.Second,
-		OnBreakerChange: func(b resilient.BreakerState) { changes = append(changes, b) }})
+		ProbeTimeout: 300 * time.Millisecond, OnBreakerChange: func(b resilient.BreakerState) { changes = append(changes, b) }})
 	defer s.Close()
+	ctx := context.Background()
 	call := func() { decide(t, s, t0, take(simple, "a", 1)) }
-	wantCalls := func(what string, n int64, state resilient.BreakerState) {
+	want := func(what string, calls, pings int64, state resilient.BreakerState) {
 		t.Helper()
-		if got := f.calls.Load(); got != n {
-			t.Errorf("%s: %d remote calls, want %d", what, got, n)
+		if got := f.calls.Load(); got != calls {
+			t.Errorf("%s: %d remote calls, want %d", what, got, calls)
+		}
+		if got := f.pings.Load(); got != pings {
+			t.Errorf("%s: %d pings, want %d", what, got, pings)
 		}
 		if got := s.Stats().Breaker; got != state {
 			t.Errorf("%s: breaker %v, want %v", what, got, state)
@@ -255,33 +267,42 @@ func TestBreakerOpensProbesRecovers(t *testing.T) {
 	}
 	call()
 	call()
-	wantCalls("two failures", 2, resilient.BreakerClosed)
+	want("two failures", 2, 0, resilient.BreakerClosed)
 	call()
-	wantCalls("three failures", 3, resilient.BreakerOpen)
+	want("three failures", 3, 0, resilient.BreakerOpen)
 	for range 10 {
 		call()
 	}
-	wantCalls("open", 3, resilient.BreakerOpen)
+	want("open", 3, 0, resilient.BreakerOpen)
 	clk.Advance(time.Second - time.Nanosecond)
-	call()
-	wantCalls("just before the cool-off ends", 3, resilient.BreakerOpen)
+	if err := s.Probe(ctx); err != nil {
+		t.Fatalf("Probe during the cool-off: %v", err)
+	}
+	want("Probe just before the cool-off ends", 3, 0, resilient.BreakerOpen)
 	clk.Advance(time.Nanosecond)
 	call()
-	wantCalls("failed probe", 4, resilient.BreakerOpen)
-	call()
-	wantCalls("open again", 4, resilient.BreakerOpen)
+	want("a decision after the cool-off", 3, 0, resilient.BreakerOpen)
+	for i := range 2 {
+		if err := s.Probe(ctx); !errors.Is(err, errRemote) {
+			t.Fatalf("Probe %d with the remote down: %v, want its error", i, err)
+		}
+	}
+	want("two failed pings", 3, 2, resilient.BreakerOpen)
 	f.set(answer)
-	clk.Advance(time.Second)
+	if err := s.Probe(ctx); err != nil {
+		t.Fatalf("Probe: %v", err)
+	}
+	if left := time.Duration(f.left.Load()); left <= resilient.DefaultTimeout || left > 300*time.Millisecond {
+		t.Errorf("Probe's ping had %v to its deadline, want ProbeTimeout (300ms), not the decisions' Timeout", left)
+	}
+	want("good ping", 3, 3, resilient.BreakerClosed)
 	call()
-	wantCalls("good probe", 5, resilient.BreakerClosed)
-	call()
-	wantCalls("closed", 6, resilient.BreakerClosed)
-	want := []resilient.BreakerState{resilient.BreakerOpen, resilient.BreakerHalfOpen, resilient.BreakerOpen, resilient.BreakerHalfOpen, resilient.BreakerClosed}
-	if diff := cmp.Diff(want, changes); diff != "" {
+	want("closed", 4, 3, resilient.BreakerClosed)
+	if diff := cmp.Diff([]resilient.BreakerState{resilient.BreakerOpen, resilient.BreakerClosed}, changes); diff != "" {
 		t.Errorf("transitions (-want +got):\n%s", diff)
 	}
-	if st := s.Stats(); st.BreakerOpens != 2 || st.Remote != 2 || st.RemoteErrors != 4 || st.Local != 16 {
-		t.Errorf("stats %+v; want 2 openings, 2 remote, 4 errors, 16 local", st)
+	if st := s.Stats(); st.BreakerOpens != 1 || st.Remote != 1 || st.RemoteErrors != 5 || st.Local != 14 {
+		t.Errorf("stats %+v; want 1 opening, 1 remote, 5 errors (3 calls, 2 pings), 14 local", st)
 	}
 }
 
@@ -305,7 +326,9 @@ func TestBreakerFailureRate(t *testing.T) {
 	// A new window forgets the old calls.
 	clk.Advance(time.Second)
 	f.set(answer)
-	decide(t, s, t0, take(simple, "a", 1)) // the probe closes it
+	if err := s.Probe(context.Background()); err != nil || s.Stats().Breaker != resilient.BreakerClosed {
+		t.Fatalf("Probe: %v, breaker %v; want closed", err, s.Stats().Breaker)
+	}
 	for i := range 5 {
 		f.set([]int32{fail, answer}[i%2])
 		decide(t, s, t0, take(simple, "a", 1))
@@ -318,40 +341,38 @@ func TestBreakerFailureRate(t *testing.T) {
 	}
 }
 
-// TestHalfOpenOneProbe: while the probe is in flight the other calls take the
-// failure mode without touching the remote.
-func TestHalfOpenOneProbe(t *testing.T) {
+// TestOneProbeAtATime: while a ping is in flight, Probe does not ping again
+// and decisions take the failure mode without touching the remote.
+func TestOneProbeAtATime(t *testing.T) {
 	f := newFake()
 	f.set(fail)
 	clk := newClock()
-	s := resilient.New(f, resilient.Options{Now: clk.Now, FailureThreshold: 1, Timeout: -1})
+	s := resilient.New(f, resilient.Options{Now: clk.Now, FailureThreshold: 1})
 	defer s.Close()
 	decide(t, s, t0, take(simple, "a", 1))
 	clk.Advance(time.Second)
 	f.set(gate)
-	done := make(chan []tiers.Decision)
-	go func() {
-		out := make([]tiers.Decision, 1)
-		s.Decide(context.Background(), t0, []store.Item{take(simple, "a", 1)}, out)
-		done <- out
-	}()
+	done := make(chan error)
+	go func() { done <- s.Probe(context.Background()) }()
 	<-f.entered
-	if st := s.Stats(); st.Breaker != resilient.BreakerHalfOpen {
-		t.Errorf("during the probe: breaker %v, want half-open", st.Breaker)
+	if err := s.Probe(context.Background()); err != nil || f.pings.Load() != 1 {
+		t.Errorf("Probe during a ping: %v after %d pings, want nil after 1", err, f.pings.Load())
 	}
 	decide(t, s, t0, take(simple, "a", 1))
-	if got := f.calls.Load(); got != 2 {
-		t.Errorf("%d remote calls, want 2 (the failure and the probe)", got)
+	if got := f.calls.Load(); got != 1 {
+		t.Errorf("%d remote calls, want 1 (the failure)", got)
 	}
 	close(f.release)
-	<-done
-	if st := s.Stats(); st.Breaker != resilient.BreakerClosed || st.Local != 2 || st.Remote != 1 {
-		t.Errorf("after the probe: %+v, want closed, 2 local, 1 remote", st)
+	if err := <-done; err != nil {
+		t.Fatalf("the gated ping: %v", err)
+	}
+	if st := s.Stats(); st.Breaker != resilient.BreakerClosed || st.Local != 2 || st.Remote != 0 {
+		t.Errorf("after the ping: %+v, want closed, 2 local, 0 remote", st)
 	}
 }
 
-// TestCanceledProbe: a probe whose caller goes away proves nothing; the next
-// call probes again.
+// TestCanceledProbe: a ping whose caller goes away proves nothing and counts
+// no error; the next Probe pings again.
 func TestCanceledProbe(t *testing.T) {
 	f := newFake()
 	f.set(fail)
@@ -364,17 +385,15 @@ func TestCanceledProbe(t *testing.T) {
 	f.set(hang)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	err := s.Decide(ctx, t0, []store.Item{take(simple, "a", 1)}, out)
-	if !errors.Is(err, context.Canceled) || errors.Is(err, resilient.ErrUnavailable) {
-		t.Fatalf("canceled call: err = %v, want context.Canceled only", err)
+	if err := s.Probe(ctx); !errors.Is(err, context.Canceled) {
+		t.Fatalf("canceled Probe: err = %v, want context.Canceled", err)
 	}
 	if st := s.Stats(); st.Breaker != resilient.BreakerOpen || st.RemoteErrors != 1 {
-		t.Fatalf("after a canceled probe: %+v, want open, 1 remote error", st)
+		t.Fatalf("after a canceled ping: %+v, want open, 1 remote error", st)
 	}
 	f.set(answer)
-	decide(t, s, t0, take(simple, "a", 1))
-	if st := s.Stats(); st.Breaker != resilient.BreakerClosed || st.Remote != 1 {
-		t.Fatalf("after the next probe: %+v, want closed", st)
+	if err := s.Probe(context.Background()); err != nil || s.Stats().Breaker != resilient.BreakerClosed {
+		t.Fatalf("after the next Probe: %v, %+v; want closed", err, s.Stats())
 	}
 }
 
@@ -413,15 +432,17 @@ func TestNilRemote(t *testing.T) {
 	}
 }
 
-// TestProbeWithoutTraffic: an idle wrapper recovers through Probe.
+// TestProbeWithoutTraffic: an idle wrapper in unavailable mode, whose
+// readiness stops the traffic while it is not Serving, recovers through
+// Probe.
 func TestProbeWithoutTraffic(t *testing.T) {
-	p := &pingRemote{fakeRemote: newFake()}
-	p.set(fail)
+	f := newFake()
+	f.set(fail)
 	clk := newClock()
-	s := resilient.New(p, resilient.Options{Mode: resilient.ModeUnavailable, Now: clk.Now, FailureThreshold: 1})
+	s := resilient.New(f, resilient.Options{Mode: resilient.ModeUnavailable, Now: clk.Now, FailureThreshold: 1})
 	defer s.Close()
-	if err := s.Probe(context.Background()); err != nil || p.pings.Load() != 0 {
-		t.Fatalf("closed breaker: Probe = %v after %d pings, want nil and none", err, p.pings.Load())
+	if err := s.Probe(context.Background()); err != nil || f.pings.Load() != 0 {
+		t.Fatalf("closed breaker: Probe = %v after %d pings, want nil and none", err, f.pings.Load())
 	}
 	out := make([]tiers.Decision, 1)
 	s.Decide(context.Background(), t0, []store.Item{take(simple, "a", 1)}, out)
@@ -429,75 +450,27 @@ func TestProbeWithoutTraffic(t *testing.T) {
 		t.Fatal("serving with the breaker open in unavailable mode")
 	}
 	s.Probe(context.Background())
-	if p.pings.Load() != 0 {
+	if f.pings.Load() != 0 {
 		t.Fatal("pinged during the cool-off")
 	}
 	clk.Advance(time.Second)
-	if err := s.Probe(context.Background()); !errors.Is(err, errRemote) || s.Serving() || s.Stats().BreakerOpens != 2 {
-		t.Fatalf("failed ping: %v, serving %v, stats %+v; want the error, not serving, 2 openings", err, s.Serving(), s.Stats())
+	if err := s.Probe(context.Background()); !errors.Is(err, errRemote) || s.Serving() || s.Stats().BreakerOpens != 1 {
+		t.Fatalf("failed ping: %v, serving %v, stats %+v; want the error, not serving, 1 opening", err, s.Serving(), s.Stats())
 	}
-	p.set(answer)
-	clk.Advance(time.Second)
-	if err := s.Probe(context.Background()); err != nil || !s.Serving() || p.pings.Load() != 2 {
-		t.Fatalf("good ping: %v, serving %v, %d pings; want nil, serving, 2", err, s.Serving(), p.pings.Load())
+	f.set(answer)
+	if err := s.Probe(context.Background()); err != nil || !s.Serving() || f.pings.Load() != 2 {
+		t.Fatalf("good ping: %v, serving %v, %d pings; want nil, serving, 2", err, s.Serving(), f.pings.Load())
 	}
 }
 
-// TestProbeByPing: with ProbeByPing, decisions never probe: after the
-// cool-off they are still answered by the failure mode without touching the
-// remote, and only Probe, under ProbeTimeout rather than the decisions'
-// short Timeout, closes the breaker.
-func TestProbeByPing(t *testing.T) {
-	p := &pingRemote{fakeRemote: newFake()}
-	p.set(fail)
+func TestNilRemoteProbe(t *testing.T) {
 	clk := newClock()
-	s := resilient.New(p, resilient.Options{Mode: resilient.ModeLocal, Now: clk.Now, FailureThreshold: 1,
-		ProbeByPing: true, ProbeTimeout: 300 * time.Millisecond})
+	s := resilient.New(nil, resilient.Options{Mode: resilient.ModeUnavailable, Now: clk.Now, FailureThreshold: 1})
 	defer s.Close()
 	out := make([]tiers.Decision, 1)
-	it := []store.Item{take(simple, "a", 1)}
-	if err := s.Decide(context.Background(), t0, it, out); err != nil || !out[0].OK {
-		t.Fatalf("failed remote in local mode: %v, %+v", err, out[0])
-	}
-	if st := s.Stats(); st.Breaker != resilient.BreakerOpen || st.Local != 1 {
-		t.Fatalf("after a failure with threshold 1: %+v, want open and one local decision", st)
-	}
-	if err := s.Probe(context.Background()); err != nil || p.pings.Load() != 0 {
-		t.Fatalf("Probe during the cool-off: %v after %d pings, want nil and none", err, p.pings.Load())
-	}
-	p.set(answer)
-	clk.Advance(resilient.DefaultCoolOff)
-	calls := p.calls.Load()
-	for range 3 {
-		if err := s.Decide(context.Background(), t0, it, out); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if st := s.Stats(); p.calls.Load() != calls || st.Breaker != resilient.BreakerOpen || st.Local != 4 {
-		t.Fatalf("decisions after the cool-off: %d remote calls, %+v; want none, still open, all local", p.calls.Load()-calls, st)
-	}
-	// A failed ping leaves the breaker open, with no new cool-off and no
-	// opening counted: the next Probe pings at once.
-	p.set(fail)
-	for i := range 2 {
-		if err := s.Probe(context.Background()); !errors.Is(err, errRemote) {
-			t.Fatalf("Probe %d with the remote down: %v, want its error", i, err)
-		}
-	}
-	if st := s.Stats(); p.pings.Load() != 2 || st.Breaker != resilient.BreakerOpen || st.BreakerOpens != 1 {
-		t.Fatalf("after 2 failed pings: %d pings, %+v; want 2 pings, open, opened once", p.pings.Load(), st)
-	}
-	p.set(answer)
-	if err := s.Probe(context.Background()); err != nil {
-		t.Fatalf("Probe: %v", err)
-	}
-	if left := time.Duration(p.left.Load()); left <= resilient.DefaultTimeout || left > 300*time.Millisecond {
-		t.Errorf("Probe's ping had %v to its deadline, want ProbeTimeout (300ms), not the decisions' Timeout", left)
-	}
-	if st := s.Stats(); st.Breaker != resilient.BreakerClosed {
-		t.Fatalf("after a good Probe: %+v, want closed", st)
-	}
-	if err := s.Decide(context.Background(), t0, it, out); err != nil || p.calls.Load() != calls+1 {
-		t.Fatalf("decision after recovery: %v, %d remote calls; want the remote's", err, p.calls.Load()-calls)
+	s.Decide(context.Background(), t0, []store.Item{take(simple, "a", 1)}, out)
+	clk.Advance(time.Second)
+	if err := s.Probe(context.Background()); !errors.Is(err, resilient.ErrNoRemote) || s.Serving() {
+		t.Errorf("Probe = %v, serving %v; want ErrNoRemote, not serving", err, s.Serving())
 	}
 }

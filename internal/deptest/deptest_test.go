@@ -1,0 +1,289 @@
+package deptest
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"io"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+)
+
+const module = "github.com/charonlimit/charon"
+
+// imports lists every package of the module (paths relative to the module)
+// with the packages of the module it may import directly.
+var imports = map[string][]string{
+	"api/charon/v1": nil,
+	"client":        {"api/charon/v1"},
+	"cmd/charon": {"api/charon/v1", "config", "descriptors", "internal/copystore", "internal/copystore/memcopy",
+		"internal/copystore/rediscopy", "internal/engine", "internal/gctune", "internal/store",
+		"internal/store/memstore", "internal/store/redisstore", "internal/store/resilient", "server"},
+	"config":                           {"descriptors", "tiers"},
+	"copylog":                          nil,
+	"deploy":                           nil,
+	"descriptors":                      {"tiers"},
+	"internal/copystore":               {"copylog"},
+	"internal/copystore/copystoretest": {"copylog", "internal/copystore"},
+	"internal/copystore/memcopy":       {"copylog", "internal/copystore", "internal/periodic"},
+	"internal/copystore/rediscopy":     {"copylog", "internal/copystore", "internal/redisfunc"},
+	"internal/deptest":                 nil,
+	"internal/engine":                  {"copylog", "descriptors", "internal/copystore", "internal/store", "tiers"},
+	"internal/gctune":                  nil,
+	"internal/lru":                     nil,
+	"internal/periodic":                nil,
+	"internal/redisfunc":               nil,
+	"internal/redistest":               nil,
+	"internal/store":                   {"tiers"},
+	"internal/store/memstore":          {"internal/lru", "internal/periodic", "internal/store", "tiers"},
+	"internal/store/redisstore":        {"internal/redisfunc", "internal/store", "tiers"},
+	"internal/store/resilient":         {"internal/lru", "internal/store", "internal/store/memstore", "tiers"},
+	"internal/store/storetest":         {"internal/store", "tiers"},
+	"server": {"api/charon/v1", "config", "copylog", "descriptors", "internal/copystore", "internal/engine",
+		"internal/store/resilient", "tiers"},
+	"tiers": nil,
+}
+
+// pure are the packages that import only the standard library, and of it
+// nothing that reads a clock, draws random numbers, does I/O or shares
+// memory; no goroutine starts in them and time is a parameter.
+var pure = []string{"tiers", "copylog"}
+
+// moduleOnly are the packages that depend on the standard library and the
+// module alone.
+var moduleOnly = []string{"descriptors"}
+
+// impure are the standard packages a pure package must not import.
+var impure = []string{"crypto/rand", "io", "log", "log/slog", "math/rand", "math/rand/v2", "net", "os",
+	"sync", "sync/atomic", "unsafe"}
+
+// clockCalls are the calls of package time that read the clock or wait.
+var clockCalls = []string{"After", "AfterFunc", "NewTicker", "NewTimer", "Now", "Since", "Sleep", "Tick", "Until"}
+
+// deny lists, for packages of the module, import paths (and their
+// subpackages) that must not be among their dependencies, direct or not.
+var deny = []struct {
+	pkgs   []string // "...": every package of the module but except
+	except []string
+	paths  []string
+	why    string
+}{
+	{
+		pkgs: []string{"internal/engine"},
+		paths: []string{module + "/internal/store/memstore", module + "/internal/store/redisstore",
+			module + "/internal/store/resilient", module + "/internal/copystore/memcopy",
+			module + "/internal/copystore/rediscopy", "github.com/redis/go-redis"},
+		why: "the engine decides through the store contracts; the caller picks the stores",
+	},
+	{
+		pkgs:   []string{"..."},
+		except: []string{"api/charon/v1", "client", "cmd/charon", "server"},
+		paths: []string{"google.golang.org/grpc", "google.golang.org/protobuf", "github.com/envoyproxy/go-control-plane",
+			module + "/api/charon/v1"},
+		why: "only server and client (and main, and the generated API) touch gRPC and protos",
+	},
+	{
+		pkgs:   []string{"..."},
+		except: []string{"internal/copystore/copystoretest", "internal/store/storetest", "internal/redistest"},
+		paths: []string{"testing", module + "/internal/copystore/copystoretest", module + "/internal/store/storetest",
+			module + "/internal/redistest"},
+		why: "test support is for tests",
+	},
+}
+
+// pkg is what the test reads of `go list -json`.
+type pkg struct {
+	ImportPath string
+	Dir        string
+	Standard   bool
+	Imports    []string
+	Deps       []string
+	GoFiles    []string
+}
+
+func TestDeps(t *testing.T) {
+	goBin, err := exec.LookPath("go")
+	if err != nil {
+		t.Skip("go is not on PATH")
+	}
+	cmd := exec.Command(goBin, "list", "-deps", "-json", module+"/...")
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go list: %v\n%s", err, stderr.String())
+	}
+	pkgs, err := decode(strings.NewReader(string(out)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range violations(pkgs) {
+		t.Error(v)
+	}
+	for _, p := range pkgs {
+		if rel, ok := relative(p.ImportPath); ok && slices.Contains(pure, rel) {
+			for _, v := range impureCode(p) {
+				t.Error(v)
+			}
+		}
+	}
+}
+
+// TestRulesCatch: the table notices what it is there for.
+func TestRulesCatch(t *testing.T) {
+	// mod is a package of the module importing imports and nothing else.
+	mod := func(rel string, imports ...string) pkg {
+		return pkg{ImportPath: module + "/" + rel, Imports: imports, Deps: imports}
+	}
+	for _, tt := range []struct {
+		name string
+		pkgs []pkg
+		want string
+	}{
+		{"engine imports memstore", []pkg{mod("internal/engine", module+"/internal/store/memstore")},
+			"internal/engine imports internal/store/memstore"},
+		{"engine reaches a store through another package", []pkg{{ImportPath: module + "/internal/engine",
+			Deps: []string{module + "/internal/store/redisstore"}}}, "internal/engine depends on " + module + "/internal/store/redisstore"},
+		{"engine imports gRPC", []pkg{mod("internal/engine", "google.golang.org/grpc")}, "depends on google.golang.org/grpc"},
+		{"tiers imports a module", []pkg{mod("tiers", "github.com/google/go-cmp/cmp")}, "tiers depends on github.com/google/go-cmp/cmp, outside the standard library"},
+		{"tiers imports os", []pkg{mod("tiers", "os")}, "tiers imports os"},
+		{"descriptors imports yaml", []pkg{mod("descriptors", "gopkg.in/yaml.v3")}, "descriptors depends on gopkg.in/yaml.v3, outside the standard library and the module"},
+		{"config imports protos", []pkg{mod("config", module+"/api/charon/v1")}, "config imports api/charon/v1"},
+		{"a package not in the table", []pkg{mod("internal/newthing")}, "internal/newthing is not in the table"},
+		{"server imports storetest", []pkg{mod("server", module+"/internal/store/storetest")}, "server depends on " + module + "/internal/store/storetest"},
+	} {
+		got := strings.Join(violations(tt.pkgs), "\n")
+		if !strings.Contains(got, tt.want) {
+			t.Errorf("%s: violations\n%s\nwant one containing %q", tt.name, got, tt.want)
+		}
+	}
+}
+
+func decode(r io.Reader) ([]pkg, error) {
+	var pkgs []pkg
+	dec := json.NewDecoder(r)
+	for {
+		var p pkg
+		err := dec.Decode(&p)
+		if errors.Is(err, io.EOF) {
+			return pkgs, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("go list output: %w", err)
+		}
+		pkgs = append(pkgs, p)
+	}
+}
+
+// relative returns path relative to the module, and whether it is in it.
+func relative(path string) (string, bool) {
+	if path == module {
+		return ".", true
+	}
+	return strings.CutPrefix(path, module+"/")
+}
+
+func isStd(path string) bool { return !strings.Contains(strings.Split(path, "/")[0], ".") }
+
+// violations checks the packages of the module among pkgs against the
+// table and the rules.
+func violations(pkgs []pkg) []string {
+	var out []string
+	seen := map[string]bool{}
+	for _, p := range pkgs {
+		rel, ok := relative(p.ImportPath)
+		if !ok {
+			continue
+		}
+		seen[rel] = true
+		allowed, listed := imports[rel]
+		if !listed {
+			out = append(out, rel+" is not in the table of deptest_test.go: add it with the packages of the module it may import")
+			continue
+		}
+		for _, imp := range p.Imports {
+			if r, ok := relative(imp); ok && !slices.Contains(allowed, r) {
+				out = append(out, fmt.Sprintf("%s imports %s, which the table does not allow", rel, r))
+			}
+		}
+		for _, d := range p.Deps {
+			_, inModule := relative(d)
+			switch {
+			case slices.Contains(pure, rel) && !isStd(d):
+				out = append(out, fmt.Sprintf("%s depends on %s, outside the standard library", rel, d))
+			case slices.Contains(moduleOnly, rel) && !isStd(d) && !inModule:
+				out = append(out, fmt.Sprintf("%s depends on %s, outside the standard library and the module", rel, d))
+			}
+		}
+		if slices.Contains(pure, rel) {
+			for _, imp := range p.Imports {
+				if slices.Contains(impure, imp) {
+					out = append(out, fmt.Sprintf("%s imports %s: the package must stay pure", rel, imp))
+				}
+			}
+		}
+		for _, r := range deny {
+			applies := slices.Contains(r.pkgs, rel) || (slices.Contains(r.pkgs, "...") && !slices.Contains(r.except, rel))
+			if !applies {
+				continue
+			}
+			for _, d := range p.Deps {
+				for _, bad := range r.paths {
+					if d == bad || strings.HasPrefix(d, strings.TrimSuffix(bad, "/")+"/") {
+						out = append(out, fmt.Sprintf("%s depends on %s: %s", rel, d, r.why))
+					}
+				}
+			}
+		}
+	}
+	if len(seen) > 1 {
+		for rel := range imports {
+			if !seen[rel] {
+				out = append(out, rel+" is in the table but not in the module: remove its line")
+			}
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+// impureCode finds, in p's Go files (tests aside), go statements and calls of
+// package time that read the clock or wait.
+func impureCode(p pkg) []string {
+	var out []string
+	fset := token.NewFileSet()
+	for _, name := range p.GoFiles {
+		f, err := parser.ParseFile(fset, filepath.Join(p.Dir, name), nil, 0)
+		if err != nil {
+			out = append(out, err.Error())
+			continue
+		}
+		timeName := ""
+		for _, imp := range f.Imports {
+			if imp.Path.Value == `"time"` {
+				timeName = "time"
+				if imp.Name != nil {
+					timeName = imp.Name.Name
+				}
+			}
+		}
+		ast.Inspect(f, func(n ast.Node) bool {
+			switch x := n.(type) {
+			case *ast.GoStmt:
+				out = append(out, fmt.Sprintf("%v: go statement in a pure package", fset.Position(x.Pos())))
+			case *ast.SelectorExpr:
+				if id, ok := x.X.(*ast.Ident); ok && timeName != "" && id.Name == timeName && slices.Contains(clockCalls, x.Sel.Name) {
+					out = append(out, fmt.Sprintf("%v: time.%s in a pure package: time is a parameter", fset.Position(x.Pos()), x.Sel.Name))
+				}
+			}
+			return true
+		})
+	}
+	return out
+}

@@ -1,0 +1,5 @@
+//go:build !race
+
+package lru_test
+
+const raceEnabled = false
