@@ -180,23 +180,34 @@ func protoCode(c engine.Code) rlsv3.RateLimitResponse_Code {
 
 // toProtoResponse converts the engine's answer; statuses keep request order.
 func toProtoResponse(r *engine.Response, headers bool) *rlsv3.RateLimitResponse {
+	n := len(r.Statuses)
 	out := &rlsv3.RateLimitResponse{
 		OverallCode: protoCode(r.Code),
-		Statuses:    make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(r.Statuses)),
+		Statuses:    make([]*rlsv3.RateLimitResponse_DescriptorStatus, n),
 	}
+	// The statuses, their durations and their limits in three arrays
+	// rather than three allocations per descriptor.
+	statuses := make([]rlsv3.RateLimitResponse_DescriptorStatus, n)
+	durations := make([]durationpb.Duration, n)
+	nl := 0
+	for i := range r.Statuses {
+		if r.Statuses[i].Limit != nil {
+			nl++
+		}
+	}
+	limits := make([]rlsv3.RateLimitResponse_RateLimit, nl)
 	for i := range r.Statuses {
 		st := &r.Statuses[i]
-		ps := &rlsv3.RateLimitResponse_DescriptorStatus{
-			Code:               protoCode(st.Code),
-			LimitRemaining:     st.Remaining,
-			DurationUntilReset: durationpb.New(st.ResetAfter),
-		}
+		ps := &statuses[i]
+		ps.Code, ps.LimitRemaining = protoCode(st.Code), st.Remaining
+		d := &durations[i]
+		d.Seconds, d.Nanos = int64(st.ResetAfter/time.Second), int32(st.ResetAfter%time.Second)
+		ps.DurationUntilReset = d
 		if l := st.Limit; l != nil {
-			ps.CurrentLimit = &rlsv3.RateLimitResponse_RateLimit{
-				Name:            l.Name,
-				RequestsPerUnit: l.RequestsPerUnit,
-				Unit:            responseUnit(l.Unit),
-			}
+			pl := &limits[0]
+			limits = limits[1:]
+			pl.Name, pl.RequestsPerUnit, pl.Unit = l.Name, l.RequestsPerUnit, responseUnit(l.Unit)
+			ps.CurrentLimit = pl
 			if l.Multiplier > 1 {
 				ps.CurrentLimit.UnitMultiplier = wrapperspb.UInt32(l.Multiplier)
 			}

@@ -606,16 +606,24 @@ func testCounter(t *testing.T, m *Metrics, result string) float64 {
 }
 
 // BenchmarkShouldRateLimit measures the server's own share of a decision:
-// conversion both ways and metrics, over a fake engine.
+// conversion both ways and metrics, over a fake engine, for one and for
+// three descriptors.
 func BenchmarkShouldRateLimit(b *testing.B) {
-	s := &rls{engine: &constEngine{}, metrics: NewMetrics(nil), log: slog.New(slog.NewTextHandler(io.Discard, nil))}
-	req := &rlsv3.RateLimitRequest{Domain: "d", Descriptors: []*ratelimitv3.RateLimitDescriptor{desc("user", "alice")}}
-	ctx := context.Background()
-	b.ReportAllocs()
-	for b.Loop() {
-		if _, err := s.ShouldRateLimit(ctx, req); err != nil {
-			b.Fatal(err)
-		}
+	for _, n := range []int{1, 3} {
+		b.Run(strconv.Itoa(n)+"-descriptors", func(b *testing.B) {
+			s := &rls{engine: &constEngine{}, metrics: NewMetrics(nil), log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+			req := &rlsv3.RateLimitRequest{Domain: "d"}
+			for i := range n {
+				req.Descriptors = append(req.Descriptors, desc("user", "u"+strconv.Itoa(i)))
+			}
+			ctx := context.Background()
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := s.ShouldRateLimit(ctx, req); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }
 

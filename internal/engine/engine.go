@@ -118,7 +118,8 @@ func (e *Engine) Tree() *descriptors.Tree { return e.tree.Load() }
 // ErrStore. The answer is otherwise always OK or OVER_LIMIT.
 func (e *Engine) ShouldRateLimit(ctx context.Context, req *Request) (*Response, error) {
 	var resp *Response
-	if req != nil && len(req.Descriptors) == 1 {
+	switch n := 0; {
+	case req != nil && len(req.Descriptors) == 1:
 		// The common case in one allocation.
 		b := new(struct {
 			r Response
@@ -127,7 +128,17 @@ func (e *Engine) ShouldRateLimit(ctx context.Context, req *Request) (*Response, 
 		})
 		b.r.Statuses, b.r.limits = b.s[:0:1], b.l[:0:1]
 		resp = &b.r
-	} else {
+	case req != nil && len(req.Descriptors) <= 4:
+		// A few descriptors (Envoy's usual actions): one allocation too.
+		n = len(req.Descriptors)
+		b := new(struct {
+			r Response
+			s [4]Status
+			l [4]CurrentLimit
+		})
+		b.r.Statuses, b.r.limits = b.s[:0:n], b.l[:0:n]
+		resp = &b.r
+	default:
 		resp = new(Response)
 	}
 	if err := e.Decide(ctx, req, resp); err != nil {
