@@ -4,6 +4,7 @@ import (
 	"hash/maphash"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -225,14 +226,20 @@ func TestZeroAllocs(t *testing.T) {
 	}
 }
 
-func BenchmarkGet(b *testing.B) {
+// filled returns an unbounded map of 64 shards holding 1024 keys, and the
+// keys.
+func filled() (*lru.Sharded[key, int], []key) {
 	s := lru.New[key, int](64, 0, hash)
 	ks := make([]key, 1024)
 	for i := range ks {
 		ks[i] = key{"resource/" + strconv.Itoa(i), uint64(i)}
-		sh := s.ShardOf(ks[i])
-		sh.Add(ks[i], nil)
+		s.ShardOf(ks[i]).Add(ks[i], nil)
 	}
+	return s, ks
+}
+
+func BenchmarkGet(b *testing.B) {
+	s, ks := filled()
 	b.ReportAllocs()
 	i := 0
 	for b.Loop() {
@@ -246,15 +253,11 @@ func BenchmarkGet(b *testing.B) {
 }
 
 func BenchmarkGetParallel(b *testing.B) {
-	s := lru.New[key, int](64, 0, hash)
-	ks := make([]key, 1024)
-	for i := range ks {
-		ks[i] = key{"resource/" + strconv.Itoa(i), uint64(i)}
-		s.ShardOf(ks[i]).Add(ks[i], nil)
-	}
+	s, ks := filled()
+	var start atomic.Int64
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {
-		i := 0
+		i := int(start.Add(509))
 		for pb.Next() {
 			k := ks[i&1023]
 			sh := s.ShardOf(k)
