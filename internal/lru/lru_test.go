@@ -4,6 +4,7 @@ import (
 	"hash/maphash"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -168,15 +169,7 @@ func TestConcurrent(t *testing.T) {
 	for w := range 4 {
 		wg.Go(func() {
 			for i := range 500 {
-				k := key{"k", uint64((w*7 + i) % 64)}
-				sh := s.ShardOf(k)
-				sh.Lock()
-				e := sh.Get(k)
-				if e == nil {
-					e, _ = sh.Add(k, nil)
-				}
-				e.Value++
-				sh.Unlock()
+				use(s, key{"k", uint64((w*7 + i) % 64)})
 				if i%50 == 0 {
 					_ = s.Len()
 				}
@@ -194,73 +187,71 @@ func TestZeroAllocs(t *testing.T) {
 	if raceEnabled {
 		t.Skip("allocation counts are meaningless under the race detector")
 	}
-	s := lru.New[key, int](1, 64, hash)
-	sh := s.Shard(0)
-	ks := make([]key, 256)
-	for i := range ks {
-		ks[i] = key{"k" + strconv.Itoa(i), uint64(i)}
-	}
+	s, ks := lru.New[key, int](1, 64, hash), benchKeys(256)
 	for _, k := range ks[:64] {
-		sh.Add(k, nil)
+		use(s, k)
 	}
 	i := 0
 	if a := testing.AllocsPerRun(1000, func() {
-		sh.Lock()
-		sh.Get(ks[i%64]).Value++
-		sh.Unlock()
+		use(s, ks[i%64])
 		i++
 	}); a != 0 {
 		t.Errorf("Get of a present key: %v allocations, want 0", a)
 	}
 	if a := testing.AllocsPerRun(1000, func() {
-		k := ks[64+i%192]
-		sh.Lock()
-		if sh.Get(k) == nil {
-			sh.Add(k, nil)
-		}
-		sh.Unlock()
+		use(s, ks[64+i%192])
 		i++
 	}); a != 0 {
 		t.Errorf("Add evicting to make room: %v allocations, want 0", a)
 	}
 }
 
-func BenchmarkGet(b *testing.B) {
-	s := lru.New[key, int](64, 0, hash)
-	ks := make([]key, 1024)
+// use counts a use of k: its entry, added when missing, gets Value+1.
+func use(s *lru.Sharded[key, int], k key) {
+	sh := s.ShardOf(k)
+	sh.Lock()
+	e := sh.Get(k)
+	if e == nil {
+		e, _ = sh.Add(k, nil)
+	}
+	e.Value++
+	sh.Unlock()
+}
+
+// benchKeys returns n distinct keys.
+func benchKeys(n int) []key {
+	ks := make([]key, n)
 	for i := range ks {
 		ks[i] = key{"resource/" + strconv.Itoa(i), uint64(i)}
-		sh := s.ShardOf(ks[i])
-		sh.Add(ks[i], nil)
+	}
+	return ks
+}
+
+// BenchmarkGet hits every time.
+func BenchmarkGet(b *testing.B) {
+	s, ks := lru.New[key, int](64, 0, hash), benchKeys(1024)
+	for _, k := range ks {
+		use(s, k)
 	}
 	b.ReportAllocs()
 	i := 0
 	for b.Loop() {
-		k := ks[i&1023]
-		sh := s.ShardOf(k)
-		sh.Lock()
-		sh.Get(k).Value++
-		sh.Unlock()
+		use(s, ks[i&1023])
 		i++
 	}
 }
 
 func BenchmarkGetParallel(b *testing.B) {
-	s := lru.New[key, int](64, 0, hash)
-	ks := make([]key, 1024)
-	for i := range ks {
-		ks[i] = key{"resource/" + strconv.Itoa(i), uint64(i)}
-		s.ShardOf(ks[i]).Add(ks[i], nil)
+	s, ks := lru.New[key, int](64, 0, hash), benchKeys(1024)
+	for _, k := range ks {
+		use(s, k)
 	}
+	var start atomic.Int64
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {
-		i := 0
+		i := int(start.Add(509))
 		for pb.Next() {
-			k := ks[i&1023]
-			sh := s.ShardOf(k)
-			sh.Lock()
-			sh.Get(k).Value++
-			sh.Unlock()
+			use(s, ks[i&1023])
 			i += 7
 		}
 	})
@@ -268,21 +259,11 @@ func BenchmarkGetParallel(b *testing.B) {
 
 // BenchmarkAddEvict misses every time on a full map: each Add evicts.
 func BenchmarkAddEvict(b *testing.B) {
-	s := lru.New[key, int](64, 16, hash)
-	ks := make([]key, 4096)
-	for i := range ks {
-		ks[i] = key{"resource/" + strconv.Itoa(i), uint64(i)}
-	}
+	s, ks := lru.New[key, int](64, 16, hash), benchKeys(4096)
 	b.ReportAllocs()
 	i := 0
 	for b.Loop() {
-		k := ks[i&4095]
-		sh := s.ShardOf(k)
-		sh.Lock()
-		if sh.Get(k) == nil {
-			sh.Add(k, nil)
-		}
-		sh.Unlock()
+		use(s, ks[i&4095])
 		i++
 	}
 }

@@ -98,11 +98,7 @@ func TestReadyOnEveryMaster(t *testing.T) {
 		t.Skip("starts a Redis Cluster")
 	}
 	nodes := redistest.Cluster(t, 3)
-	addrs := make([]string, len(nodes))
-	for i, n := range nodes {
-		addrs[i] = n.Addr()
-	}
-	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
+	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: redistest.Addrs(nodes)})
 	t.Cleanup(func() { c.Close() })
 	ctx := context.Background()
 	l := redisfunc.New(code)

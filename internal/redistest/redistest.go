@@ -134,13 +134,23 @@ func baseArgs(port int, dir string) []string {
 		"--dir", dir, "--protected-mode", "no"}
 }
 
-func newNode(t testing.TB, extra ...string) (*Node, []string) {
+// nodeDir returns a free port and a new directory for a node on it.
+func nodeDir(t testing.TB) (int, string) {
 	t.Helper()
 	port := freePort(t)
 	dir := filepath.Join(t.TempDir(), strconv.Itoa(port))
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
+	return port, dir
+}
+
+// newNode starts redis-server with the base arguments and extra on a free
+// port, in a directory of its own (where relative paths in extra point),
+// killed when the test ends.
+func newNode(t testing.TB, extra ...string) (*Node, []string) {
+	t.Helper()
+	port, dir := nodeDir(t)
 	args := append(baseArgs(port, dir), extra...)
 	n := &Node{Port: port, Dir: dir}
 	n.start(t, args)
@@ -173,46 +183,39 @@ func Cluster(t testing.TB, masters int) []*Node {
 	t.Helper()
 	serverPath(t)
 	nodes := make([]*Node, masters)
-	addrs := make([]string, masters)
 	for i := range nodes {
-		port := freePort(t)
-		dir := filepath.Join(t.TempDir(), strconv.Itoa(port))
-		if err := os.MkdirAll(dir, 0o755); err != nil {
-			t.Fatal(err)
-		}
-		args := append(baseArgs(port, dir), "--cluster-enabled", "yes", "--cluster-config-file",
-			filepath.Join(dir, "nodes.conf"), "--cluster-node-timeout", "2000")
-		n := &Node{Port: port, Dir: dir}
-		n.start(t, args)
-		t.Cleanup(n.Kill)
-		nodes[i] = n
-		addrs[i] = n.Addr()
+		nodes[i], _ = newNode(t, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
+			"--cluster-node-timeout", "2000")
 	}
 	for _, n := range nodes {
 		waitPing(t, n.Port)
 	}
-	args := append([]string{"--cluster", "create"}, addrs...)
+	args := append([]string{"--cluster", "create"}, Addrs(nodes)...)
 	args = append(args, "--cluster-replicas", "0", "--cluster-yes")
 	if out, err := exec.Command("redis-cli", args...).CombinedOutput(); err != nil {
 		t.Fatalf("redistest: cluster create: %v\n%s", err, out)
 	}
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		ok := true
+	ok := poll(20*time.Second, 50*time.Millisecond, func() bool {
 		for _, n := range nodes {
-			out, _ := cli(n.Port, "cluster", "info")
-			if !strings.Contains(out, "cluster_state:ok") {
-				ok = false
+			if out, _ := cli(n.Port, "cluster", "info"); !strings.Contains(out, "cluster_state:ok") {
+				return false
 			}
 		}
-		if ok {
-			return nodes
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("redistest: cluster did not reach cluster_state:ok")
-		}
-		time.Sleep(50 * time.Millisecond)
+		return true
+	})
+	if !ok {
+		t.Fatal("redistest: cluster did not reach cluster_state:ok")
 	}
+	return nodes
+}
+
+// Addrs returns the addresses of nodes, in order.
+func Addrs(nodes []*Node) []string {
+	addrs := make([]string, len(nodes))
+	for i, n := range nodes {
+		addrs[i] = n.Addr()
+	}
+	return addrs
 }
 
 // SentinelSet is a master, a replica and one Sentinel monitoring them as
@@ -232,11 +235,7 @@ func Sentinel(t testing.TB) *SentinelSet {
 	replica, _ := newNode(t, "--replicaof", "127.0.0.1", strconv.Itoa(master.Port))
 	waitPing(t, replica.Port)
 
-	port := freePort(t)
-	dir := filepath.Join(t.TempDir(), strconv.Itoa(port))
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	port, dir := nodeDir(t)
 	conf := filepath.Join(dir, "sentinel.conf")
 	text := fmt.Sprintf("port %d\nbind 127.0.0.1\nprotected-mode no\ndir %s\n"+
 		"sentinel monitor mymaster 127.0.0.1 %d 1\n"+
@@ -249,28 +248,19 @@ func Sentinel(t testing.TB) *SentinelSet {
 	s.start(t, []string{conf, "--sentinel"})
 	t.Cleanup(s.Kill)
 	waitPing(t, port)
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		out, _ := cli(port, "sentinel", "get-master-addr-by-name", "mymaster")
-		if strings.Contains(out, strconv.Itoa(master.Port)) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("redistest: sentinel does not know the master: %q", out)
-		}
-		time.Sleep(50 * time.Millisecond)
+	var out string
+	if !poll(10*time.Second, 50*time.Millisecond, func() bool {
+		out, _ = cli(port, "sentinel", "get-master-addr-by-name", "mymaster")
+		return strings.Contains(out, strconv.Itoa(master.Port))
+	}) {
+		t.Fatalf("redistest: sentinel does not know the master: %q", out)
 	}
 	// Wait for the replica to be in sync so a failover has a candidate.
-	deadline = time.Now().Add(10 * time.Second)
-	for {
+	if !poll(10*time.Second, 50*time.Millisecond, func() bool {
 		out, _ := cli(replica.Port, "info", "replication")
-		if strings.Contains(out, "master_link_status:up") {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("redistest: replica did not sync")
-		}
-		time.Sleep(50 * time.Millisecond)
+		return strings.Contains(out, "master_link_status:up")
+	}) {
+		t.Fatal("redistest: replica did not sync")
 	}
 	return &SentinelSet{Master: master, Replica: replica, Sentinel: s, MasterName: "mymaster"}
 }
@@ -285,14 +275,24 @@ func cli(port int, args ...string) (string, error) {
 
 func waitPing(t testing.TB, port int) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) {
-		if ping(port) {
-			return
-		}
-		time.Sleep(20 * time.Millisecond)
+	if !poll(10*time.Second, 20*time.Millisecond, func() bool { return ping(port) }) {
+		t.Fatalf("redistest: redis on port %d did not answer PING", port)
 	}
-	t.Fatalf("redistest: redis on port %d did not answer PING", port)
+}
+
+// poll calls cond every pause until it holds or timeout has passed, and
+// reports whether it held.
+func poll(timeout, pause time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(timeout)
+	for {
+		if cond() {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(pause)
+	}
 }
 
 func ping(port int) bool {

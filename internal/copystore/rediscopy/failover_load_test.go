@@ -2,18 +2,12 @@ package rediscopy
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/charonlimit/charon/copylog"
-	"github.com/charonlimit/charon/internal/copystore"
-	"github.com/charonlimit/charon/internal/redisfunc"
-	"github.com/charonlimit/charon/internal/redistest"
 )
 
 // TestSentinelFailoverLossUnderLoad measures what a failover loses while
@@ -26,13 +20,7 @@ func TestSentinelFailoverLossUnderLoad(t *testing.T) {
 	if testing.Short() {
 		t.Skip("waits for a Sentinel failover")
 	}
-	set := redistest.Sentinel(t)
-	c := redis.NewFailoverClient(&redis.FailoverOptions{
-		MasterName: set.MasterName, SentinelAddrs: []string{set.Sentinel.Addr()},
-		DialTimeout: 200 * time.Millisecond, ReadTimeout: 500 * time.Millisecond, MaxRetries: -1,
-	})
-	t.Cleanup(func() { c.Close() })
-	s := New(c, Options{Clock: redisfunc.ClockCaller})
+	s, set := failoverStore(t)
 	ctx := context.Background()
 	cfg := &copylog.Config{DomainLimit: 1 << 40}
 	now := time.Now()
@@ -77,26 +65,7 @@ func TestSentinelFailoverLossUnderLoad(t *testing.T) {
 	killed := time.Now()
 	close(stop)
 	wg.Wait()
-	for {
-		_, err := s.Release(ctx, now, "r", "probe-missing", 1)
-		if !errors.Is(err, copystore.ErrUnavailable) {
-			break
-		}
-		if time.Since(killed) > 20*time.Second {
-			t.Fatalf("no master 20 s after the kill: %v", err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	lost := 0
-	for _, id := range acked {
-		_, err := s.KeepAlive(ctx, now, "r", "", id, time.Hour)
-		switch {
-		case err == nil:
-		case errors.Is(err, copylog.ErrUnknownHold):
-			lost++
-		default:
-			t.Fatalf("keep-alive %s: %v", id, err)
-		}
-	}
+	awaitMaster(t, s, now, killed)
+	lost := len(acked) - keptHolds(t, s, now, acked)
 	t.Logf("reliability: rediscopy Sentinel failover after %.1fs under load: %d acknowledged holds, %d lost", time.Since(killed).Seconds(), len(acked), lost)
 }

@@ -26,13 +26,7 @@ func TestSentinelFailoverLoss(t *testing.T) {
 	if testing.Short() {
 		t.Skip("waits for a Sentinel failover")
 	}
-	set := redistest.Sentinel(t)
-	c := redis.NewFailoverClient(&redis.FailoverOptions{
-		MasterName: set.MasterName, SentinelAddrs: []string{set.Sentinel.Addr()},
-		DialTimeout: 200 * time.Millisecond, ReadTimeout: 500 * time.Millisecond, MaxRetries: -1,
-	})
-	t.Cleanup(func() { c.Close() })
-	s := New(c, Options{Clock: redisfunc.ClockCaller})
+	s, set := failoverStore(t)
 	ctx := context.Background()
 	cfg := &copylog.Config{DomainLimit: 100000}
 	now := time.Now()
@@ -48,22 +42,54 @@ func TestSentinelFailoverLoss(t *testing.T) {
 	}
 	set.Master.Kill()
 	killed := time.Now()
+	awaitMaster(t, s, now, killed)
+	// Every reserve above was acknowledged: no hold that was not is probed.
+	ids := make([]string, 0, len(acked))
+	for id := range acked {
+		ids = append(ids, id)
+	}
+	kept := keptHolds(t, s, now, ids)
+	t.Logf("reliability: rediscopy Sentinel failover after %.1fs: %d of %d acknowledged holds kept, %d lost", time.Since(killed).Seconds(), kept, n, n-kept)
+}
+
+// failoverStore returns a store over a failover client of a master, its
+// replica and a Sentinel (redistest.Sentinel), and the set.
+func failoverStore(t *testing.T) (*Store, *redistest.SentinelSet) {
+	t.Helper()
+	set := redistest.Sentinel(t)
+	c := redis.NewFailoverClient(&redis.FailoverOptions{
+		MasterName: set.MasterName, SentinelAddrs: []string{set.Sentinel.Addr()},
+		DialTimeout: 200 * time.Millisecond, ReadTimeout: 500 * time.Millisecond, MaxRetries: -1,
+	})
+	t.Cleanup(func() { c.Close() })
+	return New(c, Options{Clock: redisfunc.ClockCaller}), set
+}
+
+// awaitMaster waits until an operation is answered by a master again (an
+// unknown hold is copylog's error, not an unavailable store), at most 20 s
+// after the kill.
+func awaitMaster(t *testing.T, s *Store, now, killed time.Time) {
+	t.Helper()
 	for {
-		_, err := s.Release(ctx, now, "r", "probe-missing", 1)
+		_, err := s.Release(context.Background(), now, "r", "probe-missing", 1)
 		if !errors.Is(err, copystore.ErrUnavailable) {
-			break // answered by a master (an unknown hold is a copylog error)
+			return
 		}
 		if time.Since(killed) > 20*time.Second {
 			t.Fatalf("no master 20 s after the kill: %v", err)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	// An acknowledged hold the new master still has answers a keep-alive
-	// by its id; a lost one is unknown. Holds never acknowledged are not
-	// probed: every reserve above was acknowledged.
+}
+
+// keptHolds returns how many of the acknowledged holds ids of resource r
+// the new master still has: such a hold answers a keep-alive by its id, a
+// lost one is unknown.
+func keptHolds(t *testing.T, s *Store, now time.Time, ids []string) int {
+	t.Helper()
 	kept := 0
-	for id := range acked {
-		_, err := s.KeepAlive(ctx, now, "r", "", id, time.Hour)
+	for _, id := range ids {
+		_, err := s.KeepAlive(context.Background(), now, "r", "", id, time.Hour)
 		switch {
 		case err == nil:
 			kept++
@@ -72,5 +98,5 @@ func TestSentinelFailoverLoss(t *testing.T) {
 			t.Fatalf("keep-alive %s: %v", id, err)
 		}
 	}
-	t.Logf("reliability: rediscopy Sentinel failover after %.1fs: %d of %d acknowledged holds kept, %d lost", time.Since(killed).Seconds(), kept, n, n-kept)
+	return kept
 }

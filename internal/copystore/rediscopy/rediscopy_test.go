@@ -35,11 +35,7 @@ func TestConformanceCluster(t *testing.T) {
 		t.Skip("starts a Redis Cluster")
 	}
 	nodes := redistest.Cluster(t, 3)
-	addrs := make([]string, len(nodes))
-	for i, n := range nodes {
-		addrs[i] = n.Addr()
-	}
-	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
+	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: redistest.Addrs(nodes)})
 	t.Cleanup(func() { c.Close() })
 	copystoretest.Run(t, func(t *testing.T) copystore.Store {
 		return New(c, Options{KeyPrefix: newPrefix(), Clock: redisfunc.ClockCaller})

@@ -27,11 +27,7 @@ func TestClusterReshardUnderLoad(t *testing.T) {
 		t.Skip("starts a Redis Cluster")
 	}
 	nodes := redistest.Cluster(t, 3)
-	addrs := make([]string, len(nodes))
-	for i, n := range nodes {
-		addrs[i] = n.Addr()
-	}
-	remote, err := redisstore.New(redisstore.Options{Cluster: true, ClusterAddrs: addrs, Clock: redisstore.ClockCaller})
+	remote, err := redisstore.New(redisstore.Options{Cluster: true, ClusterAddrs: redistest.Addrs(nodes), Clock: redisstore.ClockCaller})
 	if err != nil {
 		t.Fatal(err)
 	}
