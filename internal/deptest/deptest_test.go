@@ -44,10 +44,13 @@ var imports = map[string][]string{
 	"internal/store/memstore":          {"internal/lru", "internal/periodic", "internal/store", "tiers"},
 	"internal/store/redisstore":        {"internal/redisfunc", "internal/store", "tiers"},
 	"internal/store/resilient":         {"internal/lru", "internal/store", "internal/store/memstore", "tiers"},
-	"internal/store/storetest":         {"internal/store", "tiers"},
+	"internal/store/storetest":         {"internal/store", "tiers", "tiers/tierstest"},
+	"internal/tlsconfig":               nil,
+	"internal/tlsconfig/tlstest":       nil,
 	"server": {"api/charon/v1", "config", "copylog", "descriptors", "internal/copystore", "internal/engine",
 		"internal/store/resilient", "tiers"},
-	"tiers": nil,
+	"tiers":           nil,
+	"tiers/tierstest": {"tiers"},
 }
 
 // pure are the packages that import only the standard library, and of it
@@ -89,10 +92,11 @@ var deny = []struct {
 		why: "only server and client (and main, and the generated API) touch gRPC and protos",
 	},
 	{
-		pkgs:   []string{"..."},
-		except: []string{"internal/copystore/copystoretest", "internal/store/storetest", "internal/redistest"},
+		pkgs: []string{"..."},
+		except: []string{"internal/copystore/copystoretest", "internal/store/storetest", "internal/redistest",
+			"tiers/tierstest", "internal/tlsconfig/tlstest"},
 		paths: []string{"testing", module + "/internal/copystore/copystoretest", module + "/internal/store/storetest",
-			module + "/internal/redistest"},
+			module + "/internal/redistest", module + "/tiers/tierstest", module + "/internal/tlsconfig/tlstest"},
 		why: "test support is for tests",
 	},
 }
