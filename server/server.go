@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -15,6 +16,7 @@ import (
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
@@ -56,6 +58,11 @@ type Options struct {
 
 	MaxRecvMsgSize  int
 	ShutdownTimeout time.Duration
+
+	// GRPCTLS and HTTPTLS, when set, serve the gRPC and the HTTP port over
+	// TLS (nil: plaintext). A config with client CAs verifies client
+	// certificates (mutual TLS); see package tlsconfig.
+	GRPCTLS, HTTPTLS *tls.Config
 
 	Logger  *slog.Logger // nil: discard
 	Metrics *Metrics     // nil: NewMetrics(nil)
@@ -124,7 +131,11 @@ func New(opts Options) (*Server, error) {
 	s.health = health.NewServer()
 	s.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 	s.health.SetServingStatus(RLSServiceName, healthpb.HealthCheckResponse_SERVING)
-	s.grpc = grpc.NewServer(
+	var creds []grpc.ServerOption
+	if opts.GRPCTLS != nil {
+		creds = append(creds, grpc.Creds(credentials.NewTLS(opts.GRPCTLS)))
+	}
+	s.grpc = grpc.NewServer(append(creds,
 		grpc.MaxRecvMsgSize(opts.MaxRecvMsgSize),
 		// Requests run on long-lived workers, whose stacks have grown
 		// once, instead of a new goroutine each. 32 per CPU: with the Redis
@@ -141,7 +152,7 @@ func New(opts Options) (*Server, error) {
 		// Ping idle connections, so that a Session stream whose client
 		// vanished (network loss, a host gone) ends, releasing its holds.
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 5 * time.Second, Timeout: 5 * time.Second}),
-	)
+	)...)
 	rlsv3.RegisterRateLimitServiceServer(s.grpc, s.rls)
 	if ce := opts.Charon.Engine; ce != nil {
 		s.charon = newCharon(ce, opts.Charon, s.metrics, s.log)
@@ -162,6 +173,9 @@ func New(opts Options) (*Server, error) {
 		if s.httpLis, err = net.Listen("tcp", opts.HTTPAddr); err != nil {
 			s.closeListeners()
 			return nil, fmt.Errorf("server: HTTP listener: %w", err)
+		}
+		if opts.HTTPTLS != nil {
+			s.httpLis = tls.NewListener(s.httpLis, opts.HTTPTLS)
 		}
 		s.httpSrv = &http.Server{Handler: s.httpHandler(), ReadHeaderTimeout: 10 * time.Second}
 	}
