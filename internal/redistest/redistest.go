@@ -169,6 +169,34 @@ func Single(t testing.TB) *Node {
 
 // SingleArgs starts one redis-server and returns it with the arguments that
 // Restart needs.
+// SingleTLS starts a redis-server that speaks only TLS on its port, with
+// the server certificate and key given, verifying client certificates
+// against caFile when clientCerts is set. tlsPing checks it answers.
+func SingleTLS(t testing.TB, certFile, keyFile, caFile string, clientCerts bool) *Node {
+	t.Helper()
+	serverPath(t)
+	auth := "no"
+	if clientCerts {
+		auth = "yes"
+	}
+	port, dir := nodeDir(t)
+	args := append(baseArgs(port, dir), "--port", "0", "--tls-port", strconv.Itoa(port),
+		"--tls-cert-file", certFile, "--tls-key-file", keyFile, "--tls-ca-cert-file", caFile, "--tls-auth-clients", auth)
+	n := &Node{Port: port, Dir: dir}
+	n.start(t, args)
+	t.Cleanup(n.Kill)
+	if !poll(10*time.Second, 20*time.Millisecond, func() bool {
+		c, err := net.DialTimeout("tcp", n.Addr(), 200*time.Millisecond)
+		if err == nil {
+			c.Close()
+		}
+		return err == nil
+	}) {
+		t.Fatalf("redistest: TLS redis on port %d did not accept connections", port)
+	}
+	return n
+}
+
 func SingleArgs(t testing.TB) (*Node, []string) {
 	t.Helper()
 	serverPath(t)
