@@ -260,6 +260,22 @@ func (t *Tree) Domains() []DomainConfig {
 	return out
 }
 
+// HasCopies reports whether any leaf of any domain is a copy-limited
+// resource.
+func (t *Tree) HasCopies() bool {
+	if t == nil {
+		return false
+	}
+	for _, d := range t.domains {
+		for _, l := range d.leaves {
+			if l.Limit != nil && l.Limit.Copies != nil {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // Leaves lists the leaves of the RLS domain, sorted by Resource. The caller
 // must not change them.
 func (t *Tree) Leaves(domain string) []Leaf {

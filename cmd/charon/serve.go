@@ -15,7 +15,12 @@ import (
 	"time"
 
 	"github.com/charonlimit/charon/config"
+	"github.com/charonlimit/charon/internal/copystore"
+	"github.com/charonlimit/charon/internal/copystore/memcopy"
+	"github.com/charonlimit/charon/internal/engine"
 	"github.com/charonlimit/charon/internal/gctune"
+	"github.com/charonlimit/charon/internal/redisbackend"
+	"github.com/charonlimit/charon/internal/store"
 	"github.com/charonlimit/charon/internal/store/memstore"
 	"github.com/charonlimit/charon/internal/store/resilient"
 	"github.com/charonlimit/charon/server"
@@ -233,19 +238,40 @@ func runServe(args []string, getenv func(string) string, stderr io.Writer) error
 	log := newLogger(c.LogLevel, c.LogFormat, stderr)
 	defer gctune.Floor(uint64(c.HeapFloorMiB) << 20).Stop()
 
-	st, err := openStore(c, log)
-	if err != nil {
-		log.Error("cannot start", "err", err.Error())
-		return errReported
+	local := memstore.Options{MaxKeys: c.MaxKeys, SweepInterval: 10 * time.Second}
+	var (
+		st      store.Store
+		copies  copystore.Store
+		metrics *server.Metrics
+		backend *redisbackend.Backend
+		held    func() float64
+	)
+	if c.Store == "redis" {
+		if backend, err = redisbackend.Open(backendOptions(c, local, log)); err != nil {
+			log.Error("cannot start", "err", "redis store: "+err.Error())
+			return errReported
+		}
+		defer backend.Close()
+		log.Info("store", "kind", "redis", "failure_mode", c.FailureMode.String(), "timeout", c.RedisTimeout)
+		st, copies = backend.Store(), backend.Copies()
+		metrics = server.NewMetrics(nil)
+		backend.Register(metrics.Registry)
+		held = func() float64 { return float64(backend.Copies().Stats().Live.Copies) }
+	} else {
+		mem := memstore.New(local)
+		defer mem.Close()
+		mc := memcopy.New(memcopy.Options{SweepInterval: time.Second})
+		defer mc.Close()
+		st, copies = mem, mc
+		metrics = server.NewMetrics(func() float64 { return float64(mem.Evictions()) })
+		metrics.Registry.MustRegister(mc.Collector())
+		held = func() float64 { return float64(mc.Stats().Copies) }
 	}
-	defer st.close()
-	copies, err := openCopies(c, log)
-	if err != nil {
-		log.Error("cannot start", "err", err.Error())
-		return errReported
+	eo := engine.Options{Store: st, MaxDescriptors: c.MaxDescriptors, Copies: copies}
+	if backend != nil {
+		eo.OnSetTree = backend.SetTree
 	}
-	defer copies.Close()
-	eng := newEngine(c, st.engineStore, copies)
+	eng := engine.New(eo)
 	cfgOpts := config.Options{MergeDomains: c.MergeDomains, FixedWindowDefault: c.FixedWindow}
 	opts := server.Options{
 		GRPCAddr:        c.GRPCAddr,
@@ -257,14 +283,12 @@ func runServe(args []string, getenv func(string) string, stderr io.Writer) error
 		ResponseHeaders: c.ResponseHeaders,
 		ShutdownTimeout: c.ShutdownTimeout,
 		Logger:          log,
-		Metrics:         st.metrics(),
+		Metrics:         metrics,
+		Charon:          server.CharonOptions{Engine: eng, Holds: held},
 	}
 	if c.ConfigDir == "" {
 		log.Warn("no --config directory: serving with no configuration, every request is OK")
 	}
-	opts.Engine = st.wrap(eng)
-	opts.Charon = charonOptions(copies, opts.Metrics)
-	opts.Charon.Engine = eng
 	srv, err := server.New(opts)
 	if err != nil {
 		log.Error("cannot start", "err", err.Error())
@@ -272,8 +296,9 @@ func runServe(args []string, getenv func(string) string, stderr io.Writer) error
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	stopWatch := st.watch(ctx, srv, log)
-	defer stopWatch()
+	if backend != nil {
+		defer backend.Run(ctx, srv.SetServing)()
+	}
 	if err := srv.Serve(ctx); err != nil {
 		log.Error("server failed", "err", err.Error())
 		return errReported

@@ -1,18 +1,13 @@
 package main
 
 import (
-	"context"
 	"io"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/charonlimit/charon/internal/engine"
-	"github.com/charonlimit/charon/internal/store"
-	"github.com/charonlimit/charon/internal/store/memstore"
 	"github.com/charonlimit/charon/internal/store/resilient"
-	"github.com/charonlimit/charon/tiers"
 )
 
 func TestParseServeRedis(t *testing.T) {
@@ -99,32 +94,5 @@ func TestParseServeRedisErrors(t *testing.T) {
 		if _, err := parseServe(tc.args, envOf(tc.env), io.Discard); err == nil {
 			t.Errorf("%s: no error", tc.name)
 		}
-	}
-}
-
-// pingedMem is a memstore standing in for the Redis store.
-type pingedMem struct{ *memstore.Store }
-
-func (pingedMem) Ping(context.Context) error { return nil }
-
-func TestFlushOnReloadEmptiesTheCache(t *testing.T) {
-	res := resilient.New(pingedMem{memstore.New(memstore.Options{})}, resilient.Options{})
-	defer res.Close()
-	p := &tiers.Policy{Kind: tiers.KindTiers, Tiers: []tiers.Tier{{Limit: 1, Window: time.Minute, Active: tiers.Unbounded}}}
-	items := []store.Item{{Key: store.Key{Resource: "r", Domain: "d", PolicyID: 1}, Policy: p, Hits: 1, Min: 1}}
-	out := make([]tiers.Decision, 1)
-	for range 2 {
-		if err := res.Decide(context.Background(), time.Unix(0, 0), items, out); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if n := res.Stats().CacheSize; n != 1 {
-		t.Fatalf("cache size %d after a rejection, want 1", n)
-	}
-	st := &serveStore{res: res}
-	d := st.wrap(engine.New(engine.Options{Store: res}))
-	d.SetTree(nil)
-	if n := res.Stats().CacheSize; n != 0 {
-		t.Errorf("cache size %d after SetTree, want 0", n)
 	}
 }

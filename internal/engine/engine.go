@@ -53,6 +53,10 @@ type Options struct {
 	// Copies keeps the copy logs of copy-limited resources; nil: the copy
 	// operations fail with ErrNoCopyStore. The Engine does not own it.
 	Copies copystore.Store
+	// OnSetTree, when set, is called by SetTree once the new tree is in
+	// force (the Redis backend flushes its over-limit cache, and reaps
+	// copy logs only while copy-limited resources are configured).
+	OnSetTree func(*descriptors.Tree)
 }
 
 // Engine decides requests. Safe for concurrent use. The zero value is
@@ -68,6 +72,8 @@ type Engine struct {
 	override overrideCache
 	once     sync.Once
 	copies   copystore.Store
+	// onSetTree is Options.OnSetTree.
+	onSetTree func(*descriptors.Tree)
 	copyIdx  atomic.Pointer[copyIndex]
 }
 
@@ -83,7 +89,8 @@ type scratch struct {
 // New returns an Engine with opts and no tree (every request is answered OK,
 // not limited, until SetTree).
 func New(opts Options) *Engine {
-	e := &Engine{store: opts.Store, now: opts.Now, maxDesc: opts.MaxDescriptors, maxHits: opts.MaxHits, copies: opts.Copies}
+	e := &Engine{store: opts.Store, now: opts.Now, maxDesc: opts.MaxDescriptors, maxHits: opts.MaxHits, copies: opts.Copies,
+		onSetTree: opts.OnSetTree}
 	e.once.Do(e.defaults)
 	return e
 }
@@ -108,6 +115,9 @@ func (e *Engine) defaults() {
 func (e *Engine) SetTree(t *descriptors.Tree) {
 	e.tree.Store(t)
 	e.names.reset()
+	if e.onSetTree != nil {
+		e.onSetTree(t)
+	}
 }
 
 // Tree returns the tree in force.

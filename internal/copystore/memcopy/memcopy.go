@@ -9,7 +9,10 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/charonlimit/charon/copylog"
+	"github.com/charonlimit/charon/internal/collect"
 	"github.com/charonlimit/charon/internal/copystore"
 	"github.com/charonlimit/charon/internal/periodic"
 )
@@ -350,4 +353,20 @@ func (s *Store) Tokens() int {
 		sh.mu.Unlock()
 	}
 	return n
+}
+
+// Collector exports the store's gauges and counters as charon_copystore_*.
+func (s *Store) Collector() prometheus.Collector {
+	return collect.Collector("charon", "copystore", s.Stats,
+		collect.Metric[Stats]{Name: "holds", Help: "Live holds in the copy store.",
+			Value: func(s Stats) float64 { return float64(s.Holds) }},
+		collect.Metric[Stats]{Name: "transfers", Help: "Staged transfers in the copy store.",
+			Value: func(s Stats) float64 { return float64(s.Transfers) }},
+		collect.Metric[Stats]{Name: "lease_expiries_total", Help: "Holds released because their lease lapsed.", Counter: true,
+			Value: func(s Stats) float64 { return float64(s.LeaseExpiries) }},
+		collect.Metric[Stats]{Name: "reaped_holds_total", Help: "Holds released by the periodic reaper (a subset of lease expiries).", Counter: true,
+			Value: func(s Stats) float64 { return float64(s.ReapedHolds) }},
+		collect.Metric[Stats]{Name: "session_holds_total", Help: "Holds released because their session ended.", Counter: true,
+			Value: func(s Stats) float64 { return float64(s.SessionHolds) }},
+	)
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/charonlimit/charon/copylog"
 
@@ -251,5 +252,38 @@ func TestReapConcurrentGauges(t *testing.T) {
 	}
 	if got := st.Granted + st.Seized; uint64(st.LeaseExpiries)+st.SessionHolds > got {
 		t.Errorf("more holds ended (%d expired, %d with sessions) than were made (%d)", st.LeaseExpiries, st.SessionHolds, got)
+	}
+}
+
+// TestCollector: the store's gauges and counters read its Stats.
+func TestCollector(t *testing.T) {
+	s := memcopy.New(memcopy.Options{})
+	defer s.Close()
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(s.Collector())
+	res, err := s.Reserve(context.Background(), t0, "seat", &copylog.Config{DomainLimit: 10},
+		copylog.ReserveRequest{Domain: "d", Copies: 4, HoldID: "h", Lease: time.Minute})
+	if err != nil || !res.OK {
+		t.Fatalf("reserve: %+v %v", res, err)
+	}
+	fams, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]float64{}
+	for _, f := range fams {
+		m := f.GetMetric()[0]
+		if g := m.GetGauge(); g != nil {
+			got[f.GetName()] = g.GetValue()
+		} else {
+			got[f.GetName()] = m.GetCounter().GetValue()
+		}
+	}
+	want := map[string]float64{"charon_copystore_holds": 1, "charon_copystore_transfers": 0,
+		"charon_copystore_lease_expiries_total": 0, "charon_copystore_reaped_holds_total": 0, "charon_copystore_session_holds_total": 0}
+	for k, v := range want {
+		if g, ok := got[k]; !ok || g != v {
+			t.Errorf("%s = %v (found %v), want %v", k, g, ok, v)
+		}
 	}
 }

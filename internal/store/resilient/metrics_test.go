@@ -1,25 +1,23 @@
-package server
+package resilient_test
 
 import (
-	"context"
-	"net/http"
 	"sort"
 	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
-	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/charonlimit/charon/internal/store/resilient"
 )
 
-func TestRegisterStoreExportsStats(t *testing.T) {
-	m := NewMetrics(nil)
+func TestCollectorExportsStats(t *testing.T) {
+	reg := prometheus.NewRegistry()
 	st := resilient.Stats{Remote: 10, Cached: 4, Local: 3, RemoteErrors: 2, Timeouts: 1, Slow: 8, NotSent: 9,
 		Breaker: resilient.BreakerOpen, BreakerOpens: 5, CacheHits: 4, CacheMisses: 12, CacheSize: 7, CacheEvictions: 6}
-	m.RegisterStore(func() resilient.Stats { return st })
-	fams, err := m.Registry.Gather()
+	reg.MustRegister(resilient.NewCollector(func() resilient.Stats { return st }))
+	fams, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,34 +67,4 @@ func value(m *dto.Metric) float64 {
 		return c.GetValue()
 	}
 	return m.GetGauge().GetValue()
-}
-
-func TestSetServingDrivesHealth(t *testing.T) {
-	s, stop := newTestServer(t, Options{})
-	defer stop()
-	hc := healthpb.NewHealthClient(dial(t, s.GRPCAddr()))
-	check := func() (healthpb.HealthCheckResponse_ServingStatus, int) {
-		t.Helper()
-		r, err := hc.Check(context.Background(), &healthpb.HealthCheckRequest{Service: RLSServiceName})
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp, err := http.Get("http://" + s.HTTPAddr() + "/healthcheck")
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-		return r.GetStatus(), resp.StatusCode
-	}
-	if st, code := check(); st != healthpb.HealthCheckResponse_SERVING || code != 200 {
-		t.Fatalf("start: %v %d, want SERVING 200", st, code)
-	}
-	s.SetServing(false)
-	if st, code := check(); st != healthpb.HealthCheckResponse_NOT_SERVING || code != 500 {
-		t.Fatalf("after SetServing(false): %v %d, want NOT_SERVING 500", st, code)
-	}
-	s.SetServing(true)
-	if st, code := check(); st != healthpb.HealthCheckResponse_SERVING || code != 200 {
-		t.Fatalf("after SetServing(true): %v %d, want SERVING 200", st, code)
-	}
 }

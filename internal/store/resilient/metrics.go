@@ -1,12 +1,8 @@
-package server
+package resilient
 
-import (
-	"github.com/prometheus/client_golang/prometheus"
+import "github.com/prometheus/client_golang/prometheus"
 
-	"github.com/charonlimit/charon/internal/store/resilient"
-)
-
-// RegisterStore exports the counters of a resilient store (the Redis store
+// NewCollector exports the counters of a resilient store (the Redis store
 // behind its deadline, breaker, failure mode and over-limit cache), read from
 // stats at every scrape:
 //
@@ -22,10 +18,10 @@ import (
 //	charon_store_overlimit_cache_entries       cached rejections now
 //	charon_store_overlimit_cache_evictions_total
 //
-// The cache's hit ratio is hits / (hits + misses). stats must be safe for
-// concurrent use; call RegisterStore once per Metrics.
-func (m *Metrics) RegisterStore(stats func() resilient.Stats) {
-	m.Registry.MustRegister(&storeCollector{stats: stats})
+// The cache's hit ratio is hits / (hits + misses). stats (Store.Stats)
+// must be safe for concurrent use; register one collector per registry.
+func NewCollector(stats func() Stats) prometheus.Collector {
+	return &storeCollector{stats: stats}
 }
 
 var (
@@ -56,7 +52,7 @@ var (
 
 // storeCollector reads a resilient store's Stats at scrape time.
 type storeCollector struct {
-	stats func() resilient.Stats
+	stats func() Stats
 }
 
 func (c *storeCollector) Describe(ch chan<- *prometheus.Desc) {

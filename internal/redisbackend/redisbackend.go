@@ -1,0 +1,319 @@
+package redisbackend
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/charonlimit/charon/descriptors"
+	"github.com/charonlimit/charon/internal/collect"
+	"github.com/charonlimit/charon/internal/copystore/rediscopy"
+	"github.com/charonlimit/charon/internal/store/memstore"
+	"github.com/charonlimit/charon/internal/store/redisstore"
+	"github.com/charonlimit/charon/internal/store/resilient"
+)
+
+// SweepInterval is how often the reaper releases lapsed holds and
+// transfers of copy logs nobody touches (operations reap their own
+// resource anyway).
+const SweepInterval = time.Second
+
+// Options configure a Backend. URL is required.
+type Options struct {
+	// URL is the Redis URL (redis://, rediss://, redis-sentinel://,
+	// redis-cluster://, their rediss- forms, unix://); see
+	// redisstore.Options.URL.
+	URL string
+	// Cluster treats the hosts of a redis:// or rediss:// URL as Cluster
+	// seeds.
+	Cluster bool
+	// Username and Password override the URL's.
+	Username, Password string
+	// PoolSize is the connections per node (0: go-redis' default).
+	PoolSize int
+	// TLSConfig, when set, is the TLS of every connection (and turns TLS
+	// on for any URL).
+	TLSConfig *tls.Config
+	// Timeout, FailureMode and Local configure the rate-limit store's
+	// resilient wrapper (Timeout, Mode, Local).
+	Timeout     time.Duration
+	FailureMode resilient.Mode
+	Local       memstore.Options
+	// Logger receives the breaker's transitions and the reaper's errors;
+	// nil discards them.
+	Logger *slog.Logger
+}
+
+// Check validates o without connecting.
+func Check(o Options) error {
+	_, err := clientOptions(o)
+	return err
+}
+
+// clientOptions are the go-redis options of o.
+func clientOptions(o Options) (*redis.UniversalOptions, error) {
+	if o.URL == "" {
+		return nil, errors.New("redisbackend: no Redis URL")
+	}
+	if !strings.HasPrefix(o.URL, "unix://") {
+		return redisstore.ClientOptions(redisstore.Options{URL: o.URL, Cluster: o.Cluster, Username: o.Username,
+			Password: o.Password, PoolSize: o.PoolSize, TLSConfig: o.TLSConfig})
+	}
+	if o.Cluster {
+		return nil, errors.New("redisbackend: a Cluster over a unix socket")
+	}
+	p, err := redis.ParseURL(o.URL)
+	if err != nil {
+		return nil, err
+	}
+	sock := p.Addr
+	u := &redis.UniversalOptions{Addrs: []string{sock}, DB: p.DB, Username: p.Username,
+		Password: p.Password, PoolSize: p.PoolSize, ContextTimeoutEnabled: true, DialerRetries: 1,
+		Dialer: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "unix", sock)
+		}}
+	if o.Username != "" {
+		u.Username = o.Username
+	}
+	if o.Password != "" {
+		u.Password = o.Password
+	}
+	if o.PoolSize > 0 {
+		u.PoolSize = o.PoolSize
+	}
+	if o.TLSConfig != nil {
+		u.TLSConfig = o.TLSConfig
+	}
+	return u, nil
+}
+
+// Backend is the Redis state of one process: one client, the rate-limit
+// store and the copy store on it. Create it with Open; Close it. Safe for
+// concurrent use.
+type Backend struct {
+	client redis.UniversalClient
+	store  *resilient.Store
+	copies *Copies
+	log    *slog.Logger
+	wake   chan struct{} // breaker transitions
+	// reaping: copy-limited resources are configured (SetTree).
+	reaping atomic.Bool
+
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// Open opens the client (go-redis dials on first use) and builds the
+// stores. A Redis that does not answer a first ping within a second is
+// logged, not an error: the failure mode decides until it answers.
+func Open(o Options) (*Backend, error) {
+	u, err := clientOptions(o)
+	if err != nil {
+		return nil, err
+	}
+	log := o.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	c := redis.NewUniversalClient(u)
+	rs, err := redisstore.NewWithClient(c, redisstore.Options{Cluster: o.Cluster})
+	if err != nil {
+		c.Close()
+		return nil, err
+	}
+	b := &Backend{client: c, log: log, wake: make(chan struct{}, 1)}
+	b.store = resilient.New(rs, resilient.Options{
+		Mode:    o.FailureMode,
+		Timeout: o.Timeout,
+		Local:   o.Local,
+		OnBreakerChange: func(resilient.BreakerState) {
+			select {
+			case b.wake <- struct{}{}:
+			default:
+			}
+		},
+	})
+	b.copies = &Copies{Store: rediscopy.New(c, rediscopy.Options{})}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	if err := rs.Ping(ctx); err != nil {
+		log.Warn("redis does not answer yet; deciding by the failure mode until it does",
+			"failure_mode", o.FailureMode.String(), "err", err.Error())
+	}
+	return b, nil
+}
+
+// Store is the rate-limit store: Redis behind the failure mode.
+func (b *Backend) Store() *resilient.Store { return b.store }
+
+// Copies is the copy store (never with a local fallback: a copy operation
+// Redis cannot answer fails UNAVAILABLE).
+func (b *Backend) Copies() *Copies { return b.copies }
+
+// Register registers both stores' collectors: charon_store_* and
+// charon_copystore_*.
+func (b *Backend) Register(reg prometheus.Registerer) {
+	reg.MustRegister(resilient.NewCollector(b.store.Stats), b.copies.Collector())
+}
+
+// SetTree is told every configuration put in force: it flushes the
+// over-limit cache (answers of the old limits), and the reaper sweeps the
+// copy logs only while the configuration has copy-limited resources.
+func (b *Backend) SetTree(t *descriptors.Tree) {
+	b.store.Flush()
+	b.reaping.Store(t.HasCopies())
+}
+
+// Run keeps the backend healthy until ctx ends or the returned function
+// is called (which waits for it to stop): it probes Redis every
+// CoolOff/10 once the breaker's cool-off is over (PING, and the decide
+// function loaded again if Redis lost it), which is how the breaker
+// closes; it calls setServing with the store's Serving on every change
+// (NOT_SERVING only in the unavailable mode while Redis is down) and logs
+// breaker transitions; and, while the configuration has copy-limited
+// resources (SetTree), it sweeps the copy logs every SweepInterval.
+func (b *Backend) Run(ctx context.Context, setServing func(bool)) (stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		b.watch(ctx, setServing)
+	}()
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		b.reap(ctx)
+	}()
+	return func() {
+		cancel()
+		wg.Wait()
+	}
+}
+
+func (b *Backend) watch(ctx context.Context, setServing func(bool)) {
+	tick := time.NewTicker(resilient.DefaultCoolOff / 10) // Probe is a no-op until the cool-off ends
+	defer tick.Stop()
+	serving, breaker := true, resilient.BreakerClosed
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-b.wake:
+		case <-tick.C:
+			_ = b.store.Probe(ctx)
+		}
+		if st := b.store.Stats().Breaker; st != breaker {
+			breaker = st
+			if st == resilient.BreakerOpen {
+				b.log.Warn("redis store failing: circuit breaker open", "failure_mode", b.store.Mode().String())
+			} else {
+				b.log.Info("redis store circuit breaker "+st.String(), "failure_mode", b.store.Mode().String())
+			}
+		}
+		if v := b.store.Serving(); v != serving {
+			serving = v
+			if setServing != nil {
+				setServing(v)
+			}
+		}
+	}
+}
+
+func (b *Backend) reap(ctx context.Context) {
+	tick := time.NewTicker(SweepInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+			if !b.reaping.Load() {
+				continue
+			}
+			sctx, cancel := context.WithTimeout(ctx, SweepInterval)
+			if err := b.copies.Sweep(sctx, time.Now()); err != nil {
+				b.log.Debug("copy reaper", "err", err.Error())
+			}
+			cancel()
+		}
+	}
+}
+
+// Close closes both stores and the client. It is idempotent.
+func (b *Backend) Close() error {
+	b.closeOnce.Do(func() {
+		b.closeErr = errors.Join(b.store.Close(), b.copies.Store.Close(), b.client.Close())
+	})
+	return b.closeErr
+}
+
+// Copies is the Redis copy store with the view of its last sweep: what the
+// copy logs hold (every process sharing the Redis sees the same) and what
+// this process's sweeps reaped. Safe for concurrent use.
+type Copies struct {
+	*rediscopy.Store
+
+	mu sync.Mutex
+	st CopyStats
+}
+
+// CopyStats are the Redis copy logs as of the last sweep, and what this
+// process's sweeps reaped.
+type CopyStats struct {
+	Live                         rediscopy.Live
+	ReapedHolds, ReapedTransfers int64
+	Sweeps                       int64
+}
+
+// Sweep runs one sweep of the copy logs and records its view.
+func (c *Copies) Sweep(ctx context.Context, now time.Time) error {
+	sw, err := c.Store.Sweep(ctx, now)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.st.ReapedHolds += int64(sw.Reaped.Holds)
+	c.st.ReapedTransfers += int64(sw.Reaped.Transfers)
+	if err == nil {
+		c.st.Live = sw.Live
+		c.st.Sweeps++
+	}
+	if err != nil {
+		return fmt.Errorf("redisbackend: sweep: %w", err)
+	}
+	return nil
+}
+
+// Stats returns the last sweep's view and this process's reaping totals.
+func (c *Copies) Stats() CopyStats {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.st
+}
+
+// Collector exports the copy logs' view as of the reaper's last sweep and
+// what this process's sweeps reaped, as charon_copystore_*.
+func (c *Copies) Collector() prometheus.Collector {
+	return collect.Collector("charon", "copystore", c.Stats,
+		collect.Metric[CopyStats]{Name: "holds", Help: "Live holds in the Redis copy logs, as of the last sweep.",
+			Value: func(s CopyStats) float64 { return float64(s.Live.Holds) }},
+		collect.Metric[CopyStats]{Name: "transfers", Help: "Staged transfers in the Redis copy logs, as of the last sweep.",
+			Value: func(s CopyStats) float64 { return float64(s.Live.Transfers) }},
+		collect.Metric[CopyStats]{Name: "reaped_holds_total", Help: "Holds whose lease lapsed released by this process's periodic sweeps.", Counter: true,
+			Value: func(s CopyStats) float64 { return float64(s.ReapedHolds) }},
+		collect.Metric[CopyStats]{Name: "reaped_transfers_total", Help: "Unseized transfers released by this process's periodic sweeps.", Counter: true,
+			Value: func(s CopyStats) float64 { return float64(s.ReapedTransfers) }},
+		collect.Metric[CopyStats]{Name: "sweeps_total", Help: "Completed sweeps of every copy log in the Redis.", Counter: true,
+			Value: func(s CopyStats) float64 { return float64(s.Sweeps) }},
+	)
+}

@@ -1,0 +1,204 @@
+package redisbackend
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/goleak"
+
+	"github.com/charonlimit/charon/copylog"
+	"github.com/charonlimit/charon/descriptors"
+	"github.com/charonlimit/charon/internal/redistest"
+	"github.com/charonlimit/charon/internal/store"
+	"github.com/charonlimit/charon/internal/store/resilient"
+	"github.com/charonlimit/charon/tiers"
+)
+
+// TestMain fails the package's tests if any goroutine outlives them, but
+// for go-redis' background redial of a killed server, which sleeps out its
+// backoff before it sees the closed pool.
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m, goleak.IgnoreAnyFunction("github.com/redis/go-redis/v9/internal/pool.(*ConnPool).tryDial"))
+}
+
+func open(t *testing.T) *Backend {
+	t.Helper()
+	n := redistest.Single(t)
+	b, err := Open(Options{URL: "redis://" + n.Addr()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	return b
+}
+
+// gathered is the value of the unlabelled gauge or counter name.
+func gathered(t *testing.T, reg *prometheus.Registry, name string) (float64, bool) {
+	t.Helper()
+	fams, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range fams {
+		if f.GetName() != name || len(f.GetMetric()) != 1 {
+			continue
+		}
+		mt := f.GetMetric()[0]
+		if g := mt.GetGauge(); g != nil {
+			return g.GetValue(), true
+		}
+		if c := mt.GetCounter(); c != nil {
+			return c.GetValue(), true
+		}
+	}
+	return 0, false
+}
+
+// TestOneClientBothStores: the rate-limit store and the copy store work
+// over the one client, and both stores' metrics are registered.
+func TestOneClientBothStores(t *testing.T) {
+	b := open(t)
+	reg := prometheus.NewRegistry()
+	b.Register(reg)
+	p := &tiers.Policy{Kind: tiers.KindTiers, Tiers: []tiers.Tier{{Limit: 2, Window: time.Minute, Active: tiers.Unbounded}}}
+	items := []store.Item{{Key: store.Key{Resource: "r", Domain: "d", PolicyID: 1}, Policy: p, Hits: 1, Min: 1}}
+	out := make([]tiers.Decision, 1)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for i, want := range []bool{true, true, false} {
+		if err := b.Store().Decide(ctx, time.Now(), items, out); err != nil || out[0].OK != want {
+			t.Fatalf("decision %d: %+v %v, want OK %v", i, out[0], err, want)
+		}
+	}
+	if got, _ := gathered(t, reg, `charon_store_breaker_opens_total`); got != 0 {
+		t.Errorf("breaker opened %v times", got)
+	}
+	res, err := b.Copies().Reserve(ctx, time.Now(), "seat", &copylog.Config{DomainLimit: 10},
+		copylog.ReserveRequest{Domain: "d", Copies: 3, HoldID: "h", Lease: time.Minute})
+	if err != nil || !res.OK {
+		t.Fatalf("reserve: %+v %v", res, err)
+	}
+	if err := b.Copies().Sweep(ctx, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if got, ok := gathered(t, reg, "charon_copystore_holds"); !ok || got != 1 {
+		t.Errorf("charon_copystore_holds = %v (found %v), want 1", got, ok)
+	}
+	if got := b.Copies().Stats().Live.Copies; got != 3 {
+		t.Errorf("copies held after a sweep = %v, want 3", got)
+	}
+}
+
+// TestCopyMetricsFollowSweeps: the copy store's gauges follow the sweeps,
+// and a hold whose lease lapsed is reaped and counted.
+func TestCopyMetricsFollowSweeps(t *testing.T) {
+	b := open(t)
+	reg := prometheus.NewRegistry()
+	b.Register(reg)
+	ctx := context.Background()
+	cfg := &copylog.Config{DomainLimit: 10}
+	for _, h := range []struct {
+		id    string
+		lease time.Duration
+	}{{"short", 2 * time.Second}, {"long", time.Minute}} {
+		res, err := b.Copies().Reserve(ctx, time.Now(), "seat", cfg, copylog.ReserveRequest{Domain: "d", Copies: 3, HoldID: h.id, Lease: h.lease})
+		if err != nil || !res.OK {
+			t.Fatalf("reserve %s: %+v %v", h.id, res, err)
+		}
+	}
+	if err := b.Copies().Sweep(ctx, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if got := b.Copies().Stats().Live.Copies; got != 6 {
+		t.Fatalf("copies held after a sweep = %v, want 6", got)
+	}
+	// The short lease lapses by Redis time; a sweep reaps it.
+	deadline := time.Now().Add(60 * time.Second)
+	for b.Copies().Stats().Live.Copies != 3 {
+		if err := b.Copies().Sweep(ctx, time.Now()); err != nil {
+			t.Fatal(err)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("copies held %v 60 s after the short lease, want 3", b.Copies().Stats().Live.Copies)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	for name, want := range map[string]float64{"charon_copystore_holds": 1, "charon_copystore_reaped_holds_total": 1} {
+		if got, ok := gathered(t, reg, name); !ok || got != want {
+			t.Errorf("%s = %v (found %v), want %v", name, got, ok, want)
+		}
+	}
+	if got, _ := gathered(t, reg, "charon_copystore_sweeps_total"); got < 2 {
+		t.Errorf("charon_copystore_sweeps_total = %v, want at least 2", got)
+	}
+}
+
+// TestSetTree: a new configuration empties the over-limit cache, and the
+// reaper sweeps only while copy-limited resources are configured.
+func TestSetTree(t *testing.T) {
+	b := open(t)
+	p := &tiers.Policy{Kind: tiers.KindTiers, Tiers: []tiers.Tier{{Limit: 1, Window: time.Minute, Active: tiers.Unbounded}}}
+	items := []store.Item{{Key: store.Key{Resource: "r", Domain: "d", PolicyID: 1}, Policy: p, Hits: 1, Min: 1}}
+	out := make([]tiers.Decision, 1)
+	for range 2 {
+		if err := b.Store().Decide(context.Background(), time.Now(), items, out); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := b.Store().Stats().CacheSize; n != 1 {
+		t.Fatalf("cache size %d after a rejection, want 1", n)
+	}
+	withCopies, err := descriptors.NewTree([]descriptors.DomainSpec{{Config: descriptors.DomainConfig{Name: "c"}, Nodes: []*descriptors.Node{
+		{Key: "db", Limit: &descriptors.Limit{Copies: &descriptors.Copies{DomainLimit: 3}}},
+	}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.SetTree(withCopies)
+	if n := b.Store().Stats().CacheSize; n != 0 {
+		t.Errorf("cache size %d after SetTree, want 0", n)
+	}
+	if !b.reaping.Load() {
+		t.Error("not reaping with a copy-limited resource configured")
+	}
+	b.SetTree(nil)
+	if b.reaping.Load() {
+		t.Error("reaping with no copy-limited resource configured")
+	}
+}
+
+// TestRunReportsServing: Run reports NOT_SERVING in the unavailable mode
+// once Redis is gone, and stops when asked.
+func TestRunReportsServing(t *testing.T) {
+	n := redistest.Single(t)
+	b, err := Open(Options{URL: "redis://" + n.Addr(), FailureMode: resilient.ModeUnavailable})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	serving := make(chan bool, 10)
+	stop := b.Run(context.Background(), func(v bool) { serving <- v })
+	defer stop()
+	n.Kill()
+	p := &tiers.Policy{Kind: tiers.KindTiers, Tiers: []tiers.Tier{{Limit: 1, Window: time.Minute, Active: tiers.Unbounded}}}
+	items := []store.Item{{Key: store.Key{Resource: "r", Domain: "d", PolicyID: 1}, Policy: p, Hits: 1, Min: 1}}
+	out := make([]tiers.Decision, 1)
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		_ = b.Store().Decide(context.Background(), time.Now(), items, out)
+		select {
+		case v := <-serving:
+			if v {
+				t.Fatal("reported SERVING with Redis gone")
+			}
+			return
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("NOT_SERVING not reported 60 s after Redis was killed")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
