@@ -6,17 +6,15 @@ import (
 	"fmt"
 	"io"
 	"os/signal"
-	"strings"
 	"syscall"
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	charonv1 "github.com/charonlimit/charon/api/charon/v1"
+	"github.com/charonlimit/charon/internal/sessionhold"
 )
 
 // The copy verbs: reserve and seize hold their copies on a Session stream
@@ -54,14 +52,6 @@ func parseVerb(fs *flag.FlagSet, args []string) error {
 		return fmt.Errorf("%w: unexpected argument %q", errUsage, fs.Arg(0))
 	}
 	return nil
-}
-
-// callError turns a gRPC error into a message with its code.
-func callError(err error) error {
-	if s, ok := status.FromError(err); ok {
-		return fmt.Errorf("%s: %s", s.Code(), s.Message())
-	}
-	return err
 }
 
 // signalContext is done on SIGINT or SIGTERM; tests replace it.
@@ -117,9 +107,8 @@ func runSeize(args []string, stdout, stderr io.Writer) error {
 	return holdOnSession(hf, op, *holdFor, stdout)
 }
 
-// holdOnSession runs op (a reserve or a seize) on a new Session stream,
-// prints the hold, waits for a signal or holdFor, then releases what is
-// left of the hold and closes the stream.
+// holdOnSession runs op (a reserve or a seize) on its own Session stream
+// until a signal or holdFor (package sessionhold).
 func holdOnSession(hf holdFlags, op *charonv1.SessionRequest, holdFor time.Duration, stdout io.Writer) error {
 	sigCtx, stop := signalContext()
 	defer stop()
@@ -128,115 +117,11 @@ func holdOnSession(hf holdFlags, op *charonv1.SessionRequest, holdFor time.Durat
 		return err
 	}
 	defer cc.Close()
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel() // ends the stream: the server releases the session's holds
-	st, err := c.Session(ctx)
-	if err != nil {
-		return callError(err)
+	ok, err := sessionhold.Run(sigCtx, c, op, holdFor, hf.timeout, stdout)
+	if err == nil && !ok {
+		return errReported
 	}
-	call := func(req *charonv1.SessionRequest) (*charonv1.SessionResponse, error) {
-		req.Id++
-		if err := st.Send(req); err != nil {
-			return nil, callError(err)
-		}
-		recvd := make(chan error, 1)
-		var resp *charonv1.SessionResponse
-		go func() {
-			var err error
-			resp, err = st.Recv()
-			recvd <- err
-		}()
-		select {
-		case err := <-recvd:
-			if err != nil {
-				return nil, callError(err)
-			}
-		case <-time.After(hf.timeout):
-			return nil, fmt.Errorf("no answer in %v", hf.timeout)
-		}
-		if e := resp.GetError(); e != nil {
-			return nil, fmt.Errorf("%s: %s", codeName(e.GetCode()), e.GetMessage())
-		}
-		return resp, nil
-	}
-	resp, err := call(op)
-	if err != nil {
-		return err
-	}
-	var holdID string
-	switch r := resp.GetResult().(type) {
-	case *charonv1.SessionResponse_Reserve:
-		printReservation(stdout, r.Reserve)
-		if !r.Reserve.GetOk() {
-			return errReported
-		}
-		holdID = r.Reserve.GetHoldId()
-	case *charonv1.SessionResponse_Seize:
-		s := r.Seize
-		fmt.Fprintf(stdout, "hold %s\nseized %d copies (fencing token %d)\nresource %s domain %q groups %s\n",
-			s.GetHoldId(), s.GetCopies(), s.GetFencingToken(), s.GetTarget().GetResource(), s.GetTarget().GetDomain(), strings.Join(s.GetGroups(), ","))
-		holdID = s.GetHoldId()
-	default:
-		return fmt.Errorf("unexpected answer %v", resp)
-	}
-	if holdFor > 0 {
-		fmt.Fprintf(stdout, "holding for %v (interrupt to release now)\n", holdFor)
-		t := time.NewTimer(holdFor)
-		defer t.Stop()
-		select {
-		case <-t.C:
-		case <-sigCtx.Done():
-		}
-	} else {
-		fmt.Fprintln(stdout, "holding until interrupted")
-		<-sigCtx.Done()
-	}
-	rel, err := call(&charonv1.SessionRequest{Id: op.Id, Operation: &charonv1.SessionRequest_Release{Release: &charonv1.ReleaseRequest{HoldId: holdID}}})
-	switch {
-	case err == nil:
-		fmt.Fprintf(stdout, "released %d copies\n", rel.GetRelease().GetReleased())
-	case strings.HasPrefix(err.Error(), "NotFound"):
-		// Released, transferred or lapsed meanwhile.
-		fmt.Fprintln(stdout, "nothing left to release:", err)
-	default:
-		// Closing the stream releases the hold anyway.
-		fmt.Fprintln(stdout, "release failed; closing the session releases the hold:", err)
-	}
-	st.CloseSend()
-	return nil
-}
-
-func codeName(c int32) string { return codes.Code(c).String() }
-
-func printReservation(w io.Writer, r *charonv1.ReserveResponse) {
-	if r.GetOk() {
-		fmt.Fprintf(w, "hold %s\ngranted %d copies (fencing token %d)", r.GetHoldId(), r.GetGranted(), r.GetFencingToken())
-		if r.GetReplayed() {
-			fmt.Fprint(w, ", replayed")
-		}
-		fmt.Fprintln(w)
-	} else {
-		fmt.Fprint(w, "rejected")
-		switch {
-		case r.GetLimitedByGroup() != "":
-			fmt.Fprintf(w, ": group %s is full", r.GetLimitedByGroup())
-		case r.GetLimitedByGlobal():
-			fmt.Fprint(w, ": global limit reached")
-		case r.GetLimitedByDomain():
-			fmt.Fprint(w, ": domain limit reached")
-		}
-		fmt.Fprintln(w)
-	}
-	x := r.GetContext()
-	fmt.Fprintf(w, "resource %s domain %q\n", r.GetTarget().GetResource(), r.GetTarget().GetDomain())
-	fmt.Fprintf(w, "domain limit %d, held by the domain %d", x.GetDomainLimit(), x.GetDomainHolds())
-	if x.GetGlobalLimit() > 0 {
-		fmt.Fprintf(w, "; global limit %d", x.GetGlobalLimit())
-	}
-	fmt.Fprintf(w, "; held by all %d\n", x.GetTotalHolds())
-	for _, g := range x.GetGroups() {
-		fmt.Fprintf(w, "group %s limit %d, held %d\n", g.GetName(), g.GetLimit(), g.GetHolds())
-	}
+	return err
 }
 
 func runRelease(args []string, stdout, stderr io.Writer) error {
@@ -261,7 +146,7 @@ func runRelease(args []string, stdout, stderr io.Writer) error {
 	defer cancel()
 	r, err := c.Release(ctx, &charonv1.ReleaseRequest{HoldId: *hold, Copies: *copies})
 	if err != nil {
-		return callError(err)
+		return sessionhold.CallError(err)
 	}
 	fmt.Fprintf(stdout, "released %d copies, %d left on the hold\n", r.GetReleased(), r.GetRemaining())
 	return nil
@@ -297,7 +182,7 @@ func runTransfer(args []string, stdout, stderr io.Writer) error {
 	}
 	r, err := c.Transfer(ctx, req)
 	if err != nil {
-		return callError(err)
+		return sessionhold.CallError(err)
 	}
 	fmt.Fprintln(stdout, r.GetTransferId())
 	fmt.Fprintf(stdout, "staged %d copies until %s, %d left on the hold\n", r.GetCopies(), r.GetExpires().AsTime().Format(time.RFC3339), r.GetRemaining())

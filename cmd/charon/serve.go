@@ -8,8 +8,6 @@ import (
 	"io/fs"
 	"log/slog"
 	"os/signal"
-	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -19,6 +17,7 @@ import (
 	"github.com/charonlimit/charon/internal/copystore/memcopy"
 	"github.com/charonlimit/charon/internal/engine"
 	"github.com/charonlimit/charon/internal/gctune"
+	"github.com/charonlimit/charon/internal/lyftenv"
 	"github.com/charonlimit/charon/internal/redisbackend"
 	"github.com/charonlimit/charon/internal/store"
 	"github.com/charonlimit/charon/internal/store/memstore"
@@ -75,59 +74,6 @@ func defaultServeConfig() serveConfig {
 // per few MiB (package gctune).
 const defaultHeapFloorMiB = 64
 
-// lyftRuntimeRoot is envoyproxy/ratelimit's RUNTIME_ROOT default.
-const (
-	lyftRuntimeRoot = "/srv/runtime_data/current"
-	lyftAppDir      = "config"
-)
-
-// applyLyftEnv applies envoyproxy/ratelimit's variables so its deployments
-// work by changing the image.
-func applyLyftEnv(c *serveConfig, getenv func(string) string) error {
-	root, sub, app := getenv("RUNTIME_ROOT"), getenv("RUNTIME_SUBDIRECTORY"), getenv("RUNTIME_APPDIRECTORY")
-	if root != "" || sub != "" || app != "" {
-		if root == "" {
-			root = lyftRuntimeRoot
-		}
-		if app == "" {
-			app = lyftAppDir
-		}
-		c.ConfigDir = filepath.Join(root, sub, app)
-	}
-	ports := []struct {
-		name string
-		host string
-		dst  *string
-	}{
-		{"GRPC_PORT", "", &c.GRPCAddr},
-		{"PORT", "", &c.HTTPAddr},
-		{"DEBUG_PORT", "127.0.0.1", &c.DebugAddr},
-	}
-	for _, p := range ports {
-		if v := getenv(p.name); v != "" {
-			n, err := strconv.ParseUint(v, 10, 16)
-			if err != nil {
-				return fmt.Errorf("%w: %s=%q: not a port number", errUsage, p.name, v)
-			}
-			*p.dst = p.host + ":" + strconv.FormatUint(n, 10)
-		}
-	}
-	if v := getenv("LOG_LEVEL"); v != "" {
-		c.LogLevel = v
-	}
-	if v := getenv("LOG_FORMAT"); v != "" {
-		c.LogFormat = v
-	}
-	if v := getenv("MERGE_DOMAIN_CONFIG"); v != "" {
-		b, err := strconv.ParseBool(v)
-		if err != nil {
-			return fmt.Errorf("%w: MERGE_DOMAIN_CONFIG=%q: not a boolean", errUsage, v)
-		}
-		c.MergeDomains = b
-	}
-	return applyLyftRedisEnv(c, getenv)
-}
-
 // serveFlags declares serve's flags on fs with c's values as defaults, so
 // parsing overrides only what is given.
 func serveFlags(fs *flag.FlagSet, c *serveConfig) {
@@ -165,12 +111,25 @@ func applyCharonEnv(fs *flag.FlagSet, getenv func(string) string) error {
 // parseServe resolves serve's configuration from args and the environment.
 func parseServe(args []string, getenv func(string) string, stderr io.Writer) (serveConfig, error) {
 	c := defaultServeConfig()
-	if err := applyLyftEnv(&c, getenv); err != nil {
-		return c, err
+	lyft, err := lyftenv.Read(getenv)
+	if err != nil {
+		return c, fmt.Errorf("%w: %v", errUsage, err)
+	}
+	c.RedisUsername, c.RedisPassword = lyft.RedisUsername, lyft.RedisPassword
+	if lyft.LogLevel != "" {
+		c.LogLevel = lyft.LogLevel
+	}
+	if lyft.LogFormat != "" {
+		c.LogFormat = lyft.LogFormat
 	}
 	fs := flag.NewFlagSet("charon serve", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	serveFlags(fs, &c)
+	for _, f := range lyft.Flags {
+		if err := fs.Set(f.Name, f.Value); err != nil {
+			return c, fmt.Errorf("%w: %s: %v", errUsage, f.From, err)
+		}
+	}
 	if err := applyCharonEnv(fs, getenv); err != nil {
 		return c, err
 	}

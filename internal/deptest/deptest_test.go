@@ -22,7 +22,7 @@ const module = "github.com/charonlimit/charon"
 var imports = map[string][]string{
 	"api/charon/v1": nil,
 	"client":        {"api/charon/v1"},
-	"cmd/charon": {"api/charon/v1", "config", "descriptors", "internal/copystore", "internal/copystore/memcopy", "internal/loadgen", "internal/redisbackend",
+	"cmd/charon": {"api/charon/v1", "config", "descriptors", "internal/copystore", "internal/copystore/memcopy", "internal/loadgen", "internal/lyftenv", "internal/redisbackend", "internal/sessionhold",
 		"internal/copystore/rediscopy", "internal/engine", "internal/gctune", "internal/store",
 		"internal/store/memstore", "internal/store/redisstore", "internal/store/resilient", "server"},
 	"config":                           {"descriptors", "tiers"},
@@ -38,12 +38,14 @@ var imports = map[string][]string{
 	"internal/gctune":                  nil,
 	"internal/loadgen":                 {"api/charon/v1"},
 	"internal/lru":                     nil,
+	"internal/lyftenv":                 nil,
 	"internal/periodic":                nil,
 	"internal/collect":                 nil,
 	"internal/redisbackend": {"descriptors", "internal/collect", "internal/copystore", "internal/copystore/rediscopy",
 		"internal/store/memstore", "internal/store/redisstore", "internal/store/resilient"},
 	"internal/redisfunc":         nil,
 	"internal/redistest":         nil,
+	"internal/sessionhold":       {"api/charon/v1"},
 	"internal/store":             {"tiers"},
 	"internal/store/memstore":    {"internal/lru", "internal/periodic", "internal/store", "tiers"},
 	"internal/store/redisstore":  {"internal/redisfunc", "internal/store", "tiers"},
@@ -92,7 +94,7 @@ var deny = []struct {
 		pkgs: []string{"..."},
 		// Prometheus' exposition model is protobuf: the packages that
 		// export a store's collector depend on it, and on no gRPC.
-		except: []string{"api/charon/v1", "client", "cmd/charon", "server", "internal/loadgen", "internal/collect",
+		except: []string{"api/charon/v1", "client", "cmd/charon", "server", "internal/loadgen", "internal/sessionhold", "internal/collect",
 			"internal/store/resilient", "internal/copystore/memcopy", "internal/redisbackend"},
 		paths: []string{"google.golang.org/grpc", "google.golang.org/protobuf", "github.com/envoyproxy/go-control-plane",
 			module + "/api/charon/v1"},

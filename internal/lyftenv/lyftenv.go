@@ -1,0 +1,199 @@
+// Package lyftenv reads envoyproxy/ratelimit's environment variables, so
+// that its deployments run Charon by changing the image: each variable
+// becomes the value of the `charon serve` flag with its meaning (applied
+// below CHARON_* variables and command-line flags), or an error naming it.
+//
+//	RUNTIME_ROOT, RUNTIME_SUBDIRECTORY, RUNTIME_APPDIRECTORY   --config
+//	GRPC_PORT, PORT, DEBUG_PORT                                --grpc-addr, --http-addr, --debug-addr (127.0.0.1)
+//	MERGE_DOMAIN_CONFIG                                        --merge-domains
+//	LOG_LEVEL, LOG_FORMAT                                      Settings.LogLevel, LogFormat
+//	BACKEND_TYPE=redis                                         --store redis (other values are refused)
+//	REDIS_URL with REDIS_TYPE, REDIS_SOCKET_TYPE, REDIS_TLS    --store redis, --redis-url
+//	REDIS_AUTH                                                 Settings.RedisUsername, RedisPassword (never a flag)
+//	REDIS_POOL_SIZE                                            --redis-pool-size
+package lyftenv
+
+import (
+	"fmt"
+	"net/url"
+	"path/filepath"
+	"strconv"
+	"strings"
+)
+
+// Settings are what the environment says.
+type Settings struct {
+	// Flags are flag values to apply, in order.
+	Flags []Flag
+	// RedisUsername and RedisPassword come from REDIS_AUTH.
+	RedisUsername, RedisPassword string
+	// LogLevel and LogFormat come from LOG_LEVEL and LOG_FORMAT.
+	LogLevel, LogFormat string
+}
+
+// Flag is one flag value and the variable it comes from.
+type Flag struct {
+	Name, Value, From string
+}
+
+func (s *Settings) set(name, value, from string) {
+	s.Flags = append(s.Flags, Flag{Name: name, Value: value, From: from})
+}
+
+// Read reads the variables through getenv; an error names the variable at
+// fault and why.
+func Read(getenv func(string) string) (Settings, error) {
+	var s Settings
+	err := read(&s, getenv)
+	return s, err
+}
+
+// envoyproxy/ratelimit's defaults of RUNTIME_ROOT and RUNTIME_APPDIRECTORY.
+const (
+	lyftRuntimeRoot = "/srv/runtime_data/current"
+	lyftAppDir      = "config"
+)
+
+func read(s *Settings, getenv func(string) string) error {
+	root, sub, app := getenv("RUNTIME_ROOT"), getenv("RUNTIME_SUBDIRECTORY"), getenv("RUNTIME_APPDIRECTORY")
+	if root != "" || sub != "" || app != "" {
+		if root == "" {
+			root = lyftRuntimeRoot
+		}
+		if app == "" {
+			app = lyftAppDir
+		}
+		s.set("config", filepath.Join(root, sub, app), "RUNTIME_ROOT")
+	}
+	ports := []struct {
+		name string
+		host string
+		flag string
+	}{
+		{"GRPC_PORT", "", "grpc-addr"},
+		{"PORT", "", "http-addr"},
+		{"DEBUG_PORT", "127.0.0.1", "debug-addr"},
+	}
+	for _, p := range ports {
+		if v := getenv(p.name); v != "" {
+			n, err := strconv.ParseUint(v, 10, 16)
+			if err != nil {
+				return fmt.Errorf("%s=%q: not a port number", p.name, v)
+			}
+			s.set(p.flag, p.host+":"+strconv.FormatUint(n, 10), p.name)
+		}
+	}
+	if v := getenv("LOG_LEVEL"); v != "" {
+		s.LogLevel = v
+	}
+	if v := getenv("LOG_FORMAT"); v != "" {
+		s.LogFormat = v
+	}
+	if v := getenv("MERGE_DOMAIN_CONFIG"); v != "" {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			return fmt.Errorf("MERGE_DOMAIN_CONFIG=%q: not a boolean", v)
+		}
+		s.set("merge-domains", strconv.FormatBool(b), "MERGE_DOMAIN_CONFIG")
+	}
+	return readRedis(s, getenv)
+}
+
+// readRedis maps envoyproxy/ratelimit's Redis variables:
+//
+//	BACKEND_TYPE=redis       --store redis (other values are refused)
+//	REDIS_URL                --store redis and --redis-url, by REDIS_TYPE:
+//	  SINGLE (default)         host:port -> redis://host:port (a path with REDIS_SOCKET_TYPE=unix -> unix://path)
+//	  SENTINEL                 master,host:port,... -> redis-sentinel://host:port,.../master
+//	  CLUSTER                  host:port,... -> redis-cluster://host:port,...
+//	REDIS_TLS=true           rediss schemes
+//	REDIS_AUTH               password, or user:password
+//	REDIS_POOL_SIZE          --redis-pool-size
+//
+// Their other Redis variables (per-second Redis, pipelining, TLS files) are
+// not mapped.
+func readRedis(s *Settings, getenv func(string) string) error {
+	switch v := getenv("BACKEND_TYPE"); strings.ToLower(v) {
+	case "":
+	case "redis":
+		s.set("store", "redis", "BACKEND_TYPE")
+	default:
+		return fmt.Errorf("BACKEND_TYPE=%q: only redis is supported (or leave it unset for the in-memory store)", v)
+	}
+	if v := getenv("REDIS_POOL_SIZE"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 {
+			return fmt.Errorf("REDIS_POOL_SIZE=%q: not a connection count", v)
+		}
+		s.set("redis-pool-size", strconv.Itoa(n), "REDIS_POOL_SIZE")
+	}
+	if v := getenv("REDIS_AUTH"); v != "" {
+		if user, pass, ok := strings.Cut(v, ":"); ok {
+			s.RedisUsername, s.RedisPassword = user, pass
+		} else {
+			s.RedisPassword = v
+		}
+	}
+	raw := getenv("REDIS_URL")
+	if raw == "" {
+		return nil
+	}
+	tlsOn := false
+	if v := getenv("REDIS_TLS"); v != "" {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			return fmt.Errorf("REDIS_TLS=%q: not a boolean", v)
+		}
+		tlsOn = b
+	}
+	tls := ""
+	if tlsOn {
+		tls = "s"
+	}
+	hosts := func(list []string) (string, error) {
+		for _, h := range list {
+			if strings.TrimSpace(h) == "" || strings.Contains(h, "/") {
+				return "", fmt.Errorf("REDIS_URL=%q: want host:port entries", raw)
+			}
+		}
+		return strings.Join(list, ","), nil
+	}
+	switch t := strings.ToLower(getenv("REDIS_TYPE")); t {
+	case "", "single":
+		switch sock := strings.ToLower(getenv("REDIS_SOCKET_TYPE")); {
+		case sock == "unix" || (sock == "" && strings.HasPrefix(raw, "/")):
+			if tlsOn {
+				return fmt.Errorf("REDIS_TLS over a unix socket is not supported")
+			}
+			s.set("redis-url", "unix://"+raw, "REDIS_URL")
+		case sock == "" || sock == "tcp":
+			h, err := hosts([]string{raw})
+			if err != nil {
+				return err
+			}
+			s.set("redis-url", "redis"+tls+"://"+h, "REDIS_URL")
+		default:
+			return fmt.Errorf("REDIS_SOCKET_TYPE=%q: want tcp or unix", sock)
+		}
+	case "sentinel":
+		parts := strings.Split(raw, ",")
+		if len(parts) < 2 || parts[0] == "" {
+			return fmt.Errorf("REDIS_URL=%q: want master,host:port[,host:port...] with REDIS_TYPE=SENTINEL", raw)
+		}
+		h, err := hosts(parts[1:])
+		if err != nil {
+			return err
+		}
+		s.set("redis-url", "redis"+tls+"-sentinel://"+h+"/"+url.PathEscape(parts[0]), "REDIS_URL")
+	case "cluster":
+		h, err := hosts(strings.Split(raw, ","))
+		if err != nil {
+			return err
+		}
+		s.set("redis-url", "redis"+tls+"-cluster://"+h, "REDIS_URL")
+	default:
+		return fmt.Errorf("REDIS_TYPE=%q: want SINGLE, SENTINEL or CLUSTER", t)
+	}
+	s.set("store", "redis", "REDIS_URL")
+	return nil
+}

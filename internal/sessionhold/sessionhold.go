@@ -1,0 +1,145 @@
+// Package sessionhold holds copies of a copy-limited resource on a
+// charon.v1 Session stream for as long as a command runs: the runtime of
+// `charon reserve` and `charon seize`. If the process dies, the stream ends
+// and the server releases the hold.
+package sessionhold
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	charonv1 "github.com/charonlimit/charon/api/charon/v1"
+)
+
+// CallError turns a gRPC error into a message with its code.
+func CallError(err error) error {
+	if s, ok := status.FromError(err); ok {
+		return fmt.Errorf("%s: %s", s.Code(), s.Message())
+	}
+	return err
+}
+
+// Run runs op (a reserve or a seize) on a new Session stream of c, prints
+// the hold to stdout, waits until sigCtx ends or holdFor (0: until sigCtx
+// ends) has passed, then releases what is left of the hold and closes the
+// stream (which releases it anyway). Every call waits at most timeout for
+// its answer. ok is false when the reserve was rejected (printed).
+func Run(sigCtx context.Context, c charonv1.CharonClient, op *charonv1.SessionRequest, holdFor, timeout time.Duration, stdout io.Writer) (ok bool, err error) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel() // ends the stream: the server releases the session's holds
+	st, err := c.Session(ctx)
+	if err != nil {
+		return false, CallError(err)
+	}
+	call := func(req *charonv1.SessionRequest) (*charonv1.SessionResponse, error) {
+		req.Id++
+		if err := st.Send(req); err != nil {
+			return nil, CallError(err)
+		}
+		recvd := make(chan error, 1)
+		var resp *charonv1.SessionResponse
+		go func() {
+			var err error
+			resp, err = st.Recv()
+			recvd <- err
+		}()
+		select {
+		case err := <-recvd:
+			if err != nil {
+				return nil, CallError(err)
+			}
+		case <-time.After(timeout):
+			return nil, fmt.Errorf("no answer in %v", timeout)
+		}
+		if e := resp.GetError(); e != nil {
+			return nil, fmt.Errorf("%s: %s", codeName(e.GetCode()), e.GetMessage())
+		}
+		return resp, nil
+	}
+	resp, err := call(op)
+	if err != nil {
+		return false, err
+	}
+	var holdID string
+	switch r := resp.GetResult().(type) {
+	case *charonv1.SessionResponse_Reserve:
+		PrintReservation(stdout, r.Reserve)
+		if !r.Reserve.GetOk() {
+			return false, nil
+		}
+		holdID = r.Reserve.GetHoldId()
+	case *charonv1.SessionResponse_Seize:
+		s := r.Seize
+		fmt.Fprintf(stdout, "hold %s\nseized %d copies (fencing token %d)\nresource %s domain %q groups %s\n",
+			s.GetHoldId(), s.GetCopies(), s.GetFencingToken(), s.GetTarget().GetResource(), s.GetTarget().GetDomain(), strings.Join(s.GetGroups(), ","))
+		holdID = s.GetHoldId()
+	default:
+		return false, fmt.Errorf("unexpected answer %v", resp)
+	}
+	if holdFor > 0 {
+		fmt.Fprintf(stdout, "holding for %v (interrupt to release now)\n", holdFor)
+		t := time.NewTimer(holdFor)
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-sigCtx.Done():
+		}
+	} else {
+		fmt.Fprintln(stdout, "holding until interrupted")
+		<-sigCtx.Done()
+	}
+	rel, err := call(&charonv1.SessionRequest{Id: op.Id, Operation: &charonv1.SessionRequest_Release{Release: &charonv1.ReleaseRequest{HoldId: holdID}}})
+	switch {
+	case err == nil:
+		fmt.Fprintf(stdout, "released %d copies\n", rel.GetRelease().GetReleased())
+	case strings.HasPrefix(err.Error(), "NotFound"):
+		// Released, transferred or lapsed meanwhile.
+		fmt.Fprintln(stdout, "nothing left to release:", err)
+	default:
+		// Closing the stream releases the hold anyway.
+		fmt.Fprintln(stdout, "release failed; closing the session releases the hold:", err)
+	}
+	st.CloseSend()
+	return true, nil
+}
+
+func codeName(c int32) string { return codes.Code(c).String() }
+
+// PrintReservation prints a reserve answer: the hold or why it was
+// rejected, and the copies held around it.
+func PrintReservation(w io.Writer, r *charonv1.ReserveResponse) {
+	if r.GetOk() {
+		fmt.Fprintf(w, "hold %s\ngranted %d copies (fencing token %d)", r.GetHoldId(), r.GetGranted(), r.GetFencingToken())
+		if r.GetReplayed() {
+			fmt.Fprint(w, ", replayed")
+		}
+		fmt.Fprintln(w)
+	} else {
+		fmt.Fprint(w, "rejected")
+		switch {
+		case r.GetLimitedByGroup() != "":
+			fmt.Fprintf(w, ": group %s is full", r.GetLimitedByGroup())
+		case r.GetLimitedByGlobal():
+			fmt.Fprint(w, ": global limit reached")
+		case r.GetLimitedByDomain():
+			fmt.Fprint(w, ": domain limit reached")
+		}
+		fmt.Fprintln(w)
+	}
+	x := r.GetContext()
+	fmt.Fprintf(w, "resource %s domain %q\n", r.GetTarget().GetResource(), r.GetTarget().GetDomain())
+	fmt.Fprintf(w, "domain limit %d, held by the domain %d", x.GetDomainLimit(), x.GetDomainHolds())
+	if x.GetGlobalLimit() > 0 {
+		fmt.Fprintf(w, "; global limit %d", x.GetGlobalLimit())
+	}
+	fmt.Fprintf(w, "; held by all %d\n", x.GetTotalHolds())
+	for _, g := range x.GetGroups() {
+		fmt.Fprintf(w, "group %s limit %d, held %d\n", g.GetName(), g.GetLimit(), g.GetHolds())
+	}
+}
