@@ -12,7 +12,6 @@ import (
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 )
@@ -54,6 +53,7 @@ func runAsk(args []string, stdout, stderr io.Writer) error {
 	hits := fs.Uint("hits", 0, "hits_addend of the request (0: one hit)")
 	asJSON := fs.Bool("json", false, "print the RateLimitResponse as JSON")
 	timeout := fs.Duration("timeout", 5*time.Second, "RPC timeout")
+	ct := clientTLS(fs)
 	if err := fs.Parse(args); err != nil {
 		if err == flag.ErrHelp {
 			return err
@@ -66,7 +66,11 @@ func runAsk(args []string, stdout, stderr io.Writer) error {
 	if *hits > 1<<32-1 {
 		return fmt.Errorf("%w: --hits is at most %d", errUsage, uint32(1<<32-1))
 	}
-	cc, err := grpc.NewClient(*addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	transport, err := dialOption(ct)
+	if err != nil {
+		return err
+	}
+	cc, err := grpc.NewClient(*addr, transport)
 	if err != nil {
 		return err
 	}

@@ -15,6 +15,7 @@ func runBench(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("charon bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.StringVar(&o.Addr, "addr", "localhost:8081", "server gRPC `HOST:PORT`")
+	ct := clientTLS(fs)
 	fs.IntVar(&o.Concurrency, "concurrency", 64, "requests in flight (closed loop)")
 	fs.DurationVar(&o.Duration, "duration", 10*time.Second, "measured run time")
 	fs.DurationVar(&o.Warmup, "warmup", time.Second, "unmeasured run time before it")
@@ -35,6 +36,11 @@ func runBench(args []string, stdout, stderr io.Writer) error {
 		}
 		return fmt.Errorf("%w: %v", errUsage, err)
 	}
+	transport, err := dialOption(ct)
+	if err != nil {
+		return err
+	}
+	o.Transport = transport
 	if o.Noop && o.Reserve {
 		return fmt.Errorf("%w: --noop and --reserve exclude each other", errUsage)
 	}
@@ -68,4 +74,3 @@ func runBench(args []string, stdout, stderr io.Writer) error {
 	}
 	return nil
 }
-

@@ -10,11 +10,11 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	charonv1 "github.com/charonlimit/charon/api/charon/v1"
 	"github.com/charonlimit/charon/internal/sessionhold"
+	"github.com/charonlimit/charon/internal/tlsconfig"
 )
 
 // The copy verbs: reserve and seize hold their copies on a Session stream
@@ -25,15 +25,21 @@ import (
 type holdFlags struct {
 	addr    string
 	timeout time.Duration
+	tls     *tlsconfig.ClientFlags
 }
 
 func (h *holdFlags) declare(fs *flag.FlagSet) {
 	fs.StringVar(&h.addr, "addr", "localhost:8081", "server gRPC `HOST:PORT`")
 	fs.DurationVar(&h.timeout, "timeout", 5*time.Second, "timeout of each call")
+	h.tls = clientTLS(fs)
 }
 
 func (h *holdFlags) dial() (*grpc.ClientConn, charonv1.CharonClient, error) {
-	cc, err := grpc.NewClient(h.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	transport, err := dialOption(h.tls)
+	if err != nil {
+		return nil, nil, err
+	}
+	cc, err := grpc.NewClient(h.addr, transport)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -10,6 +10,11 @@ import (
 	"io"
 	"os"
 	"runtime/debug"
+
+	"github.com/charonlimit/charon/internal/tlsconfig"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
 )
 
 // version is set with -ldflags "-X main.version=..."; otherwise the module
@@ -106,4 +111,24 @@ func versionString() string {
 		return bi.Main.Version
 	}
 	return "dev"
+}
+
+// clientTLS declares the TLS flags of a client verb.
+func clientTLS(fs *flag.FlagSet) *tlsconfig.ClientFlags {
+	f := new(tlsconfig.ClientFlags)
+	fs.BoolVar(&f.Force, "tls", false, "connect over TLS (implied by the other --tls-* flags)")
+	f.Bind(fs, "tls-", "the server")
+	return f
+}
+
+// dialOption is a client verb's transport: TLS when its flags ask for it.
+func dialOption(f *tlsconfig.ClientFlags) (grpc.DialOption, error) {
+	cfg, err := f.Config()
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", errUsage, err)
+	}
+	if cfg == nil {
+		return grpc.WithTransportCredentials(insecure.NewCredentials()), nil
+	}
+	return grpc.WithTransportCredentials(credentials.NewTLS(cfg)), nil
 }

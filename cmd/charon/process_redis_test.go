@@ -60,6 +60,12 @@ type proc struct {
 // /healthcheck answers 200.
 func startServe(t *testing.T, bin string, args ...string) *proc {
 	t.Helper()
+	return startServeEnv(t, bin, nil, args...)
+}
+
+// startServeEnv is startServe with extra environment variables.
+func startServeEnv(t *testing.T, bin string, env []string, args ...string) *proc {
+	t.Helper()
 	ports := freePorts(t, 3)
 	p := &proc{
 		grpcAddr:  "127.0.0.1:" + strconv.Itoa(ports[0]),
@@ -70,7 +76,7 @@ func startServe(t *testing.T, bin string, args ...string) *proc {
 	}
 	args = append([]string{"serve", "--grpc-addr", p.grpcAddr, "--http-addr", p.httpAddr, "--debug-addr", p.debugAddr}, args...)
 	p.cmd = exec.Command(bin, args...)
-	p.cmd.Env = append(os.Environ(), "LOG_FORMAT=text")
+	p.cmd.Env = append(append(os.Environ(), "LOG_FORMAT=text"), env...)
 	p.cmd.Stderr = p.stderr
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)

@@ -22,6 +22,7 @@ import (
 	"github.com/charonlimit/charon/internal/store"
 	"github.com/charonlimit/charon/internal/store/memstore"
 	"github.com/charonlimit/charon/internal/store/resilient"
+	"github.com/charonlimit/charon/internal/tlsconfig"
 	"github.com/charonlimit/charon/server"
 )
 
@@ -29,28 +30,26 @@ import (
 // envoyproxy/ratelimit's environment, CHARON_* variables and flags, in rising
 // precedence.
 type serveConfig struct {
-	ConfigDir     string
-	GRPCAddr      string
-	HTTPAddr      string
-	DebugAddr     string
-	Store         string
-	RedisURL      string
-	RedisCluster  bool
-	RedisPoolSize int
-	RedisTimeout  time.Duration
-	FailureMode   resilient.Mode
-	// RedisUsername and RedisPassword come from REDIS_AUTH only (never a
-	// flag, which ps would show); they override the URL's.
-	RedisUsername, RedisPassword string
-	MaxDescriptors               int
-	MaxKeys                      int
-	ResponseHeaders              bool
-	MergeDomains                 bool
-	FixedWindow                  bool
-	ShutdownTimeout              time.Duration
-	HeapFloorMiB                 int
-	LogLevel                     string
-	LogFormat                    string
+	ConfigDir string
+	GRPCAddr  string
+	HTTPAddr  string
+	DebugAddr string
+	Store     string
+	// Redis are the Redis flags; its Username and Password come from
+	// REDIS_AUTH only (never a flag, which ps would show).
+	Redis           redisbackend.Flags
+	MaxDescriptors  int
+	MaxKeys         int
+	ResponseHeaders bool
+	MergeDomains    bool
+	FixedWindow     bool
+	ShutdownTimeout time.Duration
+	HeapFloorMiB    int
+	LogLevel        string
+	LogFormat       string
+	// GRPCTLS is the gRPC port's TLS (and the HTTP port's with HTTPTLS).
+	GRPCTLS tlsconfig.ServerFlags
+	HTTPTLS bool
 }
 
 func defaultServeConfig() serveConfig {
@@ -61,7 +60,7 @@ func defaultServeConfig() serveConfig {
 		Store:           "memory",
 		MaxDescriptors:  64,
 		MaxKeys:         memstore.DefaultMaxKeys,
-		RedisTimeout:    resilient.DefaultTimeout,
+		Redis:           redisbackend.Flags{Options: redisbackend.Options{Timeout: resilient.DefaultTimeout}},
 		ShutdownTimeout: 10 * time.Second,
 		HeapFloorMiB:    defaultHeapFloorMiB,
 		LogLevel:        "info",
@@ -82,14 +81,15 @@ func serveFlags(fs *flag.FlagSet, c *serveConfig) {
 	fs.StringVar(&c.HTTPAddr, "http-addr", c.HTTPAddr, "HTTP listen `address` for /healthcheck and /json (env CHARON_HTTP_ADDR)")
 	fs.StringVar(&c.DebugAddr, "debug-addr", c.DebugAddr, "debug listen `address` for /metrics, /rlconfig, pprof (env CHARON_DEBUG_ADDR)")
 	fs.StringVar(&c.Store, "store", c.Store, "state store: memory or redis (env CHARON_STORE)")
-	fs.StringVar(&c.RedisURL, "redis-url", c.RedisURL, "Redis `URL` for --store redis: redis://, rediss://, redis-sentinel://, redis-cluster://, unix:// (env CHARON_REDIS_URL)")
-	redisFlags(fs, c)
+	c.Redis.Bind(fs)
 	fs.IntVar(&c.MaxDescriptors, "max-descriptors", c.MaxDescriptors, "most descriptors in one request (env CHARON_MAX_DESCRIPTORS)")
 	fs.IntVar(&c.MaxKeys, "max-keys", c.MaxKeys, "most tracked (resource, domain) pairs in memory, least recently used evicted (env CHARON_MAX_KEYS)")
 	fs.BoolVar(&c.ResponseHeaders, "response-headers", c.ResponseHeaders, "add RateLimit-Limit/-Remaining/-Reset response headers (env CHARON_RESPONSE_HEADERS)")
 	fs.BoolVar(&c.MergeDomains, "merge-domains", c.MergeDomains, "merge files that share a domain instead of refusing them (env CHARON_MERGE_DOMAINS)")
 	fs.BoolVar(&c.FixedWindow, "fixed-window", c.FixedWindow, "rate_limit without an algorithm uses envoyproxy/ratelimit's calendar-aligned fixed window instead of the exact sliding window (env CHARON_FIXED_WINDOW)")
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", c.ShutdownTimeout, "time in-flight requests get on SIGTERM (env CHARON_SHUTDOWN_TIMEOUT)")
+	c.GRPCTLS.Bind(fs, "grpc-tls-")
+	fs.BoolVar(&c.HTTPTLS, "http-tls", c.HTTPTLS, "serve the HTTP port over TLS too, with the gRPC port's certificate and client CA")
 	fs.IntVar(&c.HeapFloorMiB, "heap-floor-mib", c.HeapFloorMiB, "the garbage collector's heap goal is at least this many MiB while the live heap is small; 0: Go's default (env CHARON_HEAP_FLOOR_MIB)")
 }
 
@@ -115,7 +115,7 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (se
 	if err != nil {
 		return c, fmt.Errorf("%w: %v", errUsage, err)
 	}
-	c.RedisUsername, c.RedisPassword = lyft.RedisUsername, lyft.RedisPassword
+	c.Redis.Username, c.Redis.Password = lyft.RedisUsername, lyft.RedisPassword
 	if lyft.LogLevel != "" {
 		c.LogLevel = lyft.LogLevel
 	}
@@ -145,8 +145,8 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (se
 	switch c.Store {
 	case "memory":
 	case "redis":
-		if err := checkRedis(c); err != nil {
-			return c, err
+		if _, err := c.Redis.Resolve(); err != nil {
+			return c, fmt.Errorf("%w: %v", errUsage, err)
 		}
 	default:
 		return c, fmt.Errorf("%w: --store %q: want memory or redis", errUsage, c.Store)
@@ -162,6 +162,12 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (se
 	}
 	if c.HeapFloorMiB < 0 || c.HeapFloorMiB > 1<<20 {
 		return c, fmt.Errorf("%w: --heap-floor-mib %d: want 0 to 1048576", errUsage, c.HeapFloorMiB)
+	}
+	if err := c.GRPCTLS.Check("grpc-tls-"); err != nil {
+		return c, fmt.Errorf("%w: %v", errUsage, err)
+	}
+	if c.HTTPTLS && !c.GRPCTLS.On() {
+		return c, fmt.Errorf("%w: --http-tls needs --grpc-tls-cert and --grpc-tls-key", errUsage)
 	}
 	if _, err := parseLevel(c.LogLevel); err != nil {
 		return c, err
@@ -205,13 +211,24 @@ func runServe(args []string, getenv func(string) string, stderr io.Writer) error
 		backend *redisbackend.Backend
 		held    func() float64
 	)
+	tlsCfg, err := c.GRPCTLS.Config()
+	if err != nil {
+		log.Error("cannot start", "err", err.Error())
+		return errReported
+	}
 	if c.Store == "redis" {
-		if backend, err = redisbackend.Open(backendOptions(c, local, log)); err != nil {
+		bo, err := c.Redis.Resolve()
+		if err != nil {
+			log.Error("cannot start", "err", err.Error())
+			return errReported
+		}
+		bo.Local, bo.Logger = local, log
+		if backend, err = redisbackend.Open(bo); err != nil {
 			log.Error("cannot start", "err", "redis store: "+err.Error())
 			return errReported
 		}
 		defer backend.Close()
-		log.Info("store", "kind", "redis", "failure_mode", c.FailureMode.String(), "timeout", c.RedisTimeout)
+		log.Info("store", "kind", "redis", "failure_mode", bo.FailureMode.String(), "timeout", bo.Timeout)
 		st, copies = backend.Store(), backend.Copies()
 		metrics = server.NewMetrics(nil)
 		backend.Register(metrics.Registry)
@@ -244,6 +261,10 @@ func runServe(args []string, getenv func(string) string, stderr io.Writer) error
 		Logger:          log,
 		Metrics:         metrics,
 		Charon:          server.CharonOptions{Engine: eng, Holds: held},
+		GRPCTLS:         tlsCfg,
+	}
+	if c.HTTPTLS {
+		opts.HTTPTLS = tlsCfg
 	}
 	if c.ConfigDir == "" {
 		log.Warn("no --config directory: serving with no configuration, every request is OK")

@@ -26,36 +26,36 @@ func TestParseServeRedis(t *testing.T) {
 		{"flags", []string{"--store", "redis", "--redis-url", "redis://h:1/2", "--redis-cluster", "--redis-pool-size", "7",
 			"--redis-timeout", "5ms", "--failure-mode", "unavailable"}, nil,
 			with(func(c *serveConfig) {
-				c.Store, c.RedisURL, c.RedisCluster, c.RedisPoolSize = "redis", "redis://h:1/2", true, 7
-				c.RedisTimeout, c.FailureMode = 5*time.Millisecond, resilient.ModeUnavailable
+				c.Store, c.Redis.URL, c.Redis.Cluster, c.Redis.PoolSize = "redis", "redis://h:1/2", true, 7
+				c.Redis.Options.Timeout, c.Redis.Options.FailureMode = 5*time.Millisecond, resilient.ModeUnavailable
 			})},
 		{"charon env", nil, map[string]string{"CHARON_STORE": "redis", "CHARON_REDIS_URL": "redis-cluster://a:1,b:2",
 			"CHARON_REDIS_POOL_SIZE": "3", "CHARON_REDIS_TIMEOUT": "20ms", "CHARON_FAILURE_MODE": "open"},
 			with(func(c *serveConfig) {
-				c.Store, c.RedisURL, c.RedisPoolSize = "redis", "redis-cluster://a:1,b:2", 3
-				c.RedisTimeout, c.FailureMode = 20*time.Millisecond, resilient.ModeOpen
+				c.Store, c.Redis.URL, c.Redis.PoolSize = "redis", "redis-cluster://a:1,b:2", 3
+				c.Redis.Options.Timeout, c.Redis.Options.FailureMode = 20*time.Millisecond, resilient.ModeOpen
 			})},
 		{"lyft single tcp", nil, map[string]string{"REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "redis:6379",
 			"REDIS_POOL_SIZE": "5", "REDIS_AUTH": "secret"},
 			with(func(c *serveConfig) {
-				c.Store, c.RedisURL, c.RedisPoolSize, c.RedisPassword = "redis", "redis://redis:6379", 5, "secret"
+				c.Store, c.Redis.URL, c.Redis.PoolSize, c.Redis.Password = "redis", "redis://redis:6379", 5, "secret"
 			})},
 		{"lyft single tls with user", nil, map[string]string{"BACKEND_TYPE": "redis", "REDIS_URL": "redis:6379",
 			"REDIS_TLS": "true", "REDIS_AUTH": "u:p:w"},
 			with(func(c *serveConfig) {
-				c.Store, c.RedisURL, c.RedisUsername, c.RedisPassword = "redis", "rediss://redis:6379", "u", "p:w"
+				c.Store, c.Redis.URL, c.Redis.Username, c.Redis.Password = "redis", "rediss://redis:6379", "u", "p:w"
 			})},
 		{"lyft unix socket", nil, map[string]string{"REDIS_SOCKET_TYPE": "unix", "REDIS_URL": "/var/run/redis.sock"},
-			with(func(c *serveConfig) { c.Store, c.RedisURL = "redis", "unix:///var/run/redis.sock" })},
+			with(func(c *serveConfig) { c.Store, c.Redis.URL = "redis", "unix:///var/run/redis.sock" })},
 		{"lyft sentinel", nil, map[string]string{"REDIS_TYPE": "SENTINEL", "REDIS_URL": "mymaster,s1:26379,s2:26379"},
-			with(func(c *serveConfig) { c.Store, c.RedisURL = "redis", "redis-sentinel://s1:26379,s2:26379/mymaster" })},
+			with(func(c *serveConfig) { c.Store, c.Redis.URL = "redis", "redis-sentinel://s1:26379,s2:26379/mymaster" })},
 		{"lyft cluster tls", nil, map[string]string{"REDIS_TYPE": "cluster", "REDIS_URL": "a:7000,b:7001", "REDIS_TLS": "1"},
-			with(func(c *serveConfig) { c.Store, c.RedisURL = "redis", "rediss-cluster://a:7000,b:7001" })},
+			with(func(c *serveConfig) { c.Store, c.Redis.URL = "redis", "rediss-cluster://a:7000,b:7001" })},
 		{"charon beats lyft", []string{"--redis-url", "redis://flag:1"}, map[string]string{"REDIS_URL": "lyft:1",
 			"CHARON_REDIS_URL": "redis://env:1"},
-			with(func(c *serveConfig) { c.Store, c.RedisURL = "redis", "redis://flag:1" })},
+			with(func(c *serveConfig) { c.Store, c.Redis.URL = "redis", "redis://flag:1" })},
 		{"store memory beats lyft", []string{"--store", "memory"}, map[string]string{"REDIS_URL": "lyft:1"},
-			with(func(c *serveConfig) { c.RedisURL = "redis://lyft:1" })},
+			with(func(c *serveConfig) { c.Redis.URL = "redis://lyft:1" })},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

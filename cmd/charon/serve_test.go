@@ -44,7 +44,7 @@ func TestParseServePrecedence(t *testing.T) {
 				c.HeapFloorMiB = 256
 				c.ConfigDir, c.GRPCAddr, c.HTTPAddr, c.DebugAddr = "/e", ":11", ":12", ":13"
 				c.MaxDescriptors, c.MaxKeys, c.ResponseHeaders, c.MergeDomains, c.ShutdownTimeout = 9, 7, true, true, time.Minute
-				c.RedisURL = "redis://x"
+				c.Redis.URL = "redis://x"
 				c.FixedWindow = true
 			})},
 		{"flag beats env", []string{"--grpc-addr", ":1", "--response-headers=false"},

@@ -74,7 +74,7 @@ type Engine struct {
 	copies   copystore.Store
 	// onSetTree is Options.OnSetTree.
 	onSetTree func(*descriptors.Tree)
-	copyIdx  atomic.Pointer[copyIndex]
+	copyIdx   atomic.Pointer[copyIndex]
 }
 
 // scratch holds one request's working buffers, reused through a pool.

@@ -35,9 +35,12 @@ type Options struct {
 	Hot         bool
 	Three       bool
 	Timeout     time.Duration
-	Noop        bool
-	Reserve     bool
-	Unary       bool
+	// Transport is the connections' transport credentials option; nil
+	// means plaintext.
+	Transport grpc.DialOption
+	Noop      bool
+	Reserve   bool
+	Unary     bool
 }
 
 // Result is one run's outcome.
@@ -54,7 +57,11 @@ func (r Result) RPS() float64 { return float64(r.Requests) / r.Elapsed.Seconds()
 func Run(o Options) (Result, error) {
 	conns := make([]*grpc.ClientConn, o.Conns)
 	for i := range conns {
-		cc, err := grpc.NewClient(o.Addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		transport := o.Transport
+		if transport == nil {
+			transport = grpc.WithTransportCredentials(insecure.NewCredentials())
+		}
+		cc, err := grpc.NewClient(o.Addr, transport)
 		if err != nil {
 			return Result{}, err
 		}

@@ -11,6 +11,10 @@
 //	REDIS_URL with REDIS_TYPE, REDIS_SOCKET_TYPE, REDIS_TLS    --store redis, --redis-url
 //	REDIS_AUTH                                                 Settings.RedisUsername, RedisPassword (never a flag)
 //	REDIS_POOL_SIZE                                            --redis-pool-size
+//	GRPC_SERVER_USE_TLS with GRPC_SERVER_TLS_CERT, _KEY        --grpc-tls-cert, --grpc-tls-key
+//	GRPC_CLIENT_TLS_CACERT, GRPC_CLIENT_TLS_SAN                --grpc-tls-client-ca, --grpc-tls-client-san
+//	REDIS_TLS_CACERT, REDIS_TLS_CLIENT_CERT, _KEY              --redis-tls-ca, --redis-tls-cert, --redis-tls-key
+//	REDIS_TLS_SKIP_HOSTNAME_VERIFICATION                       --redis-tls-skip-verify
 package lyftenv
 
 import (
@@ -55,6 +59,9 @@ const (
 )
 
 func read(s *Settings, getenv func(string) string) error {
+	if err := readTLS(s, getenv); err != nil {
+		return err
+	}
 	root, sub, app := getenv("RUNTIME_ROOT"), getenv("RUNTIME_SUBDIRECTORY"), getenv("RUNTIME_APPDIRECTORY")
 	if root != "" || sub != "" || app != "" {
 		if root == "" {
@@ -195,5 +202,55 @@ func readRedis(s *Settings, getenv func(string) string) error {
 		return fmt.Errorf("REDIS_TYPE=%q: want SINGLE, SENTINEL or CLUSTER", t)
 	}
 	s.set("store", "redis", "REDIS_URL")
+	return nil
+}
+
+// readTLS maps the TLS variables of the gRPC server and of Redis.
+func readTLS(s *Settings, getenv func(string) string) error {
+	boolean := func(name string) (bool, error) {
+		v := getenv(name)
+		if v == "" {
+			return false, nil
+		}
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			return false, fmt.Errorf("%s=%q: not a boolean", name, v)
+		}
+		return b, nil
+	}
+	on, err := boolean("GRPC_SERVER_USE_TLS")
+	if err != nil {
+		return err
+	}
+	cert, key := getenv("GRPC_SERVER_TLS_CERT"), getenv("GRPC_SERVER_TLS_KEY")
+	if on {
+		if cert == "" || key == "" {
+			return fmt.Errorf("GRPC_SERVER_USE_TLS=true needs GRPC_SERVER_TLS_CERT and GRPC_SERVER_TLS_KEY")
+		}
+		s.set("grpc-tls-cert", cert, "GRPC_SERVER_TLS_CERT")
+		s.set("grpc-tls-key", key, "GRPC_SERVER_TLS_KEY")
+		if v := getenv("GRPC_CLIENT_TLS_CACERT"); v != "" {
+			s.set("grpc-tls-client-ca", v, "GRPC_CLIENT_TLS_CACERT")
+		}
+		if v := getenv("GRPC_CLIENT_TLS_SAN"); v != "" {
+			s.set("grpc-tls-client-san", v, "GRPC_CLIENT_TLS_SAN")
+		}
+	}
+	for _, m := range []struct{ env, flag string }{
+		{"REDIS_TLS_CACERT", "redis-tls-ca"},
+		{"REDIS_TLS_CLIENT_CERT", "redis-tls-cert"},
+		{"REDIS_TLS_CLIENT_KEY", "redis-tls-key"},
+	} {
+		if v := getenv(m.env); v != "" {
+			s.set(m.flag, v, m.env)
+		}
+	}
+	skip, err := boolean("REDIS_TLS_SKIP_HOSTNAME_VERIFICATION")
+	if err != nil {
+		return err
+	}
+	if skip {
+		s.set("redis-tls-skip-verify", "true", "REDIS_TLS_SKIP_HOSTNAME_VERIFICATION")
+	}
 	return nil
 }

@@ -1,0 +1,59 @@
+package redisbackend
+
+import (
+	"errors"
+	"flag"
+	"strings"
+
+	"github.com/charonlimit/charon/internal/tlsconfig"
+)
+
+// Flags are the Redis settings of `charon serve` as command-line flags.
+type Flags struct {
+	URL         string
+	Cluster     bool
+	PoolSize    int
+	Options     Options // Timeout and FailureMode are bound; the rest is set by the caller
+	TLS         tlsconfig.ClientFlags
+	Username    string // never a flag (ps would show it): REDIS_AUTH
+	Password    string
+}
+
+// Bind declares --redis-url, --redis-cluster, --redis-pool-size,
+// --redis-timeout, --failure-mode and --redis-tls-* on fs, with f's values
+// as defaults.
+func (f *Flags) Bind(fs *flag.FlagSet) {
+	fs.StringVar(&f.URL, "redis-url", f.URL, "Redis `URL` for --store redis: redis://, rediss://, redis-sentinel://, redis-cluster://, unix:// (env CHARON_REDIS_URL)")
+	fs.BoolVar(&f.Cluster, "redis-cluster", f.Cluster, "treat the hosts of a redis:// or rediss:// --redis-url as Cluster seeds (env CHARON_REDIS_CLUSTER)")
+	fs.IntVar(&f.PoolSize, "redis-pool-size", f.PoolSize, "Redis connections per node; 0: 10 per CPU (env CHARON_REDIS_POOL_SIZE)")
+	fs.DurationVar(&f.Options.Timeout, "redis-timeout", f.Options.Timeout, "time limit of a Redis decision when the caller sends no gRPC deadline (with one, Redis is waited for until 2ms before it); then the failure mode decides (env CHARON_REDIS_TIMEOUT)")
+	fs.Var(&f.Options.FailureMode, "failure-mode", "what decides while Redis fails: local, open, closed or unavailable (env CHARON_FAILURE_MODE)")
+	f.TLS.Bind(fs, "redis-tls-", "Redis")
+}
+
+// Resolve checks the flags without connecting and returns the Options
+// they make (with Local and Logger left to the caller); an error names the
+// flag at fault.
+func (f *Flags) Resolve() (Options, error) {
+	o := f.Options
+	o.URL, o.Cluster, o.PoolSize, o.Username, o.Password = f.URL, f.Cluster, f.PoolSize, f.Username, f.Password
+	switch {
+	case o.URL == "":
+		return o, errors.New("--store redis needs --redis-url")
+	case o.PoolSize < 0:
+		return o, errors.New("--redis-pool-size must not be negative")
+	case o.Timeout <= 0:
+		return o, errors.New("--redis-timeout must be positive")
+	case strings.HasPrefix(o.URL, "unix://") && o.Cluster:
+		return o, errors.New("--redis-cluster with a unix socket")
+	}
+	cfg, err := f.TLS.Config()
+	if err != nil {
+		return o, errors.New("--redis-tls-*: " + err.Error())
+	}
+	o.TLSConfig = cfg
+	if err := Check(o); err != nil {
+		return o, errors.New("--redis-url: " + err.Error())
+	}
+	return o, nil
+}
