@@ -313,7 +313,7 @@ func (c *Copies) Collector() prometheus.Collector {
 			Value: func(s CopyStats) float64 { return float64(s.ReapedHolds) }},
 		collect.Metric[CopyStats]{Name: "reaped_transfers_total", Help: "Unseized transfers released by this process's periodic sweeps.", Counter: true,
 			Value: func(s CopyStats) float64 { return float64(s.ReapedTransfers) }},
-		collect.Metric[CopyStats]{Name: "sweeps_total", Help: "Completed sweeps of every copy log in the Redis.", Counter: true,
+		collect.Metric[CopyStats]{Name: "sweeps_total", Help: "Completed sweeps of the indexed copy logs in the Redis.", Counter: true,
 			Value: func(s CopyStats) float64 { return float64(s.Sweeps) }},
 	)
 }

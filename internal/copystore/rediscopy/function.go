@@ -60,7 +60,19 @@ func (s *Store) call(ctx context.Context, now time.Time, resource, op string, ar
 	keys := []string{s.key(resource)}
 	var v any
 	err := lib.Run(ctx, s.c, func() (err error) {
-		v, err = s.c.FCall(ctx, funcName, keys, argv...).Result()
+		if op != "reserve" && op != "seize" && op != "transfer" {
+			v, err = s.c.FCall(ctx, funcName, keys, argv...).Result()
+			return err
+		}
+		// An operation that can leave holds or transfers indexes its
+		// resource for the reaper first, in the same round trip (a
+		// superset of the logs with holds is all the reaper needs).
+		pipe := s.c.Pipeline()
+		pipe.ZIncrBy(ctx, s.indexKey(), 1, resource)
+		pipe.PExpire(ctx, s.indexKey(), indexTTL)
+		cmd := pipe.FCall(ctx, funcName, keys, argv...)
+		_, _ = pipe.Exec(ctx)
+		v, err = cmd.Result()
 		return err
 	})
 	if err != nil {

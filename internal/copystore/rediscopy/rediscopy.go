@@ -26,7 +26,6 @@ package rediscopy
 import (
 	"context"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -83,6 +82,25 @@ func (s *Store) Close() error {
 
 func (s *Store) key(resource string) string { return s.prefix + "c{" + resource + "}" }
 
+// indexKey is the reaper's index: a sorted set of the resources whose
+// copy logs may hold holds or transfers, each scored by a counter that every
+// reserve, seize and transfer on it increments. A sweep visits its members
+// only, and removes a member whose log it found empty unless an operation
+// indexed it again meanwhile (the counter moved). One key, so on a Cluster
+// it lives on one master.
+func (s *Store) indexKey() string { return s.prefix + "copies-index" }
+
+// indexTTL is the index's life after its last update: as long as a copy log
+// outlives its last expiry.
+const indexTTL = 30 * 24 * time.Hour
+
+// unindex removes resource from the index if its counter is still score.
+var unindex = redis.NewScript(`
+if redis.call('ZSCORE', KEYS[1], ARGV[1]) == ARGV[2] then
+  return redis.call('ZREM', KEYS[1], ARGV[1])
+end
+return 0`)
+
 // Reserve runs copylog.Reserve on resource: one FCALL.
 func (s *Store) Reserve(ctx context.Context, now time.Time, resource string, cfg *copylog.Config, r copylog.ReserveRequest) (copylog.Reservation, error) {
 	return reserveFCall(s, ctx, now, resource, cfg, r)
@@ -113,8 +131,9 @@ func (s *Store) ReleaseSession(ctx context.Context, now time.Time, resource, ses
 	return releaseSessionFCall(s, ctx, now, resource, session)
 }
 
-// Reap expires the lapsed holds and transfers of every resource in the
-// Redis (on every master of a Cluster).
+// Reap expires the lapsed holds and transfers of the indexed resources
+// (see indexKey): the logs that reserves, seizes and transfers left holds
+// or transfers in.
 func (s *Store) Reap(ctx context.Context, now time.Time) error {
 	_, err := s.Sweep(ctx, now)
 	return err
@@ -134,10 +153,10 @@ type SweepStats struct {
 	Logs   int // copy logs visited
 }
 
-// Sweep is Reap, reporting what it released and what the copy logs hold
-// afterwards, summed over every resource in the Redis: a view of all the
-// processes sharing it, as of the sweep. On an error the stats cover the
-// logs visited before it.
+// Sweep is Reap, reporting what it released and what the indexed copy
+// logs hold afterwards: a view of all the processes sharing the Redis, as of
+// the sweep. It visits the resources of the index (see indexKey), never the
+// keyspace. On an error the stats cover the logs visited before it.
 func (s *Store) Sweep(ctx context.Context, now time.Time) (SweepStats, error) {
 	var st SweepStats
 	select {
@@ -145,33 +164,34 @@ func (s *Store) Sweep(ctx context.Context, now time.Time) (SweepStats, error) {
 		return st, ErrClosed
 	default:
 	}
-	var mu sync.Mutex // ForEachMaster runs the masters concurrently
-	reapNode := func(ctx context.Context, c redis.UniversalClient) error {
-		it := c.Scan(ctx, 0, s.prefix+"c{*", 256).Iterator()
-		for it.Next(ctx) {
-			k := it.Val()
-			res := k[len(s.prefix)+2 : len(k)-1]
-			r, live, err := expireFCall(s, ctx, now, res)
-			if err != nil {
-				return err
+	it := s.c.ZScan(ctx, s.indexKey(), 0, "", 256).Iterator()
+	for it.Next(ctx) {
+		res := it.Val()
+		if !it.Next(ctx) {
+			break
+		}
+		score := it.Val()
+		r, live, err := expireFCall(s, ctx, now, res)
+		if err != nil {
+			return st, err
+		}
+		st.Logs++
+		st.Reaped.Holds += r.Holds
+		st.Reaped.Transfers += r.Transfers
+		st.Reaped.Copies += r.Copies
+		st.Live.Holds += live.Holds
+		st.Live.Transfers += live.Transfers
+		st.Live.Copies += live.Copies
+		if live.Holds == 0 && live.Transfers == 0 {
+			if err := unindex.Run(ctx, s.c, []string{s.indexKey()}, res, score).Err(); err != nil {
+				return st, fmt.Errorf("%w: index: %v", copystore.ErrUnavailable, err)
 			}
-			mu.Lock()
-			st.Logs++
-			st.Reaped.Holds += r.Holds
-			st.Reaped.Transfers += r.Transfers
-			st.Reaped.Copies += r.Copies
-			st.Live.Holds += live.Holds
-			st.Live.Transfers += live.Transfers
-			st.Live.Copies += live.Copies
-			mu.Unlock()
 		}
-		if err := it.Err(); err != nil {
-			return fmt.Errorf("%w: scan: %v", copystore.ErrUnavailable, err)
-		}
-		return nil
 	}
-	err := redisfunc.EachMaster(ctx, s.c, reapNode)
-	return st, err
+	if err := it.Err(); err != nil {
+		return st, fmt.Errorf("%w: index: %v", copystore.ErrUnavailable, err)
+	}
+	return st, nil
 }
 
 var _ copystore.Store = (*Store)(nil)

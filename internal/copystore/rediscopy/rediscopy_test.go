@@ -3,6 +3,7 @@ package rediscopy
 import (
 	"context"
 	"errors"
+	"slices"
 	"strconv"
 	"sync/atomic"
 	"testing"
@@ -158,7 +159,9 @@ func (h countHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pro
 }
 
 // TestOneFCallPerOperation: every operation, granted, rejected or failing on
-// the state, is exactly one FCALL once the function is loaded.
+// the state, is exactly one FCALL once the function is loaded; a reserve,
+// transfer or seize indexes its resource for the reaper in the same round
+// trip (one pipeline).
 func TestOneFCallPerOperation(t *testing.T) {
 	n := redistest.Single(t)
 	c := redis.NewClient(&redis.Options{Addr: n.Addr()})
@@ -201,17 +204,29 @@ func TestOneFCallPerOperation(t *testing.T) {
 		if err := op.do(); err != nil {
 			t.Fatalf("%s: %v", op.name, err)
 		}
-		if len(cmds) != 1 || cmds[0] != "fcall" {
-			t.Errorf("%s sent %v, want one fcall", op.name, cmds)
+		want := []string{"fcall"}
+		switch op.name {
+		case "reserve", "rejected reserve", "transfer", "seize":
+			want = []string{"zincrby", "pexpire", "fcall"}
+		}
+		// A new connection's handshake (hello, client) is not the
+		// operation's.
+		sent := slices.DeleteFunc(slices.Clone(cmds), func(c string) bool { return c == "hello" || c == "client" })
+		if !slices.Equal(sent, want) {
+			t.Errorf("%s sent %v, want %v", op.name, sent, want)
 		}
 	}
-	// The reaper: one SCAN, then one FCALL per copy log.
+	// The reaper: the index, then one FCALL per indexed copy log; no SCAN
+	// of the keyspace.
 	cmds = cmds[:0]
 	if err := s.Reap(ctx, now); err != nil {
 		t.Fatal(err)
 	}
-	if len(cmds) != 2 || cmds[0] != "scan" || cmds[1] != "fcall" {
-		t.Errorf("reap sent %v, want scan and one fcall", cmds)
+	// The log was left empty: the sweep also drops it from the index (a
+	// script on the index key).
+	if len(cmds) < 2 || cmds[0] != "zscan" || cmds[1] != "fcall" || slices.Contains(cmds, "scan") ||
+		slices.Index(cmds[2:], "fcall") >= 0 {
+		t.Errorf("reap sent %v, want zscan, one fcall, and the index update", cmds)
 	}
 	// Every key the store wrote has a TTL.
 	keys, err := c.Keys(ctx, "*").Result()
@@ -264,5 +279,63 @@ func TestSweepStats(t *testing.T) {
 	want = SweepStats{Logs: 2, Reaped: copylog.Reaped{Holds: 1, Transfers: 1, Copies: 4}, Live: Live{Holds: 2, Transfers: 0, Copies: 5}}
 	if st != want {
 		t.Fatalf("sweep after a1 and x1 lapsed: %+v, want %+v", st, want)
+	}
+}
+
+// TestSweepVisitsTheIndexOnly: a sweep visits the indexed copy logs only,
+// whatever else the keyspace holds, reaps the lapsed hold of a log nobody
+// touches, and drops a log it found empty from the index, but not one an
+// operation indexed again meanwhile.
+func TestSweepVisitsTheIndexOnly(t *testing.T) {
+	n := redistest.Single(t)
+	c := redis.NewClient(&redis.Options{Addr: n.Addr()})
+	t.Cleanup(func() { c.Close() })
+	ctx := context.Background()
+	for i := range 300 {
+		if err := c.Set(ctx, "other:"+strconv.Itoa(i), "x", time.Hour).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s := New(c, Options{KeyPrefix: newPrefix(), Clock: redisfunc.ClockCaller})
+	cfg := &copylog.Config{DomainLimit: 10}
+	t0 := time.Unix(1_800_000_000, 0)
+	for _, h := range []struct {
+		res   string
+		lease time.Duration
+	}{{"short", time.Second}, {"long", time.Hour}} {
+		if r, err := s.Reserve(ctx, t0, h.res, cfg, copylog.ReserveRequest{Domain: "d", Copies: 2, HoldID: h.res, Lease: h.lease}); err != nil || !r.OK {
+			t.Fatalf("reserve %s: %+v %v", h.res, r, err)
+		}
+	}
+	var cmds []string
+	c.AddHook(countHook{&cmds})
+	st, err := s.Sweep(ctx, t0.Add(2*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Logs != 2 || st.Reaped.Holds != 1 || st.Live.Holds != 1 || st.Live.Copies != 2 {
+		t.Errorf("sweep: %+v; want 2 logs visited, 1 hold reaped, 1 left with 2 copies", st)
+	}
+	for _, c := range cmds {
+		if c == "scan" {
+			t.Errorf("the sweep scanned the keyspace: %v", cmds)
+		}
+	}
+	members, err := c.ZRange(ctx, s.indexKey(), 0, -1).Result()
+	if err != nil || !slices.Equal(members, []string{"long"}) {
+		t.Errorf("index after the sweep: %v %v; want [long]", members, err)
+	}
+	if ttl, err := c.PTTL(ctx, s.indexKey()).Result(); err != nil || ttl <= 0 {
+		t.Errorf("index TTL %v %v", ttl, err)
+	}
+	// An operation between the visit and the removal keeps its entry.
+	if err := c.ZIncrBy(ctx, s.indexKey(), 1, "long").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := unindex.Run(ctx, c, []string{s.indexKey()}, "long", "1").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := c.ZCard(ctx, s.indexKey()).Result(); n != 1 {
+		t.Errorf("an entry indexed again was removed by a stale sweep")
 	}
 }
