@@ -785,9 +785,14 @@ local function copy(v, q, e, o, j, t, b, n)
   return j, cnt, at
 end
 
+-- The writes and item replies the many path holds back until every item
+-- is granted (made once).
+local PK, PB, PM, PR = {}, {}, {}, {}
+
 -- one1: the whole answer, or nil and the state's array (unblob's answer)
--- for decide.
-local function one1(key, p, t, k, m, maxttl)
+-- for decide. With slot, a grant is not written: its key, state, expiry
+-- and item reply go to PK, PB, PM and PR at slot, and one1 answers true.
+local function one1(key, p, t, k, m, maxttl, slot)
   local v = unblob(redis.call('GET', key), 0)
   local sm, inn, ent, tp, tm = 0, false, 0, 0, 0
   if v then
@@ -846,10 +851,52 @@ local function one1(key, p, t, k, m, maxttl)
   if sat + SEC > at then at = sat + SEC end
   local ms = floormul(t, 1000) / 1000 + maxttl
   if at ~= INF then ms = min(ceildiv(at, 1000), ms) end
-  redis.call('SET', key, mpack(o), 'PXAT', ms)
   local f = 1
   if burst then f = 3 end
+  if slot then
+    PK[slot], PB[slot], PM[slot] = key, mpack(o), ms
+    PR[slot] = spack('>ddddddddd', f, n, 1, cnt, dom + n, 0, max(0, min(MAXC - n, lim - cnt)), 0, reset)
+    return true
+  end
+  redis.call('SET', key, mpack(o), 'PXAT', ms)
   return spack('>ddddddddddd', 0, t, f, n, 1, cnt, dom + n, 0, max(0, min(MAXC - n, lim - cnt)), 0, reset)
+end
+
+-- many: a call of several take items on distinct state keys whose policies
+-- are one tier with no hard or global limit (Envoy's several plain
+-- rate_limit descriptors), when every item is granted. store.Apply's steps
+-- reduce to one tiers.Request per item: no refund (step 1); each item is
+-- its own group, sharing no state and no global room (step 2); every Peek
+-- grants, so no group rejects the call (step 3) and each Request grants
+-- what its Peek did (step 4). The grants are decided first and written
+-- only when all of them are; otherwise nil, with nothing written, for the
+-- general path. SEEN marks the keys of the call.
+local SEEN = {}
+local function many(KEYS, ARGV, now, maxttl, n, pos)
+  local ok = true
+  for i = 1, n do
+    local sk, gk, pi, hits, mn, f
+    sk, gk, pi, hits, mn, f, pos = sunpack('>dddddd', ARGV[1], pos)
+    local p = nil
+    if gk == 0 and fmod(f, 2) == 0 and not SEEN[sk] then p = policy(ARGV[2 + pi]) end
+    SEEN[sk] = true
+    if not (p and p.one and one1(KEYS[sk], p, now, hits, mn, maxttl, i) == true) then
+      ok = false
+      break
+    end
+  end
+  for k in pairs(SEEN) do SEEN[k] = nil end
+  if not ok then
+    for i = 1, n do PK[i], PB[i], PM[i], PR[i] = nil, nil, nil, nil end
+    return nil
+  end
+  for i = 1, n do
+    redis.call('SET', PK[i], PB[i], 'PXAT', PM[i])
+  end
+  PR[0] = spack('>dd', 0, now)
+  local r = table.concat(PR, '', 0, n)
+  for i = 0, n do PK[i], PB[i], PM[i], PR[i] = nil, nil, nil, nil end
+  return r
 end
 
 local function statekind(p)
@@ -1080,6 +1127,10 @@ local function fdecide(KEYS, ARGV)
       if gs and gs.dirty then save(KEYS[gk], gs, now, maxttl) end
       return rone(now, d, d.granted)
     end
+  end
+  if n > 1 and mode <= 2 then
+    local r = many(KEYS, ARGV, now, maxttl, n, pos)
+    if r then return r end
   end
   return general(KEYS, ARGV, mode, now, maxttl, lockttl, nk, n, pos)
 end
