@@ -44,7 +44,7 @@ import (
 // Apply does not allocate. It returns an error wrapping ErrBadItem, before
 // changing anything, when an item cannot be decided.
 func Apply(now time.Time, items []Item, states []*tiers.State, globals []*tiers.Global, out []tiers.Decision) (committed bool, err error) {
-	if err := Check(items); err != nil {
+	if err := Check(items, out); err != nil {
 		return false, err
 	}
 	if len(states) < len(items) || len(globals) < len(items) || len(out) < len(items) {
@@ -135,8 +135,13 @@ func Apply(now time.Time, items []Item, states []*tiers.State, globals []*tiers.
 	return true, nil
 }
 
-// Check reports, wrapping ErrBadItem, the first item that cannot be decided.
-func Check(items []Item) error {
+// Check reports, wrapping ErrBadItem, the first item that cannot be decided,
+// or an out too short for the items' decisions: what every Decide checks
+// before touching state.
+func Check(items []Item, out []tiers.Decision) error {
+	if len(out) < len(items) {
+		return fmt.Errorf("%w: %d items, %d decisions", ErrBadItem, len(items), len(out))
+	}
 	for i := range items {
 		it := &items[i]
 		switch {

@@ -153,7 +153,7 @@ func (s *Store) Decide(_ context.Context, now time.Time, items []store.Item, out
 	if s.closed.Load() {
 		return store.ErrClosed
 	}
-	if err := store.Check(items); err != nil {
+	if err := store.Check(items, out); err != nil {
 		return err
 	}
 	sc := s.scratch.Get().(*scratch)

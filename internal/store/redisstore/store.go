@@ -165,11 +165,8 @@ func (s *Store) Decide(ctx context.Context, now time.Time, items []store.Item, o
 	if s.closed.Load() {
 		return store.ErrClosed
 	}
-	if err := store.Check(items); err != nil {
+	if err := store.Check(items, out); err != nil {
 		return err
-	}
-	if len(out) < len(items) {
-		return fmt.Errorf("%w: %d items, %d decisions", store.ErrBadItem, len(items), len(out))
 	}
 	if len(items) == 0 {
 		return nil

@@ -33,7 +33,7 @@ func (m *Model) Decide(_ context.Context, now time.Time, items []store.Item, out
 	if m.closed {
 		return store.ErrClosed
 	}
-	if err := store.Check(items); err != nil {
+	if err := store.Check(items, out); err != nil {
 		return err
 	}
 	if m.states == nil {

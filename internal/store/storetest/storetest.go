@@ -334,6 +334,10 @@ func testBadItems(t *testing.T, s store.Store) {
 			t.Errorf("bad item %d: err = %v, want store.ErrBadItem", i, err)
 		}
 	}
+	// Fewer decisions than items: refused, not a panic.
+	if err := s.Decide(context.Background(), T0, []store.Item{good, good}, make([]tiers.Decision, 1)); !errors.Is(err, store.ErrBadItem) {
+		t.Errorf("short out: err = %v, want store.ErrBadItem", err)
+	}
 	wantOKs(t, "a untouched", decide(t, s, T0, take(simple, "r", "a", 3)), true)
 }
 
