@@ -49,7 +49,7 @@ func benchConn(b *testing.B) *grpc.ClientConn {
 
 // BenchmarkCopiesVsRLS measures, through one server, one ShouldRateLimit,
 // a unary Reserve+Release pair, and the same pair on a Session stream.
-// The target: a pair costs at most twice one ShouldRateLimit.
+// The target: a pair costs at most twice one ShouldRateLimit.
 func BenchmarkCopiesVsRLS(b *testing.B) {
 	cc := benchConn(b)
 	ctx := context.Background()
