@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -11,6 +12,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/status"
@@ -75,6 +77,11 @@ type Options struct {
 
 	// KillSwitch is the initial state of the kill switch (SetKillSwitch).
 	KillSwitch bool
+
+	// TLS, when set, makes Dial connect over TLS with this configuration
+	// (RootCAs for a private CA, Certificates for mutual TLS, ServerName);
+	// nil means plain text. New ignores it: its connection is the caller's.
+	TLS *tls.Config
 
 	// CallTimeout bounds each attempt of Request and Reserve, so a server
 	// that hangs counts as a server error (and FailOpen grants) instead of
@@ -143,13 +150,17 @@ func New(conn grpc.ClientConnInterface, opts Options) *Client {
 	return c
 }
 
-// Dial connects to target (e.g. "localhost:8081") in plain text unless
-// dialOpts say otherwise, with gRPC keepalive pings every 20s so a dead
-// connection, and with it the session's holds, is noticed. Close closes the
-// connection.
+// Dial connects to target (e.g. "localhost:8081") over TLS with opts.TLS,
+// else in plain text (dialOpts may say otherwise), with gRPC keepalive pings
+// every 20s so a dead connection, and with it the session's holds, is
+// noticed. Close closes the connection.
 func Dial(target string, opts Options, dialOpts ...grpc.DialOption) (*Client, error) {
+	transport := insecure.NewCredentials()
+	if opts.TLS != nil {
+		transport = credentials.NewTLS(opts.TLS)
+	}
 	all := append([]grpc.DialOption{
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithTransportCredentials(transport),
 		// The server refuses pings more often than every 10s.
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 20 * time.Second, Timeout: 10 * time.Second}),
 	}, dialOpts...)
