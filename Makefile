@@ -7,12 +7,23 @@ VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev
 # Extra `go test` flags: .ci/run passes -count=1 so no result is reused.
 TESTFLAGS ?=
 
-.PHONY: all build run test test-stress reliability bench bench-redis fuzz generate generate-check clean
+.PHONY: all build release run test test-stress reliability bench bench-redis fuzz generate generate-check clean
 
 all: build
 
 build:
 	$(GO) build -ldflags "-X main.version=$(VERSION)" -o $(BIN) ./cmd/charon
+
+# Static binaries for linux/amd64 and linux/arm64, version stamped, in dist/
+# with their SHA-256 sums.
+release:
+	rm -rf dist && mkdir -p dist
+	@set -e; for arch in amd64 arm64; do \
+		echo "dist/charon-linux-$$arch"; \
+		CGO_ENABLED=0 GOOS=linux GOARCH=$$arch $(GO) build -trimpath -ldflags "-s -w -X main.version=$(VERSION)" \
+			-o dist/charon-linux-$$arch ./cmd/charon; \
+	done
+	cd dist && sha256sum charon-linux-* > SHA256SUMS
 
 run:
 	$(GO) run ./cmd/charon serve --config examples/config
@@ -65,4 +76,4 @@ generate-check: generate
 	@test -z "$$(git status --porcelain -- api/charon/v1)" || { git status --porcelain -- api/charon/v1; exit 1; }
 
 clean:
-	rm -rf bin
+	rm -rf bin dist
