@@ -185,3 +185,15 @@ func listFiles(fsys fs.FS) ([]string, error) {
 	slices.Sort(files)
 	return files, err
 }
+
+// Problems splits an error of Load into its problems, one per file:line;
+// any other error is one problem.
+func Problems(err error) []error {
+	if err == nil {
+		return nil
+	}
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		return j.Unwrap()
+	}
+	return []error{err}
+}

@@ -110,13 +110,7 @@ func logLoadError(log *slog.Logger, dir string, err error, keeping bool) {
 	if keeping {
 		msg = "config rejected; the last good configuration stays in force"
 	}
-	var errs []error
-	if j, ok := err.(interface{ Unwrap() []error }); ok {
-		errs = j.Unwrap()
-	} else {
-		errs = []error{err}
-	}
-	for _, e := range errs {
+	for _, e := range config.Problems(err) {
 		log.Error(msg, "dir", dir, "err", e.Error())
 	}
 }

@@ -48,12 +48,7 @@ func runCheck(args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintln(stdout, "warning:", w.String())
 	}
 	if err != nil {
-		var errs []error
-		if j, ok := err.(interface{ Unwrap() []error }); ok {
-			errs = j.Unwrap()
-		} else {
-			errs = []error{err}
-		}
+		errs := config.Problems(err)
 		for _, e := range errs {
 			fmt.Fprintln(stderr, "error:", e)
 		}
