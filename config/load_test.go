@@ -456,3 +456,20 @@ descriptors:
 		}
 	}
 }
+
+func TestProblems(t *testing.T) {
+	fsys := fstest.MapFS{
+		"a.yaml": {Data: []byte("domain: a\ndescriptors:\n  - key: k\n    rate_limit: {unit: fortnight, requests_per_unit: 1}\n")},
+		"b.yaml": {Data: []byte("domain: b\ndescriptors:\n  - key: k\n    tiers: [{limit: 0, window: 1s}]\n")},
+	}
+	_, _, err := Load(fsys, Options{})
+	if got := Problems(err); len(got) != 2 || !strings.Contains(got[0].Error(), "a.yaml:") || !strings.Contains(got[1].Error(), "b.yaml:") {
+		t.Errorf("Problems = %v, want one per file, a.yaml then b.yaml", got)
+	}
+	if got := Problems(nil); got != nil {
+		t.Errorf("Problems(nil) = %v", got)
+	}
+	if got := Problems(errors.New("x")); len(got) != 1 {
+		t.Errorf("Problems(one error) = %v", got)
+	}
+}
