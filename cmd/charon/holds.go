@@ -143,18 +143,27 @@ func runRelease(args []string, stdout, stderr io.Writer) error {
 	if *hold == "" {
 		return fmt.Errorf("%w: release needs --hold", errUsage)
 	}
-	cc, c, err := hf.dial()
+	return hf.unary(func(ctx context.Context, c charonv1.CharonClient) error {
+		r, err := c.Release(ctx, &charonv1.ReleaseRequest{HoldId: *hold, Copies: *copies})
+		if err == nil {
+			fmt.Fprintf(stdout, "released %d copies, %d left on the hold\n", r.GetReleased(), r.GetRemaining())
+		}
+		return err
+	})
+}
+
+// unary runs one call of a copy verb on a new connection, within --timeout.
+func (h *holdFlags) unary(call func(context.Context, charonv1.CharonClient) error) error {
+	cc, c, err := h.dial()
 	if err != nil {
 		return err
 	}
 	defer cc.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), hf.timeout)
+	ctx, cancel := context.WithTimeout(context.Background(), h.timeout)
 	defer cancel()
-	r, err := c.Release(ctx, &charonv1.ReleaseRequest{HoldId: *hold, Copies: *copies})
-	if err != nil {
+	if err := call(ctx, c); err != nil {
 		return sessionhold.CallError(err)
 	}
-	fmt.Fprintf(stdout, "released %d copies, %d left on the hold\n", r.GetReleased(), r.GetRemaining())
 	return nil
 }
 
@@ -175,22 +184,16 @@ func runTransfer(args []string, stdout, stderr io.Writer) error {
 	if *ttl < 0 {
 		return fmt.Errorf("%w: --ttl must not be negative", errUsage)
 	}
-	cc, c, err := hf.dial()
-	if err != nil {
-		return err
-	}
-	defer cc.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), hf.timeout)
-	defer cancel()
 	req := &charonv1.TransferRequest{HoldId: *hold, Copies: *copies}
 	if *ttl > 0 {
 		req.Ttl = durationpb.New(*ttl)
 	}
-	r, err := c.Transfer(ctx, req)
-	if err != nil {
-		return sessionhold.CallError(err)
-	}
-	fmt.Fprintln(stdout, r.GetTransferId())
-	fmt.Fprintf(stdout, "staged %d copies until %s, %d left on the hold\n", r.GetCopies(), r.GetExpires().AsTime().Format(time.RFC3339), r.GetRemaining())
-	return nil
+	return hf.unary(func(ctx context.Context, c charonv1.CharonClient) error {
+		r, err := c.Transfer(ctx, req)
+		if err == nil {
+			fmt.Fprintln(stdout, r.GetTransferId())
+			fmt.Fprintf(stdout, "staged %d copies until %s, %d left on the hold\n", r.GetCopies(), r.GetExpires().AsTime().Format(time.RFC3339), r.GetRemaining())
+		}
+		return err
+	})
 }
