@@ -1,6 +1,7 @@
 package server
 
 import (
+	"crypto/subtle"
 	"errors"
 	"io"
 	"net/http"
@@ -79,21 +80,35 @@ func (s *Server) serveJSON(w http.ResponseWriter, r *http.Request) {
 	w.Write(out)
 }
 
-// debugHandler serves /metrics, /rlconfig and pprof. It listens on loopback
-// by default: pprof and the configuration are not for the public.
+// debugHandler serves /metrics, /rlconfig and, when asked for, pprof. It
+// listens on loopback by default: profiles and the configuration are not for
+// the public. With a DebugToken every request must carry it.
 func (s *Server) debugHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(s.metrics.Registry, promhttp.HandlerOpts{}))
 	mux.HandleFunc("/rlconfig", s.serveRLConfig)
-	mux.HandleFunc("/debug/pprof/", pprof.Index)
-	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
-	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
-	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
-	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
-	mux.HandleFunc("/{$}", func(w http.ResponseWriter, r *http.Request) {
-		io.WriteString(w, "/metrics: Prometheus metrics\n/rlconfig: the configuration in force\n/debug/pprof/: profiles\n")
+	index := "/metrics: Prometheus metrics\n/rlconfig: the configuration in force\n"
+	if s.opts.Pprof {
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+		index += "/debug/pprof/: profiles\n"
+	}
+	mux.HandleFunc("/{$}", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, index) })
+	if s.opts.DebugToken == "" {
+		return mux
+	}
+	want := []byte("Bearer " + s.opts.DebugToken)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), want) != 1 {
+			s.metrics.debugDenied.Inc()
+			w.Header().Set("WWW-Authenticate", `Bearer realm="charon debug"`)
+			http.Error(w, "a bearer token is required", http.StatusUnauthorized)
+			return
+		}
+		mux.ServeHTTP(w, r)
 	})
-	return mux
 }
 
 func (s *Server) serveRLConfig(w http.ResponseWriter, r *http.Request) {

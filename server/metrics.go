@@ -25,6 +25,8 @@ type Metrics struct {
 	reloadFailed    prometheus.Counter
 	invalidRequests prometheus.Counter
 	requestErrors   prometheus.Counter
+	authzDenied     *prometheus.CounterVec
+	debugDenied     prometheus.Counter
 	latency         prometheus.Observer
 
 	mu    sync.RWMutex
@@ -67,6 +69,14 @@ func NewMetrics(evictions func() float64) *Metrics {
 			Namespace: "charon", Name: "request_errors_total",
 			Help: "Requests answered with a gRPC error other than InvalidArgument.",
 		}),
+		authzDenied: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "charon", Name: "authz_denied_total",
+			Help: "gRPC calls refused with PERMISSION_DENIED by the authorization table, by method group.",
+		}, []string{"group"}),
+		debugDenied: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "charon", Name: "debug_denied_total",
+			Help: "Debug port requests refused for a missing or wrong bearer token.",
+		}),
 		descs: make(map[descKey]*descCounters),
 	}
 	hist := prometheus.NewHistogram(prometheus.HistogramOpts{
@@ -78,7 +88,7 @@ func NewMetrics(evictions func() float64) *Metrics {
 	m.reloadOK = m.reloads.WithLabelValues("success")
 	m.reloadFailed = m.reloads.WithLabelValues("failure")
 	reg.MustRegister(m.totalHits, m.overLimit, m.nearLimit, m.withinLimit, m.shadowMode,
-		m.reloads, m.invalidRequests, m.requestErrors, hist,
+		m.reloads, m.invalidRequests, m.requestErrors, m.authzDenied, m.debugDenied, hist,
 		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
 	if evictions != nil {
 		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{

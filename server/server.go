@@ -24,6 +24,7 @@ import (
 
 	charonv1 "github.com/charonlimit/charon/api/charon/v1"
 	"github.com/charonlimit/charon/config"
+	"github.com/charonlimit/charon/internal/authz"
 )
 
 // RLSServiceName is the gRPC service name that health checks may ask about.
@@ -63,6 +64,20 @@ type Options struct {
 	// TLS (nil: plaintext). A config with client CAs verifies client
 	// certificates (mutual TLS); see package tlsconfig.
 	GRPCTLS, HTTPTLS *tls.Config
+
+	// Authz, when set, is the authorization table of gRPC calls: a call
+	// its client's certificate identities do not allow is refused with
+	// PermissionDenied (health checks are always allowed). It needs a
+	// GRPCTLS that verifies client certificates.
+	Authz *authz.Table
+
+	// DebugToken, when set, is the bearer token every debug port request
+	// must carry (Authorization: Bearer TOKEN). DebugTLS serves the debug
+	// port over TLS (with client CAs: mutual TLS). Pprof serves
+	// /debug/pprof/ on the debug port.
+	DebugToken string
+	DebugTLS   *tls.Config
+	Pprof      bool
 
 	Logger  *slog.Logger // nil: discard
 	Metrics *Metrics     // nil: NewMetrics(nil)
@@ -135,6 +150,12 @@ func New(opts Options) (*Server, error) {
 	if opts.GRPCTLS != nil {
 		creds = append(creds, grpc.Creds(credentials.NewTLS(opts.GRPCTLS)))
 	}
+	if opts.Authz != nil {
+		if opts.GRPCTLS == nil {
+			return nil, errors.New("server: Options.Authz needs GRPCTLS with client certificates")
+		}
+		creds = append(creds, grpc.ChainUnaryInterceptor(s.authzUnary), grpc.ChainStreamInterceptor(s.authzStream))
+	}
 	s.grpc = grpc.NewServer(append(creds,
 		grpc.MaxRecvMsgSize(opts.MaxRecvMsgSize),
 		// Requests run on long-lived workers, whose stacks have grown
@@ -183,6 +204,9 @@ func New(opts Options) (*Server, error) {
 		if s.debugLis, err = net.Listen("tcp", opts.DebugAddr); err != nil {
 			s.closeListeners()
 			return nil, fmt.Errorf("server: debug listener: %w", err)
+		}
+		if opts.DebugTLS != nil {
+			s.debugLis = tls.NewListener(s.debugLis, opts.DebugTLS)
 		}
 		s.debugSrv = &http.Server{Handler: s.debugHandler(), ReadHeaderTimeout: 10 * time.Second}
 	}

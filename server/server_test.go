@@ -402,9 +402,6 @@ func TestMetrics(t *testing.T) {
 			t.Errorf("/metrics lacks %q", want)
 		}
 	}
-	if _, code := get(t, "http://"+s.DebugAddr()+"/debug/pprof/"); code != 200 {
-		t.Errorf("/debug/pprof/: %d", code)
-	}
 	if _, code := get(t, "http://"+s.DebugAddr()+"/rlconfig"); code != http.StatusServiceUnavailable {
 		t.Errorf("/rlconfig with no config: %d, want 503", code)
 	}

@@ -7,12 +7,16 @@ import (
 	"io"
 	"io/fs"
 	"log/slog"
+	"net"
+	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
 
 	"github.com/charonlimit/charon/config"
+	"github.com/charonlimit/charon/internal/authz"
 	"github.com/charonlimit/charon/internal/copystore"
 	"github.com/charonlimit/charon/internal/copystore/memcopy"
 	"github.com/charonlimit/charon/internal/engine"
@@ -21,6 +25,7 @@ import (
 	"github.com/charonlimit/charon/internal/redisbackend"
 	"github.com/charonlimit/charon/internal/store"
 	"github.com/charonlimit/charon/internal/store/memstore"
+	"github.com/charonlimit/charon/internal/store/redisstore"
 	"github.com/charonlimit/charon/internal/store/resilient"
 	"github.com/charonlimit/charon/internal/tlsconfig"
 	"github.com/charonlimit/charon/server"
@@ -35,8 +40,9 @@ type serveConfig struct {
 	HTTPAddr  string
 	DebugAddr string
 	Store     string
-	// Redis are the Redis flags; its Username and Password come from
-	// REDIS_AUTH only (never a flag, which ps would show).
+	// Redis are the Redis flags; the password comes from a file,
+	// CHARON_REDIS_PASSWORD or REDIS_AUTH (never a flag, which ps would
+	// show).
 	Redis           redisbackend.Flags
 	MaxDescriptors  int
 	MaxKeys         int
@@ -50,6 +56,14 @@ type serveConfig struct {
 	// GRPCTLS is the gRPC port's TLS (and the HTTP port's with HTTPTLS).
 	GRPCTLS tlsconfig.ServerFlags
 	HTTPTLS bool
+	// Authz is the authorization table file (with mutual TLS).
+	Authz string
+	// DebugTokenFile holds the debug port's bearer token; DebugTLS
+	// serves the debug port with the gRPC port's TLS; Pprof serves
+	// /debug/pprof/ there.
+	DebugTokenFile string
+	DebugTLS       bool
+	Pprof          bool
 }
 
 func defaultServeConfig() serveConfig {
@@ -90,6 +104,10 @@ func serveFlags(fs *flag.FlagSet, c *serveConfig) {
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", c.ShutdownTimeout, "time in-flight requests get on SIGTERM (env CHARON_SHUTDOWN_TIMEOUT)")
 	c.GRPCTLS.Bind(fs, "grpc-tls-")
 	fs.BoolVar(&c.HTTPTLS, "http-tls", c.HTTPTLS, "serve the HTTP port over TLS too, with the gRPC port's certificate and client CA")
+	fs.StringVar(&c.Authz, "authz", c.Authz, "authorization table `file`: which client certificate identities may call which methods; needs --grpc-tls-client-ca (env CHARON_AUTHZ)")
+	fs.StringVar(&c.DebugTokenFile, "debug-token-file", c.DebugTokenFile, "require this `file`'s bearer token on every debug port request (env CHARON_DEBUG_TOKEN_FILE)")
+	fs.BoolVar(&c.DebugTLS, "debug-tls", c.DebugTLS, "serve the debug port over TLS too, with the gRPC port's certificate and client CA (env CHARON_DEBUG_TLS)")
+	fs.BoolVar(&c.Pprof, "pprof", c.Pprof, "serve Go profiles at /debug/pprof/ on the debug port (env CHARON_PPROF)")
 	fs.IntVar(&c.HeapFloorMiB, "heap-floor-mib", c.HeapFloorMiB, "the garbage collector's heap goal is at least this many MiB while the live heap is small; 0: Go's default (env CHARON_HEAP_FLOOR_MIB)")
 }
 
@@ -116,6 +134,9 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (se
 		return c, fmt.Errorf("%w: %v", errUsage, err)
 	}
 	c.Redis.Username, c.Redis.Password = lyft.RedisUsername, lyft.RedisPassword
+	if p := getenv("CHARON_REDIS_PASSWORD"); p != "" {
+		c.Redis.Password = p
+	}
 	if lyft.LogLevel != "" {
 		c.LogLevel = lyft.LogLevel
 	}
@@ -169,6 +190,12 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (se
 	if c.HTTPTLS && !c.GRPCTLS.On() {
 		return c, fmt.Errorf("%w: --http-tls needs --grpc-tls-cert and --grpc-tls-key", errUsage)
 	}
+	if c.DebugTLS && !c.GRPCTLS.On() {
+		return c, fmt.Errorf("%w: --debug-tls needs --grpc-tls-cert and --grpc-tls-key", errUsage)
+	}
+	if c.Authz != "" && c.GRPCTLS.ClientCA == "" {
+		return c, fmt.Errorf("%w: --authz needs --grpc-tls-client-ca: identities come from client certificates", errUsage)
+	}
 	if _, err := parseLevel(c.LogLevel); err != nil {
 		return c, err
 	}
@@ -212,6 +239,11 @@ func runServe(args []string, getenv func(string) string, stderr io.Writer) error
 		held    func() float64
 	)
 	tlsCfg, err := c.GRPCTLS.Config()
+	if err != nil {
+		log.Error("cannot start", "err", err.Error())
+		return errReported
+	}
+	sec, err := loadSecurity(c, args, log)
 	if err != nil {
 		log.Error("cannot start", "err", err.Error())
 		return errReported
@@ -262,9 +294,15 @@ func runServe(args []string, getenv func(string) string, stderr io.Writer) error
 		Metrics:         metrics,
 		Charon:          server.CharonOptions{Engine: eng, Holds: held},
 		GRPCTLS:         tlsCfg,
+		Authz:           sec.authz,
+		DebugToken:      sec.debugToken,
+		Pprof:           c.Pprof,
 	}
 	if c.HTTPTLS {
 		opts.HTTPTLS = tlsCfg
+	}
+	if c.DebugTLS {
+		opts.DebugTLS = tlsCfg
 	}
 	if c.ConfigDir == "" {
 		log.Warn("no --config directory: serving with no configuration, every request is OK")
@@ -284,4 +322,45 @@ func runServe(args []string, getenv func(string) string, stderr io.Writer) error
 		return errReported
 	}
 	return nil
+}
+
+// security is what serve reads from the files of its security flags.
+type security struct {
+	authz      *authz.Table
+	debugToken string
+}
+
+// loadSecurity reads the authorization table and the debug token, and
+// warns of a Redis password given on the command line and of a debug port
+// opened beyond loopback with nothing guarding it.
+func loadSecurity(c serveConfig, args []string, log *slog.Logger) (security, error) {
+	var sec security
+	if c.Authz != "" {
+		b, err := os.ReadFile(c.Authz)
+		if err != nil {
+			return sec, fmt.Errorf("--authz: %v", err)
+		}
+		if sec.authz, err = authz.Parse(b); err != nil {
+			return sec, fmt.Errorf("--authz %s: %v", c.Authz, err)
+		}
+	}
+	if c.DebugTokenFile != "" {
+		b, err := os.ReadFile(c.DebugTokenFile)
+		if err != nil {
+			return sec, fmt.Errorf("--debug-token-file: %v", err)
+		}
+		if sec.debugToken = strings.TrimSpace(string(b)); sec.debugToken == "" {
+			return sec, fmt.Errorf("--debug-token-file %s: empty", c.DebugTokenFile)
+		}
+	}
+	if u, err := redisstore.ParseURL(c.Redis.URL); err == nil && u.Password != "" &&
+		slices.ContainsFunc(args, func(a string) bool { return strings.Contains(a, u.Password) }) {
+		log.Warn("the Redis password in --redis-url shows in ps and /proc: use --redis-password-file, CHARON_REDIS_PASSWORD or REDIS_AUTH")
+	}
+	if host, _, err := net.SplitHostPort(c.DebugAddr); err == nil && sec.debugToken == "" && !c.DebugTLS {
+		if ip := net.ParseIP(host); ip == nil || !ip.IsLoopback() {
+			log.Warn("the debug port is open beyond loopback with no --debug-token-file or --debug-tls", "debug_addr", c.DebugAddr)
+		}
+	}
+	return sec, nil
 }

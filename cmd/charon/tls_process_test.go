@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -84,6 +85,10 @@ func TestServeTLSFlagErrors(t *testing.T) {
 		{[]string{"--grpc-tls-cert", "c", "--grpc-tls-key", "k", "--grpc-tls-client-san", "x"}, nil, "--grpc-tls-client-ca"},
 		{nil, map[string]string{"GRPC_SERVER_USE_TLS": "true"}, "GRPC_SERVER_TLS_CERT"},
 		{nil, map[string]string{"GRPC_SERVER_USE_TLS": "maybe"}, "GRPC_SERVER_USE_TLS"},
+		{[]string{"--debug-tls"}, nil, "--grpc-tls-cert"},
+		{[]string{"--authz", "a.yaml"}, nil, "--grpc-tls-client-ca"},
+		{[]string{"--grpc-tls-cert", "c", "--grpc-tls-key", "k", "--authz", "a.yaml"}, nil, "--grpc-tls-client-ca"},
+		{[]string{"--store", "redis", "--redis-url", "redis://h:1", "--redis-password-file", "/nonexistent/pw"}, nil, "--redis-password-file"},
 	} {
 		_, err := parseServe(tc.args, envOf(tc.env), new(strings.Builder))
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
@@ -119,5 +124,32 @@ func TestServeRedisOverTLS(t *testing.T) {
 	m := get(t, "http://"+p.debugAddr+"/metrics")
 	if n := metricValue(m, `charon_store_calls_total{path="unavailable"}`); n != 0 {
 		t.Errorf("%v decisions failed over to the failure mode", n)
+	}
+}
+
+// TestServeRedisPasswordSources: the password comes from
+// CHARON_REDIS_PASSWORD over REDIS_AUTH, and from --redis-password-file
+// over both.
+func TestServeRedisPasswordSources(t *testing.T) {
+	pwFile := filepath.Join(t.TempDir(), "pw")
+	if err := os.WriteFile(pwFile, []byte("from-file\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	env := map[string]string{"REDIS_AUTH": "lyft", "CHARON_REDIS_PASSWORD": "charon"}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{nil, "charon"},
+		{[]string{"--redis-password-file", pwFile}, "from-file"},
+	} {
+		c, err := parseServe(append([]string{"--store", "redis", "--redis-url", "redis://h:1"}, tc.args...), envOf(env), new(strings.Builder))
+		if err != nil {
+			t.Fatal(err)
+		}
+		o, err := c.Redis.Resolve()
+		if err != nil || o.Password != tc.want {
+			t.Errorf("%v: password %q, %v; want %q", tc.args, o.Password, err, tc.want)
+		}
 	}
 }

@@ -22,7 +22,7 @@ const module = "github.com/charonlimit/charon"
 var imports = map[string][]string{
 	"api/charon/v1": nil,
 	"client":        {"api/charon/v1"},
-	"cmd/charon": {"api/charon/v1", "config", "descriptors", "internal/copystore", "internal/copystore/memcopy", "internal/loadgen", "internal/lyftenv", "internal/redisbackend", "internal/sessionhold", "internal/tlsconfig",
+	"cmd/charon": {"api/charon/v1", "config", "internal/authz", "descriptors", "internal/copystore", "internal/copystore/memcopy", "internal/loadgen", "internal/lyftenv", "internal/redisbackend", "internal/sessionhold", "internal/tlsconfig",
 		"internal/copystore/rediscopy", "internal/engine", "internal/gctune", "internal/store",
 		"internal/store/memstore", "internal/store/redisstore", "internal/store/resilient", "server"},
 	"config":                           {"descriptors", "tiers"},
@@ -41,6 +41,7 @@ var imports = map[string][]string{
 	"internal/lyftenv":                 nil,
 	"internal/periodic":                nil,
 	"internal/collect":                 nil,
+	"internal/authz":                   nil,
 	"internal/redisbackend": {"descriptors", "internal/collect", "internal/copystore", "internal/copystore/rediscopy", "internal/tlsconfig",
 		"internal/store/memstore", "internal/store/redisstore", "internal/store/resilient"},
 	"internal/redisfunc":         nil,
@@ -53,8 +54,8 @@ var imports = map[string][]string{
 	"internal/store/storetest":   {"internal/store", "tiers", "tiers/tierstest"},
 	"internal/tlsconfig":         nil,
 	"internal/tlsconfig/tlstest": nil,
-	"server": {"api/charon/v1", "config", "copylog", "descriptors", "internal/copystore", "internal/engine",
-		"internal/store/resilient", "tiers"},
+	"server": {"api/charon/v1", "config", "copylog", "descriptors", "internal/authz", "internal/copystore", "internal/engine",
+		"internal/store/resilient", "internal/tlsconfig", "tiers"},
 	"tiers":           nil,
 	"tiers/tierstest": {"tiers"},
 }

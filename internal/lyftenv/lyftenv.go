@@ -18,6 +18,7 @@
 package lyftenv
 
 import (
+	"errors"
 	"fmt"
 	"net/url"
 	"path/filepath"
@@ -160,7 +161,7 @@ func readRedis(s *Settings, getenv func(string) string) error {
 	hosts := func(list []string) (string, error) {
 		for _, h := range list {
 			if strings.TrimSpace(h) == "" || strings.Contains(h, "/") {
-				return "", fmt.Errorf("REDIS_URL=%q: want host:port entries", raw)
+				return "", errors.New("REDIS_URL: want host:port entries, not a URL (the value is not shown: it may hold a password)")
 			}
 		}
 		return strings.Join(list, ","), nil
@@ -185,7 +186,7 @@ func readRedis(s *Settings, getenv func(string) string) error {
 	case "sentinel":
 		parts := strings.Split(raw, ",")
 		if len(parts) < 2 || parts[0] == "" {
-			return fmt.Errorf("REDIS_URL=%q: want master,host:port[,host:port...] with REDIS_TYPE=SENTINEL", raw)
+			return errors.New("REDIS_URL: want master,host:port[,host:port...] with REDIS_TYPE=SENTINEL")
 		}
 		h, err := hosts(parts[1:])
 		if err != nil {

@@ -3,6 +3,7 @@ package redisbackend
 import (
 	"errors"
 	"flag"
+	"os"
 	"strings"
 
 	"github.com/charonlimit/charon/internal/tlsconfig"
@@ -10,13 +11,16 @@ import (
 
 // Flags are the Redis settings of `charon serve` as command-line flags.
 type Flags struct {
-	URL         string
-	Cluster     bool
-	PoolSize    int
-	Options     Options // Timeout and FailureMode are bound; the rest is set by the caller
-	TLS         tlsconfig.ClientFlags
-	Username    string // never a flag (ps would show it): REDIS_AUTH
-	Password    string
+	URL      string
+	Cluster  bool
+	PoolSize int
+	Options  Options // Timeout and FailureMode are bound; the rest is set by the caller
+	TLS      tlsconfig.ClientFlags
+	Username string
+	// Password is never a flag (ps would show it): REDIS_AUTH,
+	// CHARON_REDIS_PASSWORD or PasswordFile.
+	Password     string
+	PasswordFile string
 }
 
 // Bind declares --redis-url, --redis-cluster, --redis-pool-size,
@@ -28,6 +32,8 @@ func (f *Flags) Bind(fs *flag.FlagSet) {
 	fs.IntVar(&f.PoolSize, "redis-pool-size", f.PoolSize, "Redis connections per node; 0: 10 per CPU (env CHARON_REDIS_POOL_SIZE)")
 	fs.DurationVar(&f.Options.Timeout, "redis-timeout", f.Options.Timeout, "time limit of a Redis decision when the caller sends no gRPC deadline (with one, Redis is waited for until 2ms before it); then the failure mode decides (env CHARON_REDIS_TIMEOUT)")
 	fs.Var(&f.Options.FailureMode, "failure-mode", "what decides while Redis fails: local, open, closed or unavailable (env CHARON_FAILURE_MODE)")
+	fs.StringVar(&f.Username, "redis-username", f.Username, "Redis ACL user name (env CHARON_REDIS_USERNAME)")
+	fs.StringVar(&f.PasswordFile, "redis-password-file", f.PasswordFile, "read the Redis password from this `file` (a mounted Secret); also CHARON_REDIS_PASSWORD or REDIS_AUTH (env CHARON_REDIS_PASSWORD_FILE)")
 	f.TLS.Bind(fs, "redis-tls-", "Redis")
 }
 
@@ -46,6 +52,15 @@ func (f *Flags) Resolve() (Options, error) {
 		return o, errors.New("--redis-timeout must be positive")
 	case strings.HasPrefix(o.URL, "unix://") && o.Cluster:
 		return o, errors.New("--redis-cluster with a unix socket")
+	}
+	if f.PasswordFile != "" {
+		b, err := os.ReadFile(f.PasswordFile)
+		if err != nil {
+			return o, errors.New("--redis-password-file: " + err.Error())
+		}
+		if o.Password = strings.TrimRight(string(b), "\r\n"); o.Password == "" {
+			return o, errors.New("--redis-password-file " + f.PasswordFile + ": empty")
+		}
 	}
 	cfg, err := f.TLS.Config()
 	if err != nil {

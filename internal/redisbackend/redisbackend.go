@@ -74,7 +74,7 @@ func clientOptions(o Options) (*redis.UniversalOptions, error) {
 	}
 	p, err := redis.ParseURL(o.URL)
 	if err != nil {
-		return nil, err
+		return nil, errors.New(redisstore.RedactURL(err.Error(), o.URL))
 	}
 	sock := p.Addr
 	u := &redis.UniversalOptions{Addrs: []string{sock}, DB: p.DB, Username: p.Username,

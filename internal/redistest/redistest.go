@@ -185,6 +185,23 @@ func SingleTLS(t testing.TB, certFile, keyFile, caFile string, clientCerts bool)
 	n := &Node{Port: port, Dir: dir}
 	n.start(t, args)
 	t.Cleanup(n.Kill)
+	waitAccept(t, n)
+	return n
+}
+
+// SinglePassword starts a redis-server that requires password (AUTH).
+func SinglePassword(t testing.TB, password string) *Node {
+	t.Helper()
+	serverPath(t)
+	n, _ := newNode(t, "--requirepass", password)
+	waitAccept(t, n)
+	return n
+}
+
+// waitAccept waits until n accepts connections (for nodes that do not
+// answer a bare PING).
+func waitAccept(t testing.TB, n *Node) {
+	t.Helper()
 	if !poll(10*time.Second, 20*time.Millisecond, func() bool {
 		c, err := net.DialTimeout("tcp", n.Addr(), 200*time.Millisecond)
 		if err == nil {
@@ -192,9 +209,8 @@ func SingleTLS(t testing.TB, certFile, keyFile, caFile string, clientCerts bool)
 		}
 		return err == nil
 	}) {
-		t.Fatalf("redistest: TLS redis on port %d did not accept connections", port)
+		t.Fatalf("redistest: redis on port %d did not accept connections", n.Port)
 	}
-	return n
 }
 
 func SingleArgs(t testing.TB) (*Node, []string) {

@@ -188,11 +188,13 @@ func ClientOptions(opts Options) (*redis.UniversalOptions, error) {
 
 // ParseURL parses the URL forms of Options.URL.
 func ParseURL(raw string) (*redis.UniversalOptions, error) {
+	bad := func(why string) error {
+		return fmt.Errorf("%w: %s", ErrBadURL, RedactURL(fmt.Sprintf("%q: %s", raw, why), raw))
+	}
 	scheme, rest, ok := strings.Cut(raw, "://")
 	if !ok {
-		return nil, fmt.Errorf("%w: %q: no scheme", ErrBadURL, raw)
+		return nil, bad("no scheme")
 	}
-	bad := func(why string) error { return fmt.Errorf("%w: %q: %s", ErrBadURL, redact(raw), why) }
 	switch scheme {
 	case "redis", "rediss":
 		o, err := redis.ParseURL(raw)
@@ -292,19 +294,40 @@ func ParseURL(raw string) (*redis.UniversalOptions, error) {
 	return u, nil
 }
 
-// redact hides a URL's password.
-func redact(raw string) string {
-	scheme, rest, ok := strings.Cut(raw, "://")
-	if !ok {
-		return raw
+// RedactURL hides the secrets of the Redis URL raw (its password, with or
+// without a scheme, and a sentinel_password parameter) in msg, escaped or
+// not: messages of URL parsers quote the URL they fail on.
+func RedactURL(msg, raw string) string {
+	var secrets []string
+	rest := raw
+	if _, r, ok := strings.Cut(raw, "://"); ok {
+		rest = r
 	}
-	at := strings.LastIndexByte(rest, '@')
-	if at < 0 {
-		return raw
+	if at := strings.LastIndexByte(rest, '@'); at >= 0 {
+		if _, pass, ok := strings.Cut(rest[:at], ":"); ok {
+			secrets = append(secrets, pass)
+		}
 	}
-	user, _, has := strings.Cut(rest[:at], ":")
-	if !has {
-		return raw
+	if _, query, ok := strings.Cut(rest, "?"); ok {
+		for _, kv := range strings.Split(query, "&") {
+			if v, ok := strings.CutPrefix(kv, "sentinel_password="); ok {
+				secrets = append(secrets, v)
+			}
+		}
 	}
-	return scheme + "://" + user + ":xxxxx" + rest[at:]
+	for _, sec := range secrets {
+		for _, form := range []string{sec, unescape(sec), url.QueryEscape(sec)} {
+			if form != "" {
+				msg = strings.ReplaceAll(msg, form, "xxxxx")
+			}
+		}
+	}
+	return msg
+}
+
+func unescape(s string) string {
+	if u, err := url.QueryUnescape(s); err == nil {
+		return u
+	}
+	return s
 }

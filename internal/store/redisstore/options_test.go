@@ -2,6 +2,7 @@ package redisstore
 
 import (
 	"errors"
+	"strings"
 	"testing"
 	"time"
 )
@@ -50,5 +51,30 @@ func TestParseURL(t *testing.T) {
 	}
 	if _, err := New(Options{URL: "redis://h:1", KeyPrefix: "a{b"}); err == nil {
 		t.Error("a key prefix with a brace was accepted")
+	}
+}
+
+// TestParseURLHidesPassword: no error of a bad URL shows its password,
+// whatever part of the URL is at fault.
+func TestParseURLHidesPassword(t *testing.T) {
+	for _, raw := range []string{
+		"user:s3cret@host:6379",
+		"redis://user:s3cret@host:notaport",
+		"redis://user:s3cret@host:6379/notadb",
+		"redis://user:s3%2Fcret@host:6379/x",
+		"http://user:s3cret@host",
+		"redis-sentinel://user:s3cret@h:1",
+		"redis-sentinel://h:1/m?sentinel_password=s3cret&nope=1",
+		"redis-cluster://user:s3cret@h:1/0",
+		"rediss://:s3cret@[::1",
+	} {
+		_, err := ParseURL(raw)
+		if err == nil {
+			t.Errorf("%q: accepted", raw)
+			continue
+		}
+		if msg := err.Error(); strings.Contains(msg, "s3cret") || strings.Contains(msg, "s3/cret") || strings.Contains(msg, "s3%2Fcret") {
+			t.Errorf("%q: error shows the password: %s", raw, msg)
+		}
 	}
 }

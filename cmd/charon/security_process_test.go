@@ -1,0 +1,154 @@
+package main
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/status"
+
+	charonv1 "github.com/charonlimit/charon/api/charon/v1"
+	"github.com/charonlimit/charon/internal/redistest"
+	"github.com/charonlimit/charon/internal/tlsconfig"
+	"github.com/charonlimit/charon/internal/tlsconfig/tlstest"
+)
+
+func writeFile(t *testing.T, dir, name, body string) string {
+	t.Helper()
+	f := filepath.Join(dir, name)
+	if err := os.WriteFile(f, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+// TestServeAuthz starts `charon serve` with mutual TLS, an authorization
+// table and a debug token: the gateway's certificate may ask for decisions
+// but not reserve; a certificate of the same CA the table does not name
+// cannot take a single copy; refusals are counted on /metrics, which needs
+// the token.
+func TestServeAuthz(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the binary")
+	}
+	dir := t.TempDir()
+	ca := tlstest.NewCA(t, dir, "ca")
+	cert, key := ca.Issue(t, dir, "charon.test", "127.0.0.1")
+	table := writeFile(t, dir, "authz.yaml", "clients:\n  - identity: spiffe://test/gateway\n    allow: [rls]\n  - identity: spiffe://test/jobs/*\n    allow: [rls, reserve]\n")
+	token := writeFile(t, dir, "token", "s3cret-token\n")
+	p := startServeEnv(t, buildCharon(t), nil, "--config", "../../examples/config",
+		"--grpc-tls-cert", cert, "--grpc-tls-key", key, "--grpc-tls-client-ca", ca.File,
+		"--authz", table, "--debug-token-file", token)
+	conn := func(name, san string) *grpc.ClientConn {
+		c, k := ca.Issue(t, dir, name, san)
+		cfg, err := tlsconfig.Client(tlsconfig.ClientOptions{CAFile: ca.File, ServerName: "charon.test", CertFile: c, KeyFile: k})
+		if err != nil {
+			t.Fatal(err)
+		}
+		cc, err := grpc.NewClient(p.grpcAddr, grpc.WithTransportCredentials(credentials.NewTLS(cfg)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { cc.Close() })
+		return cc
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	gateway, worker, stranger := conn("gw", "spiffe://test/gateway"), conn("w", "spiffe://test/jobs/w1"), conn("s", "spiffe://test/stranger")
+	ask := func(cc *grpc.ClientConn) error {
+		_, err := rlsv3.NewRateLimitServiceClient(cc).ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "bench",
+			Descriptors: []*ratelimitv3.RateLimitDescriptor{{Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: "user", Value: "a"}}}}})
+		return err
+	}
+	reserve := func(cc *grpc.ClientConn) error {
+		_, err := charonv1.NewCharonClient(cc).Reserve(ctx, &charonv1.ReserveRequest{Copies: 1000, Session: "s",
+			Resource: &charonv1.Resource{Domain: "bench", Entries: []*charonv1.Entry{{Key: "seat", Value: "x"}}}})
+		return err
+	}
+	if err := ask(gateway); err != nil {
+		t.Errorf("gateway ShouldRateLimit: %v", err)
+	}
+	if err := reserve(gateway); status.Code(err) != codes.PermissionDenied {
+		t.Errorf("gateway Reserve: %v, want PermissionDenied", err)
+	}
+	if err := reserve(stranger); status.Code(err) != codes.PermissionDenied {
+		t.Errorf("stranger Reserve: %v, want PermissionDenied", err)
+	}
+	if err := reserve(worker); err != nil {
+		t.Errorf("worker Reserve: %v", err)
+	}
+
+	req, _ := http.NewRequest("GET", "http://"+p.debugAddr+"/metrics", nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusUnauthorized {
+		t.Errorf("/metrics without the token: %d, want 401", resp.StatusCode)
+	}
+	req.Header.Set("Authorization", "Bearer s3cret-token")
+	resp, err = http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if n := metricValue(string(b), `charon_authz_denied_total{group="reserve"}`); n != 2 {
+		t.Errorf("charon_authz_denied_total{group=reserve} = %v, want 2", n)
+	}
+	p.stop(t)
+	if strings.Contains(p.stderr.String(), "s3cret-token") {
+		t.Errorf("the debug token is in the log:\n%s", p.stderr.String())
+	}
+}
+
+// TestServeRedisPasswordFile: the Redis password comes from a file and
+// decisions go through a Redis that requires it; a password given in
+// --redis-url is warned about and never printed, nor is one in a URL that
+// does not parse.
+func TestServeRedisPasswordFile(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the binary and redis-server")
+	}
+	const pw = "s3cret-pw"
+	r := redistest.SinglePassword(t, pw)
+	dir := t.TempDir()
+	bin := buildCharon(t)
+	p := startServeEnv(t, bin, nil, "--config", writeRedisConfig(t), "--store", "redis",
+		"--redis-url", "redis://"+r.Addr(), "--redis-password-file", writeFile(t, dir, "pw", pw+"\n"), "--failure-mode", "unavailable")
+	for i := 0; i < 3; i++ {
+		if !p.mustOK(t, "user", "pwfile") {
+			t.Fatal("refused under the limit")
+		}
+	}
+	m := get(t, "http://"+p.debugAddr+"/metrics")
+	if n := metricValue(m, `charon_store_calls_total{path="unavailable"}`); n != 0 {
+		t.Errorf("%v decisions failed over: the password from the file did not reach Redis", n)
+	}
+	p.stop(t)
+
+	p = startServeEnv(t, bin, nil, "--config", writeRedisConfig(t), "--store", "redis",
+		"--redis-url", "redis://:"+pw+"@"+r.Addr(), "--failure-mode", "unavailable")
+	p.mustOK(t, "user", "argv")
+	p.stop(t)
+	if log := p.stderr.String(); strings.Contains(log, pw) || !strings.Contains(log, "--redis-password-file") {
+		t.Errorf("a password in --redis-url: the log shows it or does not warn:\n%s", log)
+	}
+
+	var out, errb strings.Builder
+	code := run([]string{"serve", "--store", "redis", "--redis-url", "user:" + pw + "@" + r.Addr()}, func(string) string { return "" }, &out, &errb)
+	if code == 0 || strings.Contains(errb.String(), pw) || !strings.Contains(errb.String(), "--redis-url") {
+		t.Errorf("a URL without a scheme: exit %d, stderr:\n%s", code, errb.String())
+	}
+}

@@ -1,0 +1,141 @@
+// Package authz is the authorization table of `charon serve`: which client
+// identities (names in their verified TLS certificates) may call which gRPC
+// methods. It knows method names, not gRPC; the server applies it.
+package authz
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+
+	"gopkg.in/yaml.v3"
+)
+
+// The method groups a rule may allow. Health checks are always allowed.
+var groups = map[string][]string{
+	// rls: rate-limit decisions, Envoy's and charon.v1's bulk Request.
+	"rls": {"/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit", "/charon.v1.Charon/Request"},
+	// read: what changes nothing (server reflection).
+	"read": {"/grpc.reflection.v1.ServerReflection/ServerReflectionInfo", "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo"},
+	// reserve: taking and giving back copies of one's own session.
+	"reserve": {"/charon.v1.Charon/Reserve", "/charon.v1.Charon/Release", "/charon.v1.Charon/Transfer",
+		"/charon.v1.Charon/KeepAlive", "/charon.v1.Charon/Session"},
+	// admin: taking copies from others.
+	"admin": {"/charon.v1.Charon/Seize"},
+}
+
+// Groups are the names a rule's allow list may use besides method names.
+var Groups = []string{"rls", "read", "reserve", "admin", "all"}
+
+// alwaysAllowed methods need no rule: probes do not carry identities.
+var alwaysAllowed = []string{"/grpc.health.v1.Health/Check", "/grpc.health.v1.Health/Watch", "/grpc.health.v1.Health/List"}
+
+// GroupOf names the group of a full method name ("/pkg.Service/Method"):
+// one of Groups without "all", "health", or "other".
+func GroupOf(method string) string {
+	if slices.Contains(alwaysAllowed, method) {
+		return "health"
+	}
+	for _, g := range Groups[:4] {
+		if slices.Contains(groups[g], method) {
+			return g
+		}
+	}
+	return "other"
+}
+
+// Table is a parsed authorization table. The zero Table allows nothing but
+// health checks.
+type Table struct {
+	rules []rule
+}
+
+type rule struct {
+	identity string // exact, or a prefix ending in '*'
+	all      bool
+	methods  []string
+}
+
+func (r rule) matches(id string) bool {
+	if p, ok := strings.CutSuffix(r.identity, "*"); ok {
+		return strings.HasPrefix(id, p)
+	}
+	return id == r.identity
+}
+
+// file is the YAML form.
+type file struct {
+	Clients []struct {
+		Identity string   `yaml:"identity"`
+		Allow    []string `yaml:"allow"`
+	} `yaml:"clients"`
+}
+
+// Parse reads a table:
+//
+//	clients:
+//	  - identity: spiffe://cluster.local/ns/istio-system/sa/istio-ingressgateway-service-account
+//	    allow: [rls]
+//	  - identity: spiffe://cluster.local/ns/jobs/*   # a trailing * matches a prefix
+//	    allow: [rls, reserve, /charon.v1.Charon/Seize]
+//
+// An error names the field at fault (clients[1].allow[0]).
+func Parse(b []byte) (*Table, error) {
+	var f file
+	dec := yaml.NewDecoder(bytes.NewReader(b))
+	dec.KnownFields(true)
+	if err := dec.Decode(&f); err != nil && !errors.Is(err, io.EOF) {
+		return nil, fmt.Errorf("authz: %v", err)
+	}
+	t := &Table{}
+	for i, c := range f.Clients {
+		at := fmt.Sprintf("clients[%d]", i)
+		if c.Identity == "" {
+			return nil, fmt.Errorf("authz: %s.identity: missing", at)
+		}
+		if strings.Contains(strings.TrimSuffix(c.Identity, "*"), "*") {
+			return nil, fmt.Errorf("authz: %s.identity %q: '*' only at the end", at, c.Identity)
+		}
+		if len(c.Allow) == 0 {
+			return nil, fmt.Errorf("authz: %s.allow: missing (a list of %s, or /service/method names)", at, strings.Join(Groups, ", "))
+		}
+		r := rule{identity: c.Identity}
+		for j, a := range c.Allow {
+			switch {
+			case a == "all":
+				r.all = true
+			case groups[a] != nil:
+				r.methods = append(r.methods, groups[a]...)
+			case strings.HasPrefix(a, "/") && strings.Count(a, "/") == 2 && !strings.HasSuffix(a, "/"):
+				r.methods = append(r.methods, a)
+			default:
+				return nil, fmt.Errorf("authz: %s.allow[%d] %q: want one of %s, or a /service/method name", at, j, a, strings.Join(Groups, ", "))
+			}
+		}
+		t.rules = append(t.rules, r)
+	}
+	return t, nil
+}
+
+// Allowed reports whether a client with these identities may call method
+// (a full gRPC method name). Rules add up: any rule matching any identity
+// that allows the method allows it.
+func (t *Table) Allowed(ids []string, method string) bool {
+	if slices.Contains(alwaysAllowed, method) {
+		return true
+	}
+	for _, r := range t.rules {
+		if !r.all && !slices.Contains(r.methods, method) {
+			continue
+		}
+		for _, id := range ids {
+			if r.matches(id) {
+				return true
+			}
+		}
+	}
+	return false
+}
