@@ -28,6 +28,7 @@ Usage:
   charon config check DIR [--dump]         validate a configuration directory
   charon ask --domain D --descriptor k=v   ask a running server for a decision
   charon bench [flags]                     load a running server and report throughput
+  charon health [--addr HOST:PORT]         exit 0 when a server's gRPC health is SERVING
   charon reserve --domain D --descriptor k=v [--copies N --min M] [--hold-for DUR]
                                            hold copies of a copy-limited resource while running
   charon release --hold ID [--copies N]    release copies of a hold
@@ -66,6 +67,8 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) in
 		err = runAsk(args[1:], stdout, stderr)
 	case "bench":
 		err = runBench(args[1:], stdout, stderr)
+	case "health":
+		err = runHealth(args[1:], stdout, stderr)
 	case "reserve":
 		err = runReserve(args[1:], stdout, stderr)
 	case "release":

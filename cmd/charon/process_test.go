@@ -162,6 +162,19 @@ func TestServeProcess(t *testing.T) {
 		t.Errorf("current_limit %v, want 1000 per SECOND", l)
 	}
 
+	// charon health, the image's HEALTHCHECK: 0 and SERVING; 1 for an
+	// unknown service; 1 with nothing listening.
+	var out, errb strings.Builder
+	if code := run([]string{"health", "--addr", grpcAddr}, os.Getenv, &out, &errb); code != 0 || out.String() != "SERVING\n" {
+		t.Errorf("charon health: exit %d, %q %s", code, out.String(), errb.String())
+	}
+	if code := run([]string{"health", "--addr", grpcAddr, "--service", "nope"}, os.Getenv, &out, &errb); code != 1 {
+		t.Errorf("charon health --service nope: exit %d, want 1", code)
+	}
+	if code := run([]string{"health", "--addr", "127.0.0.1:" + strconv.Itoa(freePorts(t, 1)[0]), "--timeout", "1s"}, os.Getenv, &out, &errb); code != 1 {
+		t.Errorf("charon health with no server: exit %d, want 1", code)
+	}
+
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}

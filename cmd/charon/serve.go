@@ -331,8 +331,8 @@ type security struct {
 }
 
 // loadSecurity reads the authorization table and the debug token, and
-// warns of a Redis password given on the command line and of a debug port
-// opened beyond loopback with nothing guarding it.
+// warns of a Redis password given on the command line and of profiles
+// served beyond loopback with nothing guarding them.
 func loadSecurity(c serveConfig, args []string, log *slog.Logger) (security, error) {
 	var sec security
 	if c.Authz != "" {
@@ -357,9 +357,9 @@ func loadSecurity(c serveConfig, args []string, log *slog.Logger) (security, err
 		slices.ContainsFunc(args, func(a string) bool { return strings.Contains(a, u.Password) }) {
 		log.Warn("the Redis password in --redis-url shows in ps and /proc: use --redis-password-file, CHARON_REDIS_PASSWORD or REDIS_AUTH")
 	}
-	if host, _, err := net.SplitHostPort(c.DebugAddr); err == nil && sec.debugToken == "" && !c.DebugTLS {
+	if host, _, err := net.SplitHostPort(c.DebugAddr); err == nil && c.Pprof && sec.debugToken == "" && !c.DebugTLS {
 		if ip := net.ParseIP(host); ip == nil || !ip.IsLoopback() {
-			log.Warn("the debug port is open beyond loopback with no --debug-token-file or --debug-tls", "debug_addr", c.DebugAddr)
+			log.Warn("--pprof on a debug port open beyond loopback with no --debug-token-file or --debug-tls", "debug_addr", c.DebugAddr)
 		}
 	}
 	return sec, nil
