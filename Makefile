@@ -7,7 +7,7 @@ VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev
 # Extra `go test` flags: .ci/run passes -count=1 so no result is reused.
 TESTFLAGS ?=
 
-.PHONY: all build release run test test-stress reliability bench bench-redis fuzz generate generate-check clean
+.PHONY: all build release image run test test-stress reliability bench bench-redis fuzz generate generate-check clean
 
 all: build
 
@@ -28,9 +28,16 @@ release:
 run:
 	$(GO) run ./cmd/charon serve --config examples/config
 
+# The product's module, then deploy/ (its own module: Helm, Kubernetes and
+# BuildKit stay out of the product's go.mod).
 test:
 	$(GO) vet ./...
 	$(GO) test -race $(TESTFLAGS) ./...
+	cd deploy && $(GO) vet ./... && $(GO) test -race $(TESTFLAGS) ./...
+
+# The container image (needs a Docker engine): charon:$(VERSION).
+image:
+	docker build --build-arg VERSION=$(VERSION) -t charon:$(VERSION) .
 
 # make test RUNS (5) times back to back with a CPU hog on every core (stopped
 # by PID at the end), as on a busy CI machine; fails if any run fails.

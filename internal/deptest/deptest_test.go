@@ -27,7 +27,6 @@ var imports = map[string][]string{
 		"internal/store/memstore", "internal/store/redisstore", "internal/store/resilient", "server"},
 	"config":                           {"descriptors", "tiers"},
 	"copylog":                          nil,
-	"deploy":                           nil,
 	"descriptors":                      {"tiers"},
 	"internal/copystore":               {"copylog"},
 	"internal/copystore/copystoretest": {"copylog", "internal/copystore"},

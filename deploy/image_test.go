@@ -1,0 +1,275 @@
+package deploy
+
+import (
+	"bytes"
+	"debug/elf"
+	"io"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/moby/buildkit/frontend/dockerfile/dockerignore"
+	"github.com/moby/buildkit/frontend/dockerfile/instructions"
+	"github.com/moby/buildkit/frontend/dockerfile/parser"
+	"github.com/moby/patternmatcher"
+)
+
+func parseDockerfile(t *testing.T) []instructions.Stage {
+	t.Helper()
+	res, err := parser.Parse(bytes.NewReader(readFile(t, "../Dockerfile")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	stages, _, err := instructions.Parse(res.AST, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(stages) < 2 {
+		t.Fatalf("%d stages, want a build stage and a runtime stage", len(stages))
+	}
+	return stages
+}
+
+// TestDockerfile checks the image's properties from the Dockerfile as
+// Docker's own parser reads it: multi-stage, the Go of go.mod, a static
+// binary on distroless, a non-root user, no shell needed to start or
+// probe it, the ports and a health check declared, the version stamped.
+func TestDockerfile(t *testing.T) {
+	stages := parseDockerfile(t)
+	build, final := stages[0], stages[len(stages)-1]
+	goVersion := regexp.MustCompile(`(?m)^go (\d+\.\d+)`).FindSubmatch(readFile(t, "../go.mod"))
+	if goVersion == nil || build.BaseName != "golang:"+string(goVersion[1]) {
+		t.Errorf("build stage FROM %s, want golang:%s (go.mod's)", build.BaseName, goVersion[1])
+	}
+	if !strings.HasPrefix(final.BaseName, "gcr.io/distroless/static") && final.BaseName != "scratch" {
+		t.Errorf("runtime stage FROM %s, want a distroless static base or scratch", final.BaseName)
+	}
+	var (
+		user, entry string
+		ports       []string
+		health      []string
+		copied      bool
+		versionOK   bool
+	)
+	for _, c := range build.Commands {
+		if r, ok := c.(*instructions.RunCommand); ok && strings.Contains(strings.Join(r.CmdLine, " "), "go build") {
+			line := strings.Join(r.CmdLine, " ")
+			versionOK = strings.Contains(line, "-X main.version=${VERSION}") && strings.Contains(line, "-trimpath")
+		}
+	}
+	for _, c := range final.Commands {
+		switch c := c.(type) {
+		case *instructions.UserCommand:
+			user = c.User
+		case *instructions.ExposeCommand:
+			ports = append(ports, c.Ports...)
+		case *instructions.HealthCheckCommand:
+			health = c.Health.Test
+		case *instructions.EntrypointCommand:
+			if c.PrependShell {
+				t.Error("ENTRYPOINT in shell form: the image has no shell")
+			}
+			entry = c.CmdLine[0]
+		case *instructions.CmdCommand:
+			if c.PrependShell {
+				t.Error("CMD in shell form: the image has no shell")
+			}
+		case *instructions.RunCommand:
+			t.Errorf("RUN in the runtime stage: %v (the image has no shell)", c.CmdLine)
+		case *instructions.CopyCommand:
+			if c.From == build.Name && slices.Contains(c.SourcePaths, "/out/charon") {
+				copied = c.DestPath == entry || c.DestPath == "/usr/local/bin/charon"
+			}
+		}
+	}
+	if user == "" || user == "root" || strings.HasPrefix(user, "0:") || user == "0" {
+		t.Errorf("USER %q, want a non-root user", user)
+	}
+	for _, p := range []string{"8081", "8080", "6070"} {
+		if !slices.Contains(ports, p) {
+			t.Errorf("EXPOSE %v lacks %s", ports, p)
+		}
+	}
+	if len(health) < 3 || health[0] != "CMD" || health[1] != entry || health[2] != "health" {
+		t.Errorf("HEALTHCHECK %v, want the exec form [CMD %s health ...]", health, entry)
+	}
+	if !copied || entry != "/usr/local/bin/charon" {
+		t.Errorf("the binary built in %s is not what ENTRYPOINT %s runs", build.Name, entry)
+	}
+	if !versionOK {
+		t.Error("the build stage's go build does not stamp -X main.version=${VERSION} with -trimpath")
+	}
+}
+
+// TestDockerfileBuild builds the binary exactly as the Dockerfile's build
+// stage does: from a context filtered by .dockerignore, its COPY, ARG, ENV
+// and RUN in order (with /src and /out in a temporary directory), and checks
+// that the binary is static and carries the version given.
+func TestDockerfileBuild(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binary")
+	}
+	stages := parseDockerfile(t)
+	tmp := t.TempDir()
+	context := filepath.Join(tmp, "context")
+	copyContext(t, "..", context)
+	root := func(p string) string { return filepath.Join(tmp, "root", p) }
+	env := os.Environ()
+	args := map[string]string{"VERSION": "v9.9.9-test"}
+	workdir := root("/")
+	for _, c := range stages[0].Commands {
+		switch c := c.(type) {
+		case *instructions.WorkdirCommand:
+			workdir = root(c.Path)
+			if err := os.MkdirAll(workdir, 0o755); err != nil {
+				t.Fatal(err)
+			}
+		case *instructions.CopyCommand:
+			for _, src := range c.SourcePaths {
+				dst := filepath.Join(workdir, c.DestPath)
+				if !strings.HasSuffix(c.DestPath, "/") && c.DestPath != "." {
+					t.Fatalf("COPY to %s: the test knows directory destinations only", c.DestPath)
+				}
+				if src == "." {
+					copyTree(t, context, dst)
+				} else {
+					copyTree(t, filepath.Join(context, src), filepath.Join(dst, filepath.Base(src)))
+				}
+			}
+		case *instructions.ArgCommand:
+			for _, a := range c.Args {
+				v, given := args[a.Key]
+				if !given && a.Value != nil {
+					v = *a.Value
+				}
+				env = append(env, a.Key+"="+v)
+			}
+		case *instructions.EnvCommand:
+			for _, kv := range c.Env {
+				env = append(env, kv.Key+"="+kv.Value)
+			}
+		case *instructions.RunCommand:
+			line := strings.ReplaceAll(strings.Join(c.CmdLine, " "), "/out/", root("/out")+"/")
+			cmd := exec.Command("sh", "-c", line)
+			cmd.Dir, cmd.Env = workdir, env
+			if out, err := cmd.CombinedOutput(); err != nil {
+				t.Fatalf("RUN %s: %v\n%s", line, err, out)
+			}
+		default:
+			t.Fatalf("build stage: the test does not know %T", c)
+		}
+	}
+	// The runtime stage's other COPYs take files the context has.
+	for _, c := range stages[len(stages)-1].Commands {
+		if c, ok := c.(*instructions.CopyCommand); ok && c.From == "" {
+			for _, src := range c.SourcePaths {
+				if _, err := os.Stat(filepath.Join(context, src)); err != nil {
+					t.Errorf("runtime stage COPY %s: not in the build context: %v", src, err)
+				}
+			}
+		}
+	}
+	bin := root("/out/charon")
+	f, err := elf.Open(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	libs, _ := f.ImportedLibraries()
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_INTERP {
+			t.Error("the binary has a dynamic loader: not static")
+		}
+	}
+	if len(libs) > 0 {
+		t.Errorf("the binary needs %v: not static", libs)
+	}
+	out, err := exec.Command(bin, "version").Output()
+	if err != nil || strings.TrimSpace(string(out)) != "charon v9.9.9-test" {
+		t.Errorf("charon version: %q, %v; want the version given to the build", out, err)
+	}
+}
+
+// copyContext copies the repository at src to dst without what
+// .dockerignore excludes, as Docker sends a build context.
+func copyContext(t *testing.T, src, dst string) {
+	t.Helper()
+	f, err := os.Open(filepath.Join(src, ".dockerignore"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	patterns, err := dockerignore.ReadAll(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pm, err := patternmatcher.New(patterns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(src, p)
+		if rel == "." {
+			return nil
+		}
+		if skip, _ := pm.MatchesOrParentMatches(rel); skip {
+			if d.IsDir() {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		return copyEntry(p, filepath.Join(dst, rel), d)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// copyTree copies the file or directory src to dst.
+func copyTree(t *testing.T, src, dst string) {
+	t.Helper()
+	err := filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(src, p)
+		return copyEntry(p, filepath.Join(dst, rel), d)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func copyEntry(src, dst string, d fs.DirEntry) error {
+	if d.IsDir() {
+		return os.MkdirAll(dst, 0o755)
+	}
+	if !d.Type().IsRegular() {
+		return nil
+	}
+	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+		return err
+	}
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	out, err := os.Create(dst)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		out.Close()
+		return err
+	}
+	return out.Close()
+}

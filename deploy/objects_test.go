@@ -1,0 +1,268 @@
+package deploy
+
+import (
+	"bytes"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+	"testing/fstest"
+
+	monitoringv1 "github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring/v1"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	"sigs.k8s.io/yaml"
+
+	"github.com/charonlimit/charon/config"
+	"github.com/charonlimit/charon/internal/authz"
+)
+
+// object is one decoded Kubernetes object.
+type object struct {
+	kind, name, namespace string
+	value                 any // *appsv1.Deployment, *corev1.Service, ...
+}
+
+// newObject returns the typed value of an apiVersion and kind.
+func newObject(apiVersion, kind string) (any, error) {
+	switch apiVersion + " " + kind {
+	case "v1 Namespace":
+		return &corev1.Namespace{}, nil
+	case "v1 ConfigMap":
+		return &corev1.ConfigMap{}, nil
+	case "v1 Secret":
+		return &corev1.Secret{}, nil
+	case "v1 Service":
+		return &corev1.Service{}, nil
+	case "apps/v1 Deployment":
+		return &appsv1.Deployment{}, nil
+	case "policy/v1 PodDisruptionBudget":
+		return &policyv1.PodDisruptionBudget{}, nil
+	case "monitoring.coreos.com/v1 ServiceMonitor":
+		return &monitoringv1.ServiceMonitor{}, nil
+	}
+	return nil, fmt.Errorf("unexpected %s %s", apiVersion, kind)
+}
+
+var docSep = regexp.MustCompile(`(?m)^---\s*$`)
+
+// decodeObjects decodes every YAML document of b strictly (an unknown or
+// misspelt field is an error) into its k8s.io/api type.
+func decodeObjects(t *testing.T, name string, b []byte) []object {
+	t.Helper()
+	var objs []object
+	for i, doc := range docSep.Split(string(b), -1) {
+		var head struct {
+			APIVersion string `json:"apiVersion"`
+			Kind       string `json:"kind"`
+			Metadata   struct {
+				Name      string `json:"name"`
+				Namespace string `json:"namespace"`
+			} `json:"metadata"`
+		}
+		if err := yaml.Unmarshal([]byte(doc), &head); err != nil {
+			t.Fatalf("%s: document %d: %v", name, i, err)
+		}
+		if head.Kind == "" {
+			continue // comments only
+		}
+		v, err := newObject(head.APIVersion, head.Kind)
+		if err != nil {
+			t.Errorf("%s: document %d: %v", name, i, err)
+			continue
+		}
+		if err := yaml.UnmarshalStrict([]byte(doc), v); err != nil {
+			t.Errorf("%s: %s %s: %v", name, head.Kind, head.Metadata.Name, err)
+			continue
+		}
+		objs = append(objs, object{head.Kind, head.Metadata.Name, head.Metadata.Namespace, v})
+	}
+	return objs
+}
+
+func find[T any](objs []object, kind, name string) (T, bool) {
+	for _, o := range objs {
+		if o.kind == kind && o.name == name {
+			return o.value.(T), true
+		}
+	}
+	var zero T
+	return zero, false
+}
+
+// serveFlags are the flags `charon serve -h` lists, from the binary.
+var serveFlags []string
+
+func charonServeFlags(t *testing.T) []string {
+	t.Helper()
+	if serveFlags != nil {
+		return serveFlags
+	}
+	out, _ := exec.Command(charonBin(t), "serve", "-h").CombinedOutput()
+	for _, m := range regexp.MustCompile(`(?m)^  -([a-z0-9-]+)`).FindAllStringSubmatch(string(out), -1) {
+		serveFlags = append(serveFlags, m[1])
+	}
+	if len(serveFlags) < 10 {
+		t.Fatalf("charon serve -h lists %d flags:\n%s", len(serveFlags), out)
+	}
+	return serveFlags
+}
+
+var binPath string
+
+// charonBin builds cmd/charon once for the tests of this package.
+func charonBin(t *testing.T) string {
+	t.Helper()
+	if binPath != "" {
+		return binPath
+	}
+	dir, err := os.MkdirTemp("", "charon-deploy-test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(dir, "charon")
+	cmd := exec.Command("go", "build", "-o", bin, "./cmd/charon")
+	cmd.Dir = ".."
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	binPath = bin
+	return bin
+}
+
+// checkDeployment checks what every Charon Deployment must have: probes
+// on the gRPC health service or HTTP health check, resources, a locked-down
+// security context, arguments `charon serve` knows, a configuration
+// directory that loads, an authorization table that parses, a topology
+// spread with several replicas; and that svc selects its pods.
+func checkDeployment(t *testing.T, name string, objs []object, d *appsv1.Deployment, svc *corev1.Service) {
+	t.Helper()
+	pod := d.Spec.Template
+	for k, v := range d.Spec.Selector.MatchLabels {
+		if pod.Labels[k] != v {
+			t.Errorf("%s: the Deployment's selector %s=%s does not select its pods", name, k, v)
+		}
+	}
+	for k, v := range svc.Spec.Selector {
+		if pod.Labels[k] != v {
+			t.Errorf("%s: Service %s selects %s=%s, which the pods lack", name, svc.Name, k, v)
+		}
+	}
+	if sc := pod.Spec.SecurityContext; sc == nil || sc.RunAsNonRoot == nil || !*sc.RunAsNonRoot {
+		t.Errorf("%s: pod may run as root", name)
+	}
+	if d.Spec.Replicas != nil && *d.Spec.Replicas > 1 && len(pod.Spec.TopologySpreadConstraints) == 0 {
+		t.Errorf("%s: %d replicas with no topology spread", name, *d.Spec.Replicas)
+	}
+	if len(pod.Spec.Containers) != 1 {
+		t.Fatalf("%s: %d containers, want 1", name, len(pod.Spec.Containers))
+	}
+	c := pod.Spec.Containers[0]
+	if c.ReadinessProbe == nil || c.LivenessProbe == nil {
+		t.Errorf("%s: readiness or liveness probe missing", name)
+	}
+	for _, p := range []*corev1.Probe{c.StartupProbe, c.ReadinessProbe, c.LivenessProbe} {
+		if p == nil {
+			continue
+		}
+		switch {
+		case p.GRPC != nil && p.GRPC.Port == 8081:
+		case p.HTTPGet != nil && p.HTTPGet.Path == "/healthcheck":
+		case p.TCPSocket != nil:
+		default:
+			t.Errorf("%s: a probe is neither gRPC health on 8081 nor /healthcheck: %+v", name, p.ProbeHandler)
+		}
+	}
+	if c.Resources.Requests.Cpu().IsZero() || c.Resources.Requests.Memory().IsZero() || c.Resources.Limits.Memory().IsZero() {
+		t.Errorf("%s: resources: %+v, want CPU and memory requests and a memory limit", name, c.Resources)
+	}
+	sc := c.SecurityContext
+	if sc == nil || sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation ||
+		sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem ||
+		sc.Capabilities == nil || !slices.Contains(sc.Capabilities.Drop, "ALL") {
+		t.Errorf("%s: container security context %+v, want no privilege escalation, read-only root, drop ALL", name, sc)
+	}
+	known := charonServeFlags(t)
+	if len(c.Args) == 0 || c.Args[0] != "serve" {
+		t.Errorf("%s: args %v, want serve first", name, c.Args)
+	}
+	mounts := map[string]string{}
+	for _, m := range c.VolumeMounts {
+		mounts[m.Name] = m.MountPath
+	}
+	for i, a := range c.Args[1:] {
+		f, ok := strings.CutPrefix(a, "--")
+		if !ok {
+			continue
+		}
+		f, val, hasVal := strings.Cut(f, "=")
+		if !slices.Contains(known, f) {
+			t.Errorf("%s: charon serve has no flag --%s", name, f)
+		}
+		if !hasVal && i+2 < len(c.Args) && !strings.HasPrefix(c.Args[i+2], "--") {
+			val = c.Args[i+2]
+		}
+		if strings.HasPrefix(val, "/etc/charon/") && !slices.ContainsFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool {
+			return strings.HasPrefix(val, m.MountPath+"/") || val == m.MountPath
+		}) {
+			t.Errorf("%s: --%s %s is on no mounted volume", name, f, val)
+		}
+	}
+	for _, e := range c.Env {
+		if n, ok := strings.CutPrefix(e.Name, "CHARON_"); ok && !slices.Contains(known, strings.ReplaceAll(strings.ToLower(n), "_", "-")) && n != "REDIS_PASSWORD" {
+			t.Errorf("%s: %s names no flag of charon serve", name, e.Name)
+		}
+	}
+	for _, v := range pod.Spec.Volumes {
+		if _, ok := mounts[v.Name]; !ok {
+			t.Errorf("%s: volume %s is not mounted", name, v.Name)
+		}
+		if v.ConfigMap == nil {
+			continue
+		}
+		cm, ok := find[*corev1.ConfigMap](objs, "ConfigMap", v.ConfigMap.Name)
+		if !ok {
+			t.Errorf("%s: volume %s: no ConfigMap %s", name, v.Name, v.ConfigMap.Name)
+			continue
+		}
+		if mounts[v.Name] == "/etc/charon/config" {
+			fsys := fstest.MapFS{}
+			for f, body := range cm.Data {
+				fsys[f] = &fstest.MapFile{Data: []byte(body)}
+			}
+			if _, _, err := config.Load(fs.FS(fsys), config.Options{}); err != nil {
+				t.Errorf("%s: ConfigMap %s does not load: %v", name, cm.Name, err)
+			}
+		}
+		if body, ok := cm.Data["authz.yaml"]; ok {
+			if _, err := authz.Parse([]byte(body)); err != nil {
+				t.Errorf("%s: ConfigMap %s: %v", name, cm.Name, err)
+			}
+		}
+	}
+}
+
+// grpcPort returns the Service's port named grpc.
+func grpcPort(svc *corev1.Service) int32 {
+	for _, p := range svc.Spec.Ports {
+		if p.Name == "grpc" {
+			return p.Port
+		}
+	}
+	return 0
+}
+
+func readFile(t *testing.T, path string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return bytes.TrimSpace(b)
+}
