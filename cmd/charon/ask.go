@@ -11,7 +11,6 @@ import (
 
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 )
@@ -46,19 +45,15 @@ func parseDescriptor(s string) (*ratelimitv3.RateLimitDescriptor, error) {
 func runAsk(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("charon ask", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	addr := fs.String("addr", "localhost:8081", "server gRPC `HOST:PORT`")
+	var cf connFlags
+	cf.declare(fs, "localhost:8081", 5*time.Second)
 	domain := fs.String("domain", "", "RLS domain")
 	var descs descriptorFlags
 	fs.Var(&descs, "descriptor", "descriptor `k=v,k2=v2` (repeatable)")
 	hits := fs.Uint("hits", 0, "hits_addend of the request (0: one hit)")
 	asJSON := fs.Bool("json", false, "print the RateLimitResponse as JSON")
-	timeout := fs.Duration("timeout", 5*time.Second, "RPC timeout")
-	ct := clientTLS(fs)
-	if err := fs.Parse(args); err != nil {
-		if err == flag.ErrHelp {
-			return err
-		}
-		return fmt.Errorf("%w: %v", errUsage, err)
+	if err := parseVerb(fs, args); err != nil {
+		return err
 	}
 	if *domain == "" || len(descs) == 0 {
 		return fmt.Errorf("%w: ask needs --domain and at least one --descriptor", errUsage)
@@ -66,16 +61,12 @@ func runAsk(args []string, stdout, stderr io.Writer) error {
 	if *hits > 1<<32-1 {
 		return fmt.Errorf("%w: --hits is at most %d", errUsage, uint32(1<<32-1))
 	}
-	transport, err := dialOption(ct)
-	if err != nil {
-		return err
-	}
-	cc, err := grpc.NewClient(*addr, transport)
+	cc, err := cf.dial()
 	if err != nil {
 		return err
 	}
 	defer cc.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
+	ctx, cancel := context.WithTimeout(context.Background(), cf.timeout)
 	defer cancel()
 	req := &rlsv3.RateLimitRequest{Domain: *domain, Descriptors: descs, HitsAddend: uint32(*hits)}
 	resp, err := rlsv3.NewRateLimitServiceClient(cc).ShouldRateLimit(ctx, req)

@@ -7,7 +7,6 @@ import (
 	"io"
 	"time"
 
-	"google.golang.org/grpc"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 )
 
@@ -16,26 +15,18 @@ import (
 func runHealth(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("charon health", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	addr := fs.String("addr", "127.0.0.1:8081", "server gRPC `HOST:PORT`")
+	var cf connFlags
+	cf.declare(fs, "127.0.0.1:8081", 2*time.Second)
 	service := fs.String("service", "", "health service `name` (\"\": the server)")
-	timeout := fs.Duration("timeout", 2*time.Second, "RPC timeout")
-	ct := clientTLS(fs)
-	if err := fs.Parse(args); err != nil {
-		if err == flag.ErrHelp {
-			return err
-		}
-		return fmt.Errorf("%w: %v", errUsage, err)
-	}
-	transport, err := dialOption(ct)
-	if err != nil {
+	if err := parseVerb(fs, args); err != nil {
 		return err
 	}
-	cc, err := grpc.NewClient(*addr, transport)
+	cc, err := cf.dial()
 	if err != nil {
 		return err
 	}
 	defer cc.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
+	ctx, cancel := context.WithTimeout(context.Background(), cf.timeout)
 	defer cancel()
 	resp, err := healthpb.NewHealthClient(cc).Check(ctx, &healthpb.HealthCheckRequest{Service: *service})
 	if err != nil {

@@ -9,42 +9,15 @@ import (
 	"syscall"
 	"time"
 
-	"google.golang.org/grpc"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	charonv1 "github.com/charonlimit/charon/api/charon/v1"
 	"github.com/charonlimit/charon/internal/sessionhold"
-	"github.com/charonlimit/charon/internal/tlsconfig"
 )
 
 // The copy verbs: reserve and seize hold their copies on a Session stream
 // while they run (the server releases them if the process dies), release
 // and transfer are unary and act on any hold by its id.
-
-// holdFlags are the flags every copy verb has.
-type holdFlags struct {
-	addr    string
-	timeout time.Duration
-	tls     *tlsconfig.ClientFlags
-}
-
-func (h *holdFlags) declare(fs *flag.FlagSet) {
-	fs.StringVar(&h.addr, "addr", "localhost:8081", "server gRPC `HOST:PORT`")
-	fs.DurationVar(&h.timeout, "timeout", 5*time.Second, "timeout of each call")
-	h.tls = clientTLS(fs)
-}
-
-func (h *holdFlags) dial() (*grpc.ClientConn, charonv1.CharonClient, error) {
-	transport, err := dialOption(h.tls)
-	if err != nil {
-		return nil, nil, err
-	}
-	cc, err := grpc.NewClient(h.addr, transport)
-	if err != nil {
-		return nil, nil, err
-	}
-	return cc, charonv1.NewCharonClient(cc), nil
-}
 
 // parseVerb parses a verb's flags; it refuses positional arguments.
 func parseVerb(fs *flag.FlagSet, args []string) error {
@@ -68,8 +41,8 @@ var signalContext = func() (context.Context, context.CancelFunc) {
 func runReserve(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("charon reserve", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	var hf holdFlags
-	hf.declare(fs)
+	var hf connFlags
+	hf.declare(fs, "localhost:8081", 5*time.Second)
 	domain := fs.String("domain", "", "RLS domain")
 	descriptor := fs.String("descriptor", "", "the resource's descriptor `k=v,k2=v2`")
 	copies := fs.Int64("copies", 1, "copies to reserve at most")
@@ -99,8 +72,8 @@ func runReserve(args []string, stdout, stderr io.Writer) error {
 func runSeize(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("charon seize", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	var hf holdFlags
-	hf.declare(fs)
+	var hf connFlags
+	hf.declare(fs, "localhost:8081", 5*time.Second)
 	transfer := fs.String("transfer", "", "the transfer `ID` to seize")
 	holdFor := fs.Duration("hold-for", 0, "release after this long (0: hold until interrupted)")
 	if err := parseVerb(fs, args); err != nil {
@@ -115,15 +88,15 @@ func runSeize(args []string, stdout, stderr io.Writer) error {
 
 // holdOnSession runs op (a reserve or a seize) on its own Session stream
 // until a signal or holdFor (package sessionhold).
-func holdOnSession(hf holdFlags, op *charonv1.SessionRequest, holdFor time.Duration, stdout io.Writer) error {
+func holdOnSession(hf connFlags, op *charonv1.SessionRequest, holdFor time.Duration, stdout io.Writer) error {
 	sigCtx, stop := signalContext()
 	defer stop()
-	cc, c, err := hf.dial()
+	cc, err := hf.dial()
 	if err != nil {
 		return err
 	}
 	defer cc.Close()
-	ok, err := sessionhold.Run(sigCtx, c, op, holdFor, hf.timeout, stdout)
+	ok, err := sessionhold.Run(sigCtx, charonv1.NewCharonClient(cc), op, holdFor, hf.timeout, stdout)
 	if err == nil && !ok {
 		return errReported
 	}
@@ -133,8 +106,8 @@ func holdOnSession(hf holdFlags, op *charonv1.SessionRequest, holdFor time.Durat
 func runRelease(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("charon release", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	var hf holdFlags
-	hf.declare(fs)
+	var hf connFlags
+	hf.declare(fs, "localhost:8081", 5*time.Second)
 	hold := fs.String("hold", "", "the hold `ID`")
 	copies := fs.Int64("copies", 0, "copies to release (0: all the hold has)")
 	if err := parseVerb(fs, args); err != nil {
@@ -153,15 +126,15 @@ func runRelease(args []string, stdout, stderr io.Writer) error {
 }
 
 // unary runs one call of a copy verb on a new connection, within --timeout.
-func (h *holdFlags) unary(call func(context.Context, charonv1.CharonClient) error) error {
-	cc, c, err := h.dial()
+func (h *connFlags) unary(call func(context.Context, charonv1.CharonClient) error) error {
+	cc, err := h.dial()
 	if err != nil {
 		return err
 	}
 	defer cc.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), h.timeout)
 	defer cancel()
-	if err := call(ctx, c); err != nil {
+	if err := call(ctx, charonv1.NewCharonClient(cc)); err != nil {
 		return sessionhold.CallError(err)
 	}
 	return nil
@@ -170,8 +143,8 @@ func (h *holdFlags) unary(call func(context.Context, charonv1.CharonClient) erro
 func runTransfer(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("charon transfer", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	var hf holdFlags
-	hf.declare(fs)
+	var hf connFlags
+	hf.declare(fs, "localhost:8081", 5*time.Second)
 	hold := fs.String("hold", "", "the hold `ID`")
 	copies := fs.Int64("copies", 0, "copies to transfer (0: all the hold has)")
 	ttl := fs.Duration("ttl", 0, "how long the copies wait for a seize (0: the server's default)")

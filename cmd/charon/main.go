@@ -10,6 +10,7 @@ import (
 	"io"
 	"os"
 	"runtime/debug"
+	"time"
 
 	"github.com/charonlimit/charon/internal/tlsconfig"
 	"google.golang.org/grpc"
@@ -122,6 +123,29 @@ func clientTLS(fs *flag.FlagSet) *tlsconfig.ClientFlags {
 	fs.BoolVar(&f.Force, "tls", false, "connect over TLS (implied by the other --tls-* flags)")
 	f.Bind(fs, "tls-", "the server")
 	return f
+}
+
+// connFlags are the flags of the verbs that call a server: its address,
+// the time limit of each call, and TLS.
+type connFlags struct {
+	addr    string
+	timeout time.Duration
+	tls     *tlsconfig.ClientFlags
+}
+
+func (c *connFlags) declare(fs *flag.FlagSet, addr string, timeout time.Duration) {
+	fs.StringVar(&c.addr, "addr", addr, "server gRPC `HOST:PORT`")
+	fs.DurationVar(&c.timeout, "timeout", timeout, "time limit of each call")
+	c.tls = clientTLS(fs)
+}
+
+// dial makes the client connection (gRPC connects on first use).
+func (c *connFlags) dial() (*grpc.ClientConn, error) {
+	transport, err := dialOption(c.tls)
+	if err != nil {
+		return nil, err
+	}
+	return grpc.NewClient(c.addr, transport)
 }
 
 // dialOption is a client verb's transport: TLS when its flags ask for it.
