@@ -27,7 +27,7 @@ func TestTLSPorts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, stop := newTestServer(t, Options{GRPCTLS: srvTLS.Config(), HTTPTLS: srvTLS.Config()})
+	s, stop := newTestServer(t, Options{GRPCTLS: srvTLS.Config(), HTTPTLS: srvTLS.Config(), DebugTLS: srvTLS.Config()})
 	defer stop()
 
 	check := func(cc *grpc.ClientConn) error {
@@ -65,20 +65,27 @@ func TestTLSPorts(t *testing.T) {
 		t.Error("gRPC without a client certificate accepted under mutual TLS")
 	}
 
-	get := func(c *tls.Config) error {
+	getURL := func(c *tls.Config, url string) error {
 		hc := &http.Client{Transport: &http.Transport{TLSClientConfig: c}, Timeout: 10 * time.Second}
-		resp, err := hc.Get("https://" + s.HTTPAddr() + "/healthcheck")
+		resp, err := hc.Get(url)
 		if err != nil {
 			return err
 		}
 		resp.Body.Close()
 		return nil
 	}
+	get := func(c *tls.Config) error { return getURL(c, "https://"+s.HTTPAddr()+"/healthcheck") }
 	if err := get(tlsClient(true)); err != nil {
 		t.Errorf("HTTPS with a client certificate: %v", err)
 	}
 	if err := get(tlsClient(false)); err == nil {
 		t.Error("HTTPS without a client certificate accepted under mutual TLS")
+	}
+	if err := getURL(tlsClient(true), "https://"+s.DebugAddr()+"/metrics"); err != nil {
+		t.Errorf("debug port over mutual TLS: %v", err)
+	}
+	if err := getURL(tlsClient(false), "https://"+s.DebugAddr()+"/metrics"); err == nil {
+		t.Error("debug port: a client without a certificate accepted under mutual TLS")
 	}
 	hc := &http.Client{Timeout: 10 * time.Second}
 	if resp, err := hc.Get("http://" + s.HTTPAddr() + "/healthcheck"); err == nil {
