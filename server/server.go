@@ -37,7 +37,16 @@ const (
 	// DefaultMaxRecvMsgSize is gRPC's own default, stated: a message over it
 	// is refused by gRPC with ResourceExhausted before it is decoded.
 	DefaultMaxRecvMsgSize = 4 << 20
+	// DefaultHTTPReadTimeout bounds reading a request on the HTTP ports.
+	DefaultHTTPReadTimeout = 10 * time.Second
+	// DefaultMaxConcurrentStreams is the streams one connection may have
+	// open (Envoy opens another connection when it needs more).
+	DefaultMaxConcurrentStreams = 1000
 )
+
+// ErrStopNow, as the cause of the context given to Serve, stops without the
+// ShutdownDelay drain (an operator's Ctrl-C).
+var ErrStopNow = errors.New("server: stop without draining")
 
 // Options configure a Server. GRPCAddr and Engine are required; an empty
 // HTTPAddr or DebugAddr disables that listener; an empty ConfigDir serves with
@@ -59,6 +68,18 @@ type Options struct {
 
 	MaxRecvMsgSize  int
 	ShutdownTimeout time.Duration
+	// ShutdownDelay is the drain after the context of Serve is done:
+	// health answers NOT_SERVING (and /healthcheck 500) while requests are
+	// still served, so that load balancers stop sending, then the graceful
+	// stop begins. A context canceled with the cause ErrStopNow skips it.
+	ShutdownDelay time.Duration
+
+	// HTTPReadTimeout bounds the reading of a request's header and body on
+	// the HTTP and debug ports (slow clients are cut off).
+	HTTPReadTimeout time.Duration
+	// MaxConcurrentStreams caps the concurrent RPCs (and Session streams)
+	// of one gRPC connection, and of one HTTP/2 connection of the HTTP port.
+	MaxConcurrentStreams uint32
 
 	// GRPCTLS and HTTPTLS, when set, serve the gRPC and the HTTP port over
 	// TLS (nil: plaintext). A config with client CAs verifies client
@@ -104,6 +125,8 @@ type Server struct {
 	httpLis, debugLis net.Listener
 
 	shuttingDown atomic.Bool
+	endDrain     chan struct{}
+	endDrainOnce sync.Once
 }
 
 // New checks opts, loads the configuration (an invalid one is an error: the
@@ -128,7 +151,13 @@ func New(opts Options) (*Server, error) {
 	if opts.MaxRecvMsgSize <= 0 {
 		opts.MaxRecvMsgSize = DefaultMaxRecvMsgSize
 	}
-	s := &Server{opts: opts, log: opts.Logger, metrics: opts.Metrics}
+	if opts.HTTPReadTimeout <= 0 {
+		opts.HTTPReadTimeout = DefaultHTTPReadTimeout
+	}
+	if opts.MaxConcurrentStreams == 0 {
+		opts.MaxConcurrentStreams = DefaultMaxConcurrentStreams
+	}
+	s := &Server{opts: opts, log: opts.Logger, metrics: opts.Metrics, endDrain: make(chan struct{})}
 	if s.log == nil {
 		s.log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
@@ -158,6 +187,9 @@ func New(opts Options) (*Server, error) {
 	}
 	s.grpc = grpc.NewServer(append(creds,
 		grpc.MaxRecvMsgSize(opts.MaxRecvMsgSize),
+		grpc.MaxConcurrentStreams(opts.MaxConcurrentStreams),
+		// A connection must finish its TLS and HTTP/2 handshake in time.
+		grpc.ConnectionTimeout(opts.HTTPReadTimeout),
 		// Requests run on long-lived workers, whose stacks have grown
 		// once, instead of a new goroutine each. 32 per CPU: with the Redis
 		// store a handler waits on Redis for a round trip, and with too few
@@ -198,7 +230,7 @@ func New(opts Options) (*Server, error) {
 		if opts.HTTPTLS != nil {
 			s.httpLis = tls.NewListener(s.httpLis, opts.HTTPTLS)
 		}
-		s.httpSrv = &http.Server{Handler: s.httpHandler(), ReadHeaderTimeout: 10 * time.Second}
+		s.httpSrv = s.httpServer(s.httpHandler())
 	}
 	if opts.DebugAddr != "" {
 		if s.debugLis, err = net.Listen("tcp", opts.DebugAddr); err != nil {
@@ -208,9 +240,26 @@ func New(opts Options) (*Server, error) {
 		if opts.DebugTLS != nil {
 			s.debugLis = tls.NewListener(s.debugLis, opts.DebugTLS)
 		}
-		s.debugSrv = &http.Server{Handler: s.debugHandler(), ReadHeaderTimeout: 10 * time.Second}
+		s.debugSrv = s.httpServer(s.debugHandler())
 	}
 	return s, nil
+}
+
+// httpServer serves h with the slow-client bounds: the header and body of a
+// request must arrive within HTTPReadTimeout, headers are at most 64 KiB,
+// idle keep-alive connections close after two minutes, and an HTTP/2
+// connection has at most MaxConcurrentStreams streams. Writes are not
+// bounded: a CPU profile streams for as long as it was asked to run.
+func (s *Server) httpServer(h http.Handler) *http.Server {
+	return &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: s.opts.HTTPReadTimeout,
+		ReadTimeout:       s.opts.HTTPReadTimeout,
+		IdleTimeout:       2 * time.Minute,
+		MaxHeaderBytes:    64 << 10,
+		HTTP2:             &http.HTTP2Config{MaxConcurrentStreams: int(s.opts.MaxConcurrentStreams)},
+		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
+	}
 }
 
 func (s *Server) closeListeners() {
@@ -244,8 +293,9 @@ func (s *Server) Reloader() *Reloader { return s.reloader }
 func (s *Server) Metrics() *Metrics { return s.metrics }
 
 // Serve serves until ctx is done, then shuts down gracefully: health turns
-// NOT_SERVING and /healthcheck 500, in-flight RPCs finish until
-// ShutdownTimeout, then the rest is cut. It returns nil after a shutdown
+// NOT_SERVING and /healthcheck 500, requests are still served for
+// ShutdownDelay (unless ctx's cause is ErrStopNow), then in-flight RPCs
+// finish until ShutdownTimeout, and the rest is cut. It returns nil after a shutdown
 // asked by ctx, or the first listener error.
 func (s *Server) Serve(ctx context.Context) error {
 	errc := make(chan error, 3)
@@ -279,6 +329,9 @@ func (s *Server) Serve(ctx context.Context) error {
 	var err error
 	select {
 	case <-ctx.Done():
+		if d := s.opts.ShutdownDelay; d > 0 && !errors.Is(context.Cause(ctx), ErrStopNow) {
+			err = s.drain(d, errc)
+		}
 	case err = <-errc:
 	}
 	stopWatch()
@@ -286,6 +339,29 @@ func (s *Server) Serve(ctx context.Context) error {
 	wg.Wait()
 	return err
 }
+
+// drain turns health NOT_SERVING and keeps serving for d (or until a
+// listener fails: its error is returned), so that load balancers stop
+// sending first.
+func (s *Server) drain(d time.Duration, errc <-chan error) error {
+	s.log.Info("draining: health is NOT_SERVING, requests are still served", "delay", d)
+	s.shuttingDown.Store(true)
+	s.health.Shutdown()
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-s.endDrain:
+		return nil
+	case err := <-errc:
+		return err
+	}
+}
+
+// EndDrain ends the ShutdownDelay drain now (a second signal), or skips
+// it if it has not begun.
+func (s *Server) EndDrain() { s.endDrainOnce.Do(func() { close(s.endDrain) }) }
 
 func (s *Server) shutdown() {
 	s.log.Info("shutting down", "timeout", s.opts.ShutdownTimeout)

@@ -39,7 +39,7 @@ func TestReserveProcessKilled(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		serve.Process.Signal(syscall.SIGTERM)
+		serve.Process.Signal(syscall.SIGINT)
 		serve.Wait()
 	})
 

@@ -74,7 +74,8 @@ func startServeEnv(t *testing.T, bin string, env []string, args ...string) *proc
 		stderr:    &lockedBuffer{},
 		exited:    make(chan error, 1),
 	}
-	args = append([]string{"serve", "--grpc-addr", p.grpcAddr, "--http-addr", p.httpAddr, "--debug-addr", p.debugAddr}, args...)
+	// No drain on SIGTERM unless args ask for one.
+	args = append([]string{"serve", "--grpc-addr", p.grpcAddr, "--http-addr", p.httpAddr, "--debug-addr", p.debugAddr, "--shutdown-delay=0s"}, args...)
 	p.cmd = exec.Command(bin, args...)
 	p.cmd.Env = append(append(os.Environ(), "LOG_FORMAT=text"), env...)
 	p.cmd.Stderr = p.stderr

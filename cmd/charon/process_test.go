@@ -99,7 +99,7 @@ func TestServeProcess(t *testing.T) {
 	httpAddr := "127.0.0.1:" + strconv.Itoa(p[1])
 	var stderr bytes.Buffer
 	cmd := exec.Command(bin, "serve", "--config", "../../examples/config",
-		"--grpc-addr", grpcAddr, "--http-addr", httpAddr, "--response-headers")
+		"--grpc-addr", grpcAddr, "--http-addr", httpAddr, "--response-headers", "--shutdown-delay", "10m")
 	cmd.Env = append(os.Environ(), "CHARON_DEBUG_ADDR=127.0.0.1:"+strconv.Itoa(p[2]), "LOG_FORMAT=text")
 	cmd.Stderr = &stderr
 	if err := cmd.Start(); err != nil {
@@ -175,6 +175,27 @@ func TestServeProcess(t *testing.T) {
 		t.Errorf("charon health with no server: exit %d, want 1", code)
 	}
 
+	// SIGTERM: the drain. /healthcheck turns 500 while decisions are
+	// still answered; a second SIGTERM ends the 10-minute drain.
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		resp, err := http.Get("http://" + httpAddr + "/healthcheck")
+		if err != nil {
+			t.Fatalf("/healthcheck while draining: %v\n%s", err, stderr.String())
+		}
+		resp.Body.Close()
+		if resp.StatusCode == http.StatusInternalServerError {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if _, err := rlsv3.NewRateLimitServiceClient(cc).ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "bench",
+		Descriptors: []*ratelimitv3.RateLimitDescriptor{{Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: "user", Value: "bob"}}}},
+	}); err != nil {
+		t.Errorf("ShouldRateLimit while draining: %v", err)
+	}
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}

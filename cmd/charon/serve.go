@@ -50,6 +50,9 @@ type serveConfig struct {
 	MergeDomains    bool
 	FixedWindow     bool
 	ShutdownTimeout time.Duration
+	ShutdownDelay   time.Duration
+	HTTPReadTimeout time.Duration
+	MaxStreams      uint
 	HeapFloorMiB    int
 	LogLevel        string
 	LogFormat       string
@@ -76,6 +79,9 @@ func defaultServeConfig() serveConfig {
 		MaxKeys:         memstore.DefaultMaxKeys,
 		Redis:           redisbackend.Flags{Options: redisbackend.Options{Timeout: resilient.DefaultTimeout}},
 		ShutdownTimeout: 10 * time.Second,
+		ShutdownDelay:   5 * time.Second,
+		HTTPReadTimeout: server.DefaultHTTPReadTimeout,
+		MaxStreams:      server.DefaultMaxConcurrentStreams,
 		HeapFloorMiB:    defaultHeapFloorMiB,
 		LogLevel:        "info",
 		LogFormat:       "json",
@@ -101,7 +107,10 @@ func serveFlags(fs *flag.FlagSet, c *serveConfig) {
 	fs.BoolVar(&c.ResponseHeaders, "response-headers", c.ResponseHeaders, "add RateLimit-Limit/-Remaining/-Reset response headers (env CHARON_RESPONSE_HEADERS)")
 	fs.BoolVar(&c.MergeDomains, "merge-domains", c.MergeDomains, "merge files that share a domain instead of refusing them (env CHARON_MERGE_DOMAINS)")
 	fs.BoolVar(&c.FixedWindow, "fixed-window", c.FixedWindow, "rate_limit without an algorithm uses envoyproxy/ratelimit's calendar-aligned fixed window instead of the exact sliding window (env CHARON_FIXED_WINDOW)")
-	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", c.ShutdownTimeout, "time in-flight requests get on SIGTERM (env CHARON_SHUTDOWN_TIMEOUT)")
+	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", c.ShutdownTimeout, "time in-flight requests get after the drain (env CHARON_SHUTDOWN_TIMEOUT)")
+	fs.DurationVar(&c.ShutdownDelay, "shutdown-delay", c.ShutdownDelay, "on SIGTERM, answer health NOT_SERVING but keep serving this long before stopping, so load balancers stop sending; SIGINT or a second signal skips it (env CHARON_SHUTDOWN_DELAY)")
+	fs.DurationVar(&c.HTTPReadTimeout, "http-read-timeout", c.HTTPReadTimeout, "time a client has to send a request's header and body on the HTTP and debug ports, and to finish a gRPC connection's handshake (env CHARON_HTTP_READ_TIMEOUT)")
+	fs.UintVar(&c.MaxStreams, "max-concurrent-streams", c.MaxStreams, "most concurrent RPCs and streams on one gRPC or HTTP/2 connection (env CHARON_MAX_CONCURRENT_STREAMS)")
 	c.GRPCTLS.Bind(fs, "grpc-tls-")
 	fs.BoolVar(&c.HTTPTLS, "http-tls", c.HTTPTLS, "serve the HTTP port over TLS too, with the gRPC port's certificate and client CA")
 	fs.StringVar(&c.Authz, "authz", c.Authz, "authorization table `file`: which client certificate identities may call which methods; needs --grpc-tls-client-ca (env CHARON_AUTHZ)")
@@ -180,6 +189,15 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (se
 	}
 	if c.ShutdownTimeout <= 0 {
 		return c, fmt.Errorf("%w: --shutdown-timeout must be positive", errUsage)
+	}
+	if c.ShutdownDelay < 0 {
+		return c, fmt.Errorf("%w: --shutdown-delay must not be negative", errUsage)
+	}
+	if c.HTTPReadTimeout <= 0 {
+		return c, fmt.Errorf("%w: --http-read-timeout must be positive", errUsage)
+	}
+	if c.MaxStreams < 1 || c.MaxStreams > 1<<31-1 {
+		return c, fmt.Errorf("%w: --max-concurrent-streams %d: want 1 to 2147483647", errUsage, c.MaxStreams)
 	}
 	if c.HeapFloorMiB < 0 || c.HeapFloorMiB > 1<<20 {
 		return c, fmt.Errorf("%w: --heap-floor-mib %d: want 0 to 1048576", errUsage, c.HeapFloorMiB)
@@ -282,21 +300,24 @@ func runServe(args []string, getenv func(string) string, stderr io.Writer) error
 	eng := engine.New(eo)
 	cfgOpts := config.Options{MergeDomains: c.MergeDomains, FixedWindowDefault: c.FixedWindow}
 	opts := server.Options{
-		GRPCAddr:        c.GRPCAddr,
-		HTTPAddr:        c.HTTPAddr,
-		DebugAddr:       c.DebugAddr,
-		Engine:          eng,
-		ConfigDir:       c.ConfigDir,
-		Load:            func(fsys fs.FS) (*config.Config, []config.Warning, error) { return config.Load(fsys, cfgOpts) },
-		ResponseHeaders: c.ResponseHeaders,
-		ShutdownTimeout: c.ShutdownTimeout,
-		Logger:          log,
-		Metrics:         metrics,
-		Charon:          server.CharonOptions{Engine: eng, Holds: held},
-		GRPCTLS:         tlsCfg,
-		Authz:           sec.authz,
-		DebugToken:      sec.debugToken,
-		Pprof:           c.Pprof,
+		GRPCAddr:             c.GRPCAddr,
+		HTTPAddr:             c.HTTPAddr,
+		DebugAddr:            c.DebugAddr,
+		Engine:               eng,
+		ConfigDir:            c.ConfigDir,
+		Load:                 func(fsys fs.FS) (*config.Config, []config.Warning, error) { return config.Load(fsys, cfgOpts) },
+		ResponseHeaders:      c.ResponseHeaders,
+		ShutdownTimeout:      c.ShutdownTimeout,
+		ShutdownDelay:        c.ShutdownDelay,
+		HTTPReadTimeout:      c.HTTPReadTimeout,
+		MaxConcurrentStreams: uint32(c.MaxStreams),
+		Logger:               log,
+		Metrics:              metrics,
+		Charon:               server.CharonOptions{Engine: eng, Holds: held},
+		GRPCTLS:              tlsCfg,
+		Authz:                sec.authz,
+		DebugToken:           sec.debugToken,
+		Pprof:                c.Pprof,
 	}
 	if c.HTTPTLS {
 		opts.HTTPTLS = tlsCfg
@@ -312,7 +333,7 @@ func runServe(args []string, getenv func(string) string, stderr io.Writer) error
 		log.Error("cannot start", "err", err.Error())
 		return errReported
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	ctx, stop := stopOnSignal(srv)
 	defer stop()
 	if backend != nil {
 		defer backend.Run(ctx, srv.SetServing)()
@@ -363,4 +384,35 @@ func loadSecurity(c serveConfig, args []string, log *slog.Logger) (security, err
 		}
 	}
 	return sec, nil
+}
+
+// stopOnSignal is done on SIGTERM, with the drain of --shutdown-delay, or on
+// SIGINT (an operator's Ctrl-C) without it; a second signal ends the drain.
+func stopOnSignal(srv *server.Server) (context.Context, func()) {
+	ctx, cancel := context.WithCancelCause(context.Background())
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
+	done := make(chan struct{})
+	go func() {
+		select {
+		case sig := <-sigs:
+			if sig == syscall.SIGINT {
+				cancel(server.ErrStopNow)
+			} else {
+				cancel(nil)
+			}
+		case <-done:
+			return
+		}
+		select {
+		case <-sigs:
+			srv.EndDrain()
+		case <-done:
+		}
+	}()
+	return ctx, func() {
+		signal.Stop(sigs)
+		close(done)
+		cancel(nil)
+	}
 }
