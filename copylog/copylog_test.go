@@ -337,11 +337,12 @@ func TestIdempotentReserve(t *testing.T) {
 		}, want: 0},
 		heldAt(1499, "a", 3),
 		{ms: 1499, op: release("h1", 0)},
-		// Released, but the record lives until 1500 ms: no new grant, and the
-		// retry keeps the record until 2499 ms.
-		{ms: 1499, op: reserve("a", "h3", "q1", "", 3, 1, time.Second), want: [3]any{true, int64(3), "h1"}},
+		// Released, but the record lives until 1500 ms: no new grant, the
+		// answer says the hold is gone, and the retry keeps the record
+		// until 2499 ms.
+		{ms: 1499, op: reserve("a", "h3", "q1", "", 3, 1, time.Second), want: [3]any{false, int64(0), "h1"}},
 		held("a", 0),
-		{ms: 2498, op: reserve("a", "h3", "q1", "", 3, 1, time.Millisecond), want: [3]any{true, int64(3), "h1"}},
+		{ms: 2498, op: reserve("a", "h3", "q1", "", 3, 1, time.Millisecond), want: [3]any{false, int64(0), "h1"}},
 		{ms: 2499, op: reserve("a", "h3", "q1", "", 3, 1, time.Second), want: [3]any{true, int64(3), "h3"}},
 	})
 	r, _ := Reserve(single, s, at(2600), ReserveRequest{Domain: "a", Copies: 1, HoldID: "h5", RequestID: "q1", Lease: time.Second})

@@ -63,7 +63,8 @@
 // has q: with another domain it is ErrRequestIDReused; otherwise the answer
 // is the record's (Replayed), the record's expires is raised to t+lease,
 // and when its hold still exists the hold is moved to this session and its
-// expires raised to t+lease. Otherwise a
+// expires raised to t+lease; when it does not, the answer is not OK, grants
+// 0 and says so (HoldGone). Otherwise a
 // hold id already in holds is ErrHoldExists. The domain limit D is
 // cfg.Overrides[d] if present, else cfg.DomainLimit; G is cfg.GlobalLimit
 // (0: none); the groups of d are those of cfg.Groups, in order, whose

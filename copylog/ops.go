@@ -67,9 +67,14 @@ type Reservation struct {
 	// Groups are the names of the groups the hold counts against.
 	Groups []string
 	// Replayed reports the answer of an earlier reserve with the same
-	// request id: no new copies were granted (the hold may since have been
-	// released, transferred or partly so).
+	// request id: no new copies were granted. While the first grant's hold
+	// lives, OK, Granted (of the first grant; the hold may have given some
+	// back since), HoldID and Token are the first answer's.
 	Replayed bool
+	// HoldGone, with Replayed, reports that the first grant's hold no
+	// longer exists (released, transferred or lapsed): OK is false and
+	// Granted 0; HoldID and Token name the hold that was.
+	HoldGone bool
 	// LimitedByDomain, LimitedByGlobal and LimitedByGroup (a group's name)
 	// tell which limit stopped the grant below Copies: the first of domain,
 	// global, groups in config order that allowed the fewest copies.
@@ -130,6 +135,8 @@ func Reserve(cfg *Config, s *State, now time.Time, r ReserveRequest) (Reservatio
 				rec.expires = exp
 				s.lower(exp)
 			}
+			out.HoldID, out.Token, out.Replayed = rec.holdID, rec.token, true
+			out.Groups = clone(rec.groups)
 			if h := s.holds[rec.holdID]; h != nil {
 				// The retry comes from the client that holds it: rebind and
 				// refresh as a keep-alive would.
@@ -139,12 +146,12 @@ func Reserve(cfg *Config, s *State, now time.Time, r ReserveRequest) (Reservatio
 				if exp > h.expires {
 					h.expires = exp
 				}
-				out.Expires = time.UnixMicro(h.expires)
+				out.OK, out.Granted, out.Expires = true, rec.granted, time.UnixMicro(h.expires)
 			} else {
-				out.Expires = time.UnixMicro(rec.expires)
+				// The first grant's hold was released, transferred away or
+				// lapsed: the retry must not believe it holds copies.
+				out.HoldGone = true
 			}
-			out.OK, out.Granted, out.HoldID, out.Token, out.Replayed = true, rec.granted, rec.holdID, rec.token, true
-			out.Groups = clone(rec.groups)
 			out.Context = s.context(cfg, r.Domain)
 			return out, nil
 		}

@@ -349,6 +349,7 @@ func toReserveResponse(r *engine.Reservation) *charonv1.ReserveResponse {
 		Target:          &charonv1.Target{Resource: r.Resource, Domain: r.Domain},
 		Groups:          r.Groups,
 		Replayed:        r.Replayed,
+		HoldGone:        r.HoldGone,
 		LimitedByDomain: r.LimitedByDomain,
 		LimitedByGlobal: r.LimitedByGlobal,
 		LimitedByGroup:  r.LimitedByGroup,

@@ -120,6 +120,8 @@ func PrintReservation(w io.Writer, r *charonv1.ReserveResponse) {
 			fmt.Fprint(w, ", replayed")
 		}
 		fmt.Fprintln(w)
+	} else if r.GetHoldGone() {
+		fmt.Fprintf(w, "replayed: hold %s of this request id is gone (released, transferred or lapsed); nothing is held\n", r.GetHoldId())
 	} else {
 		fmt.Fprint(w, "rejected")
 		switch {

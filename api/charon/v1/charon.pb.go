@@ -717,7 +717,8 @@ type ReserveResponse struct {
 	// The groups the hold counts against (the domain's groups now).
 	Groups []string `protobuf:"bytes,7,rep,name=groups,proto3" json:"groups,omitempty"`
 	// This answers an earlier reserve with the same request_id: nothing new
-	// was granted.
+	// was granted. With hold_gone false, the first grant's hold still lives
+	// and ok, granted, hold_id and fencing_token are the first answer's.
 	Replayed bool `protobuf:"varint,8,opt,name=replayed,proto3" json:"replayed,omitempty"`
 	// Which limit stopped the grant below copies: the domain limit, the
 	// global limit, or the group named.
@@ -725,8 +726,13 @@ type ReserveResponse struct {
 	LimitedByGlobal bool         `protobuf:"varint,10,opt,name=limited_by_global,json=limitedByGlobal,proto3" json:"limited_by_global,omitempty"`
 	LimitedByGroup  string       `protobuf:"bytes,11,opt,name=limited_by_group,json=limitedByGroup,proto3" json:"limited_by_group,omitempty"`
 	Context         *CopyContext `protobuf:"bytes,12,opt,name=context,proto3" json:"context,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// With replayed: the first grant's hold no longer exists (released,
+	// transferred or lapsed), so ok is false and granted 0; hold_id and
+	// fencing_token name the hold that was. A client whose release answer was
+	// lost learns here that it holds nothing.
+	HoldGone      bool `protobuf:"varint,13,opt,name=hold_gone,json=holdGone,proto3" json:"hold_gone,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ReserveResponse) Reset() {
@@ -841,6 +847,13 @@ func (x *ReserveResponse) GetContext() *CopyContext {
 		return x.Context
 	}
 	return nil
+}
+
+func (x *ReserveResponse) GetHoldGone() bool {
+	if x != nil {
+		return x.HoldGone
+	}
+	return false
 }
 
 // ReleaseRequest gives back copies of a hold.
@@ -1861,7 +1874,7 @@ const file_charon_v1_charon_proto_rawDesc = "" +
 	"\n" +
 	"request_id\x18\x04 \x01(\tR\trequestId\x12/\n" +
 	"\x05lease\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\x05lease\x12\x18\n" +
-	"\asession\x18\x06 \x01(\tR\asession\"\xcd\x03\n" +
+	"\asession\x18\x06 \x01(\tR\asession\"\xea\x03\n" +
 	"\x0fReserveResponse\x12\x0e\n" +
 	"\x02ok\x18\x01 \x01(\bR\x02ok\x12\x18\n" +
 	"\agranted\x18\x02 \x01(\x03R\agranted\x12\x17\n" +
@@ -1875,7 +1888,8 @@ const file_charon_v1_charon_proto_rawDesc = "" +
 	"\x11limited_by_global\x18\n" +
 	" \x01(\bR\x0flimitedByGlobal\x12(\n" +
 	"\x10limited_by_group\x18\v \x01(\tR\x0elimitedByGroup\x120\n" +
-	"\acontext\x18\f \x01(\v2\x16.charon.v1.CopyContextR\acontext\"A\n" +
+	"\acontext\x18\f \x01(\v2\x16.charon.v1.CopyContextR\acontext\x12\x1b\n" +
+	"\thold_gone\x18\r \x01(\bR\bholdGone\"A\n" +
 	"\x0eReleaseRequest\x12\x17\n" +
 	"\ahold_id\x18\x01 \x01(\tR\x06holdId\x12\x16\n" +
 	"\x06copies\x18\x02 \x01(\x03R\x06copies\"\x8f\x01\n" +

@@ -685,7 +685,7 @@ func testIdempotent(t *testing.T, s copystore.Store) {
 	retry := r
 	retry.HoldID, retry.Session, retry.Lease = newID("h"), "s2", 20*time.Second
 	got := reserve(t, s, at(time.Second), res, cfg, retry)
-	if !got.OK || !got.Replayed || got.HoldID != first.HoldID || got.Granted != 3 || got.Token != first.Token {
+	if !got.OK || !got.Replayed || got.HoldGone || got.HoldID != first.HoldID || got.Granted != 3 || got.Token != first.Token {
 		t.Fatalf("retry = %+v, want a replay of %+v", got, first)
 	}
 	if !got.Expires.Equal(at(21*time.Second)) || got.Context.DomainHeld != 3 {
@@ -705,9 +705,10 @@ func testIdempotent(t *testing.T, s copystore.Store) {
 	if rs, err := s.ReleaseSession(ctx, at(2*time.Second), res, "s2"); err != nil || rs.Holds != 1 {
 		t.Fatalf("ReleaseSession(s2) = %+v, %v", rs, err)
 	}
+	// The retry is told the hold is gone: not OK, nothing granted.
 	got = reserve(t, s, at(3*time.Second), res, cfg, retry)
-	if !got.Replayed || got.HoldID != first.HoldID || got.Context.DomainHeld != 0 {
-		t.Errorf("retry after release = %+v", got)
+	if !got.Replayed || !got.HoldGone || got.OK || got.Granted != 0 || got.HoldID != first.HoldID || got.Context.DomainHeld != 0 {
+		t.Errorf("retry after release = %+v, want a replay saying the hold is gone", got)
 	}
 	wantFree(t, s, at(3*time.Second), res, cfg, "a", 5)
 	// Once the record lapsed, the request id makes a new hold.

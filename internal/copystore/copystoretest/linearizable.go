@@ -63,6 +63,7 @@ type linIn struct {
 type linOut struct {
 	err               string
 	ok, replayed      bool
+	gone              bool
 	hold              string
 	granted, token    int64
 	domainHeld, total int64
@@ -132,6 +133,10 @@ func (s *linState) step(in linIn) (linOut, *linState) {
 					next.holds[rec.hold] = h
 				}
 				dom, _, total := next.held(in.domain)
+				if _, live := next.holds[rec.hold]; !live {
+					// The hold is gone: the replay says so and grants nothing.
+					return linOut{replayed: true, gone: true, hold: rec.hold, token: rec.token, domainHeld: dom, total: total}, next
+				}
 				return linOut{ok: true, replayed: true, hold: rec.hold, granted: rec.granted, token: rec.token, domainHeld: dom, total: total}, next
 			}
 		}
@@ -395,7 +400,7 @@ func linClient(s copystore.Store, res string, rec *linRecorder, c int, rng *rand
 				if err != nil {
 					return linOut{err: errKind(err)}
 				}
-				return linOut{ok: got.OK, replayed: got.Replayed, hold: got.HoldID, granted: got.Granted, token: got.Token,
+				return linOut{ok: got.OK, replayed: got.Replayed, gone: got.HoldGone, hold: got.HoldID, granted: got.Granted, token: got.Token,
 					domainHeld: got.Context.DomainHeld, total: got.Context.TotalHeld}
 			})
 			if out.ok && !out.replayed {

@@ -140,15 +140,15 @@ local function reserve(st, C, t, A)
     if r then
       if r.d ~= d then return 'request_id_reused', {} end
       if exp > r.e then r.e = exp end
-      local expires = r.e
       local h = st.h[r.h]
-      if h then
-        h.s = sess
-        if exp > h.e then h.e = exp end
-        expires = h.e
-      end
       local dh, th, gh = context()
-      return '', {1, r.n, r.h, r.k, expires, r.g, 1, 0, 0, '', dh, th, gh}
+      if not h then
+        -- the first grant's hold is gone: replayed (2), nothing held
+        return '', {0, 0, r.h, r.k, 0, r.g, 2, 0, 0, '', dh, th, gh}
+      end
+      h.s = sess
+      if exp > h.e then h.e = exp end
+      return '', {1, r.n, r.h, r.k, h.e, r.g, 1, 0, 0, '', dh, th, gh}
     end
   end
   if st.h[hid] then return 'hold_exists', {} end
