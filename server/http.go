@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/pprof"
+	"unicode/utf8"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -55,6 +56,12 @@ func (s *Server) serveJSON(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var req rlsv3.RateLimitRequest
+	if !utf8.Valid(body) {
+		// Header bytes as Envoy forwards them: limited like any other
+		// value, never an error (see wire.go). JSON text must be UTF-8, so
+		// each stray byte is read as the character of that code (Latin-1).
+		body = latin1Invalid(body)
+	}
 	if err := protojson.Unmarshal(body, &req); err != nil {
 		http.Error(w, "invalid RateLimitRequest JSON: "+engine.Truncate(err.Error()), http.StatusBadRequest)
 		return
@@ -124,4 +131,20 @@ func (s *Server) serveRLConfig(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Content-Type", "application/yaml")
 	w.Write(out)
+}
+
+// latin1Invalid returns b with every byte that is not part of valid UTF-8
+// replaced by the UTF-8 encoding of the character of that code.
+func latin1Invalid(b []byte) []byte {
+	out := make([]byte, 0, len(b)+8)
+	for len(b) > 0 {
+		r, n := utf8.DecodeRune(b)
+		if r == utf8.RuneError && n == 1 {
+			out = utf8.AppendRune(out, rune(b[0]))
+		} else {
+			out = append(out, b[:n]...)
+		}
+		b = b[n:]
+	}
+	return out
 }

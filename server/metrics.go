@@ -1,8 +1,11 @@
 package server
 
 import (
+	"fmt"
+	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc/codes"
@@ -130,6 +133,9 @@ func (m *Metrics) counters(domain, key string) *descCounters {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if c = m.descs[k]; c == nil {
+		// Label values must be UTF-8: request bytes that are not (a
+		// detailed_metric value) are written %XX.
+		domain, key := validLabel(domain), validLabel(key)
 		c = &descCounters{
 			total:  m.totalHits.WithLabelValues(domain, key),
 			over:   m.overLimit.WithLabelValues(domain, key),
@@ -179,4 +185,23 @@ func descriptorHits(req *engine.Request, i int) uint64 {
 		return 1
 	}
 	return uint64(req.Hits)
+}
+
+// validLabel returns s with every byte that is not part of valid UTF-8
+// written %XX.
+func validLabel(s string) string {
+	if utf8.ValidString(s) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); {
+		r, n := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && n == 1 {
+			fmt.Fprintf(&b, "%%%02X", s[i])
+		} else {
+			b.WriteString(s[i : i+n])
+		}
+		i += n
+	}
+	return b.String()
 }

@@ -187,6 +187,9 @@ func New(opts Options) (*Server, error) {
 	}
 	s.grpc = grpc.NewServer(append(creds,
 		grpc.MaxRecvMsgSize(opts.MaxRecvMsgSize),
+		// RateLimitRequest bytes that are not UTF-8 are limited, not
+		// refused (wire.go).
+		grpc.ForceServerCodecV2(newCodec()),
 		grpc.MaxConcurrentStreams(opts.MaxConcurrentStreams),
 		// A connection must finish its TLS and HTTP/2 handshake in time.
 		grpc.ConnectionTimeout(opts.HTTPReadTimeout),
