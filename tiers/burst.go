@@ -187,7 +187,7 @@ func applyTiers(p *Policy, s *State, g *Global, t int64, c0 int, cnt0 int64, res
 	addTo := func(i int, hits int64) {
 		tr := &p.Tiers[i-1]
 		win := Micros(tr.Window)
-		s.tiers[i-1].hits.add(t, win, tierWidth(tr.Limit, win, s.exact), hits, capHint(tr.Limit))
+		s.tiers[i-1].hits.add(t, win, tierWidth(tr.Limit, win, s.exact), hits)
 	}
 	if res.mask == 0 {
 		addTo(c0, res.n)
@@ -211,9 +211,9 @@ func applyTiers(p *Policy, s *State, g *Global, t int64, c0 int, cnt0 int64, res
 			}
 		}
 	}
-	s.second.add(t, second, secondWidth(p.HardLimit, s.exact), res.n, capHint(p.HardLimit))
+	s.second.add(t, second, secondWidth(p.HardLimit, s.exact), res.n)
 	if g != nil {
-		g.second.add(t, second, secondWidth(p.GlobalLimit, g.exact), res.n, capHint(p.GlobalLimit))
+		g.second.add(t, second, secondWidth(p.GlobalLimit, g.exact), res.n)
 	}
 }
 

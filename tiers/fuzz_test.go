@@ -86,7 +86,7 @@ func cloneGlobal(g *Global) *Global {
 func rebucket(l hitLog, w, b int64) hitLog {
 	var out hitLog
 	for _, e := range l.buckets() {
-		out.add(e.at, w, b, e.n, bucketsPerWindow)
+		out.add(e.at, w, b, e.n)
 	}
 	return out
 }

@@ -103,7 +103,7 @@ func (l *hitLog) reset() {
 // add records n hits at t in buckets of width b, after pruning for window w.
 // A hit at or before the newest bucket's start joins that bucket (time that
 // goes backwards is counted late, never early).
-func (l *hitLog) add(t, w, b, n int64, capHint int) {
+func (l *hitLog) add(t, w, b, n int64) {
 	if n <= 0 {
 		return
 	}
@@ -113,9 +113,6 @@ func (l *hitLog) add(t, w, b, n int64, capHint int) {
 	if k := len(l.e); k > l.h && l.e[k-1].at >= at {
 		l.e[k-1].n += n
 		return
-	}
-	if l.e == nil {
-		l.e = make([]entry, 0, capHint)
 	}
 	if len(l.e) == cap(l.e) && l.h > 0 {
 		k := copy(l.e, l.e[l.h:])
@@ -184,12 +181,6 @@ func secondWidth(limit int64, exact bool) int64 {
 	return second / bucketsPerWindow
 }
 
-func capHint(limit int64) int {
-	if limit >= 1 && limit <= exactMax {
-		return int(limit)
-	}
-	return bucketsPerWindow
-}
 
 // ForgetAt returns the instant from which forgetting g cannot change any
 // decision (its newest hit has left the last second), or the zero Time when

@@ -3,11 +3,13 @@ package memstore
 import (
 	"context"
 	"hash/maphash"
+	"math"
 	"math/bits"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+	"unique"
 
 	"github.com/charonlimit/charon/internal/lru"
 	"github.com/charonlimit/charon/internal/periodic"
@@ -71,10 +73,22 @@ func hashKey(k key, seed maphash.Seed) uint64 {
 }
 
 type entry struct {
-	state  tiers.State
-	global tiers.Global
-	forget time.Time
+	state tiers.State
+	// global is the state of a global key (nil for a pair's key): most
+	// keys are pairs, and a pair should not carry an unused Global.
+	global *tiers.Global
+	// forget is when the entry may go, in Unix nanoseconds (math.MinInt64:
+	// at once).
+	forget int64
 	pinned bool // in use by the call holding the shard's lock
+}
+
+// forgetAt is t in entry.forget's unit.
+func forgetAt(t time.Time) int64 {
+	if t.IsZero() {
+		return math.MinInt64
+	}
+	return t.UnixNano()
 }
 
 type scratch struct {
@@ -134,7 +148,7 @@ func (s *Store) Sweep(now time.Time) int {
 	for i := range s.m.Shards() {
 		sh := s.m.Shard(i)
 		sh.Lock()
-		n += sh.RemoveIf(func(e *lru.Entry[key, entry]) bool { return !e.Value.pinned && !e.Value.forget.After(now) })
+		n += sh.RemoveIf(func(e *lru.Entry[key, entry]) bool { return !e.Value.pinned && e.Value.forget <= now.UnixNano() })
 		sh.Unlock()
 	}
 	s.expired.Add(uint64(n))
@@ -181,7 +195,10 @@ func (s *Store) Decide(_ context.Context, now time.Time, items []store.Item, out
 		if g := sc.shard[2*i+1]; g >= 0 {
 			ge := s.lookup(g, gk)
 			sc.entries = append(sc.entries, ge)
-			sc.globals = append(sc.globals, &ge.Value.global)
+			if ge.Value.global == nil {
+				ge.Value.global = new(tiers.Global)
+			}
+			sc.globals = append(sc.globals, ge.Value.global)
 		} else {
 			sc.globals = append(sc.globals, nil)
 		}
@@ -194,12 +211,12 @@ func (s *Store) Decide(_ context.Context, now time.Time, items []store.Item, out
 		e := &sc.entries[k].Value
 		k++
 		e.pinned = false
-		e.forget = tiers.ForgetAt(items[i].Policy, &e.state)
+		e.forget = forgetAt(tiers.ForgetAt(items[i].Policy, &e.state))
 		if sc.shard[2*i+1] >= 0 {
 			g := &sc.entries[k].Value
 			k++
 			g.pinned = false
-			g.forget = g.global.ForgetAt()
+			g.forget = forgetAt(g.global.ForgetAt())
 		}
 	}
 	clear(sc.entries)
@@ -231,7 +248,8 @@ func (s *Store) lookup(i int, k key) *lru.Entry[key, entry] {
 	e := sh.Get(k)
 	if e == nil {
 		var n int
-		k.Resource, k.Domain = strings.Clone(k.Resource), strings.Clone(k.Domain)
+		// Every pair of a resource shares one copy of its name.
+		k.Resource, k.Domain = unique.Make(k.Resource).Value(), strings.Clone(k.Domain)
 		e, n = sh.Add(k, pinned)
 		s.evictions.Add(uint64(n))
 	}
