@@ -2,10 +2,13 @@ package server
 
 import (
 	"context"
+	"math"
 	"net/http"
 	"testing"
 
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	"github.com/charonlimit/charon/internal/engine"
 )
 
 func TestSetServingDrivesHealth(t *testing.T) {
@@ -17,6 +20,10 @@ func TestSetServingDrivesHealth(t *testing.T) {
 		r, err := hc.Check(context.Background(), &healthpb.HealthCheckRequest{Service: RLSServiceName})
 		if err != nil {
 			t.Fatal(err)
+		}
+		// envoyproxy/ratelimit's probes ask for "ratelimit": the same answer.
+		if r2, err := hc.Check(context.Background(), &healthpb.HealthCheckRequest{Service: "ratelimit"}); err != nil || r2.GetStatus() != r.GetStatus() {
+			t.Fatalf("health of ratelimit: %v, %v; want %v", r2, err, r.GetStatus())
 		}
 		resp, err := http.Get("http://" + s.HTTPAddr() + "/healthcheck")
 		if err != nil {
@@ -35,5 +42,14 @@ func TestSetServingDrivesHealth(t *testing.T) {
 	s.SetServing(true)
 	if st, code := check(); st != healthpb.HealthCheckResponse_SERVING || code != 200 {
 		t.Fatalf("after SetServing(true): %v %d, want SERVING 200", st, code)
+	}
+}
+
+// TestResetHeaderNever: a reset that never comes (the largest Duration)
+// renders as a large positive number of seconds, not an overflow.
+func TestResetHeaderNever(t *testing.T) {
+	h := rateLimitHeaders([]engine.Status{{Limit: &engine.CurrentLimit{RequestsPerUnit: 5}, ResetAfter: math.MaxInt64}})
+	if len(h) != 3 || h[2].Value != "9223372037" {
+		t.Errorf("RateLimit-Reset for never: %v, want 9223372037", h)
 	}
 }

@@ -238,7 +238,12 @@ func rateLimitHeaders(sts []engine.Status) []*corev3.HeaderValue {
 		return nil
 	}
 	st := &sts[best]
-	reset := (st.ResetAfter + time.Second - 1) / time.Second
+	// Whole seconds, rounded up, without overflowing when the reset is
+	// "never" (the largest Duration).
+	reset := st.ResetAfter / time.Second
+	if st.ResetAfter%time.Second != 0 {
+		reset++
+	}
 	return []*corev3.HeaderValue{
 		{Key: "RateLimit-Limit", Value: strconv.FormatUint(uint64(st.Limit.RequestsPerUnit), 10)},
 		{Key: "RateLimit-Remaining", Value: strconv.FormatUint(uint64(st.Remaining), 10)},

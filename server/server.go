@@ -30,6 +30,11 @@ import (
 // RLSServiceName is the gRPC service name that health checks may ask about.
 const RLSServiceName = "envoy.service.ratelimit.v3.RateLimitService"
 
+// healthNames are the health service names answered, with the same status:
+// the server (""), the RLS service, and "ratelimit", the name
+// envoyproxy/ratelimit's probes use.
+var healthNames = []string{"", RLSServiceName, "ratelimit"}
+
 // Defaults applied to zero Options fields.
 const (
 	DefaultPollInterval    = 500 * time.Millisecond
@@ -173,8 +178,9 @@ func New(opts Options) (*Server, error) {
 	}
 
 	s.health = health.NewServer()
-	s.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
-	s.health.SetServingStatus(RLSServiceName, healthpb.HealthCheckResponse_SERVING)
+	for _, name := range healthNames {
+		s.health.SetServingStatus(name, healthpb.HealthCheckResponse_SERVING)
+	}
 	var creds []grpc.ServerOption
 	if opts.GRPCTLS != nil {
 		creds = append(creds, grpc.Creds(credentials.NewTLS(opts.GRPCTLS)))

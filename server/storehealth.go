@@ -16,8 +16,9 @@ func (s *Server) SetServing(ok bool) {
 	if ok {
 		st = healthpb.HealthCheckResponse_SERVING
 	}
-	s.health.SetServingStatus("", st)
-	s.health.SetServingStatus(RLSServiceName, st)
+	for _, name := range healthNames {
+		s.health.SetServingStatus(name, st)
+	}
 }
 
 // serving reports whether the gRPC health of RLSServiceName is SERVING.

@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"errors"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -203,6 +204,11 @@ func TestItemsSentToStore(t *testing.T) {
 		if (st.Limit != nil) != limited || st.Code != CodeOK {
 			t.Errorf("status %d: Code %v, Limit %+v; want OK, limited %v", i, st.Code, st.Limit, limited)
 		}
+	}
+	// envoyproxy/ratelimit's remaining: all of it for unlimited, 0 for no
+	// match.
+	if r3, r4 := resp.Statuses[3].Remaining, resp.Statuses[4].Remaining; r3 != 0 || r4 != math.MaxUint32 {
+		t.Errorf("remaining: no match %d (want 0), unlimited %d (want %d)", r3, r4, uint32(math.MaxUint32))
 	}
 	if resp.Statuses[7].Match.Limit == nil || resp.Statuses[7].Match.Limit.Copies == nil {
 		t.Errorf("copy-limited status does not carry its match: %+v", resp.Statuses[7].Match)
