@@ -48,7 +48,7 @@ func TestSetServingDrivesHealth(t *testing.T) {
 // TestResetHeaderNever: a reset that never comes (the largest Duration)
 // renders as a large positive number of seconds, not an overflow.
 func TestResetHeaderNever(t *testing.T) {
-	h := rateLimitHeaders([]engine.Status{{Limit: &engine.CurrentLimit{RequestsPerUnit: 5}, ResetAfter: math.MaxInt64}})
+	h := rateLimitHeaders([]engine.Status{{Limit: &engine.CurrentLimit{RequestsPerUnit: 5}, ResetAfter: math.MaxInt64}}, defaultHeaderNames)
 	if len(h) != 3 || h[2].Value != "9223372037" {
 		t.Errorf("RateLimit-Reset for never: %v, want 9223372037", h)
 	}

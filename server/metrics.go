@@ -28,6 +28,8 @@ type Metrics struct {
 	reloadFailed    prometheus.Counter
 	invalidRequests prometheus.Counter
 	requestErrors   prometheus.Counter
+	globalShadow    prometheus.Counter
+	nearRatio       float64
 	authzDenied     *prometheus.CounterVec
 	debugDenied     prometheus.Counter
 	latency         prometheus.Observer
@@ -57,7 +59,7 @@ func NewMetrics(evictions func() float64) *Metrics {
 		Registry:    reg,
 		totalHits:   vec("total_hits", "Hits asked for by matched descriptors."),
 		overLimit:   vec("over_limit", "Hits of matched descriptors answered OVER_LIMIT."),
-		nearLimit:   vec("near_limit", "Hits granted while at least 80% of the current limit was used."),
+		nearLimit:   vec("near_limit", "Hits granted while at least the near-limit ratio (0.8) of the current limit was used."),
 		withinLimit: vec("within_limit", "Hits of matched descriptors granted."),
 		shadowMode:  vec("shadow_mode", "Hits that would have been refused but were granted by shadow_mode or ignore_limits."),
 		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -80,7 +82,12 @@ func NewMetrics(evictions func() float64) *Metrics {
 			Namespace: "charon", Name: "debug_denied_total",
 			Help: "Debug port requests refused for a missing or wrong bearer token.",
 		}),
-		descs: make(map[descKey]*descCounters),
+		globalShadow: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "charon", Name: "global_shadow_mode_total",
+			Help: "Requests answered OK by --shadow-mode that would have been OVER_LIMIT.",
+		}),
+		nearRatio: 0.8,
+		descs:     make(map[descKey]*descCounters),
 	}
 	hist := prometheus.NewHistogram(prometheus.HistogramOpts{
 		Namespace: "charon", Name: "request_duration_seconds",
@@ -91,7 +98,7 @@ func NewMetrics(evictions func() float64) *Metrics {
 	m.reloadOK = m.reloads.WithLabelValues("success")
 	m.reloadFailed = m.reloads.WithLabelValues("failure")
 	reg.MustRegister(m.totalHits, m.overLimit, m.nearLimit, m.withinLimit, m.shadowMode,
-		m.reloads, m.invalidRequests, m.requestErrors, m.authzDenied, m.debugDenied, hist,
+		m.reloads, m.invalidRequests, m.requestErrors, m.authzDenied, m.debugDenied, m.globalShadow, hist,
 		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
 	if evictions != nil {
 		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
@@ -169,7 +176,7 @@ func (m *Metrics) countDescriptors(req *engine.Request, resp *engine.Response) {
 		}
 		c.within.Add(hits)
 		if l := st.Limit; l != nil && l.RequestsPerUnit > 0 &&
-			5*(uint64(l.RequestsPerUnit)-min(uint64(st.Remaining), uint64(l.RequestsPerUnit))) >= 4*uint64(l.RequestsPerUnit) {
+			float64(l.RequestsPerUnit-min(st.Remaining, l.RequestsPerUnit)) >= m.nearRatio*float64(l.RequestsPerUnit) {
 			c.near.Add(hits)
 		}
 	}

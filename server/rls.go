@@ -36,7 +36,13 @@ type rls struct {
 	metrics         *Metrics
 	log             *slog.Logger
 	responseHeaders bool
+	headerNames     [3]string
+	shadowMode      bool
 }
+
+// defaultHeaderNames are the response headers' names, as in
+// envoyproxy/ratelimit.
+var defaultHeaderNames = [3]string{"RateLimit-Limit", "RateLimit-Remaining", "RateLimit-Reset"}
 
 // ShouldRateLimit decides one Envoy request.
 func (s *rls) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
@@ -59,7 +65,12 @@ func (s *rls) decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.R
 		return nil, s.fail(req, err)
 	}
 	s.metrics.countDescriptors(ereq, eresp)
-	return toProtoResponse(eresp, s.responseHeaders), nil
+	out := toProtoResponse(eresp, s.responseHeaders, s.headerNames)
+	if s.shadowMode && out.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT {
+		out.OverallCode = rlsv3.RateLimitResponse_OK
+		s.metrics.globalShadow.Inc()
+	}
+	return out, nil
 }
 
 // fail logs err with truncated request values and maps it to gRPC. Bad
@@ -179,7 +190,7 @@ func protoCode(c engine.Code) rlsv3.RateLimitResponse_Code {
 }
 
 // toProtoResponse converts the engine's answer; statuses keep request order.
-func toProtoResponse(r *engine.Response, headers bool) *rlsv3.RateLimitResponse {
+func toProtoResponse(r *engine.Response, headers bool, names [3]string) *rlsv3.RateLimitResponse {
 	n := len(r.Statuses)
 	out := &rlsv3.RateLimitResponse{
 		OverallCode: protoCode(r.Code),
@@ -215,7 +226,7 @@ func toProtoResponse(r *engine.Response, headers bool) *rlsv3.RateLimitResponse 
 		out.Statuses[i] = ps
 	}
 	if headers {
-		out.ResponseHeadersToAdd = rateLimitHeaders(r.Statuses)
+		out.ResponseHeadersToAdd = rateLimitHeaders(r.Statuses, names)
 	}
 	return out
 }
@@ -224,7 +235,7 @@ func toProtoResponse(r *engine.Response, headers bool) *rlsv3.RateLimitResponse 
 // RateLimit-Reset from the limited status with the smallest remaining, as
 // Envoy does for its X-RateLimit headers. The reset is whole seconds, rounded
 // up.
-func rateLimitHeaders(sts []engine.Status) []*corev3.HeaderValue {
+func rateLimitHeaders(sts []engine.Status, names [3]string) []*corev3.HeaderValue {
 	best := -1
 	for i := range sts {
 		if sts[i].Limit == nil {
@@ -245,8 +256,8 @@ func rateLimitHeaders(sts []engine.Status) []*corev3.HeaderValue {
 		reset++
 	}
 	return []*corev3.HeaderValue{
-		{Key: "RateLimit-Limit", Value: strconv.FormatUint(uint64(st.Limit.RequestsPerUnit), 10)},
-		{Key: "RateLimit-Remaining", Value: strconv.FormatUint(uint64(st.Remaining), 10)},
-		{Key: "RateLimit-Reset", Value: strconv.FormatInt(int64(reset), 10)},
+		{Key: names[0], Value: strconv.FormatUint(uint64(st.Limit.RequestsPerUnit), 10)},
+		{Key: names[1], Value: strconv.FormatUint(uint64(st.Remaining), 10)},
+		{Key: names[2], Value: strconv.FormatInt(int64(reset), 10)},
 	}
 }

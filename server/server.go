@@ -68,8 +68,21 @@ type Options struct {
 	PollInterval time.Duration
 
 	// ResponseHeaders adds RateLimit-Limit, RateLimit-Remaining and
-	// RateLimit-Reset to every response that has a limited status.
+	// RateLimit-Reset to every response that has a limited status;
+	// HeaderNames, when set, renames them (in that order).
 	ResponseHeaders bool
+	HeaderNames     [3]string
+	// ShadowMode answers OK where the answer would be OVER_LIMIT (the
+	// statuses keep their codes), counted: envoyproxy/ratelimit's global
+	// SHADOW_MODE.
+	ShadowMode bool
+	// NearLimitRatio is the share of a limit from which granted hits count
+	// as near_limit (0: 0.8).
+	NearLimitRatio float64
+	// MaxConnectionAge and MaxConnectionAgeGrace, when positive, close a
+	// gRPC connection after that age (clients reconnect, which spreads them
+	// over new replicas), giving its RPCs the grace to finish.
+	MaxConnectionAge, MaxConnectionAgeGrace time.Duration
 
 	MaxRecvMsgSize  int
 	ShutdownTimeout time.Duration
@@ -169,7 +182,20 @@ func New(opts Options) (*Server, error) {
 	if s.metrics == nil {
 		s.metrics = NewMetrics(nil)
 	}
-	s.rls = &rls{engine: opts.Engine, metrics: s.metrics, log: s.log, responseHeaders: opts.ResponseHeaders}
+	if opts.ResponseHeaders {
+		names := defaultHeaderNames
+		for i, n := range opts.HeaderNames {
+			if n != "" {
+				names[i] = n
+			}
+		}
+		opts.HeaderNames = names
+	}
+	if opts.NearLimitRatio > 0 {
+		s.metrics.nearRatio = opts.NearLimitRatio
+	}
+	s.rls = &rls{engine: opts.Engine, metrics: s.metrics, log: s.log, responseHeaders: opts.ResponseHeaders,
+		headerNames: opts.HeaderNames, shadowMode: opts.ShadowMode}
 	s.reloader = NewReloader(opts.ConfigDir, opts.Load, func(c *config.Config) { opts.Engine.SetTree(c.Tree) }, s.metrics, s.log)
 	if opts.ConfigDir != "" {
 		if _, err := s.reloader.Check(); err != nil {
@@ -213,7 +239,8 @@ func New(opts Options) (*Server, error) {
 		}),
 		// Ping idle connections, so that a Session stream whose client
 		// vanished (network loss, a host gone) ends, releasing its holds.
-		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 5 * time.Second, Timeout: 5 * time.Second}),
+		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 5 * time.Second, Timeout: 5 * time.Second,
+			MaxConnectionAge: opts.MaxConnectionAge, MaxConnectionAgeGrace: opts.MaxConnectionAgeGrace}),
 	)...)
 	rlsv3.RegisterRateLimitServiceServer(s.grpc, s.rls)
 	if ce := opts.Charon.Engine; ce != nil {

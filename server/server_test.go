@@ -260,7 +260,7 @@ func TestConvertResponse(t *testing.T) {
 			{Code: engine.CodeOK, Limit: &engine.CurrentLimit{RequestsPerUnit: 1, Unit: tiers.UnitYear}, Remaining: 3},
 		},
 	}
-	got := toProtoResponse(resp, true)
+	got := toProtoResponse(resp, true, defaultHeaderNames)
 	if got.OverallCode != rlsv3.RateLimitResponse_OK {
 		t.Errorf("overall code %v, want OK", got.OverallCode)
 	}
@@ -283,10 +283,10 @@ func TestConvertResponse(t *testing.T) {
 	if d := cmp.Diff(rateLimitHeadersWant("5", "2", "1"), got.ResponseHeadersToAdd, protocmp.Transform()); d != "" {
 		t.Errorf("headers (-want +got):\n%s", d)
 	}
-	if h := toProtoResponse(resp, false).ResponseHeadersToAdd; h != nil {
+	if h := toProtoResponse(resp, false, defaultHeaderNames).ResponseHeadersToAdd; h != nil {
 		t.Errorf("headers without the option: %v", h)
 	}
-	over := toProtoResponse(&engine.Response{Code: engine.CodeOverLimit}, false)
+	over := toProtoResponse(&engine.Response{Code: engine.CodeOverLimit}, false, defaultHeaderNames)
 	if over.OverallCode != rlsv3.RateLimitResponse_OVER_LIMIT {
 		t.Errorf("got %v, want OVER_LIMIT", over.OverallCode)
 	}

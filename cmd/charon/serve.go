@@ -47,6 +47,11 @@ type serveConfig struct {
 	MaxDescriptors  int
 	MaxKeys         int
 	ResponseHeaders bool
+	HeaderNames     [3]string
+	ShadowMode      bool
+	NearLimitRatio  float64
+	MaxConnAge      time.Duration
+	MaxConnAgeGrace time.Duration
 	MergeDomains    bool
 	FixedWindow     bool
 	ShutdownTimeout time.Duration
@@ -82,6 +87,8 @@ func defaultServeConfig() serveConfig {
 		ShutdownDelay:   5 * time.Second,
 		HTTPReadTimeout: server.DefaultHTTPReadTimeout,
 		MaxStreams:      server.DefaultMaxConcurrentStreams,
+		NearLimitRatio:  0.8,
+		HeaderNames:     [3]string{"RateLimit-Limit", "RateLimit-Remaining", "RateLimit-Reset"},
 		HeapFloorMiB:    defaultHeapFloorMiB,
 		LogLevel:        "info",
 		LogFormat:       "json",
@@ -105,6 +112,13 @@ func serveFlags(fs *flag.FlagSet, c *serveConfig) {
 	fs.IntVar(&c.MaxDescriptors, "max-descriptors", c.MaxDescriptors, "most descriptors in one request (env CHARON_MAX_DESCRIPTORS)")
 	fs.IntVar(&c.MaxKeys, "max-keys", c.MaxKeys, "most tracked (resource, domain) pairs in memory, least recently used evicted (env CHARON_MAX_KEYS)")
 	fs.BoolVar(&c.ResponseHeaders, "response-headers", c.ResponseHeaders, "add RateLimit-Limit/-Remaining/-Reset response headers (env CHARON_RESPONSE_HEADERS)")
+	fs.StringVar(&c.HeaderNames[0], "limit-header", c.HeaderNames[0], "name of the limit header of --response-headers (env CHARON_LIMIT_HEADER)")
+	fs.StringVar(&c.HeaderNames[1], "remaining-header", c.HeaderNames[1], "name of the remaining header of --response-headers (env CHARON_REMAINING_HEADER)")
+	fs.StringVar(&c.HeaderNames[2], "reset-header", c.HeaderNames[2], "name of the reset header of --response-headers (env CHARON_RESET_HEADER)")
+	fs.BoolVar(&c.ShadowMode, "shadow-mode", c.ShadowMode, "answer OK where the answer would be OVER_LIMIT (statuses keep their codes), counted in charon_global_shadow_mode_total (env CHARON_SHADOW_MODE)")
+	fs.Float64Var(&c.NearLimitRatio, "near-limit-ratio", c.NearLimitRatio, "share of a limit from which granted hits count as near_limit (env CHARON_NEAR_LIMIT_RATIO)")
+	fs.DurationVar(&c.MaxConnAge, "grpc-max-connection-age", c.MaxConnAge, "close gRPC connections after this age, so clients reconnect (and spread over new replicas); 0: never (env CHARON_GRPC_MAX_CONNECTION_AGE)")
+	fs.DurationVar(&c.MaxConnAgeGrace, "grpc-max-connection-age-grace", c.MaxConnAgeGrace, "time the RPCs of a connection closed for its age get to finish (env CHARON_GRPC_MAX_CONNECTION_AGE_GRACE)")
 	fs.BoolVar(&c.MergeDomains, "merge-domains", c.MergeDomains, "merge files that share a domain instead of refusing them (env CHARON_MERGE_DOMAINS)")
 	fs.BoolVar(&c.FixedWindow, "fixed-window", c.FixedWindow, "rate_limit without an algorithm uses envoyproxy/ratelimit's calendar-aligned fixed window instead of the exact sliding window (env CHARON_FIXED_WINDOW)")
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", c.ShutdownTimeout, "time in-flight requests get after the drain (env CHARON_SHUTDOWN_TIMEOUT)")
@@ -198,6 +212,17 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (se
 	}
 	if c.MaxStreams < 1 || c.MaxStreams > 1<<31-1 {
 		return c, fmt.Errorf("%w: --max-concurrent-streams %d: want 1 to 2147483647", errUsage, c.MaxStreams)
+	}
+	if !(c.NearLimitRatio > 0 && c.NearLimitRatio <= 1) {
+		return c, fmt.Errorf("%w: --near-limit-ratio %v: want more than 0, at most 1", errUsage, c.NearLimitRatio)
+	}
+	if c.MaxConnAge < 0 || c.MaxConnAgeGrace < 0 {
+		return c, fmt.Errorf("%w: --grpc-max-connection-age and its grace must not be negative", errUsage)
+	}
+	for i, n := range c.HeaderNames {
+		if n == "" || strings.ContainsAny(n, " \t\r\n:") {
+			return c, fmt.Errorf("%w: --%s %q: not a header name", errUsage, []string{"limit-header", "remaining-header", "reset-header"}[i], n)
+		}
 	}
 	if c.HeapFloorMiB < 0 || c.HeapFloorMiB > 1<<20 {
 		return c, fmt.Errorf("%w: --heap-floor-mib %d: want 0 to 1048576", errUsage, c.HeapFloorMiB)

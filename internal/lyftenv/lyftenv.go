@@ -20,6 +20,7 @@ package lyftenv
 import (
 	"errors"
 	"fmt"
+	"net"
 	"net/url"
 	"path/filepath"
 	"strconv"
@@ -73,22 +74,52 @@ func read(s *Settings, getenv func(string) string) error {
 		}
 		s.set("config", filepath.Join(root, sub, app), "RUNTIME_ROOT")
 	}
-	ports := []struct {
-		name string
-		host string
-		flag string
-	}{
-		{"GRPC_PORT", "", "grpc-addr"},
-		{"PORT", "", "http-addr"},
-		{"DEBUG_PORT", "127.0.0.1", "debug-addr"},
+	if err := check(getenv); err != nil {
+		return err
 	}
-	for _, p := range ports {
-		if v := getenv(p.name); v != "" {
-			n, err := strconv.ParseUint(v, 10, 16)
-			if err != nil {
-				return fmt.Errorf("%s=%q: not a port number", p.name, v)
-			}
-			s.set(p.flag, p.host+":"+strconv.FormatUint(n, 10), p.name)
+	// Addresses: HOST:PORT as envoyproxy/ratelimit listens (its hosts
+	// default to 0.0.0.0, its ports to 8080, 8081 and 6070), except that
+	// the debug port stays on loopback unless DEBUG_HOST says otherwise.
+	addrs := []struct {
+		host, port, defHost, defPort, flag string
+	}{
+		{"GRPC_HOST", "GRPC_PORT", "", "8081", "grpc-addr"},
+		{"HOST", "PORT", "", "8080", "http-addr"},
+		{"DEBUG_HOST", "DEBUG_PORT", "127.0.0.1", "6070", "debug-addr"},
+	}
+	for _, a := range addrs {
+		host, port := getenv(a.host), getenv(a.port)
+		if host == "" && port == "" {
+			continue
+		}
+		from := a.port
+		if port == "" {
+			port, from = a.defPort, a.host
+		} else if n, err := strconv.ParseUint(port, 10, 16); err != nil {
+			return fmt.Errorf("%s=%q: not a port number", a.port, port)
+		} else {
+			port = strconv.FormatUint(n, 10)
+		}
+		if host == "" {
+			host = a.defHost
+		} else if host == "0.0.0.0" {
+			host = ""
+		}
+		s.set(a.flag, net.JoinHostPort(host, port), from)
+	}
+	for _, m := range []struct{ env, flag string }{
+		{"SHADOW_MODE", "shadow-mode"},
+		{"LIMIT_RESPONSE_HEADERS_ENABLED", "response-headers"},
+		{"LIMIT_LIMIT_HEADER", "limit-header"},
+		{"LIMIT_REMAINING_HEADER", "remaining-header"},
+		{"LIMIT_RESET_HEADER", "reset-header"},
+		{"NEAR_LIMIT_RATIO", "near-limit-ratio"},
+		{"GRPC_MAX_CONNECTION_AGE", "grpc-max-connection-age"},
+		{"GRPC_MAX_CONNECTION_AGE_GRACE", "grpc-max-connection-age-grace"},
+		{"REDIS_TIMEOUT", "redis-timeout"},
+	} {
+		if v := getenv(m.env); v != "" {
+			s.set(m.flag, v, m.env)
 		}
 	}
 	if v := getenv("LOG_LEVEL"); v != "" {

@@ -1,6 +1,8 @@
 package lyftenv_test
 
 import (
+	"os"
+	"slices"
 	"strings"
 	"testing"
 
@@ -24,6 +26,13 @@ func TestRead(t *testing.T) {
 			[]lyftenv.Flag{{"grpc-addr", ":9000", "GRPC_PORT"}, {"debug-addr", "127.0.0.1:7000", "DEBUG_PORT"}}},
 		{"sentinel over TLS", map[string]string{"REDIS_URL": "mymaster,h1:26379,h2:26379", "REDIS_TYPE": "SENTINEL", "REDIS_TLS": "true"},
 			[]lyftenv.Flag{{"redis-url", "rediss-sentinel://h1:26379,h2:26379/mymaster", "REDIS_URL"}, {"store", "redis", "REDIS_URL"}}},
+		{"hosts", map[string]string{"HOST": "10.0.0.1", "GRPC_HOST": "0.0.0.0", "GRPC_PORT": "9000", "DEBUG_HOST": "0.0.0.0"},
+			[]lyftenv.Flag{{"grpc-addr", ":9000", "GRPC_PORT"}, {"http-addr", "10.0.0.1:8080", "HOST"}, {"debug-addr", ":6070", "DEBUG_HOST"}}},
+		{"behaviour", map[string]string{"SHADOW_MODE": "true", "LIMIT_RESPONSE_HEADERS_ENABLED": "true", "LIMIT_RESET_HEADER": "X-Reset",
+			"NEAR_LIMIT_RATIO": "0.9", "GRPC_MAX_CONNECTION_AGE": "24h", "REDIS_TIMEOUT": "2s", "USE_STATSD": "false", "CONFIG_TYPE": "file"},
+			[]lyftenv.Flag{{"shadow-mode", "true", "SHADOW_MODE"}, {"response-headers", "true", "LIMIT_RESPONSE_HEADERS_ENABLED"},
+				{"reset-header", "X-Reset", "LIMIT_RESET_HEADER"}, {"near-limit-ratio", "0.9", "NEAR_LIMIT_RATIO"},
+				{"grpc-max-connection-age", "24h", "GRPC_MAX_CONNECTION_AGE"}, {"redis-timeout", "2s", "REDIS_TIMEOUT"}}},
 		{"cluster", map[string]string{"REDIS_URL": "a:1,b:2", "REDIS_TYPE": "cluster", "REDIS_POOL_SIZE": "7"},
 			[]lyftenv.Flag{{"redis-pool-size", "7", "REDIS_POOL_SIZE"}, {"redis-url", "redis-cluster://a:1,b:2", "REDIS_URL"}, {"store", "redis", "REDIS_URL"}}},
 	} {
@@ -44,6 +53,78 @@ func TestRead(t *testing.T) {
 		m := map[string]string{env: "bogus", "REDIS_URL": "h:1"}
 		if _, err := lyftenv.Read(envOf(m)); err == nil || !strings.Contains(err.Error(), name) {
 			t.Errorf("%s=bogus: %v, want an error naming %s", env, err, name)
+		}
+	}
+}
+
+// lyftVariables are the variables of envoyproxy/ratelimit's
+// src/settings/settings.go.
+var lyftVariables = strings.Fields(`HOST PORT DEBUG_HOST DEBUG_PORT GRPC_UDS GRPC_HOST GRPC_PORT
+GRPC_MAX_CONNECTION_AGE GRPC_MAX_CONNECTION_AGE_GRACE GRPC_SERVER_USE_TLS GRPC_SERVER_TLS_CERT
+GRPC_SERVER_TLS_KEY GRPC_CLIENT_TLS_CACERT GRPC_CLIENT_TLS_SAN LOG_LEVEL LOG_FORMAT CONFIG_TYPE
+FORCE_START_WITHOUT_INITIAL_CONFIG CONFIG_GRPC_XDS_NODE_ID CONFIG_GRPC_XDS_NODE_METADATA
+CONFIG_GRPC_XDS_SERVER_URL CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL
+CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS CONFIG_GRPC_XDS_SERVER_USE_TLS CONFIG_GRPC_XDS_CLIENT_TLS_CERT
+CONFIG_GRPC_XDS_CLIENT_TLS_KEY CONFIG_GRPC_XDS_SERVER_TLS_CACERT CONFIG_GRPC_XDS_SERVER_TLS_SAN
+XDS_CLIENT_BACKOFF_INITIAL_INTERVAL XDS_CLIENT_BACKOFF_MAX_INTERVAL XDS_CLIENT_BACKOFF_RANDOM_FACTOR
+XDS_CLIENT_BACKOFF_JITTER XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES USE_DOG_STATSD USE_DOG_STATSD_MOGRIFIERS
+USE_STATSD STATSD_HOST STATSD_PORT EXTRA_TAGS STATS_FLUSH_INTERVAL DISABLE_STATS USE_PROMETHEUS
+PROMETHEUS_ADDR PROMETHEUS_PATH PROMETHEUS_MAPPER_YAML PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS
+RUNTIME_ROOT RUNTIME_SUBDIRECTORY RUNTIME_APPDIRECTORY RUNTIME_IGNOREDOTFILES RUNTIME_WATCH_ROOT
+EXPIRATION_JITTER_MAX_SECONDS LOCAL_CACHE_SIZE_IN_BYTES NEAR_LIMIT_RATIO CACHE_KEY_PREFIX BACKEND_TYPE
+STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT LIMIT_RESPONSE_HEADERS_ENABLED LIMIT_LIMIT_HEADER
+LIMIT_REMAINING_HEADER LIMIT_RESET_HEADER HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED REDIS_SOCKET_TYPE
+REDIS_TYPE REDIS_URL REDIS_POOL_SIZE REDIS_AUTH REDIS_TLS REDIS_TLS_CLIENT_CERT REDIS_TLS_CLIENT_KEY
+REDIS_TLS_CACERT REDIS_TLS_SKIP_HOSTNAME_VERIFICATION REDIS_PIPELINE_WINDOW REDIS_PIPELINE_LIMIT
+REDIS_CLUSTER_PIPELINE_PARALLELISM REDIS_PERSECOND REDIS_PERSECOND_SOCKET_TYPE REDIS_PERSECOND_TYPE
+REDIS_PERSECOND_URL REDIS_PERSECOND_POOL_SIZE REDIS_PERSECOND_AUTH REDIS_PERSECOND_TLS
+REDIS_SENTINEL_AUTH REDIS_PERSECOND_SENTINEL_AUTH REDIS_PERSECOND_PIPELINE_WINDOW
+REDIS_PERSECOND_PIPELINE_LIMIT REDIS_PERSECOND_CLUSTER_PIPELINE_PARALLELISM
+REDIS_HEALTH_CHECK_ACTIVE_CONNECTION REDIS_TIMEOUT REDIS_PERSECOND_TIMEOUT REDIS_POOL_ON_EMPTY_BEHAVIOR
+REDIS_PERSECOND_POOL_ON_EMPTY_BEHAVIOR REDIS_STARTUP_INITIAL_INTERVAL REDIS_STARTUP_MAX_INTERVAL
+REDIS_STARTUP_MAX_ELAPSED_TIME MEMCACHE_HOST_PORT MEMCACHE_MAX_IDLE_CONNS MEMCACHE_SRV
+MEMCACHE_SRV_REFRESH MEMCACHE_TLS MEMCACHE_TLS_CLIENT_CERT MEMCACHE_TLS_CLIENT_KEY MEMCACHE_TLS_CACERT
+MEMCACHE_TLS_SKIP_HOSTNAME_VERIFICATION SHADOW_MODE QUOTA_MODE RESPONSE_DYNAMIC_METADATA
+MERGE_DOMAIN_CONFIG TRACING_ENABLED TRACING_SERVICE_NAME TRACING_SERVICE_NAMESPACE
+TRACING_SERVICE_INSTANCE_ID TRACING_EXPORTER_PROTOCOL TRACING_SAMPLING_RATE`)
+
+// TestEveryVariableHasADisposition: the table covers exactly
+// envoyproxy/ratelimit's variables, and README.md's table lists each.
+func TestEveryVariableHasADisposition(t *testing.T) {
+	want := slices.Clone(lyftVariables)
+	slices.Sort(want)
+	if d := cmp.Diff(want, lyftenv.Names()); d != "" {
+		t.Errorf("variables (-envoyproxy/ratelimit +table):\n%s", d)
+	}
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range want {
+		if !strings.Contains(string(readme), "`"+n+"`") {
+			t.Errorf("README.md does not list %s", n)
+		}
+	}
+}
+
+// TestRefusals: a value asking for what Charon does not do stops the
+// start, naming the variable and why; the same variables off are accepted.
+func TestRefusals(t *testing.T) {
+	for env, want := range map[string]string{
+		"QUOTA_MODE": "quota mode", "RESPONSE_DYNAMIC_METADATA": "dynamic metadata", "USE_STATSD": "statsd",
+		"USE_PROMETHEUS": "debug port", "TRACING_ENABLED": "tracing", "REDIS_PERSECOND": "per-second",
+	} {
+		if _, err := lyftenv.Read(envOf(map[string]string{env: "true"})); err == nil || !strings.Contains(err.Error(), env+`="true"`) || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s=true: %v, want a refusal naming it and %q", env, err, want)
+		}
+		if _, err := lyftenv.Read(envOf(map[string]string{env: "false"})); err != nil {
+			t.Errorf("%s=false: %v", env, err)
+		}
+	}
+	for env, v := range map[string]string{"GRPC_UDS": "/tmp/s", "CONFIG_TYPE": "GRPC_XDS_SOTW", "REDIS_SENTINEL_AUTH": "x",
+		"CACHE_KEY_PREFIX": "p", "DISABLE_STATS": "maybe"} {
+		if _, err := lyftenv.Read(envOf(map[string]string{env: v})); err == nil || !strings.Contains(err.Error(), env) {
+			t.Errorf("%s=%s: %v, want a refusal naming it", env, v, err)
 		}
 	}
 }
