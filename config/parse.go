@@ -413,7 +413,9 @@ func (p *parser) descriptor(n *yaml.Node, path *ypath, depth int) *pnode {
 		case "share_threshold":
 			d.node.ShareThreshold, _ = p.boolean(v, fp)
 		case "quota_mode":
-			p.boolean(v, fp)
+			if on, _ := p.boolean(v, fp); on {
+				p.warnf(k, fp, "quota mode is not supported yet: this limit is enforced as a plain limit (an OVER_LIMIT descriptor makes the request OVER_LIMIT)")
+			}
 		case "metadata":
 			// Accepted and ignored, as envoyproxy/ratelimit's metadata is
 			// only reported back to Envoy there.
