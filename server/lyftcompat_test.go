@@ -60,3 +60,62 @@ func TestNearLimitRatio(t *testing.T) {
 		stop()
 	}
 }
+
+// TestLyftMetricNames: with LyftNames, each descriptor is counted under
+// envoyproxy/ratelimit's Prometheus names and labels too, and its service
+// metrics are there.
+func TestLyftMetricNames(t *testing.T) {
+	m := NewMetrics(nil)
+	m.LyftNames()
+	s, stop := newTestServer(t, Options{Metrics: m})
+	defer stop()
+	c := rlsv3.NewRateLimitServiceClient(dial(t, s.GRPCAddr()))
+	for _, v := range []string{"a", "over"} {
+		if _, err := c.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "d",
+			Descriptors: []*ratelimitv3.RateLimitDescriptor{desc("k", v)}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "d", Descriptors: []*ratelimitv3.RateLimitDescriptor{desc("k", "bad")}})
+	body, _ := get(t, "http://"+s.DebugAddr()+"/metrics")
+	for _, want := range []string{
+		`ratelimit_service_rate_limit_total_hits{domain="d",key1="k",key2=""} 2`,
+		`ratelimit_service_rate_limit_over_limit{domain="d",key1="k",key2=""} 1`,
+		`ratelimit_service_rate_limit_within_limit{domain="d",key1="k",key2=""} 1`,
+		`charon_rate_limit_total_hits{domain="d",key="d.k"} 2`,
+		`ratelimit_service_total_requests{grpc_method="ShouldRateLimit"} 3`,
+		`ratelimit_service_should_rate_limit_error{err_type="service_error"} 1`,
+		`ratelimit_service_response_time_seconds_count{grpc_method="ShouldRateLimit"} 3`,
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
+	for key, want := range map[string][3]string{
+		"edge.path_/login.remote_address": {"edge", "path_/login", "remote_address"},
+		"edge.remote_address":             {"edge", "remote_address", ""},
+		"d.a.b.c.d":                       {"d", "a", "b"},
+	} {
+		if got := lyftLabels(key); got != want {
+			t.Errorf("lyftLabels(%s) = %v, want %v", key, got, want)
+		}
+	}
+}
+
+// TestMetricsListener: MetricsAddr serves the metrics alone, at MetricsPath.
+func TestMetricsListener(t *testing.T) {
+	s, err := New(Options{GRPCAddr: "127.0.0.1:0", Engine: &fakeEngine{}, MetricsAddr: "127.0.0.1:0", MetricsPath: "/stats"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Serve(ctx) }()
+	defer func() { cancel(); <-done }()
+	if body, code := get(t, "http://"+s.MetricsAddr()+"/stats"); code != 200 || !strings.Contains(body, "charon_request_duration_seconds") {
+		t.Errorf("/stats: %d", code)
+	}
+	if _, code := get(t, "http://"+s.MetricsAddr()+"/rlconfig"); code != 404 {
+		t.Errorf("/rlconfig on the metrics listener: %d, want 404", code)
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -36,6 +37,7 @@ type Metrics struct {
 
 	mu    sync.RWMutex
 	descs map[descKey]*descCounters
+	lyft  atomic.Pointer[lyftMetrics] // nil: only Charon's names (LyftNames)
 }
 
 type descKey struct{ domain, key string }
@@ -44,6 +46,16 @@ type descKey struct{ domain, key string }
 // not hash label values.
 type descCounters struct {
 	total, over, near, within, shadow prometheus.Counter
+	// lyft are the same under envoyproxy/ratelimit's names (nil without
+	// LyftNames).
+	lyft *[5]prometheus.Counter
+}
+
+func (c *descCounters) add(i int, main prometheus.Counter, n float64) {
+	main.Add(n)
+	if c.lyft != nil {
+		c.lyft[i].Add(n)
+	}
 }
 
 // NewMetrics builds the collectors in a new registry. evictions, when not
@@ -111,6 +123,9 @@ func NewMetrics(evictions func() float64) *Metrics {
 
 func (m *Metrics) observeRequest(d time.Duration, err error) {
 	m.latency.Observe(d.Seconds())
+	if l := m.lyftNames(); l != nil {
+		l.observe(d, err)
+	}
 	if err == nil {
 		return
 	}
@@ -122,12 +137,21 @@ func (m *Metrics) observeRequest(d time.Duration, err error) {
 }
 
 func (m *Metrics) reloaded(ok bool) {
+	l := m.lyftNames()
 	if ok {
 		m.reloadOK.Inc()
+		if l != nil {
+			l.loadOK.Inc()
+		}
 	} else {
 		m.reloadFailed.Inc()
+		if l != nil {
+			l.loadFailed.Inc()
+		}
 	}
 }
+
+func (m *Metrics) lyftNames() *lyftMetrics { return m.lyft.Load() }
 
 func (m *Metrics) counters(domain, key string) *descCounters {
 	k := descKey{domain, key}
@@ -150,6 +174,13 @@ func (m *Metrics) counters(domain, key string) *descCounters {
 			within: m.withinLimit.WithLabelValues(domain, key),
 			shadow: m.shadowMode.WithLabelValues(domain, key),
 		}
+		if l := m.lyft.Load(); l != nil {
+			ll := lyftLabels(key)
+			c.lyft = &[5]prometheus.Counter{
+				l.totalHits.WithLabelValues(ll[:]...), l.overLimit.WithLabelValues(ll[:]...), l.nearLimit.WithLabelValues(ll[:]...),
+				l.withinLimit.WithLabelValues(ll[:]...), l.shadowMode.WithLabelValues(ll[:]...),
+			}
+		}
 		m.descs[k] = c
 	}
 	return c
@@ -166,18 +197,18 @@ func (m *Metrics) countDescriptors(req *engine.Request, resp *engine.Response) {
 		}
 		hits := float64(descriptorHits(req, i))
 		c := m.counters(req.Domain, st.Match.MetricKey)
-		c.total.Add(hits)
+		c.add(0, c.total, hits)
 		if st.Shadow {
-			c.shadow.Add(hits)
+			c.add(4, c.shadow, hits)
 		}
 		if st.Code == engine.CodeOverLimit {
-			c.over.Add(hits)
+			c.add(1, c.over, hits)
 			continue
 		}
-		c.within.Add(hits)
+		c.add(3, c.within, hits)
 		if l := st.Limit; l != nil && l.RequestsPerUnit > 0 &&
 			float64(l.RequestsPerUnit-min(st.Remaining, l.RequestsPerUnit)) >= m.nearRatio*float64(l.RequestsPerUnit) {
-			c.near.Add(hits)
+			c.add(2, c.near, hits)
 		}
 	}
 }

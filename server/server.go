@@ -15,6 +15,7 @@ import (
 	"time"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/health"
@@ -58,6 +59,10 @@ var ErrStopNow = errors.New("server: stop without draining")
 // no configuration (every request is OK, nothing limited) and watches nothing.
 type Options struct {
 	GRPCAddr, HTTPAddr, DebugAddr string
+	// MetricsAddr, when set, serves the metrics alone at MetricsPath
+	// (default /metrics) on a listener of its own, for scrapers that must
+	// not reach the debug port (envoyproxy/ratelimit's USE_PROMETHEUS).
+	MetricsAddr, MetricsPath string
 
 	Engine Decider
 
@@ -137,10 +142,10 @@ type Server struct {
 	reloader *Reloader
 	health   *health.Server
 
-	grpc              *grpc.Server
-	httpSrv, debugSrv *http.Server
-	grpcLis           net.Listener
-	httpLis, debugLis net.Listener
+	grpc                          *grpc.Server
+	httpSrv, debugSrv, metricsSrv *http.Server
+	grpcLis                       net.Listener
+	httpLis, debugLis, metricsLis net.Listener
 
 	shuttingDown atomic.Bool
 	endDrain     chan struct{}
@@ -278,6 +283,19 @@ func New(opts Options) (*Server, error) {
 		}
 		s.debugSrv = s.httpServer(s.debugHandler())
 	}
+	if opts.MetricsAddr != "" {
+		if s.metricsLis, err = net.Listen("tcp", opts.MetricsAddr); err != nil {
+			s.closeListeners()
+			return nil, fmt.Errorf("server: metrics listener: %w", err)
+		}
+		path := opts.MetricsPath
+		if path == "" {
+			path = "/metrics"
+		}
+		mux := http.NewServeMux()
+		mux.Handle(path, promhttp.HandlerFor(s.metrics.Registry, promhttp.HandlerOpts{}))
+		s.metricsSrv = s.httpServer(mux)
+	}
 	return s, nil
 }
 
@@ -299,7 +317,7 @@ func (s *Server) httpServer(h http.Handler) *http.Server {
 }
 
 func (s *Server) closeListeners() {
-	for _, l := range []net.Listener{s.grpcLis, s.httpLis, s.debugLis} {
+	for _, l := range []net.Listener{s.grpcLis, s.httpLis, s.debugLis, s.metricsLis} {
 		if l != nil {
 			l.Close()
 		}
@@ -314,6 +332,9 @@ func (s *Server) HTTPAddr() string { return addrOf(s.httpLis) }
 
 // DebugAddr returns the debug listener's address, or "" when disabled.
 func (s *Server) DebugAddr() string { return addrOf(s.debugLis) }
+
+// MetricsAddr returns the metrics listener's address, or "" when disabled.
+func (s *Server) MetricsAddr() string { return addrOf(s.metricsLis) }
 
 func addrOf(l net.Listener) string {
 	if l == nil {
@@ -334,7 +355,7 @@ func (s *Server) Metrics() *Metrics { return s.metrics }
 // finish until ShutdownTimeout, and the rest is cut. It returns nil after a shutdown
 // asked by ctx, or the first listener error.
 func (s *Server) Serve(ctx context.Context) error {
-	errc := make(chan error, 3)
+	errc := make(chan error, 4)
 	var wg sync.WaitGroup
 	run := func(name string, f func() error) {
 		wg.Add(1)
@@ -351,6 +372,9 @@ func (s *Server) Serve(ctx context.Context) error {
 	}
 	if s.debugSrv != nil {
 		run("debug", func() error { return s.debugSrv.Serve(s.debugLis) })
+	}
+	if s.metricsSrv != nil {
+		run("metrics", func() error { return s.metricsSrv.Serve(s.metricsLis) })
 	}
 	watchCtx, stopWatch := context.WithCancel(context.Background())
 	if s.opts.ConfigDir != "" {
@@ -429,6 +453,9 @@ func (s *Server) shutdown() {
 	}
 	if s.debugSrv != nil {
 		s.debugSrv.Close()
+	}
+	if s.metricsSrv != nil {
+		s.metricsSrv.Close()
 	}
 	s.log.Info("stopped")
 }

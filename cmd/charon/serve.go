@@ -39,7 +39,12 @@ type serveConfig struct {
 	GRPCAddr  string
 	HTTPAddr  string
 	DebugAddr string
-	Store     string
+	// MetricsAddr and MetricsPath serve the metrics alone; LyftMetrics adds
+	// envoyproxy/ratelimit's names.
+	MetricsAddr string
+	MetricsPath string
+	LyftMetrics bool
+	Store       string
 	// Redis are the Redis flags; the password comes from a file,
 	// CHARON_REDIS_PASSWORD or REDIS_AUTH (never a flag, which ps would
 	// show).
@@ -80,6 +85,8 @@ func defaultServeConfig() serveConfig {
 		HTTPAddr:        ":8080",
 		DebugAddr:       "127.0.0.1:6070",
 		Store:           "memory",
+		MetricsPath:     "/metrics",
+		LyftMetrics:     true,
 		MaxDescriptors:  64,
 		MaxKeys:         memstore.DefaultMaxKeys,
 		Redis:           redisbackend.Flags{Options: redisbackend.Options{Timeout: resilient.DefaultTimeout}},
@@ -107,6 +114,9 @@ func serveFlags(fs *flag.FlagSet, c *serveConfig) {
 	fs.StringVar(&c.GRPCAddr, "grpc-addr", c.GRPCAddr, "gRPC listen `address` (env CHARON_GRPC_ADDR)")
 	fs.StringVar(&c.HTTPAddr, "http-addr", c.HTTPAddr, "HTTP listen `address` for /healthcheck and /json (env CHARON_HTTP_ADDR)")
 	fs.StringVar(&c.DebugAddr, "debug-addr", c.DebugAddr, "debug listen `address` for /metrics, /rlconfig, pprof (env CHARON_DEBUG_ADDR)")
+	fs.StringVar(&c.MetricsAddr, "metrics-addr", c.MetricsAddr, "also serve the metrics alone on this `address`, at --metrics-path (env CHARON_METRICS_ADDR)")
+	fs.StringVar(&c.MetricsPath, "metrics-path", c.MetricsPath, "the `path` of --metrics-addr (env CHARON_METRICS_PATH)")
+	fs.BoolVar(&c.LyftMetrics, "lyft-metrics", c.LyftMetrics, "also count under envoyproxy/ratelimit's Prometheus names (ratelimit_service_*) (env CHARON_LYFT_METRICS)")
 	fs.StringVar(&c.Store, "store", c.Store, "state store: memory or redis (env CHARON_STORE)")
 	c.Redis.Bind(fs)
 	fs.IntVar(&c.MaxDescriptors, "max-descriptors", c.MaxDescriptors, "most descriptors in one request (env CHARON_MAX_DESCRIPTORS)")
@@ -224,6 +234,9 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (se
 			return c, fmt.Errorf("%w: --%s %q: not a header name", errUsage, []string{"limit-header", "remaining-header", "reset-header"}[i], n)
 		}
 	}
+	if !strings.HasPrefix(c.MetricsPath, "/") {
+		return c, fmt.Errorf("%w: --metrics-path %q: want a path starting with /", errUsage, c.MetricsPath)
+	}
 	if c.HeapFloorMiB < 0 || c.HeapFloorMiB > 1<<20 {
 		return c, fmt.Errorf("%w: --heap-floor-mib %d: want 0 to 1048576", errUsage, c.HeapFloorMiB)
 	}
@@ -317,6 +330,9 @@ func runServe(args []string, getenv func(string) string, stderr io.Writer) error
 		metrics = server.NewMetrics(func() float64 { return float64(mem.Evictions()) })
 		metrics.Registry.MustRegister(mc.Collector())
 		held = func() float64 { return float64(mc.Stats().Copies) }
+	}
+	if c.LyftMetrics {
+		metrics.LyftNames()
 	}
 	eo := engine.Options{Store: st, MaxDescriptors: c.MaxDescriptors, Copies: copies}
 	if backend != nil {

@@ -122,6 +122,17 @@ func read(s *Settings, getenv func(string) string) error {
 			s.set(m.flag, v, m.env)
 		}
 	}
+	if on, _ := strconv.ParseBool(getenv("USE_PROMETHEUS")); on {
+		addr, path := getenv("PROMETHEUS_ADDR"), getenv("PROMETHEUS_PATH")
+		if addr == "" {
+			addr = ":9090"
+		}
+		if path == "" {
+			path = "/metrics"
+		}
+		s.set("metrics-addr", addr, "USE_PROMETHEUS")
+		s.set("metrics-path", path, "PROMETHEUS_PATH")
+	}
 	if v := getenv("LOG_LEVEL"); v != "" {
 		s.LogLevel = v
 	}

@@ -33,6 +33,8 @@ func TestRead(t *testing.T) {
 			[]lyftenv.Flag{{"shadow-mode", "true", "SHADOW_MODE"}, {"response-headers", "true", "LIMIT_RESPONSE_HEADERS_ENABLED"},
 				{"reset-header", "X-Reset", "LIMIT_RESET_HEADER"}, {"near-limit-ratio", "0.9", "NEAR_LIMIT_RATIO"},
 				{"grpc-max-connection-age", "24h", "GRPC_MAX_CONNECTION_AGE"}, {"redis-timeout", "2s", "REDIS_TIMEOUT"}}},
+		{"prometheus", map[string]string{"USE_PROMETHEUS": "true", "PROMETHEUS_PATH": "/stats"},
+			[]lyftenv.Flag{{"metrics-addr", ":9090", "USE_PROMETHEUS"}, {"metrics-path", "/stats", "PROMETHEUS_PATH"}}},
 		{"cluster", map[string]string{"REDIS_URL": "a:1,b:2", "REDIS_TYPE": "cluster", "REDIS_POOL_SIZE": "7"},
 			[]lyftenv.Flag{{"redis-pool-size", "7", "REDIS_POOL_SIZE"}, {"redis-url", "redis-cluster://a:1,b:2", "REDIS_URL"}, {"store", "redis", "REDIS_URL"}}},
 	} {
@@ -112,7 +114,7 @@ func TestEveryVariableHasADisposition(t *testing.T) {
 func TestRefusals(t *testing.T) {
 	for env, want := range map[string]string{
 		"QUOTA_MODE": "quota mode", "RESPONSE_DYNAMIC_METADATA": "dynamic metadata", "USE_STATSD": "statsd",
-		"USE_PROMETHEUS": "debug port", "TRACING_ENABLED": "tracing", "REDIS_PERSECOND": "per-second",
+		"TRACING_ENABLED": "tracing", "REDIS_PERSECOND": "per-second", "PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS": "seconds",
 	} {
 		if _, err := lyftenv.Read(envOf(map[string]string{env: "true"})); err == nil || !strings.Contains(err.Error(), env+`="true"`) || !strings.Contains(err.Error(), want) {
 			t.Errorf("%s=true: %v, want a refusal naming it and %q", env, err, want)

@@ -1,0 +1,86 @@
+package server
+
+import (
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// lyftMetrics are envoyproxy/ratelimit's Prometheus metrics, with the names
+// and labels its statsd mapping (default_mapper.yaml) gives them, so that
+// its dashboards and alerts keep working: per descriptor
+// ratelimit_service_rate_limit_{total_hits,over_limit,near_limit,
+// within_limit,shadow_mode}{domain,key1,key2}, and the service's calls,
+// errors, response time and configuration loads.
+type lyftMetrics struct {
+	totalHits, overLimit, nearLimit, withinLimit, shadowMode *prometheus.CounterVec
+
+	requests   prometheus.Counter
+	errors     *prometheus.CounterVec
+	latency    prometheus.Observer
+	loadOK     prometheus.Counter
+	loadFailed prometheus.Counter
+}
+
+// LyftNames adds envoyproxy/ratelimit's metric names beside Charon's.
+// Call it before the server serves.
+func (m *Metrics) LyftNames() {
+	vec := func(name, help string) *prometheus.CounterVec {
+		return prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ratelimit_service_rate_limit_" + name, Help: help + " (envoyproxy/ratelimit's name)",
+		}, []string{"domain", "key1", "key2"})
+	}
+	l := &lyftMetrics{
+		totalHits:   vec("total_hits", "Hits asked for by matched descriptors."),
+		overLimit:   vec("over_limit", "Hits of matched descriptors answered OVER_LIMIT."),
+		nearLimit:   vec("near_limit", "Hits granted near the limit."),
+		withinLimit: vec("within_limit", "Hits of matched descriptors granted."),
+		shadowMode:  vec("shadow_mode", "Hits granted by shadow mode."),
+		errors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ratelimit_service_should_rate_limit_error", Help: "Failed ShouldRateLimit calls by error type (envoyproxy/ratelimit's name).",
+		}, []string{"err_type"}),
+	}
+	requests := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "ratelimit_service_total_requests", Help: "ShouldRateLimit calls (envoyproxy/ratelimit's name).",
+	}, []string{"grpc_method"})
+	latency := prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name: "ratelimit_service_response_time_seconds", Help: "ShouldRateLimit time (envoyproxy/ratelimit's name).",
+		Buckets: []float64{25e-6, 50e-6, 100e-6, 250e-6, 500e-6, 1e-3, 2.5e-3, 5e-3, 10e-3, 20e-3, 50e-3},
+	}, []string{"grpc_method"})
+	loadOK := prometheus.NewCounter(prometheus.CounterOpts{Name: "ratelimit_service_config_load_success", Help: "Configuration loads that succeeded (envoyproxy/ratelimit's name)."})
+	loadFailed := prometheus.NewCounter(prometheus.CounterOpts{Name: "ratelimit_service_config_load_error", Help: "Configuration loads that failed (envoyproxy/ratelimit's name)."})
+	l.requests = requests.WithLabelValues("ShouldRateLimit")
+	l.latency = latency.WithLabelValues("ShouldRateLimit")
+	l.loadOK, l.loadFailed = loadOK, loadFailed
+	m.Registry.MustRegister(l.totalHits, l.overLimit, l.nearLimit, l.withinLimit, l.shadowMode, l.errors, requests, latency, loadOK, loadFailed)
+	m.mu.Lock()
+	m.lyft.Store(l)
+	clear(m.descs) // counters made before now lack their Lyft children
+	m.mu.Unlock()
+}
+
+// lyftLabels splits a stat key (domain.key1.key2...) as the mapping does:
+// the domain, the first two key levels, the rest dropped.
+func lyftLabels(statKey string) [3]string {
+	var out [3]string
+	parts := strings.SplitN(statKey, ".", 4)
+	copy(out[:], parts)
+	return out
+}
+
+func (l *lyftMetrics) observe(d time.Duration, err error) {
+	l.requests.Inc()
+	l.latency.Observe(d.Seconds())
+	if err == nil {
+		return
+	}
+	// Its two error types: a bad request, and the backend failing.
+	if status.Code(err) == codes.InvalidArgument {
+		l.errors.WithLabelValues("service_error").Inc()
+	} else {
+		l.errors.WithLabelValues("redis_error").Inc()
+	}
+}
