@@ -4,9 +4,15 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/charonlimit/charon/descriptors"
+	"github.com/charonlimit/charon/internal/engine"
+	"github.com/charonlimit/charon/internal/store/memstore"
+	"github.com/charonlimit/charon/tiers"
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 )
 
 // TestShadowModeAndHeaderNames: envoyproxy/ratelimit's SHADOW_MODE answers
@@ -117,5 +123,48 @@ func TestMetricsListener(t *testing.T) {
 	}
 	if _, code := get(t, "http://"+s.MetricsAddr()+"/rlconfig"); code != 404 {
 		t.Errorf("/rlconfig on the metrics listener: %d, want 404", code)
+	}
+}
+
+// TestHitsAddendZeroIsACheck: a descriptor's hits_addend set to 0 is a
+// check, as in envoyproxy/ratelimit: OK with what remains, consuming nothing.
+func TestHitsAddendZeroIsACheck(t *testing.T) {
+	st := memstore.New(memstore.Options{})
+	defer st.Close()
+	eng := engine.New(engine.Options{Store: st})
+	tree, err := descriptors.NewTree([]descriptors.DomainSpec{{Config: descriptors.DomainConfig{Name: "d"}, Nodes: []*descriptors.Node{
+		{Key: "user", Limit: &descriptors.Limit{Policy: &tiers.Policy{Kind: tiers.KindTiers,
+			Tiers: []tiers.Tier{{Limit: 1, Window: time.Minute, Active: tiers.Unbounded}}}}},
+	}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eng.SetTree(tree)
+	s, stop := newTestServer(t, Options{Engine: eng})
+	defer stop()
+	c := rlsv3.NewRateLimitServiceClient(dial(t, s.GRPCAddr()))
+	ask := func(hits *wrapperspb.UInt64Value) *rlsv3.RateLimitResponse_DescriptorStatus {
+		t.Helper()
+		d := desc("user", "u")
+		d.HitsAddend = hits
+		resp, err := c.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "d", Descriptors: []*ratelimitv3.RateLimitDescriptor{d}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.Statuses[0]
+	}
+	for i, step := range []struct {
+		hits      *wrapperspb.UInt64Value
+		code      rlsv3.RateLimitResponse_Code
+		remaining uint32
+	}{
+		{wrapperspb.UInt64(0), rlsv3.RateLimitResponse_OK, 1},
+		{nil, rlsv3.RateLimitResponse_OK, 0},
+		{wrapperspb.UInt64(0), rlsv3.RateLimitResponse_OK, 0},
+		{nil, rlsv3.RateLimitResponse_OVER_LIMIT, 0},
+	} {
+		if got := ask(step.hits); got.Code != step.code || got.LimitRemaining != step.remaining {
+			t.Errorf("step %d (hits_addend %v): %v remaining %d, want %v remaining %d", i, step.hits, got.Code, got.LimitRemaining, step.code, step.remaining)
+		}
 	}
 }

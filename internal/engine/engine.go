@@ -281,14 +281,14 @@ func (e *Engine) putScratch(sc *scratch) {
 	e.scratch.Put(sc)
 }
 
-// hitsOf is descriptor d's hits: its own when set, else the request's; 0
-// counts as 1.
+// hitsOf is descriptor d's hits: its own when set (0 is a check that
+// consumes nothing, as in envoyproxy/ratelimit), else the request's (0, its
+// unset value, counts as 1).
 func hitsOf(req *Request, d *Descriptor) uint64 {
-	h := uint64(req.Hits)
 	if d.HasHits {
-		h = d.Hits
+		return d.Hits
 	}
-	return max(h, 1)
+	return max(uint64(req.Hits), 1)
 }
 
 // grow returns s with length n, reusing its array when large enough.

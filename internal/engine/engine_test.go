@@ -189,7 +189,7 @@ func TestItemsSentToStore(t *testing.T) {
 	want := []item{
 		{"alice", 4, 4, false, false},
 		{"bob", 7, 7, false, false},
-		{"carol", 1, 1, false, false},
+		{"carol", 0, 0, false, false}, // hits_addend set to 0: a check
 		{"dave", 2, 2, true, false},
 		{"s", 4, 4, false, true},
 	}

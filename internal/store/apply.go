@@ -147,9 +147,11 @@ func Check(items []Item, out []tiers.Decision) error {
 		switch {
 		case it.Policy == nil:
 			return fmt.Errorf("%w: items[%d]: no policy", ErrBadItem, i)
-		case it.Hits < 1:
-			return fmt.Errorf("%w: items[%d]: hits %d, want >= 1", ErrBadItem, i, it.Hits)
-		case !it.Refund && (it.Min < 1 || it.Min > it.Hits):
+		case it.Hits < 0:
+			return fmt.Errorf("%w: items[%d]: hits %d, want >= 0", ErrBadItem, i, it.Hits)
+		case !it.Refund && it.Hits == 0 && it.Min != 0:
+			return fmt.Errorf("%w: items[%d]: min %d of a check (0 hits), want 0", ErrBadItem, i, it.Min)
+		case !it.Refund && it.Hits > 0 && (it.Min < 1 || it.Min > it.Hits):
 			return fmt.Errorf("%w: items[%d]: min %d, want in [1, %d]", ErrBadItem, i, it.Min, it.Hits)
 		}
 	}

@@ -52,7 +52,10 @@ type Item struct {
 	Policy *tiers.Policy
 	// Hits is the number of hits asked for (the copies), Min the number of
 	// them that must be granted for the item to be granted (1 <= Min <=
-	// Hits). An RLS request asks for Hits == Min: all or nothing.
+	// Hits). An RLS request asks for Hits == Min: all or nothing. Hits 0
+	// (with Min 0) is a check: granted, it reports the pair's state and
+	// consumes nothing (beside a take of the same pair it is a member of
+	// that group and gets the group's answer).
 	Hits, Min int64
 	// Refund gives Hits back (Envoy's is_negative_hits) instead of taking
 	// them. Refunds always apply, whatever the other items' answers; Min is

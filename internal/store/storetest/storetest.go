@@ -32,6 +32,7 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"AllOrNothing", testAllOrNothing},
 		{"ShadowItems", testShadow},
 		{"Refunds", testRefunds},
+		{"Checks", testChecks},
 		{"SameKeyTwice", testSameKeyTwice},
 		{"GlobalSharedAcrossDomains", testGlobal},
 		{"GlobalPartialGrants", testGlobalPartial},
@@ -213,6 +214,34 @@ func testRefunds(t *testing.T, s store.Store) {
 	wantOKs(t, "x got one back", decide(t, s, T0, take(simple, "r", "x", 1)), true)
 }
 
+// testChecks: an item of 0 hits is a check: granted with the pair's state
+// (tiers.Peek of 0), consuming nothing, alone or beside other pairs' items,
+// even on an exhausted pair.
+func testChecks(t *testing.T, s store.Store) {
+	check := func(p *tiers.Policy, d string) store.Item {
+		it := take(p, "r", d, 1)
+		it.Hits, it.Min = 0, 0
+		return it
+	}
+	var st tiers.State
+	want := tiers.Request(simple, &st, nil, T0, 2, 2)
+	wantOKs(t, "take 2 of a", decide(t, s, T0, take(simple, "r", "a", 2)), want.OK)
+	want = tiers.Peek(simple, &st, nil, T0, 0, 0)
+	got := decide(t, s, T0, check(simple, "a"))
+	if diff := cmp.Diff(want, got[0]); diff != "" {
+		t.Errorf("check of a (-want +got):\n%s", diff)
+	}
+	if !got[0].OK || got[0].Granted != 0 || got[0].Remaining != 1 {
+		t.Errorf("check of a: %+v, want OK, nothing granted, 1 remaining", got[0])
+	}
+	wantOKs(t, "a still has one", decide(t, s, T0, take(simple, "r", "a", 1)), true)
+	wantOKs(t, "check of exhausted a, take b", decide(t, s, T0, check(simple, "a"), take(simple, "r", "b", 1)), true, true)
+	// Beside a take of the same pair, a check is a member of its group and
+	// gets the group's answer.
+	wantOKs(t, "check and take of exhausted a", decide(t, s, T0, check(simple, "a"), take(simple, "r", "a", 1)), false, false)
+	wantOKs(t, "b took one", decide(t, s, T0, take(simple, "r", "b", 3)), false)
+}
+
 func testSameKeyTwice(t *testing.T, s store.Store) {
 	got := decide(t, s, T0, take(simple, "r", "a", 2), take(simple, "r", "a", 2))
 	wantOKs(t, "2+2 of 3", got, false, false)
@@ -323,7 +352,8 @@ func testBadItems(t *testing.T, s store.Store) {
 	good := take(simple, "r", "a", 1)
 	bad := []store.Item{
 		{Key: store.Key{Resource: "r", Domain: "b", PolicyID: 1}, Hits: 1, Min: 1},
-		{Key: store.Key{Resource: "r", Domain: "b", PolicyID: 1}, Policy: simple, Hits: 0, Min: 0},
+		{Key: store.Key{Resource: "r", Domain: "b", PolicyID: 1}, Policy: simple, Hits: -1, Min: 0},
+		{Key: store.Key{Resource: "r", Domain: "b", PolicyID: 1}, Policy: simple, Hits: 0, Min: 1},
 		{Key: store.Key{Resource: "r", Domain: "b", PolicyID: 1}, Policy: simple, Hits: 1, Min: 2},
 		{Key: store.Key{Resource: "r", Domain: "b", PolicyID: 1}, Policy: simple, Hits: 2, Min: 0},
 	}
