@@ -22,9 +22,9 @@
 //
 // Per descriptor, as envoyproxy/ratelimit: key, value (containing "*": a
 // wildcard), rate_limit {unit, requests_per_unit, unlimited, name,
-// replaces: [{name}]}, shadow_mode, detailed_metric, value_to_metric,
-// share_threshold, descriptors; metadata is accepted and ignored, and
-// quota_mode: true is enforced as a plain limit, with a warning. Units are second, minute, hour, day, week, month and year, in any
+// replaces: [{name}]}, shadow_mode, quota_mode, detailed_metric,
+// value_to_metric, share_threshold, descriptors; metadata is accepted and
+// ignored. Units are second, minute, hour, day, week, month and year, in any
 // case. rate_limit resolves to one tier of limit requests_per_unit, window
 // one unit (a month is 30 days, a year 365), active unbounded, cooldown 0:
 // an exact sliding window. rate_limit.algorithm: fixed_window (or

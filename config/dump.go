@@ -29,6 +29,7 @@ type dumpResource struct {
 	Replaces       []string       `yaml:"replaces,omitempty,flow"`
 	Unlimited      bool           `yaml:"unlimited,omitempty"`
 	ShadowMode     bool           `yaml:"shadow_mode,omitempty"`
+	QuotaMode      bool           `yaml:"quota_mode,omitempty"`
 	DetailedMetric bool           `yaml:"detailed_metric,omitempty"`
 	Policy         *dumpPolicy    `yaml:"policy,omitempty"`
 	Overrides      []dumpOverride `yaml:"overrides,omitempty"`
@@ -118,7 +119,7 @@ func (c *Config) Dump() ([]byte, error) {
 			l := lf.Limit
 			r := dumpResource{
 				Resource: lf.Resource, Source: fmt.Sprintf("%s:%d", l.File, l.Line), ID: fmt.Sprintf("%016x", l.ID),
-				Name: l.Name, Replaces: l.Replaces, Unlimited: l.Unlimited, ShadowMode: l.ShadowMode,
+				Name: l.Name, Replaces: l.Replaces, Unlimited: l.Unlimited, ShadowMode: l.ShadowMode, QuotaMode: l.QuotaMode,
 				DetailedMetric: l.DetailedMetric, Policy: dumpPol(l.Policy),
 			}
 			for _, d := range sortedKeys(l.Overrides) {

@@ -391,7 +391,7 @@ func (p *parser) descriptor(n *yaml.Node, path *ypath, depth int) *pnode {
 	var ls leafSpec
 	var children *yaml.Node
 	var keyNode *yaml.Node
-	var shadow, detailed bool
+	var shadow, detailed, quota bool
 	p.fields(n, path, func(key string, k, v *yaml.Node) bool {
 		fp := path.k(key)
 		switch key {
@@ -413,9 +413,7 @@ func (p *parser) descriptor(n *yaml.Node, path *ypath, depth int) *pnode {
 		case "share_threshold":
 			d.node.ShareThreshold, _ = p.boolean(v, fp)
 		case "quota_mode":
-			if on, _ := p.boolean(v, fp); on {
-				p.warnf(k, fp, "quota mode is not supported yet: this limit is enforced as a plain limit (an OVER_LIMIT descriptor makes the request OVER_LIMIT)")
-			}
+			quota, _ = p.boolean(v, fp)
 		case "metadata":
 			// Accepted and ignored, as envoyproxy/ratelimit's metadata is
 			// only reported back to Envoy there.
@@ -447,6 +445,7 @@ func (p *parser) descriptor(n *yaml.Node, path *ypath, depth int) *pnode {
 	d.node.DetailedMetric = detailed
 	if l := p.limit(&ls, path, n.Line); l != nil {
 		l.ShadowMode = shadow
+		l.QuotaMode = quota
 		l.DetailedMetric = detailed
 		l.File, l.Line = p.file, n.Line
 		d.node.Limit = l

@@ -39,6 +39,10 @@ type Limit struct {
 	Unlimited bool
 	// ShadowMode: decide and count, but answer OK.
 	ShadowMode bool
+	// QuotaMode: over its limit, the descriptor is OVER_LIMIT but the
+	// request is only when every quota descriptor of it is (or another
+	// descriptor is).
+	QuotaMode bool
 	// DetailedMetric puts the request value of every level in MetricKey.
 	DetailedMetric bool
 	// Policy is the default rate policy; Overrides are per Charon domain.

@@ -57,6 +57,9 @@ type Options struct {
 	// force (the Redis backend flushes its over-limit cache, and reaps
 	// copy logs only while copy-limited resources are configured).
 	OnSetTree func(*descriptors.Tree)
+	// QuotaMode puts every limit in quota mode (envoyproxy/ratelimit's
+	// QUOTA_MODE), as quota_mode: true does for one.
+	QuotaMode bool
 }
 
 // Engine decides requests. Safe for concurrent use. The zero value is
@@ -74,6 +77,8 @@ type Engine struct {
 	copies   copystore.Store
 	// onSetTree is Options.OnSetTree.
 	onSetTree func(*descriptors.Tree)
+	// quotaAll is Options.QuotaMode.
+	quotaAll bool
 	copyIdx   atomic.Pointer[copyIndex]
 }
 
@@ -81,6 +86,7 @@ type Engine struct {
 type scratch struct {
 	matches []descriptors.Match
 	itemOf  []int
+	quota   []bool // per item: in quota mode
 	items   []store.Item
 	out     []tiers.Decision
 	buf     []byte
@@ -90,7 +96,7 @@ type scratch struct {
 // not limited, until SetTree).
 func New(opts Options) *Engine {
 	e := &Engine{store: opts.Store, now: opts.Now, maxDesc: opts.MaxDescriptors, maxHits: opts.MaxHits, copies: opts.Copies,
-		onSetTree: opts.OnSetTree}
+		onSetTree: opts.OnSetTree, quotaAll: opts.QuotaMode}
 	e.once.Do(e.defaults)
 	return e
 }
@@ -195,7 +201,7 @@ func (e *Engine) Decide(ctx context.Context, req *Request, resp *Response) error
 		descriptors.ApplyReplaces(sc.matches)
 	}
 
-	sc.items = sc.items[:0]
+	sc.items, sc.quota = sc.items[:0], sc.quota[:0]
 	for i := range req.Descriptors {
 		m := &sc.matches[i]
 		sc.itemOf[i] = -1
@@ -208,13 +214,18 @@ func (e *Engine) Decide(ctx context.Context, req *Request, resp *Response) error
 		d := &req.Descriptors[i]
 		hits := int64(hitsOf(req, d))
 		sc.itemOf[i] = len(sc.items)
+		// A quota descriptor over its limit does not stop the others (it
+		// takes part like a shadow item); the request is over when every
+		// quota descriptor is.
+		quota := !ignore && (e.quotaAll || l.QuotaMode) && d.Override == nil
+		sc.quota = append(sc.quota, quota)
 		sc.items = append(sc.items, store.Item{
 			Key:    store.Key{Resource: m.Resource, Domain: m.Domain, PolicyID: l.ID},
 			Policy: m.Policy,
 			Hits:   hits,
 			Min:    hits,
 			Refund: d.Refund,
-			Shadow: ignore || (l.ShadowMode && d.Override == nil),
+			Shadow: ignore || (l.ShadowMode && d.Override == nil) || quota,
 		})
 	}
 	sc.out = grow(sc.out, len(sc.items))
@@ -225,6 +236,7 @@ func (e *Engine) Decide(ctx context.Context, req *Request, resp *Response) error
 	}
 
 	resp.Code = CodeOK
+	quotas, quotasOver := 0, 0
 	resp.Statuses = grow(resp.Statuses, n)
 	if cap(resp.limits) < n {
 		resp.limits = make([]CurrentLimit, n)
@@ -243,12 +255,18 @@ func (e *Engine) Decide(ctx context.Context, req *Request, resp *Response) error
 		}
 		it, d := &sc.items[k], &sc.out[k]
 		st.Decision = *d
-		if !d.OK && !it.Refund {
-			if it.Shadow {
-				st.Shadow = true
-			} else {
-				st.Code, resp.Code = CodeOverLimit, CodeOverLimit
-			}
+		if sc.quota[k] {
+			quotas++
+		}
+		switch {
+		case d.OK || it.Refund:
+		case sc.quota[k]:
+			st.Code = CodeOverLimit
+			quotasOver++
+		case it.Shadow:
+			st.Shadow = true
+		default:
+			st.Code, resp.Code = CodeOverLimit, CodeOverLimit
 		}
 		st.Remaining = uint32(min(max(d.Remaining, 0), math.MaxUint32))
 		st.ResetAfter = d.ResetAfter
@@ -257,6 +275,9 @@ func (e *Engine) Decide(ctx context.Context, req *Request, resp *Response) error
 		}
 		resp.limits[i] = e.currentLimit(&st.Match, d)
 		st.Limit = &resp.limits[i]
+	}
+	if quotas > 0 && quotasOver == quotas {
+		resp.Code = CodeOverLimit
 	}
 	return nil
 }

@@ -109,6 +109,7 @@ func read(s *Settings, getenv func(string) string) error {
 	}
 	for _, m := range []struct{ env, flag string }{
 		{"SHADOW_MODE", "shadow-mode"},
+		{"QUOTA_MODE", "quota-mode"},
 		{"LIMIT_RESPONSE_HEADERS_ENABLED", "response-headers"},
 		{"LIMIT_LIMIT_HEADER", "limit-header"},
 		{"LIMIT_REMAINING_HEADER", "remaining-header"},
