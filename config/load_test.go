@@ -473,3 +473,25 @@ func TestProblems(t *testing.T) {
 		t.Errorf("Problems(one error) = %v", got)
 	}
 }
+
+func TestMetadata(t *testing.T) {
+	cfg, _, err := Load(fstest.MapFS{"a.yaml": {Data: []byte(`domain: d
+descriptors:
+  - key: k
+    metadata:
+      team: payments
+      nested: {tier: 2, tags: [a, b]}
+    rate_limit: {unit: second, requests_per_unit: 5}
+`)}}, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, _ := cfg.Tree.Match("d", []descriptors.Entry{{Key: "k", Value: "x"}})
+	if m.Limit == nil || m.Limit.Metadata["team"] != "payments" {
+		t.Fatalf("metadata: %+v", m.Limit)
+	}
+	_, _, err = Load(fstest.MapFS{"a.yaml": {Data: []byte("domain: d\ndescriptors:\n  - key: k\n    metadata: {when: 2020-01-02}\n    rate_limit: {unit: second, requests_per_unit: 5}\n")}}, Options{})
+	if err == nil || !strings.Contains(err.Error(), "descriptors[0].metadata") || !strings.Contains(err.Error(), "when") {
+		t.Errorf("a timestamp in metadata: %v, want an error naming the field", err)
+	}
+}

@@ -392,6 +392,7 @@ func (p *parser) descriptor(n *yaml.Node, path *ypath, depth int) *pnode {
 	var children *yaml.Node
 	var keyNode *yaml.Node
 	var shadow, detailed, quota bool
+	var metadata map[string]any
 	p.fields(n, path, func(key string, k, v *yaml.Node) bool {
 		fp := path.k(key)
 		switch key {
@@ -415,8 +416,9 @@ func (p *parser) descriptor(n *yaml.Node, path *ypath, depth int) *pnode {
 		case "quota_mode":
 			quota, _ = p.boolean(v, fp)
 		case "metadata":
-			// Accepted and ignored, as envoyproxy/ratelimit's metadata is
-			// only reported back to Envoy there.
+			// Reported back to Envoy in a response's dynamic metadata
+			// (--dynamic-metadata), as envoyproxy/ratelimit does.
+			metadata = p.metadata(v, fp)
 		case "tiers":
 			ls.tiers, ls.kTiers = v, k
 		case "hard_limit":
@@ -446,6 +448,7 @@ func (p *parser) descriptor(n *yaml.Node, path *ypath, depth int) *pnode {
 	if l := p.limit(&ls, path, n.Line); l != nil {
 		l.ShadowMode = shadow
 		l.QuotaMode = quota
+		l.Metadata = metadata
 		l.DetailedMetric = detailed
 		l.File, l.Line = p.file, n.Line
 		d.node.Limit = l
@@ -460,4 +463,47 @@ func (p *parser) descriptor(n *yaml.Node, path *ypath, depth int) *pnode {
 		return nil
 	}
 	return d
+}
+
+// metadata decodes a descriptor's metadata: a mapping of any YAML values.
+func (p *parser) metadata(n *yaml.Node, path *ypath) map[string]any {
+	if n.Kind != yaml.MappingNode {
+		p.errf(n, path, "want a mapping")
+		return nil
+	}
+	var m map[string]any
+	if err := n.Decode(&m); err != nil {
+		p.errf(n, path, "%v", err)
+		return nil
+	}
+	if err := jsonLike(m); err != nil {
+		p.errf(n, path, "%v", err)
+		return nil
+	}
+	return m
+}
+
+// jsonLike checks that v holds only what a protobuf Struct can: mappings
+// with string keys, lists, strings, numbers, booleans and nulls.
+func jsonLike(v any) error {
+	switch v := v.(type) {
+	case nil, string, bool, int, int64, uint64, float64:
+		return nil
+	case map[string]any:
+		for k, e := range v {
+			if err := jsonLike(e); err != nil {
+				return fmt.Errorf("%s: %w", k, err)
+			}
+		}
+		return nil
+	case []any:
+		for i, e := range v {
+			if err := jsonLike(e); err != nil {
+				return fmt.Errorf("[%d]: %w", i, err)
+			}
+		}
+		return nil
+	default:
+		return fmt.Errorf("a %T is not a JSON value (quote it)", v)
+	}
 }

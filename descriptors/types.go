@@ -39,6 +39,9 @@ type Limit struct {
 	Unlimited bool
 	// ShadowMode: decide and count, but answer OK.
 	ShadowMode bool
+	// Metadata is the descriptor's metadata (YAML values), reported back in
+	// a response's dynamic metadata when the descriptor passes.
+	Metadata map[string]any
 	// QuotaMode: over its limit, the descriptor is OVER_LIMIT but the
 	// request is only when every quota descriptor of it is (or another
 	// descriptor is).

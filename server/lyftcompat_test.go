@@ -2,6 +2,8 @@ package server
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +14,8 @@ import (
 	"github.com/charonlimit/charon/tiers"
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 )
 
@@ -166,5 +170,67 @@ func TestHitsAddendZeroIsACheck(t *testing.T) {
 		if got := ask(step.hits); got.Code != step.code || got.LimitRemaining != step.remaining {
 			t.Errorf("step %d (hits_addend %v): %v remaining %d, want %v remaining %d", i, step.hits, got.Code, got.LimitRemaining, step.code, step.remaining)
 		}
+	}
+}
+
+// TestDynamicMetadata: envoyproxy/ratelimit's dynamic_metadata: the domain,
+// each descriptor's entries, limit and hits_addend, the request's
+// hits_addend, and the metadata of the descriptors that passed.
+func TestDynamicMetadata(t *testing.T) {
+	st := memstore.New(memstore.Options{})
+	defer st.Close()
+	eng := engine.New(engine.Options{Store: st})
+	one := &tiers.Policy{Kind: tiers.KindTiers, Tiers: []tiers.Tier{{Limit: 1, Window: time.Minute, Active: tiers.Unbounded}}}
+	tree, err := descriptors.NewTree([]descriptors.DomainSpec{{Config: descriptors.DomainConfig{Name: "d"}, Nodes: []*descriptors.Node{
+		{Key: "a", Limit: &descriptors.Limit{Policy: one, Metadata: map[string]any{"team": "a", "n": map[string]any{"x": 1}}}},
+		{Key: "b", Limit: &descriptors.Limit{Policy: one, Metadata: map[string]any{"team": "b", "n": map[string]any{"y": 2}}}},
+		{Key: "c", Limit: &descriptors.Limit{Policy: one, Metadata: map[string]any{"gone": true}}},
+	}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eng.SetTree(tree)
+	s, stop := newTestServer(t, Options{Engine: eng, DynamicMetadata: true, ShadowMode: true})
+	defer stop()
+	c := rlsv3.NewRateLimitServiceClient(dial(t, s.GRPCAddr()))
+	ask := func() *structpb.Struct {
+		t.Helper()
+		d := desc("b", "2")
+		d.HitsAddend = wrapperspb.UInt64(1)
+		resp, err := c.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "d", HitsAddend: 1,
+			Descriptors: []*ratelimitv3.RateLimitDescriptor{desc("a", "1"), d, desc("c", "3"), desc("zz", "9")}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.DynamicMetadata
+	}
+	ask() // c (and the others) now used their one hit
+	st2 := ask()
+	got, _ := protojson.Marshal(st2)
+	var v map[string]any
+	json.Unmarshal(got, &v)
+	if v["domain"] != "d" || v["hitsAddend"] != float64(1) {
+		t.Errorf("domain, hitsAddend: %s", got)
+	}
+	ds, _ := v["descriptors"].([]any)
+	if len(ds) != 4 || fmt.Sprint(ds[0].(map[string]any)["entries"]) != "[a=1]" || ds[1].(map[string]any)["hitsAddend"] != float64(1) {
+		t.Errorf("descriptors: %s", got)
+	}
+	// All over: nothing passed, no metadata.
+	if _, ok := v["metadata"]; ok {
+		t.Errorf("metadata of descriptors over their limit: %s", got)
+	}
+
+	// Fresh values pass: their metadata is merged, the first one's winning.
+	resp, err := c.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "d",
+		Descriptors: []*ratelimitv3.RateLimitDescriptor{desc("a", "new"), desc("b", "new")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, _ = protojson.Marshal(resp.DynamicMetadata.GetFields()["metadata"])
+	v = nil
+	json.Unmarshal(got, &v)
+	if v["team"] != "a" || fmt.Sprint(v["n"]) != "map[x:1 y:2]" {
+		t.Errorf("merged metadata: %s, want team a (first wins) and n merged", got)
 	}
 }

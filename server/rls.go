@@ -38,6 +38,7 @@ type rls struct {
 	responseHeaders bool
 	headerNames     [3]string
 	shadowMode      bool
+	dynamicMetadata bool
 }
 
 // defaultHeaderNames are the response headers' names, as in
@@ -69,6 +70,9 @@ func (s *rls) decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.R
 	if s.shadowMode && out.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT {
 		out.OverallCode = rlsv3.RateLimitResponse_OK
 		s.metrics.globalShadow.Inc()
+	}
+	if s.dynamicMetadata {
+		out.DynamicMetadata = dynamicMetadata(req, eresp)
 	}
 	return out, nil
 }

@@ -81,6 +81,9 @@ type Options struct {
 	// statuses keep their codes), counted: envoyproxy/ratelimit's global
 	// SHADOW_MODE.
 	ShadowMode bool
+	// DynamicMetadata adds envoyproxy/ratelimit's dynamic_metadata to
+	// every response (RESPONSE_DYNAMIC_METADATA).
+	DynamicMetadata bool
 	// NearLimitRatio is the share of a limit from which granted hits count
 	// as near_limit (0: 0.8).
 	NearLimitRatio float64
@@ -200,7 +203,7 @@ func New(opts Options) (*Server, error) {
 		s.metrics.nearRatio = opts.NearLimitRatio
 	}
 	s.rls = &rls{engine: opts.Engine, metrics: s.metrics, log: s.log, responseHeaders: opts.ResponseHeaders,
-		headerNames: opts.HeaderNames, shadowMode: opts.ShadowMode}
+		headerNames: opts.HeaderNames, shadowMode: opts.ShadowMode, dynamicMetadata: opts.DynamicMetadata}
 	s.reloader = NewReloader(opts.ConfigDir, opts.Load, func(c *config.Config) { opts.Engine.SetTree(c.Tree) }, s.metrics, s.log)
 	if opts.ConfigDir != "" {
 		if _, err := s.reloader.Check(); err != nil {

@@ -55,6 +55,7 @@ type serveConfig struct {
 	HeaderNames     [3]string
 	ShadowMode      bool
 	QuotaMode       bool
+	DynamicMetadata bool
 	NearLimitRatio  float64
 	MaxConnAge      time.Duration
 	MaxConnAgeGrace time.Duration
@@ -128,6 +129,7 @@ func serveFlags(fs *flag.FlagSet, c *serveConfig) {
 	fs.StringVar(&c.HeaderNames[2], "reset-header", c.HeaderNames[2], "name of the reset header of --response-headers (env CHARON_RESET_HEADER)")
 	fs.BoolVar(&c.ShadowMode, "shadow-mode", c.ShadowMode, "answer OK where the answer would be OVER_LIMIT (statuses keep their codes), counted in charon_global_shadow_mode_total (env CHARON_SHADOW_MODE)")
 	fs.BoolVar(&c.QuotaMode, "quota-mode", c.QuotaMode, "every limit in quota mode: a descriptor over its limit is OVER_LIMIT, the request only when all its descriptors are (env CHARON_QUOTA_MODE)")
+	fs.BoolVar(&c.DynamicMetadata, "dynamic-metadata", c.DynamicMetadata, "add envoyproxy/ratelimit's dynamic_metadata to responses: domain, descriptors, hits and the metadata of the descriptors that passed (env CHARON_DYNAMIC_METADATA)")
 	fs.Float64Var(&c.NearLimitRatio, "near-limit-ratio", c.NearLimitRatio, "share of a limit from which granted hits count as near_limit (env CHARON_NEAR_LIMIT_RATIO)")
 	fs.DurationVar(&c.MaxConnAge, "grpc-max-connection-age", c.MaxConnAge, "close gRPC connections after this age, so clients reconnect (and spread over new replicas); 0: never (env CHARON_GRPC_MAX_CONNECTION_AGE)")
 	fs.DurationVar(&c.MaxConnAgeGrace, "grpc-max-connection-age-grace", c.MaxConnAgeGrace, "time the RPCs of a connection closed for its age get to finish (env CHARON_GRPC_MAX_CONNECTION_AGE_GRACE)")

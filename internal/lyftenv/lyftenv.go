@@ -110,6 +110,7 @@ func read(s *Settings, getenv func(string) string) error {
 	for _, m := range []struct{ env, flag string }{
 		{"SHADOW_MODE", "shadow-mode"},
 		{"QUOTA_MODE", "quota-mode"},
+		{"RESPONSE_DYNAMIC_METADATA", "dynamic-metadata"},
 		{"LIMIT_RESPONSE_HEADERS_ENABLED", "response-headers"},
 		{"LIMIT_LIMIT_HEADER", "limit-header"},
 		{"LIMIT_REMAINING_HEADER", "remaining-header"},

@@ -113,7 +113,7 @@ func TestEveryVariableHasADisposition(t *testing.T) {
 // start, naming the variable and why; the same variables off are accepted.
 func TestRefusals(t *testing.T) {
 	for env, want := range map[string]string{
-		"RESPONSE_DYNAMIC_METADATA": "dynamic metadata", "USE_STATSD": "statsd",
+		"USE_STATSD":      "statsd",
 		"TRACING_ENABLED": "tracing", "REDIS_PERSECOND": "per-second", "PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS": "seconds",
 	} {
 		if _, err := lyftenv.Read(envOf(map[string]string{env: "true"})); err == nil || !strings.Contains(err.Error(), env+`="true"`) || !strings.Contains(err.Error(), want) {

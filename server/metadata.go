@@ -1,0 +1,75 @@
+package server
+
+import (
+	"fmt"
+
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/protobuf/encoding/prototext"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/charonlimit/charon/internal/engine"
+)
+
+// dynamicMetadata is envoyproxy/ratelimit's response dynamic metadata
+// (RESPONSE_DYNAMIC_METADATA): the domain; each descriptor's entries as
+// "key=value" strings, its request-supplied limit and its hits_addend; the
+// request's hits_addend; and the configured metadata of the descriptors
+// that passed (neither over their limit nor unlimited), merged, the first
+// one's value winning.
+func dynamicMetadata(req *rlsv3.RateLimitRequest, resp *engine.Response) *structpb.Struct {
+	fields := map[string]*structpb.Value{"domain": structpb.NewStringValue(req.GetDomain())}
+	descs := make([]*structpb.Value, 0, len(req.GetDescriptors()))
+	for _, d := range req.GetDescriptors() {
+		if d == nil {
+			continue
+		}
+		entries := make([]*structpb.Value, 0, len(d.GetEntries()))
+		for _, e := range d.GetEntries() {
+			entries = append(entries, structpb.NewStringValue(fmt.Sprintf("%s=%s", e.GetKey(), e.GetValue())))
+		}
+		f := map[string]*structpb.Value{"entries": structpb.NewListValue(&structpb.ListValue{Values: entries})}
+		if l := d.GetLimit(); l != nil {
+			f["limit"] = structpb.NewStringValue(prototext.MarshalOptions{}.Format(l))
+		}
+		if h := d.GetHitsAddend(); h != nil {
+			f["hitsAddend"] = structpb.NewNumberValue(float64(h.GetValue()))
+		}
+		descs = append(descs, structpb.NewStructValue(&structpb.Struct{Fields: f}))
+	}
+	fields["descriptors"] = structpb.NewListValue(&structpb.ListValue{Values: descs})
+	if h := req.GetHitsAddend(); h != 0 {
+		fields["hitsAddend"] = structpb.NewNumberValue(float64(h))
+	}
+	passed := &structpb.Struct{Fields: map[string]*structpb.Value{}}
+	for i := range resp.Statuses {
+		st := &resp.Statuses[i]
+		l := st.Match.Limit
+		if st.Code != engine.CodeOK || l == nil || l.Unlimited || len(l.Metadata) == 0 {
+			continue
+		}
+		m, err := structpb.NewStruct(l.Metadata)
+		if err != nil {
+			continue // checked when the configuration was loaded
+		}
+		mergeMetadata(passed, m)
+	}
+	if len(passed.Fields) > 0 {
+		fields["metadata"] = structpb.NewStructValue(passed)
+	}
+	return &structpb.Struct{Fields: fields}
+}
+
+// mergeMetadata adds src's fields to dst: a field dst has is kept, except
+// that two structs merge.
+func mergeMetadata(dst, src *structpb.Struct) {
+	for k, v := range src.GetFields() {
+		have, ok := dst.Fields[k]
+		if !ok {
+			dst.Fields[k] = v
+			continue
+		}
+		if hs, vs := have.GetStructValue(), v.GetStructValue(); hs != nil && vs != nil {
+			mergeMetadata(hs, vs)
+		}
+	}
+}
