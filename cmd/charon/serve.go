@@ -338,7 +338,8 @@ func runServe(args []string, getenv func(string) string, stderr io.Writer) error
 	if c.LyftMetrics {
 		metrics.LyftNames()
 	}
-	eo := engine.Options{Store: st, MaxDescriptors: c.MaxDescriptors, Copies: copies, QuotaMode: c.QuotaMode}
+	eo := engine.Options{Store: st, MaxDescriptors: c.MaxDescriptors, Copies: copies, QuotaMode: c.QuotaMode,
+		FixedWindowOverrides: c.FixedWindow}
 	if backend != nil {
 		eo.OnSetTree = backend.SetTree
 	}

@@ -60,6 +60,10 @@ type Options struct {
 	// QuotaMode puts every limit in quota mode (envoyproxy/ratelimit's
 	// QUOTA_MODE), as quota_mode: true does for one.
 	QuotaMode bool
+	// FixedWindowOverrides makes a request's own limit (of one unit) a
+	// fixed window, sharing the state of a configured fixed window of the
+	// same unit (--fixed-window).
+	FixedWindowOverrides bool
 }
 
 // Engine decides requests. Safe for concurrent use. The zero value is
@@ -77,9 +81,10 @@ type Engine struct {
 	copies   copystore.Store
 	// onSetTree is Options.OnSetTree.
 	onSetTree func(*descriptors.Tree)
-	// quotaAll is Options.QuotaMode.
-	quotaAll bool
-	copyIdx   atomic.Pointer[copyIndex]
+	// quotaAll and fixedOverrides are Options.QuotaMode and
+	// FixedWindowOverrides.
+	quotaAll, fixedOverrides bool
+	copyIdx                  atomic.Pointer[copyIndex]
 }
 
 // scratch holds one request's working buffers, reused through a pool.
@@ -96,7 +101,7 @@ type scratch struct {
 // not limited, until SetTree).
 func New(opts Options) *Engine {
 	e := &Engine{store: opts.Store, now: opts.Now, maxDesc: opts.MaxDescriptors, maxHits: opts.MaxHits, copies: opts.Copies,
-		onSetTree: opts.OnSetTree, quotaAll: opts.QuotaMode}
+		onSetTree: opts.OnSetTree, quotaAll: opts.QuotaMode, fixedOverrides: opts.FixedWindowOverrides}
 	e.once.Do(e.defaults)
 	return e
 }
@@ -191,7 +196,7 @@ func (e *Engine) Decide(ctx context.Context, req *Request, resp *Response) error
 		if d.Override != nil && known {
 			// envoyproxy/ratelimit's rule: a descriptor's own limit replaces
 			// the configured one, for any descriptor of a known domain.
-			sc.buf = e.overrideMatch(sc.buf[:0], req.Domain, d, &m)
+			sc.buf = e.overrideMatch(sc.buf[:0], req.Domain, d, &m, ok)
 		} else if ok && len(m.Limit.Replaces) > 0 {
 			replaces = true
 		}

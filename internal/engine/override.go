@@ -12,21 +12,32 @@ import (
 // request carrying an override allocates only its resource name. Bounded.
 type overrideCache struct {
 	mu sync.RWMutex
-	m  map[Override]*descriptors.Limit
+	m  map[overrideKey]*descriptors.Limit
 }
 
-func (c *overrideCache) limit(o Override) *descriptors.Limit {
+type overrideKey struct {
+	Override
+	fixed bool
+}
+
+// limit is o's limit: a one-tier sliding window, or with fixed (and one
+// unit) envoyproxy/ratelimit's fixed window of o.Unit.
+func (c *overrideCache) limit(o Override, fixed bool) *descriptors.Limit {
 	if o.Multiplier == 0 {
 		o.Multiplier = 1
 	}
+	fixed = fixed && o.Multiplier == 1
+	k := overrideKey{o, fixed}
 	c.mu.RLock()
-	l, ok := c.m[o]
+	l, ok := c.m[k]
 	c.mu.RUnlock()
 	if ok {
 		return l
 	}
 	p := &tiers.Policy{Kind: tiers.KindTiers}
-	if o.RequestsPerUnit > 0 {
+	if fixed {
+		p = &tiers.Policy{Kind: tiers.KindFixedWindow, Window: tiers.FixedWindow{Limit: int64(o.RequestsPerUnit), Unit: o.Unit}}
+	} else if o.RequestsPerUnit > 0 {
 		p.Tiers = []tiers.Tier{{
 			Limit:  int64(o.RequestsPerUnit),
 			Window: o.Unit.Length() * time.Duration(o.Multiplier),
@@ -36,20 +47,31 @@ func (c *overrideCache) limit(o Override) *descriptors.Limit {
 	l = &descriptors.Limit{Policy: p, ID: descriptors.PolicyID(p, nil, nil)}
 	c.mu.Lock()
 	if c.m == nil {
-		c.m = make(map[Override]*descriptors.Limit)
+		c.m = make(map[overrideKey]*descriptors.Limit)
 	}
 	if len(c.m) < maxCached {
-		c.m[o] = l
+		c.m[k] = l
 	}
 	c.mu.Unlock()
 	return l
 }
 
-// overrideMatch turns m into the match of descriptor d's own limit: a
-// one-tier sliding window whose resource is the RLS domain and the
-// descriptor's entries, all in one Charon domain. m keeps its MetricKey.
-func (e *Engine) overrideMatch(buf []byte, domain string, d *Descriptor, m *descriptors.Match) []byte {
-	l := e.override.limit(*d.Override)
+// overrideMatch turns m, the descriptor's configured match (ok: it has
+// one), into the match of descriptor d's own limit: a one-tier sliding
+// window whose resource is the RLS domain and the descriptor's entries, all
+// in one Charon domain. m keeps its MetricKey. With fixed-window overrides,
+// the limit is a fixed window, and when the configured limit is a fixed
+// window of the same unit the override counts in its state, as
+// envoyproxy/ratelimit's counter is the same for both.
+func (e *Engine) overrideMatch(buf []byte, domain string, d *Descriptor, m *descriptors.Match, ok bool) []byte {
+	l := e.override.limit(*d.Override, e.fixedOverrides)
+	if ok && l.Policy.Kind == tiers.KindFixedWindow && m.Policy != nil && m.Policy.Kind == tiers.KindFixedWindow &&
+		m.Policy.Window.Unit == l.Policy.Window.Unit && m.Limit != nil {
+		shared := *l
+		shared.ID = m.Limit.ID
+		m.Limit, m.Policy, m.Replaced = &shared, l.Policy, false
+		return buf
+	}
 	buf = append(buf, descriptors.Escape(domain)...)
 	buf = append(buf, "/~limit"...)
 	for _, en := range d.Entries {

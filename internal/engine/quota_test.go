@@ -60,3 +60,42 @@ func TestQuotaMode(t *testing.T) {
 		}
 	}
 }
+
+// TestFixedWindowOverrideSharesTheCounter: with FixedWindowOverrides, a
+// request's own limit is a fixed window and counts in the state of the
+// configured fixed window of the same unit, as envoyproxy/ratelimit's
+// counter is one for both; another unit, or without the option, has its own.
+func TestFixedWindowOverrideSharesTheCounter(t *testing.T) {
+	for _, fixed := range []bool{true, false} {
+		st := memstore.New(memstore.Options{})
+		defer st.Close()
+		e := New(Options{Store: st, Now: newClock().Now, FixedWindowOverrides: fixed})
+		tree, err := descriptors.NewTree([]descriptors.DomainSpec{{Config: descriptors.DomainConfig{Name: "d"}, Nodes: []*descriptors.Node{
+			{Key: "user", Limit: &descriptors.Limit{Policy: &tiers.Policy{Kind: tiers.KindFixedWindow, Window: tiers.FixedWindow{Limit: 10, Unit: tiers.UnitMinute}}}},
+		}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		e.SetTree(tree)
+		ask := func(o *Override) Code {
+			t.Helper()
+			d := desc("user", "a")
+			d.Override = o
+			resp, err := e.ShouldRateLimit(context.Background(), &Request{Domain: "d", Descriptors: []Descriptor{d}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return resp.Code
+		}
+		two := &Override{RequestsPerUnit: 2, Unit: tiers.UnitMinute}
+		ask(nil)
+		ask(nil) // the configured window counts 2
+		got := ask(two)
+		if want := map[bool]Code{true: CodeOverLimit, false: CodeOK}[fixed]; got != want {
+			t.Errorf("fixed %v: a 2-per-minute override after 2 configured hits: %v, want %v", fixed, got, want)
+		}
+		if got := ask(&Override{RequestsPerUnit: 2, Unit: tiers.UnitHour}); got != CodeOK {
+			t.Errorf("fixed %v: an override of another unit: %v, want OK (its own counter)", fixed, got)
+		}
+	}
+}
