@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -232,5 +233,56 @@ func TestDynamicMetadata(t *testing.T) {
 	json.Unmarshal(got, &v)
 	if v["team"] != "a" || fmt.Sprint(v["n"]) != "map[x:1 y:2]" {
 		t.Errorf("merged metadata: %s, want team a (first wins) and n merged", got)
+	}
+}
+
+type recordingSink struct {
+	mu     sync.Mutex
+	counts map[string]int64
+	timed  int
+}
+
+func (r *recordingSink) Count(name string, n int64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.counts == nil {
+		r.counts = map[string]int64{}
+	}
+	r.counts[name] += n
+}
+
+func (r *recordingSink) Timing(string, time.Duration) {
+	r.mu.Lock()
+	r.timed++
+	r.mu.Unlock()
+}
+
+// TestStatsdStats: SendStats emits envoyproxy/ratelimit's statsd stats with
+// its names.
+func TestStatsdStats(t *testing.T) {
+	m := NewMetrics(nil)
+	sink := &recordingSink{}
+	m.SendStats(sink)
+	s, stop := newTestServer(t, Options{Metrics: m})
+	defer stop()
+	c := rlsv3.NewRateLimitServiceClient(dial(t, s.GRPCAddr()))
+	for _, v := range []string{"a", "over", "bad"} {
+		c.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "d", Descriptors: []*ratelimitv3.RateLimitDescriptor{desc("k", v)}})
+	}
+	sink.mu.Lock()
+	defer sink.mu.Unlock()
+	for name, want := range map[string]int64{
+		"ratelimit.service.rate_limit.d.k.total_hits":            2,
+		"ratelimit.service.rate_limit.d.k.over_limit":            1,
+		"ratelimit.service.rate_limit.d.k.within_limit":          1,
+		"ratelimit_server.ShouldRateLimit.total_requests":        3,
+		"ratelimit.service.call.should_rate_limit.service_error": 1,
+	} {
+		if got := sink.counts[name]; got != want {
+			t.Errorf("%s = %d, want %d", name, got, want)
+		}
+	}
+	if sink.timed != 3 {
+		t.Errorf("%d response times, want 3", sink.timed)
 	}
 }

@@ -84,3 +84,41 @@ func (l *lyftMetrics) observe(d time.Duration, err error) {
 		l.errors.WithLabelValues("redis_error").Inc()
 	}
 }
+
+// StatsSink receives envoyproxy/ratelimit's statsd stats (package
+// internal/statsd sends them).
+type StatsSink interface {
+	Count(name string, n int64)
+	Timing(name string, d time.Duration)
+}
+
+// statNames are the per-descriptor stats, in descCounters order.
+var statNames = [5]string{"total_hits", "over_limit", "near_limit", "within_limit", "shadow_mode"}
+
+type statsOut struct{ sink StatsSink }
+
+// SendStats sends envoyproxy/ratelimit's statsd stats to sink, with its
+// names: ratelimit.service.rate_limit.STATKEY.{total_hits,over_limit,
+// near_limit,within_limit,shadow_mode}, ratelimit_server.ShouldRateLimit.
+// {total_requests,response_time}, ratelimit.service.call.should_rate_limit.
+// {service_error,redis_error}, ratelimit.service.config_load_{success,error}.
+// Call it before the server serves.
+func (m *Metrics) SendStats(sink StatsSink) {
+	m.mu.Lock()
+	m.stats.Store(&statsOut{sink: sink})
+	clear(m.descs) // counters made before now lack their stat names
+	m.mu.Unlock()
+}
+
+func (o *statsOut) observe(d time.Duration, err error) {
+	o.sink.Count("ratelimit_server.ShouldRateLimit.total_requests", 1)
+	o.sink.Timing("ratelimit_server.ShouldRateLimit.response_time", d)
+	if err == nil {
+		return
+	}
+	if status.Code(err) == codes.InvalidArgument {
+		o.sink.Count("ratelimit.service.call.should_rate_limit.service_error", 1)
+	} else {
+		o.sink.Count("ratelimit.service.call.should_rate_limit.redis_error", 1)
+	}
+}

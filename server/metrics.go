@@ -38,6 +38,7 @@ type Metrics struct {
 	mu    sync.RWMutex
 	descs map[descKey]*descCounters
 	lyft  atomic.Pointer[lyftMetrics] // nil: only Charon's names (LyftNames)
+	stats atomic.Pointer[statsOut]    // nil: no statsd stats (SendStats)
 }
 
 type descKey struct{ domain, key string }
@@ -47,14 +48,19 @@ type descKey struct{ domain, key string }
 type descCounters struct {
 	total, over, near, within, shadow prometheus.Counter
 	// lyft are the same under envoyproxy/ratelimit's names (nil without
-	// LyftNames).
-	lyft *[5]prometheus.Counter
+	// LyftNames), stats its statsd stat names (nil without SendStats).
+	lyft  *[5]prometheus.Counter
+	stats *[5]string
+	sink  StatsSink
 }
 
 func (c *descCounters) add(i int, main prometheus.Counter, n float64) {
 	main.Add(n)
 	if c.lyft != nil {
 		c.lyft[i].Add(n)
+	}
+	if c.stats != nil {
+		c.sink.Count(c.stats[i], int64(n))
 	}
 }
 
@@ -123,6 +129,9 @@ func NewMetrics(evictions func() float64) *Metrics {
 
 func (m *Metrics) observeRequest(d time.Duration, err error) {
 	m.latency.Observe(d.Seconds())
+	if so := m.stats.Load(); so != nil {
+		so.observe(d, err)
+	}
 	if l := m.lyftNames(); l != nil {
 		l.observe(d, err)
 	}
@@ -138,6 +147,13 @@ func (m *Metrics) observeRequest(d time.Duration, err error) {
 
 func (m *Metrics) reloaded(ok bool) {
 	l := m.lyftNames()
+	if so := m.stats.Load(); so != nil {
+		if ok {
+			so.sink.Count("ratelimit.service.config_load_success", 1)
+		} else {
+			so.sink.Count("ratelimit.service.config_load_error", 1)
+		}
+	}
 	if ok {
 		m.reloadOK.Inc()
 		if l != nil {
@@ -173,6 +189,13 @@ func (m *Metrics) counters(domain, key string) *descCounters {
 			near:   m.nearLimit.WithLabelValues(domain, key),
 			within: m.withinLimit.WithLabelValues(domain, key),
 			shadow: m.shadowMode.WithLabelValues(domain, key),
+		}
+		if so := m.stats.Load(); so != nil {
+			c.sink = so.sink
+			c.stats = &[5]string{}
+			for i, n := range statNames {
+				c.stats[i] = "ratelimit.service.rate_limit." + key + "." + n
+			}
 		}
 		if l := m.lyft.Load(); l != nil {
 			ll := lyftLabels(key)

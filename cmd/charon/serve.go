@@ -23,6 +23,7 @@ import (
 	"github.com/charonlimit/charon/internal/gctune"
 	"github.com/charonlimit/charon/internal/lyftenv"
 	"github.com/charonlimit/charon/internal/redisbackend"
+	"github.com/charonlimit/charon/internal/statsd"
 	"github.com/charonlimit/charon/internal/store"
 	"github.com/charonlimit/charon/internal/store/memstore"
 	"github.com/charonlimit/charon/internal/store/redisstore"
@@ -44,6 +45,10 @@ type serveConfig struct {
 	MetricsAddr string
 	MetricsPath string
 	LyftMetrics bool
+	// StatsdAddr, when set, sends envoyproxy/ratelimit's statsd stats
+	// there, flushed every StatsdFlush.
+	StatsdAddr  string
+	StatsdFlush time.Duration
 	Store       string
 	// Redis are the Redis flags; the password comes from a file,
 	// CHARON_REDIS_PASSWORD or REDIS_AUTH (never a flag, which ps would
@@ -89,6 +94,7 @@ func defaultServeConfig() serveConfig {
 		Store:           "memory",
 		MetricsPath:     "/metrics",
 		LyftMetrics:     true,
+		StatsdFlush:     time.Second,
 		MaxDescriptors:  64,
 		MaxKeys:         memstore.DefaultMaxKeys,
 		Redis:           redisbackend.Flags{Options: redisbackend.Options{Timeout: resilient.DefaultTimeout}},
@@ -119,6 +125,8 @@ func serveFlags(fs *flag.FlagSet, c *serveConfig) {
 	fs.StringVar(&c.MetricsAddr, "metrics-addr", c.MetricsAddr, "also serve the metrics alone on this `address`, at --metrics-path (env CHARON_METRICS_ADDR)")
 	fs.StringVar(&c.MetricsPath, "metrics-path", c.MetricsPath, "the `path` of --metrics-addr (env CHARON_METRICS_PATH)")
 	fs.BoolVar(&c.LyftMetrics, "lyft-metrics", c.LyftMetrics, "also count under envoyproxy/ratelimit's Prometheus names (ratelimit_service_*) (env CHARON_LYFT_METRICS)")
+	fs.StringVar(&c.StatsdAddr, "statsd-addr", c.StatsdAddr, "send envoyproxy/ratelimit's statsd stats (its names) over UDP to this `host:port` (env CHARON_STATSD_ADDR)")
+	fs.DurationVar(&c.StatsdFlush, "statsd-flush-interval", c.StatsdFlush, "how often buffered statsd stats are sent at the latest (env CHARON_STATSD_FLUSH_INTERVAL)")
 	fs.StringVar(&c.Store, "store", c.Store, "state store: memory or redis (env CHARON_STORE)")
 	c.Redis.Bind(fs)
 	fs.IntVar(&c.MaxDescriptors, "max-descriptors", c.MaxDescriptors, "most descriptors in one request (env CHARON_MAX_DESCRIPTORS)")
@@ -238,6 +246,14 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (se
 			return c, fmt.Errorf("%w: --%s %q: not a header name", errUsage, []string{"limit-header", "remaining-header", "reset-header"}[i], n)
 		}
 	}
+	if c.StatsdFlush <= 0 {
+		return c, fmt.Errorf("%w: --statsd-flush-interval must be positive", errUsage)
+	}
+	if c.StatsdAddr != "" {
+		if _, _, err := net.SplitHostPort(c.StatsdAddr); err != nil {
+			return c, fmt.Errorf("%w: --statsd-addr %q: want host:port", errUsage, c.StatsdAddr)
+		}
+	}
 	if !strings.HasPrefix(c.MetricsPath, "/") {
 		return c, fmt.Errorf("%w: --metrics-path %q: want a path starting with /", errUsage, c.MetricsPath)
 	}
@@ -337,6 +353,15 @@ func runServe(args []string, getenv func(string) string, stderr io.Writer) error
 	}
 	if c.LyftMetrics {
 		metrics.LyftNames()
+	}
+	if c.StatsdAddr != "" {
+		sink, err := statsd.New(c.StatsdAddr, c.StatsdFlush)
+		if err != nil {
+			log.Error("cannot start", "err", "--statsd-addr: "+err.Error())
+			return errReported
+		}
+		defer sink.Close()
+		metrics.SendStats(sink)
 	}
 	eo := engine.Options{Store: st, MaxDescriptors: c.MaxDescriptors, Copies: copies, QuotaMode: c.QuotaMode,
 		FixedWindowOverrides: c.FixedWindow}

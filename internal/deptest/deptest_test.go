@@ -22,7 +22,7 @@ const module = "github.com/charonlimit/charon"
 var imports = map[string][]string{
 	"api/charon/v1": nil,
 	"client":        {"api/charon/v1"},
-	"cmd/charon": {"api/charon/v1", "config", "internal/authz", "descriptors", "internal/copystore", "internal/copystore/memcopy", "internal/loadgen", "internal/lyftenv", "internal/redisbackend", "internal/sessionhold", "internal/tlsconfig",
+	"cmd/charon": {"api/charon/v1", "config", "internal/authz", "internal/statsd", "descriptors", "internal/copystore", "internal/copystore/memcopy", "internal/loadgen", "internal/lyftenv", "internal/redisbackend", "internal/sessionhold", "internal/tlsconfig",
 		"internal/copystore/rediscopy", "internal/engine", "internal/gctune", "internal/store",
 		"internal/store/memstore", "internal/store/redisstore", "internal/store/resilient", "server"},
 	"config":                           {"descriptors", "tiers"},
@@ -41,6 +41,7 @@ var imports = map[string][]string{
 	"internal/periodic":                nil,
 	"internal/collect":                 nil,
 	"internal/authz":                   nil,
+	"internal/statsd":                  nil,
 	"internal/redisbackend": {"descriptors", "internal/collect", "internal/copystore", "internal/copystore/rediscopy", "internal/tlsconfig",
 		"internal/store/memstore", "internal/store/redisstore", "internal/store/resilient"},
 	"internal/redisfunc":         nil,

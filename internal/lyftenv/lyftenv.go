@@ -124,6 +124,19 @@ func read(s *Settings, getenv func(string) string) error {
 			s.set(m.flag, v, m.env)
 		}
 	}
+	if on, _ := strconv.ParseBool(getenv("USE_STATSD")); on {
+		host, port := getenv("STATSD_HOST"), getenv("STATSD_PORT")
+		if host == "" {
+			host = "localhost"
+		}
+		if port == "" {
+			port = "8125"
+		}
+		s.set("statsd-addr", net.JoinHostPort(host, port), "USE_STATSD")
+		if v := getenv("STATS_FLUSH_INTERVAL"); v != "" {
+			s.set("statsd-flush-interval", v, "STATS_FLUSH_INTERVAL")
+		}
+	}
 	if on, _ := strconv.ParseBool(getenv("USE_PROMETHEUS")); on {
 		addr, path := getenv("PROMETHEUS_ADDR"), getenv("PROMETHEUS_PATH")
 		if addr == "" {

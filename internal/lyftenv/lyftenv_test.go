@@ -33,6 +33,8 @@ func TestRead(t *testing.T) {
 			[]lyftenv.Flag{{"shadow-mode", "true", "SHADOW_MODE"}, {"response-headers", "true", "LIMIT_RESPONSE_HEADERS_ENABLED"},
 				{"reset-header", "X-Reset", "LIMIT_RESET_HEADER"}, {"near-limit-ratio", "0.9", "NEAR_LIMIT_RATIO"},
 				{"grpc-max-connection-age", "24h", "GRPC_MAX_CONNECTION_AGE"}, {"redis-timeout", "2s", "REDIS_TIMEOUT"}}},
+		{"statsd", map[string]string{"USE_STATSD": "true", "STATSD_PORT": "9125", "STATS_FLUSH_INTERVAL": "5s"},
+			[]lyftenv.Flag{{"statsd-addr", "localhost:9125", "USE_STATSD"}, {"statsd-flush-interval", "5s", "STATS_FLUSH_INTERVAL"}}},
 		{"prometheus", map[string]string{"USE_PROMETHEUS": "true", "PROMETHEUS_PATH": "/stats"},
 			[]lyftenv.Flag{{"metrics-addr", ":9090", "USE_PROMETHEUS"}, {"metrics-path", "/stats", "PROMETHEUS_PATH"}}},
 		{"cluster", map[string]string{"REDIS_URL": "a:1,b:2", "REDIS_TYPE": "cluster", "REDIS_POOL_SIZE": "7"},
@@ -113,7 +115,7 @@ func TestEveryVariableHasADisposition(t *testing.T) {
 // start, naming the variable and why; the same variables off are accepted.
 func TestRefusals(t *testing.T) {
 	for env, want := range map[string]string{
-		"USE_STATSD":      "statsd",
+		"USE_DOG_STATSD":  "DogStatsD",
 		"TRACING_ENABLED": "tracing", "REDIS_PERSECOND": "per-second", "PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS": "seconds",
 	} {
 		if _, err := lyftenv.Read(envOf(map[string]string{env: "true"})); err == nil || !strings.Contains(err.Error(), env+`="true"`) || !strings.Contains(err.Error(), want) {

@@ -86,8 +86,10 @@ var variables = map[string]refusal{
 	// Features Charon does not have: accepted off, refused on.
 	"QUOTA_MODE":                               onlyOff("quota mode is not supported yet"),
 	"RESPONSE_DYNAMIC_METADATA":                onlyOff("dynamic metadata in responses is not supported yet"),
-	"USE_STATSD":                               onlyOff("there is no statsd sink: scrape its Prometheus names with USE_PROMETHEUS=true (or /metrics on the debug port)"),
-	"USE_DOG_STATSD":                           onlyOff("there is no statsd sink: scrape its Prometheus names with USE_PROMETHEUS=true (or /metrics on the debug port)"),
+	"USE_STATSD":                               aBool,
+	"USE_DOG_STATSD":                           onlyOff("DogStatsD tags are not supported: USE_STATSD sends plain statsd"),
+	"EXTRA_TAGS":                               notSet("statsd tags are not supported: the stats carry their names only"),
+	"USE_DOG_STATSD_MOGRIFIERS":                notSet("DogStatsD mogrifiers are not supported"),
 	"USE_PROMETHEUS":                           aBool,
 	"PROMETHEUS_MAPPER_YAML":                   notSet("its own metric names are built in (--lyft-metrics); a custom mapping is not supported"),
 	"PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS": onlyOff("ratelimit_service_response_time_seconds is in seconds"),
@@ -97,7 +99,7 @@ var variables = map[string]refusal{
 	"CACHE_KEY_PREFIX":                         notSet("Charon's Redis keys have their own layout under charon:, whatever the prefix"),
 
 	// No effect with the settings above off, in envoyproxy/ratelimit too.
-	"USE_DOG_STATSD_MOGRIFIERS": nil, "STATSD_HOST": nil, "STATSD_PORT": nil, "EXTRA_TAGS": nil, "STATS_FLUSH_INTERVAL": nil,
+	"STATSD_HOST": nil, "STATSD_PORT": nil, "STATS_FLUSH_INTERVAL": nil,
 	"PROMETHEUS_ADDR": nil, "PROMETHEUS_PATH": nil,
 	"TRACING_SERVICE_NAME": nil, "TRACING_SERVICE_NAMESPACE": nil, "TRACING_SERVICE_INSTANCE_ID": nil,
 	"TRACING_EXPORTER_PROTOCOL": nil, "TRACING_SAMPLING_RATE": nil,
