@@ -16,6 +16,7 @@ import (
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/health"
@@ -84,6 +85,9 @@ type Options struct {
 	// DynamicMetadata adds envoyproxy/ratelimit's dynamic_metadata to
 	// every response (RESPONSE_DYNAMIC_METADATA).
 	DynamicMetadata bool
+	// Tracing traces every gRPC call (ShouldRateLimit, charon.v1) with
+	// OpenTelemetry's global tracer provider, continuing the caller's trace.
+	Tracing bool
 	// NearLimitRatio is the share of a limit from which granted hits count
 	// as near_limit (0: 0.8).
 	NearLimitRatio float64
@@ -218,6 +222,9 @@ func New(opts Options) (*Server, error) {
 	var creds []grpc.ServerOption
 	if opts.GRPCTLS != nil {
 		creds = append(creds, grpc.Creds(credentials.NewTLS(opts.GRPCTLS)))
+	}
+	if opts.Tracing {
+		creds = append(creds, grpc.StatsHandler(otelgrpc.NewServerHandler()))
 	}
 	if opts.Authz != nil {
 		if opts.GRPCTLS == nil {

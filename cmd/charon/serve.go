@@ -29,6 +29,7 @@ import (
 	"github.com/charonlimit/charon/internal/store/redisstore"
 	"github.com/charonlimit/charon/internal/store/resilient"
 	"github.com/charonlimit/charon/internal/tlsconfig"
+	"github.com/charonlimit/charon/internal/tracing"
 	"github.com/charonlimit/charon/server"
 )
 
@@ -49,7 +50,15 @@ type serveConfig struct {
 	// there, flushed every StatsdFlush.
 	StatsdAddr  string
 	StatsdFlush time.Duration
-	Store       string
+	// Tracing sends OpenTelemetry traces of gRPC and Redis calls over OTLP
+	// (endpoint from the OTEL_EXPORTER_OTLP_* variables).
+	Tracing          bool
+	TracingService   string
+	TracingNamespace string
+	TracingInstance  string
+	TracingProtocol  string
+	TracingSampling  float64
+	Store            string
 	// Redis are the Redis flags; the password comes from a file,
 	// CHARON_REDIS_PASSWORD or REDIS_AUTH (never a flag, which ps would
 	// show).
@@ -95,6 +104,9 @@ func defaultServeConfig() serveConfig {
 		MetricsPath:     "/metrics",
 		LyftMetrics:     true,
 		StatsdFlush:     time.Second,
+		TracingService:  "charon",
+		TracingProtocol: "http",
+		TracingSampling: 1,
 		MaxDescriptors:  64,
 		MaxKeys:         memstore.DefaultMaxKeys,
 		Redis:           redisbackend.Flags{Options: redisbackend.Options{Timeout: resilient.DefaultTimeout}},
@@ -127,6 +139,12 @@ func serveFlags(fs *flag.FlagSet, c *serveConfig) {
 	fs.BoolVar(&c.LyftMetrics, "lyft-metrics", c.LyftMetrics, "also count under envoyproxy/ratelimit's Prometheus names (ratelimit_service_*) (env CHARON_LYFT_METRICS)")
 	fs.StringVar(&c.StatsdAddr, "statsd-addr", c.StatsdAddr, "send envoyproxy/ratelimit's statsd stats (its names) over UDP to this `host:port` (env CHARON_STATSD_ADDR)")
 	fs.DurationVar(&c.StatsdFlush, "statsd-flush-interval", c.StatsdFlush, "how often buffered statsd stats are sent at the latest (env CHARON_STATSD_FLUSH_INTERVAL)")
+	fs.BoolVar(&c.Tracing, "tracing", c.Tracing, "send OpenTelemetry traces of gRPC and Redis calls over OTLP, to the endpoint of the OTEL_EXPORTER_OTLP_* variables (env CHARON_TRACING)")
+	fs.StringVar(&c.TracingService, "tracing-service-name", c.TracingService, "the traces' service.name (env CHARON_TRACING_SERVICE_NAME)")
+	fs.StringVar(&c.TracingNamespace, "tracing-service-namespace", c.TracingNamespace, "the traces' service.namespace (env CHARON_TRACING_SERVICE_NAMESPACE)")
+	fs.StringVar(&c.TracingInstance, "tracing-service-instance-id", c.TracingInstance, "the traces' service.instance.id; empty: a random one (env CHARON_TRACING_SERVICE_INSTANCE_ID)")
+	fs.StringVar(&c.TracingProtocol, "tracing-protocol", c.TracingProtocol, "OTLP transport: http or grpc (env CHARON_TRACING_PROTOCOL)")
+	fs.Float64Var(&c.TracingSampling, "tracing-sampling-rate", c.TracingSampling, "share of new traces sampled, 0 to 1 (env CHARON_TRACING_SAMPLING_RATE)")
 	fs.StringVar(&c.Store, "store", c.Store, "state store: memory or redis (env CHARON_STORE)")
 	c.Redis.Bind(fs)
 	fs.IntVar(&c.MaxDescriptors, "max-descriptors", c.MaxDescriptors, "most descriptors in one request (env CHARON_MAX_DESCRIPTORS)")
@@ -246,6 +264,12 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (se
 			return c, fmt.Errorf("%w: --%s %q: not a header name", errUsage, []string{"limit-header", "remaining-header", "reset-header"}[i], n)
 		}
 	}
+	if c.TracingProtocol != "http" && c.TracingProtocol != "grpc" {
+		return c, fmt.Errorf("%w: --tracing-protocol %q: want http or grpc", errUsage, c.TracingProtocol)
+	}
+	if !(c.TracingSampling >= 0 && c.TracingSampling <= 1) {
+		return c, fmt.Errorf("%w: --tracing-sampling-rate %v: want 0 to 1", errUsage, c.TracingSampling)
+	}
 	if c.StatsdFlush <= 0 {
 		return c, fmt.Errorf("%w: --statsd-flush-interval must be positive", errUsage)
 	}
@@ -314,6 +338,21 @@ func runServe(args []string, getenv func(string) string, stderr io.Writer) error
 		backend *redisbackend.Backend
 		held    func() float64
 	)
+	if c.Tracing {
+		tp, err := tracing.New(context.Background(), tracing.Options{ServiceName: c.TracingService, ServiceNamespace: c.TracingNamespace,
+			InstanceID: c.TracingInstance, Protocol: c.TracingProtocol, SamplingRate: c.TracingSampling})
+		if err != nil {
+			log.Error("cannot start", "err", "--tracing: "+err.Error())
+			return errReported
+		}
+		defer func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			if err := tp.Shutdown(ctx); err != nil {
+				log.Warn("sending the last traces", "err", err.Error())
+			}
+		}()
+	}
 	tlsCfg, err := c.GRPCTLS.Config()
 	if err != nil {
 		log.Error("cannot start", "err", err.Error())
@@ -330,7 +369,7 @@ func runServe(args []string, getenv func(string) string, stderr io.Writer) error
 			log.Error("cannot start", "err", err.Error())
 			return errReported
 		}
-		bo.Local, bo.Logger = local, log
+		bo.Local, bo.Logger, bo.Tracing = local, log, c.Tracing
 		if backend, err = redisbackend.Open(bo); err != nil {
 			log.Error("cannot start", "err", "redis store: "+err.Error())
 			return errReported
@@ -371,24 +410,33 @@ func runServe(args []string, getenv func(string) string, stderr io.Writer) error
 	eng := engine.New(eo)
 	cfgOpts := config.Options{MergeDomains: c.MergeDomains, FixedWindowDefault: c.FixedWindow}
 	opts := server.Options{
-		GRPCAddr:             c.GRPCAddr,
-		HTTPAddr:             c.HTTPAddr,
-		DebugAddr:            c.DebugAddr,
-		Engine:               eng,
-		ConfigDir:            c.ConfigDir,
-		Load:                 func(fsys fs.FS) (*config.Config, []config.Warning, error) { return config.Load(fsys, cfgOpts) },
-		ResponseHeaders:      c.ResponseHeaders,
-		ShutdownTimeout:      c.ShutdownTimeout,
-		ShutdownDelay:        c.ShutdownDelay,
-		HTTPReadTimeout:      c.HTTPReadTimeout,
-		MaxConcurrentStreams: uint32(c.MaxStreams),
-		Logger:               log,
-		Metrics:              metrics,
-		Charon:               server.CharonOptions{Engine: eng, Holds: held},
-		GRPCTLS:              tlsCfg,
-		Authz:                sec.authz,
-		DebugToken:           sec.debugToken,
-		Pprof:                c.Pprof,
+		GRPCAddr:              c.GRPCAddr,
+		HTTPAddr:              c.HTTPAddr,
+		DebugAddr:             c.DebugAddr,
+		Engine:                eng,
+		ConfigDir:             c.ConfigDir,
+		Load:                  func(fsys fs.FS) (*config.Config, []config.Warning, error) { return config.Load(fsys, cfgOpts) },
+		ResponseHeaders:       c.ResponseHeaders,
+		ShutdownTimeout:       c.ShutdownTimeout,
+		ShutdownDelay:         c.ShutdownDelay,
+		HTTPReadTimeout:       c.HTTPReadTimeout,
+		MaxConcurrentStreams:  uint32(c.MaxStreams),
+		Logger:                log,
+		Metrics:               metrics,
+		Charon:                server.CharonOptions{Engine: eng, Holds: held},
+		GRPCTLS:               tlsCfg,
+		Authz:                 sec.authz,
+		DebugToken:            sec.debugToken,
+		Pprof:                 c.Pprof,
+		MetricsAddr:           c.MetricsAddr,
+		MetricsPath:           c.MetricsPath,
+		HeaderNames:           c.HeaderNames,
+		ShadowMode:            c.ShadowMode,
+		DynamicMetadata:       c.DynamicMetadata,
+		NearLimitRatio:        c.NearLimitRatio,
+		MaxConnectionAge:      c.MaxConnAge,
+		MaxConnectionAgeGrace: c.MaxConnAgeGrace,
+		Tracing:               c.Tracing,
 	}
 	if c.HTTPTLS {
 		opts.HTTPTLS = tlsCfg

@@ -22,7 +22,7 @@ const module = "github.com/charonlimit/charon"
 var imports = map[string][]string{
 	"api/charon/v1": nil,
 	"client":        {"api/charon/v1"},
-	"cmd/charon": {"api/charon/v1", "config", "internal/authz", "internal/statsd", "descriptors", "internal/copystore", "internal/copystore/memcopy", "internal/loadgen", "internal/lyftenv", "internal/redisbackend", "internal/sessionhold", "internal/tlsconfig",
+	"cmd/charon": {"api/charon/v1", "config", "internal/authz", "internal/statsd", "internal/tracing", "descriptors", "internal/copystore", "internal/copystore/memcopy", "internal/loadgen", "internal/lyftenv", "internal/redisbackend", "internal/sessionhold", "internal/tlsconfig",
 		"internal/copystore/rediscopy", "internal/engine", "internal/gctune", "internal/store",
 		"internal/store/memstore", "internal/store/redisstore", "internal/store/resilient", "server"},
 	"config":                           {"descriptors", "tiers"},
@@ -42,6 +42,7 @@ var imports = map[string][]string{
 	"internal/collect":                 nil,
 	"internal/authz":                   nil,
 	"internal/statsd":                  nil,
+	"internal/tracing":                 nil,
 	"internal/redisbackend": {"descriptors", "internal/collect", "internal/copystore", "internal/copystore/rediscopy", "internal/tlsconfig",
 		"internal/store/memstore", "internal/store/redisstore", "internal/store/resilient"},
 	"internal/redisfunc":         nil,
@@ -94,9 +95,10 @@ var deny = []struct {
 	{
 		pkgs: []string{"..."},
 		// Prometheus' exposition model is protobuf: the packages that
-		// export a store's collector depend on it, and on no gRPC.
+		// export a store's collector depend on it, and on no gRPC. The
+		// OTLP exporter of internal/tracing speaks gRPC.
 		except: []string{"api/charon/v1", "client", "cmd/charon", "server", "internal/loadgen", "internal/sessionhold", "internal/collect",
-			"internal/store/resilient", "internal/copystore/memcopy", "internal/redisbackend"},
+			"internal/store/resilient", "internal/copystore/memcopy", "internal/redisbackend", "internal/tracing"},
 		paths: []string{"google.golang.org/grpc", "google.golang.org/protobuf", "github.com/envoyproxy/go-control-plane",
 			module + "/api/charon/v1"},
 		why: "only server and client (and main, and the generated API) touch gRPC and protos",

@@ -33,6 +33,11 @@ func TestRead(t *testing.T) {
 			[]lyftenv.Flag{{"shadow-mode", "true", "SHADOW_MODE"}, {"response-headers", "true", "LIMIT_RESPONSE_HEADERS_ENABLED"},
 				{"reset-header", "X-Reset", "LIMIT_RESET_HEADER"}, {"near-limit-ratio", "0.9", "NEAR_LIMIT_RATIO"},
 				{"grpc-max-connection-age", "24h", "GRPC_MAX_CONNECTION_AGE"}, {"redis-timeout", "2s", "REDIS_TIMEOUT"}}},
+		{"modes and tracing", map[string]string{"QUOTA_MODE": "true", "RESPONSE_DYNAMIC_METADATA": "true", "TRACING_ENABLED": "true",
+			"TRACING_EXPORTER_PROTOCOL": "grpc", "TRACING_SAMPLING_RATE": "0.5"},
+			[]lyftenv.Flag{{"quota-mode", "true", "QUOTA_MODE"}, {"dynamic-metadata", "true", "RESPONSE_DYNAMIC_METADATA"},
+				{"tracing", "true", "TRACING_ENABLED"}, {"tracing-protocol", "grpc", "TRACING_EXPORTER_PROTOCOL"},
+				{"tracing-sampling-rate", "0.5", "TRACING_SAMPLING_RATE"}}},
 		{"statsd", map[string]string{"USE_STATSD": "true", "STATSD_PORT": "9125", "STATS_FLUSH_INTERVAL": "5s"},
 			[]lyftenv.Flag{{"statsd-addr", "localhost:9125", "USE_STATSD"}, {"statsd-flush-interval", "5s", "STATS_FLUSH_INTERVAL"}}},
 		{"prometheus", map[string]string{"USE_PROMETHEUS": "true", "PROMETHEUS_PATH": "/stats"},
@@ -116,7 +121,7 @@ func TestEveryVariableHasADisposition(t *testing.T) {
 func TestRefusals(t *testing.T) {
 	for env, want := range map[string]string{
 		"USE_DOG_STATSD":  "DogStatsD",
-		"TRACING_ENABLED": "tracing", "REDIS_PERSECOND": "per-second", "PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS": "seconds",
+		"REDIS_PERSECOND": "per-second", "PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS": "seconds",
 	} {
 		if _, err := lyftenv.Read(envOf(map[string]string{env: "true"})); err == nil || !strings.Contains(err.Error(), env+`="true"`) || !strings.Contains(err.Error(), want) {
 			t.Errorf("%s=true: %v, want a refusal naming it and %q", env, err, want)

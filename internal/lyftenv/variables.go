@@ -56,12 +56,16 @@ var variables = map[string]refusal{
 	"RUNTIME_ROOT": nil, "RUNTIME_SUBDIRECTORY": nil, "RUNTIME_APPDIRECTORY": nil,
 	"NEAR_LIMIT_RATIO": nil, "BACKEND_TYPE": nil, "MERGE_DOMAIN_CONFIG": nil,
 	"LIMIT_RESPONSE_HEADERS_ENABLED": nil, "LIMIT_LIMIT_HEADER": nil, "LIMIT_REMAINING_HEADER": nil, "LIMIT_RESET_HEADER": nil,
-	"SHADOW_MODE":       nil,
+	"SHADOW_MODE": nil,
+	"QUOTA_MODE":  nil, "RESPONSE_DYNAMIC_METADATA": nil,
+	"TRACING_ENABLED": nil, "TRACING_SERVICE_NAME": nil, "TRACING_SERVICE_NAMESPACE": nil, "TRACING_SERVICE_INSTANCE_ID": nil,
+	"TRACING_EXPORTER_PROTOCOL": nil, "TRACING_SAMPLING_RATE": nil,
 	"REDIS_SOCKET_TYPE": nil, "REDIS_TYPE": nil, "REDIS_URL": nil, "REDIS_POOL_SIZE": nil, "REDIS_AUTH": nil,
 	"REDIS_TLS": nil, "REDIS_TLS_CLIENT_CERT": nil, "REDIS_TLS_CLIENT_KEY": nil, "REDIS_TLS_CACERT": nil,
 	"REDIS_TLS_SKIP_HOSTNAME_VERIFICATION": nil, "REDIS_TIMEOUT": nil,
 
-	// Charon behaves as they ask, whatever the value.
+	// Accepted where Charon behaves as they ask (or it has no such
+	// setting); refused where it cannot.
 	"GRPC_UDS": notSet("a gRPC listener on a Unix socket is not supported: use GRPC_HOST and GRPC_PORT"),
 	"CONFIG_TYPE": func(v string) error {
 		return onlyValue(v, "FILE", "only FILE (a configuration directory) is supported, not xDS")
@@ -83,9 +87,7 @@ var variables = map[string]refusal{
 	"REDIS_STARTUP_MAX_INTERVAL":              nil,
 	"REDIS_STARTUP_MAX_ELAPSED_TIME":          nil,
 
-	// Features Charon does not have: accepted off, refused on.
-	"QUOTA_MODE":                               onlyOff("quota mode is not supported yet"),
-	"RESPONSE_DYNAMIC_METADATA":                onlyOff("dynamic metadata in responses is not supported yet"),
+	// What Charon does not do: accepted off, refused on.
 	"USE_STATSD":                               aBool,
 	"USE_DOG_STATSD":                           onlyOff("DogStatsD tags are not supported: USE_STATSD sends plain statsd"),
 	"EXTRA_TAGS":                               notSet("statsd tags are not supported: the stats carry their names only"),
@@ -93,7 +95,6 @@ var variables = map[string]refusal{
 	"USE_PROMETHEUS":                           aBool,
 	"PROMETHEUS_MAPPER_YAML":                   notSet("its own metric names are built in (--lyft-metrics); a custom mapping is not supported"),
 	"PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS": onlyOff("ratelimit_service_response_time_seconds is in seconds"),
-	"TRACING_ENABLED":                          onlyOff("tracing is not supported yet"),
 	"REDIS_PERSECOND":                          onlyOff("a second Redis for per-second limits is not supported: every limit uses REDIS_URL"),
 	"REDIS_SENTINEL_AUTH":                      notSet("put the Sentinels' password in the URL instead: CHARON_REDIS_URL=redis-sentinel://host:port/master?sentinel_password=..."),
 	"CACHE_KEY_PREFIX":                         notSet("Charon's Redis keys have their own layout under charon:, whatever the prefix"),
@@ -101,8 +102,6 @@ var variables = map[string]refusal{
 	// No effect with the settings above off, in envoyproxy/ratelimit too.
 	"STATSD_HOST": nil, "STATSD_PORT": nil, "STATS_FLUSH_INTERVAL": nil,
 	"PROMETHEUS_ADDR": nil, "PROMETHEUS_PATH": nil,
-	"TRACING_SERVICE_NAME": nil, "TRACING_SERVICE_NAMESPACE": nil, "TRACING_SERVICE_INSTANCE_ID": nil,
-	"TRACING_EXPORTER_PROTOCOL": nil, "TRACING_SAMPLING_RATE": nil,
 	"CONFIG_GRPC_XDS_NODE_ID": nil, "CONFIG_GRPC_XDS_NODE_METADATA": nil, "CONFIG_GRPC_XDS_SERVER_URL": nil,
 	"CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL": nil, "CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS": nil,
 	"CONFIG_GRPC_XDS_SERVER_USE_TLS": nil, "CONFIG_GRPC_XDS_CLIENT_TLS_CERT": nil, "CONFIG_GRPC_XDS_CLIENT_TLS_KEY": nil,

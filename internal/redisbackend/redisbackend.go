@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/extra/redisotel/v9"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/charonlimit/charon/descriptors"
@@ -52,6 +53,9 @@ type Options struct {
 	// Logger receives the breaker's transitions and the reaper's errors;
 	// nil discards them.
 	Logger *slog.Logger
+	// Tracing traces every Redis call with OpenTelemetry's global tracer
+	// provider.
+	Tracing bool
 }
 
 // Check validates o without connecting.
@@ -127,6 +131,12 @@ func Open(o Options) (*Backend, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	c := redis.NewUniversalClient(u)
+	if o.Tracing {
+		if err := redisotel.InstrumentTracing(c); err != nil {
+			c.Close()
+			return nil, err
+		}
+	}
 	rs, err := redisstore.NewWithClient(c, redisstore.Options{Cluster: o.Cluster})
 	if err != nil {
 		c.Close()

@@ -1,0 +1,73 @@
+package main
+
+import (
+	"context"
+	"net"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+)
+
+// TestServeLyftSettings starts `charon serve` with envoyproxy/ratelimit's
+// settings and checks each took effect: SHADOW_MODE (OK over the limit),
+// RESPONSE_DYNAMIC_METADATA, LIMIT_RESPONSE_HEADERS_ENABLED with
+// LIMIT_REMAINING_HEADER, USE_PROMETHEUS on PROMETHEUS_ADDR with its names,
+// and USE_STATSD to a UDP listener.
+func TestServeLyftSettings(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the binary")
+	}
+	promPort := freePorts(t, 1)[0]
+	udp, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer udp.Close()
+	_, statsdPort, _ := net.SplitHostPort(udp.LocalAddr().String())
+	p := startServeEnv(t, buildCharon(t), []string{"SHADOW_MODE=true", "RESPONSE_DYNAMIC_METADATA=true",
+		"LIMIT_RESPONSE_HEADERS_ENABLED=true", "LIMIT_REMAINING_HEADER=X-Left",
+		"USE_PROMETHEUS=true", "PROMETHEUS_ADDR=127.0.0.1:" + strconv.Itoa(promPort),
+		"USE_STATSD=true", "STATSD_HOST=127.0.0.1", "STATSD_PORT=" + statsdPort, "STATS_FLUSH_INTERVAL=50ms"},
+		"--config", writeRedisConfig(t))
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	var last *rlsv3.RateLimitResponse
+	for i := 0; i < testLimit+1; i++ {
+		last, err = p.rls.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "test",
+			Descriptors: []*ratelimitv3.RateLimitDescriptor{{Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: "user", Value: "lyft"}}}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if last.OverallCode != rlsv3.RateLimitResponse_OK || last.Statuses[0].Code != rlsv3.RateLimitResponse_OVER_LIMIT {
+		t.Errorf("SHADOW_MODE over the limit: %v / %v, want OK / OVER_LIMIT", last.OverallCode, last.Statuses[0].Code)
+	}
+	if last.DynamicMetadata.GetFields()["domain"].GetStringValue() != "test" {
+		t.Errorf("RESPONSE_DYNAMIC_METADATA: %v", last.DynamicMetadata)
+	}
+	var headers []string
+	for _, h := range last.ResponseHeadersToAdd {
+		headers = append(headers, h.Key)
+	}
+	if !strings.Contains(strings.Join(headers, ","), "X-Left") {
+		t.Errorf("LIMIT_REMAINING_HEADER: headers %v", headers)
+	}
+	m := get(t, "http://127.0.0.1:"+strconv.Itoa(promPort)+"/metrics")
+	if n := metricValue(m, `ratelimit_service_rate_limit_over_limit{domain="test",key1="user",key2=""}`); n != 1 {
+		t.Errorf("USE_PROMETHEUS: over_limit %v, want 1", n)
+	}
+	buf := make([]byte, 64<<10)
+	udp.SetReadDeadline(time.Now().Add(20 * time.Second))
+	var got strings.Builder
+	for !strings.Contains(got.String(), "ratelimit.service.rate_limit.test.user.over_limit") {
+		n, _, err := udp.ReadFrom(buf)
+		if err != nil {
+			t.Fatalf("USE_STATSD: %v; got %q", err, got.String())
+		}
+		got.Write(buf[:n])
+	}
+}
