@@ -1,7 +1,9 @@
 package main
 
 import (
+	"flag"
 	"io"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -126,4 +128,21 @@ func TestParseDescriptor(t *testing.T) {
 	if _, err := parseDescriptor("=v"); err == nil {
 		t.Error("empty key accepted")
 	}
+}
+
+// TestREADMEListsEveryServeFlag: the README's reference names every flag of
+// `charon serve`.
+func TestREADMEListsEveryServeFlag(t *testing.T) {
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := defaultServeConfig()
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	serveFlags(fs, &c)
+	fs.VisitAll(func(f *flag.Flag) {
+		if !strings.Contains(string(readme), "`--"+f.Name) {
+			t.Errorf("README.md does not list --%s", f.Name)
+		}
+	})
 }
