@@ -134,19 +134,7 @@ func TestMetricsListener(t *testing.T) {
 // TestHitsAddendZeroIsACheck: a descriptor's hits_addend set to 0 is a
 // check, as in envoyproxy/ratelimit: OK with what remains, consuming nothing.
 func TestHitsAddendZeroIsACheck(t *testing.T) {
-	st := memstore.New(memstore.Options{})
-	defer st.Close()
-	eng := engine.New(engine.Options{Store: st})
-	tree, err := descriptors.NewTree([]descriptors.DomainSpec{{Config: descriptors.DomainConfig{Name: "d"}, Nodes: []*descriptors.Node{
-		{Key: "user", Limit: &descriptors.Limit{Policy: &tiers.Policy{Kind: tiers.KindTiers,
-			Tiers: []tiers.Tier{{Limit: 1, Window: time.Minute, Active: tiers.Unbounded}}}}},
-	}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	eng.SetTree(tree)
-	s, stop := newTestServer(t, Options{Engine: eng})
-	defer stop()
+	s := engineServer(t, "d", Options{}, &descriptors.Node{Key: "user", Limit: &descriptors.Limit{Policy: perMinute(1)}})
 	c := rlsv3.NewRateLimitServiceClient(dial(t, s.GRPCAddr()))
 	ask := func(hits *wrapperspb.UInt64Value) *rlsv3.RateLimitResponse_DescriptorStatus {
 		t.Helper()
@@ -178,21 +166,11 @@ func TestHitsAddendZeroIsACheck(t *testing.T) {
 // each descriptor's entries, limit and hits_addend, the request's
 // hits_addend, and the metadata of the descriptors that passed.
 func TestDynamicMetadata(t *testing.T) {
-	st := memstore.New(memstore.Options{})
-	defer st.Close()
-	eng := engine.New(engine.Options{Store: st})
-	one := &tiers.Policy{Kind: tiers.KindTiers, Tiers: []tiers.Tier{{Limit: 1, Window: time.Minute, Active: tiers.Unbounded}}}
-	tree, err := descriptors.NewTree([]descriptors.DomainSpec{{Config: descriptors.DomainConfig{Name: "d"}, Nodes: []*descriptors.Node{
-		{Key: "a", Limit: &descriptors.Limit{Policy: one, Metadata: map[string]any{"team": "a", "n": map[string]any{"x": 1}}}},
-		{Key: "b", Limit: &descriptors.Limit{Policy: one, Metadata: map[string]any{"team": "b", "n": map[string]any{"y": 2}}}},
-		{Key: "c", Limit: &descriptors.Limit{Policy: one, Metadata: map[string]any{"gone": true}}},
-	}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	eng.SetTree(tree)
-	s, stop := newTestServer(t, Options{Engine: eng, DynamicMetadata: true, ShadowMode: true})
-	defer stop()
+	one := perMinute(1)
+	s := engineServer(t, "d", Options{DynamicMetadata: true, ShadowMode: true},
+		&descriptors.Node{Key: "a", Limit: &descriptors.Limit{Policy: one, Metadata: map[string]any{"team": "a", "n": map[string]any{"x": 1}}}},
+		&descriptors.Node{Key: "b", Limit: &descriptors.Limit{Policy: one, Metadata: map[string]any{"team": "b", "n": map[string]any{"y": 2}}}},
+		&descriptors.Node{Key: "c", Limit: &descriptors.Limit{Policy: one, Metadata: map[string]any{"gone": true}}})
 	c := rlsv3.NewRateLimitServiceClient(dial(t, s.GRPCAddr()))
 	ask := func() *structpb.Struct {
 		t.Helper()
@@ -285,4 +263,27 @@ func TestStatsdStats(t *testing.T) {
 	if sink.timed != 3 {
 		t.Errorf("%d response times, want 3", sink.timed)
 	}
+}
+
+// engineServer serves an engine on the memory store with one domain of
+// nodes (stopped when the test ends).
+func engineServer(t *testing.T, domain string, opts Options, nodes ...*descriptors.Node) *Server {
+	t.Helper()
+	st := memstore.New(memstore.Options{})
+	t.Cleanup(func() { st.Close() })
+	eng := engine.New(engine.Options{Store: st})
+	tree, err := descriptors.NewTree([]descriptors.DomainSpec{{Config: descriptors.DomainConfig{Name: domain}, Nodes: nodes}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eng.SetTree(tree)
+	opts.Engine = eng
+	s, stop := newTestServer(t, opts)
+	t.Cleanup(stop)
+	return s
+}
+
+// perMinute is a sliding window of n hits per minute.
+func perMinute(n int64) *tiers.Policy {
+	return &tiers.Policy{Kind: tiers.KindTiers, Tiers: []tiers.Tier{{Limit: n, Window: time.Minute, Active: tiers.Unbounded}}}
 }

@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"strings"
 	"testing"
-	"time"
 
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
@@ -19,9 +18,6 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/charonlimit/charon/descriptors"
-	"github.com/charonlimit/charon/internal/engine"
-	"github.com/charonlimit/charon/internal/store/memstore"
-	"github.com/charonlimit/charon/tiers"
 )
 
 func sampleRequest() *rlsv3.RateLimitRequest {
@@ -107,19 +103,7 @@ func FuzzDecodeRequest(f *testing.F) {
 // UTF-8 is decided and limited like any other (with its own counter, and a
 // metric label written %XX), not refused.
 func TestInvalidUTF8OverGRPC(t *testing.T) {
-	st := memstore.New(memstore.Options{})
-	defer st.Close()
-	eng := engine.New(engine.Options{Store: st})
-	tree, err := descriptors.NewTree([]descriptors.DomainSpec{{Config: descriptors.DomainConfig{Name: "edge\xff"}, Nodes: []*descriptors.Node{
-		{Key: "user\xfe", Limit: &descriptors.Limit{DetailedMetric: true, Policy: &tiers.Policy{Kind: tiers.KindTiers,
-			Tiers: []tiers.Tier{{Limit: 2, Window: time.Minute, Active: tiers.Unbounded}}}}},
-	}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	eng.SetTree(tree)
-	s, stop := newTestServer(t, Options{Engine: eng})
-	defer stop()
+	s := engineServer(t, "edge\xff", Options{}, &descriptors.Node{Key: "user\xfe", Limit: &descriptors.Limit{DetailedMetric: true, Policy: perMinute(2)}})
 	cc := dial(t, s.GRPCAddr())
 	ask := func(b []byte) rlsv3.RateLimitResponse_Code {
 		t.Helper()
@@ -194,19 +178,7 @@ func BenchmarkDecodeRequest(b *testing.B) {
 // TestInvalidUTF8OverJSON: /json takes a value with a stray byte and
 // limits it (the byte read as Latin-1), instead of answering 400.
 func TestInvalidUTF8OverJSON(t *testing.T) {
-	st := memstore.New(memstore.Options{})
-	defer st.Close()
-	eng := engine.New(engine.Options{Store: st})
-	tree, err := descriptors.NewTree([]descriptors.DomainSpec{{Config: descriptors.DomainConfig{Name: "edge"}, Nodes: []*descriptors.Node{
-		{Key: "user", Limit: &descriptors.Limit{Policy: &tiers.Policy{Kind: tiers.KindTiers,
-			Tiers: []tiers.Tier{{Limit: 1, Window: time.Minute, Active: tiers.Unbounded}}}}},
-	}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	eng.SetTree(tree)
-	s, stop := newTestServer(t, Options{Engine: eng})
-	defer stop()
+	s := engineServer(t, "edge", Options{}, &descriptors.Node{Key: "user", Limit: &descriptors.Limit{Policy: perMinute(1)}})
 	body := "{\"domain\":\"edge\",\"descriptors\":[{\"entries\":[{\"key\":\"user\",\"value\":\"a\xff\"}]}]}"
 	for i, want := range []int{http.StatusOK, http.StatusTooManyRequests} {
 		resp, err := http.Post("http://"+s.HTTPAddr()+"/json", "application/json", strings.NewReader(body))

@@ -11,6 +11,7 @@ import (
 
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 )
@@ -61,15 +62,12 @@ func runAsk(args []string, stdout, stderr io.Writer) error {
 	if *hits > 1<<32-1 {
 		return fmt.Errorf("%w: --hits is at most %d", errUsage, uint32(1<<32-1))
 	}
-	cc, err := cf.dial()
-	if err != nil {
-		return err
-	}
-	defer cc.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), cf.timeout)
-	defer cancel()
 	req := &rlsv3.RateLimitRequest{Domain: *domain, Descriptors: descs, HitsAddend: uint32(*hits)}
-	resp, err := rlsv3.NewRateLimitServiceClient(cc).ShouldRateLimit(ctx, req)
+	var resp *rlsv3.RateLimitResponse
+	err := cf.call(func(ctx context.Context, cc *grpc.ClientConn) (err error) {
+		resp, err = rlsv3.NewRateLimitServiceClient(cc).ShouldRateLimit(ctx, req)
+		return err
+	})
 	if err != nil {
 		s := status.Convert(err)
 		return fmt.Errorf("%s: %s", s.Code(), s.Message())

@@ -7,6 +7,7 @@ import (
 	"io"
 	"time"
 
+	"google.golang.org/grpc"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 )
 
@@ -21,14 +22,11 @@ func runHealth(args []string, stdout, stderr io.Writer) error {
 	if err := parseVerb(fs, args); err != nil {
 		return err
 	}
-	cc, err := cf.dial()
-	if err != nil {
+	var resp *healthpb.HealthCheckResponse
+	err := cf.call(func(ctx context.Context, cc *grpc.ClientConn) (err error) {
+		resp, err = healthpb.NewHealthClient(cc).Check(ctx, &healthpb.HealthCheckRequest{Service: *service})
 		return err
-	}
-	defer cc.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), cf.timeout)
-	defer cancel()
-	resp, err := healthpb.NewHealthClient(cc).Check(ctx, &healthpb.HealthCheckRequest{Service: *service})
+	})
 	if err != nil {
 		return err
 	}

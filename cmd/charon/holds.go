@@ -9,6 +9,7 @@ import (
 	"syscall"
 	"time"
 
+	"google.golang.org/grpc"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	charonv1 "github.com/charonlimit/charon/api/charon/v1"
@@ -127,17 +128,12 @@ func runRelease(args []string, stdout, stderr io.Writer) error {
 
 // unary runs one call of a copy verb on a new connection, within --timeout.
 func (h *connFlags) unary(call func(context.Context, charonv1.CharonClient) error) error {
-	cc, err := h.dial()
-	if err != nil {
-		return err
-	}
-	defer cc.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), h.timeout)
-	defer cancel()
-	if err := call(ctx, charonv1.NewCharonClient(cc)); err != nil {
-		return sessionhold.CallError(err)
-	}
-	return nil
+	return h.call(func(ctx context.Context, cc *grpc.ClientConn) error {
+		if err := call(ctx, charonv1.NewCharonClient(cc)); err != nil {
+			return sessionhold.CallError(err)
+		}
+		return nil
+	})
 }
 
 func runTransfer(args []string, stdout, stderr io.Writer) error {

@@ -4,6 +4,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"flag"
 	"fmt"
@@ -146,6 +147,18 @@ func (c *connFlags) dial() (*grpc.ClientConn, error) {
 		return nil, err
 	}
 	return grpc.NewClient(c.addr, transport)
+}
+
+// call runs f on a new connection, within --timeout.
+func (c *connFlags) call(f func(context.Context, *grpc.ClientConn) error) error {
+	cc, err := c.dial()
+	if err != nil {
+		return err
+	}
+	defer cc.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
+	defer cancel()
+	return f(ctx, cc)
 }
 
 // dialOption is a client verb's transport: TLS when its flags ask for it.
