@@ -98,3 +98,124 @@ func TestClusterReshardUnderLoad(t *testing.T) {
 		t.Fatalf("remote %d, local %d, remote errors %d: Redis should have made the decisions", s.Remote, s.Local, s.RemoteErrors)
 	}
 }
+
+// TestClusterReshardExactCounts moves slots back and forth while workers
+// decide requests whose state and global keys share a slot (a multi-key
+// call, which Redis answers TRYAGAIN while the slot's keys are split between
+// two nodes), with a failure mode that fails instead of deciding locally.
+// Afterwards every pair must have granted exactly its limit, counting the
+// grants made during the moves: a call that failed was not applied, and no
+// call was applied twice. No TRYAGAIN may reach the caller.
+func TestClusterReshardExactCounts(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a Redis Cluster")
+	}
+	nodes := redistest.Cluster(t, 3)
+	remote, err := redisstore.New(redisstore.Options{Cluster: true, ClusterAddrs: redistest.Addrs(nodes)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := resilient.New(remote, resilient.Options{Mode: resilient.ModeUnavailable, Timeout: 10 * time.Second, CacheSize: -1})
+	defer st.Close()
+	ids := make([]string, len(nodes))
+	for i, n := range nodes {
+		out, err := redistest.CLI(n.Port, "cluster", "myid")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids[i] = strings.TrimSpace(out)
+	}
+	const limit, resources, domains = 40, 30, 4
+	policy := &tiers.Policy{Tiers: []tiers.Tier{{Limit: limit, Window: time.Hour, Active: tiers.Unbounded}}, GlobalLimit: 1_000_000}
+	item := func(p int) store.Item {
+		return store.Item{Key: store.Key{Resource: "r" + strconv.Itoa(p/domains), Domain: "d" + strconv.Itoa(p%domains), PolicyID: 1},
+			Policy: policy, Hits: 1, Min: 1}
+	}
+	var (
+		granted  [resources * domains]atomic.Int64
+		failed   atomic.Int64
+		tryAgain atomic.Int64
+		firstErr atomic.Value
+		stop     = make(chan struct{})
+		wg       sync.WaitGroup
+	)
+	// decide asks for pairs ps in one call (pairs of other resources are
+	// in other slots: the Cluster two-step); all or nothing.
+	decide := func(ps ...int) (bool, error) {
+		items := make([]store.Item, len(ps))
+		for i, p := range ps {
+			items[i] = item(p)
+		}
+		out := make([]tiers.Decision, len(ps))
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		err := st.Decide(ctx, time.Now(), items, out)
+		for _, d := range out {
+			if !d.OK {
+				return false, err // an item's OK alone is what it would have been
+			}
+		}
+		return err == nil, err
+	}
+	for w := 0; w < 8; w++ {
+		wg.Add(1)
+		go func(w int) {
+			defer wg.Done()
+			for i := w; ; i += 7 {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				ps := []int{i % (resources * domains)}
+				if i%2 == 1 {
+					ps = append(ps, (ps[0]+domains)%(resources*domains))
+				}
+				ok, err := decide(ps...)
+				switch {
+				case err != nil:
+					failed.Add(1)
+					if strings.Contains(err.Error(), "TRYAGAIN") {
+						tryAgain.Add(1)
+					}
+					firstErr.CompareAndSwap(nil, err.Error())
+				case ok:
+					for _, p := range ps {
+						granted[p].Add(1)
+					}
+				}
+			}
+		}(w)
+	}
+	for _, mv := range [][2]int{{0, 1}, {1, 0}, {2, 1}, {1, 2}} {
+		cmd := exec.Command("redis-cli", "--cluster", "reshard", nodes[0].Addr(),
+			"--cluster-from", ids[mv[0]], "--cluster-to", ids[mv[1]], "--cluster-slots", "1000", "--cluster-yes")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			close(stop)
+			wg.Wait()
+			t.Fatalf("reshard: %v\n%s", err, out)
+		}
+	}
+	close(stop)
+	wg.Wait()
+	t.Logf("reliability: resharding 4000 slots under load: %d calls failed (%d TRYAGAIN); first: %v", failed.Load(), tryAgain.Load(), firstErr.Load())
+	if tryAgain.Load() > 0 {
+		t.Errorf("%d calls failed with TRYAGAIN: a reshard must be invisible", tryAgain.Load())
+	}
+	// Take what is left of every pair: the grants must add up to the limit.
+	for p := range granted {
+		for {
+			ok, err := decide(p)
+			if err != nil {
+				t.Fatalf("pair %d after the moves: %v", p, err)
+			}
+			if !ok {
+				break
+			}
+			granted[p].Add(1)
+		}
+		if g := granted[p].Load(); g != limit {
+			t.Errorf("pair %d granted %d in all, want %d: a call was lost or applied twice", p, g, limit)
+		}
+	}
+}
