@@ -3,13 +3,17 @@ package main
 import (
 	"context"
 	"net"
+	"net/http"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/charonlimit/charon/internal/redistest"
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 // TestServeLyftSettings starts `charon serve` with envoyproxy/ratelimit's
@@ -69,5 +73,59 @@ func TestServeLyftSettings(t *testing.T) {
 			t.Fatalf("USE_STATSD: %v; got %q", err, got.String())
 		}
 		got.Write(buf[:n])
+	}
+}
+
+// TestBadInputTouchesNoRedis: requests refused as invalid (gRPC and /json)
+// are refused before any state is touched: Redis runs no FCALL for them.
+func TestBadInputTouchesNoRedis(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the binary and redis-server")
+	}
+	r := redistest.Single(t)
+	p := startServeEnv(t, buildCharon(t), nil, "--config", writeRedisConfig(t), "--store", "redis",
+		"--redis-url", "redis://"+r.Addr(), "--max-descriptors", "4")
+	if _, err := redistest.CLI(r.Port, "config", "resetstat"); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	entry := []*ratelimitv3.RateLimitDescriptor_Entry{{Key: "user", Value: "bad"}}
+	many := make([]*ratelimitv3.RateLimitDescriptor, 5)
+	for i := range many {
+		many[i] = &ratelimitv3.RateLimitDescriptor{Entries: entry}
+	}
+	for name, req := range map[string]*rlsv3.RateLimitRequest{
+		"no domain":      {Descriptors: []*ratelimitv3.RateLimitDescriptor{{Entries: entry}}},
+		"no descriptor":  {Domain: "test"},
+		"empty entries":  {Domain: "test", Descriptors: []*ratelimitv3.RateLimitDescriptor{{}}},
+		"too many":       {Domain: "test", Descriptors: many},
+		"bad limit unit": {Domain: "test", Descriptors: []*ratelimitv3.RateLimitDescriptor{{Entries: entry, Limit: &ratelimitv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 1, Unit: 99}}}},
+	} {
+		if _, err := p.rls.ShouldRateLimit(ctx, req); status.Code(err) != codes.InvalidArgument {
+			t.Errorf("%s: %v, want InvalidArgument", name, err)
+		}
+	}
+	resp, err := http.Post("http://"+p.httpAddr+"/json", "application/json", strings.NewReader(`{"domain": 3}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusBadRequest {
+		t.Errorf("/json with bad JSON: %d, want 400", resp.StatusCode)
+	}
+	stats, err := redistest.CLI(r.Port, "info", "commandstats")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, cmd := range []string{"cmdstat_fcall", "cmdstat_fcall_ro", "cmdstat_set", "cmdstat_eval"} {
+		if strings.Contains(stats, cmd+":") {
+			t.Errorf("invalid requests ran %s:\n%s", cmd, stats)
+		}
+	}
+	// And a valid one does run the function (the check above is not blind).
+	p.mustOK(t, "user", "good")
+	if stats, _ := redistest.CLI(r.Port, "info", "commandstats"); !strings.Contains(stats, "cmdstat_fcall:") {
+		t.Errorf("a valid request ran no FCALL:\n%s", stats)
 	}
 }
