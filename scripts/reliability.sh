@@ -21,7 +21,7 @@ run() {
 	grep -o 'reliability: .*' "$log" | sed 's/^reliability: /  /' || true
 }
 echo "reliability report ($(date -u +%Y-%m-%dT%H:%MZ), $(getconf _NPROCESSORS_ONLN) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg))"
-run ./cmd/charon '^(TestRedisKilledUnderLoad|TestRedisCopiesSurviveAKilledServer|TestReserveProcessKilled)$'
+run ./cmd/charon '^(TestRedisKilledUnderLoad|TestRedisCopiesSurviveAKilledServer|TestReserveProcessKilled|TestReloadStormThenSIGTERMUnderLoad|TestBadInputTouchesNoRedis)$'
 run ./internal/store/redisstore '^TestSentinelFailover$'
 run ./internal/store/resilient '^(TestClusterReshardUnderLoad|TestClusterReshardExactCounts)$'
 run ./internal/copystore/rediscopy '^(TestSentinelFailoverLoss|TestSentinelFailoverLossUnderLoad)$'

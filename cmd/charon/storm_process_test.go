@@ -1,0 +1,112 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// TestReloadStormThenSIGTERMUnderLoad: while clients decide in a loop, the
+// configuration is rewritten 40 times (every reload succeeds, no request
+// fails), then SIGTERM drains: decisions go on during the drain, afterwards
+// only UNAVAILABLE (the server is gone), and the process exits 0.
+func TestReloadStormThenSIGTERMUnderLoad(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the binary")
+	}
+	dir := t.TempDir()
+	file := filepath.Join(dir, "storm.yaml")
+	write := func(limit int) {
+		body := fmt.Sprintf("domain: storm\ndescriptors:\n  - key: user\n    rate_limit: {unit: second, requests_per_unit: %d}\n", limit)
+		tmp := file + ".tmp"
+		if err := os.WriteFile(tmp, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(tmp, file); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(1000)
+	p := startServeEnv(t, buildCharon(t), nil, "--config", dir, "--shutdown-delay", "1s")
+	var (
+		ok, failedBefore, unavailable, other atomic.Int64
+		stopping                             atomic.Bool
+		firstOther                           atomic.Value
+		wg                                   sync.WaitGroup
+		done                                 = make(chan struct{})
+	)
+	for w := 0; w < 8; w++ {
+		wg.Add(1)
+		go func(w int) {
+			defer wg.Done()
+			for i := 0; ; i++ {
+				select {
+				case <-done:
+					return
+				default:
+				}
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				_, err := p.rls.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "storm",
+					Descriptors: []*ratelimitv3.RateLimitDescriptor{{Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: "user", Value: fmt.Sprint(w, "-", i%50)}}}}})
+				cancel()
+				switch {
+				case err == nil:
+					ok.Add(1)
+				case !stopping.Load():
+					failedBefore.Add(1)
+					firstOther.CompareAndSwap(nil, err.Error())
+				case status.Code(err) == codes.Unavailable:
+					unavailable.Add(1)
+				default:
+					other.Add(1)
+					firstOther.CompareAndSwap(nil, err.Error())
+				}
+			}
+		}(w)
+	}
+	for i := 0; i < 40; i++ {
+		write(1000 + i)
+		time.Sleep(60 * time.Millisecond) // the directory is polled every 500 ms: some writes land between polls
+	}
+	time.Sleep(time.Second) // the last write is loaded
+	m := get(t, "http://"+p.debugAddr+"/metrics")
+	if n := metricValue(m, `charon_config_reloads_total{result="failure"}`); n != 0 {
+		t.Errorf("%v reloads failed during the storm", n)
+	}
+	if n := metricValue(m, `charon_config_reloads_total{result="success"}`); n < 2 {
+		t.Errorf("%v successful reloads, want several", n)
+	}
+	before := ok.Load()
+	stopping.Store(true)
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-p.exited:
+		if err != nil {
+			t.Errorf("exit after SIGTERM: %v\n%s", err, p.stderr.String())
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatalf("no exit 30 s after SIGTERM\n%s", p.stderr.String())
+	}
+	close(done)
+	wg.Wait()
+	t.Logf("reliability: reload storm and SIGTERM under load: %d decisions before SIGTERM, %d during the drain, then %d UNAVAILABLE", before, ok.Load()-before, unavailable.Load())
+	if failedBefore.Load() != 0 || other.Load() != 0 {
+		t.Errorf("%d failures before SIGTERM, %d other than UNAVAILABLE after; first: %v", failedBefore.Load(), other.Load(), firstOther.Load())
+	}
+	if ok.Load() == before {
+		t.Error("no decision during the drain")
+	}
+}
