@@ -14,14 +14,14 @@ trap 'rm -f "$log"' EXIT
 status=0
 run() {
 	local pkg=$1 tests=$2
-	if ! CHARON_REQUIRE_REDIS=1 $GO test -count=1 -v -run "$tests" "$pkg" >"$log" 2>&1; then
+	if ! CHARON_REQUIRE_REDIS=1 CHARON_RELIABILITY=1 $GO test -count=1 -v -timeout 15m -run "$tests" "$pkg" >"$log" 2>&1; then
 		status=1
 		grep -E -- '--- FAIL|^FAIL|panic:' "$log" || true
 	fi
 	grep -o 'reliability: .*' "$log" | sed 's/^reliability: /  /' || true
 }
 echo "reliability report ($(date -u +%Y-%m-%dT%H:%MZ), $(getconf _NPROCESSORS_ONLN) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg))"
-run ./cmd/charon '^(TestRedisKilledUnderLoad|TestRedisCopiesSurviveAKilledServer|TestReserveProcessKilled|TestReloadStormThenSIGTERMUnderLoad|TestBadInputTouchesNoRedis)$'
+run ./cmd/charon '^(TestRedisKilledUnderLoad|TestRedisCopiesSurviveAKilledServer|TestReserveProcessKilled|TestReloadStormThenSIGTERMUnderLoad|TestBadInputTouchesNoRedis|TestMillionValuesBounded)$'
 run ./internal/store/redisstore '^TestSentinelFailover$'
 run ./internal/store/resilient '^(TestClusterReshardUnderLoad|TestClusterReshardExactCounts)$'
 run ./internal/copystore/rediscopy '^(TestSentinelFailoverLoss|TestSentinelFailoverLossUnderLoad)$'

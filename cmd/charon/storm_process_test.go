@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -109,4 +110,66 @@ func TestReloadStormThenSIGTERMUnderLoad(t *testing.T) {
 	if ok.Load() == before {
 		t.Error("no decision during the drain")
 	}
+}
+
+// TestMillionValuesBounded (make reliability only: CHARON_RELIABILITY=1)
+// sends 1,000,000 distinct values to a server bounded by --max-keys 100000:
+// evictions are counted, the RSS stays bounded and /metrics does not grow
+// with the values.
+func TestMillionValuesBounded(t *testing.T) {
+	if os.Getenv("CHARON_RELIABILITY") == "" {
+		t.Skip("make reliability runs it (CHARON_RELIABILITY=1)")
+	}
+	p := startServeEnv(t, buildCharon(t), nil, "--config", writeRedisConfig(t), "--max-keys", "100000")
+	const n, workers = 1_000_000, 16
+	var next atomic.Int64
+	var failed atomic.Int64
+	var wg sync.WaitGroup
+	start := time.Now()
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := next.Add(1)
+				if i > n {
+					return
+				}
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				_, err := p.ask(ctx, "user", fmt.Sprint("v", i))
+				cancel()
+				if err != nil {
+					failed.Add(1)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	m := get(t, "http://"+p.debugAddr+"/metrics")
+	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.cmd.Process.Pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rssKiB int64
+	for _, line := range strings.Split(string(status), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			fmt.Sscan(v, &rssKiB)
+		}
+	}
+	evicted := metricValue(m, "charon_store_evictions_total")
+	t.Logf("reliability: 1,000,000 distinct values in %v against --max-keys 100000: RSS %d MiB, %v evictions, /metrics %d lines, %d failed",
+		time.Since(start).Round(time.Second), rssKiB/1024, evicted, strings.Count(m, "\n"), failed.Load())
+	if failed.Load() != 0 {
+		t.Errorf("%d requests failed", failed.Load())
+	}
+	if evicted < n-100_000-1000 {
+		t.Errorf("%v evictions, want about %d", evicted, n-100_000)
+	}
+	if rssKiB > 768*1024 {
+		t.Errorf("RSS %d MiB: more than 768 MiB for 100,000 tracked pairs", rssKiB/1024)
+	}
+	if lines := strings.Count(m, "\n"); lines > 2000 {
+		t.Errorf("/metrics has %d lines: series grow with the values", lines)
+	}
+	p.stop(t)
 }
