@@ -18,9 +18,12 @@ run() {
 		status=1
 		grep -E -- '--- FAIL|^FAIL|panic:' "$log" || true
 	fi
-	grep -o 'reliability: .*' "$log" | sed 's/^reliability: /  /' || true
+	grep -o 'reliability: .*' "$log" | sed 's/^reliability: /| /; s/$/ |/' || true
 }
 echo "reliability report ($(date -u +%Y-%m-%dT%H:%MZ), $(getconf _NPROCESSORS_ONLN) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg))"
+echo
+echo "| what was measured |"
+echo "| --- |"
 run ./cmd/charon '^(TestRedisKilledUnderLoad|TestRedisCopiesSurviveAKilledServer|TestReserveProcessKilled|TestReloadStormThenSIGTERMUnderLoad|TestBadInputTouchesNoRedis|TestMillionValuesBounded)$'
 run ./internal/store/redisstore '^TestSentinelFailover$'
 run ./internal/store/resilient '^(TestClusterReshardUnderLoad|TestClusterReshardExactCounts)$'
