@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -19,7 +20,9 @@ import (
 
 // TestReserveProcessKilled runs the real binary: a `charon reserve` holding
 // every copy is killed with SIGKILL; the server sees its stream die and the
-// copies are free again.
+// copies are free again. Then one is paused with SIGSTOP: the server's
+// unanswered pings end its session (about 10 s), and the resumed holder
+// says so and exits 1.
 func TestReserveProcessKilled(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs the binary")
@@ -93,4 +96,44 @@ func TestReserveProcessKilled(t *testing.T) {
 	})
 	t.Logf("reliability: copies free %v after SIGKILL of the holder", time.Since(start))
 	c.Release(context.Background(), &charonv1.ReleaseRequest{HoldId: got.HoldId})
+
+	// A paused holder (SIGSTOP) does not answer the server's pings: the
+	// server ends its session and frees the copies; resumed, the holder
+	// says its hold is gone and exits 1.
+	var out2 syncBuffer
+	paused := exec.Command(bin, "reserve", "--addr", grpcAddr, "--domain", "c", "--descriptor", "db=a", "--copies", "3")
+	paused.Stdout = &out2
+	if err := paused.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waitOutput(t, &out2, "holding until interrupted")
+	if err := paused.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	start = time.Now()
+	deadline := time.Now().Add(90 * time.Second)
+	for {
+		if r, err := reserve3(); err == nil && r.Ok {
+			c.Release(context.Background(), &charonv1.ReleaseRequest{HoldId: r.HoldId})
+			break
+		}
+		if time.Now().After(deadline) {
+			paused.Process.Kill()
+			t.Fatalf("a paused holder's copies still held after 90 s\n%s", serveErr.String())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Logf("reliability: copies free %v after SIGSTOP of the holder", time.Since(start))
+	paused.Process.Signal(syscall.SIGCONT)
+	exited := make(chan error, 1)
+	go func() { exited <- paused.Wait() }()
+	select {
+	case err := <-exited:
+		if err == nil || !strings.Contains(out2.String(), "the session ended") {
+			t.Errorf("resumed holder: exit %v, output %q; want exit 1 saying the session ended", err, out2.String())
+		}
+	case <-time.After(60 * time.Second):
+		paused.Process.Kill()
+		t.Errorf("the resumed holder did not notice its session had ended; output %q", out2.String())
+	}
 }

@@ -6,6 +6,7 @@ package sessionhold
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"strings"
@@ -37,30 +38,45 @@ func Run(sigCtx context.Context, c charonv1.CharonClient, op *charonv1.SessionRe
 	if err != nil {
 		return false, CallError(err)
 	}
+	// One reader owns the stream's receiving side: answers to calls, and
+	// the stream's end while the hold waits (the server ended the session:
+	// its holds are released).
+	type msg struct {
+		resp *charonv1.SessionResponse
+		err  error
+	}
+	msgs := make(chan msg, 1)
+	go func() {
+		for {
+			resp, err := st.Recv()
+			select {
+			case msgs <- msg{resp, err}:
+			case <-ctx.Done():
+				return
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
 	call := func(req *charonv1.SessionRequest) (*charonv1.SessionResponse, error) {
 		req.Id++
 		if err := st.Send(req); err != nil {
 			return nil, CallError(err)
 		}
-		recvd := make(chan error, 1)
-		var resp *charonv1.SessionResponse
-		go func() {
-			var err error
-			resp, err = st.Recv()
-			recvd <- err
-		}()
+		var m msg
 		select {
-		case err := <-recvd:
-			if err != nil {
-				return nil, CallError(err)
+		case m = <-msgs:
+			if m.err != nil {
+				return nil, CallError(m.err)
 			}
 		case <-time.After(timeout):
 			return nil, fmt.Errorf("no answer in %v", timeout)
 		}
-		if e := resp.GetError(); e != nil {
+		if e := m.resp.GetError(); e != nil {
 			return nil, fmt.Errorf("%s: %s", codeName(e.GetCode()), e.GetMessage())
 		}
-		return resp, nil
+		return m.resp, nil
 	}
 	resp, err := call(op)
 	if err != nil {
@@ -82,17 +98,27 @@ func Run(sigCtx context.Context, c charonv1.CharonClient, op *charonv1.SessionRe
 	default:
 		return false, fmt.Errorf("unexpected answer %v", resp)
 	}
+	var until <-chan time.Time
 	if holdFor > 0 {
 		fmt.Fprintf(stdout, "holding for %v (interrupt to release now)\n", holdFor)
 		t := time.NewTimer(holdFor)
 		defer t.Stop()
-		select {
-		case <-t.C:
-		case <-sigCtx.Done():
-		}
+		until = t.C
 	} else {
 		fmt.Fprintln(stdout, "holding until interrupted")
-		<-sigCtx.Done()
+	}
+	select {
+	case <-until:
+	case <-sigCtx.Done():
+	case m := <-msgs:
+		// Nothing was asked: the session ended (the server stopped, or
+		// dropped a client that did not answer its pings).
+		err := m.err
+		if err == nil {
+			err = fmt.Errorf("unexpected message %v", m.resp)
+		}
+		fmt.Fprintln(stdout, "the session ended; the server released the hold:", CallError(err))
+		return true, fmt.Errorf("%w: %v", ErrSessionEnded, CallError(err))
 	}
 	rel, err := call(&charonv1.SessionRequest{Id: op.Id, Operation: &charonv1.SessionRequest_Release{Release: &charonv1.ReleaseRequest{HoldId: holdID}}})
 	switch {
@@ -108,6 +134,10 @@ func Run(sigCtx context.Context, c charonv1.CharonClient, op *charonv1.SessionRe
 	st.CloseSend()
 	return true, nil
 }
+
+// ErrSessionEnded reports that the server ended the session while the
+// hold waited: the hold was released.
+var ErrSessionEnded = errors.New("the session ended and its holds were released")
 
 func codeName(c int32) string { return codes.Code(c).String() }
 
