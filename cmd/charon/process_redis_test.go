@@ -326,7 +326,7 @@ func get(t *testing.T, url string) string {
 }
 
 // TestRedisBurstExactAtDefaults: at default settings, a burst of 400
-// concurrent single-hit requests over two servers sharing Redis, each caller
+// concurrent single-hit requests over three servers sharing Redis, each caller
 // allowing 3 s, grants exactly the limit (50): decisions wait for Redis as
 // long as the callers allow instead of falling back to per-process state.
 // No decision left the remote path, and other keys keep their whole limit.
@@ -340,15 +340,16 @@ func TestRedisBurstExactAtDefaults(t *testing.T) {
 	url := "redis://" + r.Addr()
 	a := startServe(t, bin, "--config", cfg, "--store", "redis", "--redis-url", url)
 	b := startServe(t, bin, "--config", cfg, "--store", "redis", "--redis-url", url)
-	procs := []*proc{a, b}
+	c := startServe(t, bin, "--config", cfg, "--store", "redis", "--redis-url", url)
+	procs := []*proc{a, b, c}
 	for round, who := range []string{"k1", "k2"} {
 		if got := burstWithin(t, procs, 400, 3*time.Second, "burst", who); got != 50 {
-			t.Errorf("round %d: burst of 400 over two servers: %d granted, want exactly 50", round, got)
+			t.Errorf("round %d: burst of 400 over three servers: %d granted, want exactly 50", round, got)
 		}
 	}
 	granted := 0
 	for i := 0; i < testLimit+5; i++ {
-		if procs[i%2].mustOK(t, "user", "untouched") {
+		if procs[i%len(procs)].mustOK(t, "user", "untouched") {
 			granted++
 		}
 	}
