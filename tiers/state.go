@@ -181,7 +181,6 @@ func secondWidth(limit int64, exact bool) int64 {
 	return second / bucketsPerWindow
 }
 
-
 // ForgetAt returns the instant from which forgetting g cannot change any
 // decision (its newest hit has left the last second), or the zero Time when
 // g holds no hit. A nil g returns the zero Time.

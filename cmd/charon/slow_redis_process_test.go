@@ -156,4 +156,3 @@ func TestRedisSlowed(t *testing.T) {
 		})
 	}
 }
-
