@@ -8,7 +8,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -90,17 +89,7 @@ func TestReloadStormThenSIGTERMUnderLoad(t *testing.T) {
 	}
 	before := ok.Load()
 	stopping.Store(true)
-	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case err := <-p.exited:
-		if err != nil {
-			t.Errorf("exit after SIGTERM: %v\n%s", err, p.stderr.String())
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatalf("no exit 30 s after SIGTERM\n%s", p.stderr.String())
-	}
+	p.stop(t) // SIGTERM: the drain, then exit 0
 	close(done)
 	wg.Wait()
 	t.Logf("reliability: reload storm and SIGTERM under load: %d decisions before SIGTERM, %d during the drain, then %d UNAVAILABLE", before, ok.Load()-before, unavailable.Load())
