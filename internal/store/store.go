@@ -88,3 +88,21 @@ type Store interface {
 	// afterwards. Close is idempotent.
 	Close() error
 }
+
+// ErrCannotInspect is returned by an Inspector wrapping a store that is
+// not one.
+var ErrCannotInspect = errors.New("store: cannot inspect this store")
+
+// Inspector is a Store that can show a pair's state without changing it and
+// clear it: what an operator's explain and reset do. The memory and Redis
+// stores implement it.
+type Inspector interface {
+	// Inspect returns the view at now of the state of it's pair (and of its
+	// resource's global state when its policy has a global limit), as
+	// tiers.Inspect computes it. Hits and Min are not read.
+	Inspect(ctx context.Context, now time.Time, it *Item) (tiers.View, error)
+	// Reset forgets the state of it's pair: its next request is decided
+	// as the first. The resource's global state is kept (it is every
+	// domain's).
+	Reset(ctx context.Context, it *Item) error
+}

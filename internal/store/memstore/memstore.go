@@ -259,3 +259,49 @@ func (s *Store) lookup(i int, k key) *lru.Entry[key, entry] {
 
 // pinned keeps the entries of the call in progress from eviction.
 func pinned(e *lru.Entry[key, entry]) bool { return e.Value.pinned }
+
+var _ store.Inspector = (*Store)(nil)
+
+// Inspect implements store.Inspector, under the locks of the pair's shards.
+func (s *Store) Inspect(_ context.Context, now time.Time, it *store.Item) (tiers.View, error) {
+	if s.closed.Load() {
+		return tiers.View{}, store.ErrClosed
+	}
+	sk, gk := itemKeys(it)
+	var locked [MaxShards / 64]uint64
+	idx, gidx := s.m.Index(sk), -1
+	locked[idx/64] |= 1 << (idx % 64)
+	if it.Policy.GlobalLimit > 0 {
+		gidx = s.m.Index(gk)
+		locked[gidx/64] |= 1 << (gidx % 64)
+	}
+	s.lock(&locked, true)
+	defer s.lock(&locked, false)
+	var st *tiers.State
+	if e := s.m.Shard(idx).Peek(sk); e != nil {
+		st = &e.Value.state
+	}
+	var g *tiers.Global
+	if gidx >= 0 {
+		g = new(tiers.Global)
+		if e := s.m.Shard(gidx).Peek(gk); e != nil && e.Value.global != nil {
+			g = e.Value.global
+		}
+	}
+	return tiers.Inspect(it.Policy, st, g, now), nil
+}
+
+// Reset implements store.Inspector.
+func (s *Store) Reset(_ context.Context, it *store.Item) error {
+	if s.closed.Load() {
+		return store.ErrClosed
+	}
+	sk, _ := itemKeys(it)
+	sh := s.m.ShardOf(sk)
+	sh.Lock()
+	defer sh.Unlock()
+	if e := sh.Peek(sk); e != nil {
+		sh.Remove(e)
+	}
+	return nil
+}

@@ -101,3 +101,17 @@ func newClock() *clock {
 
 func (c *clock) Now() time.Time          { return time.Unix(0, c.ns.Load()) }
 func (c *clock) Advance(d time.Duration) { c.ns.Add(int64(d)) }
+
+func (f *fakeRemote) Inspect(ctx context.Context, now time.Time, it *store.Item) (tiers.View, error) {
+	if err := f.behave(ctx); err != nil {
+		return tiers.View{}, err
+	}
+	return f.mem.Inspect(ctx, now, it)
+}
+
+func (f *fakeRemote) Reset(ctx context.Context, it *store.Item) error {
+	if err := f.behave(ctx); err != nil {
+		return err
+	}
+	return f.mem.Reset(ctx, it)
+}

@@ -459,3 +459,48 @@ func (noRemote) Decide(context.Context, time.Time, []store.Item, []tiers.Decisio
 func (noRemote) Ping(context.Context) error { return ErrNoRemote }
 
 func (noRemote) Close() error { return nil }
+
+var _ store.Inspector = (*Store)(nil)
+
+// Inspect implements store.Inspector by asking the remote (under Timeout
+// when ctx has no deadline), whatever the breaker's state: an operator
+// asking sees what Redis holds, or the error. A remote that is not an
+// Inspector returns store.ErrCannotInspect.
+func (s *Store) Inspect(ctx context.Context, now time.Time, it *store.Item) (tiers.View, error) {
+	in, ok := s.remote.(store.Inspector)
+	if !ok {
+		return tiers.View{}, store.ErrCannotInspect
+	}
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	return in.Inspect(ctx, now, it)
+}
+
+// Reset implements store.Inspector: it resets the pair on the remote, then
+// forgets its over-limit cache entry and its local fallback state.
+func (s *Store) Reset(ctx context.Context, it *store.Item) error {
+	in, ok := s.remote.(store.Inspector)
+	if !ok {
+		return store.ErrCannotInspect
+	}
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+	if err := in.Reset(ctx, it); err != nil {
+		return err
+	}
+	if s.cache != nil {
+		s.cache.drop(&it.Key)
+	}
+	if s.local != nil {
+		return s.local.Reset(ctx, it)
+	}
+	return nil
+}
+
+// bound gives ctx the Timeout when it has no deadline.
+func (s *Store) bound(ctx context.Context) (context.Context, context.CancelFunc) {
+	if _, ok := ctx.Deadline(); ok || s.timeout < 0 {
+		return ctx, func() {}
+	}
+	return context.WithTimeout(ctx, s.timeout)
+}

@@ -70,3 +70,27 @@ func (m *Model) Close() error {
 	m.mu.Unlock()
 	return nil
 }
+
+var _ store.Inspector = (*Model)(nil)
+
+// Inspect implements store.Inspector.
+func (m *Model) Inspect(_ context.Context, now time.Time, it *store.Item) (tiers.View, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var g *tiers.Global
+	if it.Policy.GlobalLimit > 0 {
+		g = m.globals[globalKey{it.Key.Resource, it.Key.PolicyID}]
+		if g == nil {
+			g = new(tiers.Global)
+		}
+	}
+	return tiers.Inspect(it.Policy, m.states[it.Key], g, now), nil
+}
+
+// Reset implements store.Inspector.
+func (m *Model) Reset(_ context.Context, it *store.Item) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	delete(m.states, it.Key)
+	return nil
+}

@@ -45,6 +45,7 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"ConcurrentGlobal", testConcurrentGlobal},
 		{"RandomTracesMatchModel", testRandomTraces},
 		{"Scenarios", testScenarios},
+		{"InspectAndReset", testInspect},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

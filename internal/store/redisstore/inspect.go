@@ -1,0 +1,180 @@
+package redisstore
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/charonlimit/charon/internal/store"
+	"github.com/charonlimit/charon/tiers"
+)
+
+var _ store.Inspector = (*Store)(nil)
+
+// Inspect implements store.Inspector with one read-only command (MGET of the
+// pair's state key and, with a global limit, its resource's global key, which
+// share a slot). The view is taken at now, the caller's clock, also under
+// ClockRedis.
+func (s *Store) Inspect(ctx context.Context, now time.Time, it *store.Item) (tiers.View, error) {
+	if s.closed.Load() {
+		return tiers.View{}, store.ErrClosed
+	}
+	if it.Policy == nil {
+		return tiers.View{}, fmt.Errorf("%w: no policy", store.ErrBadItem)
+	}
+	sk, gk := stateKey(s.prefix, it)
+	keys := []string{sk}
+	if gk != "" {
+		keys = append(keys, gk)
+	}
+	vals, err := s.c.MGet(ctx, keys...).Result()
+	if err != nil {
+		return tiers.View{}, fmt.Errorf("redisstore: %w", err)
+	}
+	var st tiers.State
+	v, err := blobInts(vals[0])
+	if err == nil {
+		err = st.SetCompact(it.Policy, v)
+	}
+	if err != nil {
+		return tiers.View{}, fmt.Errorf("redisstore: state of %s: %w", sk, err)
+	}
+	var g *tiers.Global
+	if gk != "" {
+		g = new(tiers.Global)
+		v, err := blobInts(vals[1])
+		if err == nil {
+			err = g.SetCompact(v)
+		}
+		if err != nil {
+			return tiers.View{}, fmt.Errorf("redisstore: global state %s: %w", gk, err)
+		}
+	}
+	return tiers.Inspect(it.Policy, &st, g, now), nil
+}
+
+// Reset implements store.Inspector: it deletes the pair's state key.
+func (s *Store) Reset(ctx context.Context, it *store.Item) error {
+	if s.closed.Load() {
+		return store.ErrClosed
+	}
+	if it.Policy == nil {
+		return fmt.Errorf("%w: no policy", store.ErrBadItem)
+	}
+	sk, _ := stateKey(s.prefix, it)
+	if err := s.c.Del(ctx, sk).Err(); err != nil && !errors.Is(err, redis.Nil) {
+		return fmt.Errorf("redisstore: %w", err)
+	}
+	return nil
+}
+
+// errBlob is a state blob that is not a msgpack array of numbers.
+var errBlob = errors.New("not a msgpack array of integers")
+
+// blobInts decodes a state blob as decide.lua's cmsgpack writes it: an array
+// of numbers, each an integer (or an integral double). A missing key (nil)
+// is an empty array: a fresh state.
+func blobInts(v any) ([]int64, error) {
+	if v == nil {
+		return nil, nil
+	}
+	str, ok := v.(string)
+	if !ok {
+		return nil, errBlob
+	}
+	n, b, ok := msgpackArray([]byte(str))
+	if !ok {
+		return nil, errBlob
+	}
+	out := make([]int64, 0, n)
+	for range n {
+		var x int64
+		if x, b, ok = msgpackInt(b); !ok {
+			return nil, errBlob
+		}
+		out = append(out, x)
+	}
+	if len(b) != 0 {
+		return nil, errBlob
+	}
+	return out, nil
+}
+
+func msgpackArray(b []byte) (int, []byte, bool) {
+	switch {
+	case len(b) >= 1 && b[0]&0xf0 == 0x90:
+		return int(b[0] & 0x0f), b[1:], true
+	case len(b) >= 3 && b[0] == 0xdc:
+		return int(binary.BigEndian.Uint16(b[1:])), b[3:], true
+	case len(b) >= 5 && b[0] == 0xdd:
+		n := binary.BigEndian.Uint32(b[1:])
+		if int64(n) > int64(len(b)) {
+			return 0, nil, false
+		}
+		return int(n), b[5:], true
+	}
+	return 0, nil, false
+}
+
+// msgpackInt reads one number; a double must be integral and within int64.
+func msgpackInt(b []byte) (int64, []byte, bool) {
+	if len(b) == 0 {
+		return 0, nil, false
+	}
+	c := b[0]
+	switch {
+	case c <= 0x7f:
+		return int64(c), b[1:], true
+	case c >= 0xe0:
+		return int64(int8(c)), b[1:], true
+	}
+	var size int
+	switch c {
+	case 0xcc, 0xd0:
+		size = 1
+	case 0xcd, 0xd1:
+		size = 2
+	case 0xce, 0xd2, 0xca:
+		size = 4
+	case 0xcf, 0xd3, 0xcb:
+		size = 8
+	}
+	if size == 0 || len(b) < 1+size {
+		return 0, nil, false
+	}
+	p, rest := b[1:1+size], b[1+size:]
+	switch c {
+	case 0xcc:
+		return int64(p[0]), rest, true
+	case 0xcd:
+		return int64(binary.BigEndian.Uint16(p)), rest, true
+	case 0xce:
+		return int64(binary.BigEndian.Uint32(p)), rest, true
+	case 0xcf:
+		u := binary.BigEndian.Uint64(p)
+		return int64(u), rest, u <= math.MaxInt64
+	case 0xd0:
+		return int64(int8(p[0])), rest, true
+	case 0xd1:
+		return int64(int16(binary.BigEndian.Uint16(p))), rest, true
+	case 0xd2:
+		return int64(int32(binary.BigEndian.Uint32(p))), rest, true
+	case 0xd3:
+		return int64(binary.BigEndian.Uint64(p)), rest, true
+	}
+	var f float64
+	if c == 0xca {
+		f = float64(math.Float32frombits(binary.BigEndian.Uint32(p)))
+	} else {
+		f = math.Float64frombits(binary.BigEndian.Uint64(p))
+	}
+	if f != math.Trunc(f) || f < math.MinInt64 || f >= math.MaxInt64 {
+		return 0, nil, false
+	}
+	return int64(f), rest, true
+}
