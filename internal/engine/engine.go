@@ -184,27 +184,8 @@ func (e *Engine) Decide(ctx context.Context, req *Request, resp *Response) error
 
 	sc := e.scratch.Get().(*scratch)
 	defer e.putScratch(sc)
-	sc.matches = grow(sc.matches, n)
+	e.match(tree, req, known, sc)
 	sc.itemOf = grow(sc.itemOf, n)
-	replaces := false
-	for i := range req.Descriptors {
-		d := &req.Descriptors[i]
-		m, ok := tree.Match(req.Domain, d.Entries)
-		if !ok {
-			m = descriptors.Match{}
-		}
-		if d.Override != nil && known {
-			// envoyproxy/ratelimit's rule: a descriptor's own limit replaces
-			// the configured one, for any descriptor of a known domain.
-			sc.buf = e.overrideMatch(sc.buf[:0], req.Domain, d, &m, ok)
-		} else if ok && len(m.Limit.Replaces) > 0 {
-			replaces = true
-		}
-		sc.matches[i] = m
-	}
-	if replaces {
-		descriptors.ApplyReplaces(sc.matches)
-	}
 
 	sc.items, sc.quota = sc.items[:0], sc.quota[:0]
 	for i := range req.Descriptors {
@@ -285,6 +266,32 @@ func (e *Engine) Decide(ctx context.Context, req *Request, resp *Response) error
 		resp.Code = CodeOverLimit
 	}
 	return nil
+}
+
+// match sets sc.matches to the matches of req's descriptors in tree
+// (known: req.Domain is one of its domains), requests' own limits and
+// replaces applied.
+func (e *Engine) match(tree *descriptors.Tree, req *Request, known bool, sc *scratch) {
+	sc.matches = grow(sc.matches, len(req.Descriptors))
+	replaces := false
+	for i := range req.Descriptors {
+		d := &req.Descriptors[i]
+		m, ok := tree.Match(req.Domain, d.Entries)
+		if !ok {
+			m = descriptors.Match{}
+		}
+		if d.Override != nil && known {
+			// envoyproxy/ratelimit's rule: a descriptor's own limit replaces
+			// the configured one, for any descriptor of a known domain.
+			sc.buf = e.overrideMatch(sc.buf[:0], req.Domain, d, &m, ok)
+		} else if ok && len(m.Limit.Replaces) > 0 {
+			replaces = true
+		}
+		sc.matches[i] = m
+	}
+	if replaces {
+		descriptors.ApplyReplaces(sc.matches)
+	}
 }
 
 // decide runs the store on items; its error matches ErrStore.
