@@ -94,7 +94,13 @@ func (s *Server) debugHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(s.metrics.Registry, promhttp.HandlerOpts{}))
 	mux.HandleFunc("/rlconfig", s.serveRLConfig)
-	index := "/metrics: Prometheus metrics\n/rlconfig: the configuration in force\n"
+	mux.HandleFunc("GET /explain", s.serveExplain)
+	index := "/metrics: Prometheus metrics\n/rlconfig: the configuration in force\n" +
+		"/explain?domain=D&descriptor=k=v,k2=v2: how a request resolves and its pairs' state (JSON)\n"
+	if s.opts.DebugReset {
+		mux.HandleFunc("POST /reset", s.serveReset)
+		index += "POST /reset?domain=D&descriptor=k=v,k2=v2: forget those pairs' state\n"
+	}
 	if s.opts.Pprof {
 		mux.HandleFunc("/debug/pprof/", pprof.Index)
 		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)

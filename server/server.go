@@ -129,6 +129,10 @@ type Options struct {
 	DebugToken string
 	DebugTLS   *tls.Config
 	Pprof      bool
+	// DebugReset serves POST /reset on the debug port, which forgets pairs'
+	// state; it needs DebugToken or a DebugTLS requiring client
+	// certificates.
+	DebugReset bool
 
 	Logger  *slog.Logger // nil: discard
 	Metrics *Metrics     // nil: NewMetrics(nil)
@@ -171,6 +175,9 @@ func New(opts Options) (*Server, error) {
 	}
 	if opts.ConfigDir != "" && opts.Load == nil {
 		return nil, errors.New("server: Options.Load is required with ConfigDir")
+	}
+	if err := checkDebugReset(&opts); err != nil {
+		return nil, err
 	}
 	if opts.PollInterval <= 0 {
 		opts.PollInterval = DefaultPollInterval

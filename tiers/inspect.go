@@ -161,7 +161,7 @@ func (v *View) Summary(p *Policy) string {
 			fmt.Fprintf(&b, "tier %d of %d (%s)", v.Tier, numTiers(p), rate(&p.Tiers[v.Tier-1]))
 		}
 		if v.Tier > 0 {
-			fmt.Fprintf(&b, ", %d hits in its window", v.Tiers[v.Tier-1].Hits)
+			fmt.Fprintf(&b, ", %s in its window", hits(v.Tiers[v.Tier-1].Hits))
 		}
 		if p.HardLimit > 0 {
 			fmt.Fprintf(&b, "; hard limit %d per second, %d used", p.HardLimit, v.DomainHits)
@@ -177,16 +177,20 @@ func (v *View) Summary(p *Policy) string {
 	b.WriteString(": ")
 	switch {
 	case v.Remaining > 0:
-		fmt.Fprintf(&b, "%d more hits now", v.Remaining)
+		if v.Remaining == 1 {
+			b.WriteString("1 more hit now")
+		} else {
+			fmt.Fprintf(&b, "%d more hits now", v.Remaining)
+		}
 	case v.RetryAfter == Unbounded:
 		b.WriteString("rejecting, and no wait helps")
 	default:
-		fmt.Fprintf(&b, "rejecting for %s", v.RetryAfter)
+		fmt.Fprintf(&b, "rejecting for %s", round(v.RetryAfter))
 	}
 	if v.Next.IsZero() {
 		return b.String()
 	}
-	in := v.Next.Sub(v.At)
+	in := round(v.Next.Sub(v.At))
 	b.WriteString("; ")
 	switch p.Kind {
 	case KindTiers:
@@ -233,4 +237,20 @@ func (v *View) nextTierEvent(p *Policy, in time.Duration) string {
 // rate words a tier's limit, e.g. "5 per 1s".
 func rate(t *Tier) string {
 	return fmt.Sprintf("%d per %s", t.Limit, t.Window)
+}
+
+// hits words n hits.
+func hits(n int64) string {
+	if n == 1 {
+		return "1 hit"
+	}
+	return fmt.Sprintf("%d hits", n)
+}
+
+// round rounds d to the millisecond for people, when it is that long.
+func round(d time.Duration) time.Duration {
+	if d >= time.Millisecond {
+		return d.Round(time.Millisecond)
+	}
+	return d
 }

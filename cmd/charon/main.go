@@ -29,6 +29,8 @@ Usage:
   charon serve [flags]                     serve gRPC RLS, HTTP /json and debug endpoints
   charon config check DIR [--dump]         validate a configuration directory
   charon ask --domain D --descriptor k=v   ask a running server for a decision
+  charon explain --domain D --descriptor k=v
+                                           why a request is limited: its pairs' state
   charon bench [flags]                     load a running server and report throughput
   charon health [--addr HOST:PORT]         exit 0 when a server's gRPC health is SERVING
   charon reserve --domain D --descriptor k=v [--copies N --min M] [--hold-for DUR]
@@ -67,6 +69,8 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) in
 		err = runCheck(args[2:], stdout, stderr)
 	case "ask":
 		err = runAsk(args[1:], stdout, stderr)
+	case "explain":
+		err = runExplain(args[1:], stdout, stderr)
 	case "bench":
 		err = runBench(args[1:], stdout, stderr)
 	case "health":

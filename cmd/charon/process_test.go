@@ -175,6 +175,13 @@ func TestServeProcess(t *testing.T) {
 		t.Errorf("charon health with no server: exit %d, want 1", code)
 	}
 
+	// charon explain: the pair alice just used, read back.
+	out.Reset()
+	if code := run([]string{"explain", "--addr", grpcAddr, "--domain", "bench", "--descriptor", "user=alice"}, os.Getenv, &out, &errb); code != 0 ||
+		!strings.Contains(out.String(), "bench.yaml:") || !strings.Contains(out.String(), "999 more hits now") {
+		t.Errorf("charon explain: exit %d\n%s%s", code, out.String(), errb.String())
+	}
+
 	// SIGTERM: the drain. /healthcheck turns 500 while decisions are
 	// still answered; a second SIGTERM ends the 10-minute drain.
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {

@@ -93,6 +93,8 @@ type serveConfig struct {
 	DebugTokenFile string
 	DebugTLS       bool
 	Pprof          bool
+	// DebugReset serves POST /reset on the debug port.
+	DebugReset bool
 }
 
 func defaultServeConfig() serveConfig {
@@ -174,6 +176,7 @@ func serveFlags(fs *flag.FlagSet, c *serveConfig) {
 	fs.StringVar(&c.DebugTokenFile, "debug-token-file", c.DebugTokenFile, "require this `file`'s bearer token on every debug port request (env CHARON_DEBUG_TOKEN_FILE)")
 	fs.BoolVar(&c.DebugTLS, "debug-tls", c.DebugTLS, "serve the debug port over TLS too, with the gRPC port's certificate and client CA (env CHARON_DEBUG_TLS)")
 	fs.BoolVar(&c.Pprof, "pprof", c.Pprof, "serve Go profiles at /debug/pprof/ on the debug port (env CHARON_PPROF)")
+	fs.BoolVar(&c.DebugReset, "debug-reset", c.DebugReset, "serve POST /reset on the debug port, which forgets pairs' state; needs --debug-token-file or --debug-tls with a client CA (env CHARON_DEBUG_RESET)")
 	fs.IntVar(&c.HeapFloorMiB, "heap-floor-mib", c.HeapFloorMiB, "the garbage collector's heap goal is at least this many MiB while the live heap is small; 0: Go's default (env CHARON_HEAP_FLOOR_MIB)")
 }
 
@@ -431,6 +434,7 @@ func runServe(args []string, getenv func(string) string, stderr io.Writer) error
 		Authz:                 sec.authz,
 		DebugToken:            sec.debugToken,
 		Pprof:                 c.Pprof,
+		DebugReset:            c.DebugReset,
 		MetricsAddr:           c.MetricsAddr,
 		MetricsPath:           c.MetricsPath,
 		HeaderNames:           c.HeaderNames,

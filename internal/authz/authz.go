@@ -18,8 +18,9 @@ import (
 var groups = map[string][]string{
 	// rls: rate-limit decisions, Envoy's and charon.v1's bulk Request.
 	"rls": {"/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit", "/charon.v1.Charon/Request"},
-	// read: what changes nothing (server reflection).
-	"read": {"/grpc.reflection.v1.ServerReflection/ServerReflectionInfo", "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo"},
+	// read: what changes nothing (server reflection, Explain).
+	"read": {"/grpc.reflection.v1.ServerReflection/ServerReflectionInfo", "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo",
+		"/charon.v1.Charon/Explain"},
 	// reserve: taking and giving back copies of one's own session.
 	"reserve": {"/charon.v1.Charon/Reserve", "/charon.v1.Charon/Release", "/charon.v1.Charon/Transfer",
 		"/charon.v1.Charon/KeepAlive", "/charon.v1.Charon/Session"},

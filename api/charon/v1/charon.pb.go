@@ -1809,6 +1809,535 @@ func (*SessionResponse_KeepAlive) isSessionResponse_Result() {}
 
 func (*SessionResponse_Error) isSessionResponse_Result() {}
 
+// ExplainRequest names descriptors of one RLS domain, as a
+// RateLimitRequest does.
+type ExplainRequest struct {
+	state         protoimpl.MessageState       `protogen:"open.v1"`
+	Domain        string                       `protobuf:"bytes,1,opt,name=domain,proto3" json:"domain,omitempty"`
+	Descriptors   []*ExplainRequest_Descriptor `protobuf:"bytes,2,rep,name=descriptors,proto3" json:"descriptors,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExplainRequest) Reset() {
+	*x = ExplainRequest{}
+	mi := &file_charon_v1_charon_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExplainRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExplainRequest) ProtoMessage() {}
+
+func (x *ExplainRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_charon_v1_charon_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExplainRequest.ProtoReflect.Descriptor instead.
+func (*ExplainRequest) Descriptor() ([]byte, []int) {
+	return file_charon_v1_charon_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *ExplainRequest) GetDomain() string {
+	if x != nil {
+		return x.Domain
+	}
+	return ""
+}
+
+func (x *ExplainRequest) GetDescriptors() []*ExplainRequest_Descriptor {
+	if x != nil {
+		return x.Descriptors
+	}
+	return nil
+}
+
+// ExplainResponse has one explanation per descriptor, in request order.
+type ExplainResponse struct {
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	Explanations []*Explanation         `protobuf:"bytes,1,rep,name=explanations,proto3" json:"explanations,omitempty"`
+	// The instant of the views.
+	At            *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=at,proto3" json:"at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExplainResponse) Reset() {
+	*x = ExplainResponse{}
+	mi := &file_charon_v1_charon_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExplainResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExplainResponse) ProtoMessage() {}
+
+func (x *ExplainResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_charon_v1_charon_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExplainResponse.ProtoReflect.Descriptor instead.
+func (*ExplainResponse) Descriptor() ([]byte, []int) {
+	return file_charon_v1_charon_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *ExplainResponse) GetExplanations() []*Explanation {
+	if x != nil {
+		return x.Explanations
+	}
+	return nil
+}
+
+func (x *ExplainResponse) GetAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.At
+	}
+	return nil
+}
+
+// TierState is one burst tier: its configuration and its state.
+type TierState struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Limit  int64                  `protobuf:"varint,1,opt,name=limit,proto3" json:"limit,omitempty"`
+	Window *durationpb.Duration   `protobuf:"bytes,2,opt,name=window,proto3" json:"window,omitempty"`
+	// Unset: unbounded.
+	Active    *durationpb.Duration `protobuf:"bytes,3,opt,name=active,proto3" json:"active,omitempty"`
+	Cooldown  *durationpb.Duration `protobuf:"bytes,4,opt,name=cooldown,proto3" json:"cooldown,omitempty"`
+	Skippable bool                 `protobuf:"varint,5,opt,name=skippable,proto3" json:"skippable,omitempty"`
+	// "inactive", "active" or "cooldown".
+	Phase string `protobuf:"bytes,6,opt,name=phase,proto3" json:"phase,omitempty"`
+	// When last entered, and when its active period and cooldown end (unset:
+	// never entered, or never ends).
+	EnteredAt     *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=entered_at,json=enteredAt,proto3" json:"entered_at,omitempty"`
+	ActiveUntil   *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=active_until,json=activeUntil,proto3" json:"active_until,omitempty"`
+	CooldownUntil *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=cooldown_until,json=cooldownUntil,proto3" json:"cooldown_until,omitempty"`
+	// Hits in its window now.
+	Hits          int64 `protobuf:"varint,10,opt,name=hits,proto3" json:"hits,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TierState) Reset() {
+	*x = TierState{}
+	mi := &file_charon_v1_charon_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TierState) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TierState) ProtoMessage() {}
+
+func (x *TierState) ProtoReflect() protoreflect.Message {
+	mi := &file_charon_v1_charon_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TierState.ProtoReflect.Descriptor instead.
+func (*TierState) Descriptor() ([]byte, []int) {
+	return file_charon_v1_charon_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *TierState) GetLimit() int64 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+func (x *TierState) GetWindow() *durationpb.Duration {
+	if x != nil {
+		return x.Window
+	}
+	return nil
+}
+
+func (x *TierState) GetActive() *durationpb.Duration {
+	if x != nil {
+		return x.Active
+	}
+	return nil
+}
+
+func (x *TierState) GetCooldown() *durationpb.Duration {
+	if x != nil {
+		return x.Cooldown
+	}
+	return nil
+}
+
+func (x *TierState) GetSkippable() bool {
+	if x != nil {
+		return x.Skippable
+	}
+	return false
+}
+
+func (x *TierState) GetPhase() string {
+	if x != nil {
+		return x.Phase
+	}
+	return ""
+}
+
+func (x *TierState) GetEnteredAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.EnteredAt
+	}
+	return nil
+}
+
+func (x *TierState) GetActiveUntil() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ActiveUntil
+	}
+	return nil
+}
+
+func (x *TierState) GetCooldownUntil() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CooldownUntil
+	}
+	return nil
+}
+
+func (x *TierState) GetHits() int64 {
+	if x != nil {
+		return x.Hits
+	}
+	return 0
+}
+
+// Explanation is how one descriptor resolves and its pair's state.
+type Explanation struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Whether a rate limit applies; when not, reason says why.
+	Limited bool    `protobuf:"varint,1,opt,name=limited,proto3" json:"limited,omitempty"`
+	Reason  string  `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	Target  *Target `protobuf:"bytes,3,opt,name=target,proto3" json:"target,omitempty"`
+	// The matched leaf, "file:line" of the config.
+	Leaf string `protobuf:"bytes,4,opt,name=leaf,proto3" json:"leaf,omitempty"`
+	// The leaf's rate_limit name, if any.
+	Name string `protobuf:"bytes,5,opt,name=name,proto3" json:"name,omitempty"`
+	// "" (the leaf's policy), "domain" (its override for this Charon domain)
+	// or "request" (the descriptor's own limit).
+	Override string `protobuf:"bytes,6,opt,name=override,proto3" json:"override,omitempty"`
+	// Shadow mode or ignore_limits: a rejection would be answered OK. Quota
+	// mode: it fails the request only when every quota descriptor is over.
+	Shadow bool `protobuf:"varint,7,opt,name=shadow,proto3" json:"shadow,omitempty"`
+	Quota  bool `protobuf:"varint,8,opt,name=quota,proto3" json:"quota,omitempty"`
+	// The policy in force: "tiers", "token_bucket" or "fixed_window", with
+	// its parameters (hard and global limits per second; 0: none).
+	Kind        string       `protobuf:"bytes,9,opt,name=kind,proto3" json:"kind,omitempty"`
+	HardLimit   int64        `protobuf:"varint,10,opt,name=hard_limit,json=hardLimit,proto3" json:"hard_limit,omitempty"`
+	GlobalLimit int64        `protobuf:"varint,11,opt,name=global_limit,json=globalLimit,proto3" json:"global_limit,omitempty"`
+	Tiers       []*TierState `protobuf:"bytes,12,rep,name=tiers,proto3" json:"tiers,omitempty"`
+	// The current tier (0: none active; 1 for a token bucket or fixed window).
+	Tier int32 `protobuf:"varint,13,opt,name=tier,proto3" json:"tier,omitempty"`
+	// The pair's and the resource's hits in the last second.
+	DomainHits   int64 `protobuf:"varint,14,opt,name=domain_hits,json=domainHits,proto3" json:"domain_hits,omitempty"`
+	ResourceHits int64 `protobuf:"varint,15,opt,name=resource_hits,json=resourceHits,proto3" json:"resource_hits,omitempty"`
+	// A token bucket's credits in use and capacity, or a fixed window's count
+	// and limit, and its end.
+	Used      int64                  `protobuf:"varint,16,opt,name=used,proto3" json:"used,omitempty"`
+	Capacity  int64                  `protobuf:"varint,17,opt,name=capacity,proto3" json:"capacity,omitempty"`
+	WindowEnd *timestamppb.Timestamp `protobuf:"bytes,18,opt,name=window_end,json=windowEnd,proto3" json:"window_end,omitempty"`
+	// What one hit would get now: remaining hits; when none, the wait
+	// (retry_never: no wait helps); when some, the time until remaining grows.
+	Remaining  int64                `protobuf:"varint,19,opt,name=remaining,proto3" json:"remaining,omitempty"`
+	RetryAfter *durationpb.Duration `protobuf:"bytes,20,opt,name=retry_after,json=retryAfter,proto3" json:"retry_after,omitempty"`
+	RetryNever bool                 `protobuf:"varint,21,opt,name=retry_never,json=retryNever,proto3" json:"retry_never,omitempty"`
+	ResetAfter *durationpb.Duration `protobuf:"bytes,22,opt,name=reset_after,json=resetAfter,proto3" json:"reset_after,omitempty"`
+	// The next change with no traffic (unset: none), and the current tier
+	// from then.
+	Next     *timestamppb.Timestamp `protobuf:"bytes,23,opt,name=next,proto3" json:"next,omitempty"`
+	NextTier int32                  `protobuf:"varint,24,opt,name=next_tier,json=nextTier,proto3" json:"next_tier,omitempty"`
+	// All of it in words.
+	Summary       string `protobuf:"bytes,25,opt,name=summary,proto3" json:"summary,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Explanation) Reset() {
+	*x = Explanation{}
+	mi := &file_charon_v1_charon_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Explanation) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Explanation) ProtoMessage() {}
+
+func (x *Explanation) ProtoReflect() protoreflect.Message {
+	mi := &file_charon_v1_charon_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Explanation.ProtoReflect.Descriptor instead.
+func (*Explanation) Descriptor() ([]byte, []int) {
+	return file_charon_v1_charon_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *Explanation) GetLimited() bool {
+	if x != nil {
+		return x.Limited
+	}
+	return false
+}
+
+func (x *Explanation) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *Explanation) GetTarget() *Target {
+	if x != nil {
+		return x.Target
+	}
+	return nil
+}
+
+func (x *Explanation) GetLeaf() string {
+	if x != nil {
+		return x.Leaf
+	}
+	return ""
+}
+
+func (x *Explanation) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *Explanation) GetOverride() string {
+	if x != nil {
+		return x.Override
+	}
+	return ""
+}
+
+func (x *Explanation) GetShadow() bool {
+	if x != nil {
+		return x.Shadow
+	}
+	return false
+}
+
+func (x *Explanation) GetQuota() bool {
+	if x != nil {
+		return x.Quota
+	}
+	return false
+}
+
+func (x *Explanation) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *Explanation) GetHardLimit() int64 {
+	if x != nil {
+		return x.HardLimit
+	}
+	return 0
+}
+
+func (x *Explanation) GetGlobalLimit() int64 {
+	if x != nil {
+		return x.GlobalLimit
+	}
+	return 0
+}
+
+func (x *Explanation) GetTiers() []*TierState {
+	if x != nil {
+		return x.Tiers
+	}
+	return nil
+}
+
+func (x *Explanation) GetTier() int32 {
+	if x != nil {
+		return x.Tier
+	}
+	return 0
+}
+
+func (x *Explanation) GetDomainHits() int64 {
+	if x != nil {
+		return x.DomainHits
+	}
+	return 0
+}
+
+func (x *Explanation) GetResourceHits() int64 {
+	if x != nil {
+		return x.ResourceHits
+	}
+	return 0
+}
+
+func (x *Explanation) GetUsed() int64 {
+	if x != nil {
+		return x.Used
+	}
+	return 0
+}
+
+func (x *Explanation) GetCapacity() int64 {
+	if x != nil {
+		return x.Capacity
+	}
+	return 0
+}
+
+func (x *Explanation) GetWindowEnd() *timestamppb.Timestamp {
+	if x != nil {
+		return x.WindowEnd
+	}
+	return nil
+}
+
+func (x *Explanation) GetRemaining() int64 {
+	if x != nil {
+		return x.Remaining
+	}
+	return 0
+}
+
+func (x *Explanation) GetRetryAfter() *durationpb.Duration {
+	if x != nil {
+		return x.RetryAfter
+	}
+	return nil
+}
+
+func (x *Explanation) GetRetryNever() bool {
+	if x != nil {
+		return x.RetryNever
+	}
+	return false
+}
+
+func (x *Explanation) GetResetAfter() *durationpb.Duration {
+	if x != nil {
+		return x.ResetAfter
+	}
+	return nil
+}
+
+func (x *Explanation) GetNext() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Next
+	}
+	return nil
+}
+
+func (x *Explanation) GetNextTier() int32 {
+	if x != nil {
+		return x.NextTier
+	}
+	return 0
+}
+
+func (x *Explanation) GetSummary() string {
+	if x != nil {
+		return x.Summary
+	}
+	return ""
+}
+
+type ExplainRequest_Descriptor struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Entries       []*Entry               `protobuf:"bytes,1,rep,name=entries,proto3" json:"entries,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExplainRequest_Descriptor) Reset() {
+	*x = ExplainRequest_Descriptor{}
+	mi := &file_charon_v1_charon_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExplainRequest_Descriptor) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExplainRequest_Descriptor) ProtoMessage() {}
+
+func (x *ExplainRequest_Descriptor) ProtoReflect() protoreflect.Message {
+	mi := &file_charon_v1_charon_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExplainRequest_Descriptor.ProtoReflect.Descriptor instead.
+func (*ExplainRequest_Descriptor) Descriptor() ([]byte, []int) {
+	return file_charon_v1_charon_proto_rawDescGZIP(), []int{20, 0}
+}
+
+func (x *ExplainRequest_Descriptor) GetEntries() []*Entry {
+	if x != nil {
+		return x.Entries
+	}
+	return nil
+}
+
 var File_charon_v1_charon_proto protoreflect.FileDescriptor
 
 const file_charon_v1_charon_proto_rawDesc = "" +
@@ -1953,7 +2482,62 @@ const file_charon_v1_charon_proto_rawDesc = "" +
 	"\n" +
 	"keep_alive\x18\a \x01(\v2\x1c.charon.v1.KeepAliveResponseH\x00R\tkeepAlive\x12(\n" +
 	"\x05error\x18\b \x01(\v2\x10.charon.v1.ErrorH\x00R\x05errorB\b\n" +
-	"\x06result2\xdd\x03\n" +
+	"\x06result\"\xaa\x01\n" +
+	"\x0eExplainRequest\x12\x16\n" +
+	"\x06domain\x18\x01 \x01(\tR\x06domain\x12F\n" +
+	"\vdescriptors\x18\x02 \x03(\v2$.charon.v1.ExplainRequest.DescriptorR\vdescriptors\x1a8\n" +
+	"\n" +
+	"Descriptor\x12*\n" +
+	"\aentries\x18\x01 \x03(\v2\x10.charon.v1.EntryR\aentries\"y\n" +
+	"\x0fExplainResponse\x12:\n" +
+	"\fexplanations\x18\x01 \x03(\v2\x16.charon.v1.ExplanationR\fexplanations\x12*\n" +
+	"\x02at\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\"\xc3\x03\n" +
+	"\tTierState\x12\x14\n" +
+	"\x05limit\x18\x01 \x01(\x03R\x05limit\x121\n" +
+	"\x06window\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x06window\x121\n" +
+	"\x06active\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\x06active\x125\n" +
+	"\bcooldown\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\bcooldown\x12\x1c\n" +
+	"\tskippable\x18\x05 \x01(\bR\tskippable\x12\x14\n" +
+	"\x05phase\x18\x06 \x01(\tR\x05phase\x129\n" +
+	"\n" +
+	"entered_at\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\tenteredAt\x12=\n" +
+	"\factive_until\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\vactiveUntil\x12A\n" +
+	"\x0ecooldown_until\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\rcooldownUntil\x12\x12\n" +
+	"\x04hits\x18\n" +
+	" \x01(\x03R\x04hits\"\xc1\x06\n" +
+	"\vExplanation\x12\x18\n" +
+	"\alimited\x18\x01 \x01(\bR\alimited\x12\x16\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\x12)\n" +
+	"\x06target\x18\x03 \x01(\v2\x11.charon.v1.TargetR\x06target\x12\x12\n" +
+	"\x04leaf\x18\x04 \x01(\tR\x04leaf\x12\x12\n" +
+	"\x04name\x18\x05 \x01(\tR\x04name\x12\x1a\n" +
+	"\boverride\x18\x06 \x01(\tR\boverride\x12\x16\n" +
+	"\x06shadow\x18\a \x01(\bR\x06shadow\x12\x14\n" +
+	"\x05quota\x18\b \x01(\bR\x05quota\x12\x12\n" +
+	"\x04kind\x18\t \x01(\tR\x04kind\x12\x1d\n" +
+	"\n" +
+	"hard_limit\x18\n" +
+	" \x01(\x03R\thardLimit\x12!\n" +
+	"\fglobal_limit\x18\v \x01(\x03R\vglobalLimit\x12*\n" +
+	"\x05tiers\x18\f \x03(\v2\x14.charon.v1.TierStateR\x05tiers\x12\x12\n" +
+	"\x04tier\x18\r \x01(\x05R\x04tier\x12\x1f\n" +
+	"\vdomain_hits\x18\x0e \x01(\x03R\n" +
+	"domainHits\x12#\n" +
+	"\rresource_hits\x18\x0f \x01(\x03R\fresourceHits\x12\x12\n" +
+	"\x04used\x18\x10 \x01(\x03R\x04used\x12\x1a\n" +
+	"\bcapacity\x18\x11 \x01(\x03R\bcapacity\x129\n" +
+	"\n" +
+	"window_end\x18\x12 \x01(\v2\x1a.google.protobuf.TimestampR\twindowEnd\x12\x1c\n" +
+	"\tremaining\x18\x13 \x01(\x03R\tremaining\x12:\n" +
+	"\vretry_after\x18\x14 \x01(\v2\x19.google.protobuf.DurationR\n" +
+	"retryAfter\x12\x1f\n" +
+	"\vretry_never\x18\x15 \x01(\bR\n" +
+	"retryNever\x12:\n" +
+	"\vreset_after\x18\x16 \x01(\v2\x19.google.protobuf.DurationR\n" +
+	"resetAfter\x12.\n" +
+	"\x04next\x18\x17 \x01(\v2\x1a.google.protobuf.TimestampR\x04next\x12\x1b\n" +
+	"\tnext_tier\x18\x18 \x01(\x05R\bnextTier\x12\x18\n" +
+	"\asummary\x18\x19 \x01(\tR\asummary2\x9f\x04\n" +
 	"\x06Charon\x12@\n" +
 	"\aRequest\x12\x19.charon.v1.RequestRequest\x1a\x1a.charon.v1.RequestResponse\x12@\n" +
 	"\aReserve\x12\x19.charon.v1.ReserveRequest\x1a\x1a.charon.v1.ReserveResponse\x12@\n" +
@@ -1961,7 +2545,8 @@ const file_charon_v1_charon_proto_rawDesc = "" +
 	"\bTransfer\x12\x1a.charon.v1.TransferRequest\x1a\x1b.charon.v1.TransferResponse\x12:\n" +
 	"\x05Seize\x12\x17.charon.v1.SeizeRequest\x1a\x18.charon.v1.SeizeResponse\x12F\n" +
 	"\tKeepAlive\x12\x1b.charon.v1.KeepAliveRequest\x1a\x1c.charon.v1.KeepAliveResponse\x12D\n" +
-	"\aSession\x12\x19.charon.v1.SessionRequest\x1a\x1a.charon.v1.SessionResponse(\x010\x01B6Z4github.com/charonlimit/charon/api/charon/v1;charonv1b\x06proto3"
+	"\aSession\x12\x19.charon.v1.SessionRequest\x1a\x1a.charon.v1.SessionResponse(\x010\x01\x12@\n" +
+	"\aExplain\x12\x19.charon.v1.ExplainRequest\x1a\x1a.charon.v1.ExplainResponseB6Z4github.com/charonlimit/charon/api/charon/v1;charonv1b\x06proto3"
 
 var (
 	file_charon_v1_charon_proto_rawDescOnce sync.Once
@@ -1975,51 +2560,56 @@ func file_charon_v1_charon_proto_rawDescGZIP() []byte {
 	return file_charon_v1_charon_proto_rawDescData
 }
 
-var file_charon_v1_charon_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
+var file_charon_v1_charon_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
 var file_charon_v1_charon_proto_goTypes = []any{
-	(*Entry)(nil),                 // 0: charon.v1.Entry
-	(*Resource)(nil),              // 1: charon.v1.Resource
-	(*Target)(nil),                // 2: charon.v1.Target
-	(*RequestRequest)(nil),        // 3: charon.v1.RequestRequest
-	(*RequestResponse)(nil),       // 4: charon.v1.RequestResponse
-	(*GroupContext)(nil),          // 5: charon.v1.GroupContext
-	(*CopyContext)(nil),           // 6: charon.v1.CopyContext
-	(*ReserveRequest)(nil),        // 7: charon.v1.ReserveRequest
-	(*ReserveResponse)(nil),       // 8: charon.v1.ReserveResponse
-	(*ReleaseRequest)(nil),        // 9: charon.v1.ReleaseRequest
-	(*ReleaseResponse)(nil),       // 10: charon.v1.ReleaseResponse
-	(*TransferRequest)(nil),       // 11: charon.v1.TransferRequest
-	(*TransferResponse)(nil),      // 12: charon.v1.TransferResponse
-	(*SeizeRequest)(nil),          // 13: charon.v1.SeizeRequest
-	(*SeizeResponse)(nil),         // 14: charon.v1.SeizeResponse
-	(*KeepAliveRequest)(nil),      // 15: charon.v1.KeepAliveRequest
-	(*KeepAliveResponse)(nil),     // 16: charon.v1.KeepAliveResponse
-	(*SessionRequest)(nil),        // 17: charon.v1.SessionRequest
-	(*Error)(nil),                 // 18: charon.v1.Error
-	(*SessionResponse)(nil),       // 19: charon.v1.SessionResponse
-	(*durationpb.Duration)(nil),   // 20: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil), // 21: google.protobuf.Timestamp
+	(*Entry)(nil),                     // 0: charon.v1.Entry
+	(*Resource)(nil),                  // 1: charon.v1.Resource
+	(*Target)(nil),                    // 2: charon.v1.Target
+	(*RequestRequest)(nil),            // 3: charon.v1.RequestRequest
+	(*RequestResponse)(nil),           // 4: charon.v1.RequestResponse
+	(*GroupContext)(nil),              // 5: charon.v1.GroupContext
+	(*CopyContext)(nil),               // 6: charon.v1.CopyContext
+	(*ReserveRequest)(nil),            // 7: charon.v1.ReserveRequest
+	(*ReserveResponse)(nil),           // 8: charon.v1.ReserveResponse
+	(*ReleaseRequest)(nil),            // 9: charon.v1.ReleaseRequest
+	(*ReleaseResponse)(nil),           // 10: charon.v1.ReleaseResponse
+	(*TransferRequest)(nil),           // 11: charon.v1.TransferRequest
+	(*TransferResponse)(nil),          // 12: charon.v1.TransferResponse
+	(*SeizeRequest)(nil),              // 13: charon.v1.SeizeRequest
+	(*SeizeResponse)(nil),             // 14: charon.v1.SeizeResponse
+	(*KeepAliveRequest)(nil),          // 15: charon.v1.KeepAliveRequest
+	(*KeepAliveResponse)(nil),         // 16: charon.v1.KeepAliveResponse
+	(*SessionRequest)(nil),            // 17: charon.v1.SessionRequest
+	(*Error)(nil),                     // 18: charon.v1.Error
+	(*SessionResponse)(nil),           // 19: charon.v1.SessionResponse
+	(*ExplainRequest)(nil),            // 20: charon.v1.ExplainRequest
+	(*ExplainResponse)(nil),           // 21: charon.v1.ExplainResponse
+	(*TierState)(nil),                 // 22: charon.v1.TierState
+	(*Explanation)(nil),               // 23: charon.v1.Explanation
+	(*ExplainRequest_Descriptor)(nil), // 24: charon.v1.ExplainRequest.Descriptor
+	(*durationpb.Duration)(nil),       // 25: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),     // 26: google.protobuf.Timestamp
 }
 var file_charon_v1_charon_proto_depIdxs = []int32{
 	0,  // 0: charon.v1.Resource.entries:type_name -> charon.v1.Entry
 	1,  // 1: charon.v1.RequestRequest.resource:type_name -> charon.v1.Resource
 	2,  // 2: charon.v1.RequestResponse.target:type_name -> charon.v1.Target
-	20, // 3: charon.v1.RequestResponse.tier_window:type_name -> google.protobuf.Duration
-	20, // 4: charon.v1.RequestResponse.retry_after:type_name -> google.protobuf.Duration
-	20, // 5: charon.v1.RequestResponse.reset_after:type_name -> google.protobuf.Duration
+	25, // 3: charon.v1.RequestResponse.tier_window:type_name -> google.protobuf.Duration
+	25, // 4: charon.v1.RequestResponse.retry_after:type_name -> google.protobuf.Duration
+	25, // 5: charon.v1.RequestResponse.reset_after:type_name -> google.protobuf.Duration
 	5,  // 6: charon.v1.CopyContext.groups:type_name -> charon.v1.GroupContext
 	1,  // 7: charon.v1.ReserveRequest.resource:type_name -> charon.v1.Resource
-	20, // 8: charon.v1.ReserveRequest.lease:type_name -> google.protobuf.Duration
-	21, // 9: charon.v1.ReserveResponse.lease_expires:type_name -> google.protobuf.Timestamp
+	25, // 8: charon.v1.ReserveRequest.lease:type_name -> google.protobuf.Duration
+	26, // 9: charon.v1.ReserveResponse.lease_expires:type_name -> google.protobuf.Timestamp
 	2,  // 10: charon.v1.ReserveResponse.target:type_name -> charon.v1.Target
 	6,  // 11: charon.v1.ReserveResponse.context:type_name -> charon.v1.CopyContext
-	20, // 12: charon.v1.TransferRequest.ttl:type_name -> google.protobuf.Duration
-	21, // 13: charon.v1.TransferResponse.expires:type_name -> google.protobuf.Timestamp
-	20, // 14: charon.v1.SeizeRequest.lease:type_name -> google.protobuf.Duration
-	21, // 15: charon.v1.SeizeResponse.lease_expires:type_name -> google.protobuf.Timestamp
+	25, // 12: charon.v1.TransferRequest.ttl:type_name -> google.protobuf.Duration
+	26, // 13: charon.v1.TransferResponse.expires:type_name -> google.protobuf.Timestamp
+	25, // 14: charon.v1.SeizeRequest.lease:type_name -> google.protobuf.Duration
+	26, // 15: charon.v1.SeizeResponse.lease_expires:type_name -> google.protobuf.Timestamp
 	2,  // 16: charon.v1.SeizeResponse.target:type_name -> charon.v1.Target
-	20, // 17: charon.v1.KeepAliveRequest.lease:type_name -> google.protobuf.Duration
-	21, // 18: charon.v1.KeepAliveResponse.lease_expires:type_name -> google.protobuf.Timestamp
+	25, // 17: charon.v1.KeepAliveRequest.lease:type_name -> google.protobuf.Duration
+	26, // 18: charon.v1.KeepAliveResponse.lease_expires:type_name -> google.protobuf.Timestamp
 	3,  // 19: charon.v1.SessionRequest.request:type_name -> charon.v1.RequestRequest
 	7,  // 20: charon.v1.SessionRequest.reserve:type_name -> charon.v1.ReserveRequest
 	9,  // 21: charon.v1.SessionRequest.release:type_name -> charon.v1.ReleaseRequest
@@ -2033,25 +2623,43 @@ var file_charon_v1_charon_proto_depIdxs = []int32{
 	14, // 29: charon.v1.SessionResponse.seize:type_name -> charon.v1.SeizeResponse
 	16, // 30: charon.v1.SessionResponse.keep_alive:type_name -> charon.v1.KeepAliveResponse
 	18, // 31: charon.v1.SessionResponse.error:type_name -> charon.v1.Error
-	3,  // 32: charon.v1.Charon.Request:input_type -> charon.v1.RequestRequest
-	7,  // 33: charon.v1.Charon.Reserve:input_type -> charon.v1.ReserveRequest
-	9,  // 34: charon.v1.Charon.Release:input_type -> charon.v1.ReleaseRequest
-	11, // 35: charon.v1.Charon.Transfer:input_type -> charon.v1.TransferRequest
-	13, // 36: charon.v1.Charon.Seize:input_type -> charon.v1.SeizeRequest
-	15, // 37: charon.v1.Charon.KeepAlive:input_type -> charon.v1.KeepAliveRequest
-	17, // 38: charon.v1.Charon.Session:input_type -> charon.v1.SessionRequest
-	4,  // 39: charon.v1.Charon.Request:output_type -> charon.v1.RequestResponse
-	8,  // 40: charon.v1.Charon.Reserve:output_type -> charon.v1.ReserveResponse
-	10, // 41: charon.v1.Charon.Release:output_type -> charon.v1.ReleaseResponse
-	12, // 42: charon.v1.Charon.Transfer:output_type -> charon.v1.TransferResponse
-	14, // 43: charon.v1.Charon.Seize:output_type -> charon.v1.SeizeResponse
-	16, // 44: charon.v1.Charon.KeepAlive:output_type -> charon.v1.KeepAliveResponse
-	19, // 45: charon.v1.Charon.Session:output_type -> charon.v1.SessionResponse
-	39, // [39:46] is the sub-list for method output_type
-	32, // [32:39] is the sub-list for method input_type
-	32, // [32:32] is the sub-list for extension type_name
-	32, // [32:32] is the sub-list for extension extendee
-	0,  // [0:32] is the sub-list for field type_name
+	24, // 32: charon.v1.ExplainRequest.descriptors:type_name -> charon.v1.ExplainRequest.Descriptor
+	23, // 33: charon.v1.ExplainResponse.explanations:type_name -> charon.v1.Explanation
+	26, // 34: charon.v1.ExplainResponse.at:type_name -> google.protobuf.Timestamp
+	25, // 35: charon.v1.TierState.window:type_name -> google.protobuf.Duration
+	25, // 36: charon.v1.TierState.active:type_name -> google.protobuf.Duration
+	25, // 37: charon.v1.TierState.cooldown:type_name -> google.protobuf.Duration
+	26, // 38: charon.v1.TierState.entered_at:type_name -> google.protobuf.Timestamp
+	26, // 39: charon.v1.TierState.active_until:type_name -> google.protobuf.Timestamp
+	26, // 40: charon.v1.TierState.cooldown_until:type_name -> google.protobuf.Timestamp
+	2,  // 41: charon.v1.Explanation.target:type_name -> charon.v1.Target
+	22, // 42: charon.v1.Explanation.tiers:type_name -> charon.v1.TierState
+	26, // 43: charon.v1.Explanation.window_end:type_name -> google.protobuf.Timestamp
+	25, // 44: charon.v1.Explanation.retry_after:type_name -> google.protobuf.Duration
+	25, // 45: charon.v1.Explanation.reset_after:type_name -> google.protobuf.Duration
+	26, // 46: charon.v1.Explanation.next:type_name -> google.protobuf.Timestamp
+	0,  // 47: charon.v1.ExplainRequest.Descriptor.entries:type_name -> charon.v1.Entry
+	3,  // 48: charon.v1.Charon.Request:input_type -> charon.v1.RequestRequest
+	7,  // 49: charon.v1.Charon.Reserve:input_type -> charon.v1.ReserveRequest
+	9,  // 50: charon.v1.Charon.Release:input_type -> charon.v1.ReleaseRequest
+	11, // 51: charon.v1.Charon.Transfer:input_type -> charon.v1.TransferRequest
+	13, // 52: charon.v1.Charon.Seize:input_type -> charon.v1.SeizeRequest
+	15, // 53: charon.v1.Charon.KeepAlive:input_type -> charon.v1.KeepAliveRequest
+	17, // 54: charon.v1.Charon.Session:input_type -> charon.v1.SessionRequest
+	20, // 55: charon.v1.Charon.Explain:input_type -> charon.v1.ExplainRequest
+	4,  // 56: charon.v1.Charon.Request:output_type -> charon.v1.RequestResponse
+	8,  // 57: charon.v1.Charon.Reserve:output_type -> charon.v1.ReserveResponse
+	10, // 58: charon.v1.Charon.Release:output_type -> charon.v1.ReleaseResponse
+	12, // 59: charon.v1.Charon.Transfer:output_type -> charon.v1.TransferResponse
+	14, // 60: charon.v1.Charon.Seize:output_type -> charon.v1.SeizeResponse
+	16, // 61: charon.v1.Charon.KeepAlive:output_type -> charon.v1.KeepAliveResponse
+	19, // 62: charon.v1.Charon.Session:output_type -> charon.v1.SessionResponse
+	21, // 63: charon.v1.Charon.Explain:output_type -> charon.v1.ExplainResponse
+	56, // [56:64] is the sub-list for method output_type
+	48, // [48:56] is the sub-list for method input_type
+	48, // [48:48] is the sub-list for extension type_name
+	48, // [48:48] is the sub-list for extension extendee
+	0,  // [0:48] is the sub-list for field type_name
 }
 
 func init() { file_charon_v1_charon_proto_init() }
@@ -2086,7 +2694,7 @@ func file_charon_v1_charon_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_charon_v1_charon_proto_rawDesc), len(file_charon_v1_charon_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   20,
+			NumMessages:   25,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

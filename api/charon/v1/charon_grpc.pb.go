@@ -34,6 +34,7 @@ const (
 	Charon_Seize_FullMethodName     = "/charon.v1.Charon/Seize"
 	Charon_KeepAlive_FullMethodName = "/charon.v1.Charon/KeepAlive"
 	Charon_Session_FullMethodName   = "/charon.v1.Charon/Session"
+	Charon_Explain_FullMethodName   = "/charon.v1.Charon/Explain"
 )
 
 // CharonClient is the client API for Charon service.
@@ -73,6 +74,10 @@ type CharonClient interface {
 	// on the stream belongs to it and is released when the stream ends
 	// (client exit, crash, network loss, keepalive timeout).
 	Session(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[SessionRequest, SessionResponse], error)
+	// Explain resolves descriptors exactly as ShouldRateLimit would and shows
+	// each limited pair's state, changing nothing: why a request is limited
+	// and what happens next.
+	Explain(ctx context.Context, in *ExplainRequest, opts ...grpc.CallOption) (*ExplainResponse, error)
 }
 
 type charonClient struct {
@@ -156,6 +161,16 @@ func (c *charonClient) Session(ctx context.Context, opts ...grpc.CallOption) (gr
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Charon_SessionClient = grpc.BidiStreamingClient[SessionRequest, SessionResponse]
 
+func (c *charonClient) Explain(ctx context.Context, in *ExplainRequest, opts ...grpc.CallOption) (*ExplainResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ExplainResponse)
+	err := c.cc.Invoke(ctx, Charon_Explain_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // CharonServer is the server API for Charon service.
 // All implementations must embed UnimplementedCharonServer
 // for forward compatibility.
@@ -193,6 +208,10 @@ type CharonServer interface {
 	// on the stream belongs to it and is released when the stream ends
 	// (client exit, crash, network loss, keepalive timeout).
 	Session(grpc.BidiStreamingServer[SessionRequest, SessionResponse]) error
+	// Explain resolves descriptors exactly as ShouldRateLimit would and shows
+	// each limited pair's state, changing nothing: why a request is limited
+	// and what happens next.
+	Explain(context.Context, *ExplainRequest) (*ExplainResponse, error)
 	mustEmbedUnimplementedCharonServer()
 }
 
@@ -223,6 +242,9 @@ func (UnimplementedCharonServer) KeepAlive(context.Context, *KeepAliveRequest) (
 }
 func (UnimplementedCharonServer) Session(grpc.BidiStreamingServer[SessionRequest, SessionResponse]) error {
 	return status.Error(codes.Unimplemented, "method Session not implemented")
+}
+func (UnimplementedCharonServer) Explain(context.Context, *ExplainRequest) (*ExplainResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Explain not implemented")
 }
 func (UnimplementedCharonServer) mustEmbedUnimplementedCharonServer() {}
 func (UnimplementedCharonServer) testEmbeddedByValue()                {}
@@ -360,6 +382,24 @@ func _Charon_Session_Handler(srv interface{}, stream grpc.ServerStream) error {
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Charon_SessionServer = grpc.BidiStreamingServer[SessionRequest, SessionResponse]
 
+func _Charon_Explain_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ExplainRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(CharonServer).Explain(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Charon_Explain_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(CharonServer).Explain(ctx, req.(*ExplainRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Charon_ServiceDesc is the grpc.ServiceDesc for Charon service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -390,6 +430,10 @@ var Charon_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "KeepAlive",
 			Handler:    _Charon_KeepAlive_Handler,
+		},
+		{
+			MethodName: "Explain",
+			Handler:    _Charon_Explain_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

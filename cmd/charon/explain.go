@@ -1,0 +1,129 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protojson"
+
+	charonv1 "github.com/charonlimit/charon/api/charon/v1"
+)
+
+func runExplain(args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("charon explain", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var cf connFlags
+	cf.declare(fs, "localhost:8081", 5*time.Second)
+	domain := fs.String("domain", "", "RLS domain")
+	var descs descriptorFlags
+	fs.Var(&descs, "descriptor", "descriptor `k=v,k2=v2` (repeatable)")
+	asJSON := fs.Bool("json", false, "print the ExplainResponse as JSON")
+	if err := parseVerb(fs, args); err != nil {
+		return err
+	}
+	if *domain == "" || len(descs) == 0 {
+		return fmt.Errorf("%w: explain needs --domain and at least one --descriptor", errUsage)
+	}
+	req := &charonv1.ExplainRequest{Domain: *domain}
+	for _, d := range descs {
+		pd := &charonv1.ExplainRequest_Descriptor{}
+		for _, e := range d.GetEntries() {
+			pd.Entries = append(pd.Entries, &charonv1.Entry{Key: e.GetKey(), Value: e.GetValue()})
+		}
+		req.Descriptors = append(req.Descriptors, pd)
+	}
+	var resp *charonv1.ExplainResponse
+	err := cf.call(func(ctx context.Context, cc *grpc.ClientConn) (err error) {
+		resp, err = charonv1.NewCharonClient(cc).Explain(ctx, req)
+		return err
+	})
+	if err != nil {
+		s := status.Convert(err)
+		return fmt.Errorf("%s: %s", s.Code(), s.Message())
+	}
+	if *asJSON {
+		out, err := protojson.MarshalOptions{Multiline: true}.Marshal(resp)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintln(stdout, string(out))
+		return nil
+	}
+	for i, x := range resp.GetExplanations() {
+		var es []string
+		for _, e := range descs[i].GetEntries() {
+			es = append(es, e.GetKey()+"="+e.GetValue())
+		}
+		printExplanation(stdout, strings.Join(es, ","), x, resp.GetAt().AsTime())
+	}
+	return nil
+}
+
+func printExplanation(w io.Writer, desc string, x *charonv1.Explanation, at time.Time) {
+	fmt.Fprintf(w, "%s\n", desc)
+	if x.GetLeaf() != "" {
+		fmt.Fprintf(w, "  leaf      %s %s\n", x.GetLeaf(), x.GetName())
+	}
+	if !x.GetLimited() {
+		fmt.Fprintf(w, "  not limited: %s\n", x.GetReason())
+		return
+	}
+	fmt.Fprintf(w, "  resource  %s\n  domain    %s\n", x.GetTarget().GetResource(), x.GetTarget().GetDomain())
+	policy := x.GetKind()
+	if x.GetOverride() != "" {
+		policy += " (" + x.GetOverride() + " override)"
+	}
+	for _, m := range []struct {
+		on   bool
+		name string
+	}{{x.GetShadow(), "shadow"}, {x.GetQuota(), "quota mode"}} {
+		if m.on {
+			policy += ", " + m.name
+		}
+	}
+	fmt.Fprintf(w, "  policy    %s\n", policy)
+	if len(x.GetTiers()) > 0 {
+		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "  tier\tlimit\tactive\tcooldown\tphase\thits\tuntil")
+		for i, t := range x.GetTiers() {
+			active := "unbounded"
+			if t.GetActive() != nil {
+				active = t.GetActive().AsDuration().String()
+			}
+			until := "-"
+			switch t.GetPhase() {
+			case "active":
+				if t.GetActiveUntil() != nil {
+					until = t.GetActiveUntil().AsTime().Sub(at).Round(time.Millisecond).String()
+				}
+			case "cooldown":
+				until = t.GetCooldownUntil().AsTime().Sub(at).Round(time.Millisecond).String()
+			}
+			cur := " "
+			if int32(i+1) == x.GetTier() {
+				cur = "*"
+			}
+			fmt.Fprintf(tw, "  %s%d\t%d per %s\t%s\t%s\t%s\t%d\t%s\n", cur, i+1, t.GetLimit(), t.GetWindow().AsDuration(),
+				active, t.GetCooldown().AsDuration(), t.GetPhase(), t.GetHits(), until)
+		}
+		tw.Flush()
+	}
+	var limits []string
+	if h := x.GetHardLimit(); h > 0 {
+		limits = append(limits, fmt.Sprintf("hard %d/s (%d used)", h, x.GetDomainHits()))
+	}
+	if g := x.GetGlobalLimit(); g > 0 {
+		limits = append(limits, fmt.Sprintf("global %d/s (%d used)", g, x.GetResourceHits()))
+	}
+	if len(limits) > 0 {
+		fmt.Fprintf(w, "  limits    %s\n", strings.Join(limits, ", "))
+	}
+	fmt.Fprintf(w, "  now       %s\n", x.GetSummary())
+}
