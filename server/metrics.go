@@ -34,6 +34,7 @@ type Metrics struct {
 	authzDenied     *prometheus.CounterVec
 	debugDenied     prometheus.Counter
 	latency         prometheus.Observer
+	unconfigured    *unconfigured
 
 	mu    sync.RWMutex
 	descs map[descKey]*descCounters
@@ -104,8 +105,9 @@ func NewMetrics(evictions func() float64) *Metrics {
 			Namespace: "charon", Name: "global_shadow_mode_total",
 			Help: "Requests answered OK by --shadow-mode that would have been OVER_LIMIT.",
 		}),
-		nearRatio: 0.8,
-		descs:     make(map[descKey]*descCounters),
+		nearRatio:    0.8,
+		descs:        make(map[descKey]*descCounters),
+		unconfigured: newUnconfigured(),
 	}
 	hist := prometheus.NewHistogram(prometheus.HistogramOpts{
 		Namespace: "charon", Name: "request_duration_seconds",
@@ -116,7 +118,7 @@ func NewMetrics(evictions func() float64) *Metrics {
 	m.reloadOK = m.reloads.WithLabelValues("success")
 	m.reloadFailed = m.reloads.WithLabelValues("failure")
 	reg.MustRegister(m.totalHits, m.overLimit, m.nearLimit, m.withinLimit, m.shadowMode,
-		m.reloads, m.invalidRequests, m.requestErrors, m.authzDenied, m.debugDenied, m.globalShadow, hist,
+		m.reloads, m.invalidRequests, m.requestErrors, m.authzDenied, m.debugDenied, m.globalShadow, hist, m.unconfigured.vec,
 		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
 	if evictions != nil {
 		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
@@ -215,6 +217,10 @@ func (m *Metrics) counters(domain, key string) *descCounters {
 func (m *Metrics) countDescriptors(req *engine.Request, resp *engine.Response) {
 	for i := range resp.Statuses {
 		st := &resp.Statuses[i]
+		if st.Unconfigured && i < len(req.Descriptors) && len(req.Descriptors[i].Entries) > 0 {
+			m.unconfigured.add(req.Domain, req.Descriptors[i].Entries[0].Key, float64(descriptorHits(req, i)))
+			continue
+		}
 		if st.Match.Limit == nil || st.Match.MetricKey == "" || i >= len(req.Descriptors) || req.Descriptors[i].Refund {
 			continue
 		}

@@ -17,6 +17,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/charonlimit/charon/descriptors"
+	"github.com/charonlimit/charon/internal/decisionlog"
 	"github.com/charonlimit/charon/internal/engine"
 	"github.com/charonlimit/charon/tiers"
 )
@@ -39,6 +40,8 @@ type rls struct {
 	headerNames     [3]string
 	shadowMode      bool
 	dynamicMetadata bool
+	// decisions is the decision log (nil: none).
+	decisions *decisionlog.Logger
 }
 
 // defaultHeaderNames are the response headers' names, as in
@@ -66,6 +69,9 @@ func (s *rls) decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.R
 		return nil, s.fail(req, err)
 	}
 	s.metrics.countDescriptors(ereq, eresp)
+	if s.decisions != nil {
+		logDecisions(s.decisions, time.Now(), ereq, eresp)
+	}
 	out := toProtoResponse(eresp, s.responseHeaders, s.headerNames)
 	if s.shadowMode && out.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT {
 		out.OverallCode = rlsv3.RateLimitResponse_OK

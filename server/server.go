@@ -27,6 +27,7 @@ import (
 	charonv1 "github.com/charonlimit/charon/api/charon/v1"
 	"github.com/charonlimit/charon/config"
 	"github.com/charonlimit/charon/internal/authz"
+	"github.com/charonlimit/charon/internal/decisionlog"
 )
 
 // RLSServiceName is the gRPC service name that health checks may ask about.
@@ -133,6 +134,9 @@ type Options struct {
 	// state; it needs DebugToken or a DebugTLS requiring client
 	// certificates.
 	DebugReset bool
+	// DecisionLog, when set, receives the decisions of ShouldRateLimit; its
+	// counts are exported. The server does not close it.
+	DecisionLog *decisionlog.Logger
 
 	Logger  *slog.Logger // nil: discard
 	Metrics *Metrics     // nil: NewMetrics(nil)
@@ -214,7 +218,10 @@ func New(opts Options) (*Server, error) {
 		s.metrics.nearRatio = opts.NearLimitRatio
 	}
 	s.rls = &rls{engine: opts.Engine, metrics: s.metrics, log: s.log, responseHeaders: opts.ResponseHeaders,
-		headerNames: opts.HeaderNames, shadowMode: opts.ShadowMode, dynamicMetadata: opts.DynamicMetadata}
+		headerNames: opts.HeaderNames, shadowMode: opts.ShadowMode, dynamicMetadata: opts.DynamicMetadata, decisions: opts.DecisionLog}
+	if opts.DecisionLog != nil {
+		decisionLogCollector(s.metrics.Registry, opts.DecisionLog)
+	}
 	s.reloader = NewReloader(opts.ConfigDir, opts.Load, func(c *config.Config) { opts.Engine.SetTree(c.Tree) }, s.metrics, s.log)
 	if opts.ConfigDir != "" {
 		if _, err := s.reloader.Check(); err != nil {

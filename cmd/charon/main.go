@@ -31,6 +31,8 @@ Usage:
   charon ask --domain D --descriptor k=v   ask a running server for a decision
   charon explain --domain D --descriptor k=v
                                            why a request is limited: its pairs' state
+  charon suggest --log FILE [--reject 0.01] [--out DIR]
+                                           propose limits from a decision log
   charon bench [flags]                     load a running server and report throughput
   charon health [--addr HOST:PORT]         exit 0 when a server's gRPC health is SERVING
   charon reserve --domain D --descriptor k=v [--copies N --min M] [--hold-for DUR]
@@ -71,6 +73,8 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) in
 		err = runAsk(args[1:], stdout, stderr)
 	case "explain":
 		err = runExplain(args[1:], stdout, stderr)
+	case "suggest":
+		err = runSuggest(args[1:], stdout, stderr)
 	case "bench":
 		err = runBench(args[1:], stdout, stderr)
 	case "health":

@@ -19,6 +19,7 @@ import (
 	"github.com/charonlimit/charon/internal/authz"
 	"github.com/charonlimit/charon/internal/copystore"
 	"github.com/charonlimit/charon/internal/copystore/memcopy"
+	"github.com/charonlimit/charon/internal/decisionlog"
 	"github.com/charonlimit/charon/internal/engine"
 	"github.com/charonlimit/charon/internal/gctune"
 	"github.com/charonlimit/charon/internal/lyftenv"
@@ -95,6 +96,11 @@ type serveConfig struct {
 	Pprof          bool
 	// DebugReset serves POST /reset on the debug port.
 	DebugReset bool
+	// DecisionLog is the decision log's target; DecisionSample and
+	// DecisionRate its sample and rate bound.
+	DecisionLog    string
+	DecisionSample float64
+	DecisionRate   int
 }
 
 func defaultServeConfig() serveConfig {
@@ -119,6 +125,8 @@ func defaultServeConfig() serveConfig {
 		NearLimitRatio:  0.8,
 		HeaderNames:     [3]string{"RateLimit-Limit", "RateLimit-Remaining", "RateLimit-Reset"},
 		HeapFloorMiB:    defaultHeapFloorMiB,
+		DecisionSample:  0.01,
+		DecisionRate:    decisionlog.DefaultRate,
 		LogLevel:        "info",
 		LogFormat:       "json",
 	}
@@ -176,6 +184,9 @@ func serveFlags(fs *flag.FlagSet, c *serveConfig) {
 	fs.StringVar(&c.DebugTokenFile, "debug-token-file", c.DebugTokenFile, "require this `file`'s bearer token on every debug port request (env CHARON_DEBUG_TOKEN_FILE)")
 	fs.BoolVar(&c.DebugTLS, "debug-tls", c.DebugTLS, "serve the debug port over TLS too, with the gRPC port's certificate and client CA (env CHARON_DEBUG_TLS)")
 	fs.BoolVar(&c.Pprof, "pprof", c.Pprof, "serve Go profiles at /debug/pprof/ on the debug port (env CHARON_PPROF)")
+	fs.StringVar(&c.DecisionLog, "decision-log", c.DecisionLog, "write decisions as JSON lines to this `target`: a file, - (stdout) or unix:PATH (a socket) (env CHARON_DECISION_LOG)")
+	fs.Float64Var(&c.DecisionSample, "decision-log-sample", c.DecisionSample, "share of ordinary grants logged; rejections and bursts are always logged (env CHARON_DECISION_LOG_SAMPLE)")
+	fs.IntVar(&c.DecisionRate, "decision-log-rate", c.DecisionRate, "most decision log lines per second, the rest dropped and counted; -1: no bound (env CHARON_DECISION_LOG_RATE)")
 	fs.BoolVar(&c.DebugReset, "debug-reset", c.DebugReset, "serve POST /reset on the debug port, which forgets pairs' state; needs --debug-token-file or --debug-tls with a client CA (env CHARON_DEBUG_RESET)")
 	fs.IntVar(&c.HeapFloorMiB, "heap-floor-mib", c.HeapFloorMiB, "the garbage collector's heap goal is at least this many MiB while the live heap is small; 0: Go's default (env CHARON_HEAP_FLOOR_MIB)")
 }
@@ -414,6 +425,18 @@ func runServe(args []string, getenv func(string) string, stderr io.Writer) error
 		eo.OnSetTree = backend.SetTree
 	}
 	eng := engine.New(eo)
+	var decisions *decisionlog.Logger
+	if c.DecisionLog != "" {
+		if c.DecisionSample < 0 || c.DecisionSample > 1 {
+			log.Error("cannot start", "err", "--decision-log-sample: must be in [0, 1]")
+			return errReported
+		}
+		if decisions, err = decisionlog.Open(c.DecisionLog, decisionlog.Options{Sample: c.DecisionSample, Rate: c.DecisionRate}); err != nil {
+			log.Error("cannot start", "err", "--decision-log: "+err.Error())
+			return errReported
+		}
+		defer decisions.Close()
+	}
 	cfgOpts := config.Options{MergeDomains: c.MergeDomains, FixedWindowDefault: c.FixedWindow}
 	opts := server.Options{
 		GRPCAddr:              c.GRPCAddr,
@@ -435,6 +458,7 @@ func runServe(args []string, getenv func(string) string, stderr io.Writer) error
 		DebugToken:            sec.debugToken,
 		Pprof:                 c.Pprof,
 		DebugReset:            c.DebugReset,
+		DecisionLog:           decisions,
 		MetricsAddr:           c.MetricsAddr,
 		MetricsPath:           c.MetricsPath,
 		HeaderNames:           c.HeaderNames,

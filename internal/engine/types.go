@@ -73,6 +73,9 @@ type Status struct {
 	Decision tiers.Decision
 	// Match is the descriptor's match (zero Limit: none).
 	Match descriptors.Match
+	// Unconfigured is set for a descriptor that matched nothing in a
+	// domain with allow_unconfigured: granted, and to be recorded.
+	Unconfigured bool
 }
 
 // Response is the answer to a Request, statuses in request order.

@@ -1,0 +1,111 @@
+package server
+
+import (
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/charonlimit/charon/internal/decisionlog"
+	"github.com/charonlimit/charon/internal/engine"
+)
+
+// maxUnconfiguredKeys bounds the (domain, key) label pairs of
+// charon_unconfigured_hits_total: the key comes from requests, so past the
+// bound the key is counted as "~other".
+const maxUnconfiguredKeys = 256
+
+// unconfigured counts the hits of requests granted because they matched
+// nothing in a domain with allow_unconfigured (paper §4.3), per RLS domain
+// and top-level key, so a first limit can be chosen from data.
+type unconfigured struct {
+	vec  *prometheus.CounterVec
+	seen sync.Map // descKey -> prometheus.Counter
+	n    atomic.Int32
+}
+
+func newUnconfigured() *unconfigured {
+	return &unconfigured{vec: prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "charon", Name: "unconfigured_hits_total",
+		Help: "Hits granted because they matched no descriptor of a domain with allow_unconfigured, by RLS domain and top-level key (at most 256 pairs; then key ~other).",
+	}, []string{"domain", "key"})}
+}
+
+func (u *unconfigured) add(domain, key string, hits float64) {
+	k := descKey{domain, key}
+	c, ok := u.seen.Load(k)
+	if !ok {
+		if u.n.Add(1) > maxUnconfiguredKeys {
+			k.key = "~other"
+		}
+		c, _ = u.seen.LoadOrStore(k, u.vec.WithLabelValues(validLabel(k.domain), validLabel(k.key)))
+	}
+	c.(prometheus.Counter).Add(hits)
+}
+
+// decisionLogCollector exports a decision log's counts.
+func decisionLogCollector(reg prometheus.Registerer, l *decisionlog.Logger) {
+	for _, c := range []struct {
+		what string
+		f    func(decisionlog.Stats) uint64
+	}{
+		{"written", func(s decisionlog.Stats) uint64 { return s.Written }},
+		{"dropped_rate", func(s decisionlog.Stats) uint64 { return s.DroppedRate }},
+		{"dropped_queue", func(s decisionlog.Stats) uint64 { return s.DroppedQueue }},
+		{"write_error", func(s decisionlog.Stats) uint64 { return s.WriteErrors }},
+	} {
+		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Namespace: "charon", Name: "decision_log_lines_total",
+			Help:        "Decision log lines by outcome: written, dropped by the rate bound or a full queue, failed to write.",
+			ConstLabels: prometheus.Labels{"outcome": c.what},
+		}, func() float64 { return float64(c.f(l.Stats())) }))
+	}
+}
+
+// logDecisions writes the kept lines of a decided request to the decision
+// log: every rejection (shadow ones too) and burst, a sample of the rest.
+func logDecisions(l *decisionlog.Logger, now time.Time, req *engine.Request, resp *engine.Response) {
+	for i := range resp.Statuses {
+		st := &resp.Statuses[i]
+		if i >= len(req.Descriptors) || req.Descriptors[i].Refund || (st.Limit == nil && !st.Unconfigured) {
+			continue
+		}
+		d := &st.Decision
+		important := st.Code == engine.CodeOverLimit || st.Shadow || d.Burst
+		weight, ok := l.Keep(important)
+		if !ok {
+			continue
+		}
+		hits := int64(descriptorHits(req, i))
+		r := &decisionlog.Record{
+			Time: now, RLSDomain: req.Domain, Resource: st.Match.Resource, Domain: st.Match.Domain,
+			Hits: hits, Tier: d.Tier, Burst: d.Burst, Weight: weight, Result: decisionlog.ResultGranted,
+		}
+		es := req.Descriptors[i].Entries
+		r.Entries = make([]decisionlog.Entry, len(es))
+		for j, e := range es {
+			r.Entries[j] = decisionlog.Entry{Key: engine.Truncate(e.Key), Value: engine.Truncate(e.Value)}
+		}
+		switch {
+		case st.Unconfigured:
+			r.Result, r.Granted = decisionlog.ResultUnconfigured, hits
+		case st.Code == engine.CodeOverLimit || st.Shadow:
+			r.Result = decisionlog.ResultRejected
+			if st.Shadow {
+				r.Result = decisionlog.ResultShadow
+			}
+			r.LimitedBy = "tier"
+			switch {
+			case d.LimitedByHard:
+				r.LimitedBy = "hard"
+			case d.LimitedByGlobal:
+				r.LimitedBy = "global"
+			}
+		case resp.Code == engine.CodeOK:
+			// Granted hits were committed only when the request was.
+			r.Granted = d.Granted
+		}
+		l.Log(r)
+	}
+}

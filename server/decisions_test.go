@@ -1,0 +1,123 @@
+package server
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/charonlimit/charon/internal/decisionlog"
+	"github.com/charonlimit/charon/internal/engine"
+	"github.com/charonlimit/charon/internal/store/memstore"
+)
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) records(t *testing.T) []decisionlog.Record {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []decisionlog.Record
+	sc := bufio.NewScanner(bytes.NewReader(s.b.Bytes()))
+	for sc.Scan() {
+		var r decisionlog.Record
+		if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
+			t.Fatalf("line %q: %v", sc.Text(), err)
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
+// TestDecisionLogKeepsRejectionsAndBursts: with a sample of 0, exactly the
+// burst into tier 1 and the rejections are logged, with their context;
+// unconfigured grants are counted per domain and top-level key, bounded.
+func TestDecisionLogKeepsRejectionsAndBursts(t *testing.T) {
+	clock := &testClock{now: time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)}
+	st := memstore.New(memstore.Options{})
+	t.Cleanup(func() { st.Close() })
+	eng := engine.New(engine.Options{Store: st, Now: clock.Now})
+	eng.SetTree(charonTree(t))
+	var buf syncBuffer
+	dl := decisionlog.New(&buf, decisionlog.Options{Sample: 0})
+	s, stop := newTestServer(t, Options{Engine: eng, DecisionLog: dl})
+	c := rlsv3.NewRateLimitServiceClient(dial(t, s.GRPCAddr()))
+	ctx := context.Background()
+	ask := func(domain string, kv ...string) {
+		t.Helper()
+		if _, err := c.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: domain, Descriptors: []*ratelimitv3.RateLimitDescriptor{desc(kv...)}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range 5 {
+		ask("c", "rate", "x")
+	}
+	for i := range 300 {
+		ask("open", fmt.Sprintf("k%d", i), "v")
+	}
+	ask("open", "k0", "v")
+	stop()
+	dl.Close()
+	recs := buf.records(t)
+	if len(recs) != 3 {
+		t.Fatalf("%d lines, want 3 (the burst and 2 rejections): %+v", len(recs), recs)
+	}
+	if r := recs[0]; r.Result != decisionlog.ResultGranted || !r.Burst || r.Granted != 1 || r.Tier != 1 || r.Weight != 1 ||
+		r.RLSDomain != "c" || r.Domain != "x" || len(r.Entries) != 1 || r.Entries[0] != (decisionlog.Entry{Key: "rate", Value: "x"}) {
+		t.Errorf("first line %+v, want the burst into tier 1", r)
+	}
+	for _, r := range recs[1:] {
+		if r.Result != decisionlog.ResultRejected || r.LimitedBy != "tier" || r.Granted != 0 || r.Hits != 1 {
+			t.Errorf("line %+v, want a rejection by the tier", r)
+		}
+	}
+	u := s.metrics.unconfigured.vec
+	if got := testutil.ToFloat64(u.WithLabelValues("open", "k0")); got != 2 {
+		t.Errorf("unconfigured hits of open/k0 = %v, want 2", got)
+	}
+	if n := testutil.CollectAndCount(u); n != maxUnconfiguredKeys+1 {
+		t.Errorf("%d unconfigured series, want %d and ~other", n, maxUnconfiguredKeys+1)
+	}
+	if got := testutil.ToFloat64(u.WithLabelValues("open", "~other")); got != 300-maxUnconfiguredKeys {
+		t.Errorf("~other = %v, want %d", got, 300-maxUnconfiguredKeys)
+	}
+}
+
+// TestDecisionLogSamplesUnconfigured: with a sample of 1 every decision is
+// a line, unconfigured ones included.
+func TestDecisionLogSamplesUnconfigured(t *testing.T) {
+	st := memstore.New(memstore.Options{})
+	t.Cleanup(func() { st.Close() })
+	eng := engine.New(engine.Options{Store: st})
+	eng.SetTree(charonTree(t))
+	var buf syncBuffer
+	dl := decisionlog.New(&buf, decisionlog.Options{Sample: 1})
+	s, stop := newTestServer(t, Options{Engine: eng, DecisionLog: dl})
+	c := rlsv3.NewRateLimitServiceClient(dial(t, s.GRPCAddr()))
+	if _, err := c.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "open",
+		Descriptors: []*ratelimitv3.RateLimitDescriptor{desc("path", "/a"), desc("path", "/b")}}); err != nil {
+		t.Fatal(err)
+	}
+	stop()
+	dl.Close()
+	recs := buf.records(t)
+	if len(recs) != 2 || recs[0].Result != decisionlog.ResultUnconfigured || recs[0].Granted != 1 || recs[1].Entries[0].Value != "/b" {
+		t.Errorf("lines %+v, want two unconfigured grants", recs)
+	}
+}
