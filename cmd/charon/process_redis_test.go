@@ -278,6 +278,12 @@ func TestRedisProcessesShareLimits(t *testing.T) {
 	if !b.mustOK(t, "tiered", "carol") {
 		t.Errorf("carol rejected")
 	}
+	// Explain through b reads bob's state from Redis: tier 2, full.
+	var out, errb strings.Builder
+	if code := run([]string{"explain", "--addr", b.grpcAddr, "--domain", "test", "--descriptor", "tiered=bob", "--json"}, os.Getenv, &out, &errb); code != 0 ||
+		!strings.Contains(out.String(), `tier 2 of 2 (10 per 1h0m0s), 10 hits in its window: rejecting for`) {
+		t.Errorf("charon explain through the other process: exit %d\n%s%s", code, out.String(), errb.String())
+	}
 
 	metrics := get(t, "http://"+a.debugAddr+"/metrics")
 	for _, want := range []string{`charon_store_calls_total{path="remote"}`, `charon_store_breaker_state 0`,
