@@ -233,7 +233,7 @@ func (e *Engine) Decide(ctx context.Context, req *Request, resp *Response) error
 		*st = Status{Code: CodeOK, Match: sc.matches[i]}
 		k := sc.itemOf[i]
 		if k < 0 {
-			st.Unconfigured = st.Match.Limit == nil && dc.AllowUnconfigured
+			st.Unconfigured = known && st.Match.Limit == nil && dc.AllowUnconfigured
 			if l := st.Match.Limit; l != nil && l.Unlimited && !st.Match.Replaced {
 				// envoyproxy/ratelimit's answer for unlimited: all of it.
 				st.Remaining = math.MaxUint32
