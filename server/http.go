@@ -15,16 +15,18 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/charonlimit/charon/internal/engine"
+	"github.com/charonlimit/charon/internal/sim"
 )
 
 // maxJSONBody bounds a /json request body.
 const maxJSONBody = 1 << 20
 
-// httpHandler serves /healthcheck and /json.
+// httpHandler serves /healthcheck, /json and the tier simulator at /sim/.
 func (s *Server) httpHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/healthcheck", s.serveHealthcheck)
 	mux.HandleFunc("/json", s.serveJSON)
+	mux.Handle("/sim/", http.StripPrefix("/sim", sim.Handler()))
 	return mux
 }
 

@@ -33,6 +33,8 @@ Usage:
                                            why a request is limited: its pairs' state
   charon suggest --log FILE [--reject 0.01] [--out DIR]
                                            propose limits from a decision log
+  charon sim [--addr HOST:PORT] [--out DIR]
+                                           the tier simulator in a browser (also /sim/ on serve's HTTP port)
   charon bench [flags]                     load a running server and report throughput
   charon health [--addr HOST:PORT]         exit 0 when a server's gRPC health is SERVING
   charon reserve --domain D --descriptor k=v [--copies N --min M] [--hold-for DUR]
@@ -75,6 +77,8 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) in
 		err = runExplain(args[1:], stdout, stderr)
 	case "suggest":
 		err = runSuggest(args[1:], stdout, stderr)
+	case "sim":
+		err = runSim(args[1:], stdout, stderr)
 	case "bench":
 		err = runBench(args[1:], stdout, stderr)
 	case "health":

@@ -17,6 +17,9 @@ import (
 	"github.com/charonlimit/charon/tiers"
 )
 
+// errNotBuilt is WriteFiles' error in a binary built without the engine.
+var errNotBuilt = errors.New("sim: the engine was not built into this binary: run make sim-wasm (go generate ./internal/sim) before building")
+
 // fileName is the name the simulator gives a pasted configuration, as it
 // appears in error messages.
 const fileName = "sim.yaml"
@@ -41,7 +44,9 @@ func Load(text string) (*Lane, error) {
 	if err := yaml.Unmarshal([]byte(text), &top); err != nil {
 		return nil, fmt.Errorf("%s: %v", fileName, err)
 	}
+	wrapped := false
 	if _, ok := top["descriptors"]; !ok && top["key"] != nil {
+		wrapped = true
 		// One descriptor: indent it under a domain.
 		var b strings.Builder
 		b.WriteString("domain: sim\ndescriptors:\n")
@@ -58,6 +63,14 @@ func Load(text string) (*Lane, error) {
 	if err != nil {
 		var msgs []string
 		for _, p := range config.Problems(err) {
+			var ce *config.Error
+			if wrapped && errors.As(p, &ce) {
+				// Name the lines and fields of the text as pasted.
+				c := *ce
+				c.Line = max(0, c.Line-2)
+				c.Path = strings.TrimPrefix(c.Path, "descriptors[0].")
+				p = &c
+			}
 			msgs = append(msgs, p.Error())
 		}
 		return nil, errors.New(strings.Join(msgs, "\n"))

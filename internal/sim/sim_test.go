@@ -87,7 +87,7 @@ func TestPatternsBehaveAsTheSeedSays(t *testing.T) {
 
 func TestLoadErrorsAreConfigChecks(t *testing.T) {
 	_, err := Load("key: user\ntiers:\n  - {limit: 5, window: -1s}\n")
-	if err == nil || !strings.Contains(err.Error(), "sim.yaml:") || !strings.Contains(err.Error(), "window") {
+	if err == nil || !strings.Contains(err.Error(), "sim.yaml:3: tiers[0].window: ") {
 		t.Errorf("bad window: %v, want config check's file:line message", err)
 	}
 	if _, err := Load("key: [\n"); err == nil {
