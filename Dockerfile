@@ -9,6 +9,8 @@ RUN go mod download
 COPY . .
 ARG VERSION=dev
 ENV CGO_ENABLED=0
+# The tier simulator's engine (WebAssembly), embedded in the binary.
+RUN go generate ./internal/sim
 RUN go build -trimpath -ldflags "-s -w -X main.version=${VERSION}" -o /out/charon ./cmd/charon
 
 FROM gcr.io/distroless/static-debian12:nonroot

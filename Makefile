@@ -7,16 +7,27 @@ VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev
 # Extra `go test` flags: .ci/run passes -count=1 so no result is reused.
 TESTFLAGS ?=
 
-.PHONY: all build release image run test test-stress reliability bench bench-redis fuzz generate generate-check clean
+.PHONY: all build sim sim-wasm release image run test test-stress reliability bench bench-redis fuzz generate generate-check clean
 
 all: build
 
-build:
+build: sim-wasm
 	$(GO) build -ldflags "-X main.version=$(VERSION)" -o $(BIN) ./cmd/charon
+
+# The tier simulator's engine: package tiers and the config loader compiled to
+# WebAssembly (internal/sim/web/charon.wasm, embedded in the binary; not
+# checked in).
+sim-wasm:
+	$(GO) generate ./internal/sim
+
+# The simulator as static files in bin/sim (open bin/sim/index.html through
+# any static file server).
+sim: sim-wasm
+	$(GO) run ./cmd/charon sim --out bin/sim
 
 # Static binaries for linux/amd64 and linux/arm64, version stamped, in dist/
 # with their SHA-256 sums.
-release:
+release: sim-wasm
 	rm -rf dist && mkdir -p dist
 	@set -e; for arch in amd64 arm64; do \
 		echo "dist/charon-linux-$$arch"; \
@@ -25,12 +36,12 @@ release:
 	done
 	cd dist && sha256sum charon-linux-* > SHA256SUMS
 
-run:
+run: sim-wasm
 	$(GO) run ./cmd/charon serve --config examples/config
 
 # The product's module, then deploy/ (its own module: Helm, Kubernetes and
 # BuildKit stay out of the product's go.mod).
-test:
+test: sim-wasm
 	$(GO) vet ./...
 	$(GO) test -race $(TESTFLAGS) ./...
 	# Heap figures mean nothing under -race: the pair-cost bound runs without it.
