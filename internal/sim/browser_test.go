@@ -75,7 +75,7 @@ func page(t *testing.T) (context.Context, string) {
 	if err := chromedp.Do(ctx, chromedp.Navigate(srv.URL+"/")); err != nil {
 		t.Fatalf("navigate: %v", err)
 	}
-	if _, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`window.charonSim.ready.then(() => true)`, chromedp.EvalAwaitPromise)); err != nil {
+	if _, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`new Promise(r => { const f = () => window.charonSim ? r(true) : setTimeout(f, 20); f() })`, chromedp.EvalAwaitPromise)); err != nil {
 		t.Fatalf("the page did not become ready: %v", err)
 	}
 	t.Logf("page ready %v after navigation (engine %d bytes)", time.Since(start).Round(time.Millisecond), len(files["charon.wasm"].Data))
@@ -209,6 +209,9 @@ func TestBrowserKeyboardAndDrawing(t *testing.T) {
 			t.Fatal(err)
 		}
 		do(t, ctx, `charonSim.advance(100)`)
+	}
+	if js[int](t, ctx, `JSON.parse(charonSim.state()).tiers[0].hits`) != 5 {
+		t.Error("state() read with JSON.parse differs")
 	}
 	s := js[simState](t, ctx, `charonSim.state()`)
 	if s.Last == nil || s.Last.OK || s.Tiers[0].Hits != 5 || s.Compare == nil || s.Compare.Tiers[0].Hits != 2 {

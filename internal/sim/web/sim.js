@@ -303,19 +303,26 @@
     requestAnimationFrame((t) => { lastFrame = t; requestAnimationFrame(frame); });
   }
 
-  // window.charonSim: what scripts and tests drive.
-  window.charonSim = {
+  // asJSON lets an answer be used as an object or read with JSON.parse.
+  function asJSON(v) {
+    if (v && typeof v === "object") Object.defineProperty(v, "toString", { value: () => JSON.stringify(v) });
+    return v;
+  }
+
+  // window.charonSim: what scripts and tests drive. It is set once the
+  // engine is ready (ready resolves then too).
+  const api = {
     ready,
     load: (yaml, lane) => load(String(yaml), lane === 1 ? 1 : 0),
-    request: (hits) => request(hits),
-    advance,
-    state,
+    request: (hits) => asJSON(request(hits)),
+    advance: (ms) => asJSON(advance(ms)),
+    state: () => asJSON(state()),
     setSpeed,
     compare: (on) => { $("#compare").checked = !!on; $("#compare").onchange({ target: $("#compare") }); },
     patterns: () => call("patterns"),
   };
 
-  window.charonSimReady = () => { wire(); readyResolve(); };
+  window.charonSimReady = () => { wire(); window.charonSim = api; readyResolve(); };
   if (!window.Go) {
     $("#loading").textContent = "wasm_exec.js is missing: build the engine with make sim-wasm.";
     return;
