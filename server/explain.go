@@ -197,16 +197,26 @@ func httpError(w http.ResponseWriter, err error) {
 	http.Error(w, st.Message(), code)
 }
 
-// serveExplain is GET /explain on the debug port: Explain's answer as JSON.
-func (s *Server) serveExplain(w http.ResponseWriter, r *http.Request) {
+// explainerQuery returns the engine's Explainer and the request's query,
+// or answers the error and returns false.
+func (s *Server) explainerQuery(w http.ResponseWriter, r *http.Request) (Explainer, *charonv1.ExplainRequest, bool) {
 	ex, ok := s.opts.Engine.(Explainer)
 	if !ok {
 		httpError(w, errNoExplainer)
-		return
+		return nil, nil, false
 	}
 	req, err := explainQuery(r)
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusBadRequest)
+		return nil, nil, false
+	}
+	return ex, req, true
+}
+
+// serveExplain is GET /explain on the debug port: Explain's answer as JSON.
+func (s *Server) serveExplain(w http.ResponseWriter, r *http.Request) {
+	ex, req, ok := s.explainerQuery(w, r)
+	if !ok {
 		return
 	}
 	resp, err := explain(r.Context(), ex, req)
@@ -226,14 +236,8 @@ func (s *Server) serveExplain(w http.ResponseWriter, r *http.Request) {
 // serveReset is POST /reset on the debug port (with DebugReset): it forgets
 // the state of the pairs the descriptors resolve to.
 func (s *Server) serveReset(w http.ResponseWriter, r *http.Request) {
-	ex, ok := s.opts.Engine.(Explainer)
+	ex, req, ok := s.explainerQuery(w, r)
 	if !ok {
-		httpError(w, errNoExplainer)
-		return
-	}
-	req, err := explainQuery(r)
-	if err != nil {
-		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
 	}
 	n, err := ex.Reset(r.Context(), engineRequest(req))
