@@ -4,84 +4,97 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	charonv1 "github.com/charonlimit/charon/api/charon/v1"
 	"io"
 	"strings"
 	"text/tabwriter"
 	"time"
 
+	"github.com/charonlimit/charon/server"
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
 )
 
-// descriptorFlags collects repeated --descriptor k=v,k2=v2 values.
-type descriptorFlags []*ratelimitv3.RateLimitDescriptor
+// queryFlags are the flags of ask and explain: the server, the domain and
+// the descriptors of one request, and --json.
+type queryFlags struct {
+	connFlags
+	domain      string
+	descriptors [][]*charonv1.Entry
+	json        bool
+}
 
-func (d *descriptorFlags) String() string { return "" }
+func (q *queryFlags) declare(fs *flag.FlagSet, what string) {
+	q.connFlags.declare(fs, "localhost:8081", 5*time.Second)
+	fs.StringVar(&q.domain, "domain", "", "RLS domain")
+	fs.Func("descriptor", "descriptor `k=v,k2=v2` (repeatable)", func(s string) error {
+		es, err := server.ParseDescriptor(s)
+		q.descriptors = append(q.descriptors, es)
+		return err
+	})
+	fs.BoolVar(&q.json, "json", false, "print the "+what+" as JSON")
+}
 
-func (d *descriptorFlags) Set(s string) error {
-	desc, err := parseDescriptor(s)
-	if err != nil {
+func (q *queryFlags) parse(fs *flag.FlagSet, verb string, args []string) error {
+	if err := parseVerb(fs, args); err != nil {
 		return err
 	}
-	*d = append(*d, desc)
+	if q.domain == "" || len(q.descriptors) == 0 {
+		return fmt.Errorf("%w: %s needs --domain and at least one --descriptor", errUsage, verb)
+	}
 	return nil
 }
 
-// parseDescriptor parses "k=v,k2=v2"; a value may contain "=", not ",".
-func parseDescriptor(s string) (*ratelimitv3.RateLimitDescriptor, error) {
-	d := &ratelimitv3.RateLimitDescriptor{}
-	for _, part := range strings.Split(s, ",") {
-		k, v, _ := strings.Cut(part, "=")
-		if k == "" {
-			return nil, fmt.Errorf("entry %q has no key (want k=v,k2=v2)", part)
-		}
-		d.Entries = append(d.Entries, &ratelimitv3.RateLimitDescriptor_Entry{Key: k, Value: v})
+// print writes resp as JSON with --json, else as text.
+func (q *queryFlags) print(w io.Writer, resp proto.Message, text func()) error {
+	if !q.json {
+		text()
+		return nil
 	}
-	return d, nil
+	out, err := protojson.MarshalOptions{Multiline: true, EmitUnpopulated: true}.Marshal(resp)
+	fmt.Fprintln(w, string(out))
+	return err
 }
 
 func runAsk(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("charon ask", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	var cf connFlags
-	cf.declare(fs, "localhost:8081", 5*time.Second)
-	domain := fs.String("domain", "", "RLS domain")
-	var descs descriptorFlags
-	fs.Var(&descs, "descriptor", "descriptor `k=v,k2=v2` (repeatable)")
+	var q queryFlags
+	q.declare(fs, "RateLimitResponse")
 	hits := fs.Uint("hits", 0, "hits_addend of the request (0: one hit)")
-	asJSON := fs.Bool("json", false, "print the RateLimitResponse as JSON")
-	if err := parseVerb(fs, args); err != nil {
+	if err := q.parse(fs, "ask", args); err != nil {
 		return err
-	}
-	if *domain == "" || len(descs) == 0 {
-		return fmt.Errorf("%w: ask needs --domain and at least one --descriptor", errUsage)
 	}
 	if *hits > 1<<32-1 {
 		return fmt.Errorf("%w: --hits is at most %d", errUsage, uint32(1<<32-1))
 	}
-	req := &rlsv3.RateLimitRequest{Domain: *domain, Descriptors: descs, HitsAddend: uint32(*hits)}
+	req := &rlsv3.RateLimitRequest{Domain: q.domain, HitsAddend: uint32(*hits)}
+	for _, es := range q.descriptors {
+		d := &ratelimitv3.RateLimitDescriptor{}
+		for _, e := range es {
+			d.Entries = append(d.Entries, &ratelimitv3.RateLimitDescriptor_Entry{Key: e.GetKey(), Value: e.GetValue()})
+		}
+		req.Descriptors = append(req.Descriptors, d)
+	}
 	var resp *rlsv3.RateLimitResponse
-	err := cf.call(func(ctx context.Context, cc *grpc.ClientConn) (err error) {
+	err := q.call(func(ctx context.Context, cc *grpc.ClientConn) (err error) {
 		resp, err = rlsv3.NewRateLimitServiceClient(cc).ShouldRateLimit(ctx, req)
 		return err
 	})
 	if err != nil {
-		s := status.Convert(err)
-		return fmt.Errorf("%s: %s", s.Code(), s.Message())
+		return statusError(err)
 	}
-	if *asJSON {
-		out, err := protojson.MarshalOptions{Multiline: true, EmitUnpopulated: true}.Marshal(resp)
-		if err != nil {
-			return err
-		}
-		fmt.Fprintln(stdout, string(out))
-		return nil
-	}
-	printDecision(stdout, req, resp)
-	return nil
+	return q.print(stdout, resp, func() { printDecision(stdout, req, resp) })
+}
+
+// statusError is a failed call's error as its code and message.
+func statusError(err error) error {
+	s := status.Convert(err)
+	return fmt.Errorf("%s: %s", s.Code(), s.Message())
 }
 
 func printDecision(w io.Writer, req *rlsv3.RateLimitRequest, resp *rlsv3.RateLimitResponse) {

@@ -52,7 +52,7 @@ func runBench(args []string, stdout, stderr io.Writer) error {
 	}
 	// The load tool's own collections would take CPU from the server it
 	// measures on a shared machine: the same heap floor as charon serve's.
-	defer gctune.Floor(defaultHeapFloorMiB << 20).Stop()
+	defer gctune.Floor(gctune.DefaultFloorMiB << 20).Stop()
 	r, err := loadgen.Run(o)
 	if err != nil {
 		return err

@@ -10,8 +10,6 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/encoding/protojson"
 
 	charonv1 "github.com/charonlimit/charon/api/charon/v1"
 )
@@ -19,51 +17,32 @@ import (
 func runExplain(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("charon explain", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	var cf connFlags
-	cf.declare(fs, "localhost:8081", 5*time.Second)
-	domain := fs.String("domain", "", "RLS domain")
-	var descs descriptorFlags
-	fs.Var(&descs, "descriptor", "descriptor `k=v,k2=v2` (repeatable)")
-	asJSON := fs.Bool("json", false, "print the ExplainResponse as JSON")
-	if err := parseVerb(fs, args); err != nil {
+	var q queryFlags
+	q.declare(fs, "ExplainResponse")
+	if err := q.parse(fs, "explain", args); err != nil {
 		return err
 	}
-	if *domain == "" || len(descs) == 0 {
-		return fmt.Errorf("%w: explain needs --domain and at least one --descriptor", errUsage)
-	}
-	req := &charonv1.ExplainRequest{Domain: *domain}
-	for _, d := range descs {
-		pd := &charonv1.ExplainRequest_Descriptor{}
-		for _, e := range d.GetEntries() {
-			pd.Entries = append(pd.Entries, &charonv1.Entry{Key: e.GetKey(), Value: e.GetValue()})
-		}
-		req.Descriptors = append(req.Descriptors, pd)
+	req := &charonv1.ExplainRequest{Domain: q.domain}
+	for _, es := range q.descriptors {
+		req.Descriptors = append(req.Descriptors, &charonv1.ExplainRequest_Descriptor{Entries: es})
 	}
 	var resp *charonv1.ExplainResponse
-	err := cf.call(func(ctx context.Context, cc *grpc.ClientConn) (err error) {
+	err := q.call(func(ctx context.Context, cc *grpc.ClientConn) (err error) {
 		resp, err = charonv1.NewCharonClient(cc).Explain(ctx, req)
 		return err
 	})
 	if err != nil {
-		s := status.Convert(err)
-		return fmt.Errorf("%s: %s", s.Code(), s.Message())
+		return statusError(err)
 	}
-	if *asJSON {
-		out, err := protojson.MarshalOptions{Multiline: true}.Marshal(resp)
-		if err != nil {
-			return err
+	return q.print(stdout, resp, func() {
+		for i, x := range resp.GetExplanations() {
+			var es []string
+			for _, e := range q.descriptors[i] {
+				es = append(es, e.GetKey()+"="+e.GetValue())
+			}
+			printExplanation(stdout, strings.Join(es, ","), x, resp.GetAt().AsTime())
 		}
-		fmt.Fprintln(stdout, string(out))
-		return nil
-	}
-	for i, x := range resp.GetExplanations() {
-		var es []string
-		for _, e := range descs[i].GetEntries() {
-			es = append(es, e.GetKey()+"="+e.GetValue())
-		}
-		printExplanation(stdout, strings.Join(es, ","), x, resp.GetAt().AsTime())
-	}
-	return nil
+	})
 }
 
 func printExplanation(w io.Writer, desc string, x *charonv1.Explanation, at time.Time) {

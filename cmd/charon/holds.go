@@ -14,6 +14,7 @@ import (
 
 	charonv1 "github.com/charonlimit/charon/api/charon/v1"
 	"github.com/charonlimit/charon/internal/sessionhold"
+	"github.com/charonlimit/charon/server"
 )
 
 // The copy verbs: reserve and seize hold their copies on a Session stream
@@ -56,14 +57,11 @@ func runReserve(args []string, stdout, stderr io.Writer) error {
 	if *domain == "" || *descriptor == "" {
 		return fmt.Errorf("%w: reserve needs --domain and --descriptor", errUsage)
 	}
-	d, err := parseDescriptor(*descriptor)
+	es, err := server.ParseDescriptor(*descriptor)
 	if err != nil {
 		return fmt.Errorf("%w: --descriptor: %v", errUsage, err)
 	}
-	r := &charonv1.Resource{Domain: *domain}
-	for _, e := range d.GetEntries() {
-		r.Entries = append(r.Entries, &charonv1.Entry{Key: e.GetKey(), Value: e.GetValue()})
-	}
+	r := &charonv1.Resource{Domain: *domain, Entries: es}
 	op := &charonv1.SessionRequest{Operation: &charonv1.SessionRequest_Reserve{Reserve: &charonv1.ReserveRequest{
 		Resource: r, Copies: *copies, MinCopies: *minCopies, RequestId: *requestID,
 	}}}

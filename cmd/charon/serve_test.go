@@ -32,10 +32,10 @@ func TestParseServePrecedence(t *testing.T) {
 		{"flags", []string{"--config", "/c", "--grpc-addr", ":1", "--http-addr", ":2", "--debug-addr", ":3",
 			"--max-descriptors", "8", "--max-keys", "100", "--response-headers", "--merge-domains", "--shutdown-timeout", "3s", "--fixed-window", "--heap-floor-mib", "0"}, nil,
 			with(func(c *serveConfig) {
-				c.ConfigDir, c.GRPCAddr, c.HTTPAddr, c.DebugAddr = "/c", ":1", ":2", ":3"
+				c.ConfigDir, c.Server.GRPCAddr, c.Server.HTTPAddr, c.Server.DebugAddr = "/c", ":1", ":2", ":3"
 				c.FixedWindow = true
 				c.HeapFloorMiB = 0
-				c.MaxDescriptors, c.MaxKeys, c.ResponseHeaders, c.MergeDomains, c.ShutdownTimeout = 8, 100, true, true, 3*time.Second
+				c.MaxDescriptors, c.MaxKeys, c.Server.ResponseHeaders, c.MergeDomains, c.Server.ShutdownTimeout = 8, 100, true, true, 3*time.Second
 			})},
 		{"charon env", nil, map[string]string{
 			"CHARON_CONFIG": "/e", "CHARON_GRPC_ADDR": ":11", "CHARON_HTTP_ADDR": ":12", "CHARON_DEBUG_ADDR": ":13",
@@ -44,19 +44,19 @@ func TestParseServePrecedence(t *testing.T) {
 			"CHARON_HEAP_FLOOR_MIB": "256"},
 			with(func(c *serveConfig) {
 				c.HeapFloorMiB = 256
-				c.ConfigDir, c.GRPCAddr, c.HTTPAddr, c.DebugAddr = "/e", ":11", ":12", ":13"
-				c.MaxDescriptors, c.MaxKeys, c.ResponseHeaders, c.MergeDomains, c.ShutdownTimeout = 9, 7, true, true, time.Minute
+				c.ConfigDir, c.Server.GRPCAddr, c.Server.HTTPAddr, c.Server.DebugAddr = "/e", ":11", ":12", ":13"
+				c.MaxDescriptors, c.MaxKeys, c.Server.ResponseHeaders, c.MergeDomains, c.Server.ShutdownTimeout = 9, 7, true, true, time.Minute
 				c.Redis.URL = "redis://x"
 				c.FixedWindow = true
 			})},
 		{"flag beats env", []string{"--grpc-addr", ":1", "--response-headers=false"},
 			map[string]string{"CHARON_GRPC_ADDR": ":11", "GRPC_PORT": "9", "CHARON_RESPONSE_HEADERS": "true"},
-			with(func(c *serveConfig) { c.GRPCAddr = ":1" })},
+			with(func(c *serveConfig) { c.Server.GRPCAddr = ":1" })},
 		{"lyft env", nil, map[string]string{
 			"RUNTIME_ROOT": "/data", "RUNTIME_SUBDIRECTORY": "ratelimit", "GRPC_PORT": "9081", "PORT": "9080",
 			"DEBUG_PORT": "9070", "LOG_LEVEL": "debug", "LOG_FORMAT": "text", "MERGE_DOMAIN_CONFIG": "true"},
 			with(func(c *serveConfig) {
-				c.ConfigDir, c.GRPCAddr, c.HTTPAddr, c.DebugAddr = "/data/ratelimit/config", ":9081", ":9080", "127.0.0.1:9070"
+				c.ConfigDir, c.Server.GRPCAddr, c.Server.HTTPAddr, c.Server.DebugAddr = "/data/ratelimit/config", ":9081", ":9080", "127.0.0.1:9070"
 				c.LogLevel, c.LogFormat, c.MergeDomains = "debug", "text", true
 			})},
 		{"lyft defaults for root and app dir", nil, map[string]string{"RUNTIME_SUBDIRECTORY": "rl"},
@@ -66,7 +66,7 @@ func TestParseServePrecedence(t *testing.T) {
 		{"charon env beats lyft env", nil, map[string]string{
 			"RUNTIME_ROOT": "/data", "CHARON_CONFIG": "/c", "GRPC_PORT": "9081", "CHARON_GRPC_ADDR": ":1",
 			"MERGE_DOMAIN_CONFIG": "true", "CHARON_MERGE_DOMAINS": "false"},
-			with(func(c *serveConfig) { c.ConfigDir, c.GRPCAddr = "/c", ":1" })},
+			with(func(c *serveConfig) { c.ConfigDir, c.Server.GRPCAddr = "/c", ":1" })},
 		{"flag beats lyft env", []string{"--config", "/f"}, map[string]string{"RUNTIME_ROOT": "/data"},
 			with(func(c *serveConfig) { c.ConfigDir = "/f" })},
 	}
@@ -110,23 +110,6 @@ func TestParseServeErrors(t *testing.T) {
 	_, err := parseServe([]string{"--store", "redis"}, envOf(nil), io.Discard)
 	if err == nil || !strings.Contains(err.Error(), "--redis-url") {
 		t.Errorf("redis store error %v does not ask for --redis-url", err)
-	}
-}
-
-func TestParseDescriptor(t *testing.T) {
-	d, err := parseDescriptor("a=1,b=x=y,c=")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var got []string
-	for _, e := range d.Entries {
-		got = append(got, e.Key+"|"+e.Value)
-	}
-	if diff := cmp.Diff([]string{"a|1", "b|x=y", "c|"}, got); diff != "" {
-		t.Errorf("entries (-want +got):\n%s", diff)
-	}
-	if _, err := parseDescriptor("=v"); err == nil {
-		t.Error("empty key accepted")
 	}
 }
 

@@ -1,0 +1,46 @@
+package server
+
+import (
+	"flag"
+	"io"
+	"strings"
+	"testing"
+)
+
+// TestFlagsCheckNamesTheFlag: every refusal names the flag at fault, and
+// the defaults pass.
+func TestFlagsCheckNamesTheFlag(t *testing.T) {
+	def := DefaultFlags()
+	if err := def.Check(); err != nil {
+		t.Fatalf("defaults refused: %v", err)
+	}
+	tests := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--shutdown-timeout", "0s"}, "--shutdown-timeout"},
+		{[]string{"--shutdown-delay", "-1s"}, "--shutdown-delay"},
+		{[]string{"--http-read-timeout", "0s"}, "--http-read-timeout"},
+		{[]string{"--max-concurrent-streams", "0"}, "--max-concurrent-streams"},
+		{[]string{"--near-limit-ratio", "1.5"}, "--near-limit-ratio"},
+		{[]string{"--grpc-max-connection-age", "-1s"}, "--grpc-max-connection-age"},
+		{[]string{"--remaining-header", "a b"}, "--remaining-header"},
+		{[]string{"--metrics-path", "metrics"}, "--metrics-path"},
+		{[]string{"--grpc-tls-cert", "c.pem"}, "--grpc-tls-key"},
+		{[]string{"--http-tls"}, "--http-tls"},
+		{[]string{"--debug-tls"}, "--debug-tls"},
+		{[]string{"--authz", "a.yaml"}, "--authz"},
+	}
+	for _, tc := range tests {
+		f := DefaultFlags()
+		fs := flag.NewFlagSet("t", flag.ContinueOnError)
+		fs.SetOutput(io.Discard)
+		f.Bind(fs)
+		if err := fs.Parse(tc.args); err != nil {
+			t.Fatalf("%v: %v", tc.args, err)
+		}
+		if err := f.Check(); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%v: error %v, want one naming %s", tc.args, err, tc.want)
+		}
+	}
+}
