@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"os"
 	"os/exec"
@@ -34,7 +33,7 @@ func TestReserveProcessKilled(t *testing.T) {
 	}
 	p := freePorts(t, 3)
 	grpcAddr := "127.0.0.1:" + strconv.Itoa(p[0])
-	var serveErr bytes.Buffer
+	var serveErr lockedBuffer
 	serve := exec.Command(bin, "serve", "--config", dir, "--grpc-addr", grpcAddr,
 		"--http-addr", "127.0.0.1:"+strconv.Itoa(p[1]), "--debug-addr", "127.0.0.1:"+strconv.Itoa(p[2]))
 	serve.Stderr = &serveErr
@@ -75,13 +74,13 @@ func TestReserveProcessKilled(t *testing.T) {
 		return err == nil && r.Ok
 	})
 
-	var out syncBuffer
+	var out lockedBuffer
 	holder := exec.Command(bin, "reserve", "--addr", grpcAddr, "--domain", "c", "--descriptor", "db=a", "--copies", "3")
 	holder.Stdout = &out
 	if err := holder.Start(); err != nil {
 		t.Fatal(err)
 	}
-	waitOutput(t, &out, "holding until interrupted")
+	poll("the holder", func() bool { return strings.Contains(out.String(), "holding until interrupted") })
 	if r, err := reserve3(); err != nil || r.Ok {
 		t.Fatalf("reserve while the holder runs: %v, %v", r, err)
 	}
@@ -100,13 +99,13 @@ func TestReserveProcessKilled(t *testing.T) {
 	// A paused holder (SIGSTOP) does not answer the server's pings: the
 	// server ends its session and frees the copies; resumed, the holder
 	// says its hold is gone and exits 1.
-	var out2 syncBuffer
+	var out2 lockedBuffer
 	paused := exec.Command(bin, "reserve", "--addr", grpcAddr, "--domain", "c", "--descriptor", "db=a", "--copies", "3")
 	paused.Stdout = &out2
 	if err := paused.Start(); err != nil {
 		t.Fatal(err)
 	}
-	waitOutput(t, &out2, "holding until interrupted")
+	poll("the paused holder", func() bool { return strings.Contains(out2.String(), "holding until interrupted") })
 	if err := paused.Process.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}

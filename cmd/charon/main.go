@@ -1,22 +1,17 @@
 // Command charon is the Charon rate limit service and its tools: serve,
-// config check, ask, bench and version. Each verb maps its flags and
-// environment to the Options of the packages that do the work.
+// config check, suggest, sim, version, and the client verbs of package
+// clientcmd (ask, explain, health, bench and the copy verbs). Each verb
+// maps its flags and environment to the Options of the packages that do
+// the work.
 package main
 
 import (
-	"context"
-	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
 	"runtime/debug"
-	"time"
 
-	"github.com/charonlimit/charon/internal/tlsconfig"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials"
-	"google.golang.org/grpc/credentials/insecure"
+	"github.com/charonlimit/charon/internal/clientcmd"
 )
 
 // version is set with -ldflags "-X main.version=..."; otherwise the module
@@ -49,8 +44,9 @@ Usage:
 Run "charon VERB -h" for a verb's flags.
 `
 
-// errUsage is a command line mistake (exit status 2).
-var errUsage = errors.New("usage")
+// errUsage is a command line mistake (exit status 2); errReported a
+// failure whose details were already printed (exit status 1).
+var errUsage, errReported = clientcmd.ErrUsage, clientcmd.ErrReported
 
 func main() {
 	os.Exit(run(os.Args[1:], os.Getenv, os.Stdout, os.Stderr))
@@ -62,7 +58,7 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) in
 		return 2
 	}
 	var err error
-	switch args[0] {
+	switch verb := args[0]; verb {
 	case "serve":
 		err = runServe(args[1:], getenv, stderr)
 	case "config":
@@ -71,26 +67,10 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) in
 			return 2
 		}
 		err = runCheck(args[2:], stdout, stderr)
-	case "ask":
-		err = runAsk(args[1:], stdout, stderr)
-	case "explain":
-		err = runExplain(args[1:], stdout, stderr)
 	case "suggest":
 		err = runSuggest(args[1:], stdout, stderr)
 	case "sim":
 		err = runSim(args[1:], stdout, stderr)
-	case "bench":
-		err = runBench(args[1:], stdout, stderr)
-	case "health":
-		err = runHealth(args[1:], stdout, stderr)
-	case "reserve":
-		err = runReserve(args[1:], stdout, stderr)
-	case "release":
-		err = runRelease(args[1:], stdout, stderr)
-	case "transfer":
-		err = runTransfer(args[1:], stdout, stderr)
-	case "seize":
-		err = runSeize(args[1:], stdout, stderr)
 	case "version", "--version", "-version":
 		fmt.Fprintln(stdout, "charon", versionString())
 		return 0
@@ -98,27 +78,15 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) in
 		fmt.Fprint(stdout, usage)
 		return 0
 	default:
-		fmt.Fprintf(stderr, "charon: unknown verb %q\n\n%s", args[0], usage)
-		return 2
+		f, ok := clientcmd.Verbs[verb]
+		if !ok {
+			fmt.Fprintf(stderr, "charon: unknown verb %q\n\n%s", verb, usage)
+			return 2
+		}
+		err = f(args[1:], stdout, stderr)
 	}
-	switch {
-	case err == nil:
-		return 0
-	case errors.Is(err, flag.ErrHelp):
-		return 0
-	case errors.Is(err, errUsage):
-		fmt.Fprintln(stderr, "charon:", err)
-		return 2
-	case errors.Is(err, errReported):
-		return 1
-	default:
-		fmt.Fprintln(stderr, "charon:", err)
-		return 1
-	}
+	return clientcmd.ExitCode(err, stderr)
 }
-
-// errReported is a failure whose details were already printed.
-var errReported = errors.New("failed")
 
 func versionString() string {
 	if version != "" {
@@ -128,59 +96,4 @@ func versionString() string {
 		return bi.Main.Version
 	}
 	return "dev"
-}
-
-// clientTLS declares the TLS flags of a client verb.
-func clientTLS(fs *flag.FlagSet) *tlsconfig.ClientFlags {
-	f := new(tlsconfig.ClientFlags)
-	fs.BoolVar(&f.Force, "tls", false, "connect over TLS (implied by the other --tls-* flags)")
-	f.Bind(fs, "tls-", "the server")
-	return f
-}
-
-// connFlags are the flags of the verbs that call a server: its address,
-// the time limit of each call, and TLS.
-type connFlags struct {
-	addr    string
-	timeout time.Duration
-	tls     *tlsconfig.ClientFlags
-}
-
-func (c *connFlags) declare(fs *flag.FlagSet, addr string, timeout time.Duration) {
-	fs.StringVar(&c.addr, "addr", addr, "server gRPC `HOST:PORT`")
-	fs.DurationVar(&c.timeout, "timeout", timeout, "time limit of each call")
-	c.tls = clientTLS(fs)
-}
-
-// dial makes the client connection (gRPC connects on first use).
-func (c *connFlags) dial() (*grpc.ClientConn, error) {
-	transport, err := dialOption(c.tls)
-	if err != nil {
-		return nil, err
-	}
-	return grpc.NewClient(c.addr, transport)
-}
-
-// call runs f on a new connection, within --timeout.
-func (c *connFlags) call(f func(context.Context, *grpc.ClientConn) error) error {
-	cc, err := c.dial()
-	if err != nil {
-		return err
-	}
-	defer cc.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
-	defer cancel()
-	return f(ctx, cc)
-}
-
-// dialOption is a client verb's transport: TLS when its flags ask for it.
-func dialOption(f *tlsconfig.ClientFlags) (grpc.DialOption, error) {
-	cfg, err := f.Config()
-	if err != nil {
-		return nil, fmt.Errorf("%w: %v", errUsage, err)
-	}
-	if cfg == nil {
-		return grpc.WithTransportCredentials(insecure.NewCredentials()), nil
-	}
-	return grpc.WithTransportCredentials(credentials.NewTLS(cfg)), nil
 }

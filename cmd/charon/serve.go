@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/charonlimit/charon/config"
+	"github.com/charonlimit/charon/internal/clientcmd"
 	"github.com/charonlimit/charon/internal/copystore/memcopy"
 	"github.com/charonlimit/charon/internal/decisionlog"
 	"github.com/charonlimit/charon/internal/engine"
@@ -146,7 +147,7 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (se
 	if err := applyCharonEnv(fs, getenv); err != nil {
 		return c, err
 	}
-	if err := parseVerb(fs, args); err != nil {
+	if err := clientcmd.ParseFlags(fs, args); err != nil {
 		return c, err
 	}
 	if err := c.check(); err != nil {

@@ -12,6 +12,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/charonlimit/charon/internal/clientcmd"
 	"github.com/charonlimit/charon/internal/sim"
 )
 
@@ -21,7 +22,7 @@ func runSim(args []string, stdout, stderr io.Writer) error {
 	fs.SetOutput(stderr)
 	addr := fs.String("addr", "127.0.0.1:8090", "serve the simulator at `HOST:PORT`")
 	out := fs.String("out", "", "write the page's files into this `directory` instead of serving them")
-	if err := parseVerb(fs, args); err != nil {
+	if err := clientcmd.ParseFlags(fs, args); err != nil {
 		return err
 	}
 	if *out != "" {

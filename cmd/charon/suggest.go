@@ -9,6 +9,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/charonlimit/charon/internal/clientcmd"
 	"github.com/charonlimit/charon/internal/suggest"
 )
 
@@ -21,7 +22,7 @@ func runSuggest(args []string, stdout, stderr io.Writer) error {
 	reject := fs.Float64("reject", 0.01, "share of the recorded hits the proposed limit may reject, in [0, 1)")
 	window := fs.Duration("window", time.Second, "window of the proposed tier")
 	out := fs.String("out", "", "write one file per RLS domain into this `directory` (created); default: print them")
-	if err := parseVerb(fs, args); err != nil {
+	if err := clientcmd.ParseFlags(fs, args); err != nil {
 		return err
 	}
 	var in io.Reader = os.Stdin

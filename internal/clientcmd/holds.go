@@ -1,4 +1,4 @@
-package main
+package clientcmd
 
 import (
 	"context"
@@ -21,26 +21,12 @@ import (
 // while they run (the server releases them if the process dies), release
 // and transfer are unary and act on any hold by its id.
 
-// parseVerb parses a verb's flags; it refuses positional arguments.
-func parseVerb(fs *flag.FlagSet, args []string) error {
-	if err := fs.Parse(args); err != nil {
-		if err == flag.ErrHelp {
-			return err
-		}
-		return fmt.Errorf("%w: %v", errUsage, err)
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("%w: unexpected argument %q", errUsage, fs.Arg(0))
-	}
-	return nil
-}
-
 // signalContext is done on SIGINT or SIGTERM; tests replace it.
 var signalContext = func() (context.Context, context.CancelFunc) {
 	return signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 }
 
-func runReserve(args []string, stdout, stderr io.Writer) error {
+func Reserve(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("charon reserve", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var hf connFlags
@@ -51,15 +37,15 @@ func runReserve(args []string, stdout, stderr io.Writer) error {
 	minCopies := fs.Int64("min", 0, "copies to reserve at least (0: 1)")
 	requestID := fs.String("request-id", "", "makes the reserve idempotent")
 	holdFor := fs.Duration("hold-for", 0, "release after this long (0: hold until interrupted)")
-	if err := parseVerb(fs, args); err != nil {
+	if err := ParseFlags(fs, args); err != nil {
 		return err
 	}
 	if *domain == "" || *descriptor == "" {
-		return fmt.Errorf("%w: reserve needs --domain and --descriptor", errUsage)
+		return fmt.Errorf("%w: reserve needs --domain and --descriptor", ErrUsage)
 	}
 	es, err := server.ParseDescriptor(*descriptor)
 	if err != nil {
-		return fmt.Errorf("%w: --descriptor: %v", errUsage, err)
+		return fmt.Errorf("%w: --descriptor: %v", ErrUsage, err)
 	}
 	r := &charonv1.Resource{Domain: *domain, Entries: es}
 	op := &charonv1.SessionRequest{Operation: &charonv1.SessionRequest_Reserve{Reserve: &charonv1.ReserveRequest{
@@ -68,18 +54,18 @@ func runReserve(args []string, stdout, stderr io.Writer) error {
 	return holdOnSession(hf, op, *holdFor, stdout)
 }
 
-func runSeize(args []string, stdout, stderr io.Writer) error {
+func Seize(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("charon seize", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var hf connFlags
 	hf.declare(fs, "localhost:8081", 5*time.Second)
 	transfer := fs.String("transfer", "", "the transfer `ID` to seize")
 	holdFor := fs.Duration("hold-for", 0, "release after this long (0: hold until interrupted)")
-	if err := parseVerb(fs, args); err != nil {
+	if err := ParseFlags(fs, args); err != nil {
 		return err
 	}
 	if *transfer == "" {
-		return fmt.Errorf("%w: seize needs --transfer", errUsage)
+		return fmt.Errorf("%w: seize needs --transfer", ErrUsage)
 	}
 	op := &charonv1.SessionRequest{Operation: &charonv1.SessionRequest_Seize{Seize: &charonv1.SeizeRequest{TransferId: *transfer}}}
 	return holdOnSession(hf, op, *holdFor, stdout)
@@ -97,23 +83,23 @@ func holdOnSession(hf connFlags, op *charonv1.SessionRequest, holdFor time.Durat
 	defer cc.Close()
 	ok, err := sessionhold.Run(sigCtx, charonv1.NewCharonClient(cc), op, holdFor, hf.timeout, stdout)
 	if err == nil && !ok {
-		return errReported
+		return ErrReported
 	}
 	return err
 }
 
-func runRelease(args []string, stdout, stderr io.Writer) error {
+func Release(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("charon release", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var hf connFlags
 	hf.declare(fs, "localhost:8081", 5*time.Second)
 	hold := fs.String("hold", "", "the hold `ID`")
 	copies := fs.Int64("copies", 0, "copies to release (0: all the hold has)")
-	if err := parseVerb(fs, args); err != nil {
+	if err := ParseFlags(fs, args); err != nil {
 		return err
 	}
 	if *hold == "" {
-		return fmt.Errorf("%w: release needs --hold", errUsage)
+		return fmt.Errorf("%w: release needs --hold", ErrUsage)
 	}
 	return hf.unary(func(ctx context.Context, c charonv1.CharonClient) error {
 		r, err := c.Release(ctx, &charonv1.ReleaseRequest{HoldId: *hold, Copies: *copies})
@@ -134,7 +120,7 @@ func (h *connFlags) unary(call func(context.Context, charonv1.CharonClient) erro
 	})
 }
 
-func runTransfer(args []string, stdout, stderr io.Writer) error {
+func Transfer(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("charon transfer", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var hf connFlags
@@ -142,14 +128,14 @@ func runTransfer(args []string, stdout, stderr io.Writer) error {
 	hold := fs.String("hold", "", "the hold `ID`")
 	copies := fs.Int64("copies", 0, "copies to transfer (0: all the hold has)")
 	ttl := fs.Duration("ttl", 0, "how long the copies wait for a seize (0: the server's default)")
-	if err := parseVerb(fs, args); err != nil {
+	if err := ParseFlags(fs, args); err != nil {
 		return err
 	}
 	if *hold == "" {
-		return fmt.Errorf("%w: transfer needs --hold", errUsage)
+		return fmt.Errorf("%w: transfer needs --hold", ErrUsage)
 	}
 	if *ttl < 0 {
-		return fmt.Errorf("%w: --ttl must not be negative", errUsage)
+		return fmt.Errorf("%w: --ttl must not be negative", ErrUsage)
 	}
 	req := &charonv1.TransferRequest{HoldId: *hold, Copies: *copies}
 	if *ttl > 0 {

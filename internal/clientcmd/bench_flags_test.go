@@ -1,4 +1,4 @@
-package main
+package clientcmd
 
 import (
 	"strings"
@@ -7,10 +7,10 @@ import (
 
 func TestBenchFlags(t *testing.T) {
 	var out, errb strings.Builder
-	if err := runBench([]string{"--noop", "--reserve"}, &out, &errb); err == nil {
+	if err := Bench([]string{"--noop", "--reserve"}, &out, &errb); err == nil {
 		t.Fatal("--noop with --reserve accepted")
 	}
-	if err := runBench([]string{"--unary"}, &out, &errb); err == nil {
+	if err := Bench([]string{"--unary"}, &out, &errb); err == nil {
 		t.Fatal("--unary without --reserve accepted")
 	}
 }

@@ -1,4 +1,4 @@
-package main
+package clientcmd
 
 import (
 	"context"
@@ -14,7 +14,7 @@ import (
 	charonv1 "github.com/charonlimit/charon/api/charon/v1"
 )
 
-func runExplain(args []string, stdout, stderr io.Writer) error {
+func Explain(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("charon explain", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var q queryFlags

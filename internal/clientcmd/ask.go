@@ -1,14 +1,15 @@
-package main
+package clientcmd
 
 import (
 	"context"
 	"flag"
 	"fmt"
-	charonv1 "github.com/charonlimit/charon/api/charon/v1"
 	"io"
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	charonv1 "github.com/charonlimit/charon/api/charon/v1"
 
 	"github.com/charonlimit/charon/server"
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
@@ -40,11 +41,11 @@ func (q *queryFlags) declare(fs *flag.FlagSet, what string) {
 }
 
 func (q *queryFlags) parse(fs *flag.FlagSet, verb string, args []string) error {
-	if err := parseVerb(fs, args); err != nil {
+	if err := ParseFlags(fs, args); err != nil {
 		return err
 	}
 	if q.domain == "" || len(q.descriptors) == 0 {
-		return fmt.Errorf("%w: %s needs --domain and at least one --descriptor", errUsage, verb)
+		return fmt.Errorf("%w: %s needs --domain and at least one --descriptor", ErrUsage, verb)
 	}
 	return nil
 }
@@ -60,7 +61,7 @@ func (q *queryFlags) print(w io.Writer, resp proto.Message, text func()) error {
 	return err
 }
 
-func runAsk(args []string, stdout, stderr io.Writer) error {
+func Ask(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("charon ask", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var q queryFlags
@@ -70,7 +71,7 @@ func runAsk(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	if *hits > 1<<32-1 {
-		return fmt.Errorf("%w: --hits is at most %d", errUsage, uint32(1<<32-1))
+		return fmt.Errorf("%w: --hits is at most %d", ErrUsage, uint32(1<<32-1))
 	}
 	req := &rlsv3.RateLimitRequest{Domain: q.domain, HitsAddend: uint32(*hits)}
 	for _, es := range q.descriptors {

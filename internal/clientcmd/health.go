@@ -1,4 +1,4 @@
-package main
+package clientcmd
 
 import (
 	"context"
@@ -11,15 +11,15 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 )
 
-// runHealth asks a server's gRPC health service, for probes where there is
+// Health asks a server's gRPC health service, for probes where there is
 // no shell or curl (the image's HEALTHCHECK): exit 0 when SERVING.
-func runHealth(args []string, stdout, stderr io.Writer) error {
+func Health(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("charon health", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var cf connFlags
 	cf.declare(fs, "127.0.0.1:8081", 2*time.Second)
 	service := fs.String("service", "", "health service `name` (\"\": the server)")
-	if err := parseVerb(fs, args); err != nil {
+	if err := ParseFlags(fs, args); err != nil {
 		return err
 	}
 	var resp *healthpb.HealthCheckResponse
@@ -32,7 +32,7 @@ func runHealth(args []string, stdout, stderr io.Writer) error {
 	}
 	fmt.Fprintln(stdout, resp.GetStatus())
 	if resp.GetStatus() != healthpb.HealthCheckResponse_SERVING {
-		return errReported
+		return ErrReported
 	}
 	return nil
 }

@@ -1,4 +1,4 @@
-package main
+package clientcmd
 
 import (
 	"flag"
@@ -10,7 +10,7 @@ import (
 	"github.com/charonlimit/charon/internal/loadgen"
 )
 
-func runBench(args []string, stdout, stderr io.Writer) error {
+func Bench(args []string, stdout, stderr io.Writer) error {
 	var o loadgen.Options
 	fs := flag.NewFlagSet("charon bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -34,7 +34,7 @@ func runBench(args []string, stdout, stderr io.Writer) error {
 		if err == flag.ErrHelp {
 			return err
 		}
-		return fmt.Errorf("%w: %v", errUsage, err)
+		return fmt.Errorf("%w: %v", ErrUsage, err)
 	}
 	transport, err := dialOption(ct)
 	if err != nil {
@@ -42,13 +42,13 @@ func runBench(args []string, stdout, stderr io.Writer) error {
 	}
 	o.Transport = transport
 	if o.Noop && o.Reserve {
-		return fmt.Errorf("%w: --noop and --reserve exclude each other", errUsage)
+		return fmt.Errorf("%w: --noop and --reserve exclude each other", ErrUsage)
 	}
 	if o.Unary && !o.Reserve {
-		return fmt.Errorf("%w: --unary needs --reserve", errUsage)
+		return fmt.Errorf("%w: --unary needs --reserve", ErrUsage)
 	}
 	if o.Concurrency < 1 || o.Conns < 1 || o.Descriptors < 1 || o.Keys < 1 || o.Duration <= 0 {
-		return fmt.Errorf("%w: --concurrency, --conns, --descriptors, --keys and --duration must be positive", errUsage)
+		return fmt.Errorf("%w: --concurrency, --conns, --descriptors, --keys and --duration must be positive", ErrUsage)
 	}
 	// The load tool's own collections would take CPU from the server it
 	// measures on a shared machine: the same heap floor as charon serve's.

@@ -1,8 +1,9 @@
-package main
+package clientcmd
 
 import (
 	"bytes"
 	"context"
+	"io"
 	"strings"
 	"sync"
 	"testing"
@@ -13,6 +14,11 @@ import (
 	"github.com/charonlimit/charon/internal/engine"
 	"github.com/charonlimit/charon/server"
 )
+
+// run runs a client verb as charon's main does, returning its exit status.
+func run(args []string, _ func(string) string, stdout, stderr io.Writer) int {
+	return ExitCode(Verbs[args[0]](args[1:], stdout, stderr), stderr)
+}
 
 // syncBuffer is a bytes.Buffer safe for a verb writing while a test reads.
 type syncBuffer struct {
