@@ -23,9 +23,6 @@ import (
 // unanswered pings end its session (about 10 s), and the resumed holder
 // says so and exits 1.
 func TestReserveProcessKilled(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds and runs the binary")
-	}
 	bin := buildCharon(t)
 	dir := t.TempDir()
 	if err := os.WriteFile(filepath.Join(dir, "c.yaml"), []byte("domain: c\ndescriptors:\n  - key: db\n    copies:\n      domain_limit: 3\n"), 0o644); err != nil {

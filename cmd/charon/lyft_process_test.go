@@ -22,9 +22,6 @@ import (
 // LIMIT_REMAINING_HEADER, USE_PROMETHEUS on PROMETHEUS_ADDR with its names,
 // and USE_STATSD to a UDP listener.
 func TestServeLyftSettings(t *testing.T) {
-	if testing.Short() {
-		t.Skip("runs the binary")
-	}
 	promPort := freePorts(t, 1)[0]
 	udp, err := net.ListenPacket("udp", "127.0.0.1:0")
 	if err != nil {
@@ -79,9 +76,6 @@ func TestServeLyftSettings(t *testing.T) {
 // TestBadInputTouchesNoRedis: requests refused as invalid (gRPC and /json)
 // are refused before any state is touched: Redis runs no FCALL for them.
 func TestBadInputTouchesNoRedis(t *testing.T) {
-	if testing.Short() {
-		t.Skip("runs the binary and redis-server")
-	}
 	r := redistest.Single(t)
 	p := startServeEnv(t, buildCharon(t), nil, "--config", writeRedisConfig(t), "--store", "redis",
 		"--redis-url", "redis://"+r.Addr(), "--max-descriptors", "4")

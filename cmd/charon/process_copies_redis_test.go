@@ -19,9 +19,6 @@ import (
 // server sharing the Redis grants no copy in the first seconds of the dead
 // server's leases, and sees every copy free once the leases have run out.
 func TestRedisCopiesSurviveAKilledServer(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts redis-server and two servers and waits for a lease")
-	}
 	n := redistest.Single(t)
 	bin := buildCharon(t)
 	dir := t.TempDir()

@@ -236,9 +236,6 @@ func burstWithin(t *testing.T, procs []*proc, n int, deadline time.Duration, key
 // them grants exactly L, and a burst through one process is seen by the
 // other.
 func TestRedisProcessesShareLimits(t *testing.T) {
-	if testing.Short() {
-		t.Skip("runs the binary and redis-server")
-	}
 	r := redistest.Single(t)
 	bin := buildCharon(t)
 	cfg := writeRedisConfig(t)
@@ -337,9 +334,6 @@ func get(t *testing.T, url string) string {
 // long as the callers allow instead of falling back to per-process state.
 // No decision left the remote path, and other keys keep their whole limit.
 func TestRedisBurstExactAtDefaults(t *testing.T) {
-	if testing.Short() {
-		t.Skip("runs the binary and redis-server")
-	}
 	r := redistest.Single(t)
 	bin := buildCharon(t)
 	cfg := writeRedisConfig(t)
@@ -396,9 +390,6 @@ func metricValue(exposition, name string) float64 {
 // recovery figures are logged as "reliability:" lines (make reliability);
 // they are not asserted, since a busy machine stretches them.
 func TestRedisKilledUnderLoad(t *testing.T) {
-	if testing.Short() {
-		t.Skip("runs the binary and redis-server")
-	}
 	bin := buildCharon(t)
 	cfg := writeRedisConfig(t)
 	for _, mode := range []string{"local", "unavailable"} {
@@ -517,9 +508,6 @@ func TestRedisKilledUnderLoad(t *testing.T) {
 // TestRedisClusterServe serves on a 3-master Cluster: limits hold across
 // slots, and a request whose descriptors span slots is decided.
 func TestRedisClusterServe(t *testing.T) {
-	if testing.Short() {
-		t.Skip("runs the binary and a Redis Cluster")
-	}
 	nodes := redistest.Cluster(t, 3)
 	bin := buildCharon(t)
 	cfg := writeRedisConfig(t)
@@ -566,9 +554,6 @@ func TestRedisClusterServe(t *testing.T) {
 
 // TestRedisSentinelServe serves through a Sentinel URL: the limit holds.
 func TestRedisSentinelServe(t *testing.T) {
-	if testing.Short() {
-		t.Skip("runs the binary and a Sentinel set")
-	}
 	s := redistest.Sentinel(t)
 	bin := buildCharon(t)
 	cfg := writeRedisConfig(t)

@@ -54,9 +54,12 @@ var (
 )
 
 // buildCharon builds the binary once per test binary run and returns its
-// path.
+// path; with -short it skips the test, which runs the binary.
 func buildCharon(t *testing.T) string {
 	t.Helper()
+	if testing.Short() {
+		t.Skip("builds and runs the binary")
+	}
 	buildOnce.Do(func() {
 		if binDir, buildErr = os.MkdirTemp("", "charon-test-"); buildErr != nil {
 			return
@@ -90,9 +93,6 @@ func TestMain(m *testing.M) {
 // examples/config, turns healthy, answers ShouldRateLimit, and exits 0 on
 // SIGTERM.
 func TestServeProcess(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds and runs the binary")
-	}
 	bin := buildCharon(t)
 	p := freePorts(t, 3)
 	grpcAddr := "127.0.0.1:" + strconv.Itoa(p[0])

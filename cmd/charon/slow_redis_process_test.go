@@ -83,9 +83,6 @@ func slowProxy(t *testing.T, target string, delay time.Duration) string {
 // breaker may open (Redis is as good as down for them); once its probe has
 // closed it, callers allowing 5 s get Redis's decisions: exactly the limit.
 func TestRedisSlowed(t *testing.T) {
-	if testing.Short() {
-		t.Skip("runs the binary and redis-server")
-	}
 	bin := buildCharon(t)
 	cfg := writeRedisConfig(t)
 	for _, mode := range []string{"local", "open", "closed", "unavailable"} {

@@ -22,9 +22,6 @@ import (
 // fails), then SIGTERM drains: decisions go on during the drain, afterwards
 // only UNAVAILABLE (the server is gone), and the process exits 0.
 func TestReloadStormThenSIGTERMUnderLoad(t *testing.T) {
-	if testing.Short() {
-		t.Skip("runs the binary")
-	}
 	dir := t.TempDir()
 	file := filepath.Join(dir, "storm.yaml")
 	write := func(limit int) {
