@@ -7,7 +7,6 @@ import (
 	"io"
 	"strings"
 	"text/tabwriter"
-	"time"
 
 	charonv1 "github.com/charonlimit/charon/api/charon/v1"
 
@@ -29,8 +28,8 @@ type queryFlags struct {
 	json        bool
 }
 
-func (q *queryFlags) declare(fs *flag.FlagSet, what string) {
-	q.connFlags.declare(fs, "localhost:8081", 5*time.Second)
+func (q *queryFlags) declare(verb, what string, stderr io.Writer) *flag.FlagSet {
+	fs := q.verb(verb, stderr)
 	fs.StringVar(&q.domain, "domain", "", "RLS domain")
 	fs.Func("descriptor", "descriptor `k=v,k2=v2` (repeatable)", func(s string) error {
 		es, err := server.ParseDescriptor(s)
@@ -38,6 +37,7 @@ func (q *queryFlags) declare(fs *flag.FlagSet, what string) {
 		return err
 	})
 	fs.BoolVar(&q.json, "json", false, "print the "+what+" as JSON")
+	return fs
 }
 
 func (q *queryFlags) parse(fs *flag.FlagSet, verb string, args []string) error {
@@ -61,11 +61,10 @@ func (q *queryFlags) print(w io.Writer, resp proto.Message, text func()) error {
 	return err
 }
 
+// Ask is `charon ask`: one ShouldRateLimit call, its answer printed.
 func Ask(args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("charon ask", flag.ContinueOnError)
-	fs.SetOutput(stderr)
 	var q queryFlags
-	q.declare(fs, "RateLimitResponse")
+	fs := q.declare("ask", "RateLimitResponse", stderr)
 	hits := fs.Uint("hits", 0, "hits_addend of the request (0: one hit)")
 	if err := q.parse(fs, "ask", args); err != nil {
 		return err

@@ -10,6 +10,8 @@ import (
 	"github.com/charonlimit/charon/internal/loadgen"
 )
 
+// Bench is `charon bench`: a closed-loop load of a running server
+// (package loadgen), its throughput and latencies printed.
 func Bench(args []string, stdout, stderr io.Writer) error {
 	var o loadgen.Options
 	fs := flag.NewFlagSet("charon bench", flag.ContinueOnError)

@@ -78,6 +78,15 @@ type connFlags struct {
 	tls     *tlsconfig.ClientFlags
 }
 
+// verb makes the flag set of the verb charon NAME with the connection
+// flags, to the server at localhost:8081 with a 5 s time limit by default.
+func (c *connFlags) verb(name string, stderr io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet("charon "+name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	c.declare(fs, "localhost:8081", 5*time.Second)
+	return fs
+}
+
 func (c *connFlags) declare(fs *flag.FlagSet, addr string, timeout time.Duration) {
 	fs.StringVar(&c.addr, "addr", addr, "server gRPC `HOST:PORT`")
 	fs.DurationVar(&c.timeout, "timeout", timeout, "time limit of each call")

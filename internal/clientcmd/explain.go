@@ -2,7 +2,6 @@ package clientcmd
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"io"
 	"strings"
@@ -14,11 +13,11 @@ import (
 	charonv1 "github.com/charonlimit/charon/api/charon/v1"
 )
 
+// Explain is `charon explain`: why a request would be limited, from the
+// server's Explain call, without changing any state.
 func Explain(args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("charon explain", flag.ContinueOnError)
-	fs.SetOutput(stderr)
 	var q queryFlags
-	q.declare(fs, "ExplainResponse")
+	fs := q.declare("explain", "ExplainResponse", stderr)
 	if err := q.parse(fs, "explain", args); err != nil {
 		return err
 	}

@@ -2,7 +2,6 @@ package clientcmd
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"io"
 	"os/signal"
@@ -26,11 +25,11 @@ var signalContext = func() (context.Context, context.CancelFunc) {
 	return signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 }
 
+// Reserve is `charon reserve`: copies held on a Session stream until
+// interrupted or --hold-for.
 func Reserve(args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("charon reserve", flag.ContinueOnError)
-	fs.SetOutput(stderr)
 	var hf connFlags
-	hf.declare(fs, "localhost:8081", 5*time.Second)
+	fs := hf.verb("reserve", stderr)
 	domain := fs.String("domain", "", "RLS domain")
 	descriptor := fs.String("descriptor", "", "the resource's descriptor `k=v,k2=v2`")
 	copies := fs.Int64("copies", 1, "copies to reserve at most")
@@ -54,11 +53,10 @@ func Reserve(args []string, stdout, stderr io.Writer) error {
 	return holdOnSession(hf, op, *holdFor, stdout)
 }
 
+// Seize is `charon seize`: transferred copies held like Reserve's.
 func Seize(args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("charon seize", flag.ContinueOnError)
-	fs.SetOutput(stderr)
 	var hf connFlags
-	hf.declare(fs, "localhost:8081", 5*time.Second)
+	fs := hf.verb("seize", stderr)
 	transfer := fs.String("transfer", "", "the transfer `ID` to seize")
 	holdFor := fs.Duration("hold-for", 0, "release after this long (0: hold until interrupted)")
 	if err := ParseFlags(fs, args); err != nil {
@@ -88,11 +86,10 @@ func holdOnSession(hf connFlags, op *charonv1.SessionRequest, holdFor time.Durat
 	return err
 }
 
+// Release is `charon release`: copies of any hold released by its id.
 func Release(args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("charon release", flag.ContinueOnError)
-	fs.SetOutput(stderr)
 	var hf connFlags
-	hf.declare(fs, "localhost:8081", 5*time.Second)
+	fs := hf.verb("release", stderr)
 	hold := fs.String("hold", "", "the hold `ID`")
 	copies := fs.Int64("copies", 0, "copies to release (0: all the hold has)")
 	if err := ParseFlags(fs, args); err != nil {
@@ -120,11 +117,11 @@ func (h *connFlags) unary(call func(context.Context, charonv1.CharonClient) erro
 	})
 }
 
+// Transfer is `charon transfer`: copies of a hold staged for a seize;
+// prints the transfer id.
 func Transfer(args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("charon transfer", flag.ContinueOnError)
-	fs.SetOutput(stderr)
 	var hf connFlags
-	hf.declare(fs, "localhost:8081", 5*time.Second)
+	fs := hf.verb("transfer", stderr)
 	hold := fs.String("hold", "", "the hold `ID`")
 	copies := fs.Int64("copies", 0, "copies to transfer (0: all the hold has)")
 	ttl := fs.Duration("ttl", 0, "how long the copies wait for a seize (0: the server's default)")
