@@ -32,15 +32,10 @@ type CA struct {
 func NewCA(t testing.TB, dir, name string) *CA {
 	t.Helper()
 	key := newKey(t)
-	tmpl := &x509.Certificate{
-		SerialNumber:          big.NewInt(serial.Add(1)),
-		Subject:               pkix.Name{CommonName: name},
-		NotBefore:             time.Now().Add(-time.Hour),
-		NotAfter:              time.Now().Add(24 * time.Hour),
-		IsCA:                  true,
-		BasicConstraintsValid: true,
-		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
-	}
+	tmpl := template(name)
+	tmpl.IsCA = true
+	tmpl.BasicConstraintsValid = true
+	tmpl.KeyUsage = x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
 	if err != nil {
 		t.Fatal(err)
@@ -60,15 +55,10 @@ func NewCA(t testing.TB, dir, name string) *CA {
 func (ca *CA) Issue(t testing.TB, dir, name string, sans ...string) (certFile, keyFile string) {
 	t.Helper()
 	key := newKey(t)
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(serial.Add(1)),
-		Subject:      pkix.Name{CommonName: name},
-		NotBefore:    time.Now().Add(-time.Hour),
-		NotAfter:     time.Now().Add(24 * time.Hour),
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
-		DNSNames:     []string{name},
-	}
+	tmpl := template(name)
+	tmpl.KeyUsage = x509.KeyUsageDigitalSignature
+	tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}
+	tmpl.DNSNames = []string{name}
 	for _, s := range sans {
 		if ip := net.ParseIP(s); ip != nil {
 			tmpl.IPAddresses = append(tmpl.IPAddresses, ip)
@@ -88,6 +78,42 @@ func (ca *CA) Issue(t testing.TB, dir, name string, sans ...string) (certFile, k
 	writePEM(t, certFile, "CERTIFICATE", der)
 	writePEM(t, keyFile, "EC PRIVATE KEY", kb)
 	return certFile, keyFile
+}
+
+// Mutual is what a test of mutual TLS needs: a CA, a certificate for a
+// server and one for a client, all written in Dir.
+type Mutual struct {
+	Dir string
+	CA  *CA
+	// ServerName is the server certificate's name.
+	ServerName string
+	// CertFile and KeyFile are the server's certificate, valid for
+	// ServerName and 127.0.0.1.
+	CertFile, KeyFile string
+	// ClientCertFile and ClientKeyFile are the client's certificate.
+	ClientCertFile, ClientKeyFile string
+}
+
+// NewMutual makes, in a new temporary directory of t, a CA named "ca", a
+// certificate for server (valid at 127.0.0.1 too) and one for client.
+func NewMutual(t testing.TB, server, client string) *Mutual {
+	t.Helper()
+	m := &Mutual{Dir: t.TempDir(), ServerName: server}
+	m.CA = NewCA(t, m.Dir, "ca")
+	m.CertFile, m.KeyFile = m.CA.Issue(t, m.Dir, server, "127.0.0.1")
+	m.ClientCertFile, m.ClientKeyFile = m.CA.Issue(t, m.Dir, client)
+	return m
+}
+
+// template is what every certificate of a test has: a new serial number,
+// the common name, and a day's validity that began an hour ago.
+func template(name string) *x509.Certificate {
+	return &x509.Certificate{
+		SerialNumber: big.NewInt(serial.Add(1)),
+		Subject:      pkix.Name{CommonName: name},
+		NotBefore:    time.Now().Add(-time.Hour),
+		NotAfter:     time.Now().Add(24 * time.Hour),
+	}
 }
 
 func newKey(t testing.TB) *ecdsa.PrivateKey {
