@@ -18,11 +18,8 @@ import (
 // TestDialTLS: Options.TLS connects over mutual TLS to a server that
 // requires a client certificate; without it the call fails.
 func TestDialTLS(t *testing.T) {
-	dir := t.TempDir()
-	ca := tlstest.NewCA(t, dir, "ca")
-	cert, key := ca.Issue(t, dir, "charon.test", "127.0.0.1")
-	clientCert, clientKey := ca.Issue(t, dir, "app.test")
-	srvTLS, err := tlsconfig.NewServer(tlsconfig.Options{CertFile: cert, KeyFile: key, ClientCAFile: ca.File})
+	m := tlstest.NewMutual(t, "charon.test", "app.test")
+	srvTLS, err := tlsconfig.NewServer(tlsconfig.Options{CertFile: m.CertFile, KeyFile: m.KeyFile, ClientCAFile: m.CA.File})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -38,9 +35,9 @@ func TestDialTLS(t *testing.T) {
 	defer srv.Stop()
 
 	for _, withCert := range []bool{true, false} {
-		o := tlsconfig.ClientOptions{CAFile: ca.File, ServerName: "charon.test"}
+		o := tlsconfig.ClientOptions{CAFile: m.CA.File, ServerName: m.ServerName}
 		if withCert {
-			o.CertFile, o.KeyFile = clientCert, clientKey
+			o.CertFile, o.KeyFile = m.ClientCertFile, m.ClientKeyFile
 		}
 		cfg, err := tlsconfig.Client(o)
 		if err != nil {
