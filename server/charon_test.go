@@ -88,16 +88,13 @@ type charonFixture struct {
 
 func newCharonFixture(t *testing.T, copts CharonOptions, copies copystore.Store) *charonFixture {
 	t.Helper()
-	f := &charonFixture{clock: &testClock{now: time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)}}
+	f := &charonFixture{}
 	if copies == nil {
 		f.copies = memcopy.New(memcopy.Options{})
 		t.Cleanup(func() { f.copies.Close() })
 		copies = f.copies
 	}
-	st := memstore.New(memstore.Options{})
-	t.Cleanup(func() { st.Close() })
-	f.eng = engine.New(engine.Options{Store: st, Now: f.clock.Now, Copies: copies})
-	f.eng.SetTree(charonTree(t))
+	f.eng, f.clock = charonEngine(t, copies)
 	if copts.Engine == nil {
 		copts.Engine = f.eng
 	}
@@ -106,6 +103,18 @@ func newCharonFixture(t *testing.T, copts CharonOptions, copies copystore.Store)
 	f.srv = s
 	f.c = charonv1.NewCharonClient(dial(t, s.GRPCAddr()))
 	return f
+}
+
+// charonEngine is an engine over a memstore and copies (none when nil),
+// with charonTree and a test clock.
+func charonEngine(t *testing.T, copies copystore.Store) (*engine.Engine, *testClock) {
+	t.Helper()
+	clock := &testClock{now: time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)}
+	st := memstore.New(memstore.Options{})
+	t.Cleanup(func() { st.Close() })
+	eng := engine.New(engine.Options{Store: st, Now: clock.Now, Copies: copies})
+	eng.SetTree(charonTree(t))
+	return eng, clock
 }
 
 func res(domain string, kv ...string) *charonv1.Resource {

@@ -6,58 +6,47 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"sync"
 	"testing"
-	"time"
 
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/charonlimit/charon/internal/decisionlog"
-	"github.com/charonlimit/charon/internal/engine"
-	"github.com/charonlimit/charon/internal/store/memstore"
 )
 
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) records(t *testing.T) []decisionlog.Record {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	var out []decisionlog.Record
-	sc := bufio.NewScanner(bytes.NewReader(s.b.Bytes()))
-	for sc.Scan() {
-		var r decisionlog.Record
-		if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
-			t.Fatalf("line %q: %v", sc.Text(), err)
+// decisionLogServer serves charonTree with a decision log that keeps the
+// given sample. finish stops the server, closes the log and returns its
+// lines: Close waits for the log's writer, so a plain buffer serves.
+func decisionLogServer(t *testing.T, sample float64) (s *Server, c rlsv3.RateLimitServiceClient, finish func() []decisionlog.Record) {
+	t.Helper()
+	eng, _ := charonEngine(t, nil)
+	var buf bytes.Buffer
+	dl := decisionlog.New(&buf, decisionlog.Options{Sample: sample})
+	s, stop := newTestServer(t, Options{Engine: eng, DecisionLog: dl})
+	finish = func() []decisionlog.Record {
+		t.Helper()
+		stop()
+		dl.Close()
+		var out []decisionlog.Record
+		sc := bufio.NewScanner(&buf)
+		for sc.Scan() {
+			var r decisionlog.Record
+			if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
+				t.Fatalf("line %q: %v", sc.Text(), err)
+			}
+			out = append(out, r)
 		}
-		out = append(out, r)
+		return out
 	}
-	return out
+	return s, rlsv3.NewRateLimitServiceClient(dial(t, s.GRPCAddr())), finish
 }
 
 // TestDecisionLogKeepsRejectionsAndBursts: with a sample of 0, exactly the
 // burst into tier 1 and the rejections are logged, with their context;
 // unconfigured grants are counted per domain and top-level key, bounded.
 func TestDecisionLogKeepsRejectionsAndBursts(t *testing.T) {
-	clock := &testClock{now: time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)}
-	st := memstore.New(memstore.Options{})
-	t.Cleanup(func() { st.Close() })
-	eng := engine.New(engine.Options{Store: st, Now: clock.Now})
-	eng.SetTree(charonTree(t))
-	var buf syncBuffer
-	dl := decisionlog.New(&buf, decisionlog.Options{Sample: 0})
-	s, stop := newTestServer(t, Options{Engine: eng, DecisionLog: dl})
-	c := rlsv3.NewRateLimitServiceClient(dial(t, s.GRPCAddr()))
+	s, c, finish := decisionLogServer(t, 0)
 	ctx := context.Background()
 	ask := func(domain string, kv ...string) {
 		t.Helper()
@@ -72,9 +61,7 @@ func TestDecisionLogKeepsRejectionsAndBursts(t *testing.T) {
 		ask("open", fmt.Sprintf("k%d", i), "v")
 	}
 	ask("open", "k0", "v")
-	stop()
-	dl.Close()
-	recs := buf.records(t)
+	recs := finish()
 	if len(recs) != 3 {
 		t.Fatalf("%d lines, want 3 (the burst and 2 rejections): %+v", len(recs), recs)
 	}
@@ -102,21 +89,12 @@ func TestDecisionLogKeepsRejectionsAndBursts(t *testing.T) {
 // TestDecisionLogSamplesUnconfigured: with a sample of 1 every decision is
 // a line, unconfigured ones included.
 func TestDecisionLogSamplesUnconfigured(t *testing.T) {
-	st := memstore.New(memstore.Options{})
-	t.Cleanup(func() { st.Close() })
-	eng := engine.New(engine.Options{Store: st})
-	eng.SetTree(charonTree(t))
-	var buf syncBuffer
-	dl := decisionlog.New(&buf, decisionlog.Options{Sample: 1})
-	s, stop := newTestServer(t, Options{Engine: eng, DecisionLog: dl})
-	c := rlsv3.NewRateLimitServiceClient(dial(t, s.GRPCAddr()))
+	_, c, finish := decisionLogServer(t, 1)
 	if _, err := c.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "open",
 		Descriptors: []*ratelimitv3.RateLimitDescriptor{desc("path", "/a"), desc("path", "/b")}}); err != nil {
 		t.Fatal(err)
 	}
-	stop()
-	dl.Close()
-	recs := buf.records(t)
+	recs := finish()
 	if len(recs) != 2 || recs[0].Result != decisionlog.ResultUnconfigured || recs[0].Granted != 1 || recs[1].Entries[0].Value != "/b" {
 		t.Errorf("lines %+v, want two unconfigured grants", recs)
 	}

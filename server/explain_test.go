@@ -3,7 +3,6 @@ package server
 import (
 	"context"
 	"crypto/tls"
-	"io"
 	"net/http"
 	"net/url"
 	"strings"
@@ -17,7 +16,6 @@ import (
 	charonv1 "github.com/charonlimit/charon/api/charon/v1"
 	"github.com/charonlimit/charon/descriptors"
 	"github.com/charonlimit/charon/internal/engine"
-	"github.com/charonlimit/charon/internal/store/memstore"
 )
 
 func explainReq(domain string, descs ...string) *charonv1.ExplainRequest {
@@ -73,27 +71,8 @@ func TestExplainRPC(t *testing.T) {
 	}
 }
 
-func debugGet(t *testing.T, method, u, token string) (string, int) {
-	t.Helper()
-	req, _ := http.NewRequest(method, u, nil)
-	if token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return string(b), resp.StatusCode
-}
-
 func TestDebugExplainAndReset(t *testing.T) {
-	clock := &testClock{now: time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)}
-	st := memstore.New(memstore.Options{})
-	t.Cleanup(func() { st.Close() })
-	eng := engine.New(engine.Options{Store: st, Now: clock.Now})
-	eng.SetTree(charonTree(t))
+	eng, _ := charonEngine(t, nil)
 	if _, err := New(Options{Engine: eng, GRPCAddr: "127.0.0.1:0", DebugReset: true}); err == nil || !strings.Contains(err.Error(), "DebugReset") {
 		t.Fatalf("DebugReset without authentication: %v, want a refusal", err)
 	}
@@ -107,27 +86,27 @@ func TestDebugExplainAndReset(t *testing.T) {
 		eng.ShouldRateLimit(context.Background(), &engine.Request{Domain: "c", Descriptors: []engine.Descriptor{{Entries: entriesOf("rate", "x")}}})
 	}
 	q := "?domain=c&descriptor=" + url.QueryEscape("rate=x")
-	if _, code := debugGet(t, "GET", base+"/explain"+q, ""); code != http.StatusUnauthorized {
+	if _, code := fetch(t, "GET", base+"/explain"+q, "", ""); code != http.StatusUnauthorized {
 		t.Errorf("explain without the token: %d, want 401", code)
 	}
-	body, code := debugGet(t, "GET", base+"/explain"+q, "tok")
+	body, code := fetch(t, "GET", base+"/explain"+q, "tok", "")
 	var resp charonv1.ExplainResponse
 	if code != 200 || protojson.Unmarshal([]byte(body), &resp) != nil || resp.Explanations[0].Remaining != 0 || resp.Explanations[0].RetryAfter.AsDuration() != time.Second {
 		t.Fatalf("GET /explain: %d %s", code, body)
 	}
-	if body, code := debugGet(t, "GET", base+"/explain?domain=c", "tok"); code != 400 || !strings.Contains(body, "descriptor") {
+	if body, code := fetch(t, "GET", base+"/explain?domain=c", "tok", ""); code != 400 || !strings.Contains(body, "descriptor") {
 		t.Errorf("explain without a descriptor: %d %q", code, body)
 	}
-	if body, code := debugGet(t, "GET", base+"/explain?domain=c&descriptor=%3Dv", "tok"); code != 400 || !strings.Contains(body, "no key") {
+	if body, code := fetch(t, "GET", base+"/explain?domain=c&descriptor=%3Dv", "tok", ""); code != 400 || !strings.Contains(body, "no key") {
 		t.Errorf("explain of an entry without key: %d %q", code, body)
 	}
-	if _, code := debugGet(t, "GET", base+"/reset"+q, "tok"); code != http.StatusMethodNotAllowed {
+	if _, code := fetch(t, "GET", base+"/reset"+q, "tok", ""); code != http.StatusMethodNotAllowed {
 		t.Errorf("GET /reset: %d, want 405", code)
 	}
-	if body, code := debugGet(t, "POST", base+"/reset"+q, "tok"); code != 200 || !strings.Contains(body, `"reset": 1`) {
+	if body, code := fetch(t, "POST", base+"/reset"+q, "tok", ""); code != 200 || !strings.Contains(body, `"reset": 1`) {
 		t.Fatalf("POST /reset: %d %s", code, body)
 	}
-	body, _ = debugGet(t, "GET", base+"/explain"+q, "tok")
+	body, _ = fetch(t, "GET", base+"/explain"+q, "tok", "")
 	if protojson.Unmarshal([]byte(body), &resp) != nil || resp.Explanations[0].Remaining != 3 {
 		t.Errorf("after reset: %s", body)
 	}
@@ -135,7 +114,7 @@ func TestDebugExplainAndReset(t *testing.T) {
 	// Without DebugReset there is no /reset.
 	s2, stop2 := newTestServer(t, Options{Engine: eng})
 	defer stop2()
-	if _, code := debugGet(t, "POST", "http://"+s2.DebugAddr()+"/reset"+q, ""); code != http.StatusNotFound && code != http.StatusMethodNotAllowed {
+	if _, code := fetch(t, "POST", "http://"+s2.DebugAddr()+"/reset"+q, "", ""); code != http.StatusNotFound && code != http.StatusMethodNotAllowed {
 		t.Errorf("POST /reset without DebugReset: %d", code)
 	}
 }

@@ -113,9 +113,11 @@ func newTestServer(t *testing.T, opts Options) (*Server, func()) {
 	return s, stop
 }
 
-func dial(t *testing.T, addr string) *grpc.ClientConn {
+// dial connects to addr, in plaintext unless opts give other credentials.
+func dial(t *testing.T, addr string, opts ...grpc.DialOption) *grpc.ClientConn {
 	t.Helper()
-	cc, err := grpc.NewClient("passthrough:///"+addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	opts = append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, opts...)
+	cc, err := grpc.NewClient("passthrough:///"+addr, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -336,18 +338,29 @@ func (r *recorder) WriteHeader(c int) { r.code = c }
 
 func get(t *testing.T, url string) (string, int) {
 	t.Helper()
-	resp, err := http.Get(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return string(b), resp.StatusCode
+	return fetch(t, "GET", url, "", "")
 }
 
 func post(t *testing.T, url, body string) (string, int) {
 	t.Helper()
-	resp, err := http.Post(url, "application/json", strings.NewReader(body))
+	return fetch(t, "POST", url, "", body)
+}
+
+// fetch makes an HTTP request and returns the response's body and status
+// code. A token goes as a bearer token; a body is sent as JSON.
+func fetch(t *testing.T, method, url, token, body string) (string, int) {
+	t.Helper()
+	req, err := http.NewRequest(method, url, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := (&http.Client{Timeout: 10 * time.Second}).Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}

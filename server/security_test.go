@@ -2,7 +2,7 @@ package server
 
 import (
 	"context"
-	"io"
+	"crypto/tls"
 	"net/http"
 	"strings"
 	"testing"
@@ -19,24 +19,102 @@ import (
 	charonv1 "github.com/charonlimit/charon/api/charon/v1"
 	"github.com/charonlimit/charon/internal/authz"
 	"github.com/charonlimit/charon/internal/copystore/memcopy"
-	"github.com/charonlimit/charon/internal/engine"
-	"github.com/charonlimit/charon/internal/store/memstore"
 	"github.com/charonlimit/charon/internal/tlsconfig"
 	"github.com/charonlimit/charon/internal/tlsconfig/tlstest"
 )
+
+// mutualTLS makes certificates for a server named charon.test and a client
+// named client, and the server's TLS config, which requires a client
+// certificate of the CA.
+func mutualTLS(t *testing.T, client string) (*tlstest.Mutual, *tls.Config) {
+	t.Helper()
+	m := tlstest.NewMutual(t, "charon.test", client)
+	srv, err := tlsconfig.NewServer(tlsconfig.Options{CertFile: m.CertFile, KeyFile: m.KeyFile, ClientCAFile: m.CA.File})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m, srv.Config()
+}
+
+// clientTLS is a client config that trusts m's CA and presents the given
+// certificate, none when certFile is "".
+func clientTLS(t *testing.T, m *tlstest.Mutual, certFile, keyFile string) *tls.Config {
+	t.Helper()
+	c, err := tlsconfig.Client(tlsconfig.ClientOptions{CAFile: m.CA.File, ServerName: m.ServerName, CertFile: certFile, KeyFile: keyFile})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// dialTLS connects to addr over TLS with cfg.
+func dialTLS(t *testing.T, addr string, cfg *tls.Config) *grpc.ClientConn {
+	t.Helper()
+	return dial(t, addr, grpc.WithTransportCredentials(credentials.NewTLS(cfg)))
+}
+
+// TestTLSPorts serves gRPC and HTTP over mutual TLS: a client with a
+// certificate of the CA is served on both; a plaintext client and a TLS
+// client without a certificate are refused.
+func TestTLSPorts(t *testing.T) {
+	m, srvTLS := mutualTLS(t, "envoy.test")
+	s, stop := newTestServer(t, Options{GRPCTLS: srvTLS, HTTPTLS: srvTLS, DebugTLS: srvTLS})
+	defer stop()
+	withCert, noCert := clientTLS(t, m, m.ClientCertFile, m.ClientKeyFile), clientTLS(t, m, "", "")
+
+	check := func(cc *grpc.ClientConn) error {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_, err := healthpb.NewHealthClient(cc).Check(ctx, &healthpb.HealthCheckRequest{})
+		return err
+	}
+	if err := check(dialTLS(t, s.GRPCAddr(), withCert)); err != nil {
+		t.Errorf("gRPC with a client certificate: %v", err)
+	}
+	if err := check(dial(t, s.GRPCAddr())); err == nil {
+		t.Error("plaintext gRPC accepted on a TLS port")
+	}
+	if err := check(dialTLS(t, s.GRPCAddr(), noCert)); err == nil {
+		t.Error("gRPC without a client certificate accepted under mutual TLS")
+	}
+
+	getURL := func(c *tls.Config, url string) error {
+		hc := &http.Client{Transport: &http.Transport{TLSClientConfig: c}, Timeout: 10 * time.Second}
+		resp, err := hc.Get(url)
+		if err != nil {
+			return err
+		}
+		resp.Body.Close()
+		return nil
+	}
+	get := func(c *tls.Config) error { return getURL(c, "https://"+s.HTTPAddr()+"/healthcheck") }
+	if err := get(withCert); err != nil {
+		t.Errorf("HTTPS with a client certificate: %v", err)
+	}
+	if err := get(noCert); err == nil {
+		t.Error("HTTPS without a client certificate accepted under mutual TLS")
+	}
+	if err := getURL(withCert, "https://"+s.DebugAddr()+"/metrics"); err != nil {
+		t.Errorf("debug port over mutual TLS: %v", err)
+	}
+	if err := getURL(noCert, "https://"+s.DebugAddr()+"/metrics"); err == nil {
+		t.Error("debug port: a client without a certificate accepted under mutual TLS")
+	}
+	hc := &http.Client{Timeout: 10 * time.Second}
+	if resp, err := hc.Get("http://" + s.HTTPAddr() + "/healthcheck"); err == nil {
+		resp.Body.Close()
+		if resp.StatusCode == http.StatusOK {
+			t.Error("plaintext HTTP served on a TLS port")
+		}
+	}
+}
 
 // TestAuthz serves under mutual TLS with an authorization table: the
 // gateway may ask for decisions only, a worker may also reserve, a client
 // the CA vouches for but the table does not name may only check health.
 // Refusals are PermissionDenied and counted by method group.
 func TestAuthz(t *testing.T) {
-	dir := t.TempDir()
-	ca := tlstest.NewCA(t, dir, "ca")
-	cert, key := ca.Issue(t, dir, "charon.test", "127.0.0.1")
-	srvTLS, err := tlsconfig.NewServer(tlsconfig.Options{CertFile: cert, KeyFile: key, ClientCAFile: ca.File})
-	if err != nil {
-		t.Fatal(err)
-	}
+	m, srvTLS := mutualTLS(t, "worker.test")
 	table, err := authz.Parse([]byte(`
 clients:
   - identity: spiffe://test/gateway
@@ -47,27 +125,15 @@ clients:
 	if err != nil {
 		t.Fatal(err)
 	}
-	st := memstore.New(memstore.Options{})
-	defer st.Close()
 	mc := memcopy.New(memcopy.Options{})
 	defer mc.Close()
-	eng := engine.New(engine.Options{Store: st, Copies: mc})
-	eng.SetTree(charonTree(t))
-	s, stop := newTestServer(t, Options{Engine: eng, GRPCTLS: srvTLS.Config(), Authz: table})
+	eng, _ := charonEngine(t, mc)
+	s, stop := newTestServer(t, Options{Engine: eng, GRPCTLS: srvTLS, Authz: table})
 	defer stop()
 
 	conn := func(san string) *grpc.ClientConn {
-		c, k := ca.Issue(t, dir, strings.NewReplacer("/", "_", ":", "_").Replace(san), san)
-		cfg, err := tlsconfig.Client(tlsconfig.ClientOptions{CAFile: ca.File, ServerName: "charon.test", CertFile: c, KeyFile: k})
-		if err != nil {
-			t.Fatal(err)
-		}
-		cc, err := grpc.NewClient("passthrough:///"+s.GRPCAddr(), grpc.WithTransportCredentials(credentials.NewTLS(cfg)))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { cc.Close() })
-		return cc
+		c, k := m.CA.Issue(t, m.Dir, strings.NewReplacer("/", "_", ":", "_").Replace(san), san)
+		return dialTLS(t, s.GRPCAddr(), clientTLS(t, m, c, k))
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
@@ -136,17 +202,8 @@ func TestAuthzNeedsTLS(t *testing.T) {
 func TestDebugPort(t *testing.T) {
 	get := func(addr, path, token string) (int, string) {
 		t.Helper()
-		req, _ := http.NewRequest("GET", "http://"+addr+path, nil)
-		if token != "" {
-			req.Header.Set("Authorization", "Bearer "+token)
-		}
-		resp, err := (&http.Client{Timeout: 10 * time.Second}).Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(b)
+		body, code := fetch(t, "GET", "http://"+addr+path, token, "")
+		return code, body
 	}
 	s, stop := newTestServer(t, Options{})
 	if code, _ := get(s.DebugAddr(), "/debug/pprof/", ""); code != http.StatusNotFound {
