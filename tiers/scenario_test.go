@@ -51,11 +51,7 @@ func TestScenarios(t *testing.T) {
 // TestScenarioDir checks that tierstest finds this package's scripts from
 // anywhere, as the stores' suites need.
 func TestScenarioDir(t *testing.T) {
-	dir, err := tierstest.Dir()
-	if err != nil {
-		t.Fatal(err)
-	}
-	all, err := tierstest.Load(dir)
+	all, err := tierstest.LoadAll()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -64,6 +60,6 @@ func TestScenarioDir(t *testing.T) {
 		t.Fatal(err)
 	}
 	if len(all) != len(here) {
-		t.Fatalf("tierstest.Dir() holds %d scripts, testdata %d", len(all), len(here))
+		t.Fatalf("tierstest.LoadAll() read %d scripts, testdata %d", len(all), len(here))
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -66,6 +67,15 @@ func Dir() (string, error) {
 		return "", fmt.Errorf("tierstest: cannot locate the source of package tierstest (built with -trimpath?)")
 	}
 	return filepath.Join(filepath.Dir(file), "..", "testdata"), nil
+}
+
+// LoadAll reads every script of package tiers, from Dir.
+func LoadAll() ([]*Script, error) {
+	dir, err := Dir()
+	if err != nil {
+		return nil, err
+	}
+	return Load(dir)
 }
 
 // Load parses every dir/*.txt, in name order.
@@ -243,14 +253,14 @@ func (p *parser) step(start time.Time, w []string) Step {
 	ex := strings.Fields(rhs)
 	for i := 0; i < len(ex); i++ {
 		e := expectation{key: ex[i]}
-		switch ex[i] {
-		case "granted", "tier", "hits", "remaining", "domain", "resource", "limit":
+		switch {
+		case e.key == "granted" || counts[e.key] != nil:
 			i++
 			e.n = p.int(p.arg(ex, i))
-		case "window", "retry", "reset":
+		case durations[e.key] != nil:
 			i++
 			e.d = p.dur(p.arg(ex, i))
-		case "rejected", "burst", "noburst", "hard", "global":
+		case slices.Contains([]string{"rejected", "burst", "noburst", "hard", "global"}, e.key):
 		default:
 			p.fail("unknown expectation %q", ex[i])
 		}
@@ -262,6 +272,25 @@ func (p *parser) step(start time.Time, w []string) Step {
 	return st
 }
 
+// counts are the expectations that compare a count of the decision with
+// the number that follows them.
+var counts = map[string]func(tiers.Decision) int64{
+	"tier":      func(d tiers.Decision) int64 { return int64(d.Tier) },
+	"hits":      func(d tiers.Decision) int64 { return d.TierHits },
+	"remaining": func(d tiers.Decision) int64 { return d.Remaining },
+	"domain":    func(d tiers.Decision) int64 { return d.DomainHits },
+	"resource":  func(d tiers.Decision) int64 { return d.ResourceHits },
+	"limit":     func(d tiers.Decision) int64 { return d.TierLimit },
+}
+
+// durations are the expectations that compare a duration of the decision
+// with the one that follows them.
+var durations = map[string]func(tiers.Decision) time.Duration{
+	"window": func(d tiers.Decision) time.Duration { return d.TierWindow },
+	"retry":  func(d tiers.Decision) time.Duration { return d.RetryAfter },
+	"reset":  func(d tiers.Decision) time.Duration { return d.ResetAfter },
+}
+
 // Check returns one message per expectation of the step that d does not
 // meet, "tier: got 1, want 2", or nil.
 func (st *Step) Check(d tiers.Decision) []string {
@@ -269,6 +298,11 @@ func (st *Step) Check(d tiers.Decision) []string {
 	for _, e := range st.expect {
 		var got, want any
 		ok := true
+		if count := counts[e.key]; count != nil {
+			got, want, ok = count(d), e.n, count(d) == e.n
+		} else if dur := durations[e.key]; dur != nil {
+			got, want, ok = dur(d), e.d, dur(d) == e.d
+		}
 		switch e.key {
 		case "granted":
 			got, want, ok = d.Granted, e.n, d.OK && d.Granted == e.n
@@ -277,24 +311,6 @@ func (st *Step) Check(d tiers.Decision) []string {
 			}
 		case "rejected":
 			got, want, ok = "granted", "rejected", !d.OK
-		case "tier":
-			got, want, ok = int64(d.Tier), e.n, int64(d.Tier) == e.n
-		case "hits":
-			got, want, ok = d.TierHits, e.n, d.TierHits == e.n
-		case "remaining":
-			got, want, ok = d.Remaining, e.n, d.Remaining == e.n
-		case "domain":
-			got, want, ok = d.DomainHits, e.n, d.DomainHits == e.n
-		case "resource":
-			got, want, ok = d.ResourceHits, e.n, d.ResourceHits == e.n
-		case "limit":
-			got, want, ok = d.TierLimit, e.n, d.TierLimit == e.n
-		case "window":
-			got, want, ok = d.TierWindow, e.d, d.TierWindow == e.d
-		case "retry":
-			got, want, ok = d.RetryAfter, e.d, d.RetryAfter == e.d
-		case "reset":
-			got, want, ok = d.ResetAfter, e.d, d.ResetAfter == e.d
 		case "burst", "noburst":
 			got, want, ok = d.Burst, e.key == "burst", d.Burst == (e.key == "burst")
 		case "hard":
