@@ -29,23 +29,22 @@ type object struct {
 	value                 any // *appsv1.Deployment, *corev1.Service, ...
 }
 
+// kinds makes the typed value of each apiVersion and kind the manifests
+// may hold.
+var kinds = map[string]func() any{
+	"v1 Namespace":                  func() any { return &corev1.Namespace{} },
+	"v1 ConfigMap":                  func() any { return &corev1.ConfigMap{} },
+	"v1 Secret":                     func() any { return &corev1.Secret{} },
+	"v1 Service":                    func() any { return &corev1.Service{} },
+	"apps/v1 Deployment":            func() any { return &appsv1.Deployment{} },
+	"policy/v1 PodDisruptionBudget": func() any { return &policyv1.PodDisruptionBudget{} },
+	"monitoring.coreos.com/v1 ServiceMonitor": func() any { return &monitoringv1.ServiceMonitor{} },
+}
+
 // newObject returns the typed value of an apiVersion and kind.
 func newObject(apiVersion, kind string) (any, error) {
-	switch apiVersion + " " + kind {
-	case "v1 Namespace":
-		return &corev1.Namespace{}, nil
-	case "v1 ConfigMap":
-		return &corev1.ConfigMap{}, nil
-	case "v1 Secret":
-		return &corev1.Secret{}, nil
-	case "v1 Service":
-		return &corev1.Service{}, nil
-	case "apps/v1 Deployment":
-		return &appsv1.Deployment{}, nil
-	case "policy/v1 PodDisruptionBudget":
-		return &policyv1.PodDisruptionBudget{}, nil
-	case "monitoring.coreos.com/v1 ServiceMonitor":
-		return &monitoringv1.ServiceMonitor{}, nil
+	if k := kinds[apiVersion+" "+kind]; k != nil {
+		return k(), nil
 	}
 	return nil, fmt.Errorf("unexpected %s %s", apiVersion, kind)
 }
