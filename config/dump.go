@@ -87,20 +87,17 @@ func dumpPol(p *tiers.Policy) *dumpPolicy {
 	if p == nil {
 		return nil
 	}
-	d := &dumpPolicy{}
+	d := &dumpPolicy{Algorithm: p.Kind.String()}
 	switch p.Kind {
 	case tiers.KindTiers:
-		d.Algorithm = "tiers"
 		d.Closed = len(p.Tiers) == 0
 		d.HardLimit, d.GlobalLimit = p.HardLimit, p.GlobalLimit
 		for _, t := range p.Tiers {
 			d.Tiers = append(d.Tiers, dumpTier{t.Limit, fmtDur(t.Window), fmtDur(t.Active), fmtDur(t.Cooldown), t.Skippable})
 		}
 	case tiers.KindTokenBucket:
-		d.Algorithm = "token_bucket"
 		d.TokenBucket = &dumpBucket{p.Bucket.Capacity, p.Bucket.Refill, fmtDur(p.Bucket.Per)}
 	case tiers.KindFixedWindow:
-		d.Algorithm = "fixed_window"
 		d.FixedWindow = &dumpFixed{p.Window.Limit, p.Window.Unit.String()}
 	}
 	return d

@@ -95,13 +95,7 @@ func logDecisions(l *decisionlog.Logger, now time.Time, req *engine.Request, res
 			if st.Shadow {
 				r.Result = decisionlog.ResultShadow
 			}
-			r.LimitedBy = "tier"
-			switch {
-			case d.LimitedByHard:
-				r.LimitedBy = "hard"
-			case d.LimitedByGlobal:
-				r.LimitedBy = "global"
-			}
+			r.LimitedBy = d.Limiter()
 		case resp.Code == engine.CodeOK:
 			// Granted hits were committed only when the request was.
 			r.Granted = d.Granted

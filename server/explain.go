@@ -99,7 +99,7 @@ func toExplanation(x *engine.Explanation) *charonv1.Explanation {
 	}
 	out.Override, out.Shadow, out.Quota, out.Summary = x.Override, x.Shadow, x.Quota, x.Summary
 	p, v := m.Policy, &x.View
-	out.Kind = kindName(p.Kind)
+	out.Kind = p.Kind.String()
 	out.HardLimit, out.GlobalLimit = p.HardLimit, p.GlobalLimit
 	for i, tv := range v.Tiers {
 		tr := &p.Tiers[i]
@@ -128,16 +128,6 @@ func toExplanation(x *engine.Explanation) *charonv1.Explanation {
 	}
 	out.Next = stamp(v.Next)
 	return out
-}
-
-func kindName(k tiers.Kind) string {
-	switch k {
-	case tiers.KindTokenBucket:
-		return "token_bucket"
-	case tiers.KindFixedWindow:
-		return "fixed_window"
-	}
-	return "tiers"
 }
 
 // stamp is t as a Timestamp, nil for the zero time.

@@ -53,3 +53,16 @@ type Decision struct {
 	// bucket); when rejected, RetryAfter.
 	ResetAfter time.Duration
 }
+
+// Limiter names the limit a refusal came from: "hard", "global", or "tier"
+// (the tiers, the token bucket or the fixed window of the policy). It
+// means something only for a decision that is not OK.
+func (d Decision) Limiter() string {
+	switch {
+	case d.LimitedByHard:
+		return "hard"
+	case d.LimitedByGlobal:
+		return "global"
+	}
+	return "tier"
+}

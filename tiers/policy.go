@@ -23,6 +23,18 @@ const (
 	KindFixedWindow
 )
 
+// String is the kind's name in configuration and in answers: "tiers",
+// "token_bucket" or "fixed_window".
+func (k Kind) String() string {
+	switch k {
+	case KindTokenBucket:
+		return "token_bucket"
+	case KindFixedWindow:
+		return "fixed_window"
+	}
+	return "tiers"
+}
+
 // Unit is a fixed-window unit, with envoyproxy/ratelimit's names and lengths.
 type Unit uint8
 

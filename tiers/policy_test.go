@@ -159,3 +159,23 @@ func FuzzSimpleKinds(f *testing.F) {
 		}
 	})
 }
+
+func TestNames(t *testing.T) {
+	for k, want := range map[Kind]string{KindTiers: "tiers", KindTokenBucket: "token_bucket", KindFixedWindow: "fixed_window"} {
+		if got := k.String(); got != want {
+			t.Errorf("Kind(%d).String() = %q, want %q", uint8(k), got, want)
+		}
+	}
+	for _, tc := range []struct {
+		d    Decision
+		want string
+	}{
+		{Decision{}, "tier"},
+		{Decision{LimitedByHard: true}, "hard"},
+		{Decision{LimitedByGlobal: true}, "global"},
+	} {
+		if got := tc.d.Limiter(); got != tc.want {
+			t.Errorf("%+v.Limiter() = %q, want %q", tc.d, got, tc.want)
+		}
+	}
+}

@@ -129,14 +129,8 @@ func (l *Lane) Request(now float64, hits int64) Decision {
 	default:
 		out.RetryAfter = ms(d.RetryAfter)
 	}
-	switch {
-	case d.OK:
-	case d.LimitedByHard:
-		out.LimitedBy = "hard"
-	case d.LimitedByGlobal:
-		out.LimitedBy = "global"
-	default:
-		out.LimitedBy = "tier"
+	if !d.OK {
+		out.LimitedBy = d.Limiter()
 	}
 	return out
 }
@@ -188,14 +182,7 @@ func (l *Lane) State(now float64) State {
 	out := State{Now: now, Leaf: l.leaf, Tier: v.Tier, HardLimit: p.HardLimit, GlobalLimit: p.GlobalLimit,
 		DomainHits: v.DomainHits, ResourceHits: v.ResourceHits, Used: v.Used, Capacity: v.Capacity,
 		Remaining: v.Remaining, ResetAfter: ms(v.ResetAfter), Next: stamp(v.Next), Summary: v.Summary(p), Tiers: []Tier{}}
-	switch p.Kind {
-	case tiers.KindTokenBucket:
-		out.Kind = "token_bucket"
-	case tiers.KindFixedWindow:
-		out.Kind = "fixed_window"
-	default:
-		out.Kind = "tiers"
-	}
+	out.Kind = p.Kind.String()
 	if v.RetryAfter == tiers.Unbounded {
 		out.RetryNever = true
 	} else {
