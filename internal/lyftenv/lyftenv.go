@@ -18,6 +18,7 @@
 package lyftenv
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"net"
@@ -131,28 +132,15 @@ func read(s *Settings, getenv func(string) string) error {
 		}
 	}
 	if on, _ := strconv.ParseBool(getenv("USE_STATSD")); on {
-		host, port := getenv("STATSD_HOST"), getenv("STATSD_PORT")
-		if host == "" {
-			host = "localhost"
-		}
-		if port == "" {
-			port = "8125"
-		}
+		host, port := cmp.Or(getenv("STATSD_HOST"), "localhost"), cmp.Or(getenv("STATSD_PORT"), "8125")
 		s.set("statsd-addr", net.JoinHostPort(host, port), "USE_STATSD")
 		if v := getenv("STATS_FLUSH_INTERVAL"); v != "" {
 			s.set("statsd-flush-interval", v, "STATS_FLUSH_INTERVAL")
 		}
 	}
 	if on, _ := strconv.ParseBool(getenv("USE_PROMETHEUS")); on {
-		addr, path := getenv("PROMETHEUS_ADDR"), getenv("PROMETHEUS_PATH")
-		if addr == "" {
-			addr = ":9090"
-		}
-		if path == "" {
-			path = "/metrics"
-		}
-		s.set("metrics-addr", addr, "USE_PROMETHEUS")
-		s.set("metrics-path", path, "PROMETHEUS_PATH")
+		s.set("metrics-addr", cmp.Or(getenv("PROMETHEUS_ADDR"), ":9090"), "USE_PROMETHEUS")
+		s.set("metrics-path", cmp.Or(getenv("PROMETHEUS_PATH"), "/metrics"), "PROMETHEUS_PATH")
 	}
 	if v := getenv("LOG_LEVEL"); v != "" {
 		s.LogLevel = v
