@@ -1,6 +1,7 @@
 package server
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
@@ -63,17 +64,17 @@ type CharonOptions struct {
 }
 
 func (o *CharonOptions) defaults() {
-	if o.UnaryLease <= 0 {
-		o.UnaryLease = DefaultUnaryLease
-	}
-	if o.MaxLease <= 0 {
-		o.MaxLease = DefaultMaxLease
-	}
-	if o.SessionLease <= 0 {
-		o.SessionLease = DefaultSessionLease
-	}
-	if o.TransferTTL <= 0 {
-		o.TransferTTL = DefaultTransferTTL
+	setDefault(&o.UnaryLease, DefaultUnaryLease)
+	setDefault(&o.MaxLease, DefaultMaxLease)
+	setDefault(&o.SessionLease, DefaultSessionLease)
+	setDefault(&o.TransferTTL, DefaultTransferTTL)
+}
+
+// setDefault sets an option that is zero or negative to its default.
+func setDefault[T cmp.Ordered](v *T, def T) {
+	var zero T
+	if *v <= zero {
+		*v = def
 	}
 }
 

@@ -16,7 +16,7 @@ import (
 // within_limit,shadow_mode}{domain,key1,key2}, and the service's calls,
 // errors, response time and configuration loads.
 type lyftMetrics struct {
-	totalHits, overLimit, nearLimit, withinLimit, shadowMode *prometheus.CounterVec
+	hitVecs
 
 	requests   prometheus.Counter
 	errors     *prometheus.CounterVec
@@ -34,11 +34,7 @@ func (m *Metrics) LyftNames() {
 		}, []string{"domain", "key1", "key2"})
 	}
 	l := &lyftMetrics{
-		totalHits:   vec("total_hits", "Hits asked for by matched descriptors."),
-		overLimit:   vec("over_limit", "Hits of matched descriptors answered OVER_LIMIT."),
-		nearLimit:   vec("near_limit", "Hits granted near the limit."),
-		withinLimit: vec("within_limit", "Hits of matched descriptors granted."),
-		shadowMode:  vec("shadow_mode", "Hits granted by shadow mode."),
+		hitVecs: newHitVecs(vec, "Hits granted near the limit.", "Hits granted by shadow mode."),
 		errors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ratelimit_service_should_rate_limit_error", Help: "Failed ShouldRateLimit calls by error type (envoyproxy/ratelimit's name).",
 		}, []string{"err_type"}),
@@ -55,7 +51,8 @@ func (m *Metrics) LyftNames() {
 	l.requests = requests.WithLabelValues("ShouldRateLimit")
 	l.latency = latency.WithLabelValues("ShouldRateLimit")
 	l.loadOK, l.loadFailed = loadOK, loadFailed
-	m.Registry.MustRegister(l.totalHits, l.overLimit, l.nearLimit, l.withinLimit, l.shadowMode, l.errors, requests, latency, loadOK, loadFailed)
+	m.Registry.MustRegister(l.collectors()...)
+	m.Registry.MustRegister(l.errors, requests, latency, loadOK, loadFailed)
 	m.mu.Lock()
 	m.lyft.Store(l)
 	clear(m.descs) // counters made before now lack their Lyft children

@@ -22,7 +22,7 @@ type Metrics struct {
 	// Registry holds every collector below; /metrics serves it.
 	Registry *prometheus.Registry
 
-	totalHits, overLimit, nearLimit, withinLimit, shadowMode *prometheus.CounterVec
+	hitVecs
 
 	reloads         *prometheus.CounterVec
 	reloadOK        prometheus.Counter
@@ -65,6 +65,28 @@ func (c *descCounters) add(i int, main prometheus.Counter, n float64) {
 	}
 }
 
+// hitVecs count the hits of matched descriptors by outcome, under Charon's
+// names or envoyproxy/ratelimit's.
+type hitVecs struct {
+	totalHits, overLimit, nearLimit, withinLimit, shadowMode *prometheus.CounterVec
+}
+
+// newHitVecs makes the five counters with vec; near and shadow are the help
+// of near_limit and shadow_mode, which each naming words its own way.
+func newHitVecs(vec func(name, help string) *prometheus.CounterVec, near, shadow string) hitVecs {
+	return hitVecs{
+		totalHits:   vec("total_hits", "Hits asked for by matched descriptors."),
+		overLimit:   vec("over_limit", "Hits of matched descriptors answered OVER_LIMIT."),
+		nearLimit:   vec("near_limit", near),
+		withinLimit: vec("within_limit", "Hits of matched descriptors granted."),
+		shadowMode:  vec("shadow_mode", shadow),
+	}
+}
+
+func (h *hitVecs) collectors() []prometheus.Collector {
+	return []prometheus.Collector{h.totalHits, h.overLimit, h.nearLimit, h.withinLimit, h.shadowMode}
+}
+
 // NewMetrics builds the collectors in a new registry. evictions, when not
 // nil, reports the store's evicted-pair count.
 func NewMetrics(evictions func() float64) *Metrics {
@@ -74,37 +96,23 @@ func NewMetrics(evictions func() float64) *Metrics {
 			Namespace: "charon", Subsystem: "rate_limit", Name: name, Help: help,
 		}, []string{"domain", "key"})
 	}
+	counter := func(name, help string) prometheus.Counter {
+		return prometheus.NewCounter(prometheus.CounterOpts{Namespace: "charon", Name: name, Help: help})
+	}
+	counterVec := func(name, help, label string) *prometheus.CounterVec {
+		return prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "charon", Name: name, Help: help}, []string{label})
+	}
 	m := &Metrics{
-		Registry:    reg,
-		totalHits:   vec("total_hits", "Hits asked for by matched descriptors."),
-		overLimit:   vec("over_limit", "Hits of matched descriptors answered OVER_LIMIT."),
-		nearLimit:   vec("near_limit", "Hits granted while at least the near-limit ratio (0.8) of the current limit was used."),
-		withinLimit: vec("within_limit", "Hits of matched descriptors granted."),
-		shadowMode:  vec("shadow_mode", "Hits that would have been refused but were granted by shadow_mode or ignore_limits."),
-		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: "charon", Name: "config_reloads_total",
-			Help: "Configuration loads by result (success or failure).",
-		}, []string{"result"}),
-		invalidRequests: prometheus.NewCounter(prometheus.CounterOpts{
-			Namespace: "charon", Name: "invalid_requests_total",
-			Help: "Requests refused with InvalidArgument.",
-		}),
-		requestErrors: prometheus.NewCounter(prometheus.CounterOpts{
-			Namespace: "charon", Name: "request_errors_total",
-			Help: "Requests answered with a gRPC error other than InvalidArgument.",
-		}),
-		authzDenied: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: "charon", Name: "authz_denied_total",
-			Help: "gRPC calls refused with PERMISSION_DENIED by the authorization table, by method group.",
-		}, []string{"group"}),
-		debugDenied: prometheus.NewCounter(prometheus.CounterOpts{
-			Namespace: "charon", Name: "debug_denied_total",
-			Help: "Debug port requests refused for a missing or wrong bearer token.",
-		}),
-		globalShadow: prometheus.NewCounter(prometheus.CounterOpts{
-			Namespace: "charon", Name: "global_shadow_mode_total",
-			Help: "Requests answered OK by --shadow-mode that would have been OVER_LIMIT.",
-		}),
+		Registry: reg,
+		hitVecs: newHitVecs(vec, "Hits granted while at least the near-limit ratio (0.8) of the current limit was used.",
+			"Hits that would have been refused but were granted by shadow_mode or ignore_limits."),
+		reloads:         counterVec("config_reloads_total", "Configuration loads by result (success or failure).", "result"),
+		invalidRequests: counter("invalid_requests_total", "Requests refused with InvalidArgument."),
+		requestErrors:   counter("request_errors_total", "Requests answered with a gRPC error other than InvalidArgument."),
+		authzDenied: counterVec("authz_denied_total",
+			"gRPC calls refused with PERMISSION_DENIED by the authorization table, by method group.", "group"),
+		debugDenied:  counter("debug_denied_total", "Debug port requests refused for a missing or wrong bearer token."),
+		globalShadow: counter("global_shadow_mode_total", "Requests answered OK by --shadow-mode that would have been OVER_LIMIT."),
 		nearRatio:    0.8,
 		descs:        make(map[descKey]*descCounters),
 		unconfigured: newUnconfigured(),
@@ -117,8 +125,8 @@ func NewMetrics(evictions func() float64) *Metrics {
 	m.latency = hist
 	m.reloadOK = m.reloads.WithLabelValues("success")
 	m.reloadFailed = m.reloads.WithLabelValues("failure")
-	reg.MustRegister(m.totalHits, m.overLimit, m.nearLimit, m.withinLimit, m.shadowMode,
-		m.reloads, m.invalidRequests, m.requestErrors, m.authzDenied, m.debugDenied, m.globalShadow, hist, m.unconfigured.vec,
+	reg.MustRegister(m.collectors()...)
+	reg.MustRegister(m.reloads, m.invalidRequests, m.requestErrors, m.authzDenied, m.debugDenied, m.globalShadow, hist, m.unconfigured.vec,
 		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
 	if evictions != nil {
 		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{

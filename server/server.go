@@ -1,6 +1,7 @@
 package server
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -183,21 +184,11 @@ func New(opts Options) (*Server, error) {
 	if err := checkDebugReset(&opts); err != nil {
 		return nil, err
 	}
-	if opts.PollInterval <= 0 {
-		opts.PollInterval = DefaultPollInterval
-	}
-	if opts.ShutdownTimeout <= 0 {
-		opts.ShutdownTimeout = DefaultShutdownTimeout
-	}
-	if opts.MaxRecvMsgSize <= 0 {
-		opts.MaxRecvMsgSize = DefaultMaxRecvMsgSize
-	}
-	if opts.HTTPReadTimeout <= 0 {
-		opts.HTTPReadTimeout = DefaultHTTPReadTimeout
-	}
-	if opts.MaxConcurrentStreams == 0 {
-		opts.MaxConcurrentStreams = DefaultMaxConcurrentStreams
-	}
+	setDefault(&opts.PollInterval, DefaultPollInterval)
+	setDefault(&opts.ShutdownTimeout, DefaultShutdownTimeout)
+	setDefault(&opts.MaxRecvMsgSize, DefaultMaxRecvMsgSize)
+	setDefault(&opts.HTTPReadTimeout, DefaultHTTPReadTimeout)
+	setDefault(&opts.MaxConcurrentStreams, DefaultMaxConcurrentStreams)
 	s := &Server{opts: opts, log: opts.Logger, metrics: opts.Metrics, endDrain: make(chan struct{})}
 	if s.log == nil {
 		s.log = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -287,40 +278,41 @@ func New(opts Options) (*Server, error) {
 	if s.grpcLis, err = net.Listen("tcp", opts.GRPCAddr); err != nil {
 		return nil, fmt.Errorf("server: gRPC listener: %w", err)
 	}
-	if opts.HTTPAddr != "" {
-		if s.httpLis, err = net.Listen("tcp", opts.HTTPAddr); err != nil {
+	// The HTTP ports, each optional; a handler is built only for a port
+	// that is served.
+	for _, p := range []struct {
+		name    string
+		addr    string
+		tls     *tls.Config
+		lis     *net.Listener
+		srv     **http.Server
+		handler func() http.Handler
+	}{
+		{"HTTP", opts.HTTPAddr, opts.HTTPTLS, &s.httpLis, &s.httpSrv, s.httpHandler},
+		{"debug", opts.DebugAddr, opts.DebugTLS, &s.debugLis, &s.debugSrv, s.debugHandler},
+		{"metrics", opts.MetricsAddr, nil, &s.metricsLis, &s.metricsSrv, s.metricsHandler},
+	} {
+		if p.addr == "" {
+			continue
+		}
+		lis, err := net.Listen("tcp", p.addr)
+		if err != nil {
 			s.closeListeners()
-			return nil, fmt.Errorf("server: HTTP listener: %w", err)
+			return nil, fmt.Errorf("server: %s listener: %w", p.name, err)
 		}
-		if opts.HTTPTLS != nil {
-			s.httpLis = tls.NewListener(s.httpLis, opts.HTTPTLS)
+		if p.tls != nil {
+			lis = tls.NewListener(lis, p.tls)
 		}
-		s.httpSrv = s.httpServer(s.httpHandler())
-	}
-	if opts.DebugAddr != "" {
-		if s.debugLis, err = net.Listen("tcp", opts.DebugAddr); err != nil {
-			s.closeListeners()
-			return nil, fmt.Errorf("server: debug listener: %w", err)
-		}
-		if opts.DebugTLS != nil {
-			s.debugLis = tls.NewListener(s.debugLis, opts.DebugTLS)
-		}
-		s.debugSrv = s.httpServer(s.debugHandler())
-	}
-	if opts.MetricsAddr != "" {
-		if s.metricsLis, err = net.Listen("tcp", opts.MetricsAddr); err != nil {
-			s.closeListeners()
-			return nil, fmt.Errorf("server: metrics listener: %w", err)
-		}
-		path := opts.MetricsPath
-		if path == "" {
-			path = "/metrics"
-		}
-		mux := http.NewServeMux()
-		mux.Handle(path, promhttp.HandlerFor(s.metrics.Registry, promhttp.HandlerOpts{}))
-		s.metricsSrv = s.httpServer(mux)
+		*p.lis, *p.srv = lis, s.httpServer(p.handler())
 	}
 	return s, nil
+}
+
+// metricsHandler serves the registry at MetricsPath, /metrics by default.
+func (s *Server) metricsHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle(cmp.Or(s.opts.MetricsPath, "/metrics"), promhttp.HandlerFor(s.metrics.Registry, promhttp.HandlerOpts{}))
+	return mux
 }
 
 // httpServer serves h with the slow-client bounds: the header and body of a
