@@ -134,30 +134,30 @@ func TestRetryUntilGranted(t *testing.T) {
 	}
 }
 
-func TestNoWaitTriesOnce(t *testing.T) {
-	f := newFake()
-	f.hitsLeft[rateKey] = 0
-	c, clk := newClient(t, f, client.Options{})
-	res, err := c.Request(context.Background(), rateRes, 1, 1, client.UseDefault)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if res.OK || res.Attempts != 1 || len(clk.Sleeps()) != 0 {
-		t.Errorf("got OK %v, attempts %d, sleeps %v; want one rejected attempt", res.OK, res.Attempts, clk.Sleeps())
-	}
-}
-
-func TestRetryNever(t *testing.T) {
-	f := newFake()
-	f.hitsLeft[rateKey] = 0
-	f.never = true
-	c, clk := newClient(t, f, client.Options{})
-	res, err := c.Request(context.Background(), rateRes, 1, 1, time.Hour)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if res.OK || res.Attempts != 1 || len(clk.Sleeps()) != 0 {
-		t.Errorf("got OK %v, attempts %d, sleeps %v; want one attempt, no wait", res.OK, res.Attempts, clk.Sleeps())
+// TestTriesOnce: a rejection is final, without a wait, when the caller
+// gives no time to wait or the server says retrying will never help.
+func TestTriesOnce(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		never   bool
+		maxWait time.Duration
+	}{
+		{"no wait", false, client.UseDefault},
+		{"retry never", true, time.Hour},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFake()
+			f.hitsLeft[rateKey] = 0
+			f.never = tc.never
+			c, clk := newClient(t, f, client.Options{})
+			res, err := c.Request(context.Background(), rateRes, 1, 1, tc.maxWait)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.OK || res.Attempts != 1 || len(clk.Sleeps()) != 0 {
+				t.Errorf("got OK %v, attempts %d, sleeps %v; want one rejected attempt, no wait", res.OK, res.Attempts, clk.Sleeps())
+			}
+		})
 	}
 }
 

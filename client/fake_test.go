@@ -117,12 +117,9 @@ func (f *fake) Request(ctx context.Context, req *charonv1.RequestRequest) (*char
 	k := key(req.GetResource())
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	left, ok := f.hitsLeft[k]
-	if !ok {
-		if _, isCopy := f.copyLimit[k]; isCopy {
-			return nil, status.Errorf(codes.FailedPrecondition, "resource %s is copy-limited: reserve it", k)
-		}
-		return nil, status.Errorf(codes.NotFound, "resource %s: not configured", k)
+	left, err := configured(k, f.hitsLeft, f.copyLimit, "copy-limited: reserve it")
+	if err != nil {
+		return nil, err
 	}
 	n := min(req.GetCopies(), left)
 	if reject || n < req.GetMinCopies() || (n == 0 && req.GetCopies() > 0) {
@@ -134,6 +131,20 @@ func (f *fake) Request(ctx context.Context, req *charonv1.RequestRequest) (*char
 	}
 	f.hitsLeft[k] -= n
 	return &charonv1.RequestResponse{Ok: true, Granted: n, Target: &charonv1.Target{Resource: k}, Remaining: f.hitsLeft[k]}, nil
+}
+
+// configured returns resource k's number in limits, the map of the kind of
+// limit the call wants; a resource in other, the other kind, is refused as
+// one that is otherKind.
+func configured(k string, limits, other map[string]int64, otherKind string) (int64, error) {
+	n, ok := limits[k]
+	if !ok {
+		if _, isOther := other[k]; isOther {
+			return 0, status.Errorf(codes.FailedPrecondition, "resource %s is %s", k, otherKind)
+		}
+		return 0, status.Errorf(codes.NotFound, "resource %s: not configured", k)
+	}
+	return n, nil
 }
 
 func (f *fake) reserve(ctx context.Context, req *charonv1.ReserveRequest, session int) (*charonv1.ReserveResponse, error) {
@@ -153,12 +164,9 @@ func (f *fake) reserve(ctx context.Context, req *charonv1.ReserveRequest, sessio
 	k := key(req.GetResource())
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	limit, ok := f.copyLimit[k]
-	if !ok {
-		if _, isRate := f.hitsLeft[k]; isRate {
-			return nil, status.Errorf(codes.FailedPrecondition, "resource %s is rate-limited: request it", k)
-		}
-		return nil, status.Errorf(codes.NotFound, "resource %s: not configured", k)
+	limit, err := configured(k, f.copyLimit, f.hitsLeft, "rate-limited: request it")
+	if err != nil {
+		return nil, err
 	}
 	n := min(req.GetCopies(), limit-f.held[k])
 	ctxt := &charonv1.CopyContext{DomainLimit: limit, DomainHolds: f.held[k], TotalHolds: f.held[k]}
@@ -186,19 +194,28 @@ func (f *fake) Release(ctx context.Context, req *charonv1.ReleaseRequest) (*char
 	if f.err != nil {
 		return nil, f.err
 	}
-	h, ok := f.holds[req.GetHoldId()]
-	if !ok {
-		return nil, status.Errorf(codes.NotFound, "hold_id %q: unknown hold", req.GetHoldId())
+	h, n, err := f.takeLocked(req.GetHoldId(), req.GetCopies())
+	if err != nil {
+		return nil, err
 	}
-	n := req.GetCopies()
+	f.releaseLocked(req.GetHoldId(), n)
+	return &charonv1.ReleaseResponse{Released: n, Remaining: h.copies, TotalHolds: f.held[h.res]}, nil
+}
+
+// takeLocked finds hold id and checks that it has n copies to give up, all
+// of them when n is 0; it returns the hold and the copies.
+func (f *fake) takeLocked(id string, n int64) (*fakeHold, int64, error) {
+	h, ok := f.holds[id]
+	if !ok {
+		return nil, 0, status.Errorf(codes.NotFound, "hold_id %q: unknown hold", id)
+	}
 	if n == 0 {
 		n = h.copies
 	}
 	if n > h.copies {
-		return nil, status.Errorf(codes.OutOfRange, "copies: %d, the hold has %d", n, h.copies)
+		return nil, 0, status.Errorf(codes.OutOfRange, "copies: %d, the hold has %d", n, h.copies)
 	}
-	f.releaseLocked(req.GetHoldId(), n)
-	return &charonv1.ReleaseResponse{Released: n, Remaining: h.copies, TotalHolds: f.held[h.res]}, nil
+	return h, n, nil
 }
 
 func (f *fake) releaseLocked(id string, n int64) {
@@ -216,16 +233,9 @@ func (f *fake) releaseLocked(id string, n int64) {
 func (f *fake) Transfer(ctx context.Context, req *charonv1.TransferRequest) (*charonv1.TransferResponse, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	h, ok := f.holds[req.GetHoldId()]
-	if !ok {
-		return nil, status.Errorf(codes.NotFound, "hold_id %q: unknown hold", req.GetHoldId())
-	}
-	n := req.GetCopies()
-	if n == 0 {
-		n = h.copies
-	}
-	if n > h.copies {
-		return nil, status.Errorf(codes.OutOfRange, "copies: %d, the hold has %d", n, h.copies)
+	h, n, err := f.takeLocked(req.GetHoldId(), req.GetCopies())
+	if err != nil {
+		return nil, err
 	}
 	f.seq++
 	tid := fmt.Sprintf("t%d", f.seq)
@@ -422,6 +432,16 @@ func (c *clock) Sleeps() []time.Duration {
 }
 
 // newClient returns a client of f with the fake clock and opts.
+// copyClient is a client of a new fake whose copy-limited resource,
+// copyRes, has limit copies.
+func copyClient(t testing.TB, limit int64, opts client.Options) (*fake, *client.Client) {
+	t.Helper()
+	f := newFake()
+	f.copyLimit[copyKey] = limit
+	c, _ := newClient(t, f, opts)
+	return f, c
+}
+
 func newClient(t testing.TB, f *fake, opts client.Options) (*client.Client, *clock) {
 	t.Helper()
 	conn, _ := serve(t, f)

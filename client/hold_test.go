@@ -26,9 +26,7 @@ func waitFor(t *testing.T, ch <-chan struct{}, what string) {
 }
 
 func TestReserveReleaseClose(t *testing.T) {
-	f := newFake()
-	f.copyLimit[copyKey] = 10
-	c, _ := newClient(t, f, client.Options{})
+	f, c := copyClient(t, 10, client.Options{})
 	ctx := context.Background()
 
 	h, err := c.Reserve(ctx, copyRes, 6, 2, 0)
@@ -86,9 +84,7 @@ func TestReserveReleaseClose(t *testing.T) {
 }
 
 func TestReleaseAllThenClose(t *testing.T) {
-	f := newFake()
-	f.copyLimit[copyKey] = 3
-	c, _ := newClient(t, f, client.Options{})
+	f, c := copyClient(t, 3, client.Options{})
 	ctx := context.Background()
 	h, err := c.Reserve(ctx, copyRes, 3, 3, 0)
 	if err != nil {
@@ -236,9 +232,7 @@ func TestReserveAll(t *testing.T) {
 }
 
 func TestSessionLost(t *testing.T) {
-	f := newFake()
-	f.copyLimit[copyKey] = 5
-	c, _ := newClient(t, f, client.Options{FailOpen: true})
+	f, c := copyClient(t, 5, client.Options{FailOpen: true})
 	ctx := context.Background()
 	h, err := c.Reserve(ctx, copyRes, 3, 3, 0)
 	if err != nil {
@@ -276,9 +270,7 @@ func TestSessionLost(t *testing.T) {
 }
 
 func TestClientCloseReleasesHolds(t *testing.T) {
-	f := newFake()
-	f.copyLimit[copyKey] = 5
-	c, _ := newClient(t, f, client.Options{})
+	f, c := copyClient(t, 5, client.Options{})
 	ctx := context.Background()
 	h, err := c.Reserve(ctx, copyRes, 5, 5, 0)
 	if err != nil {
@@ -333,9 +325,7 @@ func TestAbandonedReserveIsReleased(t *testing.T) {
 }
 
 func TestConcurrentHolds(t *testing.T) {
-	f := newFake()
-	f.copyLimit[copyKey] = 20
-	c, _ := newClient(t, f, client.Options{})
+	f, c := copyClient(t, 20, client.Options{})
 	ctx := context.Background()
 	var wg sync.WaitGroup
 	errs := make(chan error, 40)
