@@ -39,9 +39,8 @@ func writeFile(t *testing.T, dir, name, body string) string {
 // cannot take a single copy; refusals are counted on /metrics, which needs
 // the token.
 func TestServeAuthz(t *testing.T) {
-	dir := t.TempDir()
-	ca := tlstest.NewCA(t, dir, "ca")
-	cert, key := ca.Issue(t, dir, "charon.test", "127.0.0.1")
+	m := tlstest.NewMutual(t, "charon.test", "unused.test")
+	dir, ca, cert, key := m.Dir, m.CA, m.CertFile, m.KeyFile
 	table := writeFile(t, dir, "authz.yaml", "clients:\n  - identity: spiffe://test/gateway\n    allow: [rls]\n  - identity: spiffe://test/jobs/*\n    allow: [rls, reserve]\n")
 	token := writeFile(t, dir, "token", "s3cret-token\n")
 	p := startServeEnv(t, buildCharon(t), nil, "--config", "../../examples/config",
@@ -153,10 +152,8 @@ func TestServeRedisPasswordFile(t *testing.T) {
 // TLS with a client certificate is served (and `charon ask` works over it),
 // and mutual TLS refuses a client without a certificate.
 func TestServeTLSWithLyftVariables(t *testing.T) {
-	dir := t.TempDir()
-	ca := tlstest.NewCA(t, dir, "ca")
-	cert, key := ca.Issue(t, dir, "charon.test", "127.0.0.1")
-	clientCert, clientKey := ca.Issue(t, dir, "envoy.test")
+	m := tlstest.NewMutual(t, "charon.test", "envoy.test")
+	ca, cert, key, clientCert, clientKey := m.CA, m.CertFile, m.KeyFile, m.ClientCertFile, m.ClientKeyFile
 	p := startServeEnv(t, buildCharon(t), []string{"GRPC_SERVER_USE_TLS=true", "GRPC_SERVER_TLS_CERT=" + cert,
 		"GRPC_SERVER_TLS_KEY=" + key, "GRPC_CLIENT_TLS_CACERT=" + ca.File, "GRPC_CLIENT_TLS_SAN=envoy.test"},
 		"--config", "../../examples/config")
@@ -228,10 +225,8 @@ func TestServeTLSFlagErrors(t *testing.T) {
 // that requires client certificates, given envoyproxy/ratelimit's Redis TLS
 // variables; every decision is Redis's.
 func TestServeRedisOverTLS(t *testing.T) {
-	dir := t.TempDir()
-	ca := tlstest.NewCA(t, dir, "ca")
-	cert, key := ca.Issue(t, dir, "redis.test", "127.0.0.1")
-	clientCert, clientKey := ca.Issue(t, dir, "charon.test")
+	m := tlstest.NewMutual(t, "redis.test", "charon.test")
+	ca, cert, key, clientCert, clientKey := m.CA, m.CertFile, m.KeyFile, m.ClientCertFile, m.ClientKeyFile
 	r := redistest.SingleTLS(t, cert, key, ca.File, true)
 	p := startServeEnv(t, buildCharon(t), []string{"REDIS_TLS_CACERT=" + ca.File, "REDIS_TLS_CLIENT_CERT=" + clientCert,
 		"REDIS_TLS_CLIENT_KEY=" + clientKey}, "--config", writeRedisConfig(t), "--store", "redis",
@@ -245,8 +240,8 @@ func TestServeRedisOverTLS(t *testing.T) {
 	if granted != testLimit {
 		t.Errorf("%d of %d granted through Redis over TLS, want %d", granted, testLimit+3, testLimit)
 	}
-	m := get(t, "http://"+p.debugAddr+"/metrics")
-	if n := metricValue(m, `charon_store_calls_total{path="unavailable"}`); n != 0 {
+	metrics := get(t, "http://"+p.debugAddr+"/metrics")
+	if n := metricValue(metrics, `charon_store_calls_total{path="unavailable"}`); n != 0 {
 		t.Errorf("%v decisions failed over to the failure mode", n)
 	}
 }

@@ -136,8 +136,7 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (se
 	}
 	c.LogLevel = cmp.Or(lyft.LogLevel, c.LogLevel)
 	c.LogFormat = cmp.Or(lyft.LogFormat, c.LogFormat)
-	fs := flag.NewFlagSet("charon serve", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := clientcmd.FlagSet("serve", stderr)
 	serveFlags(fs, &c)
 	for _, f := range lyft.Flags {
 		if err := fs.Set(f.Name, f.Value); err != nil {

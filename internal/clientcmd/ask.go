@@ -80,21 +80,28 @@ func Ask(args []string, stdout, stderr io.Writer) error {
 		}
 		req.Descriptors = append(req.Descriptors, d)
 	}
-	var resp *rlsv3.RateLimitResponse
-	err := q.call(func(ctx context.Context, cc *grpc.ClientConn) (err error) {
-		resp, err = rlsv3.NewRateLimitServiceClient(cc).ShouldRateLimit(ctx, req)
-		return err
+	resp, err := rpc(&q.connFlags, func(ctx context.Context, cc *grpc.ClientConn) (*rlsv3.RateLimitResponse, error) {
+		return rlsv3.NewRateLimitServiceClient(cc).ShouldRateLimit(ctx, req)
 	})
 	if err != nil {
-		return statusError(err)
+		return err
 	}
 	return q.print(stdout, resp, func() { printDecision(stdout, req, resp) })
 }
 
-// statusError is a failed call's error as its code and message.
-func statusError(err error) error {
-	s := status.Convert(err)
-	return fmt.Errorf("%s: %s", s.Code(), s.Message())
+// rpc makes one call f on a new connection, within --timeout; a failed
+// call's error is its code and message.
+func rpc[T any](c *connFlags, f func(context.Context, *grpc.ClientConn) (T, error)) (T, error) {
+	var resp T
+	err := c.call(func(ctx context.Context, cc *grpc.ClientConn) (err error) {
+		resp, err = f(ctx, cc)
+		return err
+	})
+	if err != nil {
+		s := status.Convert(err)
+		return resp, fmt.Errorf("%s: %s", s.Code(), s.Message())
+	}
+	return resp, nil
 }
 
 func printDecision(w io.Writer, req *rlsv3.RateLimitRequest, resp *rlsv3.RateLimitResponse) {

@@ -14,8 +14,7 @@ import (
 // (package loadgen), its throughput and latencies printed.
 func Bench(args []string, stdout, stderr io.Writer) error {
 	var o loadgen.Options
-	fs := flag.NewFlagSet("charon bench", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := FlagSet("bench", stderr)
 	fs.StringVar(&o.Addr, "addr", "localhost:8081", "server gRPC `HOST:PORT`")
 	ct := clientTLS(fs)
 	fs.IntVar(&o.Concurrency, "concurrency", 64, "requests in flight (closed loop)")

@@ -81,9 +81,16 @@ type connFlags struct {
 // verb makes the flag set of the verb charon NAME with the connection
 // flags, to the server at localhost:8081 with a 5 s time limit by default.
 func (c *connFlags) verb(name string, stderr io.Writer) *flag.FlagSet {
+	fs := FlagSet(name, stderr)
+	c.declare(fs, "localhost:8081", 5*time.Second)
+	return fs
+}
+
+// FlagSet is the flag set of the verb charon NAME: errors and -h go to
+// stderr, and parsing returns them (ParseFlags).
+func FlagSet(name string, stderr io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet("charon "+name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	c.declare(fs, "localhost:8081", 5*time.Second)
 	return fs
 }
 

@@ -25,13 +25,11 @@ func Explain(args []string, stdout, stderr io.Writer) error {
 	for _, es := range q.descriptors {
 		req.Descriptors = append(req.Descriptors, &charonv1.ExplainRequest_Descriptor{Entries: es})
 	}
-	var resp *charonv1.ExplainResponse
-	err := q.call(func(ctx context.Context, cc *grpc.ClientConn) (err error) {
-		resp, err = charonv1.NewCharonClient(cc).Explain(ctx, req)
-		return err
+	resp, err := rpc(&q.connFlags, func(ctx context.Context, cc *grpc.ClientConn) (*charonv1.ExplainResponse, error) {
+		return charonv1.NewCharonClient(cc).Explain(ctx, req)
 	})
 	if err != nil {
-		return statusError(err)
+		return err
 	}
 	return q.print(stdout, resp, func() {
 		for i, x := range resp.GetExplanations() {

@@ -2,7 +2,6 @@ package clientcmd
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"io"
 	"time"
@@ -14,8 +13,7 @@ import (
 // Health asks a server's gRPC health service, for probes where there is
 // no shell or curl (the image's HEALTHCHECK): exit 0 when SERVING.
 func Health(args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("charon health", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := FlagSet("health", stderr)
 	var cf connFlags
 	cf.declare(fs, "127.0.0.1:8081", 2*time.Second)
 	service := fs.String("service", "", "health service `name` (\"\": the server)")

@@ -2,6 +2,7 @@ package clientcmd
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"io"
 	"os/signal"
@@ -86,20 +87,39 @@ func holdOnSession(hf connFlags, op *charonv1.SessionRequest, holdFor time.Durat
 	return err
 }
 
-// Release is `charon release`: copies of any hold released by its id.
-func Release(args []string, stdout, stderr io.Writer) error {
-	var hf connFlags
-	fs := hf.verb("release", stderr)
-	hold := fs.String("hold", "", "the hold `ID`")
-	copies := fs.Int64("copies", 0, "copies to release (0: all the hold has)")
+// holdVerb is release's and transfer's flags: a hold, and how many of its
+// copies.
+type holdVerb struct {
+	connFlags
+	hold   string
+	copies int64
+}
+
+func (h *holdVerb) declare(verb string, stderr io.Writer) *flag.FlagSet {
+	fs := h.verb(verb, stderr)
+	fs.StringVar(&h.hold, "hold", "", "the hold `ID`")
+	fs.Int64Var(&h.copies, "copies", 0, "copies to "+verb+" (0: all the hold has)")
+	return fs
+}
+
+func (h *holdVerb) parse(fs *flag.FlagSet, verb string, args []string) error {
 	if err := ParseFlags(fs, args); err != nil {
 		return err
 	}
-	if *hold == "" {
-		return fmt.Errorf("%w: release needs --hold", ErrUsage)
+	if h.hold == "" {
+		return fmt.Errorf("%w: %s needs --hold", ErrUsage, verb)
 	}
-	return hf.unary(func(ctx context.Context, c charonv1.CharonClient) error {
-		r, err := c.Release(ctx, &charonv1.ReleaseRequest{HoldId: *hold, Copies: *copies})
+	return nil
+}
+
+// Release is `charon release`: copies of any hold released by its id.
+func Release(args []string, stdout, stderr io.Writer) error {
+	var h holdVerb
+	if err := h.parse(h.declare("release", stderr), "release", args); err != nil {
+		return err
+	}
+	return h.unary(func(ctx context.Context, c charonv1.CharonClient) error {
+		r, err := c.Release(ctx, &charonv1.ReleaseRequest{HoldId: h.hold, Copies: h.copies})
 		if err == nil {
 			fmt.Fprintf(stdout, "released %d copies, %d left on the hold\n", r.GetReleased(), r.GetRemaining())
 		}
@@ -120,25 +140,20 @@ func (h *connFlags) unary(call func(context.Context, charonv1.CharonClient) erro
 // Transfer is `charon transfer`: copies of a hold staged for a seize;
 // prints the transfer id.
 func Transfer(args []string, stdout, stderr io.Writer) error {
-	var hf connFlags
-	fs := hf.verb("transfer", stderr)
-	hold := fs.String("hold", "", "the hold `ID`")
-	copies := fs.Int64("copies", 0, "copies to transfer (0: all the hold has)")
+	var h holdVerb
+	fs := h.declare("transfer", stderr)
 	ttl := fs.Duration("ttl", 0, "how long the copies wait for a seize (0: the server's default)")
-	if err := ParseFlags(fs, args); err != nil {
+	if err := h.parse(fs, "transfer", args); err != nil {
 		return err
-	}
-	if *hold == "" {
-		return fmt.Errorf("%w: transfer needs --hold", ErrUsage)
 	}
 	if *ttl < 0 {
 		return fmt.Errorf("%w: --ttl must not be negative", ErrUsage)
 	}
-	req := &charonv1.TransferRequest{HoldId: *hold, Copies: *copies}
+	req := &charonv1.TransferRequest{HoldId: h.hold, Copies: h.copies}
 	if *ttl > 0 {
 		req.Ttl = durationpb.New(*ttl)
 	}
-	return hf.unary(func(ctx context.Context, c charonv1.CharonClient) error {
+	return h.unary(func(ctx context.Context, c charonv1.CharonClient) error {
 		r, err := c.Transfer(ctx, req)
 		if err == nil {
 			fmt.Fprintln(stdout, r.GetTransferId())

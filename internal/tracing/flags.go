@@ -3,6 +3,7 @@ package tracing
 import (
 	"flag"
 	"fmt"
+	"strings"
 )
 
 // Flags are the tracing settings of charon serve as command-line flags:
@@ -21,9 +22,13 @@ func DefaultFlags() Flags {
 // Bind declares the flags on fs with f's values as defaults.
 func (f *Flags) Bind(fs *flag.FlagSet) {
 	fs.BoolVar(&f.On, "tracing", f.On, "send OpenTelemetry traces of gRPC and Redis calls over OTLP, to the endpoint of the OTEL_EXPORTER_OTLP_* variables")
-	fs.StringVar(&f.ServiceName, "tracing-service-name", f.ServiceName, "the traces' service.name")
-	fs.StringVar(&f.ServiceNamespace, "tracing-service-namespace", f.ServiceNamespace, "the traces' service.namespace")
-	fs.StringVar(&f.InstanceID, "tracing-service-instance-id", f.InstanceID, "the traces' service.instance.id; empty: a random one")
+	// The resource's attributes: --tracing-service-name sets service.name.
+	for _, a := range []struct {
+		v          *string
+		attr, more string
+	}{{&f.ServiceName, "service.name", ""}, {&f.ServiceNamespace, "service.namespace", ""}, {&f.InstanceID, "service.instance.id", "; empty: a random one"}} {
+		fs.StringVar(a.v, "tracing-"+strings.ReplaceAll(a.attr, ".", "-"), *a.v, "the traces' "+a.attr+a.more)
+	}
 	fs.StringVar(&f.Protocol, "tracing-protocol", f.Protocol, "OTLP transport: http or grpc")
 	fs.Float64Var(&f.SamplingRate, "tracing-sampling-rate", f.SamplingRate, "share of new traces sampled, 0 to 1")
 }

@@ -1,0 +1,170 @@
+package main
+
+// The verbs that need no server: config check, suggest and sim.
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"slices"
+	"syscall"
+	"time"
+
+	"github.com/charonlimit/charon/config"
+	"github.com/charonlimit/charon/internal/clientcmd"
+	"github.com/charonlimit/charon/internal/sim"
+	"github.com/charonlimit/charon/internal/suggest"
+)
+
+// runCheck validates a configuration directory offline, exactly as serve
+// would load it. Flags may come before or after DIR.
+func runCheck(args []string, stdout, stderr io.Writer) error {
+	fs := clientcmd.FlagSet("config check", stderr)
+	dump := fs.Bool("dump", false, "print the resolved configuration as YAML")
+	merge := fs.Bool("merge-domains", false, "merge files that share a domain instead of refusing them")
+	fixed := fs.Bool("fixed-window", false, "rate_limit without an algorithm uses the calendar-aligned fixed window")
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: charon config check DIR [--dump] [--merge-domains] [--fixed-window]")
+		fs.PrintDefaults()
+	}
+	var dirs []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			if err == flag.ErrHelp {
+				return err
+			}
+			return fmt.Errorf("%w: %v", errUsage, err)
+		}
+		if fs.NArg() == 0 {
+			break
+		}
+		dirs = append(dirs, fs.Arg(0))
+		args = fs.Args()[1:]
+	}
+	if len(dirs) != 1 {
+		return fmt.Errorf("%w: config check takes one directory", errUsage)
+	}
+	dir := dirs[0]
+	if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
+		return fmt.Errorf("%s is not a readable directory", dir)
+	}
+	cfg, warns, err := config.Load(config.DirFS(dir), config.Options{MergeDomains: *merge, FixedWindowDefault: *fixed})
+	for _, w := range warns {
+		fmt.Fprintln(stdout, "warning:", w.String())
+	}
+	if err != nil {
+		errs := config.Problems(err)
+		for _, e := range errs {
+			fmt.Fprintln(stderr, "error:", e)
+		}
+		fmt.Fprintf(stderr, "%s: %d error(s), %d warning(s)\n", dir, len(errs), len(warns))
+		return errReported
+	}
+	if cfg == nil {
+		return errors.New("config loader returned no configuration")
+	}
+	if *dump {
+		out, err := cfg.Dump()
+		if err != nil {
+			return fmt.Errorf("dump: %w", err)
+		}
+		stdout.Write(out)
+	}
+	fmt.Fprintf(stderr, "%s: OK, %d warning(s)\n", dir, len(warns))
+	return nil
+}
+
+// runSuggest reads a decision log and proposes limits as configuration
+// files.
+func runSuggest(args []string, stdout, stderr io.Writer) error {
+	fs := clientcmd.FlagSet("suggest", stderr)
+	logPath := fs.String("log", "-", "decision log `file` (JSON lines of charon serve --decision-log); - reads stdin")
+	reject := fs.Float64("reject", 0.01, "share of the recorded hits the proposed limit may reject, in [0, 1)")
+	window := fs.Duration("window", time.Second, "window of the proposed tier")
+	out := fs.String("out", "", "write one file per RLS domain into this `directory` (created); default: print them")
+	if err := clientcmd.ParseFlags(fs, args); err != nil {
+		return err
+	}
+	var in io.Reader = os.Stdin
+	if *logPath != "-" {
+		f, err := os.Open(*logPath)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		in = f
+	}
+	ps, err := suggest.Suggest(in, suggest.Options{Reject: *reject, Window: *window})
+	if err != nil {
+		return fmt.Errorf("%s: %w", *logPath, err)
+	}
+	files, err := suggest.Files(ps)
+	if err != nil {
+		return err
+	}
+	names := make([]string, 0, len(files))
+	for name := range files {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	if *out != "" {
+		if err := os.MkdirAll(*out, 0o755); err != nil {
+			return err
+		}
+	}
+	for _, name := range names {
+		if *out == "" {
+			fmt.Fprintf(stdout, "# file: %s\n%s\n", name, files[name])
+			continue
+		}
+		path := filepath.Join(*out, name)
+		if err := os.WriteFile(path, files[name], 0o644); err != nil {
+			return err
+		}
+		fmt.Fprintln(stdout, path)
+	}
+	return nil
+}
+
+// runSim serves the tier simulator on its own, or writes its files.
+func runSim(args []string, stdout, stderr io.Writer) error {
+	fs := clientcmd.FlagSet("sim", stderr)
+	addr := fs.String("addr", "127.0.0.1:8090", "serve the simulator at `HOST:PORT`")
+	out := fs.String("out", "", "write the page's files into this `directory` instead of serving them")
+	if err := clientcmd.ParseFlags(fs, args); err != nil {
+		return err
+	}
+	if *out != "" {
+		if err := sim.WriteFiles(*out); err != nil {
+			return err
+		}
+		fmt.Fprintln(stdout, *out)
+		return nil
+	}
+	if !sim.Built() {
+		fmt.Fprintln(stderr, "charon: this binary was built without the simulator's engine (make sim-wasm before building): the page will say so")
+	}
+	ln, err := net.Listen("tcp", *addr)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "the tier simulator: http://%s/\n", ln.Addr())
+	srv := &http.Server{Handler: sim.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	go func() {
+		<-ctx.Done()
+		srv.Close()
+	}()
+	if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}
