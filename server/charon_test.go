@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -25,23 +26,11 @@ import (
 	"github.com/charonlimit/charon/tiers"
 )
 
-// testClock is the engine's injected clock.
-type testClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
+// testClock is the engine's injected clock, moved by hand.
+type testClock struct{ ns atomic.Int64 }
 
-func (c *testClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *testClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.now = c.now.Add(d)
-	c.mu.Unlock()
-}
+func (c *testClock) Now() time.Time          { return time.Unix(0, c.ns.Load()).UTC() }
+func (c *testClock) Advance(d time.Duration) { c.ns.Add(int64(d)) }
 
 // downCopies is a copy store that cannot be reached.
 type downCopies struct{ copystore.Store }
@@ -109,7 +98,8 @@ func newCharonFixture(t *testing.T, copts CharonOptions, copies copystore.Store)
 // with charonTree and a test clock.
 func charonEngine(t *testing.T, copies copystore.Store) (*engine.Engine, *testClock) {
 	t.Helper()
-	clock := &testClock{now: time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)}
+	clock := &testClock{}
+	clock.ns.Store(time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC).UnixNano())
 	st := memstore.New(memstore.Options{})
 	t.Cleanup(func() { st.Close() })
 	eng := engine.New(engine.Options{Store: st, Now: clock.Now, Copies: copies})
@@ -543,11 +533,9 @@ func TestSessionRenewsLeases(t *testing.T) {
 }
 
 func TestShutdownEndsSessions(t *testing.T) {
-	clk := &testClock{now: time.Unix(1e9, 0)}
 	copies := memcopy.New(memcopy.Options{})
 	defer copies.Close()
-	eng := engine.New(engine.Options{Now: clk.Now, Copies: copies})
-	eng.SetTree(charonTree(t))
+	eng, _ := charonEngine(t, copies)
 	// A session holding up shutdown would take the whole ShutdownTimeout.
 	s, stop := newTestServer(t, Options{Engine: eng, ShutdownTimeout: 2 * time.Minute})
 	c := charonv1.NewCharonClient(dial(t, s.GRPCAddr()))
