@@ -9,10 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/charonlimit/charon/descriptors"
-	"github.com/charonlimit/charon/internal/copystore/memcopy"
 	"github.com/charonlimit/charon/internal/engine"
-	"github.com/charonlimit/charon/server"
+	"github.com/charonlimit/charon/internal/servertest"
 )
 
 // run runs a client verb as charon's main does, returning its exit status.
@@ -36,34 +34,6 @@ func (s *syncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
-}
-
-// startCopyServer serves a copy-limited resource c/db (3 copies per domain)
-// in process.
-func startCopyServer(t *testing.T) (string, *memcopy.Store) {
-	t.Helper()
-	copies := memcopy.New(memcopy.Options{})
-	t.Cleanup(func() { copies.Close() })
-	eng := engine.New(engine.Options{Copies: copies})
-	tree, err := descriptors.NewTree([]descriptors.DomainSpec{{Config: descriptors.DomainConfig{Name: "c"}, Nodes: []*descriptors.Node{
-		{Key: "db", Limit: &descriptors.Limit{Copies: &descriptors.Copies{DomainLimit: 3}}},
-	}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	eng.SetTree(tree)
-	srv, err := server.New(server.Options{GRPCAddr: "127.0.0.1:0", Engine: eng})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		<-done
-	})
-	return srv.GRPCAddr(), copies
 }
 
 func waitOutput(t *testing.T, b *syncBuffer, want string) string {
@@ -90,7 +60,7 @@ func lineAfter(out, prefix string) string {
 }
 
 func TestCopyVerbs(t *testing.T) {
-	addr, copies := startCopyServer(t)
+	addr, copies := servertest.CopyServer(t)
 	sigCtx, interrupt := context.WithCancel(context.Background())
 	defer interrupt()
 	old := signalContext
@@ -141,7 +111,7 @@ func TestCopyVerbs(t *testing.T) {
 }
 
 func TestCopyVerbErrors(t *testing.T) {
-	addr, _ := startCopyServer(t)
+	addr, _ := servertest.CopyServer(t)
 	old := signalContext
 	signalContext = func() (context.Context, context.CancelFunc) { return context.WithCancel(context.Background()) }
 	defer func() { signalContext = old }()

@@ -53,6 +53,7 @@ var imports = map[string][]string{
 	"internal/redisfunc":         nil,
 	"internal/redistest":         nil,
 	"internal/sessionhold":       {"api/charon/v1"},
+	"internal/servertest":        {"descriptors", "internal/copystore/memcopy", "internal/engine", "server"},
 	"internal/store":             {"tiers"},
 	"internal/store/memstore":    {"internal/lru", "internal/periodic", "internal/store", "tiers"},
 	"internal/store/redisstore":  {"internal/redisfunc", "internal/store", "tiers"},
@@ -102,7 +103,7 @@ var deny = []struct {
 		// Prometheus' exposition model is protobuf: the packages that
 		// export a store's collector depend on it, and on no gRPC. The
 		// OTLP exporter of internal/tracing speaks gRPC.
-		except: []string{"api/charon/v1", "client", "cmd/charon", "internal/clientcmd", "server", "internal/loadgen", "internal/sessionhold", "internal/collect",
+		except: []string{"api/charon/v1", "client", "cmd/charon", "internal/clientcmd", "internal/servertest", "server", "internal/loadgen", "internal/sessionhold", "internal/collect",
 			"internal/store/resilient", "internal/copystore/memcopy", "internal/redisbackend", "internal/tracing"},
 		paths: []string{"google.golang.org/grpc", "google.golang.org/protobuf", "github.com/envoyproxy/go-control-plane",
 			module + "/api/charon/v1"},
@@ -111,9 +112,9 @@ var deny = []struct {
 	{
 		pkgs: []string{"..."},
 		except: []string{"internal/copystore/copystoretest", "internal/store/storetest", "internal/redistest",
-			"tiers/tierstest", "internal/tlsconfig/tlstest"},
+			"tiers/tierstest", "internal/tlsconfig/tlstest", "internal/servertest"},
 		paths: []string{"testing", module + "/internal/copystore/copystoretest", module + "/internal/store/storetest",
-			module + "/internal/redistest", module + "/tiers/tierstest", module + "/internal/tlsconfig/tlstest"},
+			module + "/internal/redistest", module + "/tiers/tierstest", module + "/internal/tlsconfig/tlstest", module + "/internal/servertest"},
 		why: "test support is for tests",
 	},
 }

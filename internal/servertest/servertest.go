@@ -1,0 +1,42 @@
+// Package servertest starts a Charon server in process for the tests of
+// its clients.
+package servertest
+
+import (
+	"context"
+	"testing"
+
+	"github.com/charonlimit/charon/descriptors"
+	"github.com/charonlimit/charon/internal/copystore/memcopy"
+	"github.com/charonlimit/charon/internal/engine"
+	"github.com/charonlimit/charon/server"
+)
+
+// CopyServer serves charon.v1 on a free loopback port over one
+// copy-limited resource, domain "c" key "db" with 3 copies per domain, on
+// the memory copy store it returns; the test's cleanup stops both.
+func CopyServer(t testing.TB) (addr string, copies *memcopy.Store) {
+	t.Helper()
+	copies = memcopy.New(memcopy.Options{})
+	t.Cleanup(func() { copies.Close() })
+	eng := engine.New(engine.Options{Copies: copies})
+	tree, err := descriptors.NewTree([]descriptors.DomainSpec{{Config: descriptors.DomainConfig{Name: "c"}, Nodes: []*descriptors.Node{
+		{Key: "db", Limit: &descriptors.Limit{Copies: &descriptors.Copies{DomainLimit: 3}}},
+	}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eng.SetTree(tree)
+	srv, err := server.New(server.Options{GRPCAddr: "127.0.0.1:0", Engine: eng})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+	})
+	return srv.GRPCAddr(), copies
+}
