@@ -106,16 +106,9 @@ func Reserve(cfg *Config, s *State, now time.Time, r ReserveRequest) (Reservatio
 	if r.Min < 0 || r.Min > r.Copies {
 		return Reservation{}, fmt.Errorf("%w: min copies %d not in [0, copies %d]", ErrBadMin, r.Min, r.Copies)
 	}
-	if err := checkLease(r.Lease, "lease"); err != nil {
+	if err := checkArgs(r.Lease, "lease", idArg{r.HoldID, "hold id", false}, idArg{r.RequestID, "request id", true},
+		idArg{r.Session, "session", true}, idArg{r.Domain, "domain", true}); err != nil {
 		return Reservation{}, err
-	}
-	if err := checkID(r.HoldID, "hold id", false); err != nil {
-		return Reservation{}, err
-	}
-	for _, c := range [...]struct{ v, name string }{{r.RequestID, "request id"}, {r.Session, "session"}, {r.Domain, "domain"}} {
-		if err := checkID(c.v, c.name, true); err != nil {
-			return Reservation{}, err
-		}
 	}
 	min := r.Min
 	if min == 0 {
@@ -296,13 +289,7 @@ func Transfer(s *State, now time.Time, holdID string, copies int64, ttl time.Dur
 	if copies < 0 || copies > MaxCopies {
 		return TransferResult{}, fmt.Errorf("%w: copies %d not in [0, %d]", ErrBadCopies, copies, MaxCopies)
 	}
-	if err := checkLease(ttl, "ttl"); err != nil {
-		return TransferResult{}, err
-	}
-	if err := checkID(holdID, "hold id", false); err != nil {
-		return TransferResult{}, err
-	}
-	if err := checkID(transferID, "transfer id", false); err != nil {
+	if err := checkArgs(ttl, "ttl", idArg{holdID, "hold id", false}, idArg{transferID, "transfer id", false}); err != nil {
 		return TransferResult{}, err
 	}
 	s.init()
@@ -354,16 +341,8 @@ func Seize(s *State, now time.Time, transferID, holdID, session string, lease ti
 	if s == nil {
 		return SeizeResult{}, ErrNilState
 	}
-	if err := checkLease(lease, "lease"); err != nil {
-		return SeizeResult{}, err
-	}
-	if err := checkID(transferID, "transfer id", false); err != nil {
-		return SeizeResult{}, err
-	}
-	if err := checkID(holdID, "hold id", false); err != nil {
-		return SeizeResult{}, err
-	}
-	if err := checkID(session, "session", true); err != nil {
+	if err := checkArgs(lease, "lease", idArg{transferID, "transfer id", false}, idArg{holdID, "hold id", false},
+		idArg{session, "session", true}); err != nil {
 		return SeizeResult{}, err
 	}
 	s.init()
@@ -403,13 +382,7 @@ func KeepAlive(s *State, now time.Time, session, holdID string, lease time.Durat
 	if s == nil {
 		return KeepAliveResult{}, ErrNilState
 	}
-	if err := checkLease(lease, "lease"); err != nil {
-		return KeepAliveResult{}, err
-	}
-	if err := checkID(session, "session", true); err != nil {
-		return KeepAliveResult{}, err
-	}
-	if err := checkID(holdID, "hold id", true); err != nil {
+	if err := checkArgs(lease, "lease", idArg{session, "session", true}, idArg{holdID, "hold id", true}); err != nil {
 		return KeepAliveResult{}, err
 	}
 	if session == "" && holdID == "" {
@@ -483,6 +456,27 @@ func Expire(s *State, now time.Time) (Reaped, error) {
 	}
 	s.init()
 	return s.reap(now.UnixMicro()), nil
+}
+
+// idArg is an id argument of an operation: its value, its name in errors,
+// and whether it may be empty.
+type idArg struct {
+	v, name string
+	emptyOK bool
+}
+
+// checkArgs checks an operation's lease (or ttl), then its ids in order,
+// and returns the first error.
+func checkArgs(lease time.Duration, leaseName string, ids ...idArg) error {
+	if err := checkLease(lease, leaseName); err != nil {
+		return err
+	}
+	for _, a := range ids {
+		if err := checkID(a.v, a.name, a.emptyOK); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func checkLease(d time.Duration, name string) error {
