@@ -114,10 +114,9 @@ func (f *fake) Request(ctx context.Context, req *charonv1.RequestRequest) (*char
 	if err != nil {
 		return nil, err
 	}
-	k := key(req.GetResource())
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	left, err := configured(k, f.hitsLeft, f.copyLimit, "copy-limited: reserve it")
+	k, left, err := configured(req.GetResource(), f.hitsLeft, f.copyLimit, "copy-limited: reserve it")
 	if err != nil {
 		return nil, err
 	}
@@ -133,18 +132,19 @@ func (f *fake) Request(ctx context.Context, req *charonv1.RequestRequest) (*char
 	return &charonv1.RequestResponse{Ok: true, Granted: n, Target: &charonv1.Target{Resource: k}, Remaining: f.hitsLeft[k]}, nil
 }
 
-// configured returns resource k's number in limits, the map of the kind of
-// limit the call wants; a resource in other, the other kind, is refused as
-// one that is otherKind.
-func configured(k string, limits, other map[string]int64, otherKind string) (int64, error) {
+// configured returns resource r's key and its number in limits, the map of
+// the kind of limit the call wants; a resource in other, the other kind, is
+// refused as one that is otherKind.
+func configured(r *charonv1.Resource, limits, other map[string]int64, otherKind string) (string, int64, error) {
+	k := key(r)
 	n, ok := limits[k]
 	if !ok {
 		if _, isOther := other[k]; isOther {
-			return 0, status.Errorf(codes.FailedPrecondition, "resource %s is %s", k, otherKind)
+			return k, 0, status.Errorf(codes.FailedPrecondition, "resource %s is %s", k, otherKind)
 		}
-		return 0, status.Errorf(codes.NotFound, "resource %s: not configured", k)
+		return k, 0, status.Errorf(codes.NotFound, "resource %s: not configured", k)
 	}
-	return n, nil
+	return k, n, nil
 }
 
 func (f *fake) reserve(ctx context.Context, req *charonv1.ReserveRequest, session int) (*charonv1.ReserveResponse, error) {
@@ -161,10 +161,9 @@ func (f *fake) reserve(ctx context.Context, req *charonv1.ReserveRequest, sessio
 	if req.GetCopies() < 1 {
 		return nil, status.Error(codes.InvalidArgument, "copies: must be >= 1")
 	}
-	k := key(req.GetResource())
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	limit, err := configured(k, f.copyLimit, f.hitsLeft, "rate-limited: request it")
+	k, limit, err := configured(req.GetResource(), f.copyLimit, f.hitsLeft, "rate-limited: request it")
 	if err != nil {
 		return nil, err
 	}

@@ -239,12 +239,9 @@ func Release(s *State, now time.Time, holdID string, copies int64) (ReleaseResul
 	s.init()
 	t := now.UnixMicro()
 	out := ReleaseResult{Reaped: s.reap(t)}
-	h := s.holds[holdID]
-	if h == nil {
-		return out, fmt.Errorf("%w: %q", ErrUnknownHold, holdID)
-	}
-	if copies > h.copies {
-		return out, fmt.Errorf("%w: release of %d copies, hold %q has %d", ErrOverRelease, copies, holdID, h.copies)
+	h, err := s.holdWith(holdID, copies, "release", ErrOverRelease)
+	if err != nil {
+		return out, err
 	}
 	if copies == 0 {
 		copies = h.copies
@@ -253,6 +250,19 @@ func Release(s *State, now time.Time, holdID string, copies int64) (ReleaseResul
 	out.Released, out.Left, out.Domain = copies, h.copies, h.domain
 	out.DomainHeld, out.TotalHeld = s.domains[h.domain], s.total
 	return out, nil
+}
+
+// holdWith returns hold holdID if it has the copies that op (a release or
+// a transfer) gives up; over is op's error when it has fewer.
+func (s *State) holdWith(holdID string, copies int64, op string, over error) (*hold, error) {
+	h := s.holds[holdID]
+	if h == nil {
+		return nil, fmt.Errorf("%w: %q", ErrUnknownHold, holdID)
+	}
+	if copies > h.copies {
+		return nil, fmt.Errorf("%w: %s of %d copies, hold %q has %d", over, op, copies, holdID, h.copies)
+	}
+	return h, nil
 }
 
 // take removes n copies from h, and h when none are left.
@@ -295,12 +305,9 @@ func Transfer(s *State, now time.Time, holdID string, copies int64, ttl time.Dur
 	s.init()
 	t := now.UnixMicro()
 	out := TransferResult{Reaped: s.reap(t)}
-	h := s.holds[holdID]
-	if h == nil {
-		return out, fmt.Errorf("%w: %q", ErrUnknownHold, holdID)
-	}
-	if copies > h.copies {
-		return out, fmt.Errorf("%w: transfer of %d copies, hold %q has %d", ErrOverTransfer, copies, holdID, h.copies)
+	h, err := s.holdWith(holdID, copies, "transfer", ErrOverTransfer)
+	if err != nil {
+		return out, err
 	}
 	if _, dup := s.transfers[transferID]; dup {
 		return out, fmt.Errorf("%w: %q", ErrTransferExists, transferID)
