@@ -71,18 +71,24 @@ func TestReserveProcessKilled(t *testing.T) {
 		return err == nil && r.Ok
 	})
 
-	var out lockedBuffer
-	holder := exec.Command(bin, "reserve", "--addr", grpcAddr, "--domain", "c", "--descriptor", "db=a", "--copies", "3")
-	holder.Stdout = &out
-	if err := holder.Start(); err != nil {
-		t.Fatal(err)
+	// holder starts a `charon reserve` of every copy and waits until it
+	// holds them.
+	holder := func() (*exec.Cmd, *lockedBuffer) {
+		out := new(lockedBuffer)
+		cmd := exec.Command(bin, "reserve", "--addr", grpcAddr, "--domain", "c", "--descriptor", "db=a", "--copies", "3")
+		cmd.Stdout = out
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		poll("the holder", func() bool { return strings.Contains(out.String(), "holding until interrupted") })
+		return cmd, out
 	}
-	poll("the holder", func() bool { return strings.Contains(out.String(), "holding until interrupted") })
+	killed, _ := holder()
 	if r, err := reserve3(); err != nil || r.Ok {
 		t.Fatalf("reserve while the holder runs: %v, %v", r, err)
 	}
-	holder.Process.Kill()
-	holder.Wait()
+	killed.Process.Kill()
+	killed.Wait()
 	start := time.Now()
 	var got *charonv1.ReserveResponse
 	poll("the killed holder's copies", func() bool {
@@ -96,13 +102,7 @@ func TestReserveProcessKilled(t *testing.T) {
 	// A paused holder (SIGSTOP) does not answer the server's pings: the
 	// server ends its session and frees the copies; resumed, the holder
 	// says its hold is gone and exits 1.
-	var out2 lockedBuffer
-	paused := exec.Command(bin, "reserve", "--addr", grpcAddr, "--domain", "c", "--descriptor", "db=a", "--copies", "3")
-	paused.Stdout = &out2
-	if err := paused.Start(); err != nil {
-		t.Fatal(err)
-	}
-	poll("the paused holder", func() bool { return strings.Contains(out2.String(), "holding until interrupted") })
+	paused, out2 := holder()
 	if err := paused.Process.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
