@@ -290,23 +290,17 @@ func (c *Client) Request(ctx context.Context, r Resource, copies, min int64, max
 		}
 		res.Reply = reply
 		o := outcome{ok: reply.GetOk(), never: reply.GetRetryNever(), retryAfter: reply.GetRetryAfter().AsDuration()}
-		if !o.ok && c.KillSwitch() {
-			res.Forced = true
-			o.ok = true
-		}
+		res.Forced = c.force(&o)
 		return o, nil
 	}
-	attempts, waited, err := c.retry(ctx, c.maxWait(maxWait), try)
-	res.Attempts, res.Waited = attempts, waited
+	var degraded, err error
+	res.Attempts, res.Waited, degraded, err = c.attempt(ctx, maxWait, try)
 	if err != nil {
-		if ctx.Err() != nil {
-			return nil, ctx.Err()
-		}
-		if !c.failOpen(ctx, err) {
-			return nil, err
-		}
+		return nil, err
+	}
+	if degraded != nil {
 		res.Reply = nil
-		res.Degraded, res.Err = true, err
+		res.Degraded, res.Err = true, degraded
 		res.OK, res.Granted = true, minimum(copies, min)
 		return res, nil
 	}
@@ -352,6 +346,32 @@ func (c *Client) isClosed() bool {
 type outcome struct {
 	ok, never  bool
 	retryAfter time.Duration
+}
+
+// force grants a rejection o when the kill switch is on, reporting
+// whether it did.
+func (c *Client) force(o *outcome) bool {
+	if o.ok || !c.KillSwitch() {
+		return false
+	}
+	o.ok = true
+	return true
+}
+
+// attempt retries try for up to maxWait (UseDefault: Options.MaxWait). It
+// returns the error to give the caller (ctx's own when it ended), or, when
+// the client fails open on a server error, that error as degraded.
+func (c *Client) attempt(ctx context.Context, maxWait time.Duration, try func(context.Context) (outcome, error)) (attempts int, waited time.Duration, degraded, err error) {
+	attempts, waited, err = c.retry(ctx, c.maxWait(maxWait), try)
+	switch {
+	case err == nil:
+		return attempts, waited, nil, nil
+	case ctx.Err() != nil:
+		return attempts, waited, nil, ctx.Err()
+	case c.failOpen(ctx, err):
+		return attempts, waited, err, nil
+	}
+	return attempts, waited, nil, err
 }
 
 // retry runs try until it grants, errs, says never, or maxWait is spent.

@@ -155,23 +155,17 @@ func (c *Client) Reserve(ctx context.Context, r Resource, copies, min int64, max
 		reply := resp.GetReserve()
 		h.s, h.reply = s, reply
 		o := outcome{ok: reply.GetOk()}
-		if !o.ok && c.KillSwitch() {
-			h.forced = true
-			o.ok = true
-		}
+		h.forced = c.force(&o)
 		return o, nil
 	}
-	attempts, waited, err := c.retry(ctx, c.maxWait(maxWait), try)
-	h.attempts, h.waited = attempts, waited
+	var degraded, err error
+	h.attempts, h.waited, degraded, err = c.attempt(ctx, maxWait, try)
 	if err != nil {
-		if ctx.Err() != nil {
-			return nil, ctx.Err()
-		}
-		if !c.failOpen(ctx, err) {
-			return nil, err
-		}
+		return nil, err
+	}
+	if degraded != nil {
 		h.s, h.reply = nil, nil
-		h.ok, h.degraded, h.err = true, true, err
+		h.ok, h.degraded, h.err = true, true, degraded
 		h.copies.Store(minimum(copies, min))
 		return h, nil
 	}
