@@ -66,8 +66,7 @@ func fcall(t *testing.T, l *redisfunc.Library, c redis.UniversalClient, calls *i
 // again once the library is loaded; a call that finds it is sent once.
 func TestRunLoadsWhenMissing(t *testing.T) {
 	n := redistest.Single(t)
-	c := redis.NewClient(&redis.Options{Addr: n.Addr()})
-	t.Cleanup(func() { c.Close() })
+	c := redistest.Client(t, n)
 	l := redisfunc.New(code)
 	calls := 0
 	if v := fcall(t, l, c, &calls); v != "vx" || calls != 2 {
@@ -98,8 +97,7 @@ func TestReadyOnEveryMaster(t *testing.T) {
 		t.Skip("starts a Redis Cluster")
 	}
 	nodes := redistest.Cluster(t, 3)
-	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: redistest.Addrs(nodes)})
-	t.Cleanup(func() { c.Close() })
+	c := redistest.ClusterClient(t, nodes)
 	ctx := context.Background()
 	l := redisfunc.New(code)
 	loaded := func() int {

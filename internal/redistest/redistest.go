@@ -167,8 +167,6 @@ func Single(t testing.TB) *Node {
 	return n
 }
 
-// SingleArgs starts one redis-server and returns it with the arguments that
-// Restart needs.
 // SingleTLS starts a redis-server that speaks only TLS on its port, with
 // the server certificate and key given, verifying client certificates
 // against caFile when clientCerts is set. tlsPing checks it answers.
@@ -213,6 +211,8 @@ func waitAccept(t testing.TB, n *Node) {
 	}
 }
 
+// SingleArgs starts one redis-server and returns it with the arguments that
+// Restart needs.
 func SingleArgs(t testing.TB) (*Node, []string) {
 	t.Helper()
 	serverPath(t)

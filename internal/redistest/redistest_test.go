@@ -1,6 +1,7 @@
 package redistest
 
 import (
+	"context"
 	"strings"
 	"testing"
 )
@@ -10,6 +11,9 @@ func TestSingle(t *testing.T) {
 	out, err := CLI(n.Port, "set", "k", "v")
 	if err != nil || !strings.Contains(out, "OK") {
 		t.Fatalf("set: %q %v", out, err)
+	}
+	if v, err := Client(t, n).Get(context.Background(), "k").Result(); err != nil || v != "v" {
+		t.Fatalf("get through Client: %q %v", v, err)
 	}
 	n.Kill()
 	if ping(n.Port) {
@@ -22,6 +26,9 @@ func TestCluster(t *testing.T) {
 	out, err := CLI(nodes[0].Port, "cluster", "info")
 	if err != nil || !strings.Contains(out, "cluster_known_nodes:3") {
 		t.Fatalf("cluster info: %q %v", out, err)
+	}
+	if err := ClusterClient(t, nodes).Set(context.Background(), "k", "v", 0).Err(); err != nil {
+		t.Fatalf("set through ClusterClient: %v", err)
 	}
 }
 

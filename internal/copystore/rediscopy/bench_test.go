@@ -7,8 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/charonlimit/charon/copylog"
 	"github.com/charonlimit/charon/internal/redistest"
 )
@@ -23,10 +21,7 @@ func BenchmarkReserveRelease(b *testing.B) {
 }
 
 func benchReserveRelease(b *testing.B, held int) {
-	n := redistest.Single(b)
-	c := redis.NewClient(&redis.Options{Addr: n.Addr()})
-	b.Cleanup(func() { c.Close() })
-	s := New(c, Options{})
+	s := New(redistest.Client(b, redistest.Single(b)), Options{})
 	ctx := context.Background()
 	cfg := &copylog.Config{DomainLimit: 1 << 40}
 	for i := 0; i < held; i++ {

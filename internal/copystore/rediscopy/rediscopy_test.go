@@ -24,8 +24,7 @@ func newPrefix() string { return "t" + strconv.FormatInt(prefixes.Add(1), 10) + 
 
 func TestConformanceSingle(t *testing.T) {
 	n := redistest.Single(t)
-	c := redis.NewClient(&redis.Options{Addr: n.Addr()})
-	t.Cleanup(func() { c.Close() })
+	c := redistest.Client(t, n)
 	copystoretest.Run(t, func(t *testing.T) copystore.Store {
 		return New(c, Options{KeyPrefix: newPrefix(), Clock: redisfunc.ClockCaller})
 	})
@@ -36,8 +35,7 @@ func TestConformanceCluster(t *testing.T) {
 		t.Skip("starts a Redis Cluster")
 	}
 	nodes := redistest.Cluster(t, 3)
-	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: redistest.Addrs(nodes)})
-	t.Cleanup(func() { c.Close() })
+	c := redistest.ClusterClient(t, nodes)
 	copystoretest.Run(t, func(t *testing.T) copystore.Store {
 		return New(c, Options{KeyPrefix: newPrefix(), Clock: redisfunc.ClockCaller})
 	})
@@ -47,8 +45,7 @@ func TestConformanceCluster(t *testing.T) {
 // every key has a TTL.
 func TestRedisClockAndTTL(t *testing.T) {
 	n := redistest.Single(t)
-	c := redis.NewClient(&redis.Options{Addr: n.Addr()})
-	t.Cleanup(func() { c.Close() })
+	c := redistest.Client(t, n)
 	s := New(c, Options{})
 	ctx := context.Background()
 	cfg := &copylog.Config{DomainLimit: 1}
@@ -111,8 +108,7 @@ func TestUnavailable(t *testing.T) {
 // keeps only its fencing token, under a TTL.
 func TestFunctionReloadedAndEmptyKeyKept(t *testing.T) {
 	n := redistest.Single(t)
-	c := redis.NewClient(&redis.Options{Addr: n.Addr()})
-	t.Cleanup(func() { c.Close() })
+	c := redistest.Client(t, n)
 	s := New(c, Options{Clock: redisfunc.ClockCaller})
 	ctx := context.Background()
 	cfg := &copylog.Config{DomainLimit: 3}
@@ -164,8 +160,7 @@ func (h countHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pro
 // trip (one pipeline).
 func TestOneFCallPerOperation(t *testing.T) {
 	n := redistest.Single(t)
-	c := redis.NewClient(&redis.Options{Addr: n.Addr()})
-	t.Cleanup(func() { c.Close() })
+	c := redistest.Client(t, n)
 	var cmds []string
 	c.AddHook(countHook{&cmds})
 	s := New(c, Options{})
@@ -244,8 +239,7 @@ func TestOneFCallPerOperation(t *testing.T) {
 // afterwards, summed over every resource of the Redis.
 func TestSweepStats(t *testing.T) {
 	n := redistest.Single(t)
-	c := redis.NewClient(&redis.Options{Addr: n.Addr()})
-	t.Cleanup(func() { c.Close() })
+	c := redistest.Client(t, n)
 	s := New(c, Options{KeyPrefix: newPrefix(), Clock: redisfunc.ClockCaller})
 	ctx := context.Background()
 	cfg := &copylog.Config{DomainLimit: 10}
@@ -288,8 +282,7 @@ func TestSweepStats(t *testing.T) {
 // operation indexed again meanwhile.
 func TestSweepVisitsTheIndexOnly(t *testing.T) {
 	n := redistest.Single(t)
-	c := redis.NewClient(&redis.Options{Addr: n.Addr()})
-	t.Cleanup(func() { c.Close() })
+	c := redistest.Client(t, n)
 	ctx := context.Background()
 	for i := range 300 {
 		if err := c.Set(ctx, "other:"+strconv.Itoa(i), "x", time.Hour).Err(); err != nil {
