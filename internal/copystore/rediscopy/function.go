@@ -44,9 +44,17 @@ type reply struct {
 	f      []any
 }
 
+// refusal returns the error an operation answers with when the function
+// refuses it with code (worded as copylog words the same refusal; f is the
+// reply's fields), or nil for a code the operation never answers with.
+type refusal func(code string, f []any) error
+
 // call runs operation op on resource's copy log in one FCALL (two when the
-// function must be loaded first).
-func (s *Store) call(ctx context.Context, now time.Time, resource, op string, args ...any) (reply, error) {
+// function must be loaded first). When the function refuses the operation,
+// call returns the reply (what reaping released still counts) with refuse's
+// error; a code refuse does not know (refuse may be nil) is an unexpected
+// answer.
+func (s *Store) call(ctx context.Context, now time.Time, resource, op string, refuse refusal, args ...any) (reply, error) {
 	select {
 	case <-s.closed:
 		return reply{}, ErrClosed
@@ -87,7 +95,15 @@ func (s *Store) call(ctx context.Context, now time.Time, resource, op string, ar
 	r.reaped = copylog.Reaped{Holds: int(num(a[1])), Transfers: int(num(a[2])), Copies: num(a[3])}
 	r.t = num(a[4])
 	r.f, _ = a[5].([]any)
-	return r, nil
+	if r.code == "" {
+		return r, nil
+	}
+	if refuse != nil {
+		if err := refuse(r.code, r.f); err != nil {
+			return r, err
+		}
+	}
+	return reply{}, fmt.Errorf("%w: %s: unexpected answer %q", copystore.ErrUnavailable, resource, r.code)
 }
 
 func num(v any) int64 {
@@ -158,18 +174,17 @@ func reserveFCall(s *Store, ctx context.Context, now time.Time, resource string,
 			}
 		}
 	}
-	rep, err := s.call(ctx, now, resource, "reserve", args...)
+	rep, err := s.call(ctx, now, resource, "reserve", func(code string, _ []any) error {
+		switch code {
+		case "request_id_reused":
+			return fmt.Errorf("%w: request id %q", copylog.ErrRequestIDReused, r.RequestID)
+		case "hold_exists":
+			return fmt.Errorf("%w: %q", copylog.ErrHoldExists, r.HoldID)
+		}
+		return nil
+	}, args...)
 	if err != nil {
-		return copylog.Reservation{}, err
-	}
-	switch rep.code {
-	case "":
-	case "request_id_reused":
-		return copylog.Reservation{Reaped: rep.reaped}, fmt.Errorf("%w: request id %q", copylog.ErrRequestIDReused, r.RequestID)
-	case "hold_exists":
-		return copylog.Reservation{Reaped: rep.reaped}, fmt.Errorf("%w: %q", copylog.ErrHoldExists, r.HoldID)
-	default:
-		return copylog.Reservation{}, unexpected(resource, rep.code)
+		return copylog.Reservation{Reaped: rep.reaped}, err
 	}
 	f := rep.f
 	out := copylog.Reservation{
@@ -201,92 +216,72 @@ func releaseFCall(s *Store, ctx context.Context, now time.Time, resource, holdID
 	if _, err := copylog.Release(&copylog.State{}, now, holdID, copies); errArgs(err) {
 		return copylog.ReleaseResult{}, err
 	}
-	rep, err := s.call(ctx, now, resource, "release", holdID, copies)
+	rep, err := s.call(ctx, now, resource, "release", func(code string, f []any) error {
+		if code == "over_release" {
+			return fmt.Errorf("%w: release of %d copies, hold %q has %d", copylog.ErrOverRelease, copies, holdID, num(field(f, 0)))
+		}
+		return unknownHold(code, holdID)
+	}, holdID, copies)
 	if err != nil {
-		return copylog.ReleaseResult{}, err
-	}
-	out := copylog.ReleaseResult{Reaped: rep.reaped}
-	switch rep.code {
-	case "":
-	case "unknown_hold":
-		return out, fmt.Errorf("%w: %q", copylog.ErrUnknownHold, holdID)
-	case "over_release":
-		return out, fmt.Errorf("%w: release of %d copies, hold %q has %d", copylog.ErrOverRelease, copies, holdID, num(field(rep.f, 0)))
-	default:
-		return copylog.ReleaseResult{}, unexpected(resource, rep.code)
+		return copylog.ReleaseResult{Reaped: rep.reaped}, err
 	}
 	f := rep.f
-	out.Released, out.Left, out.Domain = num(field(f, 0)), num(field(f, 1)), str(field(f, 2))
-	out.DomainHeld, out.TotalHeld = num(field(f, 3)), num(field(f, 4))
-	return out, nil
+	return copylog.ReleaseResult{Released: num(field(f, 0)), Left: num(field(f, 1)), Domain: str(field(f, 2)),
+		DomainHeld: num(field(f, 3)), TotalHeld: num(field(f, 4)), Reaped: rep.reaped}, nil
 }
 
 func transferFCall(s *Store, ctx context.Context, now time.Time, resource, holdID string, copies int64, ttl time.Duration, transferID string) (copylog.TransferResult, error) {
 	if _, err := copylog.Transfer(&copylog.State{}, now, holdID, copies, ttl, transferID); errArgs(err) {
 		return copylog.TransferResult{}, err
 	}
-	rep, err := s.call(ctx, now, resource, "transfer", holdID, copies, ttl.Microseconds(), transferID)
+	rep, err := s.call(ctx, now, resource, "transfer", func(code string, f []any) error {
+		switch code {
+		case "over_transfer":
+			return fmt.Errorf("%w: transfer of %d copies, hold %q has %d", copylog.ErrOverTransfer, copies, holdID, num(field(f, 0)))
+		case "transfer_exists":
+			return fmt.Errorf("%w: %q", copylog.ErrTransferExists, transferID)
+		}
+		return unknownHold(code, holdID)
+	}, holdID, copies, ttl.Microseconds(), transferID)
 	if err != nil {
-		return copylog.TransferResult{}, err
-	}
-	out := copylog.TransferResult{Reaped: rep.reaped}
-	switch rep.code {
-	case "":
-	case "unknown_hold":
-		return out, fmt.Errorf("%w: %q", copylog.ErrUnknownHold, holdID)
-	case "over_transfer":
-		return out, fmt.Errorf("%w: transfer of %d copies, hold %q has %d", copylog.ErrOverTransfer, copies, holdID, num(field(rep.f, 0)))
-	case "transfer_exists":
-		return out, fmt.Errorf("%w: %q", copylog.ErrTransferExists, transferID)
-	default:
-		return copylog.TransferResult{}, unexpected(resource, rep.code)
+		return copylog.TransferResult{Reaped: rep.reaped}, err
 	}
 	f := rep.f
-	out.TransferID, out.Copies, out.Left = transferID, num(field(f, 0)), num(field(f, 1))
-	out.Expires = time.UnixMicro(num(field(f, 2)))
-	return out, nil
+	return copylog.TransferResult{TransferID: transferID, Copies: num(field(f, 0)), Left: num(field(f, 1)),
+		Expires: time.UnixMicro(num(field(f, 2))), Reaped: rep.reaped}, nil
 }
 
 func seizeFCall(s *Store, ctx context.Context, now time.Time, resource, transferID, holdID, session string, lease time.Duration) (copylog.SeizeResult, error) {
 	if _, err := copylog.Seize(&copylog.State{}, now, transferID, holdID, session, lease); errArgs(err) {
 		return copylog.SeizeResult{}, err
 	}
-	rep, err := s.call(ctx, now, resource, "seize", transferID, holdID, session, lease.Microseconds())
+	rep, err := s.call(ctx, now, resource, "seize", func(code string, _ []any) error {
+		switch code {
+		case "unknown_transfer":
+			return fmt.Errorf("%w: %q", copylog.ErrUnknownTransfer, transferID)
+		case "hold_exists":
+			return fmt.Errorf("%w: %q", copylog.ErrHoldExists, holdID)
+		}
+		return nil
+	}, transferID, holdID, session, lease.Microseconds())
 	if err != nil {
-		return copylog.SeizeResult{}, err
-	}
-	out := copylog.SeizeResult{Reaped: rep.reaped}
-	switch rep.code {
-	case "":
-	case "unknown_transfer":
-		return out, fmt.Errorf("%w: %q", copylog.ErrUnknownTransfer, transferID)
-	case "hold_exists":
-		return out, fmt.Errorf("%w: %q", copylog.ErrHoldExists, holdID)
-	default:
-		return copylog.SeizeResult{}, unexpected(resource, rep.code)
+		return copylog.SeizeResult{Reaped: rep.reaped}, err
 	}
 	f := rep.f
-	out.HoldID, out.Copies, out.Token = holdID, num(field(f, 0)), num(field(f, 1))
-	out.Expires = time.UnixMicro(num(field(f, 2)))
-	out.Domain, out.Groups = str(field(f, 3)), strs(field(f, 4))
-	return out, nil
+	return copylog.SeizeResult{HoldID: holdID, Copies: num(field(f, 0)), Token: num(field(f, 1)),
+		Expires: time.UnixMicro(num(field(f, 2))), Domain: str(field(f, 3)), Groups: strs(field(f, 4)), Reaped: rep.reaped}, nil
 }
 
 func keepAliveFCall(s *Store, ctx context.Context, now time.Time, resource, session, holdID string, lease time.Duration) (copylog.KeepAliveResult, error) {
 	if _, err := copylog.KeepAlive(&copylog.State{}, now, session, holdID, lease); errArgs(err) {
 		return copylog.KeepAliveResult{}, err
 	}
-	rep, err := s.call(ctx, now, resource, "keepalive", session, holdID, lease.Microseconds())
-	if err != nil {
-		return copylog.KeepAliveResult{}, err
-	}
+	rep, err := s.call(ctx, now, resource, "keepalive", func(code string, _ []any) error {
+		return unknownHold(code, holdID)
+	}, session, holdID, lease.Microseconds())
 	out := copylog.KeepAliveResult{Reaped: rep.reaped}
-	switch rep.code {
-	case "":
-	case "unknown_hold":
-		return out, fmt.Errorf("%w: %q", copylog.ErrUnknownHold, holdID)
-	default:
-		return copylog.KeepAliveResult{}, unexpected(resource, rep.code)
+	if err != nil {
+		return out, err
 	}
 	out.Holds = int(num(field(rep.f, 0)))
 	if out.Holds > 0 {
@@ -299,27 +294,26 @@ func releaseSessionFCall(s *Store, ctx context.Context, now time.Time, resource,
 	if _, err := copylog.ReleaseSession(&copylog.State{}, now, session); err != nil {
 		return copylog.SessionResult{}, err
 	}
-	rep, err := s.call(ctx, now, resource, "session", session)
+	rep, err := s.call(ctx, now, resource, "session", nil, session)
 	if err != nil {
 		return copylog.SessionResult{}, err
-	}
-	if rep.code != "" {
-		return copylog.SessionResult{}, unexpected(resource, rep.code)
 	}
 	return copylog.SessionResult{Holds: int(num(field(rep.f, 0))), Copies: num(field(rep.f, 1)), Reaped: rep.reaped}, nil
 }
 
 func expireFCall(s *Store, ctx context.Context, now time.Time, resource string) (copylog.Reaped, Live, error) {
-	rep, err := s.call(ctx, now, resource, "expire")
+	rep, err := s.call(ctx, now, resource, "expire", nil)
 	if err != nil {
 		return copylog.Reaped{}, Live{}, err
-	}
-	if rep.code != "" {
-		return copylog.Reaped{}, Live{}, unexpected(resource, rep.code)
 	}
 	return rep.reaped, Live{Holds: int(num(field(rep.f, 0))), Transfers: int(num(field(rep.f, 1))), Copies: num(field(rep.f, 2))}, nil
 }
 
-func unexpected(resource, code string) error {
-	return fmt.Errorf("%w: %s: unexpected answer %q", copystore.ErrUnavailable, resource, code)
+// unknownHold is the error of the refusal "unknown_hold" of an operation on
+// hold holdID, and nil for any other code.
+func unknownHold(code, holdID string) error {
+	if code != "unknown_hold" {
+		return nil
+	}
+	return fmt.Errorf("%w: %q", copylog.ErrUnknownHold, holdID)
 }
