@@ -33,6 +33,19 @@ func Start(interval time.Duration, fn func()) *Loop {
 	return l
 }
 
+// Sweep starts a store's sweeper: sweep(now()) every interval, now being
+// time.Now when nil. It returns nil, no loop, when interval is not
+// positive.
+func Sweep(interval time.Duration, now func() time.Time, sweep func(now time.Time)) *Loop {
+	if interval <= 0 {
+		return nil
+	}
+	if now == nil {
+		now = time.Now
+	}
+	return Start(interval, func() { sweep(now()) })
+}
+
 // Stop ends the loop and waits for a call in progress to return; fn is not
 // called afterwards. Safe for concurrent use, and to call more than once.
 func (l *Loop) Stop() {

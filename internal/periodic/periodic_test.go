@@ -35,6 +35,31 @@ func TestCallsUntilStop(t *testing.T) {
 	l.Stop()
 }
 
+// TestSweep: a sweeper passes its clock's instant, and a sweeper of no
+// interval is no loop.
+func TestSweep(t *testing.T) {
+	t0 := time.Unix(1_800_000_000, 0)
+	got := make(chan time.Time, 1)
+	l := periodic.Sweep(time.Millisecond, func() time.Time { return t0 }, func(now time.Time) {
+		select {
+		case got <- now:
+		default:
+		}
+	})
+	defer l.Stop()
+	select {
+	case now := <-got:
+		if !now.Equal(t0) {
+			t.Errorf("swept at %v, want the clock's %v", now, t0)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no sweep in 10s")
+	}
+	if l := periodic.Sweep(0, nil, func(time.Time) { t.Error("swept without an interval") }); l != nil {
+		t.Error("Sweep(0) started a loop")
+	}
+}
+
 func TestNilLoop(t *testing.T) {
 	var l *periodic.Loop
 	l.Stop()

@@ -118,13 +118,7 @@ func New(opts Options) *Store {
 		s.shards[i].states = map[string]*copylog.State{}
 		s.shards[i].tokens = map[string]int64{}
 	}
-	if opts.SweepInterval > 0 {
-		now := opts.Now
-		if now == nil {
-			now = time.Now
-		}
-		s.sweeper = periodic.Start(opts.SweepInterval, func() { s.reap(now()) })
-	}
+	s.sweeper = periodic.Sweep(opts.SweepInterval, opts.Now, s.reap)
 	return s
 }
 
@@ -183,102 +177,98 @@ func (sh *shard) count(r copylog.Reaped, byReap bool) {
 	}
 }
 
-// Reserve runs copylog.Reserve on resource's copy log.
-func (s *Store) Reserve(_ context.Context, now time.Time, resource string, cfg *copylog.Config, r copylog.ReserveRequest) (copylog.Reservation, error) {
+// locked runs op on resource's copy log under its shard's lock, op
+// counting its own outcome in c and returning what its reaping released;
+// then done keeps the log and counts the rest.
+func (s *Store) locked(resource string, op func(st *copylog.State, c *counters) (copylog.Reaped, error)) error {
 	sh, st, err := s.lock(resource)
 	if err != nil {
-		return copylog.Reservation{}, err
+		return err
 	}
 	before := st.TotalHeld()
-	res, err := copylog.Reserve(cfg, st, now, r)
-	if err == nil && !res.Replayed {
-		if res.OK {
-			sh.c.granted++
-			sh.c.holds++
-		} else {
-			sh.c.rejected++
+	r, err := op(st, &sh.c)
+	sh.done(resource, st, before, r)
+	return err
+}
+
+// Reserve runs copylog.Reserve on resource's copy log.
+func (s *Store) Reserve(_ context.Context, now time.Time, resource string, cfg *copylog.Config, r copylog.ReserveRequest) (res copylog.Reservation, err error) {
+	err = s.locked(resource, func(st *copylog.State, c *counters) (copylog.Reaped, error) {
+		res, err = copylog.Reserve(cfg, st, now, r)
+		switch {
+		case err != nil || res.Replayed:
+		case res.OK:
+			c.granted++
+			c.holds++
+		default:
+			c.rejected++
 		}
-	}
-	sh.done(resource, st, before, res.Reaped)
+		return res.Reaped, err
+	})
 	return res, err
 }
 
 // Release runs copylog.Release on resource's copy log.
-func (s *Store) Release(_ context.Context, now time.Time, resource, holdID string, copies int64) (copylog.ReleaseResult, error) {
-	sh, st, err := s.lock(resource)
-	if err != nil {
-		return copylog.ReleaseResult{}, err
-	}
-	before := st.TotalHeld()
-	res, err := copylog.Release(st, now, holdID, copies)
-	if err == nil && res.Left == 0 {
-		sh.c.holds--
-	}
-	sh.done(resource, st, before, res.Reaped)
+func (s *Store) Release(_ context.Context, now time.Time, resource, holdID string, copies int64) (res copylog.ReleaseResult, err error) {
+	err = s.locked(resource, func(st *copylog.State, c *counters) (copylog.Reaped, error) {
+		res, err = copylog.Release(st, now, holdID, copies)
+		if err == nil && res.Left == 0 {
+			c.holds--
+		}
+		return res.Reaped, err
+	})
 	return res, err
 }
 
 // Transfer runs copylog.Transfer on resource's copy log.
-func (s *Store) Transfer(_ context.Context, now time.Time, resource, holdID string, copies int64, ttl time.Duration, transferID string) (copylog.TransferResult, error) {
-	sh, st, err := s.lock(resource)
-	if err != nil {
-		return copylog.TransferResult{}, err
-	}
-	before := st.TotalHeld()
-	res, err := copylog.Transfer(st, now, holdID, copies, ttl, transferID)
-	if err == nil {
-		sh.c.transfers++
-		if res.Left == 0 {
-			sh.c.holds--
+func (s *Store) Transfer(_ context.Context, now time.Time, resource, holdID string, copies int64, ttl time.Duration, transferID string) (res copylog.TransferResult, err error) {
+	err = s.locked(resource, func(st *copylog.State, c *counters) (copylog.Reaped, error) {
+		res, err = copylog.Transfer(st, now, holdID, copies, ttl, transferID)
+		if err == nil {
+			c.transfers++
+			if res.Left == 0 {
+				c.holds--
+			}
 		}
-	}
-	sh.done(resource, st, before, res.Reaped)
+		return res.Reaped, err
+	})
 	return res, err
 }
 
 // Seize runs copylog.Seize on resource's copy log.
-func (s *Store) Seize(_ context.Context, now time.Time, resource, transferID, holdID, session string, lease time.Duration) (copylog.SeizeResult, error) {
-	sh, st, err := s.lock(resource)
-	if err != nil {
-		return copylog.SeizeResult{}, err
-	}
-	before := st.TotalHeld()
-	res, err := copylog.Seize(st, now, transferID, holdID, session, lease)
-	if err == nil {
-		sh.c.transfers--
-		sh.c.holds++
-		sh.c.seized++
-	}
-	sh.done(resource, st, before, res.Reaped)
+func (s *Store) Seize(_ context.Context, now time.Time, resource, transferID, holdID, session string, lease time.Duration) (res copylog.SeizeResult, err error) {
+	err = s.locked(resource, func(st *copylog.State, c *counters) (copylog.Reaped, error) {
+		res, err = copylog.Seize(st, now, transferID, holdID, session, lease)
+		if err == nil {
+			c.transfers--
+			c.holds++
+			c.seized++
+		}
+		return res.Reaped, err
+	})
 	return res, err
 }
 
 // KeepAlive runs copylog.KeepAlive on resource's copy log.
-func (s *Store) KeepAlive(_ context.Context, now time.Time, resource, session, holdID string, lease time.Duration) (copylog.KeepAliveResult, error) {
-	sh, st, err := s.lock(resource)
-	if err != nil {
-		return copylog.KeepAliveResult{}, err
-	}
-	before := st.TotalHeld()
-	res, err := copylog.KeepAlive(st, now, session, holdID, lease)
-	sh.done(resource, st, before, res.Reaped)
+func (s *Store) KeepAlive(_ context.Context, now time.Time, resource, session, holdID string, lease time.Duration) (res copylog.KeepAliveResult, err error) {
+	err = s.locked(resource, func(st *copylog.State, _ *counters) (copylog.Reaped, error) {
+		res, err = copylog.KeepAlive(st, now, session, holdID, lease)
+		return res.Reaped, err
+	})
 	return res, err
 }
 
 // ReleaseSession runs copylog.ReleaseSession on resource's copy log.
-func (s *Store) ReleaseSession(_ context.Context, now time.Time, resource, session string) (copylog.SessionResult, error) {
-	sh, st, err := s.lock(resource)
-	if err != nil {
-		return copylog.SessionResult{}, err
-	}
-	before := st.TotalHeld()
-	res, err := copylog.ReleaseSession(st, now, session)
-	if err == nil {
-		sh.c.holds -= int64(res.Holds)
-		sh.c.sessionHolds += uint64(res.Holds)
-		sh.c.sessionCopies += uint64(res.Copies)
-	}
-	sh.done(resource, st, before, res.Reaped)
+func (s *Store) ReleaseSession(_ context.Context, now time.Time, resource, session string) (res copylog.SessionResult, err error) {
+	err = s.locked(resource, func(st *copylog.State, c *counters) (copylog.Reaped, error) {
+		res, err = copylog.ReleaseSession(st, now, session)
+		if err == nil {
+			c.holds -= int64(res.Holds)
+			c.sessionHolds += uint64(res.Holds)
+			c.sessionCopies += uint64(res.Copies)
+		}
+		return res.Reaped, err
+	})
 	return res, err
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -19,11 +20,11 @@ import (
 )
 
 func TestConformance(t *testing.T) {
-	copystoretest.Run(t, func(t *testing.T) copystore.Store { return memcopy.New(memcopy.Options{}) })
-}
-
-func TestConformanceOneShard(t *testing.T) {
-	copystoretest.Run(t, func(t *testing.T) copystore.Store { return memcopy.New(memcopy.Options{Shards: 1}) })
+	for _, shards := range []int{0, 1} {
+		t.Run("shards="+strconv.Itoa(shards), func(t *testing.T) {
+			copystoretest.Run(t, func(*testing.T) copystore.Store { return memcopy.New(memcopy.Options{Shards: shards}) })
+		})
+	}
 }
 
 var (

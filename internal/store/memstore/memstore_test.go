@@ -2,6 +2,10 @@ package memstore_test
 
 import (
 	"context"
+	"os"
+	"runtime"
+	"runtime/pprof"
+	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -13,11 +17,11 @@ import (
 )
 
 func TestConformance(t *testing.T) {
-	storetest.Run(t, func(t *testing.T) store.Store { return memstore.New(memstore.Options{}) })
-}
-
-func TestConformanceOneShard(t *testing.T) {
-	storetest.Run(t, func(t *testing.T) store.Store { return memstore.New(memstore.Options{Shards: 1}) })
+	for _, shards := range []int{0, 1} {
+		t.Run("shards="+strconv.Itoa(shards), func(t *testing.T) {
+			storetest.Run(t, func(*testing.T) store.Store { return memstore.New(memstore.Options{Shards: shards}) })
+		})
+	}
 }
 
 func TestModelConformance(t *testing.T) {
@@ -124,13 +128,55 @@ func TestZeroAllocs(t *testing.T) {
 	}
 }
 
+// pairBytes is the heap one tracked one-tier pair costs, bounded here so a
+// change that makes pairs fatter is seen (README: "What a pair costs").
+const pairBytes = 512
+
+// TestPairCost measures the live heap of 100,000 one-tier pairs (a per-user
+// limit of 100 per minute, one hit each, the domain string allocated per
+// request as the server does).
+func TestPairCost(t *testing.T) {
+	if raceEnabled || testing.Short() {
+		t.Skip("heap figures are meaningless under -race")
+	}
+	const n = 100_000
+	p := &tiers.Policy{Kind: tiers.KindTiers, Tiers: []tiers.Tier{{Limit: 100, Window: time.Minute, Active: tiers.Unbounded}}}
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	s := memstore.New(memstore.Options{MaxKeys: -1})
+	defer s.Close()
+	items := make([]store.Item, 1)
+	out := make([]tiers.Decision, 1)
+	now := storetest.T0
+	for i := range n {
+		items[0] = store.Item{Key: store.Key{Resource: "api:user", Domain: "user=" + strconv.Itoa(1_000_000+i), PolicyID: 1}, Policy: p, Hits: 1, Min: 1}
+		if err := s.Decide(context.Background(), now, items, out); err != nil || !out[0].OK {
+			t.Fatalf("pair %d: %+v, %v", i, out[0], err)
+		}
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	if f := os.Getenv("PAIR_HEAP_PROFILE"); f != "" {
+		w, _ := os.Create(f)
+		pprof.WriteHeapProfile(w)
+		w.Close()
+	}
+	per := float64(after.HeapAlloc-before.HeapAlloc) / n
+	t.Logf("reliability: a one-tier pair costs %.0f bytes of live heap", per)
+	if per > pairBytes {
+		t.Errorf("a one-tier pair costs %.0f bytes, more than %d", per, pairBytes)
+	}
+	runtime.KeepAlive(s)
+}
+
 func BenchmarkDecide(b *testing.B) {
 	s := memstore.New(memstore.Options{})
 	defer s.Close()
 	p := &tiers.Policy{Kind: tiers.KindTiers, Tiers: []tiers.Tier{{Limit: 1000, Window: time.Second, Active: tiers.Unbounded}}}
 	keys := make([]store.Item, 10000)
 	for i := range keys {
-		keys[i] = store.Item{Key: store.Key{Resource: "r", Domain: string(rune('a'+i%26)) + itoa(i), PolicyID: 1}, Policy: p, Hits: 1, Min: 1}
+		keys[i] = store.Item{Key: store.Key{Resource: "r", Domain: string(rune('a'+i%26)) + strconv.Itoa(i), PolicyID: 1}, Policy: p, Hits: 1, Min: 1}
 	}
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {
@@ -143,17 +189,6 @@ func BenchmarkDecide(b *testing.B) {
 			s.Decide(context.Background(), now, keys[i%len(keys):i%len(keys)+1], out)
 		}
 	})
-}
-
-func itoa(i int) string {
-	if i == 0 {
-		return "0"
-	}
-	var b []byte
-	for ; i > 0; i /= 10 {
-		b = append([]byte{byte('0' + i%10)}, b...)
-	}
-	return string(b)
 }
 
 // start spreads the parallel benchmark goroutines over the keys.
