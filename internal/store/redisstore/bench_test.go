@@ -3,13 +3,9 @@ package redisstore
 import (
 	"context"
 	"fmt"
-	"strconv"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 
 	"github.com/charonlimit/charon/internal/redistest"
 	"github.com/charonlimit/charon/internal/store"
@@ -58,9 +54,7 @@ func BenchmarkDecide(b *testing.B) {
 // Options.Pipelines.
 func benchRedis(b *testing.B, pipelines int) {
 	n := redistest.Single(b)
-	c := redis.NewClient(&redis.Options{Addr: n.Addr()})
-	defer c.Close()
-	s := testStore(b, c, Options{Pipelines: pipelines})
+	s := testStore(b, redistest.Client(b, n), Options{Pipelines: pipelines})
 	if err := s.Load(context.Background()); err != nil {
 		b.Fatal(err)
 	}
@@ -70,48 +64,4 @@ func benchRedis(b *testing.B, pipelines int) {
 	if us, ok := fcallMicros(n.Port); ok {
 		b.ReportMetric(us, "redis-µs/call")
 	}
-}
-
-// fcallMicros returns Redis' own time per FCALL (INFO commandstats).
-func fcallMicros(port int) (float64, bool) {
-	out, err := redistest.CLI(port, "info", "commandstats")
-	if err != nil {
-		return 0, false
-	}
-	for _, l := range strings.Split(out, "\n") {
-		_, stat, ok := strings.Cut(strings.TrimSpace(l), "cmdstat_fcall:")
-		if !ok {
-			continue
-		}
-		for _, f := range strings.Split(stat, ",") {
-			if v, ok := strings.CutPrefix(f, "usec_per_call="); ok {
-				us, err := strconv.ParseFloat(v, 64)
-				return us, err == nil
-			}
-		}
-	}
-	return 0, false
-}
-
-// TestScriptCost logs Redis's own time per decide call (INFO commandstats)
-// over 3,000 calls of one item on 500 keys.
-func TestScriptCost(t *testing.T) {
-	n, c := singleClient(t)
-	s := testStore(t, c, Options{})
-	if err := s.Load(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	p := &tiers.Policy{Kind: tiers.KindTiers, Tiers: []tiers.Tier{{Limit: 100, Window: time.Second, Active: tiers.Unbounded}}}
-	for i := range 3000 {
-		out := make([]tiers.Decision, 1)
-		items := []store.Item{{Key: store.Key{Resource: "cost", Domain: fmt.Sprint("u", i%500), PolicyID: 1}, Policy: p, Hits: 1, Min: 1}}
-		if err := s.Decide(context.Background(), time.Time{}, items, out); err != nil {
-			t.Fatal(err)
-		}
-	}
-	us, ok := fcallMicros(n.Port)
-	if !ok {
-		t.Fatal("no FCALL in INFO commandstats")
-	}
-	t.Logf("Redis time per FCALL: %.2f µs", us)
 }

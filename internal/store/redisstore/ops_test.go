@@ -135,8 +135,7 @@ func TestOneCommandPerDecide(t *testing.T) {
 // FUNCTION LOAD and FCALL again), and the following ones are one FCALL.
 func TestFunctionReload(t *testing.T) {
 	n, args := redistest.SingleArgs(t)
-	c := redis.NewClient(&redis.Options{Addr: n.Addr()})
-	t.Cleanup(func() { c.Close() })
+	c := redistest.Client(t, n)
 	var cnt counter
 	c.AddHook(&cnt)
 	s := testStore(t, c, Options{Clock: ClockCaller})
@@ -183,8 +182,7 @@ func TestFunctionReload(t *testing.T) {
 // Ping loads nothing.
 func TestPingLoadsFunction(t *testing.T) {
 	n := redistest.Single(t)
-	c := redis.NewClient(&redis.Options{Addr: n.Addr()})
-	t.Cleanup(func() { c.Close() })
+	c := redistest.Client(t, n)
 	var cnt counter
 	c.AddHook(&cnt)
 	s := testStore(t, c, Options{Clock: ClockCaller})

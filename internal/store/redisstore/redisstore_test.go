@@ -23,17 +23,14 @@ func newPrefix() string { return fmt.Sprintf("t%d:", prefixes.Add(1)) }
 func singleClient(t *testing.T) (*redistest.Node, *redis.Client) {
 	t.Helper()
 	n := redistest.Single(t)
-	c := redis.NewClient(&redis.Options{Addr: n.Addr()})
-	t.Cleanup(func() { c.Close() })
-	return n, c
+	return n, redistest.Client(t, n)
 }
 
+// clusterClient starts a Cluster of 3 masters and returns a client of it.
 func clusterClient(t *testing.T) ([]*redistest.Node, *redis.ClusterClient) {
 	t.Helper()
 	nodes := redistest.Cluster(t, 3)
-	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{nodes[0].Addr(), nodes[1].Addr(), nodes[2].Addr()}})
-	t.Cleanup(func() { c.Close() })
-	return nodes, c
+	return nodes, redistest.ClusterClient(t, nodes)
 }
 
 func testStore(t testing.TB, c redis.UniversalClient, opts Options) *Store {

@@ -1,0 +1,293 @@
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/charonlimit/charon/tiers"
+)
+
+// The fast paths of decide.lua, each opened by one line of code: a test
+// cuts the line off (makes it "if false then") to get the general decision
+// on the same calls.
+const (
+	oneTierCut = "if p.one and gk == 0 then"
+	manyCut    = "if n > 1 and mode <= 2 then"
+)
+
+// loadWithout loads the library into c, and a second library with the line
+// cut cut off, and returns the second one's function name.
+func loadWithout(t *testing.T, c redis.UniversalClient, cut string) string {
+	t.Helper()
+	if !strings.Contains(decideLua, cut) {
+		t.Fatalf("decide.lua has no %q to cut off", cut)
+	}
+	ref := strings.Replace(decideLua, cut, "if false then", 1)
+	refVersion := libHash(ref)
+	for _, code := range []string{libraryCode, strings.ReplaceAll(ref, "@V@", refVersion)} {
+		if err := c.FunctionLoadReplace(context.Background(), code).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return "charon_decide_" + refVersion
+}
+
+// stored returns the state stored at key ("" for none) and its expiry time
+// (PEXPIRETIME).
+func stored(t *testing.T, c redis.UniversalClient, key string) (string, int64) {
+	t.Helper()
+	ctx := context.Background()
+	st, err := c.Get(ctx, key).Result()
+	if err != nil && !errors.Is(err, redis.Nil) {
+		t.Fatal(err)
+	}
+	exp, err := c.Do(ctx, "pexpiretime", key).Int64()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st, exp
+}
+
+// TestOneTierPath demands of the one-tier path (one1 in decide.lua) the
+// same answers, stored states and expiry times as the general decision on
+// the same calls: the library is loaded a second time with that path cut
+// off, and random calls of one item, mostly of one-tier policies, go to
+// both on keys of their own.
+func TestOneTierPath(t *testing.T) {
+	_, c := singleClient(t)
+	ctx := context.Background()
+	fns := []string{funcName, loadWithout(t, c, oneTierCut)}
+
+	r := rand.New(rand.NewPCG(7, 11))
+	randTier := func() tiers.Tier {
+		tr := tiers.Tier{Limit: 1 + r.Int64N(8), Window: randDur(r, time.Millisecond, 3*time.Second), Active: tiers.Unbounded}
+		switch r.IntN(3) {
+		case 1:
+			tr.Limit = 1 + r.Int64N(2000)
+		case 2:
+			tr.Limit = 60 + r.Int64N(10)
+		}
+		if r.IntN(2) == 0 {
+			tr.Active = tr.Window * time.Duration(1+r.IntN(5))
+		}
+		switch r.IntN(4) {
+		case 1:
+			tr.Cooldown = randDur(r, time.Microsecond, 5*time.Second)
+		case 2:
+			tr.Cooldown = tr.Window * time.Duration(r.IntN(4))
+		case 3:
+			if r.IntN(3) == 0 {
+				tr.Cooldown = tiers.Unbounded
+			}
+		}
+		tr.Skippable = r.IntN(3) == 0
+		return tr
+	}
+	randPolicy := func() *tiers.Policy {
+		p := &tiers.Policy{Kind: tiers.KindTiers, Tiers: []tiers.Tier{randTier()}}
+		switch r.IntN(8) {
+		case 0: // a state of more tiers on the same key
+			p.Tiers = append(p.Tiers, randTier())
+		case 1:
+			p.HardLimit = 1 + r.Int64N(100)
+		case 2:
+			p.Kind, p.Bucket = tiers.KindTokenBucket, tiers.TokenBucket{Capacity: 1 + r.Int64N(200), Refill: 1 + r.Int64N(50), Per: time.Second}
+		}
+		q, _ := tiers.Normalize(*p)
+		return &q
+	}
+
+	// Future times, so that no state expires on Redis's clock during the
+	// test.
+	start := time.Now().Add(time.Hour).UnixMicro()
+	calls, granted := 0, 0
+	for trace := range 300 {
+		pols := []*tiers.Policy{randPolicy()}
+		if r.IntN(4) == 0 {
+			pols = append(pols, randPolicy())
+		}
+		now := start + r.Int64N(int64(time.Hour/time.Microsecond))
+		for step := range 60 {
+			switch r.IntN(10) {
+			case 0:
+			case 1:
+				now += r.Int64N(10_000_000)
+			case 2:
+				now -= r.Int64N(5000)
+			default:
+				now += r.Int64N(300_000)
+			}
+			p := pols[0]
+			if r.IntN(10) == 0 {
+				p = pols[r.IntN(len(pols))]
+			}
+			hits := 1 + r.Int64N(4)
+			if r.IntN(5) == 0 {
+				hits = r.Int64N(2500)
+			}
+			mn := r.Int64N(hits + 1)
+			if r.IntN(20) == 0 {
+				mn = hits + 1
+			}
+			var f int64
+			if r.IntN(8) == 0 {
+				f = 2 // shadow
+			}
+			maxTTL := int64(3_600_000)
+			if r.IntN(10) == 0 {
+				maxTTL = 1 + r.Int64N(3000)
+			}
+			var h []byte
+			for _, v := range []int64{modeDecide, now, maxTTL, 1000, 1, 1, 1, 0, 1, hits, mn, f} {
+				h = appendF64(h, v)
+			}
+			arg := encodePolicy(p).arg
+			var replies, states []string
+			var expiry []int64
+			for i, fn := range fns {
+				key := fmt.Sprintf("onetier:%d:%d", i, trace)
+				rep, err := c.Do(ctx, "fcall", fn, 1, key, string(h), "", arg).Text()
+				if err != nil {
+					t.Fatalf("trace %d step %d: %s: %v", trace, step, fn, err)
+				}
+				st, exp := stored(t, c, key)
+				replies, states, expiry = append(replies, rep), append(states, st), append(expiry, exp)
+			}
+			calls++
+			rd := &reader{b: replies[1][16:]}
+			if rd.num()&1 != 0 {
+				granted++
+			}
+			if replies[0] != replies[1] || states[0] != states[1] || expiry[0] != expiry[1] {
+				t.Fatalf("trace %d step %d: policy %+v, now %d, hits %d, min %d, flags %d:\nreply %x\n  ref %x\nstate %x\n  ref %x\nexpiry %d, ref %d",
+					trace, step, *p, now, hits, mn, f, replies[0], replies[1], states[0], states[1], expiry[0], expiry[1])
+			}
+		}
+	}
+	t.Logf("%d calls, %d granted", calls, granted)
+}
+
+// TestManyPath demands of the path for several one-tier items (many in
+// decide.lua) the same answers, stored states and expiry times as the
+// general decision: the library is loaded a second time with that path cut
+// off, and random calls of two to four items (mostly one-tier policies on
+// distinct keys; sometimes a shared key, a refund, a shadow item, another
+// kind of policy, or an item that cannot be granted) go to both, each on
+// keys of its own.
+func TestManyPath(t *testing.T) {
+	_, c := singleClient(t)
+	ctx := context.Background()
+	fns := []string{funcName, loadWithout(t, c, manyCut)}
+	r := rand.New(rand.NewPCG(3, 5))
+	randPolicy := func() *tiers.Policy {
+		tr := tiers.Tier{Limit: 1 + r.Int64N(20), Window: randDur(r, time.Millisecond, 2*time.Second), Active: tiers.Unbounded}
+		if r.IntN(3) == 0 {
+			tr.Limit = 60 + r.Int64N(2000)
+		}
+		p := &tiers.Policy{Kind: tiers.KindTiers, Tiers: []tiers.Tier{tr}}
+		switch r.IntN(10) {
+		case 0:
+			p.HardLimit = 1 + r.Int64N(50)
+		case 1:
+			p.Tiers = append(p.Tiers, tiers.Tier{Limit: tr.Limit * 3, Window: tr.Window, Active: 5 * tr.Window, Cooldown: tr.Window})
+		}
+		q, _ := tiers.Normalize(*p)
+		return &q
+	}
+	start := time.Now().Add(time.Hour).UnixMicro()
+	calls, fast := 0, 0
+	for trace := range 200 {
+		n := 2 + r.IntN(3)
+		pols := make([]*tiers.Policy, n)
+		for i := range pols {
+			pols[i] = randPolicy()
+		}
+		now := start + r.Int64N(int64(time.Hour/time.Microsecond))
+		for step := range 40 {
+			now += r.Int64N(200_000)
+			if r.IntN(10) == 0 {
+				now += r.Int64N(5_000_000)
+			}
+			// Items: state key index (1-based), policy index, hits, min, flags.
+			var h []byte
+			for _, v := range []int64{modeDecide, now, 3_600_000, 1000, int64(n), int64(n)} {
+				h = appendF64(h, v)
+			}
+			for i := range n {
+				sk := int64(i + 1)
+				if r.IntN(15) == 0 {
+					sk = 1 // a shared key: the general path groups them
+				}
+				hits := 1 + r.Int64N(3)
+				if r.IntN(30) == 0 {
+					hits = 5000 // cannot be granted
+				}
+				var f int64
+				switch r.IntN(20) {
+				case 0:
+					f = 1 // refund
+				case 1:
+					f = 2 // shadow
+				}
+				for _, v := range []int64{sk, 0, int64(i + 1), hits, hits, f} {
+					h = appendF64(h, v)
+				}
+			}
+			var replies []string
+			var states [2][]string
+			var expiry [2][]int64
+			for k, fn := range fns {
+				args := []any{"fcall", fn, n}
+				for i := range n {
+					args = append(args, fmt.Sprintf("many:%d:%d:%d", k, trace, i))
+				}
+				args = append(args, string(h), "")
+				for _, p := range pols {
+					args = append(args, encodePolicy(p).arg)
+				}
+				rep, err := c.Do(ctx, args...).Text()
+				if err != nil {
+					t.Fatalf("trace %d step %d: %s: %v", trace, step, fn, err)
+				}
+				replies = append(replies, rep)
+				for i := range n {
+					st, exp := stored(t, c, fmt.Sprintf("many:%d:%d:%d", k, trace, i))
+					states[k], expiry[k] = append(states[k], st), append(expiry[k], exp)
+				}
+			}
+			calls++
+			if replies[0] != replies[1] {
+				t.Fatalf("trace %d step %d: replies differ:\n%x\n%x", trace, step, replies[0], replies[1])
+			}
+			for i := range n {
+				if states[0][i] != states[1][i] || expiry[0][i] != expiry[1][i] {
+					t.Fatalf("trace %d step %d key %d: state %x expiry %d, ref %x expiry %d", trace, step, i,
+						states[0][i], expiry[0][i], states[1][i], expiry[1][i])
+				}
+			}
+			all := true
+			rd := &reader{b: replies[0][16:]}
+			for range n {
+				fl := rd.num()
+				all = all && int64(fl)&1 != 0
+				for range 8 {
+					rd.num()
+				}
+			}
+			if all {
+				fast++
+			}
+		}
+	}
+	if fast < calls/4 {
+		t.Errorf("only %d of %d calls granted whole: the path is barely exercised", fast, calls)
+	}
+	t.Logf("%d calls, %d granted whole", calls, fast)
+}
