@@ -158,6 +158,15 @@ func Check(items []Item, out []tiers.Decision) error {
 	return nil
 }
 
+// CheckDecide is what a store's Decide checks before anything else:
+// ErrClosed once the store is closed, else Check's answer.
+func CheckDecide(closed bool, items []Item, out []tiers.Decision) error {
+	if closed {
+		return ErrClosed
+	}
+	return Check(items, out)
+}
+
 // leader returns the first take item sharing item i's state.
 func leader(items []Item, states []*tiers.State, i int) int {
 	for j := 0; j < i; j++ {

@@ -114,13 +114,7 @@ func New(opts Options) *Store {
 	}
 	s := &Store{m: lru.New[key, entry](n, perShard, hashKey)}
 	s.scratch.New = func() any { return new(scratch) }
-	if opts.SweepInterval > 0 {
-		now := opts.Now
-		if now == nil {
-			now = time.Now
-		}
-		s.sweeper = periodic.Start(opts.SweepInterval, func() { s.Sweep(now()) })
-	}
+	s.sweeper = periodic.Sweep(opts.SweepInterval, opts.Now, func(now time.Time) { s.Sweep(now) })
 	return s
 }
 
@@ -164,10 +158,7 @@ func itemKeys(it *store.Item) (state, global key) {
 // Decide implements store.Store. The context is not consulted: the call
 // never blocks on anything but the shard locks.
 func (s *Store) Decide(_ context.Context, now time.Time, items []store.Item, out []tiers.Decision) error {
-	if s.closed.Load() {
-		return store.ErrClosed
-	}
-	if err := store.Check(items, out); err != nil {
+	if err := store.CheckDecide(s.closed.Load(), items, out); err != nil {
 		return err
 	}
 	sc := s.scratch.Get().(*scratch)

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/charonlimit/charon/internal/store"
 	"github.com/charonlimit/charon/tiers"
 )
 
@@ -35,6 +36,30 @@ func TestEncodePolicy(t *testing.T) {
 		got := hex.EncodeToString([]byte(encodePolicy(&tc.p).arg.(string)))
 		if got != tc.want {
 			t.Errorf("%s: got %s, want %s", tc.name, got, tc.want)
+		}
+	}
+}
+
+// TestStateKey pins the key layout (keys.go): the hash tags decide which
+// keys share a Cluster slot, and decide.lua's callers rely on them.
+func TestStateKey(t *testing.T) {
+	for _, tc := range []struct {
+		globalLimit   int64
+		state, global string
+	}{
+		{0, "p:{res:1f:dom}", ""},
+		{5, "p:{res:1f}:dom", "p:{res:1f}"},
+	} {
+		it := store.Item{Key: store.Key{Resource: "res", Domain: "dom", PolicyID: 31}, Policy: &tiers.Policy{GlobalLimit: tc.globalLimit}}
+		state, global := stateKey("p:", &it)
+		if state != tc.state || global != tc.global {
+			t.Errorf("global limit %d: got %q, %q; want %q, %q", tc.globalLimit, state, global, tc.state, tc.global)
+		}
+		if lock, want := lockKey("p:", state), "p:lock:"+tc.state[len("p:"):]; lock != want {
+			t.Errorf("lock key of %q: got %q, want %q", state, lock, want)
+		}
+		if global != "" && slot(state) != slot(global) {
+			t.Errorf("%q and %q: different slots", state, global)
 		}
 	}
 }

@@ -26,20 +26,6 @@ func stateKey(prefix string, it *store.Item) (state, global string) {
 	var id [16]byte
 	hex := strconv.AppendUint(id[:0], it.Key.PolicyID, 16)
 	k := &it.Key
-	if it.Policy.GlobalLimit > 0 {
-		var b strings.Builder
-		b.Grow(len(prefix) + len(k.Resource) + len(hex) + len(k.Domain) + 4)
-		b.WriteString(prefix)
-		b.WriteByte('{')
-		b.WriteString(k.Resource)
-		b.WriteByte(':')
-		b.Write(hex)
-		b.WriteByte('}')
-		g := b.String()
-		b.WriteByte(':')
-		b.WriteString(k.Domain)
-		return b.String(), g
-	}
 	var b strings.Builder
 	b.Grow(len(prefix) + len(k.Resource) + len(hex) + len(k.Domain) + 4)
 	b.WriteString(prefix)
@@ -47,10 +33,17 @@ func stateKey(prefix string, it *store.Item) (state, global string) {
 	b.WriteString(k.Resource)
 	b.WriteByte(':')
 	b.Write(hex)
+	if it.Policy.GlobalLimit <= 0 {
+		b.WriteByte(':')
+		b.WriteString(k.Domain)
+		b.WriteByte('}')
+		return b.String(), ""
+	}
+	b.WriteByte('}')
+	g := b.String()
 	b.WriteByte(':')
 	b.WriteString(k.Domain)
-	b.WriteByte('}')
-	return b.String(), ""
+	return b.String(), g
 }
 
 // lockKey returns the lock key of key (same hash tag, so same slot).

@@ -162,14 +162,8 @@ func (s *Store) Close() error {
 // timed out on the client may have run); store.ErrBadItem is returned before
 // anything is sent.
 func (s *Store) Decide(ctx context.Context, now time.Time, items []store.Item, out []tiers.Decision) error {
-	if s.closed.Load() {
-		return store.ErrClosed
-	}
-	if err := store.Check(items, out); err != nil {
+	if err := store.CheckDecide(s.closed.Load(), items, out); err != nil || len(items) == 0 {
 		return err
-	}
-	if len(items) == 0 {
-		return nil
 	}
 	t := int64(-1)
 	if s.caller {

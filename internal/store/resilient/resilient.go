@@ -182,14 +182,8 @@ func New(remote Remote, opts Options) *Store {
 // an error wrapping store.ErrBadItem for bad items, and the caller's context
 // error when the caller gave up (canceled) before the remote answered.
 func (s *Store) Decide(ctx context.Context, now time.Time, items []store.Item, out []tiers.Decision) error {
-	if s.closed.Load() {
-		return store.ErrClosed
-	}
-	if err := store.Check(items, out); err != nil {
+	if err := store.CheckDecide(s.closed.Load(), items, out); err != nil || len(items) == 0 {
 		return err
-	}
-	if len(items) == 0 {
-		return nil
 	}
 	var epoch uint64
 	refunds := false

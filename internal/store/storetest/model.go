@@ -30,10 +30,7 @@ var _ store.Store = (*Model)(nil)
 func (m *Model) Decide(_ context.Context, now time.Time, items []store.Item, out []tiers.Decision) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.closed {
-		return store.ErrClosed
-	}
-	if err := store.Check(items, out); err != nil {
+	if err := store.CheckDecide(m.closed, items, out); err != nil {
 		return err
 	}
 	if m.states == nil {
