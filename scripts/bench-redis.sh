@@ -18,10 +18,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bin=${1:-bin/charon}
-concurrency=${CONCURRENCY:-64}
-keys=${KEYS:-10000}
-duration=${DURATION:-5s}
-rounds=${ROUNDS:-3}
 timeout=${TIMEOUT:-1s}
 redis_server=${REDIS_SERVER:-redis-server}
 
@@ -30,31 +26,10 @@ if ! command -v "$redis_server" >/dev/null; then
 	exit 1
 fi
 
-used=" "
-pick() { # sets the named variable to a free port not picked before
-	local p
-	for _ in $(seq 500); do
-		p=$((20000 + RANDOM % 12000)) # below Linux's ephemeral ports (32768-)
-		case "$used" in *" $p "*) continue ;; esac
-		if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
-			used="$used$p "
-			printf -v "$1" '%s' "$p"
-			return 0
-		fi
-	done
-	echo "no free port found" >&2
-	return 1
-}
+source scripts/bench-serve.sh
 pick redis
 pick mem_grpc; pick mem_http; pick mem_debug
 pick red_grpc; pick red_http; pick red_debug
-
-pids=()
-cleanup() {
-	for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
-	for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
-}
-trap cleanup EXIT
 
 "$redis_server" --port "$redis" --bind 127.0.0.1 --save '' --appendonly no --protected-mode no \
 	--loglevel warning --logfile '' >/dev/null &
@@ -64,21 +39,6 @@ for _ in $(seq 100); do
 	sleep 0.05
 done
 
-serve() { # name grpc http debug args...
-	local name=$1 grpc=$2 http=$3 debug=$4
-	shift 4
-	LOG_LEVEL=warn "$bin" serve --config examples/config \
-		--grpc-addr "127.0.0.1:$grpc" --http-addr "127.0.0.1:$http" --debug-addr "127.0.0.1:$debug" "$@" &
-	pids+=($!)
-	local pid=$!
-	for _ in $(seq 100); do
-		if curl -fsS "http://127.0.0.1:$http/healthcheck" >/dev/null 2>&1; then return 0; fi
-		if ! kill -0 "$pid" 2>/dev/null; then echo "charon serve ($name) exited" >&2; exit 1; fi
-		sleep 0.1
-	done
-	echo "charon serve ($name) not healthy" >&2
-	exit 1
-}
 serve memory "$mem_grpc" "$mem_http" "$mem_debug"
 serve redis "$red_grpc" "$red_http" "$red_debug" --store redis --redis-url "redis://127.0.0.1:$redis"
 redis_pid=${pids[0]}

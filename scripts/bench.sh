@@ -13,42 +13,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bin=${1:-bin/charon}
-concurrency=${CONCURRENCY:-64}
-keys=${KEYS:-10000}
-duration=${DURATION:-5s}
-rounds=${ROUNDS:-3}
-
-used=" "
-free_port() {
-	local p
-	for _ in $(seq 500); do
-		p=$((20000 + RANDOM % 30000))
-		case "$used" in *" $p "*) continue ;; esac
-		if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
-			used="$used$p "
-			echo "$p"
-			return 0
-		fi
-	done
-	echo "no free port found" >&2
-	return 1
-}
-grpc=$(free_port); http=$(free_port); debug=$(free_port)
-# Pick them in this shell (not in $(...)) so "used" keeps them distinct.
-used=" $grpc $http $debug "
-while [ "$http" = "$grpc" ]; do http=$(free_port); done
-while [ "$debug" = "$grpc" ] || [ "$debug" = "$http" ]; do debug=$(free_port); done
-
-LOG_LEVEL=warn "$bin" serve --config examples/config \
-	--grpc-addr "127.0.0.1:$grpc" --http-addr "127.0.0.1:$http" --debug-addr "127.0.0.1:$debug" &
-pid=$!
-trap 'kill -TERM "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true' EXIT
-
-for _ in $(seq 100); do
-	if curl -fsS "http://127.0.0.1:$http/healthcheck" >/dev/null 2>&1; then break; fi
-	if ! kill -0 "$pid" 2>/dev/null; then echo "charon serve exited" >&2; exit 1; fi
-	sleep 0.1
-done
+source scripts/bench-serve.sh
+pick grpc; pick http; pick debug
+serve memory "$grpc" "$http" "$debug"
 
 echo "server: grpc 127.0.0.1:$grpc, concurrency $concurrency, $keys keys, $rounds rounds of $duration per mode"
 
