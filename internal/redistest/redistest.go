@@ -253,6 +253,27 @@ func Cluster(t testing.TB, masters int) []*Node {
 	return nodes
 }
 
+// Reshard moves slots hash slots of a Cluster from the master from to the
+// master to (redis-cli --cluster reshard), and returns once they are moved.
+// It returns an error rather than failing the test, so that the caller can
+// stop its load first.
+func Reshard(from, to *Node, slots int) error {
+	var ids [2]string
+	for i, n := range []*Node{from, to} {
+		out, err := cli(n.Port, "cluster", "myid")
+		if err != nil {
+			return fmt.Errorf("redistest: cluster myid of %d: %v\n%s", n.Port, err, out)
+		}
+		ids[i] = strings.TrimSpace(out)
+	}
+	out, err := exec.Command("redis-cli", "--cluster", "reshard", from.Addr(), "--cluster-from", ids[0], "--cluster-to", ids[1],
+		"--cluster-slots", strconv.Itoa(slots), "--cluster-yes").CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("redistest: reshard: %v\n%s", err, out)
+	}
+	return nil
+}
+
 // Addrs returns the addresses of nodes, in order.
 func Addrs(nodes []*Node) []string {
 	addrs := make([]string, len(nodes))

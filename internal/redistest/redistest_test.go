@@ -30,6 +30,9 @@ func TestCluster(t *testing.T) {
 	if err := ClusterClient(t, nodes).Set(context.Background(), "k", "v", 0).Err(); err != nil {
 		t.Fatalf("set through ClusterClient: %v", err)
 	}
+	if err := Reshard(nodes[0], nodes[1], 10); err != nil {
+		t.Fatal(err)
+	}
 }
 
 func TestSentinel(t *testing.T) {
