@@ -19,14 +19,6 @@ import (
 	"github.com/charonlimit/charon/internal/copystore/memcopy"
 )
 
-func TestConformance(t *testing.T) {
-	for _, shards := range []int{0, 1} {
-		t.Run("shards="+strconv.Itoa(shards), func(t *testing.T) {
-			copystoretest.Run(t, func(*testing.T) copystore.Store { return memcopy.New(memcopy.Options{Shards: shards}) })
-		})
-	}
-}
-
 var (
 	t0  = copystoretest.T0
 	cfg = &copylog.Config{DomainLimit: 5, GlobalLimit: 8}
@@ -40,6 +32,14 @@ var idSeq int
 func id(kind string) string {
 	idSeq++
 	return fmt.Sprintf("%s%d", kind, idSeq)
+}
+
+func TestConformance(t *testing.T) {
+	for _, shards := range []int{0, 1} {
+		t.Run("shards="+strconv.Itoa(shards), func(t *testing.T) {
+			copystoretest.Run(t, func(*testing.T) copystore.Store { return memcopy.New(memcopy.Options{Shards: shards}) })
+		})
+	}
 }
 
 func reserve(t *testing.T, s *memcopy.Store, now time.Time, res, domain, session string, copies int64, lease time.Duration) copylog.Reservation {

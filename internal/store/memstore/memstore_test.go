@@ -16,6 +16,12 @@ import (
 	"github.com/charonlimit/charon/tiers"
 )
 
+var oneTier = &tiers.Policy{Kind: tiers.KindTiers, Tiers: []tiers.Tier{{Limit: 3, Window: time.Second, Active: tiers.Unbounded}}}
+
+func item(domain string) store.Item {
+	return store.Item{Key: store.Key{Resource: "r", Domain: domain, PolicyID: 1}, Policy: oneTier, Hits: 1, Min: 1}
+}
+
 func TestConformance(t *testing.T) {
 	for _, shards := range []int{0, 1} {
 		t.Run("shards="+strconv.Itoa(shards), func(t *testing.T) {
@@ -28,29 +34,14 @@ func TestModelConformance(t *testing.T) {
 	storetest.Run(t, func(t *testing.T) store.Store { return new(storetest.Model) })
 }
 
-var oneTier = &tiers.Policy{Kind: tiers.KindTiers, Tiers: []tiers.Tier{{Limit: 3, Window: time.Second, Active: tiers.Unbounded}}}
-
-func item(domain string) store.Item {
-	return store.Item{Key: store.Key{Resource: "r", Domain: domain, PolicyID: 1}, Policy: oneTier, Hits: 1, Min: 1}
-}
-
-func mustDecide(t *testing.T, s *memstore.Store, now time.Time, items ...store.Item) []tiers.Decision {
-	t.Helper()
-	out := make([]tiers.Decision, len(items))
-	if err := s.Decide(context.Background(), now, items, out); err != nil {
-		t.Fatal(err)
-	}
-	return out
-}
-
 func TestMaxKeysEvictsLeastRecentlyUsed(t *testing.T) {
 	s := memstore.New(memstore.Options{Shards: 1, MaxKeys: 2})
 	defer s.Close()
 	t0 := storetest.T0
-	mustDecide(t, s, t0, item("a"))
-	mustDecide(t, s, t0, item("b"))
-	mustDecide(t, s, t0, item("a")) // a is now the most recent
-	mustDecide(t, s, t0, item("c")) // evicts b
+	storetest.Decide(t, s, t0, item("a"))
+	storetest.Decide(t, s, t0, item("b"))
+	storetest.Decide(t, s, t0, item("a")) // a is now the most recent
+	storetest.Decide(t, s, t0, item("c")) // evicts b
 	if got := s.Evictions(); got != 1 {
 		t.Fatalf("Evictions() = %d, want 1", got)
 	}
@@ -58,11 +49,11 @@ func TestMaxKeysEvictsLeastRecentlyUsed(t *testing.T) {
 		t.Fatalf("Len() = %d, want 2", got)
 	}
 	// a kept its two hits: one more is granted, the next is not.
-	if d := mustDecide(t, s, t0, item("a"), item("a")); d[0].OK {
+	if d := storetest.Decide(t, s, t0, item("a"), item("a")); d[0].OK {
 		t.Errorf("a kept no history: %+v", d)
 	}
 	// A call needing more keys than the bound keeps them all while it runs.
-	d := mustDecide(t, s, t0, item("x"), item("y"), item("z"))
+	d := storetest.Decide(t, s, t0, item("x"), item("y"), item("z"))
 	for i := range d {
 		if !d[i].OK {
 			t.Errorf("item %d rejected: %+v", i, d[i])
@@ -74,7 +65,7 @@ func TestUnboundedKeys(t *testing.T) {
 	s := memstore.New(memstore.Options{Shards: 1, MaxKeys: -1})
 	defer s.Close()
 	for _, d := range []string{"a", "b", "c", "d", "e"} {
-		mustDecide(t, s, storetest.T0, item(d))
+		storetest.Decide(t, s, storetest.T0, item(d))
 	}
 	if s.Evictions() != 0 || s.Len() != 5 {
 		t.Fatalf("Evictions() = %d, Len() = %d; want 0 and 5", s.Evictions(), s.Len())
@@ -85,7 +76,7 @@ func TestSweepForgetsAtForgetTime(t *testing.T) {
 	s := memstore.New(memstore.Options{Shards: 4})
 	defer s.Close()
 	t0 := storetest.T0
-	mustDecide(t, s, t0, item("a"))
+	storetest.Decide(t, s, t0, item("a"))
 	var st tiers.State
 	tiers.Request(oneTier, &st, nil, t0, 1, 1)
 	at := tiers.ForgetAt(oneTier, &st)

@@ -85,15 +85,6 @@ func item(p *tiers.Policy, res, dom string, hits int64) store.Item {
 	return store.Item{Key: store.Key{Resource: res, Domain: dom, PolicyID: 7}, Policy: p, Hits: hits, Min: hits}
 }
 
-func mustDecide(t testing.TB, s store.Store, now time.Time, items ...store.Item) []tiers.Decision {
-	t.Helper()
-	out := make([]tiers.Decision, len(items))
-	if err := s.Decide(context.Background(), now, items, out); err != nil {
-		t.Fatalf("Decide: %v", err)
-	}
-	return out
-}
-
 // TestOneCommandPerDecide counts the commands of a Decide: one FCALL for a
 // call of several items in one slot, Redis clock or caller's, sent in a
 // pipeline by a dispatcher (or on its own with the dispatchers off).
@@ -116,12 +107,12 @@ func TestOneCommandPerDecide(t *testing.T) {
 		}
 		for _, clock := range []Clock{ClockRedis, ClockCaller} {
 			s := testStore(t, c, Options{Clock: clock, Pipelines: pipelines})
-			mustDecide(t, s, storetest.T0, item(lyft, "a", "x", 1)) // loads the function on first use
+			storetest.Decide(t, s, storetest.T0, item(lyft, "a", "x", 1)) // loads the function on first use
 			cnt.take()
 			for i := range 20 {
-				mustDecide(t, s, storetest.T0, item(lyft, "a", fmt.Sprint("x", i%3), 1), item(withGlobal, "b", "y", 2), item(twoTier, "c", "z", 1))
+				storetest.Decide(t, s, storetest.T0, item(lyft, "a", fmt.Sprint("x", i%3), 1), item(withGlobal, "b", "y", 2), item(twoTier, "c", "z", 1))
 				check(clock, "call", i)
-				mustDecide(t, s, storetest.T0, item(twoTier, "c", fmt.Sprint("z", i), 1))
+				storetest.Decide(t, s, storetest.T0, item(twoTier, "c", fmt.Sprint("z", i), 1))
 				check(clock, "single item", i)
 			}
 			s.Close()
@@ -143,7 +134,7 @@ func TestFunctionReload(t *testing.T) {
 		t.Fatalf("Load: %v", err)
 	}
 	cnt.take()
-	mustDecide(t, s, storetest.T0, item(lyft, "a", "x", 3))
+	storetest.Decide(t, s, storetest.T0, item(lyft, "a", "x", 3))
 	if got := cnt.take(); len(got) != 1 || got["fcall"] != 1 {
 		t.Fatalf("commands %v after Load, want one fcall", got)
 	}
@@ -160,7 +151,7 @@ func TestFunctionReload(t *testing.T) {
 			wantHits = 0 // the server kept no data either
 		}
 		cnt.take()
-		d := mustDecide(t, s, storetest.T0, item(lyft, "a", "x", 3))[0]
+		d := storetest.Decide(t, s, storetest.T0, item(lyft, "a", "x", 3))[0]
 		if wantHits += 3; !d.OK || d.TierHits != wantHits {
 			t.Fatalf("after %s: %+v, want granted with %d hits in the tier", lose, d, wantHits)
 		}
@@ -168,7 +159,7 @@ func TestFunctionReload(t *testing.T) {
 		if got["fcall"] != 2 || got["function"] != 1 || len(got) != 2 {
 			t.Fatalf("after %s: commands %v, want fcall, function load, fcall", lose, got)
 		}
-		mustDecide(t, s, storetest.T0, item(lyft, "a", "x", 1))
+		storetest.Decide(t, s, storetest.T0, item(lyft, "a", "x", 1))
 		if got := cnt.take(); len(got) != 1 || got["fcall"] != 1 {
 			t.Fatalf("after %s: commands %v, want one fcall once reloaded", lose, got)
 		}
@@ -197,7 +188,7 @@ func TestPingLoadsFunction(t *testing.T) {
 	if got := cnt.take(); got["ping"] != 1 || got["function"] != 2 || len(got) != 2 {
 		t.Fatalf("Ping without the function: commands %v, want ping, function list, function load", got)
 	}
-	mustDecide(t, s, storetest.T0, item(lyft, "a", "x", 1))
+	storetest.Decide(t, s, storetest.T0, item(lyft, "a", "x", 1))
 	if got := cnt.take(); len(got) != 1 || got["fcall"] != 1 {
 		t.Fatalf("decision after Ping: commands %v, want one fcall", got)
 	}
@@ -226,7 +217,7 @@ func TestEveryKeyHasTTL(t *testing.T) {
 	s := testStore(t, c, Options{KeyPrefix: "ttl:", MaxTTL: time.Hour})
 	for i := range 4 {
 		for _, p := range []*tiers.Policy{lyft, twoTier, withGlobal, forever, bucket, fixed} {
-			mustDecide(t, s, time.Time{}, item(p, fmt.Sprintf("r%p", p), fmt.Sprint("d", i), 2))
+			storetest.Decide(t, s, time.Time{}, item(p, fmt.Sprintf("r%p", p), fmt.Sprint("d", i), 2))
 		}
 	}
 	ctx := context.Background()
@@ -254,7 +245,7 @@ func TestRedisClock(t *testing.T) {
 	s := testStore(t, c, Options{})
 	p := &tiers.Policy{Kind: tiers.KindTiers, Tiers: []tiers.Tier{{Limit: 2, Window: time.Hour, Active: tiers.Unbounded}}}
 	for i, now := range []time.Time{{}, storetest.T0, time.Unix(1, 0)} {
-		d := mustDecide(t, s, now, item(p, "clock", "d", 1))[0]
+		d := storetest.Decide(t, s, now, item(p, "clock", "d", 1))[0]
 		if wantOK := i < 2; d.OK != wantOK {
 			t.Fatalf("call %d: %+v, want OK %v", i, d, wantOK)
 		}
@@ -318,11 +309,11 @@ func TestClusterTwoStepConcurrent(t *testing.T) {
 	}
 	left := 1000 - two.Load()
 	b.Hits, b.Min = left, left
-	if d := mustDecide(t, s, storetest.T0, b)[0]; !d.OK {
+	if d := storetest.Decide(t, s, storetest.T0, b)[0]; !d.OK {
 		t.Fatalf("other key: %d hits left expected: %+v", left, d)
 	}
 	b.Hits, b.Min = 1, 1
-	if d := mustDecide(t, s, storetest.T0, b)[0]; d.OK {
+	if d := storetest.Decide(t, s, storetest.T0, b)[0]; d.OK {
 		t.Fatalf("other key: more than %d hits were left", left)
 	}
 	// No lock key is left behind.
@@ -356,7 +347,7 @@ func TestSentinelFailover(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	if d := mustDecide(t, s, time.Time{}, item(lyft, "s", "d", 1))[0]; !d.OK {
+	if d := storetest.Decide(t, s, time.Time{}, item(lyft, "s", "d", 1))[0]; !d.OK {
 		t.Fatalf("through sentinel: %+v", d)
 	}
 	set.Master.Kill()
@@ -398,7 +389,7 @@ func TestMemoryUsage(t *testing.T) {
 	now := storetest.T0
 	it := item(twoTier, "two", "d", 1)
 	for range 55 {
-		mustDecide(t, s, now, it)
+		storetest.Decide(t, s, now, it)
 		now = now.Add(10 * time.Millisecond)
 	}
 	two := usage(it)
@@ -409,13 +400,13 @@ func TestMemoryUsage(t *testing.T) {
 	now = storetest.T0
 	for range 9000 / 50 {
 		it.Hits, it.Min = 50, 50
-		mustDecide(t, s, now, it)
+		storetest.Decide(t, s, now, it)
 		now = now.Add(20 * time.Second)
 	}
 	tenK := usage(it)
 	// A Lyft rate limit of 10 per second, one hit.
 	it = item(lyft, "lyft", "d", 1)
-	mustDecide(t, s, storetest.T0, it)
+	storetest.Decide(t, s, storetest.T0, it)
 	one := usage(it)
 	t.Logf("MEMORY USAGE per tracked pair: 2 tiers (5, 50) full: %d bytes; 1 tier of 10,000/hour (64 buckets): %d bytes; 1 tier, 1 hit: %d bytes", two, tenK, one)
 }
@@ -507,7 +498,7 @@ func TestClusterTwoStepLockLapse(t *testing.T) {
 	if out[0].OK {
 		t.Errorf("two-step call after its lock lapsed: a granted %+v, want rejected (the intruder took it)", out[0])
 	}
-	if d := mustDecide(t, s, storetest.T0, b)[0]; !d.OK {
+	if d := storetest.Decide(t, s, storetest.T0, b)[0]; !d.OK {
 		t.Errorf("b lost its hit to a call that was rejected: %+v", d)
 	}
 }

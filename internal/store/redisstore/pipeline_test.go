@@ -138,7 +138,7 @@ func TestPipelineCancelledCaller(t *testing.T) {
 	c.AddHook(&g)
 	s := testStore(t, c, Options{Clock: ClockCaller, Pipelines: 1})
 	defer s.Close()
-	mustDecide(t, s, storetest.T0, item(lyft, "a", "x", 1)) // loads the function
+	storetest.Decide(t, s, storetest.T0, item(lyft, "a", "x", 1)) // loads the function
 	g.arm()
 
 	decide := func(ctx context.Context, hits int64) (tiers.Decision, error) {

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/charonlimit/charon/internal/redistest"
+	"github.com/charonlimit/charon/internal/store/storetest"
 	"github.com/charonlimit/charon/internal/tlsconfig"
 	"github.com/charonlimit/charon/internal/tlsconfig/tlstest"
 )
@@ -41,7 +42,7 @@ func TestTLS(t *testing.T) {
 		t.Fatalf("ping over TLS with a client certificate: %v", err)
 	}
 	for i := 0; i < 11; i++ {
-		d := mustDecide(t, s, time.Time{}, item(lyft, "tls", "d", 1))[0]
+		d := storetest.Decide(t, s, time.Time{}, item(lyft, "tls", "d", 1))[0]
 		if want := i < 10; d.OK != want {
 			t.Fatalf("decision %d over TLS: %+v, want OK %v", i, d, want)
 		}

@@ -12,6 +12,7 @@ import (
 	"github.com/charonlimit/charon/internal/store"
 	"github.com/charonlimit/charon/internal/store/memstore"
 	"github.com/charonlimit/charon/internal/store/resilient"
+	"github.com/charonlimit/charon/internal/store/storetest"
 	"github.com/charonlimit/charon/tiers"
 )
 
@@ -22,8 +23,8 @@ func exhausted(t *testing.T, opts resilient.Options) (*resilient.Store, *fakeRem
 	f := newFake()
 	s := resilient.New(f, opts)
 	t.Cleanup(func() { s.Close() })
-	decide(t, s, t0, take(simple, "a", 3))
-	d := decide(t, s, t0.Add(100*time.Millisecond), take(simple, "a", 1))[0]
+	storetest.Decide(t, s, t0, take(simple, "a", 3))
+	d := storetest.Decide(t, s, t0.Add(100*time.Millisecond), take(simple, "a", 1))[0]
 	if d.OK || d.RetryAfter != 900*time.Millisecond {
 		t.Fatalf("setup: %+v, want a rejection with RetryAfter 900ms", d)
 	}
@@ -34,7 +35,7 @@ func TestCacheShortCircuits(t *testing.T) {
 	s, f, rejected := exhausted(t, resilient.Options{})
 	at := t0.Add(100 * time.Millisecond)
 	for _, dt := range []time.Duration{0, 300 * time.Millisecond, 900*time.Millisecond - time.Microsecond} {
-		got := decide(t, s, at.Add(dt), take(simple, "a", 1))
+		got := storetest.Decide(t, s, at.Add(dt), take(simple, "a", 1))
 		want := rejected
 		want.RetryAfter, want.ResetAfter = 900*time.Millisecond-dt, 900*time.Millisecond-dt
 		if diff := cmp.Diff(want, got[0]); diff != "" {
@@ -45,16 +46,16 @@ func TestCacheShortCircuits(t *testing.T) {
 		t.Errorf("%d remote calls, want 2 (the setup's)", got)
 	}
 	// Two items of one key ask for a summed minimum of 2, not the cached 1.
-	decide(t, s, at, take(simple, "a", 1), take(simple, "a", 1))
+	storetest.Decide(t, s, at, take(simple, "a", 1), take(simple, "a", 1))
 	if got := f.calls.Load(); got != 3 {
 		t.Errorf("a request for a summed minimum of 2 was answered from the cache")
 	}
-	decide(t, s, at, take(simple, "a", 1), take(simple, "a", 1))
+	storetest.Decide(t, s, at, take(simple, "a", 1), take(simple, "a", 1))
 	if got := f.calls.Load(); got != 3 {
 		t.Errorf("the rejection for a minimum of 2 was not cached")
 	}
 	// At exactly T the pair may be granted: the remote decides.
-	got := decide(t, s, at.Add(900*time.Millisecond), take(simple, "a", 1), take(simple, "a", 1))
+	got := storetest.Decide(t, s, at.Add(900*time.Millisecond), take(simple, "a", 1), take(simple, "a", 1))
 	if !got[0].OK || f.calls.Load() != 4 {
 		t.Errorf("at T: %+v after %d remote calls, want a remote grant", got[0], f.calls.Load())
 	}
@@ -76,7 +77,7 @@ func TestCacheRules(t *testing.T) {
 		{"cached", nil, []store.Item{take(simple, "a", 1)}, false, []bool{false}},
 		{"granted in a rejected request", func(t *testing.T, s *resilient.Store) {
 			// a is cached, b is not: the remote rejects both, b with OK.
-			decide(t, s, t0.Add(100*time.Millisecond), take(simple, "a", 1), take(simple, "b", 1))
+			storetest.Decide(t, s, t0.Add(100*time.Millisecond), take(simple, "a", 1), take(simple, "b", 1))
 		}, []store.Item{take(simple, "b", 1), take(simple, "a", 1)}, true, []bool{true, false}},
 		{"mixed with an uncached key", nil, []store.Item{take(simple, "b", 1), take(simple, "a", 1)}, true, []bool{true, false}},
 		{"other minimum", nil, []store.Item{take(simple, "a", 2)}, true, []bool{false}},
@@ -84,7 +85,7 @@ func TestCacheRules(t *testing.T) {
 		{"flushed", func(_ *testing.T, s *resilient.Store) { s.Flush() }, []store.Item{take(simple, "a", 1)}, true, []bool{false}},
 		{"refund", nil, []store.Item{refund(simple, "a", 1), take(simple, "a", 1)}, true, []bool{true, true}},
 		{"refunded before", func(t *testing.T, s *resilient.Store) {
-			decide(t, s, t0.Add(100*time.Millisecond), refund(simple, "a", 1))
+			storetest.Decide(t, s, t0.Add(100*time.Millisecond), refund(simple, "a", 1))
 		}, []store.Item{take(simple, "a", 1)}, true, []bool{true}},
 		{"shadow", nil, []store.Item{shadowed(take(simple, "a", 1))}, false, []bool{false}},
 	}
@@ -95,7 +96,7 @@ func TestCacheRules(t *testing.T) {
 				tt.before(t, s)
 			}
 			calls := f.calls.Load()
-			got := decide(t, s, at, tt.items...)
+			got := storetest.Decide(t, s, at, tt.items...)
 			if remote := f.calls.Load() > calls; remote != tt.remote {
 				t.Errorf("remote called: %v, want %v", remote, tt.remote)
 			}
@@ -119,9 +120,9 @@ func TestCacheShadowRejectionNotCached(t *testing.T) {
 	f := newFake()
 	s := resilient.New(f, resilient.Options{})
 	defer s.Close()
-	decide(t, s, t0, take(simple, "a", 3))
-	decide(t, s, t0, shadowed(take(simple, "a", 1)))
-	decide(t, s, t0, shadowed(take(simple, "a", 1)))
+	storetest.Decide(t, s, t0, take(simple, "a", 3))
+	storetest.Decide(t, s, t0, shadowed(take(simple, "a", 1)))
+	storetest.Decide(t, s, t0, shadowed(take(simple, "a", 1)))
 	if got := f.calls.Load(); got != 3 {
 		t.Errorf("%d remote calls, want 3: a shadow rejection is not cached", got)
 	}
@@ -131,11 +132,11 @@ func TestCacheUnbounded(t *testing.T) {
 	f := newFake()
 	s := resilient.New(f, resilient.Options{})
 	defer s.Close()
-	d := decide(t, s, t0, take(closed, "a", 1))[0]
+	d := storetest.Decide(t, s, t0, take(closed, "a", 1))[0]
 	if d.OK || d.RetryAfter != tiers.Unbounded {
 		t.Fatalf("closed resource: %+v, want RetryAfter Unbounded", d)
 	}
-	got := decide(t, s, t0.Add(1000*time.Hour), take(closed, "a", 1))[0]
+	got := storetest.Decide(t, s, t0.Add(1000*time.Hour), take(closed, "a", 1))[0]
 	if got.OK || got.RetryAfter != tiers.Unbounded || got.ResetAfter != tiers.Unbounded || f.calls.Load() != 1 {
 		t.Errorf("a day later: %+v after %d remote calls, want the cached Unbounded rejection", got, f.calls.Load())
 	}
@@ -147,16 +148,16 @@ func TestCacheGlobalRefund(t *testing.T) {
 	f := newFake()
 	s := resilient.New(f, resilient.Options{})
 	defer s.Close()
-	decide(t, s, t0, take(global, "a", 4))
-	if d := decide(t, s, t0, take(global, "b", 1))[0]; d.OK || d.RetryAfter <= 0 {
+	storetest.Decide(t, s, t0, take(global, "a", 4))
+	if d := storetest.Decide(t, s, t0, take(global, "b", 1))[0]; d.OK || d.RetryAfter <= 0 {
 		t.Fatalf("b: %+v, want a rejection by the global limit with a wait", d)
 	}
-	decide(t, s, t0, take(global, "b", 1))
+	storetest.Decide(t, s, t0, take(global, "b", 1))
 	if f.calls.Load() != 2 {
 		t.Fatalf("b's rejection not cached")
 	}
-	decide(t, s, t0, refund(global, "a", 1))
-	if d := decide(t, s, t0, take(global, "b", 1))[0]; !d.OK {
+	storetest.Decide(t, s, t0, refund(global, "a", 1))
+	if d := storetest.Decide(t, s, t0, take(global, "b", 1))[0]; !d.OK {
 		t.Errorf("after a's refund b is grantable, got %+v", d)
 	}
 }
@@ -164,7 +165,7 @@ func TestCacheGlobalRefund(t *testing.T) {
 func TestCacheTimeBackwards(t *testing.T) {
 	s, f, _ := exhausted(t, resilient.Options{})
 	calls := f.calls.Load()
-	decide(t, s, t0, take(simple, "a", 1))
+	storetest.Decide(t, s, t0, take(simple, "a", 1))
 	if f.calls.Load() != calls+1 {
 		t.Errorf("a request dated before the cached rejection was answered from the cache")
 	}
@@ -172,7 +173,7 @@ func TestCacheTimeBackwards(t *testing.T) {
 
 func TestCacheDisabled(t *testing.T) {
 	s, f, _ := exhausted(t, resilient.Options{CacheSize: -1})
-	decide(t, s, t0.Add(200*time.Millisecond), take(simple, "a", 1))
+	storetest.Decide(t, s, t0.Add(200*time.Millisecond), take(simple, "a", 1))
 	if f.calls.Load() != 3 || s.Stats().CacheMisses != 0 {
 		t.Errorf("cache off: %d remote calls, stats %+v; want 3 and no cache counts", f.calls.Load(), s.Stats())
 	}
@@ -183,7 +184,7 @@ func TestCacheBounded(t *testing.T) {
 	s := resilient.New(f, resilient.Options{CacheSize: 64})
 	defer s.Close()
 	for i := range 500 {
-		decide(t, s, t0, take(closed, fmt.Sprint("d", i), 1))
+		storetest.Decide(t, s, t0, take(closed, fmt.Sprint("d", i), 1))
 	}
 	st := s.Stats()
 	if st.CacheSize > 64+63 || st.CacheSize+int(st.CacheEvictions) != 500 {
@@ -262,10 +263,10 @@ func TestCacheExactAgainstRemote(t *testing.T) {
 func TestCacheBeforeBreaker(t *testing.T) {
 	s, f, _ := exhausted(t, resilient.Options{Mode: resilient.ModeOpen})
 	f.set(fail)
-	if d := decide(t, s, t0.Add(200*time.Millisecond), take(simple, "a", 1))[0]; d.OK {
+	if d := storetest.Decide(t, s, t0.Add(200*time.Millisecond), take(simple, "a", 1))[0]; d.OK {
 		t.Errorf("remote down, a cached: %+v, want the cached rejection", d)
 	}
-	if d := decide(t, s, t0.Add(200*time.Millisecond), take(simple, "b", 1))[0]; !d.OK {
+	if d := storetest.Decide(t, s, t0.Add(200*time.Millisecond), take(simple, "b", 1))[0]; !d.OK {
 		t.Errorf("remote down, b not cached: %+v, want open mode's grant", d)
 	}
 	if st := s.Stats(); st.Cached != 1 || st.Open != 1 {

@@ -25,9 +25,7 @@ func TestConcurrentHotKeyExact(t *testing.T) {
 	var grants atomic.Int64
 	var wg sync.WaitGroup
 	for w := range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			out := make([]tiers.Decision, 1)
 			for c := range calls {
 				now := t0.Add(time.Duration(w*calls+c) * time.Microsecond)
@@ -39,7 +37,7 @@ func TestConcurrentHotKeyExact(t *testing.T) {
 					grants.Add(1)
 				}
 			}
-		}()
+		})
 	}
 	wg.Wait()
 	st := s.Stats()
@@ -61,18 +59,10 @@ func TestConcurrentChaos(t *testing.T) {
 				OnBreakerChange: func(resilient.BreakerState) { changes.Add(1) }})
 			const workers, calls = 6, 300
 			var answered, failed atomic.Int64
-			var wg sync.WaitGroup
-			stop := make(chan struct{})
-			var side sync.WaitGroup
-			side.Add(1)
-			go func() {
-				defer side.Done()
-				for i := 0; ; i++ {
-					select {
-					case <-stop:
-						return
-					default:
-					}
+			var wg, side sync.WaitGroup
+			var stop atomic.Bool
+			side.Go(func() {
+				for i := 0; !stop.Load(); i++ {
 					f.set([]int32{answer, answer, fail}[i%3])
 					clk.Advance(time.Millisecond)
 					if i%7 == 0 {
@@ -82,11 +72,9 @@ func TestConcurrentChaos(t *testing.T) {
 					_ = s.Serving()
 					_ = s.Probe(context.Background())
 				}
-			}()
+			})
 			for w := range workers {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
+				wg.Go(func() {
 					out := make([]tiers.Decision, 3)
 					for c := range calls {
 						items := []store.Item{take(simple, "hot", 1), take(hourly, fmt.Sprint("w", w), 1)}
@@ -106,10 +94,10 @@ func TestConcurrentChaos(t *testing.T) {
 						}
 						answered.Add(1)
 					}
-				}()
+				})
 			}
 			wg.Wait()
-			close(stop)
+			stop.Store(true)
 			side.Wait()
 			st := s.Stats()
 			total := st.Remote + st.Cached + st.Local + st.Open + st.Closed + st.Unavailable

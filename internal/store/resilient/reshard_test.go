@@ -3,7 +3,6 @@ package resilient_test
 import (
 	"context"
 	"fmt"
-	"os/exec"
 	"strconv"
 	"strings"
 	"sync"
@@ -34,58 +33,26 @@ func TestClusterReshardUnderLoad(t *testing.T) {
 	st := resilient.New(remote, resilient.Options{Timeout: time.Second, CacheSize: -1})
 	defer st.Close()
 
-	ids := make([]string, len(nodes))
-	for i, n := range nodes {
-		out, err := redistest.CLI(n.Port, "cluster", "myid")
-		if err != nil {
-			t.Fatal(err)
-		}
-		ids[i] = strings.TrimSpace(out)
-	}
-
 	policy := &tiers.Policy{Tiers: []tiers.Tier{{Limit: 1_000_000, Window: time.Second, Active: tiers.Unbounded}}}
 	var (
 		calls, errs atomic.Int64
 		firstErr    atomic.Value
-		stop        = make(chan struct{})
-		wg          sync.WaitGroup
 	)
-	for w := 0; w < 8; w++ {
-		wg.Add(1)
-		go func(w int) {
-			defer wg.Done()
-			items := make([]store.Item, 1)
-			out := make([]tiers.Decision, 1)
-			for i := 0; ; i++ {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				items[0] = store.Item{Key: store.Key{Resource: "r", Domain: "d" + strconv.Itoa((w*7919+i)%500), PolicyID: 1},
-					Policy: policy, Hits: 1, Min: 1}
-				err := st.Decide(context.Background(), time.Now(), items, out)
-				calls.Add(1)
-				if err != nil || !out[0].OK {
-					errs.Add(1)
-					firstErr.CompareAndSwap(nil, fmt.Sprint(err, out[0]))
-				}
-			}
-		}(w)
-	}
-	time.Sleep(200 * time.Millisecond) // traffic before the move
-	for _, mv := range [][2]int{{0, 1}, {1, 2}} {
-		cmd := exec.Command("redis-cli", "--cluster", "reshard", nodes[0].Addr(),
-			"--cluster-from", ids[mv[0]], "--cluster-to", ids[mv[1]], "--cluster-slots", "300", "--cluster-yes")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			close(stop)
-			wg.Wait()
-			t.Fatalf("reshard: %v\n%s", err, out)
+	stop := load(func(w, i int) {
+		items := []store.Item{{Key: store.Key{Resource: "r", Domain: "d" + strconv.Itoa((w*7919+i)%500), PolicyID: 1},
+			Policy: policy, Hits: 1, Min: 1}}
+		out := make([]tiers.Decision, 1)
+		err := st.Decide(context.Background(), time.Now(), items, out)
+		calls.Add(1)
+		if err != nil || !out[0].OK {
+			errs.Add(1)
+			firstErr.CompareAndSwap(nil, fmt.Sprint(err, out[0]))
 		}
-	}
+	})
+	time.Sleep(200 * time.Millisecond) // traffic before the move
+	reshard(t, stop, nodes, 300, [2]int{0, 1}, [2]int{1, 2})
 	time.Sleep(200 * time.Millisecond) // traffic after the move
-	close(stop)
-	wg.Wait()
+	stop()
 
 	s := st.Stats()
 	t.Logf("%d decisions during resharding: remote %d, local %d, remote errors %d", calls.Load(), s.Remote, s.Local, s.RemoteErrors)
@@ -117,14 +84,6 @@ func TestClusterReshardExactCounts(t *testing.T) {
 	}
 	st := resilient.New(remote, resilient.Options{Mode: resilient.ModeUnavailable, Timeout: 10 * time.Second, CacheSize: -1})
 	defer st.Close()
-	ids := make([]string, len(nodes))
-	for i, n := range nodes {
-		out, err := redistest.CLI(n.Port, "cluster", "myid")
-		if err != nil {
-			t.Fatal(err)
-		}
-		ids[i] = strings.TrimSpace(out)
-	}
 	const limit, resources, domains = 40, 30, 4
 	policy := &tiers.Policy{Tiers: []tiers.Tier{{Limit: limit, Window: time.Hour, Active: tiers.Unbounded}}, GlobalLimit: 1_000_000}
 	item := func(p int) store.Item {
@@ -136,8 +95,6 @@ func TestClusterReshardExactCounts(t *testing.T) {
 		failed   atomic.Int64
 		tryAgain atomic.Int64
 		firstErr atomic.Value
-		stop     = make(chan struct{})
-		wg       sync.WaitGroup
 	)
 	// decide asks for pairs ps in one call (pairs of other resources are
 	// in other slots: the Cluster two-step); all or nothing.
@@ -157,47 +114,28 @@ func TestClusterReshardExactCounts(t *testing.T) {
 		}
 		return err == nil, err
 	}
-	for w := 0; w < 8; w++ {
-		wg.Add(1)
-		go func(w int) {
-			defer wg.Done()
-			for i := w; ; i += 7 {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				ps := []int{i % (resources * domains)}
-				if i%2 == 1 {
-					ps = append(ps, (ps[0]+domains)%(resources*domains))
-				}
-				ok, err := decide(ps...)
-				switch {
-				case err != nil:
-					failed.Add(1)
-					if strings.Contains(err.Error(), "TRYAGAIN") {
-						tryAgain.Add(1)
-					}
-					firstErr.CompareAndSwap(nil, err.Error())
-				case ok:
-					for _, p := range ps {
-						granted[p].Add(1)
-					}
-				}
-			}
-		}(w)
-	}
-	for _, mv := range [][2]int{{0, 1}, {1, 0}, {2, 1}, {1, 2}} {
-		cmd := exec.Command("redis-cli", "--cluster", "reshard", nodes[0].Addr(),
-			"--cluster-from", ids[mv[0]], "--cluster-to", ids[mv[1]], "--cluster-slots", "1000", "--cluster-yes")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			close(stop)
-			wg.Wait()
-			t.Fatalf("reshard: %v\n%s", err, out)
+	stop := load(func(w, k int) {
+		i := w + 7*k
+		ps := []int{i % (resources * domains)}
+		if i%2 == 1 {
+			ps = append(ps, (ps[0]+domains)%(resources*domains))
 		}
-	}
-	close(stop)
-	wg.Wait()
+		ok, err := decide(ps...)
+		switch {
+		case err != nil:
+			failed.Add(1)
+			if strings.Contains(err.Error(), "TRYAGAIN") {
+				tryAgain.Add(1)
+			}
+			firstErr.CompareAndSwap(nil, err.Error())
+		case ok:
+			for _, p := range ps {
+				granted[p].Add(1)
+			}
+		}
+	})
+	reshard(t, stop, nodes, 1000, [2]int{0, 1}, [2]int{1, 0}, [2]int{2, 1}, [2]int{1, 2})
+	stop()
 	t.Logf("reliability: resharding 4000 slots under load: %d calls failed (%d TRYAGAIN); first: %v", failed.Load(), tryAgain.Load(), firstErr.Load())
 	if tryAgain.Load() > 0 {
 		t.Errorf("%d calls failed with TRYAGAIN: a reshard must be invisible", tryAgain.Load())
@@ -216,6 +154,40 @@ func TestClusterReshardExactCounts(t *testing.T) {
 		}
 		if g := granted[p].Load(); g != limit {
 			t.Errorf("pair %d granted %d in all, want %d: a call was lost or applied twice", p, g, limit)
+		}
+	}
+}
+
+// load calls work(w, i) for i = 0, 1, ... on each of 8 workers w until
+// the stop it returns is called; stop waits for the calls in progress and
+// may be called more than once.
+func load(work func(w, i int)) (stop func()) {
+	var (
+		stopped atomic.Bool
+		wg      sync.WaitGroup
+	)
+	for w := range 8 {
+		wg.Go(func() {
+			for i := 0; !stopped.Load(); i++ {
+				work(w, i)
+			}
+		})
+	}
+	return func() {
+		stopped.Store(true)
+		wg.Wait()
+	}
+}
+
+// reshard moves slots hash slots between the masters of nodes, from
+// moves[k][0] to moves[k][1] in turn; when a move fails it stops the load
+// and fails the test.
+func reshard(t *testing.T, stop func(), nodes []*redistest.Node, slots int, moves ...[2]int) {
+	t.Helper()
+	for _, mv := range moves {
+		if err := redistest.Reshard(nodes[mv[0]], nodes[mv[1]], slots); err != nil {
+			stop()
+			t.Fatal(err)
 		}
 	}
 }

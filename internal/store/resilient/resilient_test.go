@@ -35,15 +35,6 @@ func refund(p *tiers.Policy, domain string, hits int64) store.Item {
 	return it
 }
 
-func decide(t *testing.T, s store.Store, now time.Time, items ...store.Item) []tiers.Decision {
-	t.Helper()
-	out := make([]tiers.Decision, len(items))
-	if err := s.Decide(context.Background(), now, items, out); err != nil {
-		t.Fatalf("Decide: %v", err)
-	}
-	return out
-}
-
 func TestConformance(t *testing.T) {
 	storetest.Run(t, func(t *testing.T) store.Store {
 		return resilient.New(newFake(), resilient.Options{CacheSize: -1})
@@ -97,8 +88,8 @@ func TestModesWithFailingRemote(t *testing.T) {
 		defer s.Close()
 		ref := memstore.New(memstore.Options{})
 		for i := range 4 {
-			got := decide(t, s, t0, items...)
-			want := decide(t, ref, t0, items...)
+			got := storetest.Decide(t, s, t0, items...)
+			want := storetest.Decide(t, ref, t0, items...)
 			if diff := cmp.Diff(want, got); diff != "" {
 				t.Fatalf("call %d: local decisions differ from a memstore's (-want +got):\n%s", i, diff)
 			}
@@ -114,7 +105,7 @@ func TestModesWithFailingRemote(t *testing.T) {
 		s := resilient.New(f, resilient.Options{Mode: resilient.ModeOpen, Now: newClock().Now})
 		defer s.Close()
 		for range 10 {
-			got := decide(t, s, t0, items...)
+			got := storetest.Decide(t, s, t0, items...)
 			if !got[0].OK || got[0].Granted != 2 || got[0].RetryAfter != 0 || !got[1].OK || got[1].Granted != 0 {
 				t.Fatalf("open: %+v, want everything OK, item 0 granted 2, refund granted 0", got)
 			}
@@ -132,15 +123,15 @@ func TestModesWithFailingRemote(t *testing.T) {
 		clk := newClock()
 		s := resilient.New(f, resilient.Options{Mode: resilient.ModeClosed, Now: clk.Now, CoolOff: 2 * time.Second})
 		defer s.Close()
-		got := decide(t, s, t0, items...)
+		got := storetest.Decide(t, s, t0, items...)
 		if got[0].OK || got[0].Granted != 0 || got[0].RetryAfter != 2*time.Second || got[0].ResetAfter != 2*time.Second || !got[1].OK {
 			t.Fatalf("closed: %+v, want item 0 rejected with RetryAfter 2s, refund OK", got)
 		}
 		for range 4 {
-			decide(t, s, t0, items...)
+			storetest.Decide(t, s, t0, items...)
 		}
 		clk.Advance(500 * time.Millisecond)
-		got = decide(t, s, t0, items...)
+		got = storetest.Decide(t, s, t0, items...)
 		if got[0].OK || got[0].RetryAfter != 1500*time.Millisecond {
 			t.Fatalf("closed, breaker open for 1.5s more: %+v, want RetryAfter 1.5s", got[0])
 		}
@@ -187,9 +178,9 @@ func TestLocalModeReturnsToRemote(t *testing.T) {
 	clk := newClock()
 	s := resilient.New(f, resilient.Options{Now: clk.Now, FailureThreshold: 1})
 	defer s.Close()
-	decide(t, s, t0, take(simple, "a", 3)) // remote: a exhausted
+	storetest.Decide(t, s, t0, take(simple, "a", 3)) // remote: a exhausted
 	f.set(fail)
-	if d := decide(t, s, t0, take(simple, "a", 1)); !d[0].OK {
+	if d := storetest.Decide(t, s, t0, take(simple, "a", 1)); !d[0].OK {
 		t.Fatalf("local store has no history of a, should grant: %+v", d[0])
 	}
 	f.set(answer)
@@ -197,7 +188,7 @@ func TestLocalModeReturnsToRemote(t *testing.T) {
 	if err := s.Probe(context.Background()); err != nil {
 		t.Fatalf("Probe: %v", err)
 	}
-	if d := decide(t, s, t0, take(simple, "a", 1)); d[0].OK {
+	if d := storetest.Decide(t, s, t0, take(simple, "a", 1)); d[0].OK {
 		t.Fatalf("back on the remote, a is exhausted: %+v", d[0])
 	}
 	if st := s.Stats(); st.Remote != 2 || st.Local != 1 || st.Breaker != resilient.BreakerClosed {
@@ -252,7 +243,7 @@ func TestBreakerOpensAndProbeCloses(t *testing.T) {
 		ProbeTimeout: 300 * time.Millisecond, OnBreakerChange: func(b resilient.BreakerState) { changes = append(changes, b) }})
 	defer s.Close()
 	ctx := context.Background()
-	call := func() { decide(t, s, t0, take(simple, "a", 1)) }
+	call := func() { storetest.Decide(t, s, t0, take(simple, "a", 1)) }
 	want := func(what string, calls, pings int64, state resilient.BreakerState) {
 		t.Helper()
 		if got := f.calls.Load(); got != calls {
@@ -313,13 +304,13 @@ func TestBreakerFailureRate(t *testing.T) {
 	defer s.Close()
 	for i := range 5 {
 		f.set([]int32{answer, fail}[i%2])
-		decide(t, s, t0, take(simple, "a", 1))
+		storetest.Decide(t, s, t0, take(simple, "a", 1))
 	}
 	if st := s.Stats(); st.Breaker != resilient.BreakerClosed {
 		t.Fatalf("5 calls, 2 failures: breaker %v, want closed (fewer than 6 calls)", st.Breaker)
 	}
 	f.set(fail)
-	decide(t, s, t0, take(simple, "a", 1))
+	storetest.Decide(t, s, t0, take(simple, "a", 1))
 	if st := s.Stats(); st.Breaker != resilient.BreakerOpen {
 		t.Fatalf("6 calls, 3 failures: breaker %v, want open", st.Breaker)
 	}
@@ -331,11 +322,11 @@ func TestBreakerFailureRate(t *testing.T) {
 	}
 	for i := range 5 {
 		f.set([]int32{fail, answer}[i%2])
-		decide(t, s, t0, take(simple, "a", 1))
+		storetest.Decide(t, s, t0, take(simple, "a", 1))
 	}
 	clk.Advance(time.Second)
 	f.set(fail)
-	decide(t, s, t0, take(simple, "a", 1))
+	storetest.Decide(t, s, t0, take(simple, "a", 1))
 	if st := s.Stats(); st.Breaker != resilient.BreakerClosed {
 		t.Fatalf("failures spread over two windows: breaker %v, want closed", st.Breaker)
 	}
@@ -349,7 +340,7 @@ func TestOneProbeAtATime(t *testing.T) {
 	clk := newClock()
 	s := resilient.New(f, resilient.Options{Now: clk.Now, FailureThreshold: 1})
 	defer s.Close()
-	decide(t, s, t0, take(simple, "a", 1))
+	storetest.Decide(t, s, t0, take(simple, "a", 1))
 	clk.Advance(time.Second)
 	f.set(gate)
 	done := make(chan error)
@@ -358,7 +349,7 @@ func TestOneProbeAtATime(t *testing.T) {
 	if err := s.Probe(context.Background()); err != nil || f.pings.Load() != 1 {
 		t.Errorf("Probe during a ping: %v after %d pings, want nil after 1", err, f.pings.Load())
 	}
-	decide(t, s, t0, take(simple, "a", 1))
+	storetest.Decide(t, s, t0, take(simple, "a", 1))
 	if got := f.calls.Load(); got != 1 {
 		t.Errorf("%d remote calls, want 1 (the failure)", got)
 	}

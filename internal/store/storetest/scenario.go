@@ -81,7 +81,7 @@ func testScenarios(t *testing.T, s store.Store) {
 					it.Min = max(st.Min, 1)
 					want = tiers.Request(p, ts, g, now, st.Copies, it.Min)
 				}
-				got := decide(t, s, now, it)[0]
+				got := Decide(t, s, now, it)[0]
 				if diff := cmp.Diff(want, got); diff != "" {
 					t.Fatalf("%s: decision (-tiers +store):\n%s", st.Where, diff)
 				}

@@ -85,7 +85,9 @@ func shadow(it store.Item) store.Item {
 	return it
 }
 
-func decide(t *testing.T, s store.Store, now time.Time, items ...store.Item) []tiers.Decision {
+// Decide decides items on s at now and returns their decisions, failing
+// the test on an error: the helper of the suite and of stores' own tests.
+func Decide(t testing.TB, s store.Store, now time.Time, items ...store.Item) []tiers.Decision {
 	t.Helper()
 	out := make([]tiers.Decision, len(items))
 	if err := s.Decide(context.Background(), now, items, out); err != nil {
@@ -132,7 +134,7 @@ func testSequences(t *testing.T, s store.Store) {
 			min := int64(1 + r.IntN(int(hits)))
 			it := take(pc.p, "seq/"+pc.name, "d", hits)
 			it.Min = min
-			got := decide(t, s, now, it)[0]
+			got := Decide(t, s, now, it)[0]
 			want := tiers.Request(pc.p, &st, gp, now, hits, min)
 			if diff := cmp.Diff(want, got); diff != "" {
 				t.Fatalf("%s step %d at +%v, request(%d, %d): decision (-tiers +store):\n%s", pc.name, step, now.Sub(T0), hits, min, diff)
@@ -150,10 +152,10 @@ func testSequences(t *testing.T, s store.Store) {
 }
 
 func testAllOrNothing(t *testing.T, s store.Store) {
-	wantOKs(t, "exhaust b", decide(t, s, T0, take(simple, "r", "b", 3)), true)
+	wantOKs(t, "exhaust b", Decide(t, s, T0, take(simple, "r", "b", 3)), true)
 	var fresh tiers.State
 	wantPeek := tiers.Peek(simple, &fresh, nil, T0, 1, 1)
-	got := decide(t, s, T0, take(simple, "r", "a", 1), take(simple, "r", "b", 1))
+	got := Decide(t, s, T0, take(simple, "r", "a", 1), take(simple, "r", "b", 1))
 	wantOKs(t, "a and b", got, true, false)
 	if diff := cmp.Diff(wantPeek, got[0]); diff != "" {
 		t.Errorf("uncommitted item's answer is not tiers.Peek (-want +got):\n%s", diff)
@@ -162,29 +164,29 @@ func testAllOrNothing(t *testing.T, s store.Store) {
 		t.Errorf("rejected item granted %d, want 0", got[1].Granted)
 	}
 	// Nothing was taken from a: all three hits are still there.
-	wantOKs(t, "a, 3 hits", decide(t, s, T0, take(simple, "r", "a", 3)), true)
-	wantOKs(t, "a, one more", decide(t, s, T0, take(simple, "r", "a", 1)), false)
+	wantOKs(t, "a, 3 hits", Decide(t, s, T0, take(simple, "r", "a", 3)), true)
+	wantOKs(t, "a, one more", Decide(t, s, T0, take(simple, "r", "a", 1)), false)
 }
 
 func testShadow(t *testing.T, s store.Store) {
-	wantOKs(t, "exhaust a", decide(t, s, T0, take(simple, "r", "a", 3)), true)
+	wantOKs(t, "exhaust a", Decide(t, s, T0, take(simple, "r", "a", 3)), true)
 	// A rejected shadow item does not stop the others.
-	wantOKs(t, "shadow a, b", decide(t, s, T0, shadow(take(simple, "r", "a", 1)), take(simple, "r", "b", 1)), false, true)
-	wantOKs(t, "b took one", decide(t, s, T0, take(simple, "r", "b", 3)), false)
-	wantOKs(t, "b has two", decide(t, s, T0, take(simple, "r", "b", 2)), true)
+	wantOKs(t, "shadow a, b", Decide(t, s, T0, shadow(take(simple, "r", "a", 1)), take(simple, "r", "b", 1)), false, true)
+	wantOKs(t, "b took one", Decide(t, s, T0, take(simple, "r", "b", 3)), false)
+	wantOKs(t, "b has two", Decide(t, s, T0, take(simple, "r", "b", 2)), true)
 	// A granted shadow item is committed with the request...
-	wantOKs(t, "shadow c, d", decide(t, s, T0, shadow(take(simple, "r", "c", 2)), take(simple, "r", "d", 1)), true, true)
-	wantOKs(t, "c took two", decide(t, s, T0, take(simple, "r", "c", 2)), false)
+	wantOKs(t, "shadow c, d", Decide(t, s, T0, shadow(take(simple, "r", "c", 2)), take(simple, "r", "d", 1)), true, true)
+	wantOKs(t, "c took two", Decide(t, s, T0, take(simple, "r", "c", 2)), false)
 	// ...and not without it.
-	wantOKs(t, "shadow e, exhausted b", decide(t, s, T0, shadow(take(simple, "r", "e", 2)), take(simple, "r", "b", 1)), true, false)
-	wantOKs(t, "e took nothing", decide(t, s, T0, take(simple, "r", "e", 3)), true)
+	wantOKs(t, "shadow e, exhausted b", Decide(t, s, T0, shadow(take(simple, "r", "e", 2)), take(simple, "r", "b", 1)), true, false)
+	wantOKs(t, "e took nothing", Decide(t, s, T0, take(simple, "r", "e", 3)), true)
 }
 
 func testRefunds(t *testing.T, s store.Store) {
 	var st tiers.State
 	step := func(what string, now time.Time, it store.Item) {
 		t.Helper()
-		got := decide(t, s, now, it)[0]
+		got := Decide(t, s, now, it)[0]
 		var want tiers.Decision
 		if it.Refund {
 			tiers.Refund(it.Policy, &st, nil, now, it.Hits)
@@ -206,13 +208,13 @@ func testRefunds(t *testing.T, s store.Store) {
 	step("take 3", T0.Add(500*time.Millisecond), take(simple, "r", "a", 3))
 
 	// Refunds apply even when the request is rejected.
-	wantOKs(t, "exhaust x and y", decide(t, s, T0, take(simple, "r", "x", 3), take(simple, "r", "y", 3)), true, true)
-	got := decide(t, s, T0, refund(simple, "r", "x", 1), take(simple, "r", "y", 1))
+	wantOKs(t, "exhaust x and y", Decide(t, s, T0, take(simple, "r", "x", 3), take(simple, "r", "y", 3)), true, true)
+	got := Decide(t, s, T0, refund(simple, "r", "x", 1), take(simple, "r", "y", 1))
 	wantOKs(t, "refund x, take y", got, true, false)
 	if got[0].Granted != 0 {
 		t.Errorf("refund item Granted = %d, want 0", got[0].Granted)
 	}
-	wantOKs(t, "x got one back", decide(t, s, T0, take(simple, "r", "x", 1)), true)
+	wantOKs(t, "x got one back", Decide(t, s, T0, take(simple, "r", "x", 1)), true)
 }
 
 // testChecks: an item of 0 hits is a check: granted with the pair's state
@@ -226,58 +228,58 @@ func testChecks(t *testing.T, s store.Store) {
 	}
 	var st tiers.State
 	want := tiers.Request(simple, &st, nil, T0, 2, 2)
-	wantOKs(t, "take 2 of a", decide(t, s, T0, take(simple, "r", "a", 2)), want.OK)
+	wantOKs(t, "take 2 of a", Decide(t, s, T0, take(simple, "r", "a", 2)), want.OK)
 	want = tiers.Peek(simple, &st, nil, T0, 0, 0)
-	got := decide(t, s, T0, check(simple, "a"))
+	got := Decide(t, s, T0, check(simple, "a"))
 	if diff := cmp.Diff(want, got[0]); diff != "" {
 		t.Errorf("check of a (-want +got):\n%s", diff)
 	}
 	if !got[0].OK || got[0].Granted != 0 || got[0].Remaining != 1 {
 		t.Errorf("check of a: %+v, want OK, nothing granted, 1 remaining", got[0])
 	}
-	wantOKs(t, "a still has one", decide(t, s, T0, take(simple, "r", "a", 1)), true)
-	wantOKs(t, "check of exhausted a, take b", decide(t, s, T0, check(simple, "a"), take(simple, "r", "b", 1)), true, true)
+	wantOKs(t, "a still has one", Decide(t, s, T0, take(simple, "r", "a", 1)), true)
+	wantOKs(t, "check of exhausted a, take b", Decide(t, s, T0, check(simple, "a"), take(simple, "r", "b", 1)), true, true)
 	// Beside a take of the same pair, a check is a member of its group and
 	// gets the group's answer.
-	wantOKs(t, "check and take of exhausted a", decide(t, s, T0, check(simple, "a"), take(simple, "r", "a", 1)), false, false)
-	wantOKs(t, "b took one", decide(t, s, T0, take(simple, "r", "b", 3)), false)
+	wantOKs(t, "check and take of exhausted a", Decide(t, s, T0, check(simple, "a"), take(simple, "r", "a", 1)), false, false)
+	wantOKs(t, "b took one", Decide(t, s, T0, take(simple, "r", "b", 3)), false)
 }
 
 func testSameKeyTwice(t *testing.T, s store.Store) {
-	got := decide(t, s, T0, take(simple, "r", "a", 2), take(simple, "r", "a", 2))
+	got := Decide(t, s, T0, take(simple, "r", "a", 2), take(simple, "r", "a", 2))
 	wantOKs(t, "2+2 of 3", got, false, false)
-	got = decide(t, s, T0, take(simple, "r", "a", 1), take(simple, "r", "a", 2))
+	got = Decide(t, s, T0, take(simple, "r", "a", 1), take(simple, "r", "a", 2))
 	wantOKs(t, "1+2 of 3", got, true, true)
 	if got[0].Granted != 1 || got[1].Granted != 2 {
 		t.Errorf("granted %d and %d, want 1 and 2", got[0].Granted, got[1].Granted)
 	}
-	wantOKs(t, "one more", decide(t, s, T0, take(simple, "r", "a", 1)), false)
+	wantOKs(t, "one more", Decide(t, s, T0, take(simple, "r", "a", 1)), false)
 
 	// With minimums, the group's grant is shared first come, first served.
 	a, b := take(hourly, "r", "m", 30), take(hourly, "r", "m", 30)
 	a.Min, b.Min = 10, 10
-	got = decide(t, s, T0, a, b)
+	got = Decide(t, s, T0, a, b)
 	if got[0].Granted != 30 || got[1].Granted != 20 {
 		t.Errorf("granted %d and %d of 50, want 30 and 20", got[0].Granted, got[1].Granted)
 	}
 }
 
 func testGlobal(t *testing.T, s store.Store) {
-	wantOKs(t, "a takes 3 of global 4", decide(t, s, T0, take(global, "r", "a", 3)), true)
-	got := decide(t, s, T0, take(global, "r", "b", 2))
+	wantOKs(t, "a takes 3 of global 4", Decide(t, s, T0, take(global, "r", "a", 3)), true)
+	got := Decide(t, s, T0, take(global, "r", "b", 2))
 	wantOKs(t, "b asks 2", got, false)
 	if !got[0].LimitedByGlobal {
 		t.Errorf("b: LimitedByGlobal false, want true: %+v", got[0])
 	}
-	wantOKs(t, "b asks 1", decide(t, s, T0, take(global, "r", "b", 1)), true)
-	wantOKs(t, "another resource", decide(t, s, T0, take(global, "r2", "a", 4)), true)
-	wantOKs(t, "another policy ID", decide(t, s, T0, store.Item{Key: store.Key{Resource: "r", Domain: "a", PolicyID: 2}, Policy: global, Hits: 4, Min: 4}), true)
+	wantOKs(t, "b asks 1", Decide(t, s, T0, take(global, "r", "b", 1)), true)
+	wantOKs(t, "another resource", Decide(t, s, T0, take(global, "r2", "a", 4)), true)
+	wantOKs(t, "another policy ID", Decide(t, s, T0, store.Item{Key: store.Key{Resource: "r", Domain: "a", PolicyID: 2}, Policy: global, Hits: 4, Min: 4}), true)
 
 	// Within one call the items see each other's grants.
 	at := T0.Add(10 * time.Second)
-	wantOKs(t, "3+2 of global 4", decide(t, s, at, take(global, "r", "a", 3), take(global, "r", "b", 2)), true, false)
-	wantOKs(t, "2+2 of global 4", decide(t, s, at, take(global, "r", "a", 2), take(global, "r", "b", 2)), true, true)
-	wantOKs(t, "c, global full", decide(t, s, at, take(global, "r", "c", 1)), false)
+	wantOKs(t, "3+2 of global 4", Decide(t, s, at, take(global, "r", "a", 3), take(global, "r", "b", 2)), true, false)
+	wantOKs(t, "2+2 of global 4", Decide(t, s, at, take(global, "r", "a", 2), take(global, "r", "b", 2)), true, true)
+	wantOKs(t, "c, global full", Decide(t, s, at, take(global, "r", "c", 1)), false)
 }
 
 // testGlobalPartial checks that a call's items sharing a global limit answer
@@ -294,7 +296,7 @@ func testGlobalPartial(t *testing.T, s store.Store) {
 			tiers.Request(global, &sa, &g, now, 3, 1),
 			tiers.Request(global, &sb, &g, now, 3, 1),
 		}
-		got := decide(t, s, now, items...)
+		got := Decide(t, s, now, items...)
 		if diff := cmp.Diff(want, got); diff != "" {
 			t.Fatalf("round %d (-sequential tiers +store):\n%s", round, diff)
 		}
@@ -307,20 +309,20 @@ func testGlobalPartial(t *testing.T, s store.Store) {
 	now = now.Add(1100 * time.Millisecond)
 	items := []store.Item{take(global, "r", "a", 3), take(global, "r", "b", 3), take(global, "r", "c", 2)}
 	items[0].Min, items[1].Min, items[2].Min = 1, 1, 1
-	got := decide(t, s, now, items...)
+	got := Decide(t, s, now, items...)
 	wantOKs(t, "a, b, c", got, true, true, false)
 	if got[0].Granted != 3 || got[1].Granted != 1 || !got[2].LimitedByGlobal {
 		t.Errorf("predicted grants %d, %d and c limited by global %v; want 3, 1, true", got[0].Granted, got[1].Granted, got[2].LimitedByGlobal)
 	}
-	wantOKs(t, "nothing was committed", decide(t, s, now, take(global, "r", "c", 4)), true)
+	wantOKs(t, "nothing was committed", Decide(t, s, now, take(global, "r", "c", 4)), true)
 }
 
 func testPolicyID(t *testing.T, s store.Store) {
 	it := take(simple, "r", "a", 3)
-	wantOKs(t, "exhaust under ID 1", decide(t, s, T0, it), true)
-	wantOKs(t, "more under ID 1", decide(t, s, T0, take(simple, "r", "a", 1)), false)
+	wantOKs(t, "exhaust under ID 1", Decide(t, s, T0, it), true)
+	wantOKs(t, "more under ID 1", Decide(t, s, T0, take(simple, "r", "a", 1)), false)
 	it.Key.PolicyID = 2
-	wantOKs(t, "fresh under ID 2", decide(t, s, T0, it), true)
+	wantOKs(t, "fresh under ID 2", Decide(t, s, T0, it), true)
 }
 
 func testForget(t *testing.T, s store.Store) {
@@ -329,7 +331,7 @@ func testForget(t *testing.T, s store.Store) {
 		now := T0
 		for range 20 {
 			it := take(p, "forget", fmt.Sprint(pi), 2)
-			decide(t, s, now, it)
+			Decide(t, s, now, it)
 			tiers.Request(p, &st, nil, now, 2, 2)
 			now = now.Add(50 * time.Millisecond)
 		}
@@ -340,7 +342,7 @@ func testForget(t *testing.T, s store.Store) {
 		at = at.Add(time.Millisecond)
 		var fresh tiers.State
 		want := tiers.Request(p, &fresh, nil, at, 1, 1)
-		got := decide(t, s, at, take(p, "forget", fmt.Sprint(pi), 1))[0]
+		got := Decide(t, s, at, take(p, "forget", fmt.Sprint(pi), 1))[0]
 		// Burst may differ: a remembered pair may still be in a tier that a
 		// fresh pair enters with this very request.
 		if diff := cmp.Diff(want, got, cmpopts.IgnoreFields(tiers.Decision{}, "Burst")); diff != "" {
@@ -369,7 +371,7 @@ func testBadItems(t *testing.T, s store.Store) {
 	if err := s.Decide(context.Background(), T0, []store.Item{good, good}, make([]tiers.Decision, 1)); !errors.Is(err, store.ErrBadItem) {
 		t.Errorf("short out: err = %v, want store.ErrBadItem", err)
 	}
-	wantOKs(t, "a untouched", decide(t, s, T0, take(simple, "r", "a", 3)), true)
+	wantOKs(t, "a untouched", Decide(t, s, T0, take(simple, "r", "a", 3)), true)
 }
 
 func testClose(t *testing.T, s store.Store) {
@@ -405,9 +407,9 @@ func testConcurrentMulti(t *testing.T, s store.Store) {
 	for w, n := range grants {
 		left := int64(1000 - n)
 		if left > 0 {
-			wantOKs(t, fmt.Sprint("worker ", w, " takes the rest"), decide(t, s, T0, take(big, "r", fmt.Sprint("own", w), left)), true)
+			wantOKs(t, fmt.Sprint("worker ", w, " takes the rest"), Decide(t, s, T0, take(big, "r", fmt.Sprint("own", w), left)), true)
 		}
-		wantOKs(t, fmt.Sprint("worker ", w, " one more"), decide(t, s, T0, take(big, "r", fmt.Sprint("own", w), 1)), false)
+		wantOKs(t, fmt.Sprint("worker ", w, " one more"), Decide(t, s, T0, take(big, "r", fmt.Sprint("own", w), 1)), false)
 	}
 }
 
