@@ -108,6 +108,7 @@ func clientOptions(o Options) (*redis.UniversalOptions, error) {
 type Backend struct {
 	client redis.UniversalClient
 	store  *resilient.Store
+	remote *redisstore.Store // behind store
 	copies *Copies
 	log    *slog.Logger
 	wake   chan struct{} // breaker transitions
@@ -142,7 +143,7 @@ func Open(o Options) (*Backend, error) {
 		c.Close()
 		return nil, err
 	}
-	b := &Backend{client: c, log: log, wake: make(chan struct{}, 1)}
+	b := &Backend{client: c, remote: rs, log: log, wake: make(chan struct{}, 1)}
 	b.store = resilient.New(rs, resilient.Options{
 		Mode:    o.FailureMode,
 		Timeout: o.Timeout,
@@ -174,7 +175,7 @@ func (b *Backend) Copies() *Copies { return b.copies }
 // Register registers both stores' collectors: charon_store_* and
 // charon_copystore_*.
 func (b *Backend) Register(reg prometheus.Registerer) {
-	reg.MustRegister(resilient.NewCollector(b.store.Stats), b.copies.Collector())
+	reg.MustRegister(resilient.NewCollector(b.store.Stats), lateCollector{b.remote}, b.copies.Collector())
 }
 
 // SetTree is told every configuration put in force: it flushes the

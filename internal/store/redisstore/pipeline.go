@@ -2,7 +2,9 @@ package redisstore
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
+	"math"
 	"sync/atomic"
 	"time"
 
@@ -37,7 +39,13 @@ const (
 	reqQueued int32 = iota
 	reqSent
 	reqAbandoned
+	reqAnswered
 )
+
+// lateReplyWait is how long a dispatcher waits for the replies of a batch
+// beyond its callers' deadlines, so that a call whose caller gave up after
+// it was sent is still read, and what it granted given back (compensate).
+const lateReplyWait = time.Second
 
 // send hands the FCALL c.args to a dispatcher and waits for its reply,
 // the caller's context or Close. A caller that stops waiting detaches its
@@ -66,12 +74,22 @@ func (s *Store) send(ctx context.Context, c *call) (string, error) {
 		r.args, r.ctx, r.res, r.err = nil, nil, "", nil
 		return res, err
 	case <-ctx.Done():
-		c.detach()
 		if r.state.CompareAndSwap(reqQueued, reqAbandoned) {
 			// Still in the queue: the dispatcher will not send it.
+			c.detach()
 			return "", fmt.Errorf("redisstore: %w: %w", store.ErrNotSent, ctx.Err())
 		}
-		return "", fmt.Errorf("redisstore: %w", ctx.Err())
+		if r.state.CompareAndSwap(reqSent, reqAbandoned) {
+			// Sent: if it is applied, the dispatcher gives back what it
+			// granted when its reply comes (compensate).
+			c.detach()
+			return "", fmt.Errorf("redisstore: %w", ctx.Err())
+		}
+		// Answered as the caller gave up: the answer stands.
+		<-r.done
+		res, err := r.res, r.err
+		r.args, r.ctx, r.res, r.err = nil, nil, "", nil
+		return res, err
 	case <-s.stop:
 		c.detach()
 		return "", store.ErrClosed
@@ -121,11 +139,14 @@ func (s *Store) dispatch() {
 // replies. When Redis does not have the function, it loads it and sends
 // the failed calls again (they did not run).
 func (s *Store) run(batch []*request, cmds []*redis.Cmd, retry []int) ([]*redis.Cmd, []int) {
-	// The batch lives until its latest caller's deadline, with none when a
-	// caller has none (go-redis' read and write timeouts still apply). Not
-	// the callers' cancellation: one caller giving up must not fail the
-	// others' calls. The deadline is a real one (Done closes), so that a
-	// dial's retry backoff or a wait for a pooled connection ends with it.
+	var late [][]any
+	// The batch lives until its latest caller's deadline, and at least
+	// lateReplyWait (a reply that comes after its caller gave up is read
+	// and compensated), with none when a caller has none (go-redis' read
+	// and write timeouts still apply). Not the callers' cancellation: one
+	// caller giving up must not fail the others' calls. The deadline is a
+	// real one (Done closes), so that a dial's retry backoff or a wait for a
+	// pooled connection ends with it.
 	ctx := context.Background()
 	var latest time.Time
 	for _, r := range batch {
@@ -143,6 +164,9 @@ func (s *Store) run(batch []*request, cmds []*redis.Cmd, retry []int) ([]*redis.
 	}
 	if !latest.IsZero() {
 		var cancel context.CancelFunc
+		if late := time.Now().Add(lateReplyWait); late.After(latest) {
+			latest = late
+		}
 		ctx, cancel = context.WithDeadline(ctx, latest)
 		defer cancel()
 	}
@@ -191,6 +215,104 @@ func (s *Store) run(batch []*request, cmds []*redis.Cmd, retry []int) ([]*redis.
 			continue
 		}
 		batch[i].res = res
+		if !batch[i].state.CompareAndSwap(reqSent, reqAnswered) {
+			// Its caller gave up after it was sent.
+			if c := compensation(batch[i].args, res); c != nil {
+				late = append(late, c)
+			}
+		}
+	}
+	if len(late) > 0 {
+		s.compensate(late)
 	}
 	return cmds, retry
+}
+
+// compensate sends the refunds of calls that were applied after their
+// callers gave up, so that Redis does not count hits nobody was told were
+// granted (the caller's failure mode decided instead).
+func (s *Store) compensate(calls [][]any) {
+	ctx, cancel := context.WithTimeout(context.Background(), lateReplyWait)
+	defer cancel()
+	pipe := s.c.Pipeline()
+	cmds := make([]*redis.Cmd, len(calls))
+	for i, args := range calls {
+		cmds[i] = redis.NewCmd(ctx, args...)
+		_ = pipe.Process(ctx, cmds[i])
+	}
+	_, _ = pipe.Exec(ctx)
+	for _, cmd := range cmds {
+		res, err := cmd.Text()
+		if err == nil && len(res) >= 8 && f64at([]byte(res), 0) == statusDone {
+			s.late.given.Add(1)
+		} else {
+			s.late.failed.Add(1)
+		}
+	}
+}
+
+// Header layout of ARGV[1] (decide.lua): six doubles (mode, now, maxTTL,
+// lockTTL, nk, n), then six per item (state key, global key, policy, hits,
+// min, flags). A reply: status and now, then nine doubles per item, of
+// which the second is Granted.
+const (
+	hdrFields, itemFields, replyHead, replyItem = 6, 6, 2, 9
+	flagRefund                                  = 1
+)
+
+func f64at(b []byte, i int) int64 {
+	return int64(math.Float64frombits(binary.BigEndian.Uint64(b[8*i:])))
+}
+
+func putF64at(b []byte, i int, v int64) {
+	binary.BigEndian.PutUint64(b[8*i:], math.Float64bits(float64(v)))
+}
+
+// compensation is the FCALL that gives back what a decision call granted,
+// for a call whose caller gave up after it was sent (a late reply): the
+// same keys and policies, every item a refund of the hits it was granted,
+// at the instant the call used (tiers.Refund: the newest hits of the
+// current tier). It is nil when nothing was granted, when the call was not
+// a plain decision (the two-step's modes, a call that met a lock) or held a
+// refund already.
+func compensation(args []any, res string) []any {
+	if len(args) < 4 || len(res) < 8*replyHead {
+		return nil
+	}
+	nk, ok := args[2].(int)
+	if !ok || len(args) < 5+nk {
+		return nil
+	}
+	hdr, ok := args[3+nk].([]byte)
+	if !ok || len(hdr) < 8*hdrFields {
+		return nil
+	}
+	rb := []byte(res)
+	mode, n := f64at(hdr, 0), int(f64at(hdr, 5))
+	if (mode != modeDecide && mode != modeChecked) || f64at(rb, 0) != statusDone ||
+		len(hdr) != 8*(hdrFields+itemFields*n) || len(rb) < 8*(replyHead+replyItem*n) {
+		return nil
+	}
+	h := make([]byte, len(hdr))
+	copy(h, hdr)
+	putF64at(h, 1, f64at(rb, 1))
+	some := false
+	for i := range n {
+		at := hdrFields + itemFields*i
+		if f64at(h, at+5)&flagRefund != 0 {
+			return nil
+		}
+		granted := f64at(rb, replyHead+replyItem*i+1)
+		putF64at(h, at+3, granted)
+		putF64at(h, at+4, 0)
+		putF64at(h, at+5, f64at(h, at+5)|flagRefund)
+		some = some || granted > 0
+	}
+	if !some {
+		return nil
+	}
+	out := make([]any, len(args))
+	copy(out, args)
+	out[3+nk] = h
+	return out
 }

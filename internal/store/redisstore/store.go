@@ -74,6 +74,17 @@ type Store struct {
 	q    chan *request
 	stop chan struct{}
 	wg   sync.WaitGroup
+	// late counts the calls applied after their callers gave up: given
+	// back (compensate), or whose refund failed.
+	late struct{ given, failed atomic.Uint64 }
+}
+
+// LateGrants reports how many calls Redis applied after their callers had
+// given up (the failure mode decided for them), whose grants the store
+// gave back, and how many of those refunds failed. Only the pipelined
+// store (Options.Pipelines > 0) reads late replies.
+func (s *Store) LateGrants() (givenBack, failed uint64) {
+	return s.late.given.Load(), s.late.failed.Load()
 }
 
 var _ store.Store = (*Store)(nil)

@@ -1,0 +1,23 @@
+package redisbackend
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/charonlimit/charon/internal/store/redisstore"
+)
+
+// lateCollector exports the Redis store's LateGrants as
+// charon_redis_late_grants_total, by outcome.
+type lateCollector struct{ s *redisstore.Store }
+
+var lateDesc = prometheus.NewDesc("charon_redis_late_grants_total",
+	"Calls Redis applied after their callers gave up (the failure mode decided for them), by what became of their grants: given_back by a refund, or refund_failed.",
+	[]string{"outcome"}, nil)
+
+func (c lateCollector) Describe(ch chan<- *prometheus.Desc) { ch <- lateDesc }
+
+func (c lateCollector) Collect(ch chan<- prometheus.Metric) {
+	given, failed := c.s.LateGrants()
+	ch <- prometheus.MustNewConstMetric(lateDesc, prometheus.CounterValue, float64(given), "given_back")
+	ch <- prometheus.MustNewConstMetric(lateDesc, prometheus.CounterValue, float64(failed), "refund_failed")
+}

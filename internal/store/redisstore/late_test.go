@@ -1,0 +1,124 @@
+package redisstore
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/charonlimit/charon/internal/redistest"
+	"github.com/charonlimit/charon/internal/store"
+	"github.com/charonlimit/charon/tiers"
+)
+
+// TestLateGrantGivenBack: a call that Redis applies after its caller gave
+// up (Redis pauses writes past the caller's deadline) is given back when
+// its reply comes, so Redis counts no hit the caller was not told of: the
+// pair holds none afterwards, and its whole limit is granted.
+func TestLateGrantGivenBack(t *testing.T) {
+	n := redistest.Single(t)
+	s, err := New(Options{URL: "redis://" + n.Addr(), Clock: ClockCaller})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	now := time.Now()
+	out := make([]tiers.Decision, 1)
+	// The function is loaded before the pause.
+	if err := s.Decide(context.Background(), now, []store.Item{item(lyft, "r", "warm", 1)}, out); err != nil || !out[0].OK {
+		t.Fatalf("warm-up: %v %+v", err, out[0])
+	}
+	if out, err := redistest.CLI(n.Port, "client", "pause", "500", "write"); err != nil {
+		t.Fatalf("client pause: %v %s", err, out)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	err = s.Decide(ctx, now, []store.Item{item(lyft, "r", "late", 3)}, out)
+	cancel()
+	if err == nil {
+		t.Fatal("decided within 50ms while Redis paused writes for 500ms")
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if given, failed := s.LateGrants(); given+failed > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the late reply was never compensated")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if given, failed := s.LateGrants(); given != 1 || failed != 0 {
+		t.Fatalf("late grants given back %d, failed %d; want 1 and 0", given, failed)
+	}
+	it := item(lyft, "r", "late", 1)
+	v, err := s.Inspect(context.Background(), now, &it)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h := v.Tiers[0].Hits; h != 0 {
+		t.Errorf("the pair holds %d hits after the late grant was given back, want 0", h)
+	}
+	all := item(lyft, "r", "late", lyft.Tiers[0].Limit)
+	if err := s.Decide(context.Background(), now, []store.Item{all}, out); err != nil || !out[0].OK || out[0].Granted != lyft.Tiers[0].Limit {
+		t.Errorf("the whole limit after the give-back: %v %+v", err, out[0])
+	}
+}
+
+// TestCompensationOnlyGivesBackGrants: the refund call of a late reply
+// rewrites each item to give back what it was granted, at the instant the
+// call used; nothing for a rejection, a locked key, a two-step mode or a
+// call holding a refund.
+func TestCompensationOnlyGivesBackGrants(t *testing.T) {
+	hdr := func(mode int64, flags ...int64) []byte {
+		h := []byte{}
+		for _, v := range []int64{mode, -1, 3_600_000, 1000, int64(len(flags)), int64(len(flags))} {
+			h = appendF64(h, v)
+		}
+		for i, f := range flags {
+			for _, v := range []int64{int64(i + 1), 0, 1, 5, 2, f} {
+				h = appendF64(h, v)
+			}
+		}
+		return h
+	}
+	reply := func(status, now int64, granted ...int64) string {
+		b := appendF64(appendF64(nil, status), now)
+		for _, g := range granted {
+			for _, v := range []int64{1, g, 1, g, g, 0, 10 - g, 0, 1000} {
+				b = appendF64(b, v)
+			}
+		}
+		return string(b)
+	}
+	args := func(h []byte, nk int) []any {
+		a := []any{fcallName, funcNameArg, nk}
+		for range nk {
+			a = append(a, "k")
+		}
+		return append(a, h, "", "policy")
+	}
+	got := compensation(args(hdr(modeDecide, 0, 2), 2), reply(statusDone, 1234, 5, 0))
+	if got == nil {
+		t.Fatal("no compensation for a grant")
+	}
+	h := got[5].([]byte)
+	if now := f64at(h, 1); now != 1234 {
+		t.Errorf("refund at %d, want the call's instant 1234", now)
+	}
+	for i, want := range [][3]int64{{5, 0, 1}, {0, 0, 3}} {
+		at := hdrFields + itemFields*i
+		if g := [3]int64{f64at(h, at+3), f64at(h, at+4), f64at(h, at+5)}; g != want {
+			t.Errorf("item %d: hits, min, flags %v, want %v", i, g, want)
+		}
+	}
+	for name, c := range map[string][]any{
+		"rejected":       compensation(args(hdr(modeDecide, 0), 1), reply(statusDone, 1, 0)),
+		"locked":         compensation(args(hdr(modeChecked, 0), 1), reply(1, 1)),
+		"two-step":       compensation(args(hdr(3, 0), 1), reply(statusDone, 1, 5)),
+		"holds a refund": compensation(args(hdr(modeDecide, 1), 1), reply(statusDone, 1, 5)),
+		"short reply":    compensation(args(hdr(modeDecide, 0), 1), reply(statusDone, 1)),
+	} {
+		if c != nil {
+			t.Errorf("%s: compensated", name)
+		}
+	}
+}
