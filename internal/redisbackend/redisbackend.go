@@ -172,8 +172,8 @@ func (b *Backend) Store() *resilient.Store { return b.store }
 // Redis cannot answer fails UNAVAILABLE).
 func (b *Backend) Copies() *Copies { return b.copies }
 
-// Register registers both stores' collectors: charon_store_* and
-// charon_copystore_*.
+// Register registers both stores' collectors: charon_store_*,
+// charon_redis_late_grants_total and charon_copystore_*.
 func (b *Backend) Register(reg prometheus.Registerer) {
 	reg.MustRegister(resilient.NewCollector(b.store.Stats), lateCollector{b.remote}, b.copies.Collector())
 }
