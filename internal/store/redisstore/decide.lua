@@ -862,9 +862,32 @@ local function one1(key, p, t, k, m, maxttl, slot)
   return spack('>ddddddddddd', 0, t, f, n, 1, cnt, dom + n, 0, max(0, min(MAXC - n, lim - cnt)), 0, reset)
 end
 
+-- fixed1: one1 for a fixed window (p.kind 2): decide_fixed's grant and
+-- save's write and expiry, held at slot for many (true), or nil when it
+-- would not grant.
+local function fixed1(key, p, t, k, m, maxttl, slot)
+  local lim, len = p.lim, p.len
+  if len <= 0 or lim < 1 then return nil end
+  local v = unblob(redis.call('GET', key), 2)
+  local start, cnt = floormul(t, len), 0
+  if v and v[2] == 1 and v[3] >= start then start, cnt = v[3], v[4] end
+  k, m = clamp(k), clamp(m)
+  local n = min(k, max(0, lim - cnt))
+  if n < 1 or n < m or m > k then return nil end
+  cnt = cnt + n
+  local o = O
+  o[1], o[2], o[3], o[4] = 2, 1, start, cnt
+  for i = 5, on do o[i] = nil end
+  on = 4
+  PK[slot], PB[slot] = key, mpack(o)
+  PM[slot] = min(ceildiv(start + len, 1000), floormul(t, 1000) / 1000 + maxttl)
+  PR[slot] = spack('>ddddddddd', 1, n, 1, cnt, 0, 0, max(0, lim - cnt), 0, start + len - t)
+  return true
+end
+
 -- many: a call of several take items on distinct state keys whose policies
 -- are one tier with no hard or global limit (Envoy's several plain
--- rate_limit descriptors), when every item is granted. store.Apply's steps
+-- rate_limit descriptors) or fixed windows, when every item is granted. store.Apply's steps
 -- reduce to one tiers.Request per item: no refund (step 1); each item is
 -- its own group, sharing no state and no global room (step 2); every Peek
 -- grants, so no group rejects the call (step 3) and each Request grants
@@ -880,7 +903,13 @@ local function many(KEYS, ARGV, now, maxttl, n, pos)
     local p = nil
     if gk == 0 and fmod(f, 2) == 0 and not SEEN[sk] then p = policy(ARGV[2 + pi]) end
     SEEN[sk] = true
-    if not (p and p.one and one1(KEYS[sk], p, now, hits, mn, maxttl, i) == true) then
+    local granted = false
+    if p and p.one then
+      granted = one1(KEYS[sk], p, now, hits, mn, maxttl, i) == true
+    elseif p and p.kind == 2 then
+      granted = fixed1(KEYS[sk], p, now, hits, mn, maxttl, i) == true
+    end
+    if not granted then
       ok = false
       break
     end

@@ -174,8 +174,8 @@ func TestOneTierPath(t *testing.T) {
 	t.Logf("%d calls, %d granted", calls, granted)
 }
 
-// TestManyPath demands of the path for several one-tier items (many in
-// decide.lua) the same answers, stored states and expiry times as the
+// TestManyPath demands of the path for several one-tier or fixed-window
+// items (many in decide.lua) the same answers, stored states and expiry times as the
 // general decision: the library is loaded a second time with that path cut
 // off, and random calls of two to four items (mostly one-tier policies on
 // distinct keys; sometimes a shared key, a refund, a shadow item, another
@@ -197,6 +197,8 @@ func TestManyPath(t *testing.T) {
 			p.HardLimit = 1 + r.Int64N(50)
 		case 1:
 			p.Tiers = append(p.Tiers, tiers.Tier{Limit: tr.Limit * 3, Window: tr.Window, Active: 5 * tr.Window, Cooldown: tr.Window})
+		case 2, 3: // envoyproxy/ratelimit's fixed window (--fixed-window)
+			p.Kind, p.Window = tiers.KindFixedWindow, tiers.FixedWindow{Limit: tr.Limit, Unit: tiers.UnitSecond}
 		}
 		q, _ := tiers.Normalize(*p)
 		return &q
@@ -221,9 +223,9 @@ func TestManyPath(t *testing.T) {
 				h = appendF64(h, v)
 			}
 			for i := range n {
-				sk := int64(i + 1)
+				sk, pi := int64(i+1), int64(i+1)
 				if r.IntN(15) == 0 {
-					sk = 1 // a shared key: the general path groups them
+					sk, pi = 1, 1 // a shared key (its policy): the general path groups them
 				}
 				hits := 1 + r.Int64N(3)
 				if r.IntN(30) == 0 {
@@ -236,7 +238,7 @@ func TestManyPath(t *testing.T) {
 				case 1:
 					f = 2 // shadow
 				}
-				for _, v := range []int64{sk, 0, int64(i + 1), hits, hits, f} {
+				for _, v := range []int64{sk, 0, pi, hits, hits, f} {
 					h = appendF64(h, v)
 				}
 			}
