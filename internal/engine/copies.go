@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -109,13 +110,8 @@ func (e *Engine) Reserve(ctx context.Context, r ReserveRequest) (Reservation, er
 	if err := validateResource(r.Domain, r.Entries); err != nil {
 		return Reservation{}, err
 	}
-	switch {
-	case r.Copies < 1 || r.Copies > copylog.MaxCopies:
-		return Reservation{}, &InputError{Field: "copies", Message: fmt.Sprintf("%d, want in [1, %d]", r.Copies, copylog.MaxCopies)}
-	case r.Min < 0 || r.Min > r.Copies:
-		return Reservation{}, &InputError{Field: "min_copies", Message: fmt.Sprintf("%d, want in [0, copies %d]", r.Min, r.Copies)}
-	case r.Lease <= 0 || r.Lease > copylog.MaxLease:
-		return Reservation{}, &InputError{Field: "lease", Message: fmt.Sprintf("%v, want in (0, %v]", r.Lease, copylog.MaxLease)}
+	if err := cmp.Or(checkCopies(r.Copies, 1), checkMin(r.Min, r.Copies), checkLease("lease", r.Lease)); err != nil {
+		return Reservation{}, err
 	}
 	if e.copies == nil {
 		return Reservation{}, ErrNoCopyStore
@@ -143,9 +139,9 @@ func (e *Engine) Reserve(ctx context.Context, r ReserveRequest) (Reservation, er
 		// The index and the match come from the same tree: unreachable.
 		return Reservation{}, fmt.Errorf("engine: no copy limit indexed for %s", resource)
 	}
-	holdID, err := NewID(resource)
+	holdID, err := mintID(resource, "hold")
 	if err != nil {
-		return Reservation{}, fmt.Errorf("%w: minting a hold id: %w", copystore.ErrUnavailable, err)
+		return Reservation{}, err
 	}
 	res, err := e.copies.Reserve(ctx, e.now(), resource, cl.cfg, copylog.ReserveRequest{
 		Domain: domain, Copies: r.Copies, Min: r.Min, HoldID: holdID,
@@ -179,9 +175,48 @@ func fieldOf(err error, idField string) error {
 	return &FieldError{Field: field, Err: err}
 }
 
-// resourceOfID returns the resource of a hold or transfer id, or an error
-// wrapping unknown (copylog.ErrUnknownHold or ErrUnknownTransfer).
-func resourceOfID(id, field string, unknown error) (string, error) {
+// checkCopies returns the *InputError of copies outside [lo,
+// copylog.MaxCopies].
+func checkCopies(copies, lo int64) error {
+	if copies < lo || copies > copylog.MaxCopies {
+		return &InputError{Field: "copies", Message: fmt.Sprintf("%d, want in [%d, %d]", copies, lo, copylog.MaxCopies)}
+	}
+	return nil
+}
+
+// checkMin returns the *InputError of a min_copies outside [0, copies].
+func checkMin(minCopies, copies int64) error {
+	if minCopies < 0 || minCopies > copies {
+		return &InputError{Field: "min_copies", Message: fmt.Sprintf("%d, want in [0, copies %d]", minCopies, copies)}
+	}
+	return nil
+}
+
+// checkLease returns the *InputError of a lease (or ttl, as field names
+// it) outside (0, copylog.MaxLease].
+func checkLease(field string, lease time.Duration) error {
+	if lease <= 0 || lease > copylog.MaxLease {
+		return &InputError{Field: field, Message: fmt.Sprintf("%v, want in (0, %v]", lease, copylog.MaxLease)}
+	}
+	return nil
+}
+
+// mintID mints the id of a new hold or transfer (what) of resource.
+func mintID(resource, what string) (string, error) {
+	id, err := NewID(resource)
+	if err != nil {
+		return "", fmt.Errorf("%w: minting a %s id: %w", copystore.ErrUnavailable, what, err)
+	}
+	return id, nil
+}
+
+// resourceOfID begins an operation on a hold or transfer id, named field
+// in the request: it returns the id's resource, or the first error of an
+// id this service did not issue (wrapping unknown, copylog.ErrUnknownHold
+// or ErrUnknownTransfer), of checks (the operation's other arguments) and
+// of a missing copy store.
+func (e *Engine) resourceOfID(id, field string, unknown error, checks ...error) (string, error) {
+	e.once.Do(e.defaults)
 	if id == "" {
 		return "", &InputError{Field: field, Message: "empty"}
 	}
@@ -192,23 +227,32 @@ func resourceOfID(id, field string, unknown error) (string, error) {
 	if !ok {
 		return "", &FieldError{Field: field, Err: fmt.Errorf("%w: %q is not an id this service issued", unknown, Truncate(id))}
 	}
+	if err := cmp.Or(checks...); err != nil {
+		return "", err
+	}
+	if e.copies == nil {
+		return "", ErrNoCopyStore
+	}
 	return r, nil
+}
+
+// mintOnID is resourceOfID that also mints the id of a new hold or
+// transfer (what) of the resource.
+func (e *Engine) mintOnID(what, id, field string, unknown error, checks ...error) (resource, newID string, err error) {
+	if resource, err = e.resourceOfID(id, field, unknown, checks...); err != nil {
+		return "", "", err
+	}
+	newID, err = mintID(resource, what)
+	return resource, newID, err
 }
 
 // Release gives back copies of the hold (0: all it has). Errors: the hold
 // unknown (copylog.ErrUnknownHold, field hold_id), more than it has
 // (copylog.ErrOverRelease, field copies), a store failure.
 func (e *Engine) Release(ctx context.Context, holdID string, copies int64) (copylog.ReleaseResult, error) {
-	e.once.Do(e.defaults)
-	resource, err := resourceOfID(holdID, "hold_id", copylog.ErrUnknownHold)
+	resource, err := e.resourceOfID(holdID, "hold_id", copylog.ErrUnknownHold, checkCopies(copies, 0))
 	if err != nil {
 		return copylog.ReleaseResult{}, err
-	}
-	if copies < 0 || copies > copylog.MaxCopies {
-		return copylog.ReleaseResult{}, &InputError{Field: "copies", Message: fmt.Sprintf("%d, want in [0, %d]", copies, copylog.MaxCopies)}
-	}
-	if e.copies == nil {
-		return copylog.ReleaseResult{}, ErrNoCopyStore
 	}
 	res, err := e.copies.Release(ctx, e.now(), resource, holdID, copies)
 	return res, fieldOf(err, "hold_id")
@@ -223,23 +267,9 @@ type Transferred struct {
 // Transfer stages copies of the hold (0: all) under a new transfer id for
 // ttl. Errors as Release, with copylog.ErrOverTransfer.
 func (e *Engine) Transfer(ctx context.Context, holdID string, copies int64, ttl time.Duration) (Transferred, error) {
-	e.once.Do(e.defaults)
-	resource, err := resourceOfID(holdID, "hold_id", copylog.ErrUnknownHold)
+	resource, transferID, err := e.mintOnID("transfer", holdID, "hold_id", copylog.ErrUnknownHold, checkCopies(copies, 0), checkLease("ttl", ttl))
 	if err != nil {
 		return Transferred{}, err
-	}
-	switch {
-	case copies < 0 || copies > copylog.MaxCopies:
-		return Transferred{}, &InputError{Field: "copies", Message: fmt.Sprintf("%d, want in [0, %d]", copies, copylog.MaxCopies)}
-	case ttl <= 0 || ttl > copylog.MaxLease:
-		return Transferred{}, &InputError{Field: "ttl", Message: fmt.Sprintf("%v, want in (0, %v]", ttl, copylog.MaxLease)}
-	}
-	if e.copies == nil {
-		return Transferred{}, ErrNoCopyStore
-	}
-	transferID, err := NewID(resource)
-	if err != nil {
-		return Transferred{}, fmt.Errorf("%w: minting a transfer id: %w", copystore.ErrUnavailable, err)
 	}
 	res, err := e.copies.Transfer(ctx, e.now(), resource, holdID, copies, ttl, transferID)
 	return Transferred{TransferResult: res, Resource: resource}, fieldOf(err, "hold_id")
@@ -258,20 +288,9 @@ type Seized struct {
 // (or of its lease alone). Errors: copylog.ErrUnknownTransfer (unknown,
 // lapsed or already seized; field transfer_id), a store failure.
 func (e *Engine) Seize(ctx context.Context, transferID, session string, lease time.Duration) (Seized, error) {
-	e.once.Do(e.defaults)
-	resource, err := resourceOfID(transferID, "transfer_id", copylog.ErrUnknownTransfer)
+	resource, holdID, err := e.mintOnID("hold", transferID, "transfer_id", copylog.ErrUnknownTransfer, checkLease("lease", lease))
 	if err != nil {
 		return Seized{}, err
-	}
-	if lease <= 0 || lease > copylog.MaxLease {
-		return Seized{}, &InputError{Field: "lease", Message: fmt.Sprintf("%v, want in (0, %v]", lease, copylog.MaxLease)}
-	}
-	if e.copies == nil {
-		return Seized{}, ErrNoCopyStore
-	}
-	holdID, err := NewID(resource)
-	if err != nil {
-		return Seized{}, fmt.Errorf("%w: minting a hold id: %w", copystore.ErrUnavailable, err)
 	}
 	res, err := e.copies.Seize(ctx, e.now(), resource, transferID, holdID, session, lease)
 	out := Seized{SeizeResult: res, Resource: resource}
@@ -291,16 +310,9 @@ func (e *Engine) Seize(ctx context.Context, transferID, session string, lease ti
 // KeepAlive extends the lease of one hold to now+lease (never shortening
 // it). Errors as Release.
 func (e *Engine) KeepAlive(ctx context.Context, holdID string, lease time.Duration) (copylog.KeepAliveResult, error) {
-	e.once.Do(e.defaults)
-	resource, err := resourceOfID(holdID, "hold_id", copylog.ErrUnknownHold)
+	resource, err := e.resourceOfID(holdID, "hold_id", copylog.ErrUnknownHold, checkLease("lease", lease))
 	if err != nil {
 		return copylog.KeepAliveResult{}, err
-	}
-	if lease <= 0 || lease > copylog.MaxLease {
-		return copylog.KeepAliveResult{}, &InputError{Field: "lease", Message: fmt.Sprintf("%v, want in (0, %v]", lease, copylog.MaxLease)}
-	}
-	if e.copies == nil {
-		return copylog.KeepAliveResult{}, ErrNoCopyStore
 	}
 	res, err := e.copies.KeepAlive(ctx, e.now(), resource, "", holdID, lease)
 	return res, fieldOf(err, "hold_id")
@@ -315,8 +327,8 @@ func (e *Engine) KeepAliveSession(ctx context.Context, session string, lease tim
 	if session == "" {
 		return copylog.KeepAliveResult{}, &InputError{Field: "session", Message: "empty"}
 	}
-	if lease <= 0 || lease > copylog.MaxLease {
-		return copylog.KeepAliveResult{}, &InputError{Field: "lease", Message: fmt.Sprintf("%v, want in (0, %v]", lease, copylog.MaxLease)}
+	if err := checkLease("lease", lease); err != nil {
+		return copylog.KeepAliveResult{}, err
 	}
 	if e.copies == nil {
 		return copylog.KeepAliveResult{}, ErrNoCopyStore

@@ -23,13 +23,15 @@ type fakeCopies struct {
 	mu     sync.Mutex
 	states map[string]*copylog.State
 	err    error
-	calls  []string
 }
 
-func (f *fakeCopies) state(resource, op string) (*copylog.State, error) {
-	f.calls = append(f.calls, op+" "+resource)
+// apply applies op, one of the store's operations, to resource's state.
+func apply[R any](f *fakeCopies, resource string, op func(s *copylog.State) (R, error)) (R, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
 	if f.err != nil {
-		return nil, fmt.Errorf("%w: %w", copystore.ErrUnavailable, f.err)
+		var zero R
+		return zero, fmt.Errorf("%w: %w", copystore.ErrUnavailable, f.err)
 	}
 	if f.states == nil {
 		f.states = make(map[string]*copylog.State)
@@ -39,67 +41,37 @@ func (f *fakeCopies) state(resource, op string) (*copylog.State, error) {
 		s = new(copylog.State)
 		f.states[resource] = s
 	}
-	return s, nil
+	return op(s)
 }
 
 func (f *fakeCopies) Reserve(_ context.Context, now time.Time, resource string, cfg *copylog.Config, r copylog.ReserveRequest) (copylog.Reservation, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	s, err := f.state(resource, "reserve")
-	if err != nil {
-		return copylog.Reservation{}, err
-	}
-	return copylog.Reserve(cfg, s, now, r)
+	return apply(f, resource, func(s *copylog.State) (copylog.Reservation, error) { return copylog.Reserve(cfg, s, now, r) })
 }
 
 func (f *fakeCopies) Release(_ context.Context, now time.Time, resource, holdID string, copies int64) (copylog.ReleaseResult, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	s, err := f.state(resource, "release")
-	if err != nil {
-		return copylog.ReleaseResult{}, err
-	}
-	return copylog.Release(s, now, holdID, copies)
+	return apply(f, resource, func(s *copylog.State) (copylog.ReleaseResult, error) { return copylog.Release(s, now, holdID, copies) })
 }
 
 func (f *fakeCopies) Transfer(_ context.Context, now time.Time, resource, holdID string, copies int64, ttl time.Duration, transferID string) (copylog.TransferResult, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	s, err := f.state(resource, "transfer")
-	if err != nil {
-		return copylog.TransferResult{}, err
-	}
-	return copylog.Transfer(s, now, holdID, copies, ttl, transferID)
+	return apply(f, resource, func(s *copylog.State) (copylog.TransferResult, error) {
+		return copylog.Transfer(s, now, holdID, copies, ttl, transferID)
+	})
 }
 
 func (f *fakeCopies) Seize(_ context.Context, now time.Time, resource, transferID, holdID, session string, lease time.Duration) (copylog.SeizeResult, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	s, err := f.state(resource, "seize")
-	if err != nil {
-		return copylog.SeizeResult{}, err
-	}
-	return copylog.Seize(s, now, transferID, holdID, session, lease)
+	return apply(f, resource, func(s *copylog.State) (copylog.SeizeResult, error) {
+		return copylog.Seize(s, now, transferID, holdID, session, lease)
+	})
 }
 
 func (f *fakeCopies) KeepAlive(_ context.Context, now time.Time, resource, session, holdID string, lease time.Duration) (copylog.KeepAliveResult, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	s, err := f.state(resource, "keepalive")
-	if err != nil {
-		return copylog.KeepAliveResult{}, err
-	}
-	return copylog.KeepAlive(s, now, session, holdID, lease)
+	return apply(f, resource, func(s *copylog.State) (copylog.KeepAliveResult, error) {
+		return copylog.KeepAlive(s, now, session, holdID, lease)
+	})
 }
 
 func (f *fakeCopies) ReleaseSession(_ context.Context, now time.Time, resource, session string) (copylog.SessionResult, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	s, err := f.state(resource, "releasesession")
-	if err != nil {
-		return copylog.SessionResult{}, err
-	}
-	return copylog.ReleaseSession(s, now, session)
+	return apply(f, resource, func(s *copylog.State) (copylog.SessionResult, error) { return copylog.ReleaseSession(s, now, session) })
 }
 
 func (f *fakeCopies) Reap(context.Context, time.Time) error { return nil }
@@ -347,32 +319,24 @@ func TestCopyErrors(t *testing.T) {
 	unknownHold, _ := NewID("c/db")
 	noStore := New(Options{})
 	noStore.SetTree(copyTree(t))
+	// reserve reserves copies of c's key for domain a.
+	reserve := func(key string, copies int64, lease time.Duration) func() error {
+		return func() error {
+			_, err := e.Reserve(ctx, ReserveRequest{Domain: "c", Entries: entries(key, "a"), Copies: copies, Lease: lease})
+			return err
+		}
+	}
 	for _, tc := range []struct {
 		name  string
 		f     func() error
 		want  error
 		field string
 	}{
-		{"reserve rate-limited", func() error {
-			_, err := e.Reserve(ctx, ReserveRequest{Domain: "c", Entries: entries("rate", "a"), Copies: 1, Lease: time.Second})
-			return err
-		}, ErrRateLimited, "resource"},
-		{"reserve unlimited", func() error {
-			_, err := e.Reserve(ctx, ReserveRequest{Domain: "c", Entries: entries("free", "a"), Copies: 1, Lease: time.Second})
-			return err
-		}, ErrRateLimited, "resource"},
-		{"reserve unknown", func() error {
-			_, err := e.Reserve(ctx, ReserveRequest{Domain: "c", Entries: entries("nope", "a"), Copies: 1, Lease: time.Second})
-			return err
-		}, ErrUnknownResource, "resource"},
-		{"reserve zero copies", func() error {
-			_, err := e.Reserve(ctx, ReserveRequest{Domain: "c", Entries: entries("db", "a"), Copies: 0, Lease: time.Second})
-			return err
-		}, nil, "copies"},
-		{"reserve no lease", func() error {
-			_, err := e.Reserve(ctx, ReserveRequest{Domain: "c", Entries: entries("db", "a"), Copies: 1})
-			return err
-		}, nil, "lease"},
+		{"reserve rate-limited", reserve("rate", 1, time.Second), ErrRateLimited, "resource"},
+		{"reserve unlimited", reserve("free", 1, time.Second), ErrRateLimited, "resource"},
+		{"reserve unknown", reserve("nope", 1, time.Second), ErrUnknownResource, "resource"},
+		{"reserve zero copies", reserve("db", 0, time.Second), nil, "copies"},
+		{"reserve no lease", reserve("db", 1, 0), nil, "lease"},
 		{"release over", func() error { _, err := e.Release(ctx, res.HoldID, 3); return err }, copylog.ErrOverRelease, "copies"},
 		{"release unknown", func() error { _, err := e.Release(ctx, unknownHold, 1); return err }, copylog.ErrUnknownHold, "hold_id"},
 		{"release malformed", func() error { _, err := e.Release(ctx, "garbage", 1); return err }, copylog.ErrUnknownHold, "hold_id"},
