@@ -289,22 +289,18 @@ func (c *Client) Request(ctx context.Context, r Resource, copies, min int64, max
 			return outcome{}, err
 		}
 		res.Reply = reply
-		o := outcome{ok: reply.GetOk(), never: reply.GetRetryNever(), retryAfter: reply.GetRetryAfter().AsDuration()}
-		res.Forced = c.force(&o)
-		return o, nil
+		return outcome{ok: reply.GetOk(), never: reply.GetRetryNever(), retryAfter: reply.GetRetryAfter().AsDuration()}, nil
 	}
-	var degraded, err error
-	res.Attempts, res.Waited, degraded, err = c.attempt(ctx, maxWait, try)
+	tr, err := c.attempt(ctx, maxWait, try)
 	if err != nil {
 		return nil, err
 	}
-	if degraded != nil {
-		res.Reply = nil
-		res.Degraded, res.Err = true, degraded
-		res.OK, res.Granted = true, minimum(copies, min)
-		return res, nil
-	}
+	res.Attempts, res.Waited, res.Forced = tr.attempts, tr.waited, tr.forced
 	switch {
+	case tr.degraded != nil:
+		res.Reply = nil
+		res.Degraded, res.Err = true, tr.degraded
+		res.OK, res.Granted = true, minimum(copies, min)
 	case res.Forced:
 		res.OK, res.Granted = true, copies
 	default:
@@ -348,30 +344,39 @@ type outcome struct {
 	retryAfter time.Duration
 }
 
-// force grants a rejection o when the kill switch is on, reporting
-// whether it did.
-func (c *Client) force(o *outcome) bool {
-	if o.ok || !c.KillSwitch() {
-		return false
-	}
-	o.ok = true
-	return true
+// tries is how a call's attempts went.
+type tries struct {
+	attempts int
+	waited   time.Duration
+	// forced: the kill switch granted the last answer, a rejection.
+	forced bool
+	// degraded is the server error the client failed open on, if any.
+	degraded error
 }
 
-// attempt retries try for up to maxWait (UseDefault: Options.MaxWait). It
-// returns the error to give the caller (ctx's own when it ended), or, when
-// the client fails open on a server error, that error as degraded.
-func (c *Client) attempt(ctx context.Context, maxWait time.Duration, try func(context.Context) (outcome, error)) (attempts int, waited time.Duration, degraded, err error) {
-	attempts, waited, err = c.retry(ctx, c.maxWait(maxWait), try)
+// attempt retries try for up to maxWait (UseDefault: Options.MaxWait),
+// granting a rejection when the kill switch is on. It returns the error to
+// give the caller (ctx's own when it ended), or, when the client fails open
+// on a server error, that error as degraded.
+func (c *Client) attempt(ctx context.Context, maxWait time.Duration, try func(context.Context) (outcome, error)) (tries, error) {
+	var tr tries
+	var err error
+	tr.attempts, tr.waited, err = c.retry(ctx, c.maxWait(maxWait), func(ctx context.Context) (outcome, error) {
+		o, err := try(ctx)
+		tr.forced = err == nil && !o.ok && c.KillSwitch()
+		o.ok = o.ok || tr.forced
+		return o, err
+	})
 	switch {
 	case err == nil:
-		return attempts, waited, nil, nil
+		return tr, nil
 	case ctx.Err() != nil:
-		return attempts, waited, nil, ctx.Err()
+		return tr, ctx.Err()
 	case c.failOpen(ctx, err):
-		return attempts, waited, err, nil
+		tr.degraded = err
+		return tr, nil
 	}
-	return attempts, waited, nil, err
+	return tr, err
 }
 
 // retry runs try until it grants, errs, says never, or maxWait is spent.

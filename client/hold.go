@@ -154,18 +154,16 @@ func (c *Client) Reserve(ctx context.Context, r Resource, copies, min int64, max
 		}
 		reply := resp.GetReserve()
 		h.s, h.reply = s, reply
-		o := outcome{ok: reply.GetOk()}
-		h.forced = c.force(&o)
-		return o, nil
+		return outcome{ok: reply.GetOk()}, nil
 	}
-	var degraded, err error
-	h.attempts, h.waited, degraded, err = c.attempt(ctx, maxWait, try)
+	tr, err := c.attempt(ctx, maxWait, try)
 	if err != nil {
 		return nil, err
 	}
-	if degraded != nil {
+	h.attempts, h.waited, h.forced = tr.attempts, tr.waited, tr.forced
+	if tr.degraded != nil {
 		h.s, h.reply = nil, nil
-		h.ok, h.degraded, h.err = true, true, degraded
+		h.ok, h.degraded, h.err = true, true, tr.degraded
 		h.copies.Store(minimum(copies, min))
 		return h, nil
 	}
