@@ -62,14 +62,10 @@ func TestBackoffSchedule(t *testing.T) {
 		{"slow server", 10 * time.Millisecond, time.Second, 2 * time.Second, 7 * time.Millisecond},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			f := newFake()
-			f.hitsLeft[rateKey] = 0
-			var clk *clock
-			f.onCall = func() { clk.Advance(tc.perRPC) }
-			c, clk2 := newClient(t, f, client.Options{
+			f, c, clk := fakeClient(t, 0, 0, client.Options{
 				BackoffBase: tc.base, BackoffCap: tc.cap, Rand: rand.New(rand.NewPCG(42, 0)),
 			})
-			clk = clk2
+			f.onCall = func() { clk.Advance(tc.perRPC) }
 			res, err := c.Request(context.Background(), rateRes, 1, 1, tc.maxWait)
 			if err != nil {
 				t.Fatal(err)
@@ -114,10 +110,8 @@ func TestBackoffSchedule(t *testing.T) {
 }
 
 func TestRetryUntilGranted(t *testing.T) {
-	f := newFake()
-	f.hitsLeft[rateKey] = 10
+	f, c, clk := fakeClient(t, 10, 0, client.Options{MaxWait: time.Minute})
 	f.rejectN = 3
-	c, clk := newClient(t, f, client.Options{MaxWait: time.Minute})
 	res, err := c.Request(context.Background(), rateRes, 4, 2, client.UseDefault)
 	if err != nil {
 		t.Fatal(err)
@@ -146,10 +140,8 @@ func TestTriesOnce(t *testing.T) {
 		{"retry never", true, time.Hour},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			f := newFake()
-			f.hitsLeft[rateKey] = 0
+			f, c, clk := fakeClient(t, 0, 0, client.Options{})
 			f.never = tc.never
-			c, clk := newClient(t, f, client.Options{})
 			res, err := c.Request(context.Background(), rateRes, 1, 1, tc.maxWait)
 			if err != nil {
 				t.Fatal(err)
@@ -162,10 +154,8 @@ func TestTriesOnce(t *testing.T) {
 }
 
 func TestHonorRetryAfter(t *testing.T) {
-	f := newFake()
-	f.hitsLeft[rateKey] = 0
+	f, c, clk := fakeClient(t, 0, 0, client.Options{HonorRetryAfter: true})
 	f.retryAfter = 300 * time.Millisecond
-	c, clk := newClient(t, f, client.Options{HonorRetryAfter: true})
 	if _, err := c.Request(context.Background(), rateRes, 1, 1, time.Second); err != nil {
 		t.Fatal(err)
 	}
@@ -176,9 +166,7 @@ func TestHonorRetryAfter(t *testing.T) {
 }
 
 func TestCanceledWhileWaiting(t *testing.T) {
-	f := newFake()
-	f.hitsLeft[rateKey] = 0
-	c, _ := newClient(t, f, client.Options{FailOpen: true})
+	f, c, _ := fakeClient(t, 0, 0, client.Options{FailOpen: true})
 	ctx, cancel := context.WithCancel(context.Background())
 	f.onCall = cancel
 	_, err := c.Request(ctx, rateRes, 1, 1, time.Hour)
@@ -258,10 +246,7 @@ func TestUnreachableServerFailsOpen(t *testing.T) {
 }
 
 func TestClientErrorsReturned(t *testing.T) {
-	f := newFake()
-	f.hitsLeft[rateKey] = 5
-	f.copyLimit[copyKey] = 5
-	c, _ := newClient(t, f, client.Options{FailOpen: true})
+	_, c, _ := fakeClient(t, 5, 5, client.Options{FailOpen: true})
 	ctx := context.Background()
 	for _, tc := range []struct {
 		name string
@@ -287,10 +272,7 @@ func TestClientErrorsReturned(t *testing.T) {
 }
 
 func TestKillSwitch(t *testing.T) {
-	f := newFake()
-	f.hitsLeft[rateKey] = 0
-	f.copyLimit[copyKey] = 0
-	c, clk := newClient(t, f, client.Options{KillSwitch: true})
+	_, c, clk := fakeClient(t, 0, 0, client.Options{KillSwitch: true})
 	ctx := context.Background()
 	res, err := c.Request(ctx, rateRes, 7, 1, time.Hour)
 	if err != nil {

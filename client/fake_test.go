@@ -430,17 +430,19 @@ func (c *clock) Sleeps() []time.Duration {
 	return append([]time.Duration(nil), c.sleeps...)
 }
 
-// newClient returns a client of f with the fake clock and opts.
-// copyClient is a client of a new fake whose copy-limited resource,
-// copyRes, has limit copies.
-func copyClient(t testing.TB, limit int64, opts client.Options) (*fake, *client.Client) {
+// fakeClient returns a new fake whose rate-limited resource, rateRes, has
+// hits hits left and whose copy-limited resource, copyRes, has a limit of
+// copies, and a client of it with the fake clock and opts.
+func fakeClient(t testing.TB, hits, copies int64, opts client.Options) (*fake, *client.Client, *clock) {
 	t.Helper()
 	f := newFake()
-	f.copyLimit[copyKey] = limit
-	c, _ := newClient(t, f, opts)
-	return f, c
+	f.hitsLeft[rateKey] = hits
+	f.copyLimit[copyKey] = copies
+	c, clk := newClient(t, f, opts)
+	return f, c, clk
 }
 
+// newClient returns a client of f with the fake clock and opts.
 func newClient(t testing.TB, f *fake, opts client.Options) (*client.Client, *clock) {
 	t.Helper()
 	conn, _ := serve(t, f)

@@ -15,6 +15,17 @@ import (
 	"github.com/charonlimit/charon/client"
 )
 
+// mustReserve reserves between min and copies copies of copyRes without
+// waiting; an error ends the test.
+func mustReserve(t *testing.T, c *client.Client, copies, min int64) *client.Hold {
+	t.Helper()
+	h, err := c.Reserve(context.Background(), copyRes, copies, min, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h
+}
+
 // waitFor fails the test if ch is not closed soon; a guard, not a sleep.
 func waitFor(t *testing.T, ch <-chan struct{}, what string) {
 	t.Helper()
@@ -25,14 +36,24 @@ func waitFor(t *testing.T, ch <-chan struct{}, what string) {
 	}
 }
 
+// nextEvent returns the fake's next event; the test fails if none comes
+// soon.
+func nextEvent(t *testing.T, f *fake, what string) string {
+	t.Helper()
+	select {
+	case ev := <-f.events:
+		return ev
+	case <-time.After(10 * time.Second):
+		t.Fatalf("timed out waiting for %s", what)
+		return ""
+	}
+}
+
 func TestReserveReleaseClose(t *testing.T) {
-	f, c := copyClient(t, 10, client.Options{})
+	f, c, _ := fakeClient(t, 0, 10, client.Options{})
 	ctx := context.Background()
 
-	h, err := c.Reserve(ctx, copyRes, 6, 2, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
+	h := mustReserve(t, c, 6, 2)
 	if !h.OK() || h.Copies() != 6 || h.ID() == "" || h.Degraded() || h.Forced() {
 		t.Fatalf("got ok %v copies %d id %q; want a server hold of 6", h.OK(), h.Copies(), h.ID())
 	}
@@ -84,12 +105,9 @@ func TestReserveReleaseClose(t *testing.T) {
 }
 
 func TestReleaseAllThenClose(t *testing.T) {
-	f, c := copyClient(t, 3, client.Options{})
+	f, c, _ := fakeClient(t, 0, 3, client.Options{})
 	ctx := context.Background()
-	h, err := c.Reserve(ctx, copyRes, 3, 3, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
+	h := mustReserve(t, c, 3, 3)
 	for i := 0; i < 3; i++ {
 		if err := h.Release(ctx, 1); err != nil {
 			t.Fatal(err)
@@ -151,11 +169,7 @@ func TestTransferSeize(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, h2.Lost(), "the seized hold to be lost")
-	select {
-	case <-f.events:
-	case <-time.After(10 * time.Second):
-		t.Fatal("the server did not release the seized hold")
-	}
+	nextEvent(t, f, "the server to release the seized hold")
 	if !errors.Is(h2.Err(), client.ErrClosed) {
 		t.Errorf("Err = %v, want ErrClosed", h2.Err())
 	}
@@ -232,12 +246,9 @@ func TestReserveAll(t *testing.T) {
 }
 
 func TestSessionLost(t *testing.T) {
-	f, c := copyClient(t, 5, client.Options{FailOpen: true})
+	f, c, _ := fakeClient(t, 0, 5, client.Options{FailOpen: true})
 	ctx := context.Background()
-	h, err := c.Reserve(ctx, copyRes, 3, 3, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
+	h := mustReserve(t, c, 3, 3)
 	f.mu.Lock()
 	close(f.kill)
 	f.kill = make(chan struct{})
@@ -270,22 +281,14 @@ func TestSessionLost(t *testing.T) {
 }
 
 func TestClientCloseReleasesHolds(t *testing.T) {
-	f, c := copyClient(t, 5, client.Options{})
-	ctx := context.Background()
-	h, err := c.Reserve(ctx, copyRes, 5, 5, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
+	f, c, _ := fakeClient(t, 0, 5, client.Options{})
+	h := mustReserve(t, c, 5, 5)
 	f.events = make(chan string, 10)
 	if err := c.Close(); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, h.Lost(), "the hold to be lost")
-	select {
-	case <-f.events:
-	case <-time.After(10 * time.Second):
-		t.Fatal("the server did not release the session's hold")
-	}
+	nextEvent(t, f, "the server to release the session's hold")
 	if got := f.heldOf(copyKey); got != 0 {
 		t.Errorf("server holds %d, want 0", got)
 	}
@@ -295,11 +298,9 @@ func TestClientCloseReleasesHolds(t *testing.T) {
 }
 
 func TestAbandonedReserveIsReleased(t *testing.T) {
-	f := newFake()
-	f.copyLimit[copyKey] = 5
+	f, c, _ := fakeClient(t, 0, 5, client.Options{})
 	f.gate = make(chan struct{})
 	f.events = make(chan string, 10)
-	c, _ := newClient(t, f, client.Options{})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	f.onCall = func() { cancel() }
@@ -311,13 +312,8 @@ func TestAbandonedReserveIsReleased(t *testing.T) {
 		t.Fatalf("got %v, want context.Canceled", err)
 	}
 	close(f.gate) // the server grants after the caller gave up
-	select {
-	case ev := <-f.events:
-		if ev != "release h1" {
-			t.Errorf("event %q, want release h1", ev)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("the abandoned hold was not released")
+	if ev := nextEvent(t, f, "the abandoned hold to be released"); ev != "release h1" {
+		t.Errorf("event %q, want release h1", ev)
 	}
 	if got := f.heldOf(copyKey); got != 0 {
 		t.Errorf("server holds %d, want 0", got)
@@ -325,7 +321,7 @@ func TestAbandonedReserveIsReleased(t *testing.T) {
 }
 
 func TestConcurrentHolds(t *testing.T) {
-	f, c := copyClient(t, 20, client.Options{})
+	f, c, _ := fakeClient(t, 0, 20, client.Options{})
 	ctx := context.Background()
 	var wg sync.WaitGroup
 	errs := make(chan error, 40)
@@ -357,10 +353,8 @@ func TestConcurrentHolds(t *testing.T) {
 }
 
 func TestCallTimeoutFailsOpen(t *testing.T) {
-	f := newFake()
-	f.copyLimit[copyKey] = 5
+	f, c, _ := fakeClient(t, 0, 5, client.Options{FailOpen: true, CallTimeout: 20 * time.Millisecond})
 	f.events = make(chan string, 10)
-	c, _ := newClient(t, f, client.Options{FailOpen: true, CallTimeout: 20 * time.Millisecond})
 	// Open the Session stream first: on a busy machine opening it can take
 	// longer than the 20 ms CallTimeout, and then the timed-out reserve
 	// never reaches the server (a degraded hold with nothing to give back).
