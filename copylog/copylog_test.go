@@ -153,8 +153,10 @@ type step struct {
 	err  error
 }
 
-func runSteps(t *testing.T, s *State, steps []step) {
+// runSteps runs steps in order on a new State and returns it.
+func runSteps(t *testing.T, steps []step) *State {
 	t.Helper()
+	s := &State{}
 	for i, st := range steps {
 		got, err := st.op(s, at(st.ms))
 		if !errors.Is(err, st.err) || (err != nil && st.err == nil) {
@@ -167,6 +169,7 @@ func runSteps(t *testing.T, s *State, steps []step) {
 		}
 		checkCounts(t, s)
 	}
+	return s
 }
 
 var single = &Config{DomainLimit: 10, GlobalLimit: 10, Groups: []Group{{Name: "g", Limit: 4, Members: []string{"a"}}}}
@@ -186,6 +189,20 @@ func release(id string, c int64) func(*State, time.Time) (any, error) {
 	}
 }
 
+func keepAlive(session, id string, lease time.Duration) func(*State, time.Time) (any, error) {
+	return func(s *State, now time.Time) (any, error) {
+		r, err := KeepAlive(s, now, session, id, lease)
+		return [2]any{r.Holds, r.Expires}, err
+	}
+}
+
+func releaseSession(session string) func(*State, time.Time) (any, error) {
+	return func(s *State, now time.Time) (any, error) {
+		r, err := ReleaseSession(s, now, session)
+		return [2]any{r.Holds, r.Copies}, err
+	}
+}
+
 func held(d string, want int64) step {
 	return step{op: func(s *State, _ time.Time) (any, error) { return s.DomainHeld(d), nil }, want: want}
 }
@@ -198,7 +215,7 @@ func heldAt(ms int64, d string, want int64) step {
 }
 
 func TestPartialRelease(t *testing.T) {
-	runSteps(t, &State{}, []step{
+	runSteps(t, []step{
 		{op: reserve("x", "h1", "", "", 7, 1, time.Minute), want: [3]any{true, int64(7), "h1"}},
 		{op: release("h1", 2), want: [2]int64{2, 5}},
 		{op: release("h1", 6), err: ErrOverRelease},
@@ -214,39 +231,23 @@ func TestPartialRelease(t *testing.T) {
 }
 
 func TestLeases(t *testing.T) {
-	s := &State{}
-	runSteps(t, s, []step{
+	s := runSteps(t, []step{
 		{op: reserve("a", "h1", "", "s1", 2, 2, time.Second), want: [3]any{true, int64(2), "h1"}},
 		{ms: 500, op: reserve("a", "h2", "", "s1", 2, 2, time.Second), want: [3]any{true, int64(2), "h2"}},
 		{ms: 600, op: reserve("a", "h3", "", "s2", 1, 1, time.Second), want: [3]any{false, int64(0), ""}},
 		heldAt(999, "a", 4),
 		// h1 lapses exactly at 1000 ms.
 		heldAt(1000, "a", 2),
-		{ms: 1200, op: func(s *State, now time.Time) (any, error) {
-			r, err := KeepAlive(s, now, "s1", "", 2*time.Second)
-			return r.Holds, err
-		}, want: 1},
+		{ms: 1200, op: keepAlive("s1", "", 2*time.Second), want: [2]any{1, at(3200)}},
 		heldAt(3199, "a", 2),
 		{ms: 3200, op: func(s *State, now time.Time) (any, error) {
 			r, err := Reserve(single, s, now, ReserveRequest{Domain: "a", Copies: 4, HoldID: "h4", Lease: time.Second})
 			return [2]any{r.Granted, r.Reaped}, err
 		}, want: [2]any{int64(4), Reaped{Holds: 1, Copies: 2}}},
-		{ms: 3300, op: func(s *State, now time.Time) (any, error) {
-			r, err := KeepAlive(s, now, "", "h4", 100*time.Millisecond)
-			return r.Expires, err
-		}, want: at(4200)}, // never shortened: it stays 4200
-		{ms: 3300, op: func(s *State, now time.Time) (any, error) {
-			_, err := KeepAlive(s, now, "", "h1", time.Second)
-			return nil, err
-		}, err: ErrUnknownHold},
-		{ms: 3300, op: func(s *State, now time.Time) (any, error) {
-			_, err := KeepAlive(s, now, "", "", time.Second)
-			return nil, err
-		}, err: ErrBadID},
-		{ms: 3300, op: func(s *State, now time.Time) (any, error) {
-			_, err := KeepAlive(s, now, "s1", "", 0)
-			return nil, err
-		}, err: ErrBadLease},
+		{ms: 3300, op: keepAlive("", "h4", 100*time.Millisecond), want: [2]any{1, at(4200)}}, // never shortened: it stays 4200
+		{ms: 3300, op: keepAlive("", "h1", time.Second), err: ErrUnknownHold},
+		{ms: 3300, op: keepAlive("", "", time.Second), err: ErrBadID},
+		{ms: 3300, op: keepAlive("s1", "", 0), err: ErrBadLease},
 		heldAt(4200, "a", 0),
 	})
 	if !s.Empty() || s.Token() != 3 {
@@ -255,8 +256,7 @@ func TestLeases(t *testing.T) {
 }
 
 func TestSessionRelease(t *testing.T) {
-	s := &State{}
-	runSteps(t, s, []step{
+	runSteps(t, []step{
 		{op: reserve("a", "h1", "", "s1", 2, 2, time.Minute)},
 		{op: reserve("b", "h2", "", "s1", 3, 3, time.Minute)},
 		{op: reserve("b", "h3", "", "s2", 1, 1, time.Minute)},
@@ -264,26 +264,16 @@ func TestSessionRelease(t *testing.T) {
 			r, err := Transfer(s, now, "h2", 1, time.Second, "x1")
 			return r.Left, err
 		}, want: int64(2)},
-		{ms: 1, op: func(s *State, now time.Time) (any, error) {
-			r, err := ReleaseSession(s, now, "s1")
-			return [2]any{r.Holds, r.Copies}, err
-		}, want: [2]any{2, int64(4)}},
+		{ms: 1, op: releaseSession("s1"), want: [2]any{2, int64(4)}},
 		held("a", 0),
 		held("b", 2), // h3 and the staged copy
-		{ms: 2, op: func(s *State, now time.Time) (any, error) {
-			r, err := ReleaseSession(s, now, "s1")
-			return r.Holds, err
-		}, want: 0},
-		{ms: 2, op: func(s *State, now time.Time) (any, error) {
-			_, err := ReleaseSession(s, now, "")
-			return nil, err
-		}, err: ErrBadID},
+		{ms: 2, op: releaseSession("s1"), want: [2]any{0, int64(0)}},
+		{ms: 2, op: releaseSession(""), err: ErrBadID},
 		heldAt(1000, "b", 1),
 	})
 }
 
 func TestTransferSeize(t *testing.T) {
-	s := &State{}
 	transfer := func(id string, c int64, ttl time.Duration, x string) func(*State, time.Time) (any, error) {
 		return func(s *State, now time.Time) (any, error) {
 			r, err := Transfer(s, now, id, c, ttl, x)
@@ -296,7 +286,7 @@ func TestTransferSeize(t *testing.T) {
 			return SeizeResult{HoldID: r.HoldID, Copies: r.Copies, Token: r.Token, Domain: r.Domain, Groups: r.Groups}, err
 		}
 	}
-	runSteps(t, s, []step{
+	runSteps(t, []step{
 		// Paper Figure 6: 15 copies, 10 staged, 5 released by each side.
 		{op: reserve("a", "h1", "", "s1", 4, 4, time.Minute), want: [3]any{true, int64(4), "h1"}},
 		{op: transfer("h1", 3, 30*time.Second, "x1"), want: [2]int64{3, 1}},
@@ -323,18 +313,14 @@ func TestTransferSeize(t *testing.T) {
 }
 
 func TestIdempotentReserve(t *testing.T) {
-	s := &State{}
-	runSteps(t, s, []step{
+	s := runSteps(t, []step{
 		{op: reserve("a", "h1", "q1", "s1", 3, 1, time.Second), want: [3]any{true, int64(3), "h1"}},
 		// The retry, from a new session, with a fresh hold id: the same hold.
 		{ms: 500, op: reserve("a", "h2", "q1", "s2", 3, 1, time.Second), want: [3]any{true, int64(3), "h1"}},
 		held("a", 3),
 		{ms: 500, op: reserve("b", "h2", "q1", "s2", 3, 1, time.Second), err: ErrRequestIDReused},
 		// The hold moved to s2 and was refreshed to 1500 ms.
-		{ms: 600, op: func(s *State, now time.Time) (any, error) {
-			r, err := ReleaseSession(s, now, "s1")
-			return r.Holds, err
-		}, want: 0},
+		{ms: 600, op: releaseSession("s1"), want: [2]any{0, int64(0)}},
 		heldAt(1499, "a", 3),
 		{ms: 1499, op: release("h1", 0)},
 		// Released, but the record lives until 1500 ms: no new grant, the
