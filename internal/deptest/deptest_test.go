@@ -49,7 +49,7 @@ var imports = map[string][]string{
 	"internal/statsd":                  nil,
 	"internal/tracing":                 nil,
 	"internal/redisbackend": {"descriptors", "internal/collect", "internal/copystore", "internal/copystore/rediscopy", "internal/tlsconfig",
-		"internal/store/memstore", "internal/store/redisstore", "internal/store/resilient"},
+		"internal/periodic", "internal/store/memstore", "internal/store/redisstore", "internal/store/resilient"},
 	"internal/redisfunc":         nil,
 	"internal/redistest":         nil,
 	"internal/sessionhold":       {"api/charon/v1"},

@@ -19,6 +19,7 @@ import (
 	"github.com/charonlimit/charon/descriptors"
 	"github.com/charonlimit/charon/internal/collect"
 	"github.com/charonlimit/charon/internal/copystore/rediscopy"
+	"github.com/charonlimit/charon/internal/periodic"
 	"github.com/charonlimit/charon/internal/store/memstore"
 	"github.com/charonlimit/charon/internal/store/redisstore"
 	"github.com/charonlimit/charon/internal/store/resilient"
@@ -196,20 +197,14 @@ func (b *Backend) SetTree(t *descriptors.Tree) {
 // resources (SetTree), it sweeps the copy logs every SweepInterval.
 func (b *Backend) Run(ctx context.Context, setServing func(bool)) (stop func()) {
 	ctx, cancel := context.WithCancel(ctx)
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		b.watch(ctx, setServing)
-	}()
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		b.reap(ctx)
-	}()
+	var watcher sync.WaitGroup
+	watcher.Go(func() { b.watch(ctx, setServing) })
+	reaper := periodic.Sweep(SweepInterval, nil, func(now time.Time) { b.reap(ctx, now) })
+	context.AfterFunc(ctx, reaper.Stop)
 	return func() {
 		cancel()
-		wg.Wait()
+		reaper.Stop()
+		watcher.Wait()
 	}
 }
 
@@ -242,23 +237,16 @@ func (b *Backend) watch(ctx context.Context, setServing func(bool)) {
 	}
 }
 
-func (b *Backend) reap(ctx context.Context) {
-	tick := time.NewTicker(SweepInterval)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-			if !b.reaping.Load() {
-				continue
-			}
-			sctx, cancel := context.WithTimeout(ctx, SweepInterval)
-			if err := b.copies.Sweep(sctx, time.Now()); err != nil {
-				b.log.Debug("copy reaper", "err", err.Error())
-			}
-			cancel()
-		}
+// reap sweeps the copy logs once, if the configuration has copy-limited
+// resources.
+func (b *Backend) reap(ctx context.Context, now time.Time) {
+	if !b.reaping.Load() || ctx.Err() != nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, SweepInterval)
+	defer cancel()
+	if err := b.copies.Sweep(ctx, now); err != nil {
+		b.log.Debug("copy reaper", "err", err.Error())
 	}
 }
 

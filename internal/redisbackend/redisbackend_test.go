@@ -202,3 +202,19 @@ func TestRunReportsServing(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// TestRunSweeps: while copy-limited resources are configured, Run sweeps
+// the copy logs every SweepInterval.
+func TestRunSweeps(t *testing.T) {
+	b := open(t)
+	b.reaping.Store(true)
+	stop := b.Run(context.Background(), nil)
+	defer stop()
+	deadline := time.Now().Add(60 * time.Second)
+	for b.Copies().Stats().Sweeps < 2 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d sweeps 60 s after Run, want 2", b.Copies().Stats().Sweeps)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
