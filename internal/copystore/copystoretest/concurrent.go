@@ -12,16 +12,22 @@ import (
 	"github.com/charonlimit/charon/internal/copystore"
 )
 
-// concCfg is the configuration of the concurrent tests: domains a, b and
-// c, a and b in group ab.
-var concCfg = &copylog.Config{
-	DomainLimit: 6,
-	GlobalLimit: 10,
-	Groups:      []copylog.Group{{Name: "ab", Limit: 8, Members: []string{"a", "b"}}},
-	Overrides:   map[string]int64{"c": 4},
+// abcConfig is the shape of the concurrent tests' configurations: domains
+// a, b and c (concDomains) of domainLimit each, a and b in group ab of
+// abLimit, c overridden to cLimit, all within globalLimit.
+func abcConfig(domainLimit, abLimit, cLimit, globalLimit int64) *copylog.Config {
+	return &copylog.Config{
+		DomainLimit: domainLimit,
+		GlobalLimit: globalLimit,
+		Groups:      []copylog.Group{{Name: "ab", Limit: abLimit, Members: []string{"a", "b"}}},
+		Overrides:   map[string]int64{"c": cLimit},
+	}
 }
 
 var concDomains = []string{"a", "b", "c"}
+
+// concCfg is the configuration of testConcurrentLimits.
+var concCfg = abcConfig(6, 8, 4, 10)
 
 // pools tracks, from the workers' side, the copies they hold per domain,
 // in group ab and in all. A worker adds a grant after it returns and

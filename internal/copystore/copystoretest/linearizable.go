@@ -31,12 +31,7 @@ import (
 // what the store answered: grants, rejections, tokens, counts and errors.
 
 // linCfg is the resource's config: tight limits, so that clients compete.
-var linCfg = &copylog.Config{
-	DomainLimit: 3,
-	GlobalLimit: 6,
-	Groups:      []copylog.Group{{Name: "ab", Limit: 4, Members: []string{"a", "b"}}},
-	Overrides:   map[string]int64{"c": 2},
-}
+var linCfg = abcConfig(3, 4, 2, 6)
 
 type linKind uint8
 
@@ -379,7 +374,7 @@ func linClient(s copystore.Store, res string, rec *linRecorder, c int, rng *rand
 		}
 		switch {
 		case op < 35:
-			in := linIn{kind: linReserve, domain: []string{"a", "b", "c"}[rng.IntN(3)], copies: int64(1 + rng.IntN(3)), hold: newID("h"), session: session()}
+			in := linIn{kind: linReserve, domain: concDomains[rng.IntN(len(concDomains))], copies: int64(1 + rng.IntN(3)), hold: newID("h"), session: session()}
 			in.min = int64(rng.IntN(int(in.copies) + 1))
 			switch r := rng.IntN(10); {
 			case r < 3 && len(requests) > 0:
