@@ -10,7 +10,6 @@ import (
 	"google.golang.org/grpc/mem"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/types/known/wrapperspb"
 )
 
 // Envoy forwards header bytes as they are, and protobuf's decoder refuses a
@@ -63,6 +62,28 @@ func field(b []byte) (num protowire.Number, typ protowire.Type, raw, val []byte,
 func varint(b []byte) uint64 {
 	v, _ := protowire.ConsumeVarint(b)
 	return v
+}
+
+// message returns the message field *p, first setting it to an empty
+// message when unset: a message field that occurs again merges into the
+// one decoded so far.
+func message[T any](p **T) *T {
+	if *p == nil {
+		*p = new(T)
+	}
+	return *p
+}
+
+// decodeWrapper decodes w, a wrappers.proto message of an unsigned integer,
+// into its value v.
+func decodeWrapper[T uint32 | uint64](b []byte, w proto.Message, v *T) error {
+	return decodeFields(b, w, func(num protowire.Number, typ protowire.Type, val []byte) (bool, error) {
+		if num != 1 || typ != protowire.VarintType {
+			return false, nil
+		}
+		*v = T(varint(val))
+		return true, nil
+	})
 }
 
 // decodeFields calls f with every field of b; f reports whether it took
@@ -129,22 +150,10 @@ func decodeDescriptor(b []byte, d *ratelimitv3.RateLimitDescriptor) error {
 				return true, nil
 			})
 		case num == 2 && typ == protowire.BytesType:
-			if d.Limit == nil {
-				d.Limit = &ratelimitv3.RateLimitDescriptor_RateLimitOverride{}
-			}
-			return true, decodeOverride(val, d.Limit)
+			return true, decodeOverride(val, message(&d.Limit))
 		case num == 3 && typ == protowire.BytesType:
-			if d.HitsAddend == nil {
-				d.HitsAddend = &wrapperspb.UInt64Value{}
-			}
-			w := d.HitsAddend
-			return true, decodeFields(val, w, func(num protowire.Number, typ protowire.Type, val []byte) (bool, error) {
-				if num != 1 || typ != protowire.VarintType {
-					return false, nil
-				}
-				w.Value = varint(val)
-				return true, nil
-			})
+			w := message(&d.HitsAddend)
+			return true, decodeWrapper(val, w, &w.Value)
 		case num == 4 && typ == protowire.VarintType:
 			d.IsNegativeHits = varint(val) != 0
 		default:
@@ -162,17 +171,8 @@ func decodeOverride(b []byte, l *ratelimitv3.RateLimitDescriptor_RateLimitOverri
 		case num == 2 && typ == protowire.VarintType:
 			l.Unit = typev3.RateLimitUnit(int32(varint(val)))
 		case num == 3 && typ == protowire.BytesType:
-			if l.UnitMultiplier == nil {
-				l.UnitMultiplier = &wrapperspb.UInt32Value{}
-			}
-			w := l.UnitMultiplier
-			return true, decodeFields(val, w, func(num protowire.Number, typ protowire.Type, val []byte) (bool, error) {
-				if num != 1 || typ != protowire.VarintType {
-					return false, nil
-				}
-				w.Value = uint32(varint(val))
-				return true, nil
-			})
+			w := message(&l.UnitMultiplier)
+			return true, decodeWrapper(val, w, &w.Value)
 		default:
 			return false, nil
 		}
