@@ -157,18 +157,8 @@ func trace(t *testing.T, seed uint64, steps int, stores []store.Store, names []s
 			if r.IntN(5) == 0 {
 				hits = 1 + r.Int64N(120)
 			}
-			items[i] = store.Item{
-				Key:    store.Key{Resource: rs.name, Domain: fmt.Sprint("d", r.IntN(3)), PolicyID: seed},
-				Policy: rs.p,
-				Hits:   hits,
-				Min:    1 + r.Int64N(hits),
-			}
-			switch r.IntN(10) {
-			case 0:
-				items[i].Refund = true
-			case 1:
-				items[i].Shadow = true
-			}
+			key := store.Key{Resource: rs.name, Domain: fmt.Sprint("d", r.IntN(3)), PolicyID: seed}
+			items[i] = storetest.RandomItem(r, key, rs.p, hits)
 		}
 		var want []tiers.Decision
 		for k, s := range stores {

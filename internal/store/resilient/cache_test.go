@@ -1,16 +1,13 @@
 package resilient_test
 
 import (
-	"context"
 	"fmt"
-	"math/rand/v2"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/charonlimit/charon/internal/store"
-	"github.com/charonlimit/charon/internal/store/memstore"
 	"github.com/charonlimit/charon/internal/store/resilient"
 	"github.com/charonlimit/charon/internal/store/storetest"
 	"github.com/charonlimit/charon/tiers"
@@ -197,7 +194,7 @@ func TestCacheBounded(t *testing.T) {
 }
 
 // TestCacheExactAgainstRemote replays random traces through a wrapper with
-// the cache and through a bare memstore, and demands the same outcome: OK,
+// the cache and through a bare remote, and demands the same outcome: OK,
 // Granted, RetryAfter and ResetAfter of every item. Only the rest of a cached
 // rejection's context (hits, remaining) may be older.
 func TestCacheExactAgainstRemote(t *testing.T) {
@@ -210,45 +207,16 @@ func TestCacheExactAgainstRemote(t *testing.T) {
 	}
 	for seed := range uint64(4) {
 		s := resilient.New(newFake(), resilient.Options{})
-		ref := memstore.New(memstore.Options{})
-		r := rand.New(rand.NewPCG(seed, 6))
-		now := t0
-		for step := range 5000 {
-			now = now.Add(time.Duration(r.IntN(60)) * time.Millisecond)
-			items := make([]store.Item, 1+r.IntN(2))
-			for i := range items {
-				pi := r.IntN(len(policies))
-				hits := int64(1 + r.IntN(3))
-				it := store.Item{
-					Key:    store.Key{Resource: fmt.Sprint("res", pi), Domain: fmt.Sprint("d", r.IntN(2)), PolicyID: uint64(pi)},
-					Policy: policies[pi], Hits: hits, Min: hits,
-				}
-				if r.IntN(4) == 0 {
-					it.Min = 1 + r.Int64N(hits)
-				}
-				switch r.IntN(20) {
-				case 0:
-					it.Refund = true
-				case 1:
-					it.Shadow = true
-				}
-				items[i] = it
-			}
-			got := make([]tiers.Decision, len(items))
-			want := make([]tiers.Decision, len(items))
-			if err := s.Decide(context.Background(), now, items, got); err != nil {
-				t.Fatal(err)
-			}
-			if err := ref.Decide(context.Background(), now, items, want); err != nil {
-				t.Fatal(err)
-			}
+		ref := newFake()
+		tr := storetest.Trace{Seed: seed, Steps: 5000, Gap: 60 * time.Millisecond, Items: 2, Domains: 2, Policies: policies}
+		tr.Replay(t, s, ref, func(step int, now time.Time, items []store.Item, got, want []tiers.Decision) {
 			for i := range items {
 				g, w := got[i], want[i]
 				if g.OK != w.OK || g.Granted != w.Granted || g.RetryAfter != w.RetryAfter || g.ResetAfter != w.ResetAfter {
 					t.Fatalf("seed %d step %d at +%v, item %d of %+v: got %+v, want %+v", seed, step, now.Sub(t0), i, items, g, w)
 				}
 			}
-		}
+		})
 		st := s.Stats()
 		if st.Cached < 200 {
 			t.Errorf("seed %d: only %d calls answered from the cache: the trace does not exercise it", seed, st.Cached)

@@ -5,5 +5,7 @@
 // traces checked against Model, the reference store, and package tiers'
 // scenario scripts (tiers/testdata), whose expectations every store meets.
 //
-// A store's test calls Run with a constructor of empty stores.
+// A store's test calls Run with a constructor of empty stores. Trace and
+// RandomItem draw the random calls of the suite's traces, for a store's own
+// tests as well.
 package storetest

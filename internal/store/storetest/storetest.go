@@ -465,40 +465,11 @@ func sum(xs []int) int {
 }
 
 func testRandomTraces(t *testing.T, s store.Store) {
-	var m Model
-	r := rand.New(rand.NewPCG(42, 43))
-	policies := []*tiers.Policy{simple, penalty, hard, global, bucket, fixed}
-	now := T0
-	for step := range 1500 {
-		now = now.Add(time.Duration(r.IntN(300)) * time.Millisecond)
-		items := make([]store.Item, 1+r.IntN(4))
-		for i := range items {
-			pi := r.IntN(len(policies))
-			hits := int64(1 + r.IntN(4))
-			it := store.Item{
-				Key:    store.Key{Resource: fmt.Sprint("rand", pi), Domain: fmt.Sprint("d", r.IntN(3)), PolicyID: uint64(pi)},
-				Policy: policies[pi],
-				Hits:   hits,
-				Min:    1 + r.Int64N(hits),
-			}
-			switch r.IntN(10) {
-			case 0:
-				it.Refund = true
-			case 1:
-				it.Shadow = true
-			}
-			items[i] = it
-		}
-		want := make([]tiers.Decision, len(items))
-		got := make([]tiers.Decision, len(items))
-		if err := m.Decide(context.Background(), now, items, want); err != nil {
-			t.Fatalf("model: %v", err)
-		}
-		if err := s.Decide(context.Background(), now, items, got); err != nil {
-			t.Fatalf("step %d: %v", step, err)
-		}
+	tr := Trace{Seed: 42, Steps: 1500, Gap: 300 * time.Millisecond, Items: 4, Domains: 3,
+		Policies: []*tiers.Policy{simple, penalty, hard, global, bucket, fixed}}
+	tr.Replay(t, s, &Model{}, func(step int, now time.Time, items []store.Item, got, want []tiers.Decision) {
 		if diff := cmp.Diff(want, got); diff != "" {
 			t.Fatalf("step %d at +%v, items %+v (-model +store):\n%s", step, now.Sub(T0), items, diff)
 		}
-	}
+	})
 }
