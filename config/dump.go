@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"fmt"
 	"slices"
+	"strings"
+	"time"
 
 	"gopkg.in/yaml.v3"
 
@@ -155,4 +157,19 @@ func sortedKeys[V any](m map[string]V) []string {
 	}
 	slices.Sort(keys)
 	return keys
+}
+
+// fmtDur writes a duration the way a config would: "unbounded", "1m", "1h30m".
+func fmtDur(d time.Duration) string {
+	if d == tiers.Unbounded {
+		return "unbounded"
+	}
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = s[:len(s)-2]
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = s[:len(s)-2]
+	}
+	return s
 }

@@ -2,10 +2,12 @@ package config
 
 import (
 	"bytes"
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -59,19 +61,19 @@ type parser struct {
 }
 
 func (p *parser) errf(n *yaml.Node, path *ypath, format string, args ...any) {
-	line := 0
-	if n != nil {
-		line = n.Line
-	}
-	p.errs = append(p.errs, &Error{File: p.file, Line: line, Path: path.String(), Message: fmt.Sprintf(format, args...)})
+	p.errs = append(p.errs, &Error{File: p.file, Line: lineOf(n), Path: path.String(), Message: fmt.Sprintf(format, args...)})
 }
 
 func (p *parser) warnf(n *yaml.Node, path *ypath, format string, args ...any) {
-	line := 0
-	if n != nil {
-		line = n.Line
+	p.warns = append(p.warns, Warning{File: p.file, Line: lineOf(n), Path: path.String(), Message: fmt.Sprintf(format, args...)})
+}
+
+// lineOf is the line of n, 0 for nil.
+func lineOf(n *yaml.Node) int {
+	if n == nil {
+		return 0
 	}
-	p.warns = append(p.warns, Warning{File: p.file, Line: line, Path: path.String(), Message: fmt.Sprintf(format, args...)})
+	return n.Line
 }
 
 var yamlLine = regexp.MustCompile(`^yaml: line (\d+): `)
@@ -114,11 +116,7 @@ func (p *parser) parseFile(data []byte) *fileConfig {
 		return true
 	})
 	if fc.domain == "" {
-		n := domainNode
-		if n == nil {
-			n = root
-		}
-		p.errf(n, rootPath("domain"), "empty domain")
+		p.errf(cmp.Or(domainNode, root), rootPath("domain"), "empty domain")
 	}
 	if descs != nil {
 		fc.nodes = p.descriptors(descs, rootPath("descriptors"), 1)
@@ -249,6 +247,45 @@ func (p *parser) mapping(n *yaml.Node, path *ypath) bool {
 	return true
 }
 
+// values reads the mapping n as fields does: read reads the value v of a
+// key it knows and tells whether it is valid (known is false for any other
+// key). values returns whether every value was valid.
+func (p *parser) values(n *yaml.Node, path *ypath, read func(key string, v *yaml.Node) (valid, known bool)) bool {
+	ok := true
+	p.fields(n, path, func(key string, _, v *yaml.Node) bool {
+		valid, known := read(key, v)
+		if !known {
+			return false
+		}
+		ok = ok && valid
+		return true
+	})
+	return ok
+}
+
+// require reports each of keys that the mapping n lacks, and returns false
+// if there was any.
+func (p *parser) require(n *yaml.Node, path *ypath, keys ...string) bool {
+	ok := true
+	for _, key := range keys {
+		if !has(n, key) {
+			p.errf(n, path.k(key), "missing")
+			ok = false
+		}
+	}
+	return ok
+}
+
+// has reports whether the mapping n has the key key.
+func has(n *yaml.Node, key string) bool {
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		if k := n.Content[i]; k.Tag == "!!str" && k.Value == key {
+			return true
+		}
+	}
+	return false
+}
+
 // str reads a scalar as text: envoyproxy/ratelimit reads `value: 123` as
 // "123", so any scalar is accepted; an empty value is "".
 func (p *parser) str(n *yaml.Node, path *ypath) (string, bool) {
@@ -316,14 +353,15 @@ func decimal(s string) (int64, bool) {
 	return v, true
 }
 
-// duration reads a Go duration ("1s", "5m", "24h") or "unbounded".
-func (p *parser) duration(n *yaml.Node, path *ypath, allowUnbounded bool) (time.Duration, bool) {
+// duration reads a Go duration ("1s", "5m", "24h") or "unbounded"; the
+// length of a window (window true) must be finite and above 0.
+func (p *parser) duration(n *yaml.Node, path *ypath, window bool) (time.Duration, bool) {
 	if n.Kind != yaml.ScalarNode || n.Tag == "!!null" {
 		p.errf(n, path, "must be a duration such as 1s, 5m or 24h, not %s", kindName(n))
 		return 0, false
 	}
 	if strings.EqualFold(n.Value, "unbounded") {
-		if !allowUnbounded {
+		if window {
 			p.errf(n, path, "must be a finite duration")
 			return 0, false
 		}
@@ -340,6 +378,10 @@ func (p *parser) duration(n *yaml.Node, path *ypath, allowUnbounded bool) (time.
 	}
 	if d < 0 {
 		p.errf(n, path, "must be >= 0")
+		return 0, false
+	}
+	if window && d == 0 {
+		p.errf(n, path, "must be > 0")
 		return 0, false
 	}
 	return d, true
@@ -378,17 +420,47 @@ func (p *parser) descriptors(n *yaml.Node, path *ypath, depth int) []*pnode {
 	return out
 }
 
-// leafSpec gathers the policy keys of one descriptor.
-type leafSpec struct {
-	rateLimit, tiers, bucket, copies  *yaml.Node
-	hardLimit, globalLimit, overrides *yaml.Node
-	kRate, kTiers, kBucket, kCopies   *yaml.Node
-	kHard, kGlobal, kOverrides        *yaml.Node
+// policyKeys are the keys that give a descriptor its policy, in the order
+// a conflict names them; amendKeys are the keys that amend that policy.
+var (
+	policyKeys = []string{"rate_limit", "tiers", "token_bucket", "copies"}
+	amendKeys  = []string{"hard_limit", "global_limit", "overrides"}
+)
+
+// leafSpec gathers the policy and amend keys given on one descriptor or
+// override, by key.
+type leafSpec map[string]given
+
+// given is a key given (at k), with its value.
+type given struct {
+	name string
+	k, v *yaml.Node
+}
+
+// set keeps the value v of the policy or amend key key (at k); it returns
+// false for any other key.
+func (ls leafSpec) set(key string, k, v *yaml.Node) bool {
+	if !slices.Contains(policyKeys, key) && !slices.Contains(amendKeys, key) {
+		return false
+	}
+	ls[key] = given{key, k, v}
+	return true
+}
+
+// pick returns the keys of names that were given, in the order of names.
+func (ls leafSpec) pick(names ...string) []given {
+	var gs []given
+	for _, name := range names {
+		if g, ok := ls[name]; ok {
+			gs = append(gs, g)
+		}
+	}
+	return gs
 }
 
 func (p *parser) descriptor(n *yaml.Node, path *ypath, depth int) *pnode {
 	d := &pnode{line: n.Line}
-	var ls leafSpec
+	ls := leafSpec{}
 	var children *yaml.Node
 	var keyNode *yaml.Node
 	var shadow, detailed, quota bool
@@ -403,8 +475,6 @@ func (p *parser) descriptor(n *yaml.Node, path *ypath, depth int) *pnode {
 			d.value, _ = p.str(v, fp)
 		case "descriptors":
 			children = v
-		case "rate_limit":
-			ls.rateLimit, ls.kRate = v, k
 		case "shadow_mode":
 			shadow, _ = p.boolean(v, fp)
 		case "detailed_metric":
@@ -419,33 +489,17 @@ func (p *parser) descriptor(n *yaml.Node, path *ypath, depth int) *pnode {
 			// Reported back to Envoy in a response's dynamic metadata
 			// (--dynamic-metadata), as envoyproxy/ratelimit does.
 			metadata = p.metadata(v, fp)
-		case "tiers":
-			ls.tiers, ls.kTiers = v, k
-		case "hard_limit":
-			ls.hardLimit, ls.kHard = v, k
-		case "global_limit":
-			ls.globalLimit, ls.kGlobal = v, k
-		case "overrides":
-			ls.overrides, ls.kOverrides = v, k
-		case "token_bucket":
-			ls.bucket, ls.kBucket = v, k
-		case "copies":
-			ls.copies, ls.kCopies = v, k
 		default:
-			return false
+			return ls.set(key, k, v)
 		}
 		return true
 	})
 	if d.key == "" {
-		at := keyNode
-		if at == nil {
-			at = n
-		}
-		p.errf(at, path.k("key"), "descriptor has an empty key")
+		p.errf(cmp.Or(keyNode, n), path.k("key"), "descriptor has an empty key")
 	}
 	d.node.Key, d.node.Value = d.key, d.value
 	d.node.DetailedMetric = detailed
-	if l := p.limit(&ls, path, n.Line); l != nil {
+	if l := p.limit(ls, path, n.Line); l != nil {
 		l.ShadowMode = shadow
 		l.QuotaMode = quota
 		l.Metadata = metadata

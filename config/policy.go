@@ -1,11 +1,11 @@
 package config
 
 import (
+	"cmp"
 	"errors"
 	"regexp"
 	"strconv"
 	"strings"
-	"time"
 
 	"gopkg.in/yaml.v3"
 
@@ -16,31 +16,13 @@ import (
 // closed is the policy that rejects every request (no tiers).
 func closed() *tiers.Policy { return &tiers.Policy{Kind: tiers.KindTiers} }
 
-type given struct {
-	name string
-	k, v *yaml.Node
-}
-
 // limit builds the limit of one descriptor, nil when it has none (or on
 // error, already reported).
-func (p *parser) limit(ls *leafSpec, path *ypath, line int) *descriptors.Limit {
-	var gs []given
-	for _, g := range []given{
-		{"rate_limit", ls.kRate, ls.rateLimit},
-		{"tiers", ls.kTiers, ls.tiers},
-		{"token_bucket", ls.kBucket, ls.bucket},
-		{"copies", ls.kCopies, ls.copies},
-	} {
-		if g.v != nil {
-			gs = append(gs, g)
-		}
-	}
-	extras := []given{{"hard_limit", ls.kHard, ls.hardLimit}, {"global_limit", ls.kGlobal, ls.globalLimit}, {"overrides", ls.kOverrides, ls.overrides}}
+func (p *parser) limit(ls leafSpec, path *ypath, line int) *descriptors.Limit {
+	gs := ls.pick(policyKeys...)
 	if len(gs) == 0 {
-		for _, g := range extras {
-			if g.v != nil {
-				p.errf(g.k, path.k(g.name), "needs a policy on the same descriptor (rate_limit, tiers, token_bucket or copies)")
-			}
+		for _, g := range ls.pick(amendKeys...) {
+			p.errf(g.k, path.k(g.name), "needs a policy on the same descriptor (rate_limit, tiers, token_bucket or copies)")
 		}
 		return nil
 	}
@@ -67,10 +49,7 @@ func (p *parser) limit(ls *leafSpec, path *ypath, line int) *descriptors.Limit {
 	if !ok {
 		return nil
 	}
-	for _, e := range extras[:2] {
-		if e.v == nil {
-			continue
-		}
+	for _, e := range ls.pick("hard_limit", "global_limit") {
 		ep := path.k(e.name)
 		if l.Policy == nil || l.Policy.Kind != tiers.KindTiers {
 			p.errf(e.k, ep, "applies only to tiers and to a sliding-window rate_limit")
@@ -86,12 +65,12 @@ func (p *parser) limit(ls *leafSpec, path *ypath, line int) *descriptors.Limit {
 			l.Policy.GlobalLimit = v
 		}
 	}
-	if ls.overrides != nil {
+	if o, set := ls["overrides"]; set {
 		op := path.k("overrides")
 		if l.Unlimited {
-			p.errf(ls.kOverrides, op, "an unlimited rate_limit has no overrides")
+			p.errf(o.k, op, "an unlimited rate_limit has no overrides")
 			ok = false
-		} else if !p.overrides(ls.overrides, op, l) {
+		} else if !p.overrides(o.v, op, l) {
 			ok = false
 		}
 	}
@@ -223,11 +202,7 @@ func (p *parser) rateLimit(n *yaml.Node, path *ypath, full bool) (*tiers.Policy,
 		return nil, meta, ok
 	}
 	if !validUnit {
-		at := unitNode
-		if at == nil {
-			at = n
-		}
-		p.errf(at, path.k("unit"), "invalid rate limit unit %q: use second, minute, hour, day, week, month or year", unit)
+		p.errf(cmp.Or(unitNode, n), path.k("unit"), "invalid rate limit unit %q: use second, minute, hour, day, week, month or year", unit)
 		ok = false
 	}
 	var rpu int64
@@ -280,41 +255,24 @@ func (p *parser) tierList(k, n *yaml.Node, path *ypath) (*tiers.Policy, bool) {
 			continue
 		}
 		t := tiers.Tier{Active: tiers.Unbounded}
-		var haveLimit, haveWindow bool
-		p.fields(it, ip, func(key string, kk, v *yaml.Node) bool {
-			fp := ip.k(key)
-			var vok bool
+		vok := p.values(it, ip, func(key string, v *yaml.Node) (valid, known bool) {
 			switch key {
 			case "limit":
-				haveLimit = true
-				t.Limit, vok = p.integer(v, fp, 1, "must be >= 1")
+				t.Limit, valid = p.integer(v, ip.k(key), 1, "must be >= 1")
 			case "window":
-				haveWindow = true
-				t.Window, vok = p.duration(v, fp, false)
-				if vok && t.Window == 0 {
-					p.errf(v, fp, "must be > 0")
-					vok = false
-				}
+				t.Window, valid = p.duration(v, ip.k(key), true)
 			case "active":
-				t.Active, vok = p.duration(v, fp, true)
+				t.Active, valid = p.duration(v, ip.k(key), false)
 			case "cooldown":
-				t.Cooldown, vok = p.duration(v, fp, true)
+				t.Cooldown, valid = p.duration(v, ip.k(key), false)
 			case "skippable":
-				t.Skippable, vok = p.boolean(v, fp)
+				t.Skippable, valid = p.boolean(v, ip.k(key))
 			default:
-				return false
+				return false, false
 			}
-			ok = ok && vok
-			return true
+			return valid, true
 		})
-		if !haveLimit {
-			p.errf(it, ip.k("limit"), "missing")
-			ok = false
-		}
-		if !haveWindow {
-			p.errf(it, ip.k("window"), "missing")
-			ok = false
-		}
+		ok = p.require(it, ip, "limit", "window") && vok && ok
 		pol.Tiers = append(pol.Tiers, t)
 	}
 	if !ok {
@@ -345,36 +303,20 @@ func (p *parser) tokenBucket(n *yaml.Node, path *ypath) (*tiers.Policy, bool) {
 		return nil, false
 	}
 	pol := &tiers.Policy{Kind: tiers.KindTokenBucket}
-	ok := true
-	seen := map[string]bool{}
-	p.fields(n, path, func(key string, k, v *yaml.Node) bool {
-		fp := path.k(key)
-		var vok bool
+	ok := p.values(n, path, func(key string, v *yaml.Node) (valid, known bool) {
 		switch key {
 		case "capacity":
-			pol.Bucket.Capacity, vok = p.integer(v, fp, 1, "must be >= 1")
+			pol.Bucket.Capacity, valid = p.integer(v, path.k(key), 1, "must be >= 1")
 		case "refill":
-			pol.Bucket.Refill, vok = p.integer(v, fp, 1, "must be >= 1")
+			pol.Bucket.Refill, valid = p.integer(v, path.k(key), 1, "must be >= 1")
 		case "per":
-			pol.Bucket.Per, vok = p.duration(v, fp, false)
-			if vok && pol.Bucket.Per == 0 {
-				p.errf(v, fp, "must be > 0")
-				vok = false
-			}
+			pol.Bucket.Per, valid = p.duration(v, path.k(key), true)
 		default:
-			return false
+			return false, false
 		}
-		seen[key] = true
-		ok = ok && vok
-		return true
+		return valid, true
 	})
-	for _, k := range []string{"capacity", "refill", "per"} {
-		if !seen[k] {
-			p.errf(n, path.k(k), "missing")
-			ok = false
-		}
-	}
-	return pol, ok
+	return pol, p.require(n, path, "capacity", "refill", "per") && ok
 }
 
 func (p *parser) copies(n *yaml.Node, path *ypath) (*descriptors.Copies, bool) {
@@ -382,29 +324,20 @@ func (p *parser) copies(n *yaml.Node, path *ypath) (*descriptors.Copies, bool) {
 		return nil, false
 	}
 	c := &descriptors.Copies{}
-	ok, haveDomain := true, false
-	p.fields(n, path, func(key string, k, v *yaml.Node) bool {
-		fp := path.k(key)
-		var vok bool
+	ok := p.values(n, path, func(key string, v *yaml.Node) (valid, known bool) {
 		switch key {
 		case "domain_limit":
-			haveDomain = true
-			c.DomainLimit, vok = p.integer(v, fp, 0, "must be >= 0")
+			c.DomainLimit, valid = p.integer(v, path.k(key), 0, "must be >= 0")
 		case "global_limit":
-			c.GlobalLimit, vok = p.integer(v, fp, 1, "must be >= 1 (leave it out for no limit)")
+			c.GlobalLimit, valid = p.integer(v, path.k(key), 1, "must be >= 1 (leave it out for no limit)")
 		case "groups":
-			vok = p.groups(v, fp, c)
+			valid = p.groups(v, path.k(key), c)
 		default:
-			return false
+			return false, false
 		}
-		ok = ok && vok
-		return true
+		return valid, true
 	})
-	if !haveDomain {
-		p.errf(n, path.k("domain_limit"), "missing")
-		ok = false
-	}
-	return c, ok
+	return c, p.require(n, path, "domain_limit") && ok
 }
 
 func (p *parser) groups(n *yaml.Node, path *ypath, c *descriptors.Copies) bool {
@@ -417,32 +350,30 @@ func (p *parser) groups(n *yaml.Node, path *ypath, c *descriptors.Copies) bool {
 			continue
 		}
 		var g descriptors.Group
-		haveLimit := false
-		p.fields(it, ip, func(key string, k, v *yaml.Node) bool {
-			fp := ip.k(key)
-			var vok = true
+		vok := p.values(it, ip, func(key string, v *yaml.Node) (valid, known bool) {
 			switch key {
 			case "name":
-				g.Name, vok = p.str(v, fp)
+				g.Name, valid = p.str(v, ip.k(key))
 			case "limit":
-				haveLimit = true
-				g.Limit, vok = p.integer(v, fp, 0, "must be >= 0")
+				g.Limit, valid = p.integer(v, ip.k(key), 0, "must be >= 0")
 			case "members":
+				fp := ip.k(key)
+				valid = true
 				for j, m := range p.list(v, fp) {
 					s, sok := p.str(m, fp.i(j))
 					if sok && s == "" {
 						p.errf(m, fp.i(j), "empty member")
 						sok = false
 					}
-					vok = vok && sok
+					valid = valid && sok
 					g.Members = append(g.Members, domainKey(s))
 				}
 			default:
-				return false
+				return false, false
 			}
-			ok = ok && vok
-			return true
+			return valid, true
 		})
+		ok = ok && vok
 		switch {
 		case g.Name == "":
 			p.errf(it, ip.k("name"), "missing")
@@ -451,8 +382,7 @@ func (p *parser) groups(n *yaml.Node, path *ypath, c *descriptors.Copies) bool {
 			p.errf(it, ip.k("name"), "group %q given twice", g.Name)
 			ok = false
 		}
-		if !haveLimit {
-			p.errf(it, ip.k("limit"), "missing")
+		if !p.require(it, ip, "limit") {
 			ok = false
 		}
 		names[g.Name] = true
@@ -489,137 +419,108 @@ func (p *parser) overrides(n *yaml.Node, path *ypath, l *descriptors.Limit) bool
 	ok := true
 	lines := map[string]int{}
 	for i, it := range p.list(n, path) {
-		ip := path.i(i)
-		if !p.mapping(it, ip) {
+		if !p.override(it, path.i(i), l, lines) {
 			ok = false
-			continue
 		}
-		var domain string
-		var domainNode *yaml.Node
-		var ls leafSpec
-		var dl *yaml.Node
-		p.fields(it, ip, func(key string, k, v *yaml.Node) bool {
-			switch key {
-			case "domain":
-				domainNode = v
-				domain, _ = p.str(v, ip.k(key))
-			case "rate_limit":
-				ls.rateLimit, ls.kRate = v, k
-			case "tiers":
-				ls.tiers, ls.kTiers = v, k
-			case "token_bucket":
-				ls.bucket, ls.kBucket = v, k
-			case "hard_limit":
-				ls.hardLimit, ls.kHard = v, k
-			case "domain_limit":
-				dl = v
-			default:
-				return false
-			}
-			return true
-		})
-		if domain == "" {
-			p.errf(it, ip.k("domain"), "missing: name the Charon domain this override is for")
-			ok = false
-			continue
-		}
-		if line, dup := lines[domain]; dup {
-			p.errf(domainNode, ip.k("domain"), "domain %q already overridden at line %d", domain, line)
-			ok = false
-			continue
-		}
-		lines[domain] = domainNode.Line
-		domain = domainKey(domain)
-		if l.Copies != nil {
-			if ls.rateLimit != nil || ls.tiers != nil || ls.bucket != nil || ls.hardLimit != nil || dl == nil {
-				p.errf(it, ip, "an override of copies gives domain_limit only")
-				ok = false
-				continue
-			}
-			v, vok := p.integer(dl, ip.k("domain_limit"), 0, "must be >= 0")
-			if !vok {
-				ok = false
-				continue
-			}
-			if l.Copies.Overrides == nil {
-				l.Copies.Overrides = map[string]int64{}
-			}
-			l.Copies.Overrides[domain] = v
-			continue
-		}
-		if dl != nil {
-			p.errf(dl, ip.k("domain_limit"), "applies only to copies")
-			ok = false
-			continue
-		}
-		var gs []given
-		for _, g := range []given{{"rate_limit", ls.kRate, ls.rateLimit}, {"tiers", ls.kTiers, ls.tiers}, {"token_bucket", ls.kBucket, ls.bucket}} {
-			if g.v != nil {
-				gs = append(gs, g)
-			}
-		}
-		if len(gs) != 1 {
-			p.errf(it, ip, "an override gives exactly one policy: rate_limit, tiers or token_bucket")
-			ok = false
-			continue
-		}
-		g := gs[0]
-		gp := ip.k(g.name)
-		var pol *tiers.Policy
-		var pok bool
-		switch g.name {
-		case "rate_limit":
-			pol, _, pok = p.rateLimit(g.v, gp, false)
-		case "tiers":
-			pol, pok = p.tierList(g.k, g.v, gp)
-		case "token_bucket":
-			pol, pok = p.tokenBucket(g.v, gp)
-		}
-		if !pok {
-			ok = false
-			continue
-		}
-		if ls.hardLimit != nil {
-			if pol.Kind != tiers.KindTiers {
-				p.errf(ls.kHard, ip.k("hard_limit"), "applies only to tiers and to a sliding-window rate_limit")
-				ok = false
-				continue
-			}
-			v, vok := p.integer(ls.hardLimit, ip.k("hard_limit"), 1, "must be >= 1 (leave it out for no limit)")
-			if !vok {
-				ok = false
-				continue
-			}
-			pol.HardLimit = v
-		}
-		if pol.Kind == tiers.KindTiers && l.Policy != nil {
-			pol.GlobalLimit = l.Policy.GlobalLimit
-		}
-		if !p.validate(g.k, ip, g.name, pol) {
-			ok = false
-			continue
-		}
-		if l.Overrides == nil {
-			l.Overrides = map[string]*tiers.Policy{}
-		}
-		l.Overrides[domain] = pol
 	}
 	return ok
 }
 
-// fmtDur writes a duration the way a config would: "unbounded", "1m", "1h30m".
-func fmtDur(d time.Duration) string {
-	if d == tiers.Unbounded {
-		return "unbounded"
+// override parses one override of l; lines holds the line of each domain
+// already overridden.
+func (p *parser) override(n *yaml.Node, path *ypath, l *descriptors.Limit, lines map[string]int) bool {
+	if !p.mapping(n, path) {
+		return false
 	}
-	s := d.String()
-	if strings.HasSuffix(s, "m0s") {
-		s = s[:len(s)-2]
+	var domain string
+	var domainNode *yaml.Node
+	ls := leafSpec{}
+	var dl *yaml.Node
+	p.fields(n, path, func(key string, k, v *yaml.Node) bool {
+		switch key {
+		case "domain":
+			domainNode = v
+			domain, _ = p.str(v, path.k(key))
+		case "rate_limit", "tiers", "token_bucket", "hard_limit":
+			ls.set(key, k, v)
+		case "domain_limit":
+			dl = v
+		default:
+			return false
+		}
+		return true
+	})
+	if domain == "" {
+		p.errf(n, path.k("domain"), "missing: name the Charon domain this override is for")
+		return false
 	}
-	if strings.HasSuffix(s, "h0m") {
-		s = s[:len(s)-2]
+	if line, dup := lines[domain]; dup {
+		p.errf(domainNode, path.k("domain"), "domain %q already overridden at line %d", domain, line)
+		return false
 	}
-	return s
+	lines[domain] = domainNode.Line
+	domain = domainKey(domain)
+	if l.Copies != nil {
+		if len(ls) > 0 || dl == nil {
+			p.errf(n, path, "an override of copies gives domain_limit only")
+			return false
+		}
+		v, vok := p.integer(dl, path.k("domain_limit"), 0, "must be >= 0")
+		if !vok {
+			return false
+		}
+		if l.Copies.Overrides == nil {
+			l.Copies.Overrides = map[string]int64{}
+		}
+		l.Copies.Overrides[domain] = v
+		return true
+	}
+	if dl != nil {
+		p.errf(dl, path.k("domain_limit"), "applies only to copies")
+		return false
+	}
+	gs := ls.pick("rate_limit", "tiers", "token_bucket")
+	if len(gs) != 1 {
+		p.errf(n, path, "an override gives exactly one policy: rate_limit, tiers or token_bucket")
+		return false
+	}
+	g := gs[0]
+	gp := path.k(g.name)
+	var pol *tiers.Policy
+	var pok bool
+	switch g.name {
+	case "rate_limit":
+		pol, _, pok = p.rateLimit(g.v, gp, false)
+	case "tiers":
+		pol, pok = p.tierList(g.k, g.v, gp)
+	case "token_bucket":
+		pol, pok = p.tokenBucket(g.v, gp)
+	}
+	if !pok {
+		return false
+	}
+	if hl, set := ls["hard_limit"]; set {
+		if pol.Kind != tiers.KindTiers {
+			p.errf(hl.k, path.k("hard_limit"), "applies only to tiers and to a sliding-window rate_limit")
+			return false
+		}
+		v, vok := p.integer(hl.v, path.k("hard_limit"), 1, "must be >= 1 (leave it out for no limit)")
+		if !vok {
+			return false
+		}
+		pol.HardLimit = v
+	}
+	if pol.Kind == tiers.KindTiers && l.Policy != nil {
+		pol.GlobalLimit = l.Policy.GlobalLimit
+	}
+	if !p.validate(g.k, path, g.name, pol) {
+		return false
+	}
+	if l.Overrides == nil {
+		l.Overrides = map[string]*tiers.Policy{}
+	}
+	l.Overrides[domain] = pol
+	return true
 }
 
 // domainKey turns a Charon domain as a config writes it (the raw request
