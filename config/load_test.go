@@ -430,29 +430,30 @@ descriptors:
     rate_limit: {unit: hour, requests_per_unit: 10}
   - key: sliding
     rate_limit: {unit: hour, requests_per_unit: 10, algorithm: sliding_window}
+  - key: fixed
+    rate_limit: {unit: hour, requests_per_unit: 10, algorithm: fixed_window}
 `
-	for _, tc := range []struct {
-		fixedDefault bool
-		key          string
-		want         tiers.Kind
-	}{
-		{false, "plain", tiers.KindTiers},
-		{true, "plain", tiers.KindFixedWindow},
-		{true, "sliding", tiers.KindTiers},
-	} {
-		cfg, _, err := load(t, Options{FixedWindowDefault: tc.fixedDefault}, "api.yaml", text)
+	for _, fixedDefault := range []bool{false, true} {
+		cfg, _, err := load(t, Options{FixedWindowDefault: fixedDefault}, "api.yaml", text)
 		if err != nil {
 			t.Fatal(err)
 		}
-		m, ok := cfg.Tree.Match("api", []descriptors.Entry{{Key: tc.key, Value: "x"}})
-		if !ok || m.Policy == nil {
-			t.Fatalf("%s: no match", tc.key)
+		// Only a rate_limit without an algorithm follows the default.
+		plain := tiers.KindTiers
+		if fixedDefault {
+			plain = tiers.KindFixedWindow
 		}
-		if m.Policy.Kind != tc.want {
-			t.Errorf("FixedWindowDefault %v, %s: got kind %v, want %v", tc.fixedDefault, tc.key, m.Policy.Kind, tc.want)
-		}
-		if tc.want == tiers.KindFixedWindow && (m.Policy.Window.Limit != 10 || m.Policy.Window.Unit != tiers.UnitHour) {
-			t.Errorf("fixed window %+v, want 10 per hour", m.Policy.Window)
+		for key, want := range map[string]tiers.Kind{"plain": plain, "sliding": tiers.KindTiers, "fixed": tiers.KindFixedWindow} {
+			m, ok := cfg.Tree.Match("api", []descriptors.Entry{{Key: key, Value: "x"}})
+			if !ok || m.Policy == nil {
+				t.Fatalf("%s: no match", key)
+			}
+			if m.Policy.Kind != want {
+				t.Errorf("FixedWindowDefault %v, %s: got kind %v, want %v", fixedDefault, key, m.Policy.Kind, want)
+			}
+			if want == tiers.KindFixedWindow && (m.Policy.Window.Limit != 10 || m.Policy.Window.Unit != tiers.UnitHour) {
+				t.Errorf("fixed window %+v, want 10 per hour", m.Policy.Window)
+			}
 		}
 	}
 }
