@@ -5,7 +5,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -28,11 +27,11 @@ func TestReserveProcessKilled(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "c.yaml"), []byte("domain: c\ndescriptors:\n  - key: db\n    copies:\n      domain_limit: 3\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	p := freePorts(t, 3)
-	grpcAddr := "127.0.0.1:" + strconv.Itoa(p[0])
+	addrs := freeAddrs(t, 3)
+	grpcAddr := addrs[0]
 	var serveErr lockedBuffer
 	serve := exec.Command(bin, "serve", "--config", dir, "--grpc-addr", grpcAddr,
-		"--http-addr", "127.0.0.1:"+strconv.Itoa(p[1]), "--debug-addr", "127.0.0.1:"+strconv.Itoa(p[2]))
+		"--http-addr", addrs[1], "--debug-addr", addrs[2])
 	serve.Stderr = &serveErr
 	if err := serve.Start(); err != nil {
 		t.Fatal(err)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"net"
 	"net/http"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -22,7 +21,7 @@ import (
 // LIMIT_REMAINING_HEADER, USE_PROMETHEUS on PROMETHEUS_ADDR with its names,
 // and USE_STATSD to a UDP listener.
 func TestServeLyftSettings(t *testing.T) {
-	promPort := freePorts(t, 1)[0]
+	promAddr := freeAddrs(t, 1)[0]
 	udp, err := net.ListenPacket("udp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -31,7 +30,7 @@ func TestServeLyftSettings(t *testing.T) {
 	_, statsdPort, _ := net.SplitHostPort(udp.LocalAddr().String())
 	p := startServeEnv(t, buildCharon(t), []string{"SHADOW_MODE=true", "RESPONSE_DYNAMIC_METADATA=true",
 		"LIMIT_RESPONSE_HEADERS_ENABLED=true", "LIMIT_REMAINING_HEADER=X-Left",
-		"USE_PROMETHEUS=true", "PROMETHEUS_ADDR=127.0.0.1:" + strconv.Itoa(promPort),
+		"USE_PROMETHEUS=true", "PROMETHEUS_ADDR=" + promAddr,
 		"USE_STATSD=true", "STATSD_HOST=127.0.0.1", "STATSD_PORT=" + statsdPort, "STATS_FLUSH_INTERVAL=50ms"},
 		"--config", writeRedisConfig(t))
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -57,7 +56,7 @@ func TestServeLyftSettings(t *testing.T) {
 	if !strings.Contains(strings.Join(headers, ","), "X-Left") {
 		t.Errorf("LIMIT_REMAINING_HEADER: headers %v", headers)
 	}
-	m := get(t, "http://127.0.0.1:"+strconv.Itoa(promPort)+"/metrics")
+	m := get(t, "http://"+promAddr+"/metrics")
 	if n := metricValue(m, `ratelimit_service_rate_limit_over_limit{domain="test",key1="user",key2=""}`); n != 1 {
 		t.Errorf("USE_PROMETHEUS: over_limit %v, want 1", n)
 	}

@@ -66,11 +66,11 @@ func startServe(t *testing.T, bin string, args ...string) *proc {
 // startServeEnv is startServe with extra environment variables.
 func startServeEnv(t *testing.T, bin string, env []string, args ...string) *proc {
 	t.Helper()
-	ports := freePorts(t, 3)
+	addrs := freeAddrs(t, 3)
 	p := &proc{
-		grpcAddr:  "127.0.0.1:" + strconv.Itoa(ports[0]),
-		httpAddr:  "127.0.0.1:" + strconv.Itoa(ports[1]),
-		debugAddr: "127.0.0.1:" + strconv.Itoa(ports[2]),
+		grpcAddr:  addrs[0],
+		httpAddr:  addrs[1],
+		debugAddr: addrs[2],
 		stderr:    &lockedBuffer{},
 		exited:    make(chan error, 1),
 	}

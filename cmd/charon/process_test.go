@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"net"
@@ -9,7 +8,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -20,29 +18,27 @@ import (
 
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 )
 
-// freePorts returns n distinct loopback ports that were free a moment ago
-// (serve's flags take addresses, so ":0" cannot be read back).
-func freePorts(t *testing.T, n int) []int {
+// freeAddrs returns n distinct loopback addresses whose ports were free a
+// moment ago (serve's flags take addresses, so ":0" cannot be read back).
+func freeAddrs(t *testing.T, n int) []string {
 	t.Helper()
 	var ls []net.Listener
-	var ports []int
+	var addrs []string
 	for i := 0; i < n; i++ {
 		l, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
 			t.Fatal(err)
 		}
 		ls = append(ls, l)
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+		addrs = append(addrs, l.Addr().String())
 	}
 	for _, l := range ls {
 		l.Close()
 	}
-	return ports
+	return addrs
 }
 
 var (
@@ -94,66 +90,21 @@ func TestMain(m *testing.M) {
 // SIGTERM.
 func TestServeProcess(t *testing.T) {
 	bin := buildCharon(t)
-	p := freePorts(t, 3)
-	grpcAddr := "127.0.0.1:" + strconv.Itoa(p[0])
-	httpAddr := "127.0.0.1:" + strconv.Itoa(p[1])
-	var stderr bytes.Buffer
-	cmd := exec.Command(bin, "serve", "--config", "../../examples/config",
-		"--grpc-addr", grpcAddr, "--http-addr", httpAddr, "--response-headers", "--shutdown-delay", "10m")
-	cmd.Env = append(os.Environ(), "CHARON_DEBUG_ADDR=127.0.0.1:"+strconv.Itoa(p[2]), "LOG_FORMAT=text")
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	t.Cleanup(func() {
-		if cmd.ProcessState == nil {
-			cmd.Process.Kill()
-			<-exited
-		}
-	})
-
-	// Wait for health, with a deadline.
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		resp, err := http.Get("http://" + httpAddr + "/healthcheck")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == 200 {
-				break
-			}
-		}
-		select {
-		case err := <-exited:
-			t.Fatalf("charon serve exited early: %v\n%s", err, stderr.String())
-		default:
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("not healthy in time\n%s", stderr.String())
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-
-	cc, err := grpc.NewClient(grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cc.Close()
+	p := startServe(t, bin, "--config", "../../examples/config", "--response-headers", "--shutdown-delay", "10m")
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	h, err := healthpb.NewHealthClient(cc).Check(ctx, &healthpb.HealthCheckRequest{Service: "envoy.service.ratelimit.v3.RateLimitService"})
+	h, err := p.health.Check(ctx, &healthpb.HealthCheckRequest{Service: "envoy.service.ratelimit.v3.RateLimitService"})
 	if err != nil || h.Status != healthpb.HealthCheckResponse_SERVING {
 		t.Fatalf("health: %v, %v", h, err)
 	}
-	resp, err := rlsv3.NewRateLimitServiceClient(cc).ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{
+	resp, err := p.rls.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{
 		Domain: "bench",
 		Descriptors: []*ratelimitv3.RateLimitDescriptor{{
 			Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: "user", Value: "alice"}},
 		}},
 	})
 	if err != nil {
-		t.Fatalf("ShouldRateLimit: %v\n%s", err, stderr.String())
+		t.Fatalf("ShouldRateLimit: %v\n%s", err, p.stderr.String())
 	}
 	if resp.OverallCode != rlsv3.RateLimitResponse_OK || len(resp.Statuses) != 1 {
 		t.Fatalf("got %v, want OK with one status", resp)
@@ -165,32 +116,32 @@ func TestServeProcess(t *testing.T) {
 	// charon health, the image's HEALTHCHECK: 0 and SERVING; 1 for an
 	// unknown service; 1 with nothing listening.
 	var out, errb strings.Builder
-	if code := run([]string{"health", "--addr", grpcAddr}, os.Getenv, &out, &errb); code != 0 || out.String() != "SERVING\n" {
+	if code := run([]string{"health", "--addr", p.grpcAddr}, os.Getenv, &out, &errb); code != 0 || out.String() != "SERVING\n" {
 		t.Errorf("charon health: exit %d, %q %s", code, out.String(), errb.String())
 	}
-	if code := run([]string{"health", "--addr", grpcAddr, "--service", "nope"}, os.Getenv, &out, &errb); code != 1 {
+	if code := run([]string{"health", "--addr", p.grpcAddr, "--service", "nope"}, os.Getenv, &out, &errb); code != 1 {
 		t.Errorf("charon health --service nope: exit %d, want 1", code)
 	}
-	if code := run([]string{"health", "--addr", "127.0.0.1:" + strconv.Itoa(freePorts(t, 1)[0]), "--timeout", "1s"}, os.Getenv, &out, &errb); code != 1 {
+	if code := run([]string{"health", "--addr", freeAddrs(t, 1)[0], "--timeout", "1s"}, os.Getenv, &out, &errb); code != 1 {
 		t.Errorf("charon health with no server: exit %d, want 1", code)
 	}
 
 	// charon explain: the pair alice just used, read back.
 	out.Reset()
-	if code := run([]string{"explain", "--addr", grpcAddr, "--domain", "bench", "--descriptor", "user=alice"}, os.Getenv, &out, &errb); code != 0 ||
+	if code := run([]string{"explain", "--addr", p.grpcAddr, "--domain", "bench", "--descriptor", "user=alice"}, os.Getenv, &out, &errb); code != 0 ||
 		!strings.Contains(out.String(), "bench.yaml:") || !strings.Contains(out.String(), "999 more hits now") {
 		t.Errorf("charon explain: exit %d\n%s%s", code, out.String(), errb.String())
 	}
 
 	// SIGTERM: the drain. /healthcheck turns 500 while decisions are
 	// still answered; a second SIGTERM ends the 10-minute drain.
-	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
 	for {
-		resp, err := http.Get("http://" + httpAddr + "/healthcheck")
+		resp, err := http.Get("http://" + p.httpAddr + "/healthcheck")
 		if err != nil {
-			t.Fatalf("/healthcheck while draining: %v\n%s", err, stderr.String())
+			t.Fatalf("/healthcheck while draining: %v\n%s", err, p.stderr.String())
 		}
 		resp.Body.Close()
 		if resp.StatusCode == http.StatusInternalServerError {
@@ -198,23 +149,13 @@ func TestServeProcess(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	if _, err := rlsv3.NewRateLimitServiceClient(cc).ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "bench",
+	if _, err := p.rls.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "bench",
 		Descriptors: []*ratelimitv3.RateLimitDescriptor{{Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: "user", Value: "bob"}}}},
 	}); err != nil {
 		t.Errorf("ShouldRateLimit while draining: %v", err)
 	}
-	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case err := <-exited:
-		if err != nil {
-			t.Fatalf("exit after SIGTERM: %v\n%s", err, stderr.String())
-		}
-	case <-time.After(15 * time.Second):
-		t.Fatalf("no exit 15 s after SIGTERM\n%s", stderr.String())
-	}
-	if !strings.Contains(stderr.String(), "stopped") {
-		t.Errorf("log lacks the stop message:\n%s", stderr.String())
+	p.stop(t)
+	if !strings.Contains(p.stderr.String(), "stopped") {
+		t.Errorf("log lacks the stop message:\n%s", p.stderr.String())
 	}
 }
