@@ -57,7 +57,7 @@ var imports = map[string][]string{
 	"internal/store":             {"tiers"},
 	"internal/store/memstore":    {"internal/lru", "internal/periodic", "internal/store", "tiers"},
 	"internal/store/redisstore":  {"internal/redisfunc", "internal/store", "tiers"},
-	"internal/store/resilient":   {"internal/lru", "internal/store", "internal/store/memstore", "tiers"},
+	"internal/store/resilient":   {"internal/collect", "internal/lru", "internal/store", "internal/store/memstore", "tiers"},
 	"internal/store/storetest":   {"internal/store", "tiers", "tiers/tierstest"},
 	"internal/tlsconfig":         nil,
 	"internal/tlsconfig/tlstest": nil,

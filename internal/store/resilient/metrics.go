@@ -1,6 +1,10 @@
 package resilient
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/charonlimit/charon/internal/collect"
+)
 
 // NewCollector exports the counters of a resilient store (the Redis store
 // behind its deadline, breaker, failure mode and over-limit cache), read from
@@ -21,66 +25,48 @@ import "github.com/prometheus/client_golang/prometheus"
 // The cache's hit ratio is hits / (hits + misses). stats (Store.Stats)
 // must be safe for concurrent use; register one collector per registry.
 func NewCollector(stats func() Stats) prometheus.Collector {
-	return &storeCollector{stats: stats}
+	counter := func(name, help string, v func(Stats) uint64) collect.Metric[Stats] {
+		return collect.Metric[Stats]{Name: name, Help: help, Counter: true, Value: func(s Stats) float64 { return float64(v(s)) }}
+	}
+	return &storeCollector{stats: stats, Collector: collect.Collector("charon", "store", stats,
+		counter("remote_errors_total", "Remote store calls that failed, timeouts included.", func(s Stats) uint64 { return s.RemoteErrors }),
+		counter("remote_timeouts_total", "Remote store calls that hit their deadline (the caller's less a margin, or the store timeout).", func(s Stats) uint64 { return s.Timeouts }),
+		counter("remote_slow_total", "Remote store timeouts while the remote answered other calls: slow, not down; not counted by the breaker.", func(s Stats) uint64 { return s.Slow }),
+		counter("not_sent_total", "Store calls whose deadline passed while queued in this process, before reaching the remote; answered by the failure mode.", func(s Stats) uint64 { return s.NotSent }),
+		collect.Metric[Stats]{Name: "breaker_state", Help: "Circuit breaker in front of the remote store: 0 closed, 1 open.",
+			Value: func(s Stats) float64 { return float64(s.Breaker) }},
+		counter("breaker_opens_total", "Times the circuit breaker in front of the remote store opened.", func(s Stats) uint64 { return s.BreakerOpens }),
+		counter("overlimit_cache_hits_total", "Decisions answered by the local over-limit cache without a remote call.", func(s Stats) uint64 { return s.CacheHits }),
+		counter("overlimit_cache_misses_total", "Decisions without refunds that the over-limit cache could not answer.", func(s Stats) uint64 { return s.CacheMisses }),
+		collect.Metric[Stats]{Name: "overlimit_cache_entries", Help: "Rejected pairs held by the over-limit cache.",
+			Value: func(s Stats) float64 { return float64(s.CacheSize) }},
+		counter("overlimit_cache_evictions_total", "Over-limit cache entries evicted by its size bound.", func(s Stats) uint64 { return s.CacheEvictions }),
+	)}
 }
 
-var (
-	storeCallsDesc = prometheus.NewDesc("charon_store_calls_total",
-		"Store decisions by the path that answered them: remote, cached (over-limit cache), or the failure mode (local, open, closed, unavailable).",
-		[]string{"path"}, nil)
-	storeErrorsDesc = prometheus.NewDesc("charon_store_remote_errors_total",
-		"Remote store calls that failed, timeouts included.", nil, nil)
-	storeTimeoutsDesc = prometheus.NewDesc("charon_store_remote_timeouts_total",
-		"Remote store calls that hit their deadline (the caller's less a margin, or the store timeout).", nil, nil)
-	storeSlowDesc = prometheus.NewDesc("charon_store_remote_slow_total",
-		"Remote store timeouts while the remote answered other calls: slow, not down; not counted by the breaker.", nil, nil)
-	storeNotSentDesc = prometheus.NewDesc("charon_store_not_sent_total",
-		"Store calls whose deadline passed while queued in this process, before reaching the remote; answered by the failure mode.", nil, nil)
-	breakerStateDesc = prometheus.NewDesc("charon_store_breaker_state",
-		"Circuit breaker in front of the remote store: 0 closed, 1 open.", nil, nil)
-	breakerOpensDesc = prometheus.NewDesc("charon_store_breaker_opens_total",
-		"Times the circuit breaker in front of the remote store opened.", nil, nil)
-	cacheHitsDesc = prometheus.NewDesc("charon_store_overlimit_cache_hits_total",
-		"Decisions answered by the local over-limit cache without a remote call.", nil, nil)
-	cacheMissesDesc = prometheus.NewDesc("charon_store_overlimit_cache_misses_total",
-		"Decisions without refunds that the over-limit cache could not answer.", nil, nil)
-	cacheSizeDesc = prometheus.NewDesc("charon_store_overlimit_cache_entries",
-		"Rejected pairs held by the over-limit cache.", nil, nil)
-	cacheEvictionsDesc = prometheus.NewDesc("charon_store_overlimit_cache_evictions_total",
-		"Over-limit cache entries evicted by its size bound.", nil, nil)
-)
+var storeCallsDesc = prometheus.NewDesc("charon_store_calls_total",
+	"Store decisions by the path that answered them: remote, cached (over-limit cache), or the failure mode (local, open, closed, unavailable).",
+	[]string{"path"}, nil)
 
-// storeCollector reads a resilient store's Stats at scrape time.
+// storeCollector adds the decisions by path, a counter with a label (which
+// collect has not), to the collector of the other stats.
 type storeCollector struct {
+	prometheus.Collector
 	stats func() Stats
 }
 
 func (c *storeCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{storeCallsDesc, storeErrorsDesc, storeTimeoutsDesc, storeSlowDesc, storeNotSentDesc, breakerStateDesc,
-		breakerOpensDesc, cacheHitsDesc, cacheMissesDesc, cacheSizeDesc, cacheEvictionsDesc} {
-		ch <- d
-	}
+	c.Collector.Describe(ch)
+	ch <- storeCallsDesc
 }
 
 func (c *storeCollector) Collect(ch chan<- prometheus.Metric) {
+	c.Collector.Collect(ch)
 	st := c.stats()
-	counter := func(d *prometheus.Desc, v uint64, labels ...string) {
-		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), labels...)
+	for _, p := range []struct {
+		path  string
+		calls uint64
+	}{{"remote", st.Remote}, {"cached", st.Cached}, {"local", st.Local}, {"open", st.Open}, {"closed", st.Closed}, {"unavailable", st.Unavailable}} {
+		ch <- prometheus.MustNewConstMetric(storeCallsDesc, prometheus.CounterValue, float64(p.calls), p.path)
 	}
-	counter(storeCallsDesc, st.Remote, "remote")
-	counter(storeCallsDesc, st.Cached, "cached")
-	counter(storeCallsDesc, st.Local, "local")
-	counter(storeCallsDesc, st.Open, "open")
-	counter(storeCallsDesc, st.Closed, "closed")
-	counter(storeCallsDesc, st.Unavailable, "unavailable")
-	counter(storeErrorsDesc, st.RemoteErrors)
-	counter(storeTimeoutsDesc, st.Timeouts)
-	counter(storeSlowDesc, st.Slow)
-	counter(storeNotSentDesc, st.NotSent)
-	ch <- prometheus.MustNewConstMetric(breakerStateDesc, prometheus.GaugeValue, float64(st.Breaker))
-	counter(breakerOpensDesc, st.BreakerOpens)
-	counter(cacheHitsDesc, st.CacheHits)
-	counter(cacheMissesDesc, st.CacheMisses)
-	ch <- prometheus.MustNewConstMetric(cacheSizeDesc, prometheus.GaugeValue, float64(st.CacheSize))
-	counter(cacheEvictionsDesc, st.CacheEvictions)
 }
