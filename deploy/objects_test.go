@@ -3,10 +3,7 @@ package deploy
 import (
 	"bytes"
 	"fmt"
-	"io/fs"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -93,46 +90,6 @@ func find[T any](objs []object, kind, name string) (T, bool) {
 	}
 	var zero T
 	return zero, false
-}
-
-// serveFlags are the flags `charon serve -h` lists, from the binary.
-var serveFlags []string
-
-func charonServeFlags(t *testing.T) []string {
-	t.Helper()
-	if serveFlags != nil {
-		return serveFlags
-	}
-	out, _ := exec.Command(charonBin(t), "serve", "-h").CombinedOutput()
-	for _, m := range regexp.MustCompile(`(?m)^  -([a-z0-9-]+)`).FindAllStringSubmatch(string(out), -1) {
-		serveFlags = append(serveFlags, m[1])
-	}
-	if len(serveFlags) < 10 {
-		t.Fatalf("charon serve -h lists %d flags:\n%s", len(serveFlags), out)
-	}
-	return serveFlags
-}
-
-var binPath string
-
-// charonBin builds cmd/charon once for the tests of this package.
-func charonBin(t *testing.T) string {
-	t.Helper()
-	if binPath != "" {
-		return binPath
-	}
-	dir, err := os.MkdirTemp("", "charon-deploy-test")
-	if err != nil {
-		t.Fatal(err)
-	}
-	bin := filepath.Join(dir, "charon")
-	cmd := exec.Command("go", "build", "-o", bin, "./cmd/charon")
-	cmd.Dir = ".."
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	binPath = bin
-	return bin
 }
 
 // checkDeployment checks what every Charon Deployment must have: probes
@@ -235,7 +192,7 @@ func checkDeployment(t *testing.T, name string, objs []object, d *appsv1.Deploym
 			for f, body := range cm.Data {
 				fsys[f] = &fstest.MapFile{Data: []byte(body)}
 			}
-			if _, _, err := config.Load(fs.FS(fsys), config.Options{}); err != nil {
+			if _, _, err := config.Load(fsys, config.Options{}); err != nil {
 				t.Errorf("%s: ConfigMap %s does not load: %v", name, cm.Name, err)
 			}
 		}
