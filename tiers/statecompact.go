@@ -2,8 +2,9 @@ package tiers
 
 import "errors"
 
-// globalCompact is the first integer of a Global's compact form.
-const globalCompact = 9
+// GlobalCompact is the first integer of a Global's compact form (a
+// State's is its policy's Kind).
+const GlobalCompact = 9
 
 // ErrBadCompact is returned by SetCompact for a form that is not one
 // AppendCompact writes.
@@ -80,14 +81,14 @@ func (s *State) SetCompact(p *Policy, v []int64) error {
 
 // AppendCompact appends g's compact form to dst: 9, then its log.
 func (g *Global) AppendCompact(dst []int64) []int64 {
-	return g.second.appendCompact(append(dst, globalCompact))
+	return g.second.appendCompact(append(dst, GlobalCompact))
 }
 
 // SetCompact sets g from its compact form; anything but a Global's form
 // reads as a fresh Global, and a malformed one returns ErrBadCompact.
 func (g *Global) SetCompact(v []int64) error {
 	*g = Global{}
-	if len(v) == 0 || v[0] != globalCompact {
+	if len(v) == 0 || v[0] != GlobalCompact {
 		return nil
 	}
 	r := compactReader{v: v, i: 1}

@@ -43,7 +43,7 @@ local SEC = 1000000
 local MAXC = 1125899906842624 -- 2^50, the clamp of copies and min
 -- Redis runs the library's chunk without the Lua libraries (math,
 -- cmsgpack...): they are bound at the first call.
-local fmod, mpack, munpack, spack, sunpack, tunpack
+local fmod, mpack, munpack, spack, sunpack, tunpack, ssub, srep
 
 local function min(a, b)
   if a < b then return a end
@@ -170,26 +170,45 @@ local function llast(l)
   return l[2 * l[E] + 2]
 end
 
--- enc: append the log to the array o, which holds n values (m, then m
--- pairs start, count); returns the new n.
-local function lenc(l, o, n)
-  n = n + 1
-  o[n] = l[E] - l[H] + 1
-  for j = 2 * l[H] + 2, 2 * l[E] + 3 do
-    n = n + 1
-    o[n] = l[j]
+-- A stored log is two values: its hits (l[SUM]) and a string of its
+-- buckets, 16 bytes each (start, count: big-endian doubles), oldest first.
+-- The one-tier path cuts and appends to that string without reading the
+-- buckets between; ldec and lenc convert it to and from the table form.
+local REC = 16
+
+-- The struct format of k doubles, made once per k (k <= twice the buckets
+-- a log holds).
+local FMT = {}
+local function fmt(k)
+  local f = FMT[k]
+  if not f then
+    f = '>' .. srep('d', k)
+    FMT[k] = f
   end
-  return n
+  return f
 end
 
--- dec: the log at v[p] (m, then m pairs), and the index after it.
+-- enc: append the log to the array o, which holds n values; returns the
+-- new n.
+local function lenc(l, o, n)
+  local h, e = l[H], l[E]
+  o[n + 1] = l[SUM]
+  if e < h then
+    o[n + 2] = ''
+  else
+    o[n + 2] = spack(fmt(2 * (e - h + 1)), tunpack(l, 2 * h + 2, 2 * e + 3))
+  end
+  return n + 2
+end
+
+-- dec: the log at v[p] (hits, buckets), and the index after it. The value
+-- sunpack returns after the buckets (its position) lands past them, where
+-- entries are garbage.
 local function ldec(v, p)
-  local m = v[p] or 0
-  local l = { 1, m, 0, tunpack(v, p + 1, p + 2 * m) }
-  local sum = 0
-  for j = 5, 2 * m + 3, 2 do sum = sum + l[j] end
-  l[SUM] = sum
-  return l, p + 1 + 2 * m
+  local sum, b = v[p] or 0, v[p + 1] or ''
+  local m = #b / REC
+  if m < 1 then return newlog(), p + 2 end
+  return { 1, m, sum, sunpack(fmt(2 * m), b) }, p + 2
 end
 
 -- ---------------------------------------------------------------------------
@@ -233,17 +252,21 @@ local function policy(arg)
   return p
 end
 
--- A state blob is a msgpack array whose first element is the kind it was
--- written for (9: a global); a blob of another kind reads as a zero state.
---   tiers:        0, second log, n, then per tier: in (0/1), entered, log
+-- A state blob is a msgpack array whose first element is the tag of the
+-- kind it was written for (TAG; 9: a global); a blob of another tag reads
+-- as a zero state.
+--   tiers:        4, second log, n, then per tier: in (0/1), entered, log
 --   bucket/fixed: kind, used (0/1), at, val
---   global:       9, log
--- A log is: m, then m pairs (start, count).
+--   global:       10, log
+-- A log is two values: hits, buckets (lenc). Tags 0 and 9 were the tiers
+-- and global states of an earlier layout, which read as zero states.
+local TAG = { [0] = 4, [1] = 1, [2] = 2, [3] = 3, [9] = 10 }
+
 -- unblob: the blob's array if it is a state of that kind, else nil.
 local function unblob(blob, kind)
   local v = nil
   if blob then v = munpack(blob) end
-  if type(v) ~= 'table' or v[1] ~= kind then return nil end
+  if type(v) ~= 'table' or v[1] ~= TAG[kind] then return nil end
   return v
 end
 
@@ -284,7 +307,7 @@ local O, on = {}, 0
 
 local function encstate(s)
   local o, n = O, 1
-  o[1] = s.kind
+  o[1] = TAG[s.kind]
   if s.kind == 0 then
     n = lenc(s.sec, o, n)
     -- Tiers never entered after the last entered one are not written: they
@@ -746,43 +769,37 @@ end
 -- policy is one tier with no hard or global limit (p.one), with no global
 -- key. It grants what decide_tiers grants, with the same answer, state and
 -- expiry as save's, reading the blob's array v and writing the new state
--- straight into O: no table per call but v, and every step of the walk,
--- apply_tiers, forget_tiers and encstate written out for the one tier. A
+-- straight into O: no table per call but v, the logs' bucket strings cut
+-- at their heads and appended to at their tails (no bucket between is
+-- read), and every step of the walk, apply_tiers, forget_tiers and
+-- encstate written out for the one tier. A
 -- call it would not grant (a rejection, no hit granted, the tier in its
 -- cooldown, a state of more tiers) is left to decide, on the same blob.
 
--- cut: the index of the first bucket of the log at v[p] (m pairs) that
--- starts after lo, and the index of its last bucket (prune).
-local function cut(v, p, m, lo)
-  local q, e = p + 1, p + 2 * m - 1
-  while q <= e and v[q] <= lo do q = q + 2 end
-  return q, e
+-- cut: the stored log (hits sum, buckets b) without the buckets starting
+-- at or before lo (prune), reading only those.
+local function cut(sum, b, lo)
+  local i, len = 1, #b
+  while i < len do
+    local at, c = sunpack('>dd', b, i)
+    if at > lo then break end
+    sum = sum - c
+    i = i + REC
+  end
+  if i > len then return 0, '' end
+  if i > 1 then b = ssub(b, i) end
+  return sum, b
 end
 
--- copy: the buckets v[q..e] (start, count pairs) to o after its index j,
--- behind their number, with n hits added at t in buckets of width b (ladd,
--- lenc). Returns the new j, the hits copied, and the newest bucket's start.
-local function copy(v, q, e, o, j, t, b, n)
-  local mj, cnt = j + 1, 0
-  j = mj
-  for x = q, e, 2 do
-    local c = v[x + 1]
-    o[j + 1], o[j + 2] = v[x], c
-    cnt = cnt + c
-    j = j + 2
+-- put: the buckets b with n hits added at t in buckets of width w (ladd
+-- after the prune), and the newest bucket's start.
+local function put(b, t, w, n)
+  local at, len = floormul(t, w), #b
+  if len > 0 then
+    local last, c = sunpack('>dd', b, len - REC + 1)
+    if last >= at then return ssub(b, 1, len - 8) .. spack('>d', c + n), last end
   end
-  local r = fmod(t, b)
-  if r < 0 then r = r + b end
-  local at = t - r
-  if j > mj and o[j - 1] >= at then
-    o[j] = o[j] + n
-    at = o[j - 1]
-  else
-    o[j + 1], o[j + 2] = at, n
-    j = j + 2
-  end
-  o[mj] = (j - mj) / 2
-  return j, cnt, at
+  return b .. spack('>dd', at, n), at
 end
 
 -- The writes and item replies the many path holds back until every item
@@ -794,14 +811,12 @@ local PK, PB, PM, PR = {}, {}, {}, {}
 -- and item reply go to PK, PB, PM and PR at slot, and one1 answers true.
 local function one1(key, p, t, k, m, maxttl, slot)
   local v = unblob(redis.call('GET', key), 0)
-  local sm, inn, ent, tp, tm = 0, false, 0, 0, 0
+  local ssum, sb, inn, ent, cnt, tb = 0, '', false, 0, 0, ''
   if v then
-    sm = v[2] or 0
-    tp = 3 + 2 * sm
-    local nt = v[tp]
+    ssum, sb = v[2], v[3]
+    local nt = v[4]
     if nt == 1 then
-      inn, ent, tm = v[tp + 1] == 1, v[tp + 2], v[tp + 3] or 0
-      tp = tp + 3
+      inn, ent, cnt, tb = v[5] == 1, v[6], v[7], v[8]
     elseif nt ~= 0 then
       return nil, v
     end
@@ -812,7 +827,7 @@ local function one1(key, p, t, k, m, maxttl, slot)
   -- The walk (start, walk): from the tier while active, entering it (a
   -- burst) while inactive, none in its cooldown. ResetAfter: the oldest
   -- counted hit of the tier (t when entered now) plus its window, minus t.
-  local burst, n, cnt, reset, q, e = true, 0, 0, 0, 0, -1
+  local burst, n, reset = true, 0, 0
   if inn then
     local x = ent + act
     if t < x then
@@ -823,28 +838,27 @@ local function one1(key, p, t, k, m, maxttl, slot)
   end
   if burst then
     -- Entered at t with an emptied log.
-    ent = t
+    ent, cnt, tb = t, 0, ''
     n = min(k, lim)
     reset = max(0, win)
   else
-    q, e = cut(v, tp, tm, t - win)
+    cnt, tb = cut(cnt, tb, t - win)
     local oldest = t
-    if q <= e then oldest = v[q] end
-    for x = q + 1, e + 1, 2 do cnt = cnt + v[x] end
+    if #tb > 0 then oldest = sunpack('>d', tb) end
     n = min(k, lim - cnt)
     reset = max(0, oldest + win - t)
   end
   if n < 1 or n < m or m > k then return nil, v end
   cnt = cnt + n
   -- apply_tiers and encstate: the second log, then the tier, entered.
+  local dom, sat, tat
+  dom, sb = cut(ssum, sb, t - SEC)
+  sb, sat = put(sb, t, p.hw, n)
+  tb, tat = put(tb, t, tr.width, n)
   local o = O
-  o[1] = 0
-  local sq, se = cut(v, 2, sm, t - SEC)
-  local j, dom, sat = copy(v, sq, se, o, 1, t, p.hw, n)
-  o[j + 1], o[j + 2], o[j + 3] = 1, 1, ent
-  local j2, _, tat = copy(v, q, e, o, j + 3, t, tr.width, n)
-  for i = j2 + 1, on do o[i] = nil end
-  on = j2
+  o[1], o[2], o[3], o[4], o[5], o[6], o[7], o[8] = 4, dom + n, sb, 1, 1, ent, cnt, tb
+  for i = 9, on do o[i] = nil end
+  on = 8
   -- save: forget_tiers (both logs hold a bucket now).
   local at
   if act ~= INF then at = ent + act + tr.cool else at = tat + win end
@@ -1084,6 +1098,7 @@ local function fdecide(KEYS, ARGV)
   if not fmod then
     fmod, mpack, munpack = math.fmod, cmsgpack.pack, cmsgpack.unpack
     spack, sunpack, tunpack = struct.pack, struct.unpack, unpack
+    ssub, srep = string.sub, string.rep
   end
   local mode, now, maxttl, lockttl, nk, n, pos = sunpack('>dddddd', ARGV[1])
   local token = ARGV[2]

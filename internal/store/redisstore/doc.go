@@ -59,8 +59,15 @@
 // once by the library (a cache keyed by their encoding); the scratch
 // tables of a decision are made once, at load. States are msgpack arrays
 // (Redis' cmsgpack writes integers exactly, where cjson would print 14
-// significant digits of a 16-digit µs timestamp); their cost grows with
-// the buckets of their hit logs (at most 64 per log). TestScriptCost,
+// significant digits of a 16-digit µs timestamp) in which a hit log is its
+// hits and a string of 16-byte buckets (start, count): the one-tier path
+// drops the expired buckets at the string's head and adds to its tail
+// without reading the buckets between, and the general path converts a log
+// with one struct call each way; a state's cost still grows with its bytes
+// (at most 64 buckets per log). Blobs of the earlier layout, whose logs
+// were msgpack numbers, read as fresh states (TestEarlierLayout): the
+// sliding windows of a store shared across that upgrade start afresh once.
+// TestScriptCost,
 // TestScriptCostBench (with CHARON_COST_ROUNDS set) and BenchmarkDecide
 // report Redis' time per call (INFO commandstats).
 //

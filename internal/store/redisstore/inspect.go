@@ -73,12 +73,24 @@ func (s *Store) Reset(ctx context.Context, it *store.Item) error {
 	return nil
 }
 
-// errBlob is a state blob that is not a msgpack array of numbers.
-var errBlob = errors.New("not a msgpack array of integers")
+// errBlob is a state blob that decide.lua does not write.
+var errBlob = errors.New("not a state blob")
 
-// blobInts decodes a state blob as decide.lua's cmsgpack writes it: an array
-// of numbers, each an integer (or an integral double). A missing key (nil)
-// is an empty array: a fresh state.
+// The tags of decide.lua's tiers and global blobs, whose logs are stored as
+// hits and a string of buckets.
+const (
+	tagTiers  = 4
+	tagGlobal = 10
+)
+
+// blobInts decodes a state blob as decide.lua writes it (a msgpack array
+// whose first element is its tag) into the compact form of package tiers
+// (State.SetCompact, Global.SetCompact). Bucket and fixed-window blobs hold
+// that form as they are; in tiers and global blobs each log is two values,
+// its hits and a string of 16-byte buckets (start, count: big-endian
+// doubles), which become m, then m pairs. A missing key (nil), or a tiers
+// or global blob of an earlier layout (tags 0 and 9), is an empty array: a
+// fresh state, as decide.lua reads it.
 func blobInts(v any) ([]int64, error) {
 	if v == nil {
 		return nil, nil
@@ -88,21 +100,101 @@ func blobInts(v any) ([]int64, error) {
 		return nil, errBlob
 	}
 	n, b, ok := msgpackArray([]byte(str))
-	if !ok {
+	if !ok || n == 0 {
 		return nil, errBlob
 	}
-	out := make([]int64, 0, n)
-	for range n {
-		var x int64
-		if x, b, ok = msgpackInt(b); !ok {
-			return nil, errBlob
+	r := blobReader{b: b, left: n}
+	tag := r.int()
+	var out []int64
+	switch tag {
+	case int64(tiers.KindTiers), tiers.GlobalCompact:
+		return nil, nil
+	case tagTiers:
+		out = r.log(append(out, int64(tiers.KindTiers)))
+		nt := r.int()
+		out = append(out, nt)
+		for i := int64(0); i < nt && !r.bad; i++ {
+			out = r.log(append(out, r.int(), r.int()))
 		}
-		out = append(out, x)
+	case tagGlobal:
+		out = r.log(append(out, tiers.GlobalCompact))
+	default:
+		out = append(out, tag)
+		for r.left > 0 && !r.bad {
+			out = append(out, r.int())
+		}
 	}
-	if len(b) != 0 {
+	if r.bad || r.left != 0 || len(r.b) != 0 {
 		return nil, errBlob
 	}
 	return out, nil
+}
+
+// blobReader reads the elements of a msgpack array, left of them, from b;
+// bad is set at the first that is not what was asked for.
+type blobReader struct {
+	b    []byte
+	left int
+	bad  bool
+}
+
+func (r *blobReader) int() int64 {
+	if r.bad || r.left == 0 {
+		r.bad = true
+		return 0
+	}
+	x, rest, ok := msgpackInt(r.b)
+	r.b, r.left, r.bad = rest, r.left-1, !ok
+	return x
+}
+
+// log appends a stored log (hits, buckets) to dst as m, then m pairs.
+func (r *blobReader) log(dst []int64) []int64 {
+	r.int() // the hits: the sum of the pairs' counts
+	if r.bad || r.left == 0 {
+		r.bad = true
+		return dst
+	}
+	s, rest, ok := msgpackString(r.b)
+	r.b, r.left = rest, r.left-1
+	if !ok || len(s)%16 != 0 {
+		r.bad = true
+		return dst
+	}
+	dst = append(dst, int64(len(s)/16))
+	for i := 0; i < len(s); i += 8 {
+		f := math.Float64frombits(binary.BigEndian.Uint64(s[i:]))
+		if f != math.Trunc(f) || f < math.MinInt64 || f >= math.MaxInt64 {
+			r.bad = true
+			return dst
+		}
+		dst = append(dst, int64(f))
+	}
+	return dst
+}
+
+// msgpackString reads one string (str or bin).
+func msgpackString(b []byte) ([]byte, []byte, bool) {
+	if len(b) == 0 {
+		return nil, nil, false
+	}
+	n, hdr := 0, 0
+	switch c := b[0]; {
+	case c&0xe0 == 0xa0:
+		n, hdr = int(c&0x1f), 1
+	case (c == 0xd9 || c == 0xc4) && len(b) >= 2:
+		n, hdr = int(b[1]), 2
+	case (c == 0xda || c == 0xc5) && len(b) >= 3:
+		n, hdr = int(binary.BigEndian.Uint16(b[1:])), 3
+	case (c == 0xdb || c == 0xc6) && len(b) >= 5:
+		n, hdr = int(binary.BigEndian.Uint32(b[1:])), 5
+	default:
+		return nil, nil, false
+	}
+	if len(b)-hdr < n {
+		return nil, nil, false
+	}
+	return b[hdr : hdr+n], b[hdr+n:], true
 }
 
 func msgpackArray(b []byte) (int, []byte, bool) {

@@ -9,8 +9,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/charonlimit/charon/internal/store"
 	"github.com/charonlimit/charon/tiers"
 )
 
@@ -292,4 +294,44 @@ func TestManyPath(t *testing.T) {
 		t.Errorf("only %d of %d calls granted whole: the path is barely exercised", fast, calls)
 	}
 	t.Logf("%d calls, %d granted whole", calls, fast)
+}
+
+// TestEarlierLayout: a tiers or global state blob of the earlier layout
+// (tags 0 and 9, each log as m, then m pairs) reads as a fresh state, in
+// the function and in Inspect, and is replaced by the current layout.
+func TestEarlierLayout(t *testing.T) {
+	_, c := singleClient(t)
+	s := testStore(t, c, Options{Clock: ClockCaller})
+	ctx := context.Background()
+	p := &tiers.Policy{Kind: tiers.KindTiers, GlobalLimit: 2, Tiers: []tiers.Tier{{Limit: 2, Window: time.Minute, Active: tiers.Unbounded}}}
+	it := store.Item{Key: store.Key{Resource: "earlier", Domain: "d", PolicyID: 1}, Policy: p, Hits: 1, Min: 1}
+	now := time.Unix(1_800_000_000, 0)
+	at := now.Add(-time.Second / 2).UnixMicro()
+	sk, gk := stateKey(s.prefix, &it)
+	// Under that layout: two hits in the tier and in the last second of
+	// the domain and of the resource, which would leave no room.
+	const set = "local a = tonumber(ARGV[1])\n" +
+		"redis.call('SET', KEYS[1], cmsgpack.pack({0, 1, a, 2, 1, 1, a, 1, a, 2}))\n" +
+		"redis.call('SET', KEYS[2], cmsgpack.pack({9, 1, a, 2}))"
+	if err := c.Eval(ctx, set, []string{sk, gk}, at).Err(); err != nil && !errors.Is(err, redis.Nil) {
+		t.Fatal(err)
+	}
+	fresh := tiers.Inspect(p, new(tiers.State), new(tiers.Global), now)
+	got, err := s.Inspect(ctx, now, &it)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(fresh, got); diff != "" {
+		t.Errorf("Inspect of the earlier layout (-fresh +got):\n%s", diff)
+	}
+	out := make([]tiers.Decision, 1)
+	for i := range 2 {
+		if err := s.Decide(ctx, now, []store.Item{it}, out); err != nil || !out[0].OK {
+			t.Fatalf("decision %d: %v %+v, want granted as on a fresh state", i, err, out[0])
+		}
+	}
+	st, _ := stored(t, c, sk)
+	if v, err := blobInts(st); err != nil || len(v) == 0 || v[0] != int64(tiers.KindTiers) {
+		t.Errorf("state after the decisions: %v %v, want a tiers state of the current layout", v, err)
+	}
 }
