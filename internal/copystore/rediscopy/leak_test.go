@@ -3,10 +3,10 @@ package rediscopy
 import (
 	"testing"
 
-	"go.uber.org/goleak"
+	"github.com/charonlimit/charon/internal/redistest"
 )
 
 // TestMain fails the package's tests if any goroutine outlives them.
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	redistest.VerifyTestMain(m)
 }
