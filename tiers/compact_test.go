@@ -54,7 +54,7 @@ func TestAppendCompact(t *testing.T) {
 		want []int64
 	}{
 		{"one tier", Policy{Tiers: []Tier{{Limit: 1000, Window: time.Second, Active: Unbounded}}},
-			[]int64{0, 0, 0, 15625, 15625, 1, 1000, 1_000_000, inf, 0, 0, 15625}},
+			[]int64{0, 0, 0, 125_000, 125_000, 1, 1000, 1_000_000, inf, 0, 0, 15625}},
 		{"tiers, hard and global", Policy{HardLimit: 10, GlobalLimit: 500, Tiers: []Tier{
 			{Limit: 5, Window: time.Second, Active: Unbounded},
 			{Limit: 20, Window: time.Second, Active: 5 * time.Second, Cooldown: 15 * time.Second, Skippable: true},
@@ -63,7 +63,7 @@ func TestAppendCompact(t *testing.T) {
 			5, 1_000_000, inf, 0, 0, 1,
 			20, 1_000_000, 5_000_000, 15_000_000, 1, 1,
 			65, 3_600_000_000, inf, inf, 0, 56_250_000}},
-		{"closed", Policy{}, []int64{0, 0, 0, 15625, 15625, 0}},
+		{"closed", Policy{}, []int64{0, 0, 0, 125_000, 125_000, 0}},
 		{"token bucket", Policy{Kind: KindTokenBucket, Bucket: TokenBucket{Capacity: 10, Refill: 4, Per: 3 * time.Second}},
 			[]int64{1, 750_000, 1, 7_500_000, 10}},
 		{"token bucket, no refill", Policy{Kind: KindTokenBucket, Bucket: TokenBucket{Capacity: 10, Per: time.Second}}, []int64{3}},

@@ -35,8 +35,10 @@
 //     bucket is the hits of one instant);
 //   - a tier with L > 64: b = ceil(W/64) µs for its window W;
 //   - the per-second logs (w = 1 s): b = 1 µs when the hard (resp. global)
-//     limit is 1..64, else b = 15625 µs (1 s / 64), also when no limit is
-//     set (the counts are still reported).
+//     limit is 1..64, else b = 15625 µs (1 s / 64); with no limit set, b =
+//     125000 µs (1 s / 8): such a log enforces nothing and only reports its
+//     count (DomainHits, ResourceHits), which then covers between the
+//     last 875 ms and the last second.
 //
 // So a log never holds more than 64 buckets (the starts counted at t are
 // multiples of b in (t-w, t], at most ceil(w/b) <= 64 of them; an exact log

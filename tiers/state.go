@@ -3,10 +3,13 @@ package tiers
 import "time"
 
 // exactMax is the largest limit whose hits are kept as exact timestamps;
-// above it a window is kept in at most bucketsPerWindow buckets.
+// above it a window is kept in at most bucketsPerWindow buckets. A
+// per-second log with no limit to enforce, kept only for the counts it
+// reports, has reportBuckets.
 const (
 	exactMax         = 64
 	bucketsPerWindow = 64
+	reportBuckets    = 8
 )
 
 // State is the state of one (resource, domain) pair under one Policy: the
@@ -175,8 +178,11 @@ func tierWidth(limit, window int64, exact bool) int64 {
 
 // secondWidth is the bucket width of a per-second log for limit (0: none).
 func secondWidth(limit int64, exact bool) int64 {
-	if exact || (limit >= 1 && limit <= exactMax) {
+	switch {
+	case exact || (limit >= 1 && limit <= exactMax):
 		return 1
+	case limit == 0:
+		return second / reportBuckets
 	}
 	return second / bucketsPerWindow
 }

@@ -18,14 +18,14 @@ func TestEncodePolicy(t *testing.T) {
 		p    tiers.Policy
 		want string
 	}{
-		{"lyft", tiers.Policy{Tiers: []tiers.Tier{{Limit: 1000, Window: time.Second, Active: tiers.Unbounded}}}, "9c000000cd3d09cd3d0901cd03e8ce000f4240cb7ff00000000000000000cd3d09"},
+		{"lyft", tiers.Policy{Tiers: []tiers.Tier{{Limit: 1000, Window: time.Second, Active: tiers.Unbounded}}}, "9c000000ce0001e848ce0001e84801cd03e8ce000f4240cb7ff00000000000000000cd3d09"},
 		{"penalties", tiers.Policy{HardLimit: 10, GlobalLimit: 500, Tiers: []tiers.Tier{
 			{Limit: 5, Window: time.Second, Active: tiers.Unbounded},
 			{Limit: 20, Window: time.Second, Active: 5 * time.Second, Cooldown: 15 * time.Second, Skippable: true},
 			{Limit: 1, Window: time.Hour, Active: 24 * time.Hour, Cooldown: tiers.Unbounded},
 			{Limit: 5000, Window: 300 * time.Second, Active: 300 * time.Second, Cooldown: 86100 * time.Second},
 		}}, "dc001e000acd01f401cd3d090405ce000f4240cb7ff000000000000000000114ce000f4240ce004c4b40ce00e4e1c0010101ced693a400d3000000141dd76000cb7ff00000000000000001cd1388ce11e1a300ce11e1a300d3000000140bf5bd0000ce0047868c"},
-		{"closed", tiers.Policy{}, "96000000cd3d09cd3d0900"},
+		{"closed", tiers.Policy{}, "96000000ce0001e848ce0001e84800"},
 		{"bucket", tiers.Policy{Kind: tiers.KindTokenBucket, Bucket: tiers.TokenBucket{Capacity: 10, Refill: 4, Per: 3 * time.Second}}, "9501ce000b71b001ce007270e00a"},
 		{"bad bucket", tiers.Policy{Kind: tiers.KindTokenBucket, Bucket: tiers.TokenBucket{Capacity: 10, Refill: 0, Per: time.Second}}, "9103"},
 		{"fixed minute", tiers.Policy{Kind: tiers.KindFixedWindow, Window: tiers.FixedWindow{Limit: 70000, Unit: tiers.UnitMinute}}, "9302ce00011170ce03938700"},
