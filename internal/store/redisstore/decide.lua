@@ -43,7 +43,7 @@ local SEC = 1000000
 local MAXC = 1125899906842624 -- 2^50, the clamp of copies and min
 -- Redis runs the library's chunk without the Lua libraries (math,
 -- cmsgpack...): they are bound at the first call.
-local fmod, mpack, munpack, spack, sunpack, tunpack, ssub, srep
+local fmod, mpack, munpack, spack, sunpack, tunpack, ssub, srep, sbyte
 
 local function min(a, b)
   if a < b then return a end
@@ -170,14 +170,15 @@ local function llast(l)
   return l[2 * l[E] + 2]
 end
 
--- A stored log is two values: its hits (l[SUM]) and a string of its
--- buckets, 16 bytes each (start, count: big-endian doubles), oldest first.
--- The one-tier path cuts and appends to that string without reading the
--- buckets between; ldec and lenc convert it to and from the table form.
+-- A stored log is its hits (l[SUM]) and its number of buckets m in the
+-- state's header, and its buckets in the state's body: m records of 16
+-- bytes (start, count: big-endian doubles), oldest first. The one-tier path
+-- cuts and appends to the records without reading those between; ldec and
+-- lbytes convert them to and from the table form.
 local REC = 16
 
 -- The struct format of k doubles, made once per k (k <= twice the buckets
--- a log holds).
+-- a log holds, or a state's header).
 local FMT = {}
 local function fmt(k)
   local f = FMT[k]
@@ -188,27 +189,19 @@ local function fmt(k)
   return f
 end
 
--- enc: append the log to the array o, which holds n values; returns the
--- new n.
-local function lenc(l, o, n)
+-- bytes: the log's records and their number.
+local function lbytes(l)
   local h, e = l[H], l[E]
-  o[n + 1] = l[SUM]
-  if e < h then
-    o[n + 2] = ''
-  else
-    o[n + 2] = spack(fmt(2 * (e - h + 1)), tunpack(l, 2 * h + 2, 2 * e + 3))
-  end
-  return n + 2
+  if e < h then return '', 0 end
+  return spack(fmt(2 * (e - h + 1)), tunpack(l, 2 * h + 2, 2 * e + 3)), e - h + 1
 end
 
--- dec: the log at v[p] (hits, buckets), and the index after it. The value
--- sunpack returns after the buckets (its position) lands past them, where
--- entries are garbage.
-local function ldec(v, p)
-  local sum, b = v[p] or 0, v[p + 1] or ''
-  local m = #b / REC
-  if m < 1 then return newlog(), p + 2 end
-  return { 1, m, sum, sunpack(fmt(2 * m), b) }, p + 2
+-- dec: the log of m records at byte off of v with hits sum, and the byte
+-- after them. The value sunpack returns after the records (its position)
+-- lands past them, where entries are garbage.
+local function ldec(v, off, m, sum)
+  if m < 1 then return newlog(), off end
+  return { 1, m, sum, sunpack(fmt(2 * m), v, off) }, off + REC * m
 end
 
 -- ---------------------------------------------------------------------------
@@ -252,86 +245,116 @@ local function policy(arg)
   return p
 end
 
--- A state blob is a msgpack array whose first element is the tag of the
--- kind it was written for (TAG; 9: a global); a blob of another tag reads
--- as a zero state.
---   tiers:        4, second log, n, then per tier: in (0/1), entered, log
---   bucket/fixed: kind, used (0/1), at, val
---   global:       10, log
--- A log is two values: hits, buckets (lenc). Tags 0 and 9 were the tiers
--- and global states of an earlier layout, which read as zero states.
-local TAG = { [0] = 4, [1] = 1, [2] = 2, [3] = 3, [9] = 10 }
+-- A state blob of a kind with hit logs is one string of big-endian
+-- doubles, a header then the logs' records (no msgpack: a call copies a
+-- state's bytes as few times as it can, each copy of a string costing Redis
+-- a pass over its bytes):
+--   tiers:  5, n, second log's hits, m, then per tier: in (0/1), entered,
+--           hits, m; then the second log's records, then each tier's
+--   global: 11, hits, m, then the records
+-- A token bucket or fixed window state is a msgpack array: kind, used
+-- (0/1), at, val (3: a closed policy's). A blob of another layout or kind
+-- reads as a zero state (msgpack tiers and global states, tags 0, 4, 9
+-- and 10, were earlier layouts).
+local RAW = { [0] = 5, [9] = 11 }
 
--- unblob: the blob's array if it is a state of that kind, else nil.
+-- raw: the blob if it is a state of that tag, else nil.
+local function raw(blob, tag)
+  if blob and sbyte(blob, 1) == 0x40 and #blob >= 8 and sunpack('>d', blob) == tag then return blob end
+  return nil
+end
+
+-- unblob: the blob's array if it is a bucket or fixed-window state of that
+-- kind, else nil (a raw state is not unpacked: it is not msgpack).
 local function unblob(blob, kind)
   local v = nil
-  if blob then v = munpack(blob) end
-  if type(v) ~= 'table' or v[1] ~= TAG[kind] then return nil end
+  if blob then
+    local b = sbyte(blob, 1)
+    if b and ((b >= 0x90 and b <= 0x9f) or b == 0xdc or b == 0xdd) then v = munpack(blob) end
+  end
+  if type(v) ~= 'table' or v[1] ~= kind then return nil end
   return v
 end
 
--- decv: the state of v (unblob's answer).
-local function decv(v, kind)
-  -- Every field in the constructors: no table grows afterwards.
-  local s = { kind = kind, dirty = false, p = false, t = false, nt = 0, sec = false, log = false,
-              used = false, at = 0, val = 0 }
-  if kind == 0 then
-    s.t = {}
-    if not v then
-      s.sec = newlog()
-      return s
+local function newstate(kind)
+  -- Every field in the constructor: no table grows afterwards.
+  return { kind = kind, dirty = false, p = false, t = false, nt = 0, sec = false, log = false,
+           used = false, at = 0, val = 0 }
+end
+
+-- decraw: the tiers or global state of v (raw's answer).
+local function decraw(v, kind)
+  local s = newstate(kind)
+  if kind == 9 then
+    if v then
+      local sum, m = sunpack('>dd', v, 9)
+      s.log = ldec(v, 25, m, sum)
+    else
+      s.log = newlog()
     end
-    local p
-    s.sec, p = ldec(v, 2)
-    s.nt = v[p]
-    p = p + 1
-    for i = 1, s.nt do
-      local inn, ent, hits = v[p] == 1, v[p + 1], nil
-      hits, p = ldec(v, p + 2)
-      s.t[i] = { inn = inn, ent = ent, hits = hits }
-    end
-  elseif kind == 9 then
-    if v then s.log = ldec(v, 2) else s.log = newlog() end
-  elseif v then
-    s.used, s.at, s.val = v[2] == 1, v[3], v[4]
+    return s
+  end
+  s.t = {}
+  if not v then
+    s.sec = newlog()
+    return s
+  end
+  local nt, sum, m = sunpack('>ddd', v, 9)
+  local hp, off = 33, 33 + 32 * nt
+  s.sec, off = ldec(v, off, m, sum)
+  s.nt = nt
+  for i = 1, nt do
+    local inn, ent, hits
+    inn, ent, sum, m = sunpack('>dddd', v, hp)
+    hp = hp + 32
+    hits, off = ldec(v, off, m, sum)
+    s.t[i] = { inn = inn == 1, ent = ent, hits = hits }
   end
   return s
 end
 
-local function decstate(blob, kind) return decv(unblob(blob, kind), kind) end
+local function decstate(blob, kind)
+  if RAW[kind] then return decraw(raw(blob, RAW[kind]), kind) end
+  local s, v = newstate(kind), unblob(blob, kind)
+  if v then s.used, s.at, s.val = v[2] == 1, v[3], v[4] end
+  return s
+end
 
--- The array encstate fills, made once: its array part has grown to the
--- largest state seen. Entries past the state's are cleared, as
--- cmsgpack.pack packs a table whose keys are 1..n as an array of n.
+-- The array a bucket or fixed-window state is packed from, made once; its
+-- entries past 4 are cleared, as cmsgpack.pack packs a table whose keys
+-- are 1..n as an array of n. HV holds a tiers state's header, PS its parts.
 local O, on = {}, 0
+local HV, PS = {}, {}
 
 local function encstate(s)
-  local o, n = O, 1
-  o[1] = TAG[s.kind]
-  if s.kind == 0 then
-    n = lenc(s.sec, o, n)
-    -- Tiers never entered after the last entered one are not written: they
-    -- read back as never entered, which is what they are.
-    local nt = 0
-    for i = 1, s.nt do
-      if s.t[i].inn then nt = i end
-    end
-    n = n + 1
-    o[n] = nt
-    for i = 1, nt do
-      local ts = s.t[i]
-      o[n + 1], o[n + 2] = ts.inn and 1 or 0, ts.ent
-      n = lenc(ts.hits, o, n + 2)
-    end
-  elseif s.kind == 9 then
-    n = lenc(s.log, o, n)
-  else
-    o[2], o[3], o[4] = s.used and 1 or 0, s.at, s.val
-    n = 4
+  if s.kind == 9 then
+    local b, m = lbytes(s.log)
+    return spack('>ddd', 11, s.log[SUM], m) .. b
   end
-  for i = n + 1, on do o[i] = nil end
-  on = n
-  return mpack(o)
+  if s.kind ~= 0 then
+    local o = O
+    o[1], o[2], o[3], o[4] = s.kind, s.used and 1 or 0, s.at, s.val
+    for i = 5, on do o[i] = nil end
+    on = 4
+    return mpack(o)
+  end
+  -- Tiers never entered after the last entered one are not written: they
+  -- read back as never entered, which is what they are.
+  local nt = 0
+  for i = 1, s.nt do
+    if s.t[i].inn then nt = i end
+  end
+  local b, m = lbytes(s.sec)
+  HV[1], HV[2], HV[3], HV[4] = 5, nt, s.sec[SUM], m
+  PS[2] = b
+  for i = 1, nt do
+    local ts = s.t[i]
+    b, m = lbytes(ts.hits)
+    HV[4 * i + 1], HV[4 * i + 2], HV[4 * i + 3], HV[4 * i + 4] = ts.inn and 1 or 0, ts.ent, ts.hits[SUM], m
+    PS[i + 2] = b
+  end
+  PS[1] = spack(fmt(4 + 4 * nt), tunpack(HV, 1, 4 + 4 * nt))
+  return table.concat(PS, '', 1, nt + 2)
 end
 
 -- A decision: the fields of tiers.Decision the Go side cannot complete.
@@ -768,58 +791,65 @@ end
 -- The one-tier path: a call of one take item (the fast path below) whose
 -- policy is one tier with no hard or global limit (p.one), with no global
 -- key. It grants what decide_tiers grants, with the same answer, state and
--- expiry as save's, reading the blob's array v and writing the new state
--- straight into O: no table per call but v, the logs' bucket strings cut
--- at their heads and appended to at their tails (no bucket between is
--- read), and every step of the walk, apply_tiers, forget_tiers and
--- encstate written out for the one tier. A
--- call it would not grant (a rejection, no hit granted, the tier in its
--- cooldown, a state of more tiers) is left to decide, on the same blob.
+-- expiry as save's, reading the header and the records it needs of the
+-- stored string v (the expired ones at each log's head, the newest) and
+-- making the new state in one concatenation: no table per call, and every
+-- step of the walk, apply_tiers, forget_tiers and encstate written out for
+-- the one tier. A call it would not grant (a rejection, no hit granted, the
+-- tier in its cooldown, a state of more tiers) is left to decide, on the
+-- same string.
 
--- cut: the stored log (hits sum, buckets b) without the buckets starting
--- at or before lo (prune), reading only those.
-local function cut(sum, b, lo)
-  local i, len = 1, #b
-  while i < len do
-    local at, c = sunpack('>dd', b, i)
-    if at > lo then break end
+-- cut: the first byte of the records v[q..e] (whole records) that start
+-- after lo, and the hits sum less those of the records before it (prune).
+local function cut(v, q, e, sum, lo)
+  while q < e do
+    local at, c = sunpack('>dd', v, q)
+    if at > lo then return q, sum end
     sum = sum - c
-    i = i + REC
+    q = q + REC
   end
-  if i > len then return 0, '' end
-  if i > 1 then b = ssub(b, i) end
-  return sum, b
+  return q, 0
 end
 
--- put: the buckets b with n hits added at t in buckets of width w (ladd
--- after the prune), and the newest bucket's start.
-local function put(b, t, w, n)
-  local at, len = floormul(t, w), #b
-  if len > 0 then
-    local last, c = sunpack('>dd', b, len - REC + 1)
-    if last >= at then return ssub(b, 1, len - 8) .. spack('>d', c + n), last end
+-- put: n hits added at t in buckets of width w to the records v[q..e]
+-- (ladd after the prune): the records kept as they are (up to byte k), the
+-- newest record to write, its start, and the number of records.
+local function put(v, q, e, t, w, n)
+  local at = floormul(t, w)
+  if q < e then
+    local last, c = sunpack('>dd', v, e - REC + 1)
+    local m = (e - q + 1) / REC
+    if last >= at then return e - REC, spack('>dd', last, c + n), last, m end
+    return e, spack('>dd', at, n), at, m + 1
   end
-  return b .. spack('>dd', at, n), at
+  return q - 1, spack('>dd', at, n), at, 1
 end
 
 -- The writes and item replies the many path holds back until every item
 -- is granted (made once).
 local PK, PB, PM, PR = {}, {}, {}, {}
 
--- one1: the whole answer, or nil and the state's array (unblob's answer)
+-- one1: the whole answer, or nil and the state's string (raw's answer)
 -- for decide. With slot, a grant is not written: its key, state, expiry
 -- and item reply go to PK, PB, PM and PR at slot, and one1 answers true.
 local function one1(key, p, t, k, m, maxttl, slot)
-  local v = unblob(redis.call('GET', key), 0)
-  local ssum, sb, inn, ent, cnt, tb = 0, '', false, 0, 0, ''
+  local v = raw(redis.call('GET', key), 5)
+  -- sq..se and tq..te: the bytes of the second log's and the tier's
+  -- records (none: q > e).
+  local ssum, inn, ent, cnt, sq, se, tq, te = 0, false, 0, 0, 1, 0, 1, 0
   if v then
-    ssum, sb = v[2], v[3]
-    local nt = v[4]
+    local nt, sm, tm, i
+    nt, ssum, sm = sunpack('>ddd', v, 9)
     if nt == 1 then
-      inn, ent, cnt, tb = v[5] == 1, v[6], v[7], v[8]
-    elseif nt ~= 0 then
+      i, ent, cnt, tm = sunpack('>dddd', v, 33)
+      inn, sq = i == 1, 65
+    elseif nt == 0 then
+      sq, tm = 33, 0
+    else
       return nil, v
     end
+    se = sq + REC * sm - 1
+    tq, te = se + 1, se + REC * tm
   end
   k, m = clamp(k), clamp(m)
   local tr = p.T[1]
@@ -838,27 +868,29 @@ local function one1(key, p, t, k, m, maxttl, slot)
   end
   if burst then
     -- Entered at t with an emptied log.
-    ent, cnt, tb = t, 0, ''
+    ent, cnt, tq = t, 0, te + 1
     n = min(k, lim)
     reset = max(0, win)
   else
-    cnt, tb = cut(cnt, tb, t - win)
+    tq, cnt = cut(v, tq, te, cnt, t - win)
     local oldest = t
-    if #tb > 0 then oldest = sunpack('>d', tb) end
+    if tq < te then oldest = sunpack('>d', v, tq) end
     n = min(k, lim - cnt)
     reset = max(0, oldest + win - t)
   end
   if n < 1 or n < m or m > k then return nil, v end
   cnt = cnt + n
   -- apply_tiers and encstate: the second log, then the tier, entered.
-  local dom, sat, tat
-  dom, sb = cut(ssum, sb, t - SEC)
-  sb, sat = put(sb, t, p.hw, n)
-  tb, tat = put(tb, t, tr.width, n)
-  local o = O
-  o[1], o[2], o[3], o[4], o[5], o[6], o[7], o[8] = 4, dom + n, sb, 1, 1, ent, cnt, tb
-  for i = 9, on do o[i] = nil end
-  on = 8
+  local dom, sk, sn, sat, sm, tk, tn, tat, tm
+  sq, dom = cut(v, sq, se, ssum, t - SEC)
+  sk, sn, sat, sm = put(v, sq, se, t, p.hw, n)
+  tk, tn, tat, tm = put(v, tq, te, t, tr.width, n)
+  local b = spack('>dddddddd', 5, 1, dom + n, sm, 1, ent, cnt, tm)
+  if v then
+    b = b .. ssub(v, sq, sk) .. sn .. ssub(v, tq, tk) .. tn
+  else
+    b = b .. sn .. tn
+  end
   -- save: forget_tiers (both logs hold a bucket now).
   local at
   if act ~= INF then at = ent + act + tr.cool else at = tat + win end
@@ -868,11 +900,11 @@ local function one1(key, p, t, k, m, maxttl, slot)
   local f = 1
   if burst then f = 3 end
   if slot then
-    PK[slot], PB[slot], PM[slot] = key, mpack(o), ms
+    PK[slot], PB[slot], PM[slot] = key, b, ms
     PR[slot] = spack('>ddddddddd', f, n, 1, cnt, dom + n, 0, max(0, min(MAXC - n, lim - cnt)), 0, reset)
     return true
   end
-  redis.call('SET', key, mpack(o), 'PXAT', ms)
+  redis.call('SET', key, b, 'PXAT', ms)
   return spack('>ddddddddddd', 0, t, f, n, 1, cnt, dom + n, 0, max(0, min(MAXC - n, lim - cnt)), 0, reset)
 end
 
@@ -1098,7 +1130,7 @@ local function fdecide(KEYS, ARGV)
   if not fmod then
     fmod, mpack, munpack = math.fmod, cmsgpack.pack, cmsgpack.unpack
     spack, sunpack, tunpack = struct.pack, struct.unpack, unpack
-    ssub, srep = string.sub, string.rep
+    ssub, srep, sbyte = string.sub, string.rep, string.byte
   end
   local mode, now, maxttl, lockttl, nk, n, pos = sunpack('>dddddd', ARGV[1])
   local token = ARGV[2]
@@ -1159,7 +1191,7 @@ local function fdecide(KEYS, ARGV)
       if p.one and gk == 0 then
         local r, v = one1(KEYS[sk], p, now, hits, mn, maxttl)
         if r then return r end
-        s = decv(v, 0)
+        s = decraw(v, 0)
         s.p = p
       else
         s = load(KEYS[sk], p, statekind(p))

@@ -47,7 +47,7 @@
 // small: a call of one take item (the common case) takes a fast path, one
 // Request with no peek and no grouping, and when its policy is one tier
 // with no hard or global limit (every plain rate_limit) a one-tier path
-// that decides a grant on the stored array and packs the new state with no
+// that decides a grant on the stored state and writes the new one with no
 // table per call (TestOneTierPath holds it equal to the general code;
 // TestOneTierCost, with CHARON_COST_ROUNDS set, measures what it saves,
 // alternating rounds with and without it: 20 to 35% of Redis' time per
@@ -57,16 +57,19 @@
 // table); policies travel as ARGV, msgpack arrays of integers encoded once
 // per *tiers.Policy on the Go side (a cache keyed by pointer) and decoded
 // once by the library (a cache keyed by their encoding); the scratch
-// tables of a decision are made once, at load. States are msgpack arrays
-// (Redis' cmsgpack writes integers exactly, where cjson would print 14
-// significant digits of a 16-digit µs timestamp) in which a hit log is its
-// hits and a string of 16-byte buckets (start, count): the one-tier path
-// drops the expired buckets at the string's head and adds to its tail
-// without reading the buckets between, and the general path converts a log
-// with one struct call each way; a state's cost still grows with its bytes
-// (at most 64 buckets per log). Blobs of the earlier layout, whose logs
-// were msgpack numbers, read as fresh states (TestEarlierLayout): the
-// sliding windows of a store shared across that upgrade start afresh once.
+// tables of a decision are made once, at load. A tiers or global state is
+// one string of big-endian doubles, a header (each log's hits and number
+// of records) and then the logs' 16-byte records (start, count): doubles
+// hold a µs timestamp exactly, and the one-tier path reads only the header
+// and the records it needs (the expired ones at a log's head, the newest)
+// and makes the new state in one concatenation. Inside Redis' Lua every
+// string a call makes costs a pass over its bytes (Lua hashes them), so a
+// state's cost is its bytes times the copies a call makes of them: the
+// reply of GET, the kept records, the new state. Token bucket and fixed
+// window states, four numbers, are msgpack arrays. Blobs of earlier
+// layouts (msgpack tiers and global states) read as fresh states
+// (TestEarlierLayout): the sliding windows of a store shared across such an
+// upgrade start afresh once. FuzzBlobInts fuzzes Inspect's decoder of them.
 // TestScriptCost,
 // TestScriptCostBench (with CHARON_COST_ROUNDS set) and BenchmarkDecide
 // report Redis' time per call (INFO commandstats).

@@ -76,21 +76,22 @@ func (s *Store) Reset(ctx context.Context, it *store.Item) error {
 // errBlob is a state blob that decide.lua does not write.
 var errBlob = errors.New("not a state blob")
 
-// The tags of decide.lua's tiers and global blobs, whose logs are stored as
-// hits and a string of buckets.
+// The tags of decide.lua's tiers and global states, strings of big-endian
+// doubles.
 const (
-	tagTiers  = 4
-	tagGlobal = 10
+	tagTiers  = 5
+	tagGlobal = 11
 )
 
-// blobInts decodes a state blob as decide.lua writes it (a msgpack array
-// whose first element is its tag) into the compact form of package tiers
-// (State.SetCompact, Global.SetCompact). Bucket and fixed-window blobs hold
-// that form as they are; in tiers and global blobs each log is two values,
-// its hits and a string of 16-byte buckets (start, count: big-endian
-// doubles), which become m, then m pairs. A missing key (nil), or a tiers
-// or global blob of an earlier layout (tags 0 and 9), is an empty array: a
-// fresh state, as decide.lua reads it.
+// blobInts decodes a state blob as decide.lua writes it into the compact
+// form of package tiers (State.SetCompact, Global.SetCompact). A tiers
+// state (tag 5: n, the second log's hits and m, then per tier in, entered,
+// hits and m, then the logs' records) or a global state (tag 11: hits, m,
+// records) is a string of big-endian doubles, whose logs become m, then m
+// pairs (start, count); a bucket or fixed-window state is a msgpack array
+// holding that form as it is. A missing key (nil), or a blob of an earlier
+// layout (a msgpack array tagged 0, 4, 9 or 10), is an empty array: a fresh
+// state, as decide.lua reads it.
 func blobInts(v any) ([]int64, error) {
 	if v == nil {
 		return nil, nil
@@ -99,102 +100,109 @@ func blobInts(v any) ([]int64, error) {
 	if !ok {
 		return nil, errBlob
 	}
+	if len(str) >= 8 && str[0] == 0x40 {
+		return rawInts([]byte(str))
+	}
 	n, b, ok := msgpackArray([]byte(str))
 	if !ok || n == 0 {
 		return nil, errBlob
 	}
-	r := blobReader{b: b, left: n}
-	tag := r.int()
-	var out []int64
-	switch tag {
-	case int64(tiers.KindTiers), tiers.GlobalCompact:
-		return nil, nil
-	case tagTiers:
-		out = r.log(append(out, int64(tiers.KindTiers)))
-		nt := r.int()
-		out = append(out, nt)
-		for i := int64(0); i < nt && !r.bad; i++ {
-			out = r.log(append(out, r.int(), r.int()))
+	out := make([]int64, 0, n)
+	for i := range n {
+		var x int64
+		if x, b, ok = msgpackInt(b); !ok {
+			return nil, errBlob
 		}
-	case tagGlobal:
-		out = r.log(append(out, tiers.GlobalCompact))
-	default:
-		out = append(out, tag)
-		for r.left > 0 && !r.bad {
-			out = append(out, r.int())
+		if i == 0 && x != int64(tiers.KindTokenBucket) && x != int64(tiers.KindFixedWindow) && x != tagClosed {
+			return nil, nil // an earlier layout
 		}
+		out = append(out, x)
 	}
-	if r.bad || r.left != 0 || len(r.b) != 0 {
+	if len(b) != 0 {
 		return nil, errBlob
 	}
 	return out, nil
 }
 
-// blobReader reads the elements of a msgpack array, left of them, from b;
-// bad is set at the first that is not what was asked for.
-type blobReader struct {
-	b    []byte
-	left int
-	bad  bool
+// tagClosed is the tag of a closed policy's state (decide.lua's statekind
+// 3), a msgpack array like a bucket's.
+const tagClosed = 3
+
+// rawInts decodes a tiers or global state string (blobInts).
+func rawInts(b []byte) ([]int64, error) {
+	if len(b)%8 != 0 {
+		return nil, errBlob
+	}
+	r := rawReader{b: b}
+	var out []int64
+	switch r.next() {
+	case tagTiers:
+		nt := r.next()
+		if nt < 0 || nt > tiers.MaxTiers {
+			return nil, errBlob
+		}
+		sum, m := r.next(), r.next()
+		head := make([]int64, 0, 4*nt)
+		for range 4 * nt {
+			head = append(head, r.next())
+		}
+		out = r.log(append(out, int64(tiers.KindTiers)), sum, m)
+		out = append(out, nt)
+		for i := range nt {
+			h := head[4*i:]
+			out = r.log(append(out, h[0], h[1]), h[2], h[3])
+		}
+	case tagGlobal:
+		sum, m := r.next(), r.next()
+		out = r.log(append(out, tiers.GlobalCompact), sum, m)
+	default:
+		return nil, nil
+	}
+	if r.bad || len(r.b) != 0 {
+		return nil, errBlob
+	}
+	return out, nil
 }
 
-func (r *blobReader) int() int64 {
-	if r.bad || r.left == 0 {
+// rawReader reads a state string's doubles, each an integer; bad is set at
+// the first that is missing or not one.
+type rawReader struct {
+	b   []byte
+	bad bool
+}
+
+func (r *rawReader) next() int64 {
+	if len(r.b) < 8 {
 		r.bad = true
 		return 0
 	}
-	x, rest, ok := msgpackInt(r.b)
-	r.b, r.left, r.bad = rest, r.left-1, !ok
-	return x
+	f := math.Float64frombits(binary.BigEndian.Uint64(r.b))
+	r.b = r.b[8:]
+	if f != math.Trunc(f) || f < math.MinInt64 || f >= math.MaxInt64 {
+		r.bad = true
+		return 0
+	}
+	return int64(f)
 }
 
-// log appends a stored log (hits, buckets) to dst as m, then m pairs.
-func (r *blobReader) log(dst []int64) []int64 {
-	r.int() // the hits: the sum of the pairs' counts
-	if r.bad || r.left == 0 {
+// log appends a log of m records whose counts sum to sum as m, then m
+// pairs.
+func (r *rawReader) log(dst []int64, sum, m int64) []int64 {
+	if m < 0 || m > int64(len(r.b)/16) {
 		r.bad = true
 		return dst
 	}
-	s, rest, ok := msgpackString(r.b)
-	r.b, r.left = rest, r.left-1
-	if !ok || len(s)%16 != 0 {
-		r.bad = true
-		return dst
+	dst = append(dst, m)
+	var got int64
+	for range m {
+		at, n := r.next(), r.next()
+		dst = append(dst, at, n)
+		got += n
 	}
-	dst = append(dst, int64(len(s)/16))
-	for i := 0; i < len(s); i += 8 {
-		f := math.Float64frombits(binary.BigEndian.Uint64(s[i:]))
-		if f != math.Trunc(f) || f < math.MinInt64 || f >= math.MaxInt64 {
-			r.bad = true
-			return dst
-		}
-		dst = append(dst, int64(f))
+	if got != sum {
+		r.bad = true
 	}
 	return dst
-}
-
-// msgpackString reads one string (str or bin).
-func msgpackString(b []byte) ([]byte, []byte, bool) {
-	if len(b) == 0 {
-		return nil, nil, false
-	}
-	n, hdr := 0, 0
-	switch c := b[0]; {
-	case c&0xe0 == 0xa0:
-		n, hdr = int(c&0x1f), 1
-	case (c == 0xd9 || c == 0xc4) && len(b) >= 2:
-		n, hdr = int(b[1]), 2
-	case (c == 0xda || c == 0xc5) && len(b) >= 3:
-		n, hdr = int(binary.BigEndian.Uint16(b[1:])), 3
-	case (c == 0xdb || c == 0xc6) && len(b) >= 5:
-		n, hdr = int(binary.BigEndian.Uint32(b[1:])), 5
-	default:
-		return nil, nil, false
-	}
-	if len(b)-hdr < n {
-		return nil, nil, false
-	}
-	return b[hdr : hdr+n], b[hdr+n:], true
 }
 
 func msgpackArray(b []byte) (int, []byte, bool) {

@@ -296,42 +296,67 @@ func TestManyPath(t *testing.T) {
 	t.Logf("%d calls, %d granted whole", calls, fast)
 }
 
-// TestEarlierLayout: a tiers or global state blob of the earlier layout
-// (tags 0 and 9, each log as m, then m pairs) reads as a fresh state, in
+// TestEarlierLayout: a tiers or global state of an earlier layout (msgpack
+// arrays: tags 0 and 9 with each log as m, then m pairs; tags 4 and 10 with
+// each log as its hits and a string of records) reads as a fresh state, in
 // the function and in Inspect, and is replaced by the current layout.
 func TestEarlierLayout(t *testing.T) {
 	_, c := singleClient(t)
 	s := testStore(t, c, Options{Clock: ClockCaller})
 	ctx := context.Background()
 	p := &tiers.Policy{Kind: tiers.KindTiers, GlobalLimit: 2, Tiers: []tiers.Tier{{Limit: 2, Window: time.Minute, Active: tiers.Unbounded}}}
-	it := store.Item{Key: store.Key{Resource: "earlier", Domain: "d", PolicyID: 1}, Policy: p, Hits: 1, Min: 1}
 	now := time.Unix(1_800_000_000, 0)
 	at := now.Add(-time.Second / 2).UnixMicro()
-	sk, gk := stateKey(s.prefix, &it)
-	// Under that layout: two hits in the tier and in the last second of
-	// the domain and of the resource, which would leave no room.
-	const set = "local a = tonumber(ARGV[1])\n" +
+	// Two hits in the tier and in the last second of the domain and of the
+	// resource, which would leave no room.
+	for i, set := range []string{
 		"redis.call('SET', KEYS[1], cmsgpack.pack({0, 1, a, 2, 1, 1, a, 1, a, 2}))\n" +
-		"redis.call('SET', KEYS[2], cmsgpack.pack({9, 1, a, 2}))"
-	if err := c.Eval(ctx, set, []string{sk, gk}, at).Err(); err != nil && !errors.Is(err, redis.Nil) {
-		t.Fatal(err)
-	}
-	fresh := tiers.Inspect(p, new(tiers.State), new(tiers.Global), now)
-	got, err := s.Inspect(ctx, now, &it)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if diff := cmp.Diff(fresh, got); diff != "" {
-		t.Errorf("Inspect of the earlier layout (-fresh +got):\n%s", diff)
-	}
-	out := make([]tiers.Decision, 1)
-	for i := range 2 {
-		if err := s.Decide(ctx, now, []store.Item{it}, out); err != nil || !out[0].OK {
-			t.Fatalf("decision %d: %v %+v, want granted as on a fresh state", i, err, out[0])
+			"redis.call('SET', KEYS[2], cmsgpack.pack({9, 1, a, 2}))",
+		"local r = struct.pack('>dd', a, 2)\n" +
+			"redis.call('SET', KEYS[1], cmsgpack.pack({4, 2, r, 1, 1, a, 2, r}))\n" +
+			"redis.call('SET', KEYS[2], cmsgpack.pack({10, 2, r}))",
+	} {
+		it := store.Item{Key: store.Key{Resource: fmt.Sprint("earlier", i), Domain: "d", PolicyID: 1}, Policy: p, Hits: 1, Min: 1}
+		sk, gk := stateKey(s.prefix, &it)
+		if err := c.Eval(ctx, "local a = tonumber(ARGV[1])\n"+set, []string{sk, gk}, at).Err(); err != nil && !errors.Is(err, redis.Nil) {
+			t.Fatal(err)
+		}
+		fresh := tiers.Inspect(p, new(tiers.State), new(tiers.Global), now)
+		got, err := s.Inspect(ctx, now, &it)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if diff := cmp.Diff(fresh, got); diff != "" {
+			t.Errorf("layout %d: Inspect (-fresh +got):\n%s", i, diff)
+		}
+		out := make([]tiers.Decision, 1)
+		for j := range 2 {
+			if err := s.Decide(ctx, now, []store.Item{it}, out); err != nil || !out[0].OK {
+				t.Fatalf("layout %d, decision %d: %v %+v, want granted as on a fresh state", i, j, err, out[0])
+			}
+		}
+		st, _ := stored(t, c, sk)
+		if v, err := blobInts(st); err != nil || len(v) == 0 || v[0] != int64(tiers.KindTiers) {
+			t.Errorf("layout %d: state after the decisions: %v %v, want a tiers state of the current layout", i, v, err)
 		}
 	}
-	st, _ := stored(t, c, sk)
-	if v, err := blobInts(st); err != nil || len(v) == 0 || v[0] != int64(tiers.KindTiers) {
-		t.Errorf("state after the decisions: %v %v, want a tiers state of the current layout", v, err)
-	}
+}
+
+// FuzzBlobInts: any stored bytes decode to a compact form or an error,
+// never a panic, and a decoded form is one SetCompact takes or refuses.
+func FuzzBlobInts(f *testing.F) {
+	f.Add("\x40\x14\x00\x00\x00\x00\x00\x00")
+	f.Add("\x94\x02\x01\x05\x07")
+	f.Add("\x93\x0a\x02\xa0")
+	p := &tiers.Policy{Kind: tiers.KindTiers, Tiers: []tiers.Tier{{Limit: 100, Window: time.Second, Active: tiers.Unbounded}}}
+	f.Fuzz(func(t *testing.T, b string) {
+		v, err := blobInts(b)
+		if err != nil || len(v) == 0 {
+			return
+		}
+		var st tiers.State
+		var g tiers.Global
+		_ = st.SetCompact(p, v)
+		_ = g.SetCompact(v)
+	})
 }
