@@ -1,8 +1,8 @@
 package tiers
 
-// compactClosed is the first integer of the compact form of a policy that
-// never grants.
-const compactClosed = 3
+// ClosedCompact is the first integer of the compact form of a policy that
+// never grants (and of a port's state kept under it).
+const ClosedCompact = 3
 
 // AppendCompact appends p's compact form to dst and returns the extended
 // slice. The compact form is what a port of this package's procedure (the
@@ -50,7 +50,7 @@ func (p *Policy) AppendCompact(dst []int64) []int64 {
 			return append(dst, int64(KindFixedWindow), p.Window.Limit, l)
 		}
 	}
-	return append(dst, compactClosed)
+	return append(dst, ClosedCompact)
 }
 
 // FillLimits sets the fields of d that follow from p and d.Tier alone:

@@ -113,7 +113,7 @@ func blobInts(v any) ([]int64, error) {
 		if x, b, ok = msgpackInt(b); !ok {
 			return nil, errBlob
 		}
-		if i == 0 && x != int64(tiers.KindTokenBucket) && x != int64(tiers.KindFixedWindow) && x != tagClosed {
+		if i == 0 && x != int64(tiers.KindTokenBucket) && x != int64(tiers.KindFixedWindow) && x != tiers.ClosedCompact {
 			return nil, nil // an earlier layout
 		}
 		out = append(out, x)
@@ -123,10 +123,6 @@ func blobInts(v any) ([]int64, error) {
 	}
 	return out, nil
 }
-
-// tagClosed is the tag of a closed policy's state (decide.lua's statekind
-// 3), a msgpack array like a bucket's.
-const tagClosed = 3
 
 // rawInts decodes a tiers or global state string (blobInts).
 func rawInts(b []byte) ([]int64, error) {
@@ -176,13 +172,18 @@ func (r *rawReader) next() int64 {
 		r.bad = true
 		return 0
 	}
-	f := math.Float64frombits(binary.BigEndian.Uint64(r.b))
+	x, ok := integral(math.Float64frombits(binary.BigEndian.Uint64(r.b)))
 	r.b = r.b[8:]
+	r.bad = r.bad || !ok
+	return x
+}
+
+// integral is f as an int64 when it is a whole number within int64's range.
+func integral(f float64) (int64, bool) {
 	if f != math.Trunc(f) || f < math.MinInt64 || f >= math.MaxInt64 {
-		r.bad = true
-		return 0
+		return 0, false
 	}
-	return int64(f)
+	return int64(f), true
 }
 
 // log appends a log of m records whose counts sum to sum as m, then m
@@ -273,8 +274,6 @@ func msgpackInt(b []byte) (int64, []byte, bool) {
 	} else {
 		f = math.Float64frombits(binary.BigEndian.Uint64(p))
 	}
-	if f != math.Trunc(f) || f < math.MinInt64 || f >= math.MaxInt64 {
-		return 0, nil, false
-	}
-	return int64(f), rest, true
+	x, ok := integral(f)
+	return x, rest, ok
 }

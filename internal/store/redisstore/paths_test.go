@@ -2,9 +2,12 @@ package redisstore
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -359,4 +362,40 @@ func FuzzBlobInts(f *testing.F) {
 		_ = st.SetCompact(p, v)
 		_ = g.SetCompact(v)
 	})
+}
+
+// TestBlobInts pins Inspect's decoding of stored states: the current
+// layouts to tiers' compact form, earlier ones to a fresh state, and a
+// malformed string to an error.
+func TestBlobInts(t *testing.T) {
+	doubles := func(fs ...float64) string {
+		var b []byte
+		for _, f := range fs {
+			b = binary.BigEndian.AppendUint64(b, math.Float64bits(f))
+		}
+		return string(b)
+	}
+	for _, tc := range []struct {
+		name string
+		blob any
+		want []int64
+		err  bool
+	}{
+		{"none", nil, nil, false},
+		{"tiers", doubles(5, 1, 3, 1, 1, 700, 3, 2, 500, 3, 600, 1, 700, 2), []int64{0, 1, 500, 3, 1, 1, 700, 2, 600, 1, 700, 2}, false},
+		{"tiers, no tier entered", doubles(5, 0, 0, 0), []int64{0, 0, 0}, false},
+		{"global", doubles(11, 4, 1, 900, 4), []int64{9, 1, 900, 4}, false},
+		{"fixed window", "\x94\x02\x01\xcd\x03\xe8\x07", []int64{2, 1, 1000, 7}, false},
+		{"earlier tiers layout", "\x94\x00\x00\x00\x00", nil, false},
+		{"earlier global layout", "\x93\x0a\x00\xa0", nil, false},
+		{"hits not the records' sum", doubles(11, 5, 1, 900, 4), nil, true},
+		{"a fraction inside", doubles(5, 1, 3, 1, 1, 700.5, 3, 2, 500, 3, 600, 1, 700, 2), nil, true},
+		{"records missing", doubles(5, 1, 3, 1, 1, 700, 3, 2, 500, 3), nil, true},
+		{"not a whole double", doubles(5, 0, 0, 0) + "\x00", nil, true},
+	} {
+		got, err := blobInts(tc.blob)
+		if (err != nil) != tc.err || !slices.Equal(got, tc.want) {
+			t.Errorf("%s: got %v, %v; want %v, error %v", tc.name, got, err, tc.want, tc.err)
+		}
+	}
 }
