@@ -43,7 +43,7 @@ local SEC = 1000000
 local MAXC = 1125899906842624 -- 2^50, the clamp of copies and min
 -- Redis runs the library's chunk without the Lua libraries (math,
 -- cmsgpack...): they are bound at the first call.
-local fmod, mpack, munpack, spack, sunpack, tunpack, ssub, srep, sbyte
+local fmod, mpack, munpack, spack, sunpack, tunpack, ssub, srep, sbyte, sfmt
 
 local function min(a, b)
   if a < b then return a end
@@ -252,8 +252,9 @@ end
 --   tiers:  5, n, second log's hits, m, then per tier: in (0/1), entered,
 --           hits, m; then the second log's records, then each tier's
 --   global: 11, hits, m, then the records
--- A token bucket or fixed window state is a msgpack array: kind, used
--- (0/1), at, val (3: a closed policy's). A blob of another layout or kind
+-- A token bucket state is a msgpack array: kind, used (0/1), at, val (3:
+-- a closed policy's); a fixed window's is its count (see fixed1), or an
+-- array of that form in the earlier layout. A blob of another layout or kind
 -- reads as a zero state (msgpack tiers and global states, tags 0, 4, 9
 -- and 10, were earlier layouts).
 local RAW = { [0] = 5, [9] = 11 }
@@ -331,6 +332,7 @@ local function encstate(s)
     local b, m = lbytes(s.log)
     return spack('>ddd', 11, s.log[SUM], m) .. b
   end
+  if s.kind == 2 then return sfmt('%d', s.val) end
   if s.kind ~= 0 then
     local o = O
     o[1], o[2], o[3], o[4] = s.kind, s.used and 1 or 0, s.at, s.val
@@ -766,6 +768,37 @@ local function rone(now, d, granted)
   return spack('>ddddddddddd', 0, now, dflags(d), granted, d.tier, d.th, d.dh, d.rh, d.rem, d.retry, d.reset)
 end
 
+-- A fixed window's state is its count, a decimal integer, at a key that
+-- expires at the end of the count's window, or sooner when maxTTL from the
+-- write that set the expiry is sooner: so the count is that of the window
+-- starting at start exactly when the key's expiry (ms) is after start. A
+-- key alive at t is of the current window once t is 2 ms or more into a
+-- window whose length is whole ms on Redis's clock (an expiry at or before
+-- start would have deleted it: Redis checks expiry at the call's start, and
+-- the call reads TIME first), so its expiry is read (PEXPIRETIME) only in a
+-- window's first 2 ms, for other lengths, or under the caller's clock.
+-- Counts are updated in place (INCRBY): a call writes no state string and
+-- its expiry only when the count starts a window. NOW and CALLER are the
+-- call's instant and whether it is the caller's.
+local NOW, CALLER = 0, false
+
+-- cwin: the start of the window of the live count at key: start, that of
+-- the window containing t, nil when the count is of an earlier window, or
+-- a later window's when time went back (its expiry is past start + len;
+-- that window's start when the expiry is its end).
+local function cwin(key, start, len, t)
+  if not CALLER and fmod(len, 1000) == 0 and t - start >= 2000 then return start end
+  local e = redis.call('PEXPIRETIME', key) * 1000
+  if e <= start then return nil end
+  if e > start + len then return e - len end
+  return start
+end
+
+-- fexp: the expiry (ms) save gives a count of the window starting at start.
+local function fexp(start, len, t, maxttl)
+  return min(ceildiv(start + len, 1000), floormul(t, 1000) / 1000 + maxttl)
+end
+
 -- save: write state s at key, expiring at its ForgetAt, at most maxttl
 -- (ms) from now.
 local function save(key, s, now, maxttl)
@@ -774,15 +807,30 @@ local function save(key, s, now, maxttl)
   -- entered); it expires at now, which on Redis's clock deletes it at once,
   -- and under a caller's clock keeps the flag exact while that clock is
   -- ahead of Redis's.
+  if s.kind == 2 and s.val <= 0 then
+    -- A count of 0 is no count: fixed1 reads a key it creates as one.
+    redis.call('DEL', key)
+    return
+  end
   local at = forget(s.p, s) or now
   local ms = floormul(now, 1000) / 1000 + maxttl
   if at ~= INF then ms = min(ceildiv(at, 1000), ms) end
-  redis.call('SET', key, encstate(s), 'PXAT', ms)
+  redis.call('SET', key, encstate(s), 'PXAT', sfmt('%d', ms))
 end
 
--- load: the state at key for a policy p (kind 9: a global state).
+-- load: the state at key for a policy p (kind 9: a global state); a fixed
+-- window's count is of the window cwin finds at NOW.
 local function load(key, p, kind)
-  local s = decstate(redis.call('GET', key), kind)
+  local blob = redis.call('GET', key)
+  local s
+  local c = kind == 2 and blob and tonumber(blob)
+  if c then
+    s = newstate(2)
+    local at = cwin(key, floormul(NOW, p.len), p.len, NOW)
+    if at then s.used, s.at, s.val = true, at, c end
+  else
+    s = decstate(blob, kind)
+  end
   s.p = p
   return s
 end
@@ -826,12 +874,16 @@ local function put(v, q, e, t, w, n)
 end
 
 -- The writes and item replies the many path holds back until every item
--- is granted (made once).
-local PK, PB, PM, PR = {}, {}, {}, {}
+-- is granted (made once; entries are overwritten, never cleared, so that
+-- the tables keep their size): PK, PB, PM the key, state and expiry at a
+-- slot, PW which write (fixed1), PR the reply (PR[1] the header,
+-- PR[slot + 1] the item's).
+local PK, PB, PM, PR, PW = {}, {}, {}, {}, {}
 
 -- one1: the whole answer, or nil and the state's string (raw's answer)
 -- for decide. With slot, a grant is not written: its key, state, expiry
--- and item reply go to PK, PB, PM and PR at slot, and one1 answers true.
+-- and item reply go to PK, PB, PM and PR (PW, below, notes a SET), and
+-- one1 answers true.
 local function one1(key, p, t, k, m, maxttl, slot)
   local v = raw(redis.call('GET', key), 5)
   -- sq..se and tq..te: the bytes of the second log's and the tier's
@@ -900,35 +952,68 @@ local function one1(key, p, t, k, m, maxttl, slot)
   local f = 1
   if burst then f = 3 end
   if slot then
-    PK[slot], PB[slot], PM[slot] = key, b, ms
-    PR[slot] = spack('>ddddddddd', f, n, 1, cnt, dom + n, 0, max(0, min(MAXC - n, lim - cnt)), 0, reset)
+    PK[slot], PW[slot], PB[slot], PM[slot] = key, 1, b, sfmt('%d', ms)
+    PR[slot + 1] = spack('>ddddddddd', f, n, 1, cnt, dom + n, 0, max(0, min(MAXC - n, lim - cnt)), 0, reset)
     return true
   end
-  redis.call('SET', key, b, 'PXAT', ms)
+  redis.call('SET', key, b, 'PXAT', sfmt('%d', ms))
   return spack('>ddddddddddd', 0, t, f, n, 1, cnt, dom + n, 0, max(0, min(MAXC - n, lim - cnt)), 0, reset)
 end
 
--- fixed1: one1 for a fixed window (p.kind 2): decide_fixed's grant and
--- save's write and expiry, held at slot for many (true), or nil when it
--- would not grant.
+-- The undo of the counts many increments (key, then the increment, 0 when
+-- the key was created). PW is the write many holds back at a slot: 1 SET
+-- PB PXAT PM (one1's, or a count starting a window), 2 PEXPIREAT PM, 0 none.
+local UK, UA, un = {}, {}, 0
+
+-- fixed1: one1 for a fixed window (p.kind 2): decide_fixed's answer and
+-- save's count and expiry. It counts k hits at once (INCRBY, which also
+-- reads the count) and takes back what it does not grant. With slot (for
+-- many), a grant's write is held at slot, the increment is noted in UK and
+-- UA, and fixed1 answers true; a rejection is taken back and answers nil.
+-- Without slot, it answers the whole reply, a rejection's too. nil also
+-- when the key holds no count (an earlier layout): decide reads it.
 local function fixed1(key, p, t, k, m, maxttl, slot)
   local lim, len = p.lim, p.len
-  if len <= 0 or lim < 1 then return nil end
-  local v = unblob(redis.call('GET', key), 2)
-  local start, cnt = floormul(t, len), 0
-  if v and v[2] == 1 and v[3] >= start then start, cnt = v[3], v[4] end
   k, m = clamp(k), clamp(m)
-  local n = min(k, max(0, lim - cnt))
-  if n < 1 or n < m or m > k then return nil end
-  cnt = cnt + n
-  local o = O
-  o[1], o[2], o[3], o[4] = 2, 1, start, cnt
-  for i = 5, on do o[i] = nil end
-  on = 4
-  PK[slot], PB[slot] = key, mpack(o)
-  PM[slot] = min(ceildiv(start + len, 1000), floormul(t, 1000) / 1000 + maxttl)
-  PR[slot] = spack('>ddddddddd', 1, n, 1, cnt, 0, 0, max(0, lim - cnt), 0, start + len - t)
-  return true
+  if len <= 0 or lim < 1 or k < 1 or m > k then return nil end
+  local c = redis.pcall('INCRBY', key, k)
+  if type(c) ~= 'number' then return nil end
+  local start, cnt, fresh = floormul(t, len), c - k, c == k
+  if not fresh then
+    local at = cwin(key, start, len, t)
+    if at then start = at else cnt, fresh = 0, true end
+  end
+  local n, reset = min(k, max(0, lim - cnt)), start + len - t
+  if n < 1 or n < m then
+    if c == k then redis.call('DEL', key) else redis.call('DECRBY', key, k) end
+    if slot then return nil end
+    if n >= m then
+      -- Nothing to grant and a minimum of 0: granted, 0 hits.
+      return spack('>ddddddddddd', 0, t, 1, 0, 1, cnt, 0, 0, max(0, lim - cnt), 0, reset)
+    end
+    local retry = reset
+    if max(m, 1) > lim then retry = INF end
+    return spack('>ddddddddddd', 0, t, 0, 0, 1, cnt, 0, 0, max(0, lim - cnt), retry, retry)
+  end
+  local w, b, ms = 0, false, false
+  if fresh or n < k or len > (maxttl - 1) * 1000 then
+    ms = sfmt('%d', fexp(start, len, t, maxttl))
+    if c == k and n == k then w = 2 else w, b = 1, sfmt('%d', cnt + n) end
+  end
+  local r = spack('>ddddddddd', 1, n, 1, cnt + n, 0, 0, max(0, lim - cnt - n), 0, reset)
+  if slot then
+    un = un + 1
+    UK[un], UA[un] = key, k
+    if c == k then UA[un] = 0 end
+    PK[slot], PW[slot], PB[slot], PM[slot], PR[slot + 1] = key, w, b, ms, r
+    return true
+  end
+  if w == 1 then
+    redis.call('SET', key, b, 'PXAT', ms)
+  elseif w == 2 then
+    redis.call('PEXPIREAT', key, ms)
+  end
+  return spack('>dd', 0, t) .. r
 end
 
 -- many: a call of several take items on distinct state keys whose policies
@@ -943,6 +1028,7 @@ end
 local SEEN = {}
 local function many(KEYS, ARGV, now, maxttl, n, pos)
   local ok = true
+  un = 0
   for i = 1, n do
     local sk, gk, pi, hits, mn, f
     sk, gk, pi, hits, mn, f, pos = sunpack('>dddddd', ARGV[1], pos)
@@ -962,16 +1048,22 @@ local function many(KEYS, ARGV, now, maxttl, n, pos)
   end
   for k in pairs(SEEN) do SEEN[k] = nil end
   if not ok then
-    for i = 1, n do PK[i], PB[i], PM[i], PR[i] = nil, nil, nil, nil end
+    -- Take back the counts: the general path decides on the stored states.
+    for j = 1, un do
+      if UA[j] == 0 then redis.call('DEL', UK[j]) else redis.call('DECRBY', UK[j], UA[j]) end
+    end
     return nil
   end
   for i = 1, n do
-    redis.call('SET', PK[i], PB[i], 'PXAT', PM[i])
+    local w = PW[i]
+    if w == 1 then
+      redis.call('SET', PK[i], PB[i], 'PXAT', PM[i])
+    elseif w == 2 then
+      redis.call('PEXPIREAT', PK[i], PM[i])
+    end
   end
-  PR[0] = spack('>dd', 0, now)
-  local r = table.concat(PR, '', 0, n)
-  for i = 0, n do PK[i], PB[i], PM[i], PR[i] = nil, nil, nil, nil end
-  return r
+  PR[1] = spack('>dd', 0, now)
+  return table.concat(PR, '', 1, n + 1)
 end
 
 local function statekind(p)
@@ -1130,7 +1222,7 @@ local function fdecide(KEYS, ARGV)
   if not fmod then
     fmod, mpack, munpack = math.fmod, cmsgpack.pack, cmsgpack.unpack
     spack, sunpack, tunpack = struct.pack, struct.unpack, unpack
-    ssub, srep, sbyte = string.sub, string.rep, string.byte
+    ssub, srep, sbyte, sfmt = string.sub, string.rep, string.byte, string.format
   end
   local mode, now, maxttl, lockttl, nk, n, pos = sunpack('>dddddd', ARGV[1])
   local token = ARGV[2]
@@ -1167,12 +1259,14 @@ local function fdecide(KEYS, ARGV)
     end
   end
 
-  if now < 0 then
+  CALLER = now >= 0
+  if not CALLER then
     -- The clock of the Redis master: every process agrees on it. Functions
     -- are replicated by their effects, so reading it is allowed.
     local tm = redis.call('TIME')
     now = tonumber(tm[1]) * SEC + tonumber(tm[2])
   end
+  NOW = now
 
   if n == 1 and mode <= 2 then
     local sk, gk, pi, hits, mn, f = sunpack('>dddddd', ARGV[1], pos)
@@ -1188,6 +1282,10 @@ local function fdecide(KEYS, ARGV)
       -- Granted goes to its only member (split).
       local p = policy(ARGV[3])
       local s
+      if p.kind == 2 and gk == 0 then
+        local r = fixed1(KEYS[sk], p, now, hits, mn, maxttl)
+        if r then return r end
+      end
       if p.one and gk == 0 then
         local r, v = one1(KEYS[sk], p, now, hits, mn, maxttl)
         if r then return r end

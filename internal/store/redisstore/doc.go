@@ -65,8 +65,16 @@
 // and makes the new state in one concatenation. Inside Redis' Lua every
 // string a call makes costs a pass over its bytes (Lua hashes them), so a
 // state's cost is its bytes times the copies a call makes of them: the
-// reply of GET, the kept records, the new state. Token bucket and fixed
-// window states, four numbers, are msgpack arrays. Blobs of earlier
+// reply of GET, the kept records, the new state. A fixed window's state is
+// its count, a decimal integer at a key expiring at the window's end (or
+// sooner, at MaxTTL): a call of fixed windows counts each with one INCRBY
+// (which reads the count), takes back what it does not grant, and writes
+// an expiry only when a count starts a window; the key's expiry tells
+// which window a count is of, read (PEXPIRETIME) only when a key being
+// alive does not tell it (TestFixedPath holds this path equal to the
+// general code; fixed-window states of the earlier msgpack layout are read
+// and replaced, TestFixedEarlierLayout). Token bucket states, four
+// numbers, are msgpack arrays. Blobs of earlier
 // layouts (msgpack tiers and global states) read as fresh states
 // (TestEarlierLayout): the sliding windows of a store shared across such an
 // upgrade start afresh once. FuzzBlobInts fuzzes Inspect's decoder of them.

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strconv"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -32,12 +33,25 @@ func (s *Store) Inspect(ctx context.Context, now time.Time, it *store.Item) (tie
 	if gk != "" {
 		keys = append(keys, gk)
 	}
-	vals, err := s.c.MGet(ctx, keys...).Result()
-	if err != nil {
+	// A fixed window's count is read with its key's expiry (countInts).
+	pipe := s.c.Pipeline()
+	mget := pipe.MGet(ctx, keys...)
+	var exp *redis.DurationCmd
+	if it.Policy.Kind == tiers.KindFixedWindow {
+		exp = pipe.PExpireTime(ctx, sk)
+	}
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 		return tiers.View{}, fmt.Errorf("redisstore: %w", err)
 	}
+	vals := mget.Val()
 	var st tiers.State
-	v, err := blobInts(vals[0])
+	var v []int64
+	var err error
+	if str, ok := vals[0].(string); ok && exp != nil && isCount(str) {
+		v, err = countInts(str, exp.Val(), now, it.Policy.Window.Unit.Length())
+	} else {
+		v, err = blobInts(vals[0])
+	}
 	if err == nil {
 		err = st.SetCompact(it.Policy, v)
 	}
@@ -73,6 +87,43 @@ func (s *Store) Reset(ctx context.Context, it *store.Item) error {
 	return nil
 }
 
+// isCount reports whether str is a fixed window's count as decide.lua
+// writes it: a decimal integer.
+func isCount(str string) bool {
+	if str == "" || len(str) > 19 {
+		return false
+	}
+	for i := range len(str) {
+		if str[i] < '0' || str[i] > '9' {
+			return false
+		}
+	}
+	return true
+}
+
+// countInts is the compact form (kind, used, window start, count) of a
+// fixed window's count str at a key expiring at expiry (since the epoch, or
+// negative when the key has none) for windows of length l: the count is
+// that of the window containing now when the expiry is after that window's
+// start, of a later window when it is past that window's end (decide.lua's
+// cwin), else the state is fresh.
+func countInts(str string, expiry time.Duration, now time.Time, l time.Duration) ([]int64, error) {
+	n, err := strconv.ParseInt(str, 10, 64)
+	if err != nil || l <= 0 {
+		return nil, errBlob
+	}
+	t, w := now.UnixMicro(), l.Microseconds()
+	start := t - ((t%w)+w)%w
+	e := expiry.Microseconds()
+	if expiry < 0 || e <= start {
+		return nil, nil
+	}
+	if e > start+w {
+		start = e - w // a later window's: the clock went back
+	}
+	return []int64{int64(tiers.KindFixedWindow), 1, start, n}, nil
+}
+
 // errBlob is a state blob that decide.lua does not write.
 var errBlob = errors.New("not a state blob")
 
@@ -88,8 +139,9 @@ const (
 // state (tag 5: n, the second log's hits and m, then per tier in, entered,
 // hits and m, then the logs' records) or a global state (tag 11: hits, m,
 // records) is a string of big-endian doubles, whose logs become m, then m
-// pairs (start, count); a bucket or fixed-window state is a msgpack array
-// holding that form as it is. A missing key (nil), or a blob of an earlier
+// pairs (start, count); a bucket state, or a fixed-window state of the
+// earlier layout, is a msgpack array holding that form as it is (a count,
+// the current fixed-window layout, is read by countInts). A missing key (nil), or a blob of an earlier
 // layout (a msgpack array tagged 0, 4, 9 or 10), is an empty array: a fresh
 // state, as decide.lua reads it.
 func blobInts(v any) ([]int64, error) {

@@ -255,6 +255,49 @@ func TestRedisClock(t *testing.T) {
 	}
 }
 
+// TestRedisClockFixed: on the Redis clock a fixed window's count, kept in
+// place, grants exactly its limit, gives a refund back, shows in Inspect and
+// expires at its window's end.
+func TestRedisClockFixed(t *testing.T) {
+	_, c := singleClient(t)
+	s := testStore(t, c, Options{})
+	ctx := context.Background()
+	p := &tiers.Policy{Kind: tiers.KindFixedWindow, Window: tiers.FixedWindow{Limit: 3, Unit: tiers.UnitDay}}
+	it := item(p, "clockfixed", "d", 1)
+	granted := 0
+	for range 5 {
+		if d := storetest.Decide(t, s, time.Time{}, it)[0]; d.OK {
+			granted++
+		}
+	}
+	// A day's window: the calls straddle midnight (UTC) about once in 10^7
+	// runs, which would grant more.
+	if granted != 3 {
+		t.Fatalf("granted %d of 5, want the limit, 3", granted)
+	}
+	refund := it
+	refund.Refund = true
+	storetest.Decide(t, s, time.Time{}, refund)
+	if d := storetest.Decide(t, s, time.Time{}, it)[0]; !d.OK {
+		t.Fatalf("after a refund: %+v, want granted", d)
+	}
+	v, err := s.Inspect(ctx, time.Now(), &it)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v.Used != 3 || v.Capacity != 3 || v.Remaining != 0 {
+		t.Errorf("Inspect: %+v, want 3 of 3 used", v)
+	}
+	sk, _ := stateKey(s.prefix, &it)
+	exp, err := c.PExpireTime(ctx, sk).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if end := time.Now().UTC().Truncate(24 * time.Hour).Add(24 * time.Hour); exp != time.Duration(end.UnixMilli())*time.Millisecond {
+		t.Errorf("the count expires at %v, want the window's end %v", time.UnixMilli(exp.Milliseconds()), end)
+	}
+}
+
 // TestClusterTwoStepConcurrent runs calls spanning two slots concurrently
 // with one-slot calls on the same hot key, on a 3-master Cluster: the hot
 // key grants exactly its limit, and the other key of the two-slot calls

@@ -25,6 +25,7 @@ import (
 const (
 	oneTierCut = "if p.one and gk == 0 then"
 	manyCut    = "if n > 1 and mode <= 2 then"
+	fixedCut   = "if p.kind == 2 and gk == 0 then"
 )
 
 // loadWithout loads the library into c, and a second library with the line
@@ -175,6 +176,92 @@ func TestOneTierPath(t *testing.T) {
 					trace, step, *p, now, hits, mn, f, replies[0], replies[1], states[0], states[1], expiry[0], expiry[1])
 			}
 		}
+	}
+	t.Logf("%d calls, %d granted", calls, granted)
+}
+
+// TestFixedPath demands of the fixed-window path for a call of one item
+// (fixed1 in decide.lua, which counts in place) the same answers, stored
+// counts and expiry times as the general decision on the same calls, which
+// reads the count back (load): random calls of one item, with rejections,
+// minimums, shadow items and refunds, windows rolling over, time going
+// back, and maxTTLs shorter than the window, go to both on keys of their
+// own.
+func TestFixedPath(t *testing.T) {
+	_, c := singleClient(t)
+	ctx := context.Background()
+	fns := []string{funcName, loadWithout(t, c, fixedCut)}
+	r := rand.New(rand.NewPCG(13, 17))
+	start := time.Now().Add(time.Hour).UnixMicro()
+	calls, granted, kept := 0, 0, 0
+	for trace := range 150 {
+		unit := tiers.UnitSecond
+		if r.IntN(3) == 0 {
+			unit = tiers.UnitMinute
+		}
+		p := &tiers.Policy{Kind: tiers.KindFixedWindow, Window: tiers.FixedWindow{Limit: 1 + r.Int64N(12), Unit: unit}}
+		arg := encodePolicy(p).arg
+		now := start + r.Int64N(int64(time.Hour/time.Microsecond))
+		maxTTL := int64(3_600_000)
+		if r.IntN(4) == 0 {
+			maxTTL = 1 + r.Int64N(90_000) // may be shorter than the window
+		}
+		for step := range 60 {
+			switch r.IntN(12) {
+			case 0:
+				now += r.Int64N(70_000_000)
+			case 1:
+				now -= r.Int64N(2_000_000)
+			case 2:
+				now += 1 + r.Int64N(2000) // a window's first ms
+			default:
+				now += r.Int64N(200_000)
+			}
+			hits := 1 + r.Int64N(3)
+			if r.IntN(10) == 0 {
+				hits = r.Int64N(30)
+			}
+			mn := r.Int64N(hits + 1)
+			if r.IntN(20) == 0 {
+				mn = hits + 1
+			}
+			var f int64
+			switch r.IntN(10) {
+			case 0:
+				f = 1 // refund
+			case 1:
+				f = 2 // shadow
+			}
+			var h []byte
+			for _, v := range []int64{modeDecide, now, maxTTL, 1000, 1, 1, 1, 0, 1, hits, mn, f} {
+				h = appendF64(h, v)
+			}
+			var replies, states []string
+			var expiry []int64
+			for i, fn := range fns {
+				key := fmt.Sprintf("fixed:%d:%d", i, trace)
+				rep, err := c.Do(ctx, "fcall", fn, 1, key, string(h), "", arg).Text()
+				if err != nil {
+					t.Fatalf("trace %d step %d: %s: %v", trace, step, fn, err)
+				}
+				st, exp := stored(t, c, key)
+				replies, states, expiry = append(replies, rep), append(states, st), append(expiry, exp)
+			}
+			calls++
+			if rd := (&reader{b: replies[1][16:]}); rd.num()&1 != 0 {
+				granted++
+			}
+			if states[0] != "" {
+				kept++
+			}
+			if replies[0] != replies[1] || states[0] != states[1] || expiry[0] != expiry[1] {
+				t.Fatalf("trace %d step %d: policy %+v, now %d, maxTTL %d, hits %d, min %d, flags %d:\nreply %x\n  ref %x\nstate %q\n  ref %q\nexpiry %d, ref %d",
+					trace, step, p.Window, now, maxTTL, hits, mn, f, replies[0], replies[1], states[0], states[1], expiry[0], expiry[1])
+			}
+		}
+	}
+	if granted < calls/4 || granted > calls*9/10 || kept < calls/4 {
+		t.Errorf("%d calls, %d granted, %d left a count: the path is barely exercised", calls, granted, kept)
 	}
 	t.Logf("%d calls, %d granted", calls, granted)
 }
@@ -345,6 +432,35 @@ func TestEarlierLayout(t *testing.T) {
 	}
 }
 
+// TestFixedEarlierLayout: a fixed window's state of the earlier layout (a
+// msgpack array: kind, used, window start, count) keeps its count, in the
+// function and in Inspect, and is replaced by a count.
+func TestFixedEarlierLayout(t *testing.T) {
+	_, c := singleClient(t)
+	s := testStore(t, c, Options{Clock: ClockCaller})
+	ctx := context.Background()
+	p := &tiers.Policy{Kind: tiers.KindFixedWindow, Window: tiers.FixedWindow{Limit: 3, Unit: tiers.UnitMinute}}
+	now := time.Unix(1_800_000_000, 0) // a minute's start
+	it := store.Item{Key: store.Key{Resource: "earlierfixed", Domain: "d", PolicyID: 1}, Policy: p, Hits: 1, Min: 1}
+	sk, _ := stateKey(s.prefix, &it)
+	if err := c.Eval(ctx, "redis.call('SET', KEYS[1], cmsgpack.pack({2, 1, tonumber(ARGV[1]), 2}))", []string{sk}, now.UnixMicro()).Err(); err != nil && !errors.Is(err, redis.Nil) {
+		t.Fatal(err)
+	}
+	later := now.Add(10 * time.Second)
+	if v, err := s.Inspect(ctx, later, &it); err != nil || v.Used != 2 {
+		t.Fatalf("Inspect: %+v %v, want 2 used", v, err)
+	}
+	out := make([]tiers.Decision, 1)
+	for j, want := range []bool{true, false} {
+		if err := s.Decide(ctx, later, []store.Item{it}, out); err != nil || out[0].OK != want {
+			t.Fatalf("decision %d: %v %+v, want OK %v", j, err, out[0], want)
+		}
+	}
+	if st, exp := stored(t, c, sk); st != "3" || exp != now.Add(time.Minute).UnixMilli() {
+		t.Errorf("stored %q expiring at %d, want the count 3 expiring at the window's end", st, exp)
+	}
+}
+
 // FuzzBlobInts: any stored bytes decode to a compact form or an error,
 // never a panic, and a decoded form is one SetCompact takes or refuses.
 func FuzzBlobInts(f *testing.F) {
@@ -396,6 +512,41 @@ func TestBlobInts(t *testing.T) {
 		got, err := blobInts(tc.blob)
 		if (err != nil) != tc.err || !slices.Equal(got, tc.want) {
 			t.Errorf("%s: got %v, %v; want %v, error %v", tc.name, got, err, tc.want, tc.err)
+		}
+	}
+}
+
+// TestCountInts pins Inspect's reading of a fixed window's count: the
+// window it is of follows from its key's expiry.
+func TestCountInts(t *testing.T) {
+	now := time.Unix(1_800_000_000, 300_000_000) // 300 ms into a second
+	start := time.Unix(1_800_000_000, 0).UnixMicro()
+	ms := func(sec int64) time.Duration { return time.Duration(sec) * time.Second }
+	for _, tc := range []struct {
+		name   string
+		count  string
+		expiry time.Duration
+		want   []int64
+		err    bool
+	}{
+		{"this window", "7", ms(1_800_000_001), []int64{2, 1, start, 7}, false},
+		{"this window, expiry capped", "7", ms(1_800_000_000) + 500*time.Millisecond, []int64{2, 1, start, 7}, false},
+		{"an earlier window", "7", ms(1_800_000_000), nil, false},
+		{"a later window", "7", ms(1_800_000_003), []int64{2, 1, start + 2_000_000, 7}, false},
+		{"no expiry", "7", -1, nil, false},
+		{"not a number", "7x", ms(1_800_000_001), nil, true},
+	} {
+		if !isCount(tc.count) && !tc.err {
+			t.Errorf("%s: %q is not a count", tc.name, tc.count)
+		}
+		got, err := countInts(tc.count, tc.expiry, now, time.Second)
+		if (err != nil) != tc.err || !slices.Equal(got, tc.want) {
+			t.Errorf("%s: got %v, %v; want %v, error %v", tc.name, got, err, tc.want, tc.err)
+		}
+	}
+	for _, s := range []string{"", "-1", "1.5", "\x94\x02", "12345678901234567890"} {
+		if isCount(s) {
+			t.Errorf("isCount(%q) = true", s)
 		}
 	}
 }
