@@ -1029,6 +1029,8 @@ local SEEN = {}
 local function many(KEYS, ARGV, now, maxttl, n, pos)
   local ok = true
   un = 0
+  -- Emptied first as well: a call that failed half way left its marks.
+  for k in pairs(SEEN) do SEEN[k] = nil end
   for i = 1, n do
     local sk, gk, pi, hits, mn, f
     sk, gk, pi, hits, mn, f, pos = sunpack('>dddddd', ARGV[1], pos)
@@ -1218,12 +1220,17 @@ local function general(KEYS, ARGV, mode, now, maxttl, lockttl, nk, n, pos)
   return table.concat(r)
 end
 
-local function fdecide(KEYS, ARGV)
-  if not fmod then
-    fmod, mpack, munpack = math.fmod, cmsgpack.pack, cmsgpack.unpack
-    spack, sunpack, tunpack = struct.pack, struct.unpack, unpack
-    ssub, srep, sbyte, sfmt = string.sub, string.rep, string.byte, string.format
-  end
+-- bind: the Lua libraries, at the first call.
+local function bind()
+  fmod, mpack, munpack = math.fmod, cmsgpack.pack, cmsgpack.unpack
+  spack, sunpack, tunpack = struct.pack, struct.unpack, unpack
+  ssub, srep, sbyte, sfmt = string.sub, string.rep, string.byte, string.format
+end
+
+-- fdecide: a call. clock, from fbatch, holds (t) the instant the calls of
+-- a batch decide at once one of them has read Redis's clock.
+local function fdecide(KEYS, ARGV, clock)
+  if not fmod then bind() end
   local mode, now, maxttl, lockttl, nk, n, pos = sunpack('>dddddd', ARGV[1])
   local token = ARGV[2]
 
@@ -1262,9 +1269,14 @@ local function fdecide(KEYS, ARGV)
   CALLER = now >= 0
   if not CALLER then
     -- The clock of the Redis master: every process agrees on it. Functions
-    -- are replicated by their effects, so reading it is allowed.
-    local tm = redis.call('TIME')
-    now = tonumber(tm[1]) * SEC + tonumber(tm[2])
+    -- are replicated by their effects, so reading it is allowed. The calls
+    -- of a batch are one atomic step, read at one instant.
+    now = clock and clock.t
+    if not now then
+      local tm = redis.call('TIME')
+      now = tonumber(tm[1]) * SEC + tonumber(tm[2])
+      if clock then clock.t = now end
+    end
   end
   NOW = now
 
@@ -1309,4 +1321,47 @@ local function fdecide(KEYS, ARGV)
   return general(KEYS, ARGV, mode, now, maxttl, lockttl, nk, n, pos)
 end
 
+-- fbatch: the FCALLs of charon_decide_@V@ a pipeline holds, on a single
+-- Redis (not a Cluster: the keys of a batch may be in any slot), made in one
+-- call, which saves Redis what it spends per command and per function
+-- call. ARGV[1]: big-endian doubles: the number of calls, then per call
+-- its numbers of keys and of arguments; the calls' keys follow one another
+-- in KEYS and their arguments in ARGV[2..]. Each call is made as its own
+-- FCALL would be, in order, on the same instant when on Redis's clock; one
+-- whose code fails (a write Redis refuses) answers its error without
+-- failing the others. Reply: per call, the length of its reply (a
+-- big-endian double; negative: the length of an error message) and the
+-- reply.
+local SUBK, SUBA, OUT, CLOCK = {}, {}, {}, {}
+local function fbatch(KEYS, ARGV)
+  if not fmod then bind() end
+  local nc, pos = sunpack('>d', ARGV[1])
+  local ko, ao = 0, 1
+  CLOCK.t = nil
+  for j = 1, nc do
+    local nk, na
+    nk, na, pos = sunpack('>dd', ARGV[1], pos)
+    local K, A = SUBK[j], SUBA[j]
+    if not K then
+      K, A = {}, {}
+      SUBK[j], SUBA[j] = K, A
+    end
+    for i = 1, nk do K[i] = KEYS[ko + i] end
+    for i = nk + 1, #K do K[i] = nil end
+    for i = 1, na do A[i] = ARGV[ao + i] end
+    for i = na + 1, #A do A[i] = nil end
+    local ok, r = pcall(fdecide, K, A, CLOCK)
+    if ok then
+      OUT[j] = spack('>d', #r) .. r
+    else
+      if type(r) == 'table' then r = r.err end
+      r = tostring(r)
+      OUT[j] = spack('>d', -#r) .. r
+    end
+    ko, ao = ko + nk, ao + na
+  end
+  return table.concat(OUT, '', 1, nc)
+end
+
 redis.register_function{ function_name = 'charon_decide_@V@', callback = fdecide }
+redis.register_function{ function_name = 'charon_batch_@V@', callback = fbatch }

@@ -28,10 +28,17 @@
 // Options.Pipelines dispatcher goroutines (DefaultPipelines; started by
 // New, stopped by Close). A dispatcher takes every call queued while its
 // previous pipeline was in flight (up to 128; no timer, so a lone call
-// goes at once), sends them as one go-redis pipeline (on a Cluster, split
-// by node by go-redis) and answers each caller: each decision is still one
-// atomic FCALL, and Redis and the Go side pay one read and one write per
-// batch instead of per call. A pipeline lives until the latest deadline of
+// goes at once) and answers each caller. On a single Redis (or Sentinel)
+// two or more calls go as one FCALL of the library's batch function
+// (charon_batch_<hash>), which makes each call in order exactly as its own
+// FCALL would (on Redis's clock, all at one instant: the batch is one
+// atomic step) and answers each call's reply, or the error of a call whose
+// code failed without failing the others (TestBatchFunction): Redis pays
+// for one command and one function call per batch instead of per call
+// (about 6% of its time per decision with three fixed windows). On a
+// Cluster, whose keys of a batch would span slots, they go as one go-redis
+// pipeline of FCALLs, split by node by go-redis. Either way Redis and the
+// Go side pay one read and one write per batch. A pipeline lives until the latest deadline of
 // its callers (none when one has none; go-redis' read and write timeouts
 // still apply). A caller whose context ends gets its error at once (its
 // FCALL may still run, as with any call that times out); a call whose

@@ -20,9 +20,11 @@ var (
 	lib         = redisfunc.New(decideLua)
 	libraryCode = lib.Code
 	funcName    = lib.Function("charon_decide_")
+	batchName   = lib.Function("charon_batch_")
 	// The command's first arguments, boxed once.
-	fcallName   any = "fcall"
-	funcNameArg any = funcName
+	fcallName    any = "fcall"
+	funcNameArg  any = funcName
+	batchNameArg any = batchName
 	// libHash is the version a library's code gets.
 	libHash = redisfunc.Hash
 )

@@ -22,14 +22,26 @@ import (
 // pipelines. The handshake of a new connection (HELLO, CLIENT) is not
 // counted.
 type counter struct {
-	mu    sync.Mutex
-	n     map[string]int
-	pipes int
+	mu      sync.Mutex
+	n       map[string]int
+	pipes   int
+	batches int
 }
 
 func (c *counter) DialHook(next redis.DialHook) redis.DialHook { return next }
 func (c *counter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
+		// A call of the batch function counts as the FCALLs it makes.
+		if a := cmd.Args(); len(a) > 3 && a[1] == batchNameArg {
+			hdr := a[3+a[2].(int)].([]byte)
+			for range f64at(hdr, 0) {
+				c.add("fcall")
+			}
+			c.mu.Lock()
+			c.batches++
+			c.mu.Unlock()
+			return next(ctx, cmd)
+		}
 		c.add(cmd.Name())
 		return next(ctx, cmd)
 	}

@@ -3,6 +3,7 @@ package redisstore
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"math"
 	"sync/atomic"
@@ -107,39 +108,52 @@ func (c *call) detach() {
 // function call) and answers each caller. It returns after Close.
 func (s *Store) dispatch() {
 	defer s.wg.Done()
-	batch := make([]*request, 0, maxBatch)
-	cmds := make([]*redis.Cmd, 0, maxBatch)
-	retry := make([]int, 0, maxBatch)
+	var d dispatcher
 	for {
 		select {
 		case r := <-s.q:
-			batch = append(batch[:0], r)
+			d.batch = append(d.batch[:0], r)
 		case <-s.stop:
 			return
 		}
 	fill:
-		for len(batch) < maxBatch {
+		for len(d.batch) < maxBatch {
 			select {
 			case r := <-s.q:
-				batch = append(batch, r)
+				d.batch = append(d.batch, r)
 			default:
 				break fill
 			}
 		}
-		cmds, retry = s.run(batch, cmds[:0], retry[:0])
-		for _, r := range batch {
+		s.run(&d)
+		for _, r := range d.batch {
 			r.done <- struct{}{}
 		}
-		clear(batch)
-		clear(cmds)
+		clear(d.batch)
+		clear(d.cmds)
+		clear(d.args)
 	}
 }
 
-// run sends the batch's live requests as one pipeline and sets their
-// replies. When Redis does not have the function, it loads it and sends
-// the failed calls again (they did not run).
-func (s *Store) run(batch []*request, cmds []*redis.Cmd, retry []int) ([]*redis.Cmd, []int) {
-	var late [][]any
+// dispatcher is a dispatcher's batch and the buffers it reuses: sent[i]
+// tells whether batch[i] was sent, cmds[i] is its command in a pipeline of
+// FCALLs, args and hdr the command and ARGV[1] of a batch call.
+type dispatcher struct {
+	batch []*request
+	sent  []bool
+	cmds  []*redis.Cmd
+	retry []int
+	args  []any
+	hdr   []byte
+}
+
+// run sends the batch's live requests and sets their replies. On a single
+// Redis (not a Cluster) two or more requests go as one FCALL of the batch
+// function (runBatch), which makes each of them as its own FCALL would;
+// otherwise they go as one pipeline of FCALLs (each its own atomic call).
+// When Redis does not have the function, it loads it and sends the failed
+// calls again (they did not run).
+func (s *Store) run(d *dispatcher) {
 	// The batch lives until its latest caller's deadline, and at least
 	// lateReplyWait (a reply that comes after its caller gave up is read
 	// and compensated), with none when a caller has none (go-redis' read
@@ -149,17 +163,17 @@ func (s *Store) run(batch []*request, cmds []*redis.Cmd, retry []int) ([]*redis.
 	// pooled connection ends with it.
 	ctx := context.Background()
 	var latest time.Time
-	for _, r := range batch {
+	for _, r := range d.batch {
 		if err := r.ctx.Err(); err != nil {
 			continue
 		}
-		d, ok := r.ctx.Deadline()
+		dl, ok := r.ctx.Deadline()
 		if !ok {
 			latest = time.Time{}
 			break
 		}
-		if d.After(latest) {
-			latest = d
+		if dl.After(latest) {
+			latest = dl
 		}
 	}
 	if !latest.IsZero() {
@@ -170,54 +184,31 @@ func (s *Store) run(batch []*request, cmds []*redis.Cmd, retry []int) ([]*redis.
 		ctx, cancel = context.WithDeadline(ctx, latest)
 		defer cancel()
 	}
-	pipe := s.c.Pipeline()
-	for _, r := range batch {
-		var cmd *redis.Cmd
-		if err := r.ctx.Err(); err != nil || !r.state.CompareAndSwap(reqQueued, reqSent) {
+	d.sent = d.sent[:0]
+	live := 0
+	for _, r := range d.batch {
+		sent := r.ctx.Err() == nil && r.state.CompareAndSwap(reqQueued, reqSent)
+		if !sent {
 			// Its caller has gone: not sent.
 			r.err = fmt.Errorf("redisstore: %w: %w", store.ErrNotSent, context.Cause(r.ctx))
 		} else {
-			cmd = redis.NewCmd(ctx, r.args...)
-			_ = pipe.Process(ctx, cmd)
+			live++
 		}
-		cmds = append(cmds, cmd)
+		d.sent = append(d.sent, sent)
 	}
-	if pipe.Len() > 0 {
-		_, _ = pipe.Exec(ctx)
+	if live >= 2 && !s.cluster {
+		s.runBatch(ctx, d)
+	} else if live > 0 {
+		s.runPipeline(ctx, d)
 	}
-	for i, cmd := range cmds {
-		if cmd != nil && redisfunc.IsNotFound(cmd.Err()) {
-			retry = append(retry, i)
-		}
-	}
-	if len(retry) > 0 {
-		if err := s.Load(ctx); err != nil {
-			for _, i := range retry {
-				batch[i].err = err
-				cmds[i] = nil
-			}
-		} else {
-			pipe := s.c.Pipeline()
-			for _, i := range retry {
-				cmds[i] = redis.NewCmd(ctx, batch[i].args...)
-				_ = pipe.Process(ctx, cmds[i])
-			}
-			_, _ = pipe.Exec(ctx)
-		}
-	}
-	for i, cmd := range cmds {
-		if cmd == nil {
+	var late [][]any
+	for i, r := range d.batch {
+		if !d.sent[i] || r.err != nil {
 			continue
 		}
-		res, err := cmd.Text()
-		if err != nil {
-			batch[i].err = fmt.Errorf("redisstore: %w", err)
-			continue
-		}
-		batch[i].res = res
-		if !batch[i].state.CompareAndSwap(reqSent, reqAnswered) {
+		if !r.state.CompareAndSwap(reqSent, reqAnswered) {
 			// Its caller gave up after it was sent.
-			if c := compensation(batch[i].args, res); c != nil {
+			if c := compensation(r.args, r.res); c != nil {
 				late = append(late, c)
 			}
 		}
@@ -225,7 +216,135 @@ func (s *Store) run(batch []*request, cmds []*redis.Cmd, retry []int) ([]*redis.
 	if len(late) > 0 {
 		s.compensate(late)
 	}
-	return cmds, retry
+}
+
+// runPipeline sends the sent requests of d as one pipeline of FCALLs and
+// sets their replies.
+func (s *Store) runPipeline(ctx context.Context, d *dispatcher) {
+	d.cmds, d.retry = d.cmds[:0], d.retry[:0]
+	pipe := s.c.Pipeline()
+	for i, r := range d.batch {
+		var cmd *redis.Cmd
+		if d.sent[i] {
+			cmd = redis.NewCmd(ctx, r.args...)
+			_ = pipe.Process(ctx, cmd)
+		}
+		d.cmds = append(d.cmds, cmd)
+	}
+	_, _ = pipe.Exec(ctx)
+	for i, cmd := range d.cmds {
+		if cmd != nil && redisfunc.IsNotFound(cmd.Err()) {
+			d.retry = append(d.retry, i)
+		}
+	}
+	if len(d.retry) > 0 {
+		if err := s.Load(ctx); err != nil {
+			for _, i := range d.retry {
+				d.batch[i].err = err
+				d.cmds[i] = nil
+			}
+		} else {
+			pipe := s.c.Pipeline()
+			for _, i := range d.retry {
+				d.cmds[i] = redis.NewCmd(ctx, d.batch[i].args...)
+				_ = pipe.Process(ctx, d.cmds[i])
+			}
+			_, _ = pipe.Exec(ctx)
+		}
+	}
+	for i, cmd := range d.cmds {
+		if cmd == nil {
+			continue
+		}
+		res, err := cmd.Text()
+		if err != nil {
+			d.batch[i].err = fmt.Errorf("redisstore: %w", err)
+			continue
+		}
+		d.batch[i].res = res
+	}
+}
+
+// runBatch sends the sent requests of d as one FCALL of the batch function
+// and sets their replies, or their errors.
+func (s *Store) runBatch(ctx context.Context, d *dispatcher) {
+	d.batchArgs()
+	var res string
+	err := lib.Run(ctx, s.c, func() (err error) {
+		res, err = s.c.Do(ctx, d.args...).Text()
+		return err
+	})
+	if err == nil {
+		err = d.splitBatch(res)
+	}
+	if err != nil {
+		for i, r := range d.batch {
+			if d.sent[i] {
+				r.err = fmt.Errorf("redisstore: %w", err)
+			}
+		}
+	}
+}
+
+// batchArgs sets d.args to the batch function's FCALL of the sent requests
+// (each an FCALL of the decide function: its name, the number of keys, the
+// keys, the arguments): the keys one after another, then ARGV[1] (d.hdr:
+// the number of calls, then per call its numbers of keys and of arguments)
+// and the arguments one after another.
+func (d *dispatcher) batchArgs() {
+	args, hdr := append(d.args[:0], fcallName, batchNameArg, 0), appendF64(d.hdr[:0], 0)
+	nc, nk := 0, 0
+	for i, r := range d.batch {
+		if !d.sent[i] {
+			continue
+		}
+		k := r.args[2].(int)
+		args = append(args, r.args[3:3+k]...)
+		hdr = appendF64(appendF64(hdr, int64(k)), int64(len(r.args)-3-k))
+		nc, nk = nc+1, nk+k
+	}
+	putF64at(hdr, 0, int64(nc))
+	args[2] = nk
+	args = append(args, hdr)
+	for i, r := range d.batch {
+		if d.sent[i] {
+			args = append(args, r.args[3+r.args[2].(int):]...)
+		}
+	}
+	d.args, d.hdr = args, hdr
+}
+
+// errBatchReply is a batch reply that does not hold one reply per call.
+var errBatchReply = errors.New("malformed batch reply")
+
+// splitBatch sets the reply, or the error, of each sent request of d from
+// res, the batch function's reply.
+func (d *dispatcher) splitBatch(res string) error {
+	rest := res
+	for i, r := range d.batch {
+		if !d.sent[i] {
+			continue
+		}
+		if len(rest) < 8 {
+			return errBatchReply
+		}
+		n := f64at([]byte(rest[:8]), 0)
+		rest = rest[8:]
+		l := max(n, -n)
+		if l > int64(len(rest)) {
+			return errBatchReply
+		}
+		if n < 0 {
+			r.err = fmt.Errorf("redisstore: %s", rest[:l])
+		} else {
+			r.res = rest[:l]
+		}
+		rest = rest[l:]
+	}
+	if rest != "" {
+		return errBatchReply
+	}
+	return nil
 }
 
 // compensate sends the refunds of calls that were applied after their

@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"runtime"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -17,8 +19,9 @@ import (
 
 // TestPipelinedConcurrent runs 64 concurrent callers, each deciding 15
 // times on its own key (limit 10) and on one shared key (limit 100): every
-// answer is exact, and the commands went as one FCALL per decision in
-// fewer pipelines than decisions when callers met.
+// answer is exact, and the commands went as one call of the decide function
+// per decision, those of callers that met in one call of the batch
+// function.
 func TestPipelinedConcurrent(t *testing.T) {
 	_, c := singleClient(t)
 	var cnt counter
@@ -91,7 +94,10 @@ func TestPipelinedConcurrent(t *testing.T) {
 	if len(got) != 1 || got["fcall"] != 2*callers*calls {
 		t.Errorf("commands %v, want %d fcalls only", got, 2*callers*calls)
 	}
-	t.Logf("%d decisions in %d pipelines", 2*callers*calls, pipes)
+	if cnt.batches == 0 {
+		t.Error("no calls went in a batch")
+	}
+	t.Logf("%d decisions in %d pipelines and %d batches", 2*callers*calls, pipes, cnt.batches)
 }
 
 // gate is a go-redis hook that holds the next pipeline, once armed, until
@@ -191,5 +197,164 @@ func TestPipelineCancelledCaller(t *testing.T) {
 	}
 	if given, failed := s.LateGrants(); given != 1 || failed != 0 {
 		t.Errorf("late grants given back %d, failed %d; want 1 and 0", given, failed)
+	}
+}
+
+// TestBatchFunction demands of the batch function (fbatch in decide.lua)
+// the replies and stored states of the same calls made one FCALL at a
+// time: random batches of calls of one to three items (one-tier, two-tier,
+// fixed-window and token-bucket policies, refunds, items that cannot be
+// granted), some on keys shared between the calls of a batch, each batch
+// holding a malformed call that answers its error while the others are
+// made.
+func TestBatchFunction(t *testing.T) {
+	_, c := singleClient(t)
+	ctx := context.Background()
+	if err := lib.Load(ctx, c); err != nil {
+		t.Fatal(err)
+	}
+	r := rand.New(rand.NewPCG(21, 23))
+	pols := []*tiers.Policy{
+		{Kind: tiers.KindTiers, Tiers: []tiers.Tier{{Limit: 5, Window: time.Second, Active: tiers.Unbounded}}},
+		{Kind: tiers.KindTiers, Tiers: []tiers.Tier{{Limit: 3, Window: time.Second, Active: tiers.Unbounded}, {Limit: 9, Window: time.Second, Active: 2 * time.Second, Cooldown: time.Second}}},
+		{Kind: tiers.KindFixedWindow, Window: tiers.FixedWindow{Limit: 4, Unit: tiers.UnitSecond}},
+		{Kind: tiers.KindTokenBucket, Bucket: tiers.TokenBucket{Capacity: 6, Refill: 2, Per: time.Second}},
+	}
+	for i, p := range pols {
+		q, err := tiers.Normalize(*p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pols[i] = &q
+	}
+	now := time.Now().Add(time.Hour).UnixMicro()
+	errs := 0
+	for batch := range 60 {
+		type fcall struct {
+			keys []string
+			argv []any
+		}
+		var calls []fcall
+		bad := r.IntN(8)
+		for j := range 8 {
+			now += r.Int64N(150_000)
+			n := 1 + r.IntN(3)
+			var h []byte
+			for _, v := range []int64{modeDecide, now, 3_600_000, 1000, int64(n), int64(n)} {
+				h = appendF64(h, v)
+			}
+			var keys []string
+			argv := []any{nil, ""}
+			for i := range n {
+				keys = append(keys, fmt.Sprintf("%d:%d", batch, r.IntN(6)))
+				var f int64
+				if r.IntN(10) == 0 {
+					f = 1 // refund
+				}
+				hits := 1 + r.Int64N(2)
+				if r.IntN(15) == 0 {
+					hits = 50
+				}
+				for _, v := range []int64{int64(i + 1), 0, int64(i + 1), hits, hits, f} {
+					h = appendF64(h, v)
+				}
+				argv = append(argv, encodePolicy(pols[r.IntN(len(pols))]).arg)
+			}
+			if j == bad {
+				h = h[:20] // malformed: the call fails
+			}
+			argv[0] = string(h)
+			calls = append(calls, fcall{keys, argv})
+		}
+		// One at a time, on keys prefixed "one:".
+		var want []string
+		for _, cl := range calls {
+			args := []any{"fcall", funcName, len(cl.keys)}
+			for _, k := range cl.keys {
+				args = append(args, "one:"+k)
+			}
+			rep, err := c.Do(ctx, append(args, cl.argv...)...).Text()
+			if err != nil {
+				rep = "error"
+			}
+			want = append(want, rep)
+		}
+		// As one batch, on keys prefixed "batch:".
+		args := []any{"fcall", batchName, 0}
+		var hdr []byte
+		hdr = appendF64(hdr, int64(len(calls)))
+		nk := 0
+		for _, cl := range calls {
+			for _, k := range cl.keys {
+				args = append(args, "batch:"+k)
+			}
+			nk += len(cl.keys)
+			hdr = appendF64(appendF64(hdr, int64(len(cl.keys))), int64(len(cl.argv)))
+		}
+		args[2] = nk
+		args = append(args, string(hdr))
+		for _, cl := range calls {
+			args = append(args, cl.argv...)
+		}
+		res, err := c.Do(ctx, args...).Text()
+		if err != nil {
+			t.Fatalf("batch %d: %v", batch, err)
+		}
+		rest := res
+		for j := range calls {
+			l := f64at([]byte(rest), 0)
+			rest = rest[8:]
+			got := ""
+			if l < 0 {
+				got, rest = "error", rest[-l:]
+				errs++
+			} else {
+				got, rest = rest[:l], rest[l:]
+			}
+			if got != want[j] {
+				t.Fatalf("batch %d call %d: %x, one at a time %x", batch, j, got, want[j])
+			}
+		}
+		if rest != "" {
+			t.Fatalf("batch %d: %d bytes left over", batch, len(rest))
+		}
+		for k := range 6 {
+			a, ae := stored(t, c, fmt.Sprintf("one:%d:%d", batch, k))
+			b, be := stored(t, c, fmt.Sprintf("batch:%d:%d", batch, k))
+			if a != b || ae != be {
+				t.Fatalf("batch %d key %d: %x expiring %d, one at a time %x expiring %d", batch, k, b, be, a, ae)
+			}
+		}
+	}
+	if errs != 60 {
+		t.Errorf("%d calls answered an error, want the 60 malformed ones", errs)
+	}
+
+	// On Redis's clock the calls of a batch decide at one instant.
+	var h []byte
+	for _, v := range []int64{modeDecide, -1, 3_600_000, 1000, 1, 1, 1, 0, 1, 1, 1, 0} {
+		h = appendF64(h, v)
+	}
+	hdr := appendF64(nil, 3)
+	args := []any{"fcall", batchName, 3, "clock:a", "clock:b", "clock:c"}
+	for range 3 {
+		hdr = appendF64(appendF64(hdr, 1), 3)
+	}
+	args = append(args, string(hdr))
+	for range 3 {
+		args = append(args, string(h), "", encodePolicy(pols[0]).arg)
+	}
+	res, err := c.Do(ctx, args...).Text()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var at []int64
+	for rest := res; rest != ""; {
+		l := f64at([]byte(rest), 0)
+		at = append(at, f64at([]byte(rest[8:]), 1))
+		rest = rest[8+l:]
+	}
+	if len(at) != 3 || at[0] != at[1] || at[1] != at[2] || at[0] <= 0 {
+		t.Errorf("instants %v, want one Redis instant for the batch", at)
 	}
 }
