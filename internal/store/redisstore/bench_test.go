@@ -61,7 +61,7 @@ func benchRedis(b *testing.B, pipelines int) {
 	b.SetParallelism(16)
 	benchDecide(b, s)
 	b.StopTimer()
-	if us, ok := fcallMicros(n.Port); ok {
+	if us, ok := fcallMicros(n.Port, b.N); ok {
 		b.ReportMetric(us, "redis-µs/call")
 	}
 }
