@@ -14,7 +14,9 @@
 # whose decisions fell back to local state cannot pass for a Redis figure,
 # and Redis' own CPU time per request (from /proc/PID/stat). Then the
 # throughput ratios Redis / memory over the rounds. Everything shares this
-# machine (Redis included), so only the ratios are meaningful.
+# machine (Redis included), so only the ratios are meaningful. SERVE_FLAGS
+# adds flags to both servers (e.g. SERVE_FLAGS=--fixed-window for
+# envoyproxy/ratelimit's fixed windows).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bin=${1:-bin/charon}
@@ -39,11 +41,12 @@ for _ in $(seq 100); do
 	sleep 0.05
 done
 
-serve memory "$mem_grpc" "$mem_http" "$mem_debug"
-serve redis "$red_grpc" "$red_http" "$red_debug" --store redis --redis-url "redis://127.0.0.1:$redis"
+read -ra flags <<<"${SERVE_FLAGS:-}"
+serve memory "$mem_grpc" "$mem_http" "$mem_debug" ${flags[@]+"${flags[@]}"}
+serve redis "$red_grpc" "$red_http" "$red_debug" --store redis --redis-url "redis://127.0.0.1:$redis" ${flags[@]+"${flags[@]}"}
 redis_pid=${pids[0]}
 
-echo "redis-server 127.0.0.1:$redis; concurrency $concurrency, $keys keys, deadline $timeout, $rounds rounds of $duration per run"
+echo "redis-server 127.0.0.1:$redis; concurrency $concurrency, $keys keys, deadline $timeout, $rounds rounds of $duration per run${SERVE_FLAGS:+; serve $SERVE_FLAGS}"
 run() { # grpc workload
 	local grpc=$1 w
 	case $2 in

@@ -178,7 +178,7 @@ end
 local REC = 16
 
 -- The struct format of k doubles, made once per k (k <= twice the buckets
--- a log holds, or a state's header).
+-- a log holds, a state's header, or a reply of up to 64 items).
 local FMT = {}
 local function fmt(k)
   local f = FMT[k]
@@ -876,9 +876,16 @@ end
 -- The writes and item replies the many path holds back until every item
 -- is granted (made once; entries are overwritten, never cleared, so that
 -- the tables keep their size): PK, PB, PM the key, state and expiry at a
--- slot, PW which write (fixed1), PR the reply (PR[1] the header,
--- PR[slot + 1] the item's).
+-- slot, PW which write (fixed1), PR the reply's numbers (the header's
+-- two, then nine per item: rput), packed in one string at the end.
 local PK, PB, PM, PR, PW = {}, {}, {}, {}, {}
+
+-- rput: the reply of the item at slot (the nine numbers of ritem).
+local function rput(slot, f, n, tier, th, dh, rh, rem, retry, reset)
+  local o = 9 * slot - 6
+  PR[o], PR[o + 1], PR[o + 2], PR[o + 3], PR[o + 4] = f, n, tier, th, dh
+  PR[o + 5], PR[o + 6], PR[o + 7], PR[o + 8] = rh, rem, retry, reset
+end
 
 -- one1: the whole answer, or nil and the state's string (raw's answer)
 -- for decide. With slot, a grant is not written: its key, state, expiry
@@ -953,7 +960,7 @@ local function one1(key, p, t, k, m, maxttl, slot)
   if burst then f = 3 end
   if slot then
     PK[slot], PW[slot], PB[slot], PM[slot] = key, 1, b, sfmt('%d', ms)
-    PR[slot + 1] = spack('>ddddddddd', f, n, 1, cnt, dom + n, 0, max(0, min(MAXC - n, lim - cnt)), 0, reset)
+    rput(slot, f, n, 1, cnt, dom + n, 0, max(0, min(MAXC - n, lim - cnt)), 0, reset)
     return true
   end
   redis.call('SET', key, b, 'PXAT', sfmt('%d', ms))
@@ -1000,12 +1007,12 @@ local function fixed1(key, p, t, k, m, maxttl, slot)
     ms = sfmt('%d', fexp(start, len, t, maxttl))
     if c == k and n == k then w = 2 else w, b = 1, sfmt('%d', cnt + n) end
   end
-  local r = spack('>ddddddddd', 1, n, 1, cnt + n, 0, 0, max(0, lim - cnt - n), 0, reset)
   if slot then
     un = un + 1
     UK[un], UA[un] = key, k
     if c == k then UA[un] = 0 end
-    PK[slot], PW[slot], PB[slot], PM[slot], PR[slot + 1] = key, w, b, ms, r
+    PK[slot], PW[slot], PB[slot], PM[slot] = key, w, b, ms
+    rput(slot, 1, n, 1, cnt + n, 0, 0, max(0, lim - cnt - n), 0, reset)
     return true
   end
   if w == 1 then
@@ -1013,7 +1020,7 @@ local function fixed1(key, p, t, k, m, maxttl, slot)
   elseif w == 2 then
     redis.call('PEXPIREAT', key, ms)
   end
-  return spack('>dd', 0, t) .. r
+  return spack('>ddddddddddd', 0, t, 1, n, 1, cnt + n, 0, 0, max(0, lim - cnt - n), 0, reset)
 end
 
 -- many: a call of several take items on distinct state keys whose policies
@@ -1064,8 +1071,8 @@ local function many(KEYS, ARGV, now, maxttl, n, pos)
       redis.call('PEXPIREAT', PK[i], PM[i])
     end
   end
-  PR[1] = spack('>dd', 0, now)
-  return table.concat(PR, '', 1, n + 1)
+  PR[1], PR[2] = 0, now
+  return spack(fmt(2 + 9 * n), tunpack(PR, 1, 2 + 9 * n))
 end
 
 local function statekind(p)
@@ -1314,7 +1321,7 @@ local function fdecide(KEYS, ARGV, clock)
       return rone(now, d, d.granted)
     end
   end
-  if n > 1 and mode <= 2 then
+  if n > 1 and n <= 64 and mode <= 2 then
     local r = many(KEYS, ARGV, now, maxttl, n, pos)
     if r then return r end
   end
@@ -1352,15 +1359,16 @@ local function fbatch(KEYS, ARGV)
     for i = na + 1, #A do A[i] = nil end
     local ok, r = pcall(fdecide, K, A, CLOCK)
     if ok then
-      OUT[j] = spack('>d', #r) .. r
+      OUT[2 * j - 1] = spack('>d', #r)
     else
       if type(r) == 'table' then r = r.err end
       r = tostring(r)
-      OUT[j] = spack('>d', -#r) .. r
+      OUT[2 * j - 1] = spack('>d', -#r)
     end
+    OUT[2 * j] = r
     ko, ao = ko + nk, ao + na
   end
-  return table.concat(OUT, '', 1, nc)
+  return table.concat(OUT, '', 1, 2 * nc)
 end
 
 redis.register_function{ function_name = 'charon_decide_@V@', callback = fdecide }

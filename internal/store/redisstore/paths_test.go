@@ -24,7 +24,7 @@ import (
 // on the same calls.
 const (
 	oneTierCut = "if p.one and gk == 0 then"
-	manyCut    = "if n > 1 and mode <= 2 then"
+	manyCut    = "if n > 1 and n <= 64 and mode <= 2 then"
 	fixedCut   = "if p.kind == 2 and gk == 0 then"
 )
 
