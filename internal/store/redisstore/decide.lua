@@ -1031,19 +1031,17 @@ end
 -- grants, so no group rejects the call (step 3) and each Request grants
 -- what its Peek did (step 4). The grants are decided first and written
 -- only when all of them are; otherwise nil, with nothing written, for the
--- general path. SEEN marks the keys of the call.
-local SEEN = {}
+-- general path. SEEN marks the keys of the call (with gen, its number).
+local SEEN, gen = {}, 0
 local function many(KEYS, ARGV, now, maxttl, n, pos)
   local ok = true
-  un = 0
-  -- Emptied first as well: a call that failed half way left its marks.
-  for k in pairs(SEEN) do SEEN[k] = nil end
+  un, gen = 0, gen + 1
   for i = 1, n do
     local sk, gk, pi, hits, mn, f
     sk, gk, pi, hits, mn, f, pos = sunpack('>dddddd', ARGV[1], pos)
     local p = nil
-    if gk == 0 and fmod(f, 2) == 0 and not SEEN[sk] then p = policy(ARGV[2 + pi]) end
-    SEEN[sk] = true
+    if gk == 0 and fmod(f, 2) == 0 and SEEN[sk] ~= gen then p = policy(ARGV[2 + pi]) end
+    SEEN[sk] = gen
     local granted = false
     if p and p.one then
       granted = one1(KEYS[sk], p, now, hits, mn, maxttl, i) == true
@@ -1055,7 +1053,6 @@ local function many(KEYS, ARGV, now, maxttl, n, pos)
       break
     end
   end
-  for k in pairs(SEEN) do SEEN[k] = nil end
   if not ok then
     -- Take back the counts: the general path decides on the stored states.
     for j = 1, un do

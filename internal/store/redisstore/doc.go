@@ -25,8 +25,8 @@
 //
 // Concurrent calls are pipelined: each FCALL (every script call of a
 // Decide, the two-step's included) goes to a queue served by
-// Options.Pipelines dispatcher goroutines (DefaultPipelines; started by
-// New, stopped by Close). A dispatcher takes every call queued while its
+// Options.Pipelines dispatcher goroutines (DefaultPipelines, or
+// DefaultClusterPipelines on a Cluster; started by New, stopped by Close). A dispatcher takes every call queued while its
 // previous pipeline was in flight (up to 128; no timer, so a lone call
 // goes at once) and answers each caller. On a single Redis (or Sentinel)
 // two or more calls go as one FCALL of the library's batch function

@@ -85,11 +85,11 @@ type Options struct {
 	// dies between the steps block those keys for at most LockTTL.
 	LockTTL time.Duration
 	// Pipelines is the number of dispatcher goroutines that send the
-	// concurrent Decide calls' FCALLs as pipelines (default
-	// DefaultPipelines; negative: none, each call sends its own FCALL on a
-	// pooled connection). Each dispatcher has at most one pipeline in
-	// flight and sends, as soon as it returns, the calls queued meanwhile
-	// (up to 128).
+	// concurrent Decide calls' FCALLs together (default DefaultPipelines,
+	// DefaultClusterPipelines on a Cluster; negative: none, each call
+	// sends its own FCALL on a pooled connection). Each dispatcher has at
+	// most one batch in flight and sends, as soon as it returns, the calls
+	// queued meanwhile (up to 128).
 	Pipelines int
 }
 
@@ -105,9 +105,6 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if o.LockTTL <= 0 {
 		o.LockTTL = DefaultLockTTL
-	}
-	if o.Pipelines == 0 {
-		o.Pipelines = DefaultPipelines
 	}
 	if o.Clock > ClockCaller {
 		return o, fmt.Errorf("redisstore: unknown clock %d", o.Clock)

@@ -18,8 +18,15 @@ import (
 // maxBatch caps the FCALLs of one pipeline.
 const maxBatch = 128
 
-// DefaultPipelines is the default of Options.Pipelines.
-const DefaultPipelines = 2
+// The defaults of Options.Pipelines. On a single Redis one dispatcher
+// makes the larger batches, each one FCALL of the batch function: with
+// three fixed windows per request at 16 requests in flight, 5 to 9% less
+// of Redis' CPU per request than two dispatchers and 2 to 5% more
+// throughput. On a Cluster each batch is a pipeline split by node.
+const (
+	DefaultPipelines        = 1
+	DefaultClusterPipelines = 2
+)
 
 // request is one FCALL handed to a dispatcher: args is the command, ctx
 // the caller's (its deadline bounds the batch); the dispatcher writes res

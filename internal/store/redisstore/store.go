@@ -134,10 +134,17 @@ func newStore(c redis.UniversalClient, owns bool, opts Options) (*Store, error) 
 	}
 	s.calls.New = func() any { return new(call) }
 	s.stop = make(chan struct{})
-	if o.Pipelines > 0 {
-		s.q = make(chan *request, maxBatch*o.Pipelines)
-		s.wg.Add(o.Pipelines)
-		for range o.Pipelines {
+	pipelines := o.Pipelines
+	if pipelines == 0 {
+		pipelines = DefaultPipelines
+		if s.cluster {
+			pipelines = DefaultClusterPipelines
+		}
+	}
+	if pipelines > 0 {
+		s.q = make(chan *request, maxBatch*pipelines)
+		s.wg.Add(pipelines)
+		for range pipelines {
 			go s.dispatch()
 		}
 	}
