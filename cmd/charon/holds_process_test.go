@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	charonv1 "github.com/charonlimit/charon/api/charon/v1"
+	"github.com/charonlimit/charon/internal/servertest"
 )
 
 // TestReserveProcessKilled runs the real binary: a `charon reserve` holding
@@ -29,7 +30,7 @@ func TestReserveProcessKilled(t *testing.T) {
 	}
 	addrs := freeAddrs(t, 3)
 	grpcAddr := addrs[0]
-	var serveErr lockedBuffer
+	var serveErr servertest.Buffer
 	serve := exec.Command(bin, "serve", "--config", dir, "--grpc-addr", grpcAddr,
 		"--http-addr", addrs[1], "--debug-addr", addrs[2])
 	serve.Stderr = &serveErr
@@ -72,8 +73,8 @@ func TestReserveProcessKilled(t *testing.T) {
 
 	// holder starts a `charon reserve` of every copy and waits until it
 	// holds them.
-	holder := func() (*exec.Cmd, *lockedBuffer) {
-		out := new(lockedBuffer)
+	holder := func() (*exec.Cmd, *servertest.Buffer) {
+		out := new(servertest.Buffer)
 		cmd := exec.Command(bin, "reserve", "--addr", grpcAddr, "--domain", "c", "--descriptor", "db=a", "--copies", "3")
 		cmd.Stdout = out
 		if err := cmd.Start(); err != nil {

@@ -26,31 +26,14 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/charonlimit/charon/internal/redistest"
+	"github.com/charonlimit/charon/internal/servertest"
 )
-
-// lockedBuffer is a bytes.Buffer safe for the process's writer and the test.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // proc is a running `charon serve`.
 type proc struct {
 	grpcAddr, httpAddr, debugAddr string
 	cmd                           *exec.Cmd
-	stderr                        *lockedBuffer
+	stderr                        *servertest.Buffer
 	exited                        chan error
 	rls                           rlsv3.RateLimitServiceClient
 	health                        healthpb.HealthClient
@@ -71,7 +54,7 @@ func startServeEnv(t *testing.T, bin string, env []string, args ...string) *proc
 		grpcAddr:  addrs[0],
 		httpAddr:  addrs[1],
 		debugAddr: addrs[2],
-		stderr:    &lockedBuffer{},
+		stderr:    &servertest.Buffer{},
 		exited:    make(chan error, 1),
 	}
 	// No drain on SIGTERM unless args ask for one.

@@ -5,7 +5,6 @@ import (
 	"context"
 	"io"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -18,25 +17,7 @@ func run(args []string, _ func(string) string, stdout, stderr io.Writer) int {
 	return ExitCode(Verbs[args[0]](args[1:], stdout, stderr), stderr)
 }
 
-// syncBuffer is a bytes.Buffer safe for a verb writing while a test reads.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
-func waitOutput(t *testing.T, b *syncBuffer, want string) string {
+func waitOutput(t *testing.T, b *servertest.Buffer, want string) string {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for !strings.Contains(b.String(), want) {
@@ -67,7 +48,7 @@ func TestCopyVerbs(t *testing.T) {
 	signalContext = func() (context.Context, context.CancelFunc) { return context.WithCancel(sigCtx) }
 	defer func() { signalContext = old }()
 
-	var out, errOut syncBuffer
+	var out, errOut servertest.Buffer
 	code := make(chan int, 1)
 	go func() {
 		code <- run([]string{"reserve", "--addr", addr, "--domain", "c", "--descriptor", "db=a", "--copies", "5"}, nil, &out, &errOut)

@@ -3,7 +3,9 @@
 package servertest
 
 import (
+	"bytes"
 	"context"
+	"sync"
 	"testing"
 
 	"github.com/charonlimit/charon/descriptors"
@@ -39,4 +41,23 @@ func CopyServer(t testing.TB) (addr string, copies *memcopy.Store) {
 		<-done
 	})
 	return srv.GRPCAddr(), copies
+}
+
+// Buffer is a bytes.Buffer safe for a process or command writing while a
+// test reads.
+type Buffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *Buffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *Buffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
 }

@@ -61,6 +61,23 @@ func stored(t *testing.T, c redis.UniversalClient, key string) (string, int64) {
 	return st, exp
 }
 
+// onEach sends the FCALL of one item (ARGV[1] h, the policy arg) to each
+// function of fns, on a key of its own (key:i), and returns each one's
+// reply, and the state and expiry it left.
+func onEach(t *testing.T, c redis.UniversalClient, fns []string, key string, h []byte, arg any) (replies, states []string, expiry []int64) {
+	t.Helper()
+	for i, fn := range fns {
+		k := fmt.Sprintf("%s:%d", key, i)
+		rep, err := c.Do(context.Background(), "fcall", fn, 1, k, string(h), "", arg).Text()
+		if err != nil {
+			t.Fatalf("%s: %s: %v", k, fn, err)
+		}
+		st, exp := stored(t, c, k)
+		replies, states, expiry = append(replies, rep), append(states, st), append(expiry, exp)
+	}
+	return replies, states, expiry
+}
+
 // TestOneTierPath demands of the one-tier path (one1 in decide.lua) the
 // same answers, stored states and expiry times as the general decision on
 // the same calls: the library is loaded a second time with that path cut
@@ -68,7 +85,6 @@ func stored(t *testing.T, c redis.UniversalClient, key string) (string, int64) {
 // both on keys of their own.
 func TestOneTierPath(t *testing.T) {
 	_, c := singleClient(t)
-	ctx := context.Background()
 	fns := []string{funcName, loadWithout(t, c, oneTierCut)}
 
 	r := rand.New(rand.NewPCG(7, 11))
@@ -155,17 +171,7 @@ func TestOneTierPath(t *testing.T) {
 				h = appendF64(h, v)
 			}
 			arg := encodePolicy(p).arg
-			var replies, states []string
-			var expiry []int64
-			for i, fn := range fns {
-				key := fmt.Sprintf("onetier:%d:%d", i, trace)
-				rep, err := c.Do(ctx, "fcall", fn, 1, key, string(h), "", arg).Text()
-				if err != nil {
-					t.Fatalf("trace %d step %d: %s: %v", trace, step, fn, err)
-				}
-				st, exp := stored(t, c, key)
-				replies, states, expiry = append(replies, rep), append(states, st), append(expiry, exp)
-			}
+			replies, states, expiry := onEach(t, c, fns, fmt.Sprint("onetier:", trace), h, arg)
 			calls++
 			rd := &reader{b: replies[1][16:]}
 			if rd.num()&1 != 0 {
@@ -189,7 +195,6 @@ func TestOneTierPath(t *testing.T) {
 // own.
 func TestFixedPath(t *testing.T) {
 	_, c := singleClient(t)
-	ctx := context.Background()
 	fns := []string{funcName, loadWithout(t, c, fixedCut)}
 	r := rand.New(rand.NewPCG(13, 17))
 	start := time.Now().Add(time.Hour).UnixMicro()
@@ -236,17 +241,7 @@ func TestFixedPath(t *testing.T) {
 			for _, v := range []int64{modeDecide, now, maxTTL, 1000, 1, 1, 1, 0, 1, hits, mn, f} {
 				h = appendF64(h, v)
 			}
-			var replies, states []string
-			var expiry []int64
-			for i, fn := range fns {
-				key := fmt.Sprintf("fixed:%d:%d", i, trace)
-				rep, err := c.Do(ctx, "fcall", fn, 1, key, string(h), "", arg).Text()
-				if err != nil {
-					t.Fatalf("trace %d step %d: %s: %v", trace, step, fn, err)
-				}
-				st, exp := stored(t, c, key)
-				replies, states, expiry = append(replies, rep), append(states, st), append(expiry, exp)
-			}
+			replies, states, expiry := onEach(t, c, fns, fmt.Sprint("fixed:", trace), h, arg)
 			calls++
 			if rd := (&reader{b: replies[1][16:]}); rd.num()&1 != 0 {
 				granted++
