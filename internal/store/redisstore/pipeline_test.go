@@ -6,12 +6,14 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"runtime"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/charonlimit/charon/internal/redistest"
 	"github.com/charonlimit/charon/internal/store"
 	"github.com/charonlimit/charon/internal/store/storetest"
 	"github.com/charonlimit/charon/tiers"
@@ -356,5 +358,95 @@ func TestBatchFunction(t *testing.T) {
 	}
 	if len(at) != 3 || at[0] != at[1] || at[1] != at[2] || at[0] <= 0 {
 		t.Errorf("instants %v, want one Redis instant for the batch", at)
+	}
+}
+
+// TestBatchLoadsFunction: when Redis lacks the library (FUNCTION FLUSH), a
+// batch loads it and its calls are made, and concurrent callers are all
+// answered.
+func TestBatchLoadsFunction(t *testing.T) {
+	n, c := singleClient(t)
+	var cnt counter
+	c.AddHook(&cnt)
+	s := testStore(t, c, Options{Clock: ClockCaller})
+
+	// A batch of two calls meeting no function: loaded, then both made.
+	if out, err := redistest.CLI(n.Port, "function", "flush"); err != nil {
+		t.Fatalf("FUNCTION FLUSH: %v %s", err, out)
+	}
+	var h []byte
+	for _, v := range []int64{modeDecide, storetest.T0.UnixMicro(), 3_600_000, 1000, 1, 1, 1, 0, 1, 1, 1, 0} {
+		h = appendF64(h, v)
+	}
+	d := &dispatcher{sent: []bool{true, true}}
+	for _, k := range []string{"reload:a", "reload:b"} {
+		d.batch = append(d.batch, &request{args: []any{fcallName, funcNameArg, 1, k, h, "", encodePolicy(lyft).arg}})
+	}
+	s.runBatch(context.Background(), d)
+	for i, r := range d.batch {
+		if r.err != nil || len(r.res) != 8*(replyHead+replyItem) {
+			t.Fatalf("call %d of the batch: %q %v, want its reply", i, r.res, r.err)
+		}
+	}
+
+	for round := range 3 {
+		if out, err := redistest.CLI(n.Port, "function", "flush"); err != nil {
+			t.Fatalf("FUNCTION FLUSH: %v %s", err, out)
+		}
+		var wg sync.WaitGroup
+		errs := make(chan error, 32)
+		for g := range 32 {
+			wg.Go(func() {
+				out := make([]tiers.Decision, 1)
+				err := s.Decide(context.Background(), storetest.T0, []store.Item{item(lyft, "reload", fmt.Sprint(round, ":", g), 1)}, out)
+				if err == nil && !out[0].OK {
+					err = fmt.Errorf("caller %d: %+v, want granted", g, out[0])
+				}
+				errs <- err
+			})
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if cnt.batches == 0 {
+		t.Error("no calls went in a batch")
+	}
+}
+
+// TestSplitBatch: a batch reply is split into the replies and errors of
+// the calls that were sent; one that does not hold a reply per call is an
+// error.
+func TestSplitBatch(t *testing.T) {
+	part := func(s string, errMsg bool) string {
+		n := int64(len(s))
+		if errMsg {
+			n = -n
+		}
+		return string(appendF64(nil, n)) + s
+	}
+	newD := func() *dispatcher {
+		d := &dispatcher{}
+		for i := range 3 {
+			d.batch = append(d.batch, &request{args: []any{i}})
+			d.sent = append(d.sent, i != 1) // the second was not sent
+		}
+		return d
+	}
+	d := newD()
+	if err := d.splitBatch(part("first", false) + part("boom", true)); err != nil {
+		t.Fatal(err)
+	}
+	if d.batch[0].res != "first" || d.batch[0].err != nil || d.batch[2].err == nil || !strings.Contains(d.batch[2].err.Error(), "boom") || d.batch[1].res != "" {
+		t.Errorf("split: %+v %+v %+v", d.batch[0], d.batch[1], d.batch[2])
+	}
+	for _, bad := range []string{"", part("first", false), part("first", false) + part("x", false) + "extra", part("first", false) + "\x00\x00"} {
+		if err := newD().splitBatch(bad); !errors.Is(err, errBatchReply) {
+			t.Errorf("%q: %v, want errBatchReply", bad, err)
+		}
 	}
 }
