@@ -784,13 +784,14 @@ local NOW, CALLER = 0, false
 
 -- cwin: the start of the window of the live count at key: start, that of
 -- the window containing t, nil when the count is of an earlier window, or
--- a later window's when time went back (its expiry is past start + len;
--- that window's start when the expiry is its end).
+-- a later window's when time went back (its expiry is past start + len:
+-- the window that holds the instant before its expiry, whose end the
+-- expiry is).
 local function cwin(key, start, len, t)
   if not CALLER and fmod(len, 1000) == 0 and t - start >= 2000 then return start end
   local e = redis.call('PEXPIRETIME', key) * 1000
   if e <= start then return nil end
-  if e > start + len then return e - len end
+  if e > start + len then return floormul(e - 1, len) end
   return start
 end
 

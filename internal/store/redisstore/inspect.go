@@ -119,7 +119,9 @@ func countInts(str string, expiry time.Duration, now time.Time, l time.Duration)
 		return nil, nil
 	}
 	if e > start+w {
-		start = e - w // a later window's: the clock went back
+		// A later window's (the clock went back): the one holding the
+		// instant before the expiry.
+		start = e - 1 - ((e-1)%w+w)%w
 	}
 	return []int64{int64(tiers.KindFixedWindow), 1, start, n}, nil
 }

@@ -511,6 +511,37 @@ func TestBlobInts(t *testing.T) {
 	}
 }
 
+// FuzzCountInts: any stored string, expiry and instant read as a fixed
+// window's count give a compact form or an error, never a panic; a form
+// is of the window containing the instant or of a later one (starting after
+// it), and SetCompact takes it.
+func FuzzCountInts(f *testing.F) {
+	f.Add("7", int64(1_800_000_001_000), int64(1_800_000_000_300_000))
+	f.Add("12345678901234567890", int64(-1), int64(0))
+	f.Add("", int64(5), int64(-5))
+	p := &tiers.Policy{Kind: tiers.KindFixedWindow, Window: tiers.FixedWindow{Limit: 10, Unit: tiers.UnitSecond}}
+	f.Fuzz(func(t *testing.T, str string, expiryMs, nowMicros int64) {
+		if !isCount(str) {
+			return
+		}
+		expiryMs = min(max(expiryMs, -2), math.MaxInt64/int64(time.Millisecond))
+		now := time.UnixMicro(nowMicros)
+		v, err := countInts(str, time.Duration(expiryMs)*time.Millisecond, now, time.Second)
+		if err != nil || v == nil {
+			return
+		}
+		w := time.Second.Microseconds()
+		cur := nowMicros - ((nowMicros%w)+w)%w
+		if len(v) != 4 || v[0] != int64(tiers.KindFixedWindow) || v[1] != 1 || v[2] < cur || v[2]%w != cur%w || (v[2] != cur && v[2] <= nowMicros) {
+			t.Fatalf("%q expiring %d at %d: %v, want the window at %d or a later one", str, expiryMs, nowMicros, v, cur)
+		}
+		var st tiers.State
+		if err := st.SetCompact(p, v); err != nil && v[3] >= 0 {
+			t.Fatalf("SetCompact(%v): %v", v, err)
+		}
+	})
+}
+
 // TestCountInts pins Inspect's reading of a fixed window's count: the
 // window it is of follows from its key's expiry.
 func TestCountInts(t *testing.T) {
