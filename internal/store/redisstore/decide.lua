@@ -4,9 +4,10 @@
 --
 -- A Redis 7 function library: Redis runs this chunk once, at FUNCTION LOAD,
 -- so the helpers below are defined once, not per call; the call is
--- FCALL charon_decide_@V@ (encode.go's libraryCode puts the hash of this
--- file in place of @V@, so two versions of Charon sharing one Redis each
--- call their own code).
+-- FCALL charon_decide_@V@, or several calls in one FCALL charon_batch_@V@
+-- (fbatch, at the end; package redisfunc puts the hash of this file in place of
+-- @V@, so two versions of Charon sharing one Redis each call their own
+-- code).
 --
 -- Every quantity is an integer below 2^53 (times in µs), so Lua's doubles
 -- compute exactly what package tiers computes; Unbounded is math.huge.
