@@ -971,7 +971,8 @@ end
 
 -- The undo of the counts many increments (key, then the increment, 0 when
 -- the key was created). PW is the write many holds back at a slot: 1 SET
--- PB PXAT PM (one1's, or a count starting a window), 2 PEXPIREAT PM, 0 none.
+-- PB PXAT PM (one1's, or a count that starts a window over a stale one or
+-- grants less than it counted), 0 none.
 local UK, UA, un = {}, {}, 0
 
 -- fixed1: one1 for a fixed window (p.kind 2): decide_fixed's answer and
@@ -1007,7 +1008,12 @@ local function fixed1(key, p, t, k, m, maxttl, slot)
   local w, b, ms = 0, false, false
   if fresh or n < k or len > (maxttl - 1) * 1000 then
     ms = sfmt('%d', fexp(start, len, t, maxttl))
-    if c == k and n == k then w = 2 else w, b = 1, sfmt('%d', cnt + n) end
+    if c == k then
+      -- A key INCRBY made gets its expiry at once: no count lives without
+      -- one, whatever happens to the rest of the call.
+      redis.call('PEXPIREAT', key, ms)
+    end
+    if c ~= k or n < k then w, b = 1, sfmt('%d', cnt + n) end
   end
   if slot then
     un = un + 1
@@ -1017,11 +1023,7 @@ local function fixed1(key, p, t, k, m, maxttl, slot)
     rput(slot, 1, n, 1, cnt + n, 0, 0, max(0, lim - cnt - n), 0, reset)
     return true
   end
-  if w == 1 then
-    redis.call('SET', key, b, 'PXAT', ms)
-  elseif w == 2 then
-    redis.call('PEXPIREAT', key, ms)
-  end
+  if w == 1 then redis.call('SET', key, b, 'PXAT', ms) end
   return spack('>ddddddddddd', 0, t, 1, n, 1, cnt + n, 0, 0, max(0, lim - cnt - n), 0, reset)
 end
 
@@ -1063,12 +1065,7 @@ local function many(KEYS, ARGV, now, maxttl, n, pos)
     return nil
   end
   for i = 1, n do
-    local w = PW[i]
-    if w == 1 then
-      redis.call('SET', PK[i], PB[i], 'PXAT', PM[i])
-    elseif w == 2 then
-      redis.call('PEXPIREAT', PK[i], PM[i])
-    end
+    if PW[i] == 1 then redis.call('SET', PK[i], PB[i], 'PXAT', PM[i]) end
   end
   PR[1], PR[2] = 0, now
   return spack(fmt(2 + 9 * n), tunpack(PR, 1, 2 + 9 * n))

@@ -511,6 +511,30 @@ func TestBlobInts(t *testing.T) {
 	}
 }
 
+// TestCountExpiresAtOnce: a count the function creates has its expiry at
+// once, so that a call failing after it (here on a second item whose
+// policy is missing) leaves no count that would never expire.
+func TestCountExpiresAtOnce(t *testing.T) {
+	_, c := singleClient(t)
+	ctx := context.Background()
+	if err := lib.Load(ctx, c); err != nil {
+		t.Fatal(err)
+	}
+	fixed := &tiers.Policy{Kind: tiers.KindFixedWindow, Window: tiers.FixedWindow{Limit: 5, Unit: tiers.UnitMinute}}
+	var h []byte
+	for _, v := range []int64{modeDecide, -1, 3_600_000, 1000, 2, 2, 1, 0, 1, 1, 1, 0, 2, 0, 7, 1, 1, 0} {
+		h = appendF64(h, v)
+	}
+	err := c.Do(ctx, "fcall", funcName, 2, "expire:count", "expire:other", string(h), "", encodePolicy(fixed).arg).Err()
+	if err == nil {
+		t.Fatal("a call whose second item has no policy succeeded")
+	}
+	st, exp := stored(t, c, "expire:count")
+	if st != "" && exp < 0 {
+		t.Fatalf("count %q left with no expiry (%d)", st, exp)
+	}
+}
+
 // FuzzCountInts: any stored string, expiry and instant read as a fixed
 // window's count give a compact form or an error, never a panic; a form
 // is of the window containing the instant or of a later one (starting after
