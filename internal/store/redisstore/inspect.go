@@ -112,19 +112,21 @@ func countInts(str string, expiry time.Duration, now time.Time, l time.Duration)
 	if err != nil || l <= 0 {
 		return nil, errBlob
 	}
-	t, w := now.UnixMicro(), l.Microseconds()
-	start := t - ((t%w)+w)%w
-	e := expiry.Microseconds()
+	w := l.Microseconds()
+	start, e := floorTo(now.UnixMicro(), w), expiry.Microseconds()
 	if expiry < 0 || e <= start {
 		return nil, nil
 	}
 	if e > start+w {
 		// A later window's (the clock went back): the one holding the
 		// instant before the expiry.
-		start = e - 1 - ((e-1)%w+w)%w
+		start = floorTo(e-1, w)
 	}
 	return []int64{int64(tiers.KindFixedWindow), 1, start, n}, nil
 }
+
+// floorTo returns the largest multiple of w (> 0) not above x.
+func floorTo(x, w int64) int64 { return x - ((x%w)+w)%w }
 
 // errBlob is a state blob that decide.lua does not write.
 var errBlob = errors.New("not a state blob")
@@ -143,9 +145,9 @@ const (
 // records) is a string of big-endian doubles, whose logs become m, then m
 // pairs (start, count); a bucket state, or a fixed-window state of the
 // earlier layout, is a msgpack array holding that form as it is (a count,
-// the current fixed-window layout, is read by countInts). A missing key (nil), or a blob of an earlier
-// layout (a msgpack array tagged 0, 4, 9 or 10), is an empty array: a fresh
-// state, as decide.lua reads it.
+// the current fixed-window layout, is read by countInts). A missing key
+// (nil), or a blob of an earlier layout (a msgpack array tagged 0, 4, 9 or
+// 10), is an empty array: a fresh state, as decide.lua reads it.
 func blobInts(v any) ([]int64, error) {
 	if v == nil {
 		return nil, nil
