@@ -26,7 +26,16 @@ func charonServeFlags(t *testing.T) []string {
 	return serveFlags
 }
 
-var binPath string
+// binDir holds the binary charonBin builds; TestMain removes it.
+var binPath, binDir string
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if binDir != "" {
+		os.RemoveAll(binDir)
+	}
+	os.Exit(code)
+}
 
 // charonBin builds cmd/charon once for the tests of this package.
 func charonBin(t *testing.T) string {
@@ -38,6 +47,7 @@ func charonBin(t *testing.T) string {
 	if err != nil {
 		t.Fatal(err)
 	}
+	binDir = dir
 	bin := filepath.Join(dir, "charon")
 	cmd := exec.Command("go", "build", "-o", bin, "./cmd/charon")
 	cmd.Dir = ".."
