@@ -557,3 +557,95 @@ func TestClusterTwoStepLockLapse(t *testing.T) {
 		t.Errorf("b lost its hit to a call that was rejected: %+v", d)
 	}
 }
+
+// barrier is a go-redis hook that holds every FCALL of the two-step's
+// prepare, seal and commit until n of that mode have come, or until a
+// generous deadline: with the steps' scripts sent for all slots at once
+// they all come; sent one after another, the first would wait for ever.
+type barrier struct {
+	n      int
+	mu     sync.Mutex
+	seen   map[int64]int
+	ch     map[int64]chan struct{}
+	missed []int64 // the modes whose barrier timed out
+}
+
+func (h *barrier) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *barrier) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		args := cmd.Args()
+		if len(args) >= 4 && strings.EqualFold(fmt.Sprint(args[0]), "fcall") {
+			nk := 0
+			fmt.Sscan(fmt.Sprint(args[2]), &nk)
+			if hdr, ok := args[3+nk].([]byte); ok && len(hdr) >= 8 {
+				if m := readF64(hdr); m == modePrepare || m == modeSeal || m == modeCommit {
+					h.wait(m)
+				}
+			}
+		}
+		return next(ctx, cmd)
+	}
+}
+func (h *barrier) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+func (h *barrier) wait(mode int64) {
+	h.mu.Lock()
+	ch := h.ch[mode]
+	if ch == nil {
+		ch = make(chan struct{})
+		h.ch[mode] = ch
+	}
+	h.seen[mode]++
+	if h.seen[mode] == h.n {
+		close(ch)
+	}
+	h.mu.Unlock()
+	select {
+	case <-ch:
+	case <-time.After(5 * time.Second):
+		h.mu.Lock()
+		h.missed = append(h.missed, mode)
+		h.mu.Unlock()
+	}
+}
+
+// TestClusterTwoStepSlotsAtOnce: each step of a two-step call sends its
+// scripts for all the call's slots at once (three slots here), so that the
+// call holds its locks for three round trips, not three per slot.
+func TestClusterTwoStepSlotsAtOnce(t *testing.T) {
+	_, c := clusterClient(t)
+	h := &barrier{n: 3, seen: map[int64]int{}, ch: map[int64]chan struct{}{}}
+	c.AddHook(h)
+	// No dispatchers: each script is sent by the goroutine that makes it.
+	s := testStore(t, c, Options{Clock: ClockCaller, Pipelines: -1})
+	p := &tiers.Policy{Kind: tiers.KindTiers, Tiers: []tiers.Tier{{Limit: 5, Window: time.Hour, Active: tiers.Unbounded}}}
+	var items []store.Item
+	slots := map[uint16]bool{}
+	for i := 0; len(items) < 3; i++ {
+		it := item(p, fmt.Sprintf("r%d", i), "d", 1)
+		k, _ := stateKey(s.prefix, &it)
+		if !slots[slot(k)] {
+			slots[slot(k)] = true
+			items = append(items, it)
+		}
+	}
+	out := make([]tiers.Decision, len(items))
+	if err := s.Decide(context.Background(), storetest.T0, items, out); err != nil {
+		t.Fatal(err)
+	}
+	for i, d := range out {
+		if !d.OK || d.Remaining != 4 {
+			t.Errorf("item %d: %+v, want granted with 4 left", i, d)
+		}
+	}
+	if len(h.missed) > 0 {
+		t.Errorf("steps (modes %v) sent their slots' scripts one after another, not at once", h.missed)
+	}
+	// A node without the function yet answers the first prepare so, and
+	// it is sent again once loaded.
+	if h.seen[modePrepare] < 3 || h.seen[modeSeal] != 3 || h.seen[modeCommit] != 3 {
+		t.Errorf("scripts by mode %v, want 3 prepares (or more), 3 seals, 3 commits", h.seen)
+	}
+}

@@ -94,7 +94,6 @@ type call struct {
 	skey, gkey []string // per item: state key, global key ("": none)
 	slot       []uint16 // per item: the slot of its keys
 	enc        []*encoded
-	out        []tiers.Decision // per item, the call's answer
 	// per script call
 	keys  []string
 	kix   []int // per item: index of its state key in keys, -1 not in this call
@@ -105,8 +104,12 @@ type call struct {
 	hbox  any   // hdr boxed, reused while hdr keeps its array and length
 	args  []any // the FCALL command
 	slots []uint16
-	nowAt []int64 // per slot of a two-step: the now its prepare used
 	req   *request
+	// A slot's call in a step of a two-step (slotCalls): its script's
+	// status, the now it used (its prepare's, for its commit) and error.
+	st   int
+	used int64
+	err  error
 }
 
 // NewWithClient returns a Store over c, which the caller keeps and closes.
@@ -398,9 +401,9 @@ func wait(ctx context.Context, attempt int) error {
 
 // twoStep decides a call whose keys span Cluster slots, all or nothing:
 //
-//  1. Prepare, one script per slot (pipelined): if any of the slot's keys is
-//     locked, answer busy and do nothing; else lock every key of the slot
-//     (a lock key with a random token and a PX of LockTTL) and answer the
+//  1. Prepare, one script per slot: if any of the slot's keys is locked,
+//     answer busy and do nothing; else lock every key of the slot (a lock
+//     key with a random token and a PX of LockTTL) and answer the
 //     predictions of store.Apply's steps 1 and 2 for the slot's items,
 //     writing nothing (refunds included).
 //  2. If a slot was busy: release the locks taken, wait and start again.
@@ -408,10 +411,14 @@ func wait(ctx context.Context, attempt int) error {
 //     every slot (the token must still hold each lock; they are extended to
 //     the commit lease, sealFactor × LockTTL) and commit every slot; a lock
 //     that lapsed before its seal releases them all and starts again, with
-//     nothing written. If a group was rejected, abort every slot
-//     (pipelined): the script checks its
-//     token still holds the locks, applies the refunds, commits the groups
-//     (commit) or not (abort), writes the keys, and releases the locks.
+//     nothing written. If a group was rejected, abort every slot: the
+//     script checks its token still holds the locks, applies the refunds,
+//     commits the groups (commit) or not (abort), writes the keys, and
+//     releases the locks.
+//
+// Each step sends its scripts for all the slots at once (slotCalls) and
+// waits for every answer before the next step, so a call holds its locks
+// for three round trips whatever the number of slots.
 //
 // While a call holds a key's lock, every other call touching the key (one-
 // step calls included, in Cluster mode) answers busy and retries, so the
@@ -422,43 +429,36 @@ func wait(ctx context.Context, attempt int) error {
 func (s *Store) twoStep(ctx context.Context, c *call, items []store.Item, now int64, out []tiers.Decision) error {
 	c.slots = c.slots[:0]
 	for _, sl := range c.slot {
-		seen := false
-		for _, x := range c.slots {
-			if x == sl {
-				seen = true
-				break
-			}
-		}
-		if !seen {
+		if !slices.Contains(c.slots, sl) {
 			c.slots = append(c.slots, sl)
 		}
 	}
-	// Lock in slot order, so that two calls meet in the same order.
 	slices.Sort(c.slots)
 	var tb [16]byte
 	_, _ = rand.Read(tb[:8])
 	token := hex.EncodeToString(tb[:8])
+	sc := s.slotCalls(c)
+	defer sc.done(s)
+	bg := context.WithoutCancel(ctx)
 	for attempt := 0; ; attempt++ {
-		c.nowAt = c.nowAt[:0]
-		busy, locked := false, 0
+		sc.run(func(k int, sub *call) {
+			sub.st, sub.used, sub.err = s.exec(ctx, sub, items, int(c.slots[k]), modePrepare, now, token, out)
+		})
 		var err error
-		for _, sl := range c.slots {
-			st, used, e := s.exec(ctx, c, items, int(sl), modePrepare, now, token, out)
-			if e != nil {
-				err = e
-				break
+		busy := false
+		for _, sub := range sc.subs {
+			if sub.err != nil && err == nil {
+				err = sub.err
 			}
-			if st == statusBusy {
-				busy = true
-				break
-			}
-			c.nowAt = append(c.nowAt, used)
-			locked++
+			busy = busy || (sub.err == nil && sub.st == statusBusy)
 		}
 		if err != nil || busy {
-			for _, sl := range c.slots[:locked] {
-				_, _, _ = s.exec(context.WithoutCancel(ctx), c, items, int(sl), modeRelease, now, token, out)
-			}
+			// Release the slots that locked.
+			sc.run(func(k int, sub *call) {
+				if sub.err == nil && sub.st == statusDone {
+					_, _, _ = s.exec(bg, sub, items, int(c.slots[k]), modeRelease, now, token, out)
+				}
+			})
 			if err != nil {
 				return err
 			}
@@ -494,34 +494,81 @@ func (s *Store) twoStep(ctx context.Context, c *call, items []store.Item, now in
 			// its prepare (a slow machine, a long pause) means another
 			// call may have decided on those keys: nothing was written
 			// yet, so release the rest and start again.
-			sealed := true
-			for _, sl := range c.slots {
-				st, _, e := s.exec(context.WithoutCancel(ctx), c, items, int(sl), modeSeal, now, token, out)
-				if e != nil || st != statusDone {
-					sealed = false
-					break
+			sc.run(func(k int, sub *call) {
+				var st int
+				st, _, sub.err = s.exec(bg, sub, items, int(c.slots[k]), modeSeal, now, token, out)
+				if sub.err == nil && st != statusDone {
+					sub.err = ErrLockLost
 				}
+			})
+			sealed := true
+			for _, sub := range sc.subs {
+				sealed = sealed && sub.err == nil
 			}
 			if !sealed {
-				for _, sl := range c.slots {
-					_, _, _ = s.exec(context.WithoutCancel(ctx), c, items, int(sl), modeRelease, now, token, out)
-				}
+				sc.run(func(k int, sub *call) {
+					_, _, _ = s.exec(bg, sub, items, int(c.slots[k]), modeRelease, now, token, out)
+				})
 				if err := wait(ctx, attempt); err != nil {
 					return err
 				}
 				continue
 			}
 		}
-		var first error
-		for k, sl := range c.slots {
-			st, _, e := s.exec(context.WithoutCancel(ctx), c, items, int(sl), mode, c.nowAt[k], token, out)
-			if e == nil && st == statusLost {
-				e = ErrLockLost
+		sc.run(func(k int, sub *call) {
+			var st int
+			st, _, sub.err = s.exec(bg, sub, items, int(c.slots[k]), mode, sub.used, token, out)
+			if sub.err == nil && st == statusLost {
+				sub.err = ErrLockLost
 			}
-			if e != nil && first == nil {
-				first = e
+		})
+		for _, sub := range sc.subs {
+			if sub.err != nil {
+				return sub.err
 			}
 		}
-		return first
+		return nil
+	}
+}
+
+// slotCalls holds one call per slot of a two-step call c, for the scripts
+// a step sends to all the slots at once: each has buffers of its own and
+// shares c's per-item keys, slots and policies (read only while it runs).
+type slotCalls struct {
+	subs []*call
+	wg   sync.WaitGroup
+}
+
+func (s *Store) slotCalls(c *call) *slotCalls {
+	sc := &slotCalls{subs: make([]*call, len(c.slots))}
+	for k := range sc.subs {
+		sub := s.calls.Get().(*call)
+		sub.skey, sub.gkey, sub.slot, sub.enc = c.skey, c.gkey, c.slot, c.enc
+		sc.subs[k] = sub
+	}
+	return sc
+}
+
+// run calls f for every slot at once, the first in this goroutine, and
+// returns when all have returned. Each f writes only its own call and the
+// decisions of its slot's items.
+func (sc *slotCalls) run(f func(k int, sub *call)) {
+	for k := 1; k < len(sc.subs); k++ {
+		sc.wg.Add(1)
+		go func() {
+			defer sc.wg.Done()
+			f(k, sc.subs[k])
+		}()
+	}
+	f(0, sc.subs[0])
+	sc.wg.Wait()
+}
+
+// done gives the calls back, without the per-item slices they share.
+func (sc *slotCalls) done(s *Store) {
+	for _, sub := range sc.subs {
+		sub.skey, sub.gkey, sub.slot, sub.enc = nil, nil, nil, nil
+		sub.st, sub.used, sub.err = 0, 0, nil
+		s.put(sub)
 	}
 }
