@@ -538,6 +538,7 @@ func TestClusterTwoStepLockLapse(t *testing.T) {
 	}}
 	c.AddHook(h)
 	s := testStore(t, c, Options{Clock: ClockCaller, KeyPrefix: prefix})
+	s.sealAfter = 0 // as if the prepares took long: the call seals
 	ka, _ := stateKey(prefix, &a)
 	kb, _ := stateKey(prefix, &b)
 	if slot(ka) == slot(kb) {
@@ -563,11 +564,13 @@ func TestClusterTwoStepLockLapse(t *testing.T) {
 // generous deadline: with the steps' scripts sent for all slots at once
 // they all come; sent one after another, the first would wait for ever.
 type barrier struct {
-	n      int
-	mu     sync.Mutex
-	seen   map[int64]int
-	ch     map[int64]chan struct{}
-	missed []int64 // the modes whose barrier timed out
+	n        int
+	mu       sync.Mutex
+	seen     map[int64]int
+	ch       map[int64]chan struct{}
+	missed   []int64 // the modes whose barrier timed out
+	onCommit func()  // run once, when the first commit comes
+	once     sync.Once
 }
 
 func (h *barrier) DialHook(next redis.DialHook) redis.DialHook { return next }
@@ -579,6 +582,9 @@ func (h *barrier) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 			fmt.Sscan(fmt.Sprint(args[2]), &nk)
 			if hdr, ok := args[3+nk].([]byte); ok && len(hdr) >= 8 {
 				if m := readF64(hdr); m == modePrepare || m == modeSeal || m == modeCommit {
+					if m == modeCommit && h.onCommit != nil {
+						h.once.Do(h.onCommit)
+					}
 					h.wait(m)
 				}
 			}
@@ -613,39 +619,70 @@ func (h *barrier) wait(mode int64) {
 
 // TestClusterTwoStepSlotsAtOnce: each step of a two-step call sends its
 // scripts for all the call's slots at once (three slots here), so that the
-// call holds its locks for three round trips, not three per slot.
+// call holds its locks for two round trips (three with a seal), not that
+// many per slot. Without the seal, the commits find the locks with most of
+// their lease left.
 func TestClusterTwoStepSlotsAtOnce(t *testing.T) {
-	_, c := clusterClient(t)
-	h := &barrier{n: 3, seen: map[int64]int{}, ch: map[int64]chan struct{}{}}
-	c.AddHook(h)
-	// No dispatchers: each script is sent by the goroutine that makes it.
-	s := testStore(t, c, Options{Clock: ClockCaller, Pipelines: -1})
+	nodes, c := clusterClient(t)
+	other := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{nodes[0].Addr()}})
+	t.Cleanup(func() { other.Close() })
 	p := &tiers.Policy{Kind: tiers.KindTiers, Tiers: []tiers.Tier{{Limit: 5, Window: time.Hour, Active: tiers.Unbounded}}}
-	var items []store.Item
-	slots := map[uint16]bool{}
-	for i := 0; len(items) < 3; i++ {
-		it := item(p, fmt.Sprintf("r%d", i), "d", 1)
-		k, _ := stateKey(s.prefix, &it)
-		if !slots[slot(k)] {
-			slots[slot(k)] = true
-			items = append(items, it)
+	for _, seal := range []bool{false, true} {
+		h := &barrier{n: 3, seen: map[int64]int{}, ch: map[int64]chan struct{}{}}
+		c.AddHook(h)
+		// No dispatchers: each script is sent by the goroutine that makes it.
+		s := testStore(t, c, Options{Clock: ClockCaller, Pipelines: -1})
+		if seal {
+			s.sealAfter = 0
 		}
-	}
-	out := make([]tiers.Decision, len(items))
-	if err := s.Decide(context.Background(), storetest.T0, items, out); err != nil {
-		t.Fatal(err)
-	}
-	for i, d := range out {
-		if !d.OK || d.Remaining != 4 {
-			t.Errorf("item %d: %+v, want granted with 4 left", i, d)
+		var items []store.Item
+		slots := map[uint16]bool{}
+		for i := 0; len(items) < 3; i++ {
+			it := item(p, fmt.Sprintf("r%d", i), "d", 1)
+			k, _ := stateKey(s.prefix, &it)
+			if !slots[slot(k)] {
+				slots[slot(k)] = true
+				items = append(items, it)
+			}
 		}
-	}
-	if len(h.missed) > 0 {
-		t.Errorf("steps (modes %v) sent their slots' scripts one after another, not at once", h.missed)
-	}
-	// A node without the function yet answers the first prepare so, and
-	// it is sent again once loaded.
-	if h.seen[modePrepare] < 3 || h.seen[modeSeal] != 3 || h.seen[modeCommit] != 3 {
-		t.Errorf("scripts by mode %v, want 3 prepares (or more), 3 seals, 3 commits", h.seen)
+		// What the locks have left when the commits are sent.
+		var ttls []time.Duration
+		h.onCommit = func() {
+			for _, it := range items {
+				k, _ := stateKey(s.prefix, &it)
+				ttls = append(ttls, other.PTTL(context.Background(), lockKey(s.prefix, k)).Val())
+			}
+		}
+		out := make([]tiers.Decision, len(items))
+		if err := s.Decide(context.Background(), storetest.T0, items, out); err != nil {
+			t.Fatal(err)
+		}
+		for i, d := range out {
+			if !d.OK || d.Remaining != 4 {
+				t.Errorf("seal %v: item %d: %+v, want granted with 4 left", seal, i, d)
+			}
+		}
+		if len(h.missed) > 0 {
+			t.Errorf("seal %v: steps (modes %v) sent their slots' scripts one after another, not at once", seal, h.missed)
+		}
+		// A node without the function yet answers the first prepare so, and
+		// it is sent again once loaded.
+		seals := 0
+		if seal {
+			seals = 3
+		}
+		if h.seen[modePrepare] < 3 || h.seen[modeSeal] != seals || h.seen[modeCommit] != 3 {
+			t.Errorf("seal %v: scripts by mode %v, want 3 prepares (or more), %d seals, 3 commits", seal, h.seen, seals)
+		}
+		// The lease is ten times LockTTL (500 ms): far more than the
+		// prepares took.
+		for _, ttl := range ttls {
+			if ttl < 2*DefaultLockTTL {
+				t.Errorf("seal %v: a lock had %v to live when the commits were sent, want most of %v", seal, ttl, sealFactor*DefaultLockTTL)
+			}
+		}
+		if len(ttls) < 3 {
+			t.Errorf("seal %v: read %d lock lives, want 3 or more", seal, len(ttls))
+		}
 	}
 }

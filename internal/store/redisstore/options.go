@@ -80,9 +80,12 @@ type Options struct {
 	// expires at its tiers.ForgetAt, or after MaxTTL when that is later or
 	// never (a tier above the first with an unbounded active period).
 	MaxTTL time.Duration
-	// LockTTL is the life of the locks of a two-step call (Cluster, keys in
-	// several slots; default DefaultLockTTL): the locks of a process that
-	// dies between the steps block those keys for at most LockTTL.
+	// LockTTL paces the locks of a two-step call (Cluster, keys in several
+	// slots; default DefaultLockTTL). The locks live ten times LockTTL from
+	// the call's prepare, which is how long the locks of a process that
+	// dies between the steps block those keys; a call whose prepares took
+	// LockTTL or longer checks and extends its locks (a seal) before it
+	// commits.
 	LockTTL time.Duration
 	// Pipelines is the number of dispatcher goroutines that send the
 	// concurrent Decide calls' FCALLs together (default DefaultPipelines,

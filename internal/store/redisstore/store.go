@@ -24,15 +24,15 @@ var (
 	// two-step calls of other processes until the context ended or the
 	// retries ran out. Nothing was changed.
 	ErrBusy = errors.New("redisstore: keys locked by concurrent calls")
-	// ErrLockLost is returned when a two-step call's sealed locks expired
-	// before it committed: the process stalled for more than the commit
-	// lease (sealFactor × LockTTL) between two round trips of one call. The
-	// call may be committed in some slots and not in others.
+	// ErrLockLost is returned when a two-step call's locks expired before
+	// it committed: the process stalled for more than the locks' lease
+	// (sealFactor × LockTTL) between two round trips of one call. The call
+	// may be committed in some slots and not in others.
 	ErrLockLost = errors.New("redisstore: lock lost between the two steps")
 )
 
-// sealFactor × LockTTL is the commit lease: how long the locks of a two-step
-// call live once sealed, for its commit round trips.
+// sealFactor × LockTTL is the locks' lease: how long the locks of a two-step
+// call live from its prepare, or from its seal.
 const sealFactor = 10
 
 // Script modes (decide.lua).
@@ -65,11 +65,13 @@ type Store struct {
 	prefix  string
 	caller  bool // Clock == ClockCaller
 	maxTTL  int64
-	lockTTL int64
-	sealTTL int64
-	pols    policyCache
-	closed  atomic.Bool
-	calls   sync.Pool
+	sealTTL int64 // ms: the locks' lease
+	// sealAfter: a two-step call whose prepares took this long (LockTTL)
+	// seals its locks before it commits.
+	sealAfter time.Duration
+	pols      policyCache
+	closed    atomic.Bool
+	calls     sync.Pool
 	// The dispatchers (pipeline.go); q is nil when Options.Pipelines < 0.
 	q    chan *request
 	stop chan struct{}
@@ -126,14 +128,14 @@ func newStore(c redis.UniversalClient, owns bool, opts Options) (*Store, error) 
 	}
 	_, isCluster := c.(*redis.ClusterClient)
 	s := &Store{
-		c:       c,
-		owns:    owns,
-		cluster: isCluster || o.Cluster,
-		prefix:  o.KeyPrefix,
-		caller:  o.Clock == ClockCaller,
-		maxTTL:  o.MaxTTL.Milliseconds(),
-		lockTTL: max(1, o.LockTTL.Milliseconds()),
-		sealTTL: max(1, (sealFactor * o.LockTTL).Milliseconds()),
+		c:         c,
+		owns:      owns,
+		cluster:   isCluster || o.Cluster,
+		prefix:    o.KeyPrefix,
+		caller:    o.Clock == ClockCaller,
+		maxTTL:    o.MaxTTL.Milliseconds(),
+		sealTTL:   max(1, (sealFactor * o.LockTTL).Milliseconds()),
+		sealAfter: o.LockTTL,
 	}
 	s.calls.New = func() any { return new(call) }
 	s.stop = make(chan struct{})
@@ -291,11 +293,7 @@ func (s *Store) exec(ctx context.Context, c *call, items []store.Item, sel int, 
 	h := appendF64(c.hdr[:0], int64(mode))
 	h = appendF64(h, now)
 	h = appendF64(h, s.maxTTL)
-	if mode == modeSeal {
-		h = appendF64(h, s.sealTTL)
-	} else {
-		h = appendF64(h, s.lockTTL)
-	}
+	h = appendF64(h, s.sealTTL) // the locks' lease (prepare, seal)
 	h = appendF64(h, int64(nk))
 	h = appendF64(h, int64(n))
 	for i := range items {
@@ -403,22 +401,24 @@ func wait(ctx context.Context, attempt int) error {
 //
 //  1. Prepare, one script per slot: if any of the slot's keys is locked,
 //     answer busy and do nothing; else lock every key of the slot (a lock
-//     key with a random token and a PX of LockTTL) and answer the
-//     predictions of store.Apply's steps 1 and 2 for the slot's items,
-//     writing nothing (refunds included).
+//     key with a random token and a PX of the lease, sealFactor × LockTTL)
+//     and answer the predictions of store.Apply's steps 1 and 2 for the
+//     slot's items, writing nothing (refunds included).
 //  2. If a slot was busy: release the locks taken, wait and start again.
-//     Otherwise, if no slot predicted a rejected non-shadow group, seal
-//     every slot (the token must still hold each lock; they are extended to
-//     the commit lease, sealFactor × LockTTL) and commit every slot; a lock
-//     that lapsed before its seal releases them all and starts again, with
-//     nothing written. If a group was rejected, abort every slot: the
-//     script checks its token still holds the locks, applies the refunds,
-//     commits the groups (commit) or not (abort), writes the keys, and
-//     releases the locks.
+//     Otherwise, if no slot predicted a rejected non-shadow group, commit
+//     every slot. The prepares' answers came within LockTTL of their
+//     sending, so every lock has at least the lease less LockTTL to live
+//     when the commits are sent. When they took longer (a slow machine, a
+//     long pause), seal every slot first: the token must still hold each
+//     lock, which is extended to the lease; a lock that lapsed releases
+//     them all and starts again, with nothing written. If a group was
+//     rejected, abort every slot: the script checks its token still holds
+//     the locks, applies the refunds, commits the groups (commit) or not
+//     (abort), writes the keys, and releases the locks.
 //
 // Each step sends its scripts for all the slots at once (slotCalls) and
 // waits for every answer before the next step, so a call holds its locks
-// for three round trips whatever the number of slots.
+// for two round trips whatever the number of slots.
 //
 // While a call holds a key's lock, every other call touching the key (one-
 // step calls included, in Cluster mode) answers busy and retries, so the
@@ -441,9 +441,11 @@ func (s *Store) twoStep(ctx context.Context, c *call, items []store.Item, now in
 	defer sc.done(s)
 	bg := context.WithoutCancel(ctx)
 	for attempt := 0; ; attempt++ {
+		sent := time.Now()
 		sc.run(func(k int, sub *call) {
 			sub.st, sub.used, sub.err = s.exec(ctx, sub, items, int(c.slots[k]), modePrepare, now, token, out)
 		})
+		prepared := time.Since(sent)
 		var err error
 		busy := false
 		for _, sub := range sc.subs {
@@ -486,14 +488,13 @@ func (s *Store) twoStep(ctx context.Context, c *call, items []store.Item, now in
 			}
 		}
 		mode := modeAbort
-		if commit {
-			mode = modeCommit
-			// Fencing: commit only if the token still holds every lock,
-			// checked in every slot before any slot commits, and with the
-			// locks extended to the commit lease. A lock that lapsed since
-			// its prepare (a slow machine, a long pause) means another
-			// call may have decided on those keys: nothing was written
-			// yet, so release the rest and start again.
+		if commit && prepared >= s.sealAfter {
+			// Fencing after slow prepares: commit only if the token still
+			// holds every lock, checked in every slot before any slot
+			// commits, and with the locks extended to the lease. A lock
+			// that lapsed since its prepare means another call may have
+			// decided on those keys: nothing was written yet, so release
+			// the rest and start again.
 			sc.run(func(k int, sub *call) {
 				var st int
 				st, _, sub.err = s.exec(bg, sub, items, int(c.slots[k]), modeSeal, now, token, out)
@@ -514,6 +515,9 @@ func (s *Store) twoStep(ctx context.Context, c *call, items []store.Item, now in
 				}
 				continue
 			}
+		}
+		if commit {
+			mode = modeCommit
 		}
 		sc.run(func(k int, sub *call) {
 			var st int
