@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/charonlimit/charon/internal/redistest"
@@ -684,5 +685,90 @@ func TestClusterTwoStepSlotsAtOnce(t *testing.T) {
 		if len(ttls) < 3 {
 			t.Errorf("seal %v: read %d lock lives, want 3 or more", seal, len(ttls))
 		}
+	}
+}
+
+// modeHook is a go-redis hook that counts the FCALLs of each mode by the
+// state key they carry first, and runs before(mode, key) ahead of each.
+type modeHook struct {
+	mu     sync.Mutex
+	seen   map[string]int // "mode key"
+	before func(mode int64, key string)
+}
+
+func (h *modeHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *modeHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		args := cmd.Args()
+		if len(args) >= 4 && strings.EqualFold(fmt.Sprint(args[0]), "fcall") {
+			nk := 0
+			fmt.Sscan(fmt.Sprint(args[2]), &nk)
+			if hdr, ok := args[3+nk].([]byte); ok && len(hdr) >= 8 && nk > 0 {
+				m, k := readF64(hdr), fmt.Sprint(args[3])
+				h.mu.Lock()
+				h.seen[fmt.Sprint(m, " ", k)]++
+				h.mu.Unlock()
+				if h.before != nil {
+					h.before(m, k)
+				}
+			}
+		}
+		return next(ctx, cmd)
+	}
+}
+func (h *modeHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// TestClusterTwoStepBusyAgain: a two-step call that finds one slot's key
+// locked by another call prepares that slot again, keeping the lock it took
+// on the other slot; when the other call lets go in time, it commits
+// without releasing anything or preparing the other slot twice.
+func TestClusterTwoStepBusyAgain(t *testing.T) {
+	nodes, c := clusterClient(t)
+	other := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{nodes[0].Addr()}})
+	t.Cleanup(func() { other.Close() })
+	p := &tiers.Policy{Kind: tiers.KindTiers, Tiers: []tiers.Tier{{Limit: 5, Window: time.Hour, Active: tiers.Unbounded}}}
+	s := testStore(t, c, Options{Clock: ClockCaller, Pipelines: -1})
+	a, b := item(p, "ra", "a", 1), item(p, "rb", "b", 1)
+	ka, _ := stateKey(s.prefix, &a)
+	kb, _ := stateKey(s.prefix, &b)
+	if slot(ka) == slot(kb) {
+		t.Fatal("test keys share a slot")
+	}
+	// Load the function on every node first, so that no prepare is sent
+	// twice for that.
+	for _, it := range []store.Item{a, b} {
+		if d := storetest.Decide(t, s, storetest.T0, it)[0]; !d.OK {
+			t.Fatalf("warm-up: %+v", d)
+		}
+	}
+	ctx := context.Background()
+	// Another call holds a's key.
+	if err := other.Set(ctx, lockKey(s.prefix, ka), "someone", 5*time.Second).Err(); err != nil {
+		t.Fatal(err)
+	}
+	h := &modeHook{seen: map[string]int{}}
+	var prepA atomic.Int32
+	h.before = func(mode int64, key string) {
+		// The other call lets go just before a's second prepare.
+		if mode == modePrepare && key == ka && prepA.Add(1) == 2 {
+			other.Del(ctx, lockKey(s.prefix, ka))
+		}
+	}
+	c.AddHook(h)
+	out := make([]tiers.Decision, 2)
+	if err := s.Decide(ctx, storetest.T0, []store.Item{a, b}, out); err != nil {
+		t.Fatal(err)
+	}
+	if !out[0].OK || !out[1].OK || out[0].Remaining != 3 || out[1].Remaining != 3 {
+		t.Errorf("decisions %+v, want both granted with 3 left", out)
+	}
+	want := map[string]int{
+		fmt.Sprint(modePrepare, " ", ka): 2, fmt.Sprint(modeCommit, " ", ka): 1,
+		fmt.Sprint(modePrepare, " ", kb): 1, fmt.Sprint(modeCommit, " ", kb): 1,
+	}
+	if diff := cmp.Diff(want, h.seen); diff != "" {
+		t.Errorf("scripts by mode and key (-want +got):\n%s", diff)
 	}
 }

@@ -31,6 +31,10 @@ var (
 	ErrLockLost = errors.New("redisstore: lock lost between the two steps")
 )
 
+// busyAgain is how many times a two-step call prepares again the slots it
+// found busy, holding the locks it took, before it releases them all.
+const busyAgain = 3
+
 // sealFactor × LockTTL is the locks' lease: how long the locks of a two-step
 // call live from its prepare, or from its seal.
 const sealFactor = 10
@@ -404,7 +408,9 @@ func wait(ctx context.Context, attempt int) error {
 //     key with a random token and a PX of the lease, sealFactor × LockTTL)
 //     and answer the predictions of store.Apply's steps 1 and 2 for the
 //     slot's items, writing nothing (refunds included).
-//  2. If a slot was busy: release the locks taken, wait and start again.
+//  2. If a slot was busy: prepare it again after a short wait, up to
+//     busyAgain times, keeping the locks taken; then release them all,
+//     wait and start again.
 //     Otherwise, if no slot predicted a rejected non-shadow group, commit
 //     every slot. The prepares' answers came within LockTTL of their
 //     sending, so every lock has at least the lease less LockTTL to live
@@ -445,15 +451,23 @@ func (s *Store) twoStep(ctx context.Context, c *call, items []store.Item, now in
 		sc.run(func(k int, sub *call) {
 			sub.st, sub.used, sub.err = s.exec(ctx, sub, items, int(c.slots[k]), modePrepare, now, token, out)
 		})
-		prepared := time.Since(sent)
-		var err error
-		busy := false
-		for _, sub := range sc.subs {
-			if sub.err != nil && err == nil {
-				err = sub.err
+		busy, err := sc.prepared()
+		// A slot found busy is most often a hot key that another call
+		// holds for a round trip or two: prepare it again a few times,
+		// keeping the locks taken (keys of one call, rarely wanted by
+		// another), before releasing them all and starting again.
+		for again := 0; err == nil && busy && again < busyAgain; again++ {
+			if err = wait(ctx, again); err != nil {
+				break
 			}
-			busy = busy || (sub.err == nil && sub.st == statusBusy)
+			sc.run(func(k int, sub *call) {
+				if sub.err == nil && sub.st == statusBusy {
+					sub.st, sub.used, sub.err = s.exec(ctx, sub, items, int(c.slots[k]), modePrepare, now, token, out)
+				}
+			})
+			busy, err = sc.prepared()
 		}
+		prepared := time.Since(sent)
 		if err != nil || busy {
 			// Release the slots that locked.
 			sc.run(func(k int, sub *call) {
@@ -566,6 +580,18 @@ func (sc *slotCalls) run(f func(k int, sub *call)) {
 	}
 	f(0, sc.subs[0])
 	sc.wg.Wait()
+}
+
+// prepared returns whether a slot's prepare found its keys locked, and the
+// first error of the slots' prepares.
+func (sc *slotCalls) prepared() (busy bool, err error) {
+	for _, sub := range sc.subs {
+		if sub.err != nil && err == nil {
+			err = sub.err
+		}
+		busy = busy || (sub.err == nil && sub.st == statusBusy)
+	}
+	return busy, err
 }
 
 // done gives the calls back, without the per-item slices they share.
