@@ -772,3 +772,65 @@ func TestClusterTwoStepBusyAgain(t *testing.T) {
 		t.Errorf("scripts by mode and key (-want +got):\n%s", diff)
 	}
 }
+
+// failAfter is a go-redis hook that, for the FCALLs fail picks, lets Redis
+// run the script and then answers the caller an error: a reply lost after
+// the script ran (a caller that gave up after sending it).
+type failAfter struct {
+	fail func(mode int64, key string) bool
+}
+
+var errInjected = errors.New("injected: the reply was lost")
+
+func (h *failAfter) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *failAfter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		args := cmd.Args()
+		if err == nil && len(args) >= 4 && strings.EqualFold(fmt.Sprint(args[0]), "fcall") {
+			nk := 0
+			fmt.Sscan(fmt.Sprint(args[2]), &nk)
+			if hdr, ok := args[3+nk].([]byte); ok && len(hdr) >= 8 && nk > 0 && h.fail(readF64(hdr), fmt.Sprint(args[3])) {
+				cmd.SetErr(errInjected)
+				return errInjected
+			}
+		}
+		return err
+	}
+}
+func (h *failAfter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// TestClusterTwoStepReleasesFailedPrepare: a two-step call whose prepare
+// ran in Redis but whose answer did not come back releases that slot's
+// locks too, so that they do not block the key for the whole lease.
+func TestClusterTwoStepReleasesFailedPrepare(t *testing.T) {
+	nodes, c := clusterClient(t)
+	other := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{nodes[0].Addr()}})
+	t.Cleanup(func() { other.Close() })
+	p := &tiers.Policy{Kind: tiers.KindTiers, Tiers: []tiers.Tier{{Limit: 5, Window: time.Hour, Active: tiers.Unbounded}}}
+	s := testStore(t, c, Options{Clock: ClockCaller, Pipelines: -1})
+	a, b := item(p, "ra", "a", 1), item(p, "rb", "b", 1)
+	ka, _ := stateKey(s.prefix, &a)
+	kb, _ := stateKey(s.prefix, &b)
+	if slot(ka) == slot(kb) {
+		t.Fatal("test keys share a slot")
+	}
+	c.AddHook(&failAfter{fail: func(mode int64, key string) bool { return mode == modePrepare && key == ka }})
+	out := make([]tiers.Decision, 2)
+	if err := s.Decide(context.Background(), storetest.T0, []store.Item{a, b}, out); !errors.Is(err, errInjected) {
+		t.Fatalf("Decide: %v, want the injected error", err)
+	}
+	for _, k := range []string{ka, kb} {
+		if n := other.Exists(context.Background(), lockKey(s.prefix, k)).Val(); n != 0 {
+			t.Errorf("the lock of %s is still there (%v to live)", k, other.PTTL(context.Background(), lockKey(s.prefix, k)).Val())
+		}
+	}
+	// Nothing was written: both keys still have their five hits.
+	for _, it := range []store.Item{a, b} {
+		if d := storetest.Decide(t, s, storetest.T0, it)[0]; !d.OK || d.Remaining != 4 {
+			t.Errorf("%s after the failed call: %+v, want granted with 4 left", it.Key.Resource, d)
+		}
+	}
+}

@@ -469,12 +469,18 @@ func (s *Store) twoStep(ctx context.Context, c *call, items []store.Item, now in
 		}
 		prepared := time.Since(sent)
 		if err != nil || busy {
-			// Release the slots that locked.
+			// Release the slots that locked, and those whose prepare failed:
+			// it may have run (a caller that gave up after it was sent), and
+			// its locks would stay for the whole lease. A release removes
+			// only the locks of this call's token; it gets lateReplyWait, as
+			// a late reply does.
+			rel, cancel := context.WithTimeout(bg, lateReplyWait)
 			sc.run(func(k int, sub *call) {
-				if sub.err == nil && sub.st == statusDone {
-					_, _, _ = s.exec(bg, sub, items, int(c.slots[k]), modeRelease, now, token, out)
+				if sub.err != nil || sub.st == statusDone {
+					_, _, _ = s.exec(rel, sub, items, int(c.slots[k]), modeRelease, now, token, out)
 				}
 			})
+			cancel()
 			if err != nil {
 				return err
 			}
