@@ -490,17 +490,29 @@ func (h *stealer) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Proc
 }
 func (h *stealer) before(cmds []redis.Cmder) {
 	for _, cmd := range cmds {
-		args := cmd.Args()
-		if len(args) < 4 || !strings.EqualFold(fmt.Sprint(args[0]), "fcall") {
-			continue
-		}
-		nk := 0
-		fmt.Sscan(fmt.Sprint(args[2]), &nk)
-		hdr, ok := args[3+nk].([]byte)
-		if ok && len(hdr) >= 8 && readF64(hdr) == modeSeal {
+		if mode, _, ok := fcallMode(cmd); ok && mode == modeSeal {
 			h.once.Do(h.steal)
 		}
 	}
+}
+
+// fcallMode returns the mode of a decide FCALL (the first number of its
+// header) and its first key; ok is false for any other command.
+func fcallMode(cmd redis.Cmder) (mode int64, key string, ok bool) {
+	args := cmd.Args()
+	if len(args) < 4 || !strings.EqualFold(fmt.Sprint(args[0]), "fcall") {
+		return 0, "", false
+	}
+	nk := 0
+	fmt.Sscan(fmt.Sprint(args[2]), &nk)
+	if nk < 1 || len(args) < 4+nk {
+		return 0, "", false
+	}
+	hdr, ok := args[3+nk].([]byte)
+	if !ok || len(hdr) < 8 {
+		return 0, "", false
+	}
+	return readF64(hdr), fmt.Sprint(args[3]), true
 }
 
 func readF64(b []byte) int64 {
@@ -577,18 +589,11 @@ type barrier struct {
 func (h *barrier) DialHook(next redis.DialHook) redis.DialHook { return next }
 func (h *barrier) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		args := cmd.Args()
-		if len(args) >= 4 && strings.EqualFold(fmt.Sprint(args[0]), "fcall") {
-			nk := 0
-			fmt.Sscan(fmt.Sprint(args[2]), &nk)
-			if hdr, ok := args[3+nk].([]byte); ok && len(hdr) >= 8 {
-				if m := readF64(hdr); m == modePrepare || m == modeSeal || m == modeCommit {
-					if m == modeCommit && h.onCommit != nil {
-						h.once.Do(h.onCommit)
-					}
-					h.wait(m)
-				}
+		if m, _, ok := fcallMode(cmd); ok && (m == modePrepare || m == modeSeal || m == modeCommit) {
+			if m == modeCommit && h.onCommit != nil {
+				h.once.Do(h.onCommit)
 			}
+			h.wait(m)
 		}
 		return next(ctx, cmd)
 	}
@@ -699,18 +704,12 @@ type modeHook struct {
 func (h *modeHook) DialHook(next redis.DialHook) redis.DialHook { return next }
 func (h *modeHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		args := cmd.Args()
-		if len(args) >= 4 && strings.EqualFold(fmt.Sprint(args[0]), "fcall") {
-			nk := 0
-			fmt.Sscan(fmt.Sprint(args[2]), &nk)
-			if hdr, ok := args[3+nk].([]byte); ok && len(hdr) >= 8 && nk > 0 {
-				m, k := readF64(hdr), fmt.Sprint(args[3])
-				h.mu.Lock()
-				h.seen[fmt.Sprint(m, " ", k)]++
-				h.mu.Unlock()
-				if h.before != nil {
-					h.before(m, k)
-				}
+		if m, k, ok := fcallMode(cmd); ok {
+			h.mu.Lock()
+			h.seen[fmt.Sprint(m, " ", k)]++
+			h.mu.Unlock()
+			if h.before != nil {
+				h.before(m, k)
 			}
 		}
 		return next(ctx, cmd)
@@ -786,14 +785,9 @@ func (h *failAfter) DialHook(next redis.DialHook) redis.DialHook { return next }
 func (h *failAfter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		err := next(ctx, cmd)
-		args := cmd.Args()
-		if err == nil && len(args) >= 4 && strings.EqualFold(fmt.Sprint(args[0]), "fcall") {
-			nk := 0
-			fmt.Sscan(fmt.Sprint(args[2]), &nk)
-			if hdr, ok := args[3+nk].([]byte); ok && len(hdr) >= 8 && nk > 0 && h.fail(readF64(hdr), fmt.Sprint(args[3])) {
-				cmd.SetErr(errInjected)
-				return errInjected
-			}
+		if m, k, ok := fcallMode(cmd); ok && err == nil && h.fail(m, k) {
+			cmd.SetErr(errInjected)
+			return errInjected
 		}
 		return err
 	}
