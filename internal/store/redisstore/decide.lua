@@ -1223,6 +1223,40 @@ local function general(KEYS, ARGV, mode, now, maxttl, lockttl, nk, n, pos)
   return table.concat(r)
 end
 
+-- single: the whole answer to a call of one take item (the common call),
+-- or nil for a refund (general decides it), with the same answer and
+-- writes as general's. store.Apply's steps reduce to one tiers.Request at
+-- now for k = hits, m = min: there is no refund (step 1); the item is its
+-- group, and no earlier group shares its global limit's room (step 2); if
+-- the Peek would reject, so does the Request, which then changes nothing
+-- (tiers/doc.go: "If fewer than m are granted nothing changes"), shadow or
+-- not (steps 3, 4); if it would grant, the Request grants the same. The
+-- group's Granted goes to its only member (split).
+local function single(KEYS, ARGV, now, maxttl, pos)
+  local sk, gk, pi, hits, mn, f = sunpack('>dddddd', ARGV[1], pos)
+  if fmod(f, 2) == 1 then return nil end
+  local p = policy(ARGV[3])
+  local s
+  if p.kind == 2 and gk == 0 then
+    local r = fixed1(KEYS[sk], p, now, hits, mn, maxttl)
+    if r then return r end
+  end
+  if p.one and gk == 0 then
+    local r, v = one1(KEYS[sk], p, now, hits, mn, maxttl)
+    if r then return r end
+    s = decraw(v, 0)
+    s.p = p
+  else
+    s = load(KEYS[sk], p, statekind(p))
+  end
+  local gs = nil
+  if gk > 0 then gs = load(KEYS[gk], nil, 9) end
+  local d = decide(p, s, gs, now, hits, mn, true, dreset(D))
+  if s.dirty then save(KEYS[sk], s, now, maxttl) end
+  if gs and gs.dirty then save(KEYS[gk], gs, now, maxttl) end
+  return rone(now, d, d.granted)
+end
+
 -- bind: the Lua libraries, at the first call.
 local function bind()
   fmod, mpack, munpack = math.fmod, cmsgpack.pack, cmsgpack.unpack
@@ -1283,38 +1317,17 @@ local function fdecide(KEYS, ARGV, clock)
   end
   NOW = now
 
-  if n == 1 and mode <= 2 then
-    local sk, gk, pi, hits, mn, f = sunpack('>dddddd', ARGV[1], pos)
-    if fmod(f, 2) == 0 then
-      -- The fast path, one take item (the common call), with the same
-      -- answer as the general path below. store.Apply's steps reduce to
-      -- one tiers.Request at now for k = hits, m = min: there is no refund
-      -- (step 1); the item is its group, and no earlier group shares its
-      -- global limit's room (step 2); if the Peek would reject, so does
-      -- the Request, which then changes nothing (tiers/doc.go: "If fewer
-      -- than m are granted nothing changes"), shadow or not (steps 3, 4);
-      -- if it would grant, the Request grants the same. The group's
-      -- Granted goes to its only member (split).
-      local p = policy(ARGV[3])
-      local s
-      if p.kind == 2 and gk == 0 then
-        local r = fixed1(KEYS[sk], p, now, hits, mn, maxttl)
-        if r then return r end
+  if n == 1 and (mode <= 2 or mode == 4) then
+    local r = single(KEYS, ARGV, now, maxttl, pos)
+    if r then
+      -- A commit (its token holds every lock, checked above) decides as
+      -- its prepare predicted, at the prepare's instant, on the state the
+      -- locks kept: the same answer and writes as general's, then the
+      -- locks go.
+      if mode == 4 then
+        for i = 1, nk do redis.call('DEL', KEYS[nk + i]) end
       end
-      if p.one and gk == 0 then
-        local r, v = one1(KEYS[sk], p, now, hits, mn, maxttl)
-        if r then return r end
-        s = decraw(v, 0)
-        s.p = p
-      else
-        s = load(KEYS[sk], p, statekind(p))
-      end
-      local gs = nil
-      if gk > 0 then gs = load(KEYS[gk], nil, 9) end
-      local d = decide(p, s, gs, now, hits, mn, true, dreset(D))
-      if s.dirty then save(KEYS[sk], s, now, maxttl) end
-      if gs and gs.dirty then save(KEYS[gk], gs, now, maxttl) end
-      return rone(now, d, d.granted)
+      return r
     end
   end
   if n > 1 and n <= 64 and mode <= 2 then
