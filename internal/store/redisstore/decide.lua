@@ -892,8 +892,9 @@ end
 -- one1: the whole answer, or nil and the state's string (raw's answer)
 -- for decide. With slot, a grant is not written: its key, state, expiry
 -- and item reply go to PK, PB, PM and PR (PW, below, notes a SET), and
--- one1 answers true.
-local function one1(key, p, t, k, m, maxttl, slot)
+-- one1 answers true. With peek, a grant is answered and not written (a
+-- two-step's prepare: tiers.Peek, which answers what Request would).
+local function one1(key, p, t, k, m, maxttl, slot, peek)
   local v = raw(redis.call('GET', key), 5)
   -- sq..se and tq..te: the bytes of the second log's and the tier's
   -- records (none: q > e).
@@ -944,6 +945,11 @@ local function one1(key, p, t, k, m, maxttl, slot)
   -- apply_tiers and encstate: the second log, then the tier, entered.
   local dom, sk, sn, sat, sm, tk, tn, tat, tm
   sq, dom = cut(v, sq, se, ssum, t - SEC)
+  if peek then
+    local f = 1
+    if burst then f = 3 end
+    return spack('>ddddddddddd', 0, t, f, n, 1, cnt, dom + n, 0, max(0, min(MAXC - n, lim - cnt)), 0, reset)
+  end
   sk, sn, sat, sm = put(v, sq, se, t, p.hw, n)
   tk, tn, tat, tm = put(v, tq, te, t, tr.width, n)
   local b = spack('>dddddddd', 5, 1, dom + n, sm, 1, ent, cnt, tm)
@@ -1025,6 +1031,29 @@ local function fixed1(key, p, t, k, m, maxttl, slot)
   end
   if w == 1 then redis.call('SET', key, b, 'PXAT', ms) end
   return spack('>ddddddddddd', 0, t, 1, n, 1, cnt + n, 0, 0, max(0, lim - cnt - n), 0, reset)
+end
+
+-- fixed0: fixed1's answer to a grant, for a two-step's prepare (a peek):
+-- the count is read (GET), not changed; nil for a rejection, or a key
+-- holding no count (decide answers them).
+local function fixed0(key, p, t, k, m)
+  local lim, len = p.lim, p.len
+  k, m = clamp(k), clamp(m)
+  if len <= 0 or lim < 1 or k < 1 or m > k then return nil end
+  local blob = redis.call('GET', key)
+  local c = 0
+  if blob then
+    c = tonumber(blob)
+    if not c then return nil end
+  end
+  local start, cnt = floormul(t, len), 0
+  if c > 0 then
+    local at = cwin(key, start, len, t)
+    if at then start, cnt = at, c end
+  end
+  local n = min(k, max(0, lim - cnt))
+  if n < 1 or n < m then return nil end
+  return spack('>ddddddddddd', 0, t, 1, n, 1, cnt + n, 0, 0, max(0, lim - cnt - n), 0, start + len - t)
 end
 
 -- many: a call of several take items on distinct state keys whose policies
@@ -1328,6 +1357,23 @@ local function fdecide(KEYS, ARGV, clock)
         for i = 1, nk do redis.call('DEL', KEYS[nk + i]) end
       end
       return r
+    end
+  end
+  if n == 1 and mode == 3 then
+    -- A prepare of one take item with no global key granted on a fixed
+    -- window or a one tier: lock, and answer the peek (general's answer).
+    local sk, gk, pi, hits, mn, f = sunpack('>dddddd', ARGV[1], pos)
+    if fmod(f, 2) == 0 and gk == 0 then
+      local p, r = policy(ARGV[3]), nil
+      if p.kind == 2 then
+        r = fixed0(KEYS[sk], p, now, hits, mn)
+      elseif p.one then
+        r = one1(KEYS[sk], p, now, hits, mn, maxttl, nil, true)
+      end
+      if r then
+        for i = 1, nk do redis.call('SET', KEYS[nk + i], token, 'PX', lockttl) end
+        return r
+      end
     end
   end
   if n > 1 and n <= 64 and mode <= 2 then

@@ -53,7 +53,9 @@
 // What a decision costs Redis is its Lua work, so the function keeps it
 // small: a call of one take item (the common case, and the commit of a
 // Cluster two-step's slot that holds one item) takes a fast path, one
-// Request with no peek and no grouping, and when its policy is one tier
+// Request with no peek and no grouping (the prepare of such a slot, on a
+// fixed window or one tier, a peek of the same code that writes nothing:
+// TestPeekPath), and when its policy is one tier
 // with no hard or global limit (every plain rate_limit) a one-tier path
 // that decides a grant on the stored state and writes the new one with no
 // table per call (TestOneTierPath holds it equal to the general code;

@@ -26,6 +26,7 @@ const (
 	oneTierCut = "if p.one and gk == 0 then"
 	manyCut    = "if n > 1 and n <= 64 and mode <= 2 then"
 	fixedCut   = "if p.kind == 2 and gk == 0 then"
+	peekCut    = "if n == 1 and mode == 3 then"
 )
 
 // loadWithout loads the library into c, and a second library with the line
@@ -599,4 +600,97 @@ func TestCountInts(t *testing.T) {
 			t.Errorf("isCount(%q) = true", s)
 		}
 	}
+}
+
+// TestPeekPath demands of the prepare path for one item (a two-step's slot
+// holding one take item on a fixed window or one tier: fixed0 and one1 with
+// peek in decide.lua) the same answers as the general prediction, the state
+// left as it was and the key locked: random histories of one-item decisions
+// go to two keys alike, and a prepare of a random item, then its release,
+// to each key, one through each library.
+func TestPeekPath(t *testing.T) {
+	_, c := singleClient(t)
+	fns := []string{funcName, loadWithout(t, c, peekCut)}
+	ctx := context.Background()
+	r := rand.New(rand.NewPCG(19, 23))
+	start := time.Now().Add(time.Hour).UnixMicro()
+	calls, granted := 0, 0
+	for trace := range 120 {
+		var p *tiers.Policy
+		switch r.IntN(3) {
+		case 0:
+			p = &tiers.Policy{Kind: tiers.KindFixedWindow, Window: tiers.FixedWindow{Limit: 1 + r.Int64N(12), Unit: tiers.UnitSecond}}
+		case 1:
+			p = &tiers.Policy{Kind: tiers.KindTiers, Tiers: []tiers.Tier{{Limit: 1 + r.Int64N(8), Window: randDur(r, time.Millisecond, 3*time.Second), Active: tiers.Unbounded}}}
+		default:
+			w := randDur(r, time.Millisecond, time.Second)
+			p = &tiers.Policy{Kind: tiers.KindTiers, Tiers: []tiers.Tier{{Limit: 60 + r.Int64N(2000), Window: w, Active: w * time.Duration(1+r.IntN(4)), Cooldown: w}}}
+		}
+		arg := encodePolicy(p).arg
+		now := start + r.Int64N(int64(time.Hour/time.Microsecond))
+		keys := []string{fmt.Sprint("peek:", trace, ":0"), fmt.Sprint("peek:", trace, ":1")}
+		for step := range 40 {
+			now += r.Int64N(300_000)
+			hits := 1 + r.Int64N(3)
+			if r.IntN(8) == 0 {
+				hits = r.Int64N(40)
+			}
+			mn := r.Int64N(hits + 1)
+			var f int64
+			if r.IntN(8) == 0 {
+				f = 2 // shadow
+			}
+			if r.IntN(2) == 0 {
+				// History: the same decision on both keys.
+				var h []byte
+				for _, v := range []int64{modeDecide, now, 3_600_000, 1000, 1, 1, 1, 0, 1, hits, mn, 0} {
+					h = appendF64(h, v)
+				}
+				for _, k := range keys {
+					if err := c.Do(ctx, "fcall", funcName, 1, k, string(h), "", arg).Err(); err != nil {
+						t.Fatal(err)
+					}
+				}
+				continue
+			}
+			var h []byte
+			for _, v := range []int64{modePrepare, now, 3_600_000, 5000, 1, 1, 1, 0, 1, hits, mn, f} {
+				h = appendF64(h, v)
+			}
+			var replies, states []string
+			for i, k := range keys {
+				before, _ := stored(t, c, k)
+				rep, err := c.Do(ctx, "fcall", fns[i], 2, k, k+":lock", string(h), "tok", arg).Text()
+				if err != nil {
+					t.Fatalf("%s: %v", k, err)
+				}
+				after, _ := stored(t, c, k)
+				if before != after {
+					t.Fatalf("trace %d step %d: the prepare on %s changed the state", trace, step, k)
+				}
+				if ttl := c.PTTL(ctx, k+":lock").Val(); ttl <= 0 {
+					t.Fatalf("trace %d step %d: the prepare on %s left no lock (%v)", trace, step, k, ttl)
+				}
+				var rel []byte
+				for _, v := range []int64{modeRelease, now, 3_600_000, 5000, 1, 1, 1, 0, 1, hits, mn, f} {
+					rel = appendF64(rel, v)
+				}
+				if err := c.Do(ctx, "fcall", funcName, 2, k, k+":lock", string(rel), "tok", arg).Err(); err != nil {
+					t.Fatal(err)
+				}
+				replies, states = append(replies, rep), append(states, after)
+			}
+			calls++
+			if rd := (&reader{b: replies[1][16:]}); rd.num()&1 != 0 {
+				granted++
+			}
+			if replies[0] != replies[1] || states[0] != states[1] {
+				t.Fatalf("trace %d step %d: policy %+v, now %d, hits %d, min %d, flags %d:\nreply %x\n  ref %x", trace, step, p, now, hits, mn, f, replies[0], replies[1])
+			}
+		}
+	}
+	if granted < calls/4 || granted > calls*19/20 {
+		t.Errorf("%d prepares, %d granted: the path is barely exercised", calls, granted)
+	}
+	t.Logf("%d prepares, %d granted", calls, granted)
 }
