@@ -724,17 +724,7 @@ func (h *modeHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pro
 // on the other slot; when the other call lets go in time, it commits
 // without releasing anything or preparing the other slot twice.
 func TestClusterTwoStepBusyAgain(t *testing.T) {
-	nodes, c := clusterClient(t)
-	other := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{nodes[0].Addr()}})
-	t.Cleanup(func() { other.Close() })
-	p := &tiers.Policy{Kind: tiers.KindTiers, Tiers: []tiers.Tier{{Limit: 5, Window: time.Hour, Active: tiers.Unbounded}}}
-	s := testStore(t, c, Options{Clock: ClockCaller, Pipelines: -1})
-	a, b := item(p, "ra", "a", 1), item(p, "rb", "b", 1)
-	ka, _ := stateKey(s.prefix, &a)
-	kb, _ := stateKey(s.prefix, &b)
-	if slot(ka) == slot(kb) {
-		t.Fatal("test keys share a slot")
-	}
+	c, other, s, a, b, ka, kb := twoSlots(t)
 	// Load the function on every node first, so that no prepare is sent
 	// twice for that.
 	for _, it := range []store.Item{a, b} {
@@ -800,17 +790,7 @@ func (h *failAfter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pr
 // ran in Redis but whose answer did not come back releases that slot's
 // locks too, so that they do not block the key for the whole lease.
 func TestClusterTwoStepReleasesFailedPrepare(t *testing.T) {
-	nodes, c := clusterClient(t)
-	other := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{nodes[0].Addr()}})
-	t.Cleanup(func() { other.Close() })
-	p := &tiers.Policy{Kind: tiers.KindTiers, Tiers: []tiers.Tier{{Limit: 5, Window: time.Hour, Active: tiers.Unbounded}}}
-	s := testStore(t, c, Options{Clock: ClockCaller, Pipelines: -1})
-	a, b := item(p, "ra", "a", 1), item(p, "rb", "b", 1)
-	ka, _ := stateKey(s.prefix, &a)
-	kb, _ := stateKey(s.prefix, &b)
-	if slot(ka) == slot(kb) {
-		t.Fatal("test keys share a slot")
-	}
+	c, other, s, a, b, ka, kb := twoSlots(t)
 	c.AddHook(&failAfter{fail: func(mode int64, key string) bool { return mode == modePrepare && key == ka }})
 	out := make([]tiers.Decision, 2)
 	if err := s.Decide(context.Background(), storetest.T0, []store.Item{a, b}, out); !errors.Is(err, errInjected) {
@@ -827,4 +807,24 @@ func TestClusterTwoStepReleasesFailedPrepare(t *testing.T) {
 			t.Errorf("%s after the failed call: %+v, want granted with 4 left", it.Key.Resource, d)
 		}
 	}
+}
+
+// twoSlots starts a 3-master Cluster and returns its client c, another
+// client, a store on c with no dispatchers (each script is sent by the
+// goroutine that makes it, through c's hooks), and two items of a one-tier
+// limit of 5 whose keys ka and kb are in different slots.
+func twoSlots(t *testing.T) (c, other *redis.ClusterClient, s *Store, a, b store.Item, ka, kb string) {
+	t.Helper()
+	nodes, c := clusterClient(t)
+	other = redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{nodes[0].Addr()}})
+	t.Cleanup(func() { other.Close() })
+	p := &tiers.Policy{Kind: tiers.KindTiers, Tiers: []tiers.Tier{{Limit: 5, Window: time.Hour, Active: tiers.Unbounded}}}
+	s = testStore(t, c, Options{Clock: ClockCaller, Pipelines: -1})
+	a, b = item(p, "ra", "a", 1), item(p, "rb", "b", 1)
+	ka, _ = stateKey(s.prefix, &a)
+	kb, _ = stateKey(s.prefix, &b)
+	if slot(ka) == slot(kb) {
+		t.Fatal("test keys share a slot")
+	}
+	return c, other, s, a, b, ka, kb
 }
