@@ -114,9 +114,14 @@
 //
 // A call whose keys are in several slots keeps the all-or-nothing contract
 // with a two-step described at Store.twoStep: lock and predict per slot,
-// then commit or abort every slot. It costs two round trips per slot, and
-// calls that meet locked keys retry after a short jittered wait (ErrBusy
-// after about a second of retries or when the context ends).
+// then commit or abort every slot. Each step sends its scripts to all the
+// slots at once, so the call costs two round trips (three when its
+// prepares were slow and it seals its locks) and two scripts per slot; a
+// slot that holds one take item is prepared and committed by the one-item
+// code. A slot found locked is prepared again a few times, keeping the
+// other locks; then the call releases them all and retries after a short
+// jittered wait (ErrBusy after about a second of retries or when the
+// context ends). One-slot calls that meet locked keys retry the same way.
 //
 // # Errors
 //
