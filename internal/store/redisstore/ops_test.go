@@ -638,6 +638,8 @@ func TestClusterTwoStepSlotsAtOnce(t *testing.T) {
 		c.AddHook(h)
 		// No dispatchers: each script is sent by the goroutine that makes it.
 		s := testStore(t, c, Options{Clock: ClockCaller, Pipelines: -1})
+		// A seal step, or none however slow the machine.
+		s.sealAfter = time.Minute
 		if seal {
 			s.sealAfter = 0
 		}
@@ -811,8 +813,9 @@ func TestClusterTwoStepReleasesFailedPrepare(t *testing.T) {
 
 // twoSlots starts a 3-master Cluster and returns its client c, another
 // client, a store on c with no dispatchers (each script is sent by the
-// goroutine that makes it, through c's hooks), and two items of a one-tier
-// limit of 5 whose keys ka and kb are in different slots.
+// goroutine that makes it, through c's hooks) and no seal step however slow
+// the machine, and two items of a one-tier limit of 5 whose keys ka and kb
+// are in different slots.
 func twoSlots(t *testing.T) (c, other *redis.ClusterClient, s *Store, a, b store.Item, ka, kb string) {
 	t.Helper()
 	nodes, c := clusterClient(t)
@@ -820,6 +823,7 @@ func twoSlots(t *testing.T) (c, other *redis.ClusterClient, s *Store, a, b store
 	t.Cleanup(func() { other.Close() })
 	p := &tiers.Policy{Kind: tiers.KindTiers, Tiers: []tiers.Tier{{Limit: 5, Window: time.Hour, Active: tiers.Unbounded}}}
 	s = testStore(t, c, Options{Clock: ClockCaller, Pipelines: -1})
+	s.sealAfter = time.Minute
 	a, b = item(p, "ra", "a", 1), item(p, "rb", "b", 1)
 	ka, _ = stateKey(s.prefix, &a)
 	kb, _ = stateKey(s.prefix, &b)
