@@ -257,14 +257,9 @@ func TestManyCost(t *testing.T) {
 		return encodePolicy(&tiers.Policy{Kind: tiers.KindTiers, Tiers: []tiers.Tier{{Limit: limit, Window: time.Second, Active: tiers.Unbounded}}}).arg
 	}
 	pols := []any{one(1000), one(10000), one(100)}
-	var h []byte
-	for _, v := range []int64{modeDecide, -1, 3_600_000, 1000, 3, 3} {
-		h = appendF64(h, v)
-	}
+	h := f64s(nil, modeDecide, -1, 3_600_000, 1000, 3, 3)
 	for i := range int64(3) {
-		for _, v := range []int64{i + 1, 0, i + 1, 1, 1, 0} {
-			h = appendF64(h, v)
-		}
+		h = f64s(h, i+1, 0, i+1, 1, 1, 0)
 	}
 	r := rand.New(rand.NewPCG(1, 2))
 	var sums [2]float64

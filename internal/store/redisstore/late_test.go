@@ -69,23 +69,16 @@ func TestLateGrantGivenBack(t *testing.T) {
 // call holding a refund.
 func TestCompensationOnlyGivesBackGrants(t *testing.T) {
 	hdr := func(mode int64, flags ...int64) []byte {
-		h := []byte{}
-		for _, v := range []int64{mode, -1, 3_600_000, 1000, int64(len(flags)), int64(len(flags))} {
-			h = appendF64(h, v)
-		}
+		h := f64s(nil, mode, -1, 3_600_000, 1000, int64(len(flags)), int64(len(flags)))
 		for i, f := range flags {
-			for _, v := range []int64{int64(i + 1), 0, 1, 5, 2, f} {
-				h = appendF64(h, v)
-			}
+			h = f64s(h, int64(i+1), 0, 1, 5, 2, f)
 		}
 		return h
 	}
 	reply := func(status, now int64, granted ...int64) string {
-		b := appendF64(appendF64(nil, status), now)
+		b := f64s(nil, status, now)
 		for _, g := range granted {
-			for _, v := range []int64{1, g, 1, g, g, 0, 10 - g, 0, 1000} {
-				b = appendF64(b, v)
-			}
+			b = f64s(b, 1, g, 1, g, g, 0, 10-g, 0, 1000)
 		}
 		return string(b)
 	}

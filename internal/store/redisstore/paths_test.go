@@ -62,6 +62,30 @@ func stored(t *testing.T, c redis.UniversalClient, key string) (string, int64) {
 	return st, exp
 }
 
+// f64s appends vs to b as big-endian doubles: a header, or a reply, of
+// decide.lua.
+func f64s(b []byte, vs ...int64) []byte {
+	for _, v := range vs {
+		b = appendF64(b, v)
+	}
+	return b
+}
+
+// randTake draws a call's hits, 1 to few and now and then (one in odds)
+// 0 to many-1, and its minimum, 0 to hits and now and then one more than
+// hits (a minimum no call can meet).
+func randTake(r *rand.Rand, few, many int64, odds int) (hits, mn int64) {
+	hits = 1 + r.Int64N(few)
+	if r.IntN(odds) == 0 {
+		hits = r.Int64N(many)
+	}
+	mn = r.Int64N(hits + 1)
+	if r.IntN(20) == 0 {
+		mn = hits + 1
+	}
+	return hits, mn
+}
+
 // onEach sends the FCALL of one item (ARGV[1] h, the policy arg) to each
 // function of fns, on a key of its own (key:i), and returns each one's
 // reply, and the state and expiry it left.
@@ -151,14 +175,7 @@ func TestOneTierPath(t *testing.T) {
 			if r.IntN(10) == 0 {
 				p = pols[r.IntN(len(pols))]
 			}
-			hits := 1 + r.Int64N(4)
-			if r.IntN(5) == 0 {
-				hits = r.Int64N(2500)
-			}
-			mn := r.Int64N(hits + 1)
-			if r.IntN(20) == 0 {
-				mn = hits + 1
-			}
+			hits, mn := randTake(r, 4, 2500, 5)
 			var f int64
 			if r.IntN(8) == 0 {
 				f = 2 // shadow
@@ -167,10 +184,7 @@ func TestOneTierPath(t *testing.T) {
 			if r.IntN(10) == 0 {
 				maxTTL = 1 + r.Int64N(3000)
 			}
-			var h []byte
-			for _, v := range []int64{modeDecide, now, maxTTL, 1000, 1, 1, 1, 0, 1, hits, mn, f} {
-				h = appendF64(h, v)
-			}
+			h := f64s(nil, modeDecide, now, maxTTL, 1000, 1, 1, 1, 0, 1, hits, mn, f)
 			arg := encodePolicy(p).arg
 			replies, states, expiry := onEach(t, c, fns, fmt.Sprint("onetier:", trace), h, arg)
 			calls++
@@ -223,14 +237,7 @@ func TestFixedPath(t *testing.T) {
 			default:
 				now += r.Int64N(200_000)
 			}
-			hits := 1 + r.Int64N(3)
-			if r.IntN(10) == 0 {
-				hits = r.Int64N(30)
-			}
-			mn := r.Int64N(hits + 1)
-			if r.IntN(20) == 0 {
-				mn = hits + 1
-			}
+			hits, mn := randTake(r, 3, 30, 10)
 			var f int64
 			switch r.IntN(10) {
 			case 0:
@@ -238,10 +245,7 @@ func TestFixedPath(t *testing.T) {
 			case 1:
 				f = 2 // shadow
 			}
-			var h []byte
-			for _, v := range []int64{modeDecide, now, maxTTL, 1000, 1, 1, 1, 0, 1, hits, mn, f} {
-				h = appendF64(h, v)
-			}
+			h := f64s(nil, modeDecide, now, maxTTL, 1000, 1, 1, 1, 0, 1, hits, mn, f)
 			replies, states, expiry := onEach(t, c, fns, fmt.Sprint("fixed:", trace), h, arg)
 			calls++
 			if rd := (&reader{b: replies[1][16:]}); rd.num()&1 != 0 {
@@ -306,10 +310,7 @@ func TestManyPath(t *testing.T) {
 				now += r.Int64N(5_000_000)
 			}
 			// Items: state key index (1-based), policy index, hits, min, flags.
-			var h []byte
-			for _, v := range []int64{modeDecide, now, 3_600_000, 1000, int64(n), int64(n)} {
-				h = appendF64(h, v)
-			}
+			h := f64s(nil, modeDecide, now, 3_600_000, 1000, int64(n), int64(n))
 			for i := range n {
 				sk, pi := int64(i+1), int64(i+1)
 				if r.IntN(15) == 0 {
@@ -326,9 +327,7 @@ func TestManyPath(t *testing.T) {
 				case 1:
 					f = 2 // shadow
 				}
-				for _, v := range []int64{sk, 0, pi, hits, hits, f} {
-					h = appendF64(h, v)
-				}
+				h = f64s(h, sk, 0, pi, hits, hits, f)
 			}
 			var replies []string
 			var states [2][]string
@@ -522,10 +521,7 @@ func TestCountExpiresAtOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	fixed := &tiers.Policy{Kind: tiers.KindFixedWindow, Window: tiers.FixedWindow{Limit: 5, Unit: tiers.UnitMinute}}
-	var h []byte
-	for _, v := range []int64{modeDecide, -1, 3_600_000, 1000, 2, 2, 1, 0, 1, 1, 1, 0, 2, 0, 7, 1, 1, 0} {
-		h = appendF64(h, v)
-	}
+	h := f64s(nil, modeDecide, -1, 3_600_000, 1000, 2, 2, 1, 0, 1, 1, 1, 0, 2, 0, 7, 1, 1, 0)
 	err := c.Do(ctx, "fcall", funcName, 2, "expire:count", "expire:other", string(h), "", encodePolicy(fixed).arg).Err()
 	if err == nil {
 		t.Fatal("a call whose second item has no policy succeeded")
@@ -631,21 +627,14 @@ func TestPeekPath(t *testing.T) {
 		keys := []string{fmt.Sprint("peek:", trace, ":0"), fmt.Sprint("peek:", trace, ":1")}
 		for step := range 40 {
 			now += r.Int64N(300_000)
-			hits := 1 + r.Int64N(3)
-			if r.IntN(8) == 0 {
-				hits = r.Int64N(40)
-			}
-			mn := r.Int64N(hits + 1)
+			hits, mn := randTake(r, 3, 40, 8)
 			var f int64
 			if r.IntN(8) == 0 {
 				f = 2 // shadow
 			}
 			if r.IntN(2) == 0 {
 				// History: the same decision on both keys.
-				var h []byte
-				for _, v := range []int64{modeDecide, now, 3_600_000, 1000, 1, 1, 1, 0, 1, hits, mn, 0} {
-					h = appendF64(h, v)
-				}
+				h := f64s(nil, modeDecide, now, 3_600_000, 1000, 1, 1, 1, 0, 1, hits, mn, 0)
 				for _, k := range keys {
 					if err := c.Do(ctx, "fcall", funcName, 1, k, string(h), "", arg).Err(); err != nil {
 						t.Fatal(err)
@@ -653,10 +642,7 @@ func TestPeekPath(t *testing.T) {
 				}
 				continue
 			}
-			var h []byte
-			for _, v := range []int64{modePrepare, now, 3_600_000, 5000, 1, 1, 1, 0, 1, hits, mn, f} {
-				h = appendF64(h, v)
-			}
+			h := f64s(nil, modePrepare, now, 3_600_000, 5000, 1, 1, 1, 0, 1, hits, mn, f)
 			var replies, states []string
 			for i, k := range keys {
 				before, _ := stored(t, c, k)
@@ -671,10 +657,7 @@ func TestPeekPath(t *testing.T) {
 				if ttl := c.PTTL(ctx, k+":lock").Val(); ttl <= 0 {
 					t.Fatalf("trace %d step %d: the prepare on %s left no lock (%v)", trace, step, k, ttl)
 				}
-				var rel []byte
-				for _, v := range []int64{modeRelease, now, 3_600_000, 5000, 1, 1, 1, 0, 1, hits, mn, f} {
-					rel = appendF64(rel, v)
-				}
+				rel := f64s(nil, modeRelease, now, 3_600_000, 5000, 1, 1, 1, 0, 1, hits, mn, f)
 				if err := c.Do(ctx, "fcall", funcName, 2, k, k+":lock", string(rel), "tok", arg).Err(); err != nil {
 					t.Fatal(err)
 				}

@@ -241,10 +241,7 @@ func TestBatchFunction(t *testing.T) {
 		for j := range 8 {
 			now += r.Int64N(150_000)
 			n := 1 + r.IntN(3)
-			var h []byte
-			for _, v := range []int64{modeDecide, now, 3_600_000, 1000, int64(n), int64(n)} {
-				h = appendF64(h, v)
-			}
+			h := f64s(nil, modeDecide, now, 3_600_000, 1000, int64(n), int64(n))
 			var keys []string
 			argv := []any{nil, ""}
 			for i := range n {
@@ -257,9 +254,7 @@ func TestBatchFunction(t *testing.T) {
 				if r.IntN(15) == 0 {
 					hits = 50
 				}
-				for _, v := range []int64{int64(i + 1), 0, int64(i + 1), hits, hits, f} {
-					h = appendF64(h, v)
-				}
+				h = f64s(h, int64(i+1), 0, int64(i+1), hits, hits, f)
 				argv = append(argv, encodePolicy(pols[r.IntN(len(pols))]).arg)
 			}
 			if j == bad {
@@ -333,10 +328,7 @@ func TestBatchFunction(t *testing.T) {
 	}
 
 	// On Redis's clock the calls of a batch decide at one instant.
-	var h []byte
-	for _, v := range []int64{modeDecide, -1, 3_600_000, 1000, 1, 1, 1, 0, 1, 1, 1, 0} {
-		h = appendF64(h, v)
-	}
+	h := f64s(nil, modeDecide, -1, 3_600_000, 1000, 1, 1, 1, 0, 1, 1, 1, 0)
 	hdr := appendF64(nil, 3)
 	args := []any{"fcall", batchName, 3, "clock:a", "clock:b", "clock:c"}
 	for range 3 {
@@ -372,10 +364,7 @@ func TestBatchLoadsFunction(t *testing.T) {
 	if out, err := redistest.CLI(n.Port, "function", "flush"); err != nil {
 		t.Fatalf("FUNCTION FLUSH: %v %s", err, out)
 	}
-	var h []byte
-	for _, v := range []int64{modeDecide, storetest.T0.UnixMicro(), 3_600_000, 1000, 1, 1, 1, 0, 1, 1, 1, 0} {
-		h = appendF64(h, v)
-	}
+	h := f64s(nil, modeDecide, storetest.T0.UnixMicro(), 3_600_000, 1000, 1, 1, 1, 0, 1, 1, 1, 0)
 	d := &dispatcher{sent: []bool{true, true}}
 	for _, k := range []string{"reload:a", "reload:b"} {
 		d.batch = append(d.batch, &request{args: []any{fcallName, funcNameArg, 1, k, h, "", encodePolicy(lyft).arg}})
