@@ -69,7 +69,7 @@ type Store struct {
 	prefix  string
 	caller  bool // Clock == ClockCaller
 	maxTTL  int64
-	sealTTL int64 // ms: the locks' lease
+	lease   int64 // ms: the locks' life from a prepare or a seal (sealFactor × LockTTL)
 	// sealAfter: a two-step call whose prepares took this long (LockTTL)
 	// seals its locks before it commits.
 	sealAfter time.Duration
@@ -138,7 +138,7 @@ func newStore(c redis.UniversalClient, owns bool, opts Options) (*Store, error) 
 		prefix:    o.KeyPrefix,
 		caller:    o.Clock == ClockCaller,
 		maxTTL:    o.MaxTTL.Milliseconds(),
-		sealTTL:   max(1, (sealFactor * o.LockTTL).Milliseconds()),
+		lease:     max(1, (sealFactor * o.LockTTL).Milliseconds()),
 		sealAfter: o.LockTTL,
 	}
 	s.calls.New = func() any { return new(call) }
@@ -297,7 +297,7 @@ func (s *Store) exec(ctx context.Context, c *call, items []store.Item, sel int, 
 	h := appendF64(c.hdr[:0], int64(mode))
 	h = appendF64(h, now)
 	h = appendF64(h, s.maxTTL)
-	h = appendF64(h, s.sealTTL) // the locks' lease (prepare, seal)
+	h = appendF64(h, s.lease) // prepare and seal lock for it
 	h = appendF64(h, int64(nk))
 	h = appendF64(h, int64(n))
 	for i := range items {
