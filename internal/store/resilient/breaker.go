@@ -63,8 +63,15 @@ func (b *breaker) success(now int64) {
 }
 
 // failure records a remote call that failed, opening the breaker when the
-// consecutive failures or the failure rate say so.
+// consecutive failures or the failure rate say so. A failure while the
+// breaker is open (a call that was in flight when it opened) is not
+// counted: it is evidence of the outage the breaker already knows of, and
+// counted it would reopen the breaker at the first failure after a probe
+// closes it.
 func (b *breaker) failure(now int64) {
+	if !b.closed() {
+		return
+	}
 	n := b.consecutive.Add(1)
 	calls, fails := b.count(now, true)
 	if n >= b.threshold || (b.rate > 0 && calls >= b.minCalls && float64(fails) >= b.rate*float64(calls)) {
@@ -83,6 +90,7 @@ func (b *breaker) failure(now int64) {
 // close closes the breaker after a successful probe at now.
 func (b *breaker) close(now int64) {
 	b.mu.Lock()
+	b.consecutive.Store(0)
 	b.resetWindow(now)
 	b.set(BreakerClosed)
 	b.mu.Unlock()

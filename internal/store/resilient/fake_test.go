@@ -16,11 +16,12 @@ var errRemote = errors.New("remote: connection refused")
 
 // Behaviours of the fake remote.
 const (
-	answer  int32 = iota // decide from its memstore
-	fail                 // return errRemote at once
-	hang                 // block until the context is done
-	gate                 // signal entered, wait for release, then answer
-	notSent              // return store.ErrNotSent at once (queued past the deadline)
+	answer   int32 = iota // decide from its memstore
+	fail                  // return errRemote at once
+	hang                  // block until the context is done
+	gate                  // signal entered, wait for release, then answer
+	notSent               // return store.ErrNotSent at once (queued past the deadline)
+	gateFail              // signal entered, wait for release, then return errRemote
 )
 
 // fakeRemote is a remote store whose behaviour, for decisions and pings
@@ -66,7 +67,7 @@ func (f *fakeRemote) Ping(ctx context.Context) error {
 
 // behave fails, hangs or waits at the gate as the behaviour says.
 func (f *fakeRemote) behave(ctx context.Context) error {
-	switch f.behavior.Load() {
+	switch b := f.behavior.Load(); b {
 	case fail:
 		return errRemote
 	case notSent:
@@ -74,12 +75,15 @@ func (f *fakeRemote) behave(ctx context.Context) error {
 	case hang:
 		<-ctx.Done()
 		return ctx.Err()
-	case gate:
+	case gate, gateFail:
 		f.entered <- struct{}{}
 		select {
 		case <-f.release:
 		case <-ctx.Done():
 			return ctx.Err()
+		}
+		if b == gateFail {
+			return errRemote
 		}
 	}
 	return nil

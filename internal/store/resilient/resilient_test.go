@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"flag"
+	"fmt"
 	"io"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -463,5 +465,50 @@ func TestNilRemoteProbe(t *testing.T) {
 	clk.Advance(time.Second)
 	if err := s.Probe(context.Background()); !errors.Is(err, resilient.ErrNoRemote) || s.Serving() {
 		t.Errorf("Probe = %v, serving %v; want ErrNoRemote, not serving", err, s.Serving())
+	}
+}
+
+// Calls in flight when the breaker opens fail too; they are not evidence
+// for the next opening: after a probe closes the breaker it takes
+// FailureThreshold new failures to open it again.
+func TestInFlightFailuresDoNotCarryOver(t *testing.T) {
+	f := newFake()
+	f.set(gateFail)
+	clk := newClock()
+	s := resilient.New(f, resilient.Options{Now: clk.Now, FailureThreshold: 3, FailureRate: -1, CoolOff: time.Second, CacheSize: -1})
+	defer s.Close()
+	const inFlight = 7
+	var wg sync.WaitGroup
+	for i := range inFlight {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			out := make([]tiers.Decision, 1)
+			_ = s.Decide(context.Background(), t0, []store.Item{take(simple, fmt.Sprint("k", i), 1)}, out)
+		}()
+	}
+	for range inFlight {
+		<-f.entered
+	}
+	close(f.release)
+	wg.Wait()
+	if st := s.Stats(); st.Breaker != resilient.BreakerOpen || st.BreakerOpens != 1 {
+		t.Fatalf("after %d failed calls: breaker %v, %d openings; want open, 1", inFlight, st.Breaker, st.BreakerOpens)
+	}
+	f.set(answer)
+	clk.Advance(time.Second)
+	if err := s.Probe(context.Background()); err != nil || s.Stats().Breaker != resilient.BreakerClosed {
+		t.Fatalf("probe: %v, breaker %v; want it closed", err, s.Stats().Breaker)
+	}
+	f.set(fail)
+	for i := 1; i <= 3; i++ {
+		storetest.Decide(t, s, t0, take(simple, "a", 1))
+		want := resilient.BreakerClosed
+		if i == 3 {
+			want = resilient.BreakerOpen
+		}
+		if got := s.Stats().Breaker; got != want {
+			t.Errorf("failure %d after the probe: breaker %v, want %v", i, got, want)
+		}
 	}
 }
