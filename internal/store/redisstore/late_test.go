@@ -2,8 +2,13 @@ package redisstore
 
 import (
 	"context"
+	"fmt"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/charonlimit/charon/internal/redistest"
 	"github.com/charonlimit/charon/internal/store"
@@ -113,5 +118,91 @@ func TestCompensationOnlyGivesBackGrants(t *testing.T) {
 		if c != nil {
 			t.Errorf("%s: compensated", name)
 		}
+	}
+}
+
+// holdRefund is a hook that holds the second pipeline naming a key that
+// contains key (the first is the late call itself, the second its refund)
+// until release is closed, and signals held when it does.
+type holdRefund struct {
+	key     string
+	seen    atomic.Int32
+	held    chan struct{}
+	release chan struct{}
+}
+
+func (h *holdRefund) DialHook(next redis.DialHook) redis.DialHook          { return next }
+func (h *holdRefund) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (h *holdRefund) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		for _, cmd := range cmds {
+			if args := cmd.Args(); len(args) > 3 && strings.Contains(fmt.Sprint(args[3]), h.key) {
+				if h.seen.Add(1) == 2 {
+					close(h.held)
+					<-h.release
+				}
+				break
+			}
+		}
+		return next(ctx, cmds)
+	}
+}
+
+// TestRefundOffTheDispatcher: the refund of a late reply takes its own
+// round trip, not the dispatcher's: while it is held up, the calls queued
+// behind the late one are still sent and answered. A dispatcher that sent
+// the refund itself would leave them queued until their deadline.
+func TestRefundOffTheDispatcher(t *testing.T) {
+	n := redistest.Single(t)
+	c := redis.NewClient(&redis.Options{Addr: n.Addr()})
+	defer c.Close()
+	h := &holdRefund{key: "late", held: make(chan struct{}), release: make(chan struct{})}
+	c.AddHook(h)
+	s, err := NewWithClient(c, Options{Clock: ClockCaller})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	now := time.Now()
+	out := make([]tiers.Decision, 1)
+	if err := s.Decide(context.Background(), now, []store.Item{item(lyft, "r", "warm", 1)}, out); err != nil || !out[0].OK {
+		t.Fatalf("warm-up: %v %+v", err, out[0])
+	}
+	if out, err := redistest.CLI(n.Port, "client", "pause", "300", "write"); err != nil {
+		t.Fatalf("client pause: %v %s", err, out)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	err = s.Decide(ctx, now, []store.Item{item(lyft, "r", "late", 3)}, out)
+	cancel()
+	if err == nil {
+		t.Fatal("decided within 50ms while Redis paused writes for 300ms")
+	}
+	select {
+	case <-h.held:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the late call's refund was never sent")
+	}
+	ctx, cancel = context.WithTimeout(context.Background(), 10*time.Second)
+	err = s.Decide(ctx, now, []store.Item{item(lyft, "r", "next", 1)}, out)
+	cancel()
+	if err != nil || !out[0].OK {
+		t.Errorf("a call queued while the refund was held up: %v %+v; want it answered", err, out[0])
+	}
+	if got := s.Replies(); got < 3 {
+		t.Errorf("Replies() = %d, want at least 3 (warm-up, the late call, the next one)", got)
+	}
+	close(h.release)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if given, failed := s.LateGrants(); given+failed > 0 {
+			if given != 1 || failed != 0 {
+				t.Errorf("late grants given back %d, failed %d; want 1 and 0", given, failed)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the held refund was never counted")
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }

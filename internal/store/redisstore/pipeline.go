@@ -213,6 +213,7 @@ func (s *Store) run(d *dispatcher) {
 		if !d.sent[i] || r.err != nil {
 			continue
 		}
+		s.replies.Add(1)
 		if !r.state.CompareAndSwap(reqSent, reqAnswered) {
 			// Its caller gave up after it was sent.
 			if c := compensation(r.args, r.res); c != nil {
@@ -221,7 +222,38 @@ func (s *Store) run(d *dispatcher) {
 		}
 	}
 	if len(late) > 0 {
-		s.compensate(late)
+		// The refunds go on the refunder's own round trip: the calls
+		// queued behind this batch must not wait for it. When the
+		// refunder is that far behind, the dispatcher sends them itself.
+		select {
+		case s.refunds <- late:
+		default:
+			s.compensate(late)
+		}
+	}
+}
+
+// refundQueue bounds the batches of refunds waiting for the refunder.
+const refundQueue = 64
+
+// refunder sends the refunds the dispatchers queue (compensate) until
+// Close; those still queued then are counted as failed.
+func (s *Store) refunder() {
+	defer s.wg.Done()
+	for {
+		select {
+		case calls := <-s.refunds:
+			s.compensate(calls)
+		case <-s.stop:
+			for {
+				select {
+				case calls := <-s.refunds:
+					s.late.failed.Add(uint64(len(calls)))
+				default:
+					return
+				}
+			}
+		}
 	}
 }
 

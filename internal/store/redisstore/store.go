@@ -83,6 +83,12 @@ type Store struct {
 	// late counts the calls applied after their callers gave up: given
 	// back (compensate), or whose refund failed.
 	late struct{ given, failed atomic.Uint64 }
+	// refunds queues the late calls' refunds for the refunder, off the
+	// dispatchers' path (nil without dispatchers).
+	refunds chan [][]any
+	// replies counts the calls the dispatchers sent whose replies came
+	// back, their callers waiting or not.
+	replies atomic.Uint64
 }
 
 // LateGrants reports how many calls Redis applied after their callers had
@@ -92,6 +98,12 @@ type Store struct {
 func (s *Store) LateGrants() (givenBack, failed uint64) {
 	return s.late.given.Load(), s.late.failed.Load()
 }
+
+// Replies reports how many calls sent by the dispatchers Redis answered,
+// those whose callers had given up included: evidence that Redis is up
+// which the callers that timed out did not see. Only the pipelined store
+// (Options.Pipelines > 0) counts them.
+func (s *Store) Replies() uint64 { return s.replies.Load() }
 
 var _ store.Store = (*Store)(nil)
 
@@ -152,10 +164,12 @@ func newStore(c redis.UniversalClient, owns bool, opts Options) (*Store, error) 
 	}
 	if pipelines > 0 {
 		s.q = make(chan *request, maxBatch*pipelines)
-		s.wg.Add(pipelines)
+		s.refunds = make(chan [][]any, refundQueue)
+		s.wg.Add(pipelines + 1)
 		for range pipelines {
 			go s.dispatch()
 		}
+		go s.refunder()
 	}
 	return s, nil
 }

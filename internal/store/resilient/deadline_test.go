@@ -3,6 +3,7 @@ package resilient_test
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -99,5 +100,46 @@ func TestNotSentIsNotAFailure(t *testing.T) {
 	}
 	if st := s.Stats(); st.Breaker != resilient.BreakerClosed || st.NotSent != 1 || st.RemoteErrors != 0 || st.Unavailable != 1 {
 		t.Errorf("stats %+v; want the breaker closed, 1 not sent, no remote error", st)
+	}
+}
+
+// replier is a fake remote that counts replies its callers did not see,
+// as the Redis store's dispatchers do for late replies.
+type replier struct {
+	*fakeRemote
+	replies atomic.Uint64
+}
+
+func (r *replier) Replies() uint64 { return r.replies.Load() }
+
+// TestLateRepliesAreAnswers: a call that times out while the remote's
+// replies grew (a reply that came after its own caller's deadline, read by
+// the remote) was slow, not a sign of an outage: with a threshold of one
+// failure the breaker stays closed. With no reply meanwhile it opens.
+func TestLateRepliesAreAnswers(t *testing.T) {
+	f := &replier{fakeRemote: newFake()}
+	s := resilient.New(f, resilient.Options{FailureThreshold: 1, FailureRate: -1, CacheSize: -1})
+	defer s.Close()
+	f.set(hang)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	done := make(chan error, 1)
+	out := make([]tiers.Decision, 1)
+	go func() { done <- s.Decide(ctx, t0, []store.Item{take(simple, "a", 1)}, out) }()
+	for f.calls.Load() == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	f.replies.Add(1) // another caller's late reply, read by the remote
+	if err := <-done; err != nil || !out[0].OK {
+		t.Fatalf("timed-out call in ModeLocal: %v, %+v; want a local grant", err, out[0])
+	}
+	if st := s.Stats(); st.Breaker != resilient.BreakerClosed || st.Slow != 1 || st.Timeouts != 1 {
+		t.Errorf("after a timeout while a late reply came: %+v; want the breaker closed, 1 slow timeout", st)
+	}
+	ctx2, cancel2 := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel2()
+	_ = s.Decide(ctx2, t0, []store.Item{take(simple, "b", 1)}, out)
+	if st := s.Stats(); st.Breaker != resilient.BreakerOpen || st.Slow != 1 || st.Timeouts != 2 {
+		t.Errorf("after a timeout with no reply at all: %+v; want the breaker open", st)
 	}
 }

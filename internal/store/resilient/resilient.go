@@ -88,8 +88,10 @@ type Store struct {
 	timeout time.Duration
 	margin  time.Duration
 	// answers counts the remote's answers: a call that times out while it
-	// grew was slow, not evidence of an outage.
+	// grew (or while the remote's Replies grew) was slow, not evidence of
+	// an outage.
 	answers atomic.Uint64
+	replies Replier // the remote, when it counts its replies
 	cooloff time.Duration
 	now     func() time.Time
 	br      breaker
@@ -124,6 +126,7 @@ func New(remote Remote, opts Options) *Store {
 		remote = noRemote{}
 	}
 	s := &Store{remote: remote, mode: opts.Mode, timeout: opts.Timeout, cooloff: opts.CoolOff, now: opts.Now}
+	s.replies, _ = remote.(Replier)
 	if s.timeout == 0 {
 		s.timeout = DefaultTimeout
 	}
@@ -200,7 +203,7 @@ func (s *Store) Decide(ctx context.Context, now time.Time, items []store.Item, o
 		// Only Probe closes the breaker again.
 		return s.fallback(ctx, now, items, out, ErrBreakerOpen)
 	}
-	answers := s.answers.Load()
+	answers := s.seen()
 	err := s.callRemote(ctx, now, items, out)
 	switch {
 	case err == nil:
@@ -232,7 +235,7 @@ func (s *Store) Decide(ctx context.Context, now time.Time, items []store.Item, o
 	s.remoteErrors.Add(1)
 	if errors.Is(err, context.DeadlineExceeded) {
 		s.timeouts.Add(1)
-		if s.answers.Load() != answers {
+		if s.seen() != answers {
 			// The remote answered other calls meanwhile: it is up and
 			// busy. Only timeouts while nothing comes back open the
 			// breaker.
@@ -242,6 +245,24 @@ func (s *Store) Decide(ctx context.Context, now time.Time, items []store.Item, o
 	}
 	s.br.failure(s.now().UnixNano())
 	return s.fallback(ctx, now, items, out, err)
+}
+
+// Replier is implemented by a remote that counts the replies it read,
+// those whose callers had given up included (a reply that came after its
+// caller's deadline is evidence that the remote is up, which that caller
+// did not see).
+type Replier interface {
+	Replies() uint64
+}
+
+// seen counts the answers of the remote known so far: the calls answered
+// through the wrapper and, when the remote counts them, its replies.
+func (s *Store) seen() uint64 {
+	n := s.answers.Load()
+	if s.replies != nil {
+		n += s.replies.Replies()
+	}
+	return n
 }
 
 // callRemote asks the remote until Margin before the caller's deadline, or
