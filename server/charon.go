@@ -55,7 +55,9 @@ type CharonOptions struct {
 	UnaryLease, MaxLease time.Duration
 	// SessionLease is the lease of the holds of a Session stream, renewed
 	// every SessionLease/3 while the stream lives: a server that dies loses
-	// its sessions' holds within SessionLease.
+	// its sessions' holds within SessionLease, and a stream whose renewal
+	// fails half a lease or more after the last that succeeded ends with
+	// UNAVAILABLE before its holds can lapse unannounced.
 	SessionLease time.Duration
 	// TransferTTL is the ttl of a Transfer that names none.
 	TransferTTL time.Duration
@@ -170,7 +172,9 @@ func unarySession(name string) (string, error) {
 }
 
 // duration is a request's duration field, def when unset; it must lie in
-// (0, MaxLease].
+// [engine.MinLease, MaxLease]. Checking here, where the field is known,
+// names it: the copy store would refuse a sub-microsecond one as a "lease"
+// out of its own, far wider, range.
 func (c *charon) duration(d *durationpb.Duration, field string, def time.Duration) (time.Duration, error) {
 	if d == nil {
 		return def, nil
@@ -179,8 +183,8 @@ func (c *charon) duration(d *durationpb.Duration, field string, def time.Duratio
 		return 0, &engine.InputError{Field: field, Message: err.Error()}
 	}
 	v := d.AsDuration()
-	if v <= 0 || v > c.opts.MaxLease {
-		return 0, &engine.InputError{Field: field, Message: fmt.Sprintf("%v, want in (0, %v]", v, c.opts.MaxLease)}
+	if v < engine.MinLease || v > c.opts.MaxLease {
+		return 0, &engine.InputError{Field: field, Message: fmt.Sprintf("%v, want in [%v, %v]", v, engine.MinLease, c.opts.MaxLease)}
 	}
 	return v, nil
 }

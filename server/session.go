@@ -22,19 +22,46 @@ type session struct {
 	// resources are those where the session may hold copies: every
 	// resource a reserve or seize on the stream reached.
 	resources []string
+	// renewed is a time by which every hold of the session had a lease of
+	// SessionLease: when the last successful renewal began or, before any,
+	// when the first reserve or seize that reached a resource began (zero
+	// until then). A later reserve or seize does not move it: it sets the
+	// lease of its own hold, not those of the others.
+	//
+	// It is monotonic time, as the ticker's, rather than a count of failed
+	// ticks: a ticker drops ticks while the loop is busy with an operation
+	// (a slow store delays both), so ticks undercount the time the holds
+	// went unrenewed.
+	renewed time.Time
 }
 
-func (s *session) touch(resource string) {
-	if resource != "" && !slices.Contains(s.resources, resource) {
-		s.resources = append(s.resources, resource)
+// touch records that an operation begun at start reached resource.
+func (s *session) touch(resource string, start time.Time) {
+	if resource == "" || slices.Contains(s.resources, resource) {
+		return
 	}
+	s.resources = append(s.resources, resource)
+	if s.renewed.IsZero() {
+		s.renewed = start
+	}
+}
+
+// lapsing reports whether, a renewal having failed at now, the session's
+// holds may lapse before the next renewal: half a lease or more has gone
+// since renewed, and the next try comes a third of a lease later at best
+// (later on a busy machine or a slow store).
+func (s *session) lapsing(now time.Time, lease time.Duration) bool {
+	return !s.renewed.IsZero() && now.Sub(s.renewed) >= lease/2
 }
 
 // Session serves one stream: it runs the stream's operations in order,
 // renews the leases of its holds every SessionLease/3, and releases them
 // all when the stream ends, however it ends (the client closes it or
 // exits, the connection breaks or misses its keepalives, the server shuts
-// down).
+// down, renewals keep failing). The server ends the stream with
+// UNAVAILABLE when a renewal fails half a lease or more after the last one
+// that succeeded: its holds could lapse, and be granted to others, before
+// the next, and a client must learn it has lost them.
 func (c *charon) Session(stream grpc.BidiStreamingServer[charonv1.SessionRequest, charonv1.SessionResponse]) error {
 	err := c.session(stream)
 	c.metrics.call("Session", status.Code(grpcError(err)))
@@ -84,7 +111,10 @@ func (c *charon) session(stream grpc.BidiStreamingServer[charonv1.SessionRequest
 			}
 			return err
 		case <-tick.C:
-			c.renew(ctx, s)
+			if _, err := c.renew(ctx, s); err != nil && ctx.Err() == nil && s.lapsing(time.Now(), c.opts.SessionLease) {
+				c.log.Warn("ending a session whose lease could not be renewed", "resources", len(s.resources), "since", time.Since(s.renewed))
+				return status.Errorf(codes.Unavailable, "session lease could not be renewed, its holds are dropped: %s", engine.Truncate(err.Error()))
+			}
 		case <-c.closing:
 			return status.Error(codes.Unavailable, "server shutting down")
 		case <-ctx.Done():
@@ -93,18 +123,25 @@ func (c *charon) session(stream grpc.BidiStreamingServer[charonv1.SessionRequest
 	}
 }
 
-// renew extends the leases of the session's holds.
+// renew extends the leases of the session's holds, and records when it
+// began if it succeeded.
 func (c *charon) renew(ctx context.Context, s *session) (int, error) {
 	if len(s.resources) == 0 {
 		return 0, nil
 	}
+	start := time.Now() // the store's now is no earlier: the leases run at least from here
 	res, err := c.engine.KeepAliveSession(ctx, s.id, c.opts.SessionLease, s.resources)
 	c.metrics.reaped(res.Reaped)
-	if err != nil && ctx.Err() == nil {
-		// The holds lapse within SessionLease if this goes on.
-		c.log.Warn("session lease renewal failed", "resources", len(s.resources), "err", engine.Truncate(err.Error()))
+	if err != nil {
+		if ctx.Err() == nil {
+			// The holds lapse within SessionLease if this goes on; the
+			// loop ends the stream before they can.
+			c.log.Warn("session lease renewal failed", "resources", len(s.resources), "err", engine.Truncate(err.Error()))
+		}
+		return res.Holds, err
 	}
-	return res.Holds, err
+	s.renewed = start
+	return res.Holds, nil
 }
 
 // endSession releases every hold of the session, on a context that
@@ -130,6 +167,7 @@ func (c *charon) endSession(streamCtx context.Context, s *session) {
 // correlation id; a failed operation is an Error answer, the stream goes on.
 func (c *charon) sessionOp(ctx context.Context, s *session, req *charonv1.SessionRequest) *charonv1.SessionResponse {
 	out := &charonv1.SessionResponse{Id: req.GetId()}
+	start := time.Now()
 	var err error
 	method := "Session"
 	switch op := req.GetOperation().(type) {
@@ -144,7 +182,7 @@ func (c *charon) sessionOp(ctx context.Context, s *session, req *charonv1.Sessio
 		var r *charonv1.ReserveResponse
 		var resource string
 		r, resource, err = c.reserve(ctx, op.Reserve, s.id, c.opts.SessionLease)
-		s.touch(resource)
+		s.touch(resource, start)
 		if err == nil {
 			out.Result = &charonv1.SessionResponse_Reserve{Reserve: r}
 		}
@@ -165,7 +203,7 @@ func (c *charon) sessionOp(ctx context.Context, s *session, req *charonv1.Sessio
 		var r *charonv1.SeizeResponse
 		var resource string
 		r, resource, err = c.seize(ctx, op.Seize, s.id, c.opts.SessionLease)
-		s.touch(resource)
+		s.touch(resource, start)
 		if err == nil {
 			out.Result = &charonv1.SessionResponse_Seize{Seize: r}
 		}

@@ -89,7 +89,7 @@ type ReserveRequest struct {
 	RequestID string
 	// Session binds the hold ("": none, it lives by Lease alone).
 	Session string
-	// Lease in (0, copylog.MaxLease].
+	// Lease in [MinLease, copylog.MaxLease].
 	Lease time.Duration
 }
 
@@ -192,11 +192,16 @@ func checkMin(minCopies, copies int64) error {
 	return nil
 }
 
+// MinLease is the shortest lease or transfer ttl: copylog keeps time in
+// microseconds and refuses a shorter one with copylog.ErrBadLease, which
+// names no request field.
+const MinLease = time.Microsecond
+
 // checkLease returns the *InputError of a lease (or ttl, as field names
-// it) outside (0, copylog.MaxLease].
+// it) outside [MinLease, copylog.MaxLease].
 func checkLease(field string, lease time.Duration) error {
-	if lease <= 0 || lease > copylog.MaxLease {
-		return &InputError{Field: field, Message: fmt.Sprintf("%v, want in (0, %v]", lease, copylog.MaxLease)}
+	if lease < MinLease || lease > copylog.MaxLease {
+		return &InputError{Field: field, Message: fmt.Sprintf("%v, want in [%v, %v]", lease, MinLease, copylog.MaxLease)}
 	}
 	return nil
 }

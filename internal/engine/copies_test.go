@@ -362,3 +362,69 @@ func TestCopyErrors(t *testing.T) {
 		t.Errorf("RLS on a copy-limited resource: %+v, %v", resp, err)
 	}
 }
+
+// TestLeaseBounds: a lease or ttl outside [MinLease, copylog.MaxLease] is an
+// *InputError naming its own field; copylog would refuse one under a
+// microsecond as a "lease" whatever the field.
+func TestLeaseBounds(t *testing.T) {
+	ctx := context.Background()
+	for _, op := range []struct {
+		name, field string
+		f           func(e *Engine, holdID, transferID string, d time.Duration) error
+	}{
+		{"reserve", "lease", func(e *Engine, _, _ string, d time.Duration) error {
+			_, err := e.Reserve(ctx, ReserveRequest{Domain: "c", Entries: entries("db", "b"), Copies: 1, Lease: d})
+			return err
+		}},
+		{"transfer", "ttl", func(e *Engine, holdID, _ string, d time.Duration) error {
+			_, err := e.Transfer(ctx, holdID, 1, d)
+			return err
+		}},
+		{"seize", "lease", func(e *Engine, _, transferID string, d time.Duration) error {
+			_, err := e.Seize(ctx, transferID, "s", d)
+			return err
+		}},
+		{"keepalive", "lease", func(e *Engine, holdID, _ string, d time.Duration) error {
+			_, err := e.KeepAlive(ctx, holdID, d)
+			return err
+		}},
+		{"keepalive session", "lease", func(e *Engine, _, _ string, d time.Duration) error {
+			_, err := e.KeepAliveSession(ctx, "s", d, nil)
+			return err
+		}},
+	} {
+		for _, tc := range []struct {
+			d  time.Duration
+			ok bool
+		}{
+			{0, false},
+			{500 * time.Nanosecond, false},
+			{MinLease - 1, false},
+			{MinLease, true},
+			{copylog.MaxLease, true},
+			{copylog.MaxLease + time.Microsecond, false},
+		} {
+			name := fmt.Sprintf("%s %v", op.name, tc.d)
+			e, _, _ := newCopyEngine(t)
+			hold, err := e.Reserve(ctx, ReserveRequest{Domain: "c", Entries: entries("db", "a"), Copies: 2, Session: "s", Lease: time.Minute})
+			if err != nil || !hold.OK {
+				t.Fatalf("%s: reserve: %+v, %v", name, hold, err)
+			}
+			tr, err := e.Transfer(ctx, hold.HoldID, 1, time.Minute)
+			if err != nil {
+				t.Fatalf("%s: transfer: %v", name, err)
+			}
+			err = op.f(e, hold.HoldID, tr.TransferID, tc.d)
+			if tc.ok {
+				if err != nil {
+					t.Errorf("%s: got %v, want no error", name, err)
+				}
+				continue
+			}
+			var in *InputError
+			if !errors.As(err, &in) || in.Field != op.field {
+				t.Errorf("%s: got %v, want an *InputError of field %q", name, err, op.field)
+			}
+		}
+	}
+}
