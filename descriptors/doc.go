@@ -48,9 +48,13 @@
 // then per level "." key, with "_" value for a fixed value and "_" pattern
 // for a wildcard; a key-only level adds the key alone. The request value is
 // used instead (for key-only and wildcard levels) when the level has
-// value_to_metric or detailed_metric, or the leaf has detailed_metric,
-// unless the level has share_threshold. Keys without request values are
-// precomputed.
+// value_to_metric, unless the level has share_threshold; an empty value adds
+// nothing. When the matched leaf has detailed_metric, every level adds "_"
+// and the request value, even an empty one ("rl.k_v.path_"), unless a level
+// of the path has share_threshold: then that level adds its pattern and the
+// others the value only when it is not empty. detailed_metric on a level
+// that is not the matched leaf does nothing. Keys without request values
+// are precomputed.
 //
 // # Cost
 //

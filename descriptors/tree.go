@@ -18,10 +18,11 @@ type Node struct {
 	// ShareThreshold makes every value matched by a wildcard or key-only
 	// node share one limit (the node adds nothing to Match.Domain).
 	ShareThreshold bool
-	// ValueToMetric puts this level's request value in MetricKey; so does
-	// DetailedMetric, which on a leaf (Limit.DetailedMetric) covers every
-	// level.
-	ValueToMetric  bool
+	// ValueToMetric puts this level's request value in MetricKey.
+	ValueToMetric bool
+	// DetailedMetric is recorded but changes nothing: as in
+	// envoyproxy/ratelimit, only the matched leaf's Limit.DetailedMetric
+	// does (on a parent it is ignored).
 	DetailedMetric bool
 	// Limit is the node's limit; nil: a request ending here is not limited.
 	Limit    *Limit
@@ -77,12 +78,15 @@ const (
 type node struct {
 	kind     uint8
 	share    bool
-	inMetric bool
 	key      string
 	value    string
 	parts    []string // wildcard: Value split at "*"
 	limit    *Limit
 	children level
+
+	// valueToMetric is Node.ValueToMetric (Node.DetailedMetric is not
+	// kept: only the leaf's Limit.DetailedMetric counts).
+	valueToMetric bool
 
 	// Precomputed for nodes with a limit.
 	path      []*node // root..this
@@ -91,6 +95,10 @@ type node struct {
 	metricDyn bool
 	nvars     int // levels adding a request value to Domain
 	lastVar   int // the level of the last such value
+
+	// detailedShared: the limit has detailed_metric and a level of the
+	// path has share_threshold, which changes how MetricKey is written.
+	detailedShared bool
 }
 
 // NewTree builds the tree of domains. It computes Limit.ID where it is 0 and
@@ -144,7 +152,7 @@ func (b *builder) level(lv *level, nodes []*Node, parent []*node, resource strin
 			lv.byKey[in.Key] = g
 		}
 		n := &node{key: in.Key, value: in.Value, share: in.ShareThreshold,
-			inMetric: in.ValueToMetric || in.DetailedMetric, limit: in.Limit}
+			valueToMetric: in.ValueToMetric, limit: in.Limit}
 		res := resource + "/" + Escape(in.Key)
 		dup := false
 		switch {
@@ -204,8 +212,11 @@ func (b *builder) leaf(n *node, resource string) {
 			n.nvars++
 			n.lastVar = i
 		}
-		if p.kind != kindExact && !p.share && (p.inMetric || l.DetailedMetric) {
+		if p.kind != kindExact && !p.share && (p.valueToMetric || l.DetailedMetric) {
 			n.metricDyn = true
+		}
+		if p.shared() && l.DetailedMetric {
+			n.detailedShared = true
 		}
 		metric += "." + p.key
 		if p.kind != kindKeyOnly {
@@ -350,7 +361,7 @@ func (n *node) identity(rls string, entries []Entry, m *Match) {
 			return
 		}
 	}
-	detailed := n.limit.DetailedMetric
+	detailed, shared := n.limit.DetailedMetric, n.detailedShared
 	dlen, mlen := n.nvars-1, 0
 	if dlen < 0 {
 		dlen = 0
@@ -362,7 +373,7 @@ func (n *node) identity(rls string, entries []Entry, m *Match) {
 		}
 		if n.metricDyn {
 			mlen += 1 + len(p.key)
-			if val, ok := p.metricValue(v, detailed); ok {
+			if val, ok := p.metricValue(v, detailed, shared); ok {
 				mlen += 1 + len(val)
 			}
 		}
@@ -387,7 +398,7 @@ func (n *node) identity(rls string, entries []Entry, m *Match) {
 		for i, p := range n.path {
 			sb.WriteByte('.')
 			sb.WriteString(p.key)
-			if val, ok := p.metricValue(entries[i].Value, detailed); ok {
+			if val, ok := p.metricValue(entries[i].Value, detailed, shared); ok {
 				sb.WriteByte('_')
 				sb.WriteString(val)
 			}
@@ -400,12 +411,27 @@ func (n *node) identity(rls string, entries []Entry, m *Match) {
 	}
 }
 
-// metricValue is the value the level adds to MetricKey, if any.
-func (p *node) metricValue(v string, detailed bool) (string, bool) {
+// shared reports that the level's share_threshold applies: it matches
+// many values (a fixed value has no effect).
+func (p *node) shared() bool { return p.share && p.kind != kindExact }
+
+// metricValue is the value the level adds to MetricKey, if any, for the
+// request value v; detailed: the leaf has detailed_metric; shared: and a
+// level of its path has share_threshold. These are envoyproxy/ratelimit's
+// GetLimit rules: a detailed key writes "_" and the request value at every
+// level, even an empty one, unless a level shares, when that level writes
+// its pattern and the others "_" and the value only when it is not empty.
+func (p *node) metricValue(v string, detailed, shared bool) (string, bool) {
 	switch {
 	case p.kind == kindExact:
 		return p.value, true
-	case (p.inMetric || detailed) && !p.share:
+	case p.shared() && p.kind == kindWild:
+		return p.value, true
+	case p.shared():
+		return "", false
+	case detailed && !shared:
+		return v, true
+	case detailed || p.valueToMetric:
 		return v, v != ""
 	case p.kind == kindWild:
 		return p.value, true

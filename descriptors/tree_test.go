@@ -298,3 +298,71 @@ func TestMatchAllocs(t *testing.T) {
 		t.Errorf("Match allocates %v times for a plain value, want 0", n)
 	}
 }
+
+// TestMetricKeyDetailed checks MetricKey against envoyproxy/ratelimit's
+// GetLimit: detailed_metric acts only through the matched leaf's limit (on a
+// parent it does nothing, even with a limit of its own), and then writes
+// "_" and the request value at every level, an empty one included, unless a
+// level of the path has share_threshold: that level writes its pattern and
+// the others "_" and the value only when it is not empty.
+func TestMetricKeyDetailed(t *testing.T) {
+	detailed := func(n int64) *Limit { return &Limit{Policy: pol(n), DetailedMetric: true} }
+	// As config builds a node: Node.DetailedMetric and, with a limit,
+	// Limit.DetailedMetric.
+	tr, err := NewTree([]DomainSpec{{
+		Config: DomainConfig{Name: "d"},
+		Nodes: []*Node{
+			{Key: "user", DetailedMetric: true, Children: []*Node{{Key: "path", Limit: lim(1)}}},
+			{Key: "owner", DetailedMetric: true, Limit: detailed(2), Children: []*Node{{Key: "path", Limit: lim(3)}}},
+			{Key: "k", Value: "v", Children: []*Node{{Key: "path", DetailedMetric: true, Limit: detailed(4)}}},
+			{Key: "f", Value: "a*", DetailedMetric: true, Limit: detailed(5)},
+			{Key: "s", Value: "x*", ShareThreshold: true, Children: []*Node{
+				{Key: "u", DetailedMetric: true, Limit: detailed(6)},
+				{Key: "m", Value: "GET", DetailedMetric: true, Limit: detailed(7)},
+			}},
+			{Key: "vt", ValueToMetric: true, Children: []*Node{{Key: "leaf", DetailedMetric: true, Limit: detailed(8)}}},
+			{Key: "t", ValueToMetric: true, Limit: lim(9)},
+			{Key: "w", Value: "*", ValueToMetric: true, Children: []*Node{{Key: "leaf", Limit: lim(10)}}},
+			{Key: "g", Value: "p*", DetailedMetric: true, Children: []*Node{{Key: "leaf", Limit: lim(11)}}},
+		},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name    string
+		entries []Entry
+		limit   int64
+		metric  string
+	}{
+		{"parent detailed without limit", e("user", "alice", "path", "/x"), 1, "d.user.path"},
+		{"parent detailed with its own limit, deeper request", e("owner", "bob", "path", "/x"), 3, "d.owner.path"},
+		{"parent detailed with its own limit, request ends there", e("owner", "bob"), 2, "d.owner_bob"},
+		{"detailed leaf", e("k", "v", "path", "/x"), 4, "d.k_v.path_/x"},
+		{"detailed leaf, empty value", e("k", "v", "path", ""), 4, "d.k_v.path_"},
+		{"detailed wildcard leaf", e("f", "abc"), 5, "d.f_abc"},
+		{"detailed with share_threshold", e("s", "xy", "u", "bob"), 6, "d.s_x*.u_bob"},
+		{"detailed with share_threshold, empty value", e("s", "xy", "u", ""), 6, "d.s_x*.u"},
+		{"detailed with share_threshold, fixed leaf", e("s", "xz", "m", "GET"), 7, "d.s_x*.m_GET"},
+		{"detailed overrides value_to_metric", e("vt", "a", "leaf", "b"), 8, "d.vt_a.leaf_b"},
+		{"detailed, empty values everywhere", e("vt", "", "leaf", ""), 8, "d.vt_.leaf_"},
+		{"value_to_metric", e("t", "a"), 9, "d.t_a"},
+		{"value_to_metric, empty value", e("t", ""), 9, "d.t"},
+		{"value_to_metric wildcard, empty value", e("w", "", "leaf", "z"), 10, "d.w.leaf"},
+		{"parent wildcard detailed without limit keeps its pattern", e("g", "pq", "leaf", "z"), 11, "d.g_p*.leaf"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			m, ok := tr.Match("d", tt.entries)
+			if !ok {
+				t.Fatal("no match")
+			}
+			if got := m.Policy.Tiers[0].Limit; got != tt.limit {
+				t.Errorf("limit = %d, want %d", got, tt.limit)
+			}
+			if m.MetricKey != tt.metric {
+				t.Errorf("MetricKey = %q, want %q", m.MetricKey, tt.metric)
+			}
+		})
+	}
+}

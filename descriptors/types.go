@@ -44,9 +44,11 @@ type Limit struct {
 	Metadata map[string]any
 	// QuotaMode: over its limit, the descriptor is OVER_LIMIT but the
 	// request is only when every quota descriptor of it is (or another
-	// descriptor is).
+	// descriptor is). ShadowMode comes first: a shadow quota descriptor is
+	// OK, never over.
 	QuotaMode bool
-	// DetailedMetric puts the request value of every level in MetricKey.
+	// DetailedMetric puts the request value of every level in MetricKey
+	// (see the package documentation); only a matched leaf's counts.
 	DetailedMetric bool
 	// Policy is the default rate policy; Overrides are per Charon domain.
 	Policy    *tiers.Policy

@@ -58,7 +58,10 @@ type Options struct {
 	// copy logs only while copy-limited resources are configured).
 	OnSetTree func(*descriptors.Tree)
 	// QuotaMode puts every limit in quota mode (envoyproxy/ratelimit's
-	// QUOTA_MODE), as quota_mode: true does for one.
+	// QUOTA_MODE), as quota_mode: true does for one, a descriptor's own
+	// limit included; as there, every descriptor but an unlimited one is
+	// then a quota descriptor, one without a limit (no match, replaced)
+	// within, so a request with one is never over by quota alone.
 	QuotaMode bool
 	// FixedWindowOverrides makes a request's own limit (of one unit) a
 	// fixed window, sharing the state of a configured fixed window of the
@@ -91,7 +94,7 @@ type Engine struct {
 type scratch struct {
 	matches []descriptors.Match
 	itemOf  []int
-	quota   []bool // per item: in quota mode
+	modes   []itemMode // per item
 	items   []store.Item
 	out     []tiers.Decision
 	buf     []byte
@@ -187,7 +190,7 @@ func (e *Engine) Decide(ctx context.Context, req *Request, resp *Response) error
 	e.match(tree, req, known, sc)
 	sc.itemOf = grow(sc.itemOf, n)
 
-	sc.items, sc.quota = sc.items[:0], sc.quota[:0]
+	sc.items, sc.modes = sc.items[:0], sc.modes[:0]
 	for i := range req.Descriptors {
 		m := &sc.matches[i]
 		sc.itemOf[i] = -1
@@ -203,15 +206,15 @@ func (e *Engine) Decide(ctx context.Context, req *Request, resp *Response) error
 		// A quota descriptor over its limit does not stop the others (it
 		// takes part like a shadow item); the request is over when every
 		// quota descriptor is.
-		quota := !ignore && (e.quotaAll || l.QuotaMode) && d.Override == nil
-		sc.quota = append(sc.quota, quota)
+		mode := e.mode(l, d.Override != nil, ignore)
+		sc.modes = append(sc.modes, mode)
 		sc.items = append(sc.items, store.Item{
 			Key:    store.Key{Resource: m.Resource, Domain: m.Domain, PolicyID: l.ID},
 			Policy: m.Policy,
 			Hits:   hits,
 			Min:    hits,
 			Refund: d.Refund,
-			Shadow: ignore || (l.ShadowMode && d.Override == nil) || quota,
+			Shadow: mode.shadow || mode.quota,
 		})
 	}
 	sc.out = grow(sc.out, len(sc.items))
@@ -234,24 +237,35 @@ func (e *Engine) Decide(ctx context.Context, req *Request, resp *Response) error
 		k := sc.itemOf[i]
 		if k < 0 {
 			st.Unconfigured = known && st.Match.Limit == nil && dc.AllowUnconfigured
-			if l := st.Match.Limit; l != nil && l.Unlimited && !st.Match.Replaced {
-				// envoyproxy/ratelimit's answer for unlimited: all of it.
+			if l := st.Match.Limit; l != nil && l.Unlimited {
+				// envoyproxy/ratelimit's answer for unlimited: all of it,
+				// even when another descriptor replaces it (its replaces
+				// never drop an unlimited limit).
 				st.Remaining = math.MaxUint32
+			} else if e.quotaAll {
+				// Under global quota mode envoyproxy/ratelimit counts every
+				// descriptor but an unlimited one as a quota descriptor,
+				// one without a limit (no match, replaced) as within it: a
+				// request with such a descriptor is never over by quota.
+				quotas++
 			}
 			continue
 		}
 		it, d := &sc.items[k], &sc.out[k]
 		st.Decision = *d
-		if sc.quota[k] {
+		mode := sc.modes[k]
+		if mode.quota {
 			quotas++
 		}
 		switch {
 		case d.OK || it.Refund:
-		case sc.quota[k]:
+		case mode.shadow:
+			// Shadow mode answers OK first, as envoyproxy/ratelimit's
+			// limiter does: a shadow quota descriptor is never over.
+			st.Shadow = true
+		case mode.quota:
 			st.Code = CodeOverLimit
 			quotasOver++
-		case it.Shadow:
-			st.Shadow = true
 		default:
 			st.Code, resp.Code = CodeOverLimit, CodeOverLimit
 		}
@@ -267,6 +281,26 @@ func (e *Engine) Decide(ctx context.Context, req *Request, resp *Response) error
 		resp.Code = CodeOverLimit
 	}
 	return nil
+}
+
+// itemMode is how a rate-limited descriptor's rejection is answered.
+type itemMode struct {
+	// shadow: answered OK (shadow_mode, or the domain's ignore_limits).
+	shadow bool
+	// quota: the descriptor is OVER_LIMIT, the request only when every
+	// quota descriptor of it is.
+	quota bool
+}
+
+// mode is the itemMode of a descriptor limited by l; own: by its own limit
+// (RateLimitOverride), which, as in envoyproxy/ratelimit, has neither
+// shadow_mode nor quota_mode, though global quota mode (Options.QuotaMode)
+// applies to it.
+func (e *Engine) mode(l *descriptors.Limit, own, ignore bool) itemMode {
+	return itemMode{
+		shadow: ignore || (l.ShadowMode && !own),
+		quota:  !ignore && (e.quotaAll || (l.QuotaMode && !own)),
+	}
 }
 
 // match sets sc.matches to the matches of req's descriptors in tree

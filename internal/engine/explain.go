@@ -71,8 +71,8 @@ func (e *Engine) Explain(ctx context.Context, req *Request) ([]Explanation, erro
 		if !ok {
 			continue
 		}
-		x.Shadow = dc.IgnoreLimits || (x.Match.Limit.ShadowMode && x.Override != OverrideRequest)
-		x.Quota = !dc.IgnoreLimits && (e.quotaAll || x.Match.Limit.QuotaMode) && x.Override != OverrideRequest
+		mode := e.mode(x.Match.Limit, x.Override == OverrideRequest, dc.IgnoreLimits)
+		x.Shadow, x.Quota = mode.shadow, mode.quota
 		in, ok := e.store.(store.Inspector)
 		if !ok {
 			return nil, fmt.Errorf("%w: %w", ErrStore, store.ErrCannotInspect)
@@ -126,10 +126,11 @@ func (e *Engine) explainItem(req *Request, i int, x *Explanation, known bool) (s
 		x.Reason = ReasonUnknownDomain
 	case l == nil:
 		x.Reason = ReasonNoMatch
+	case l.Unlimited:
+		// Before replaced: replaces never drop an unlimited limit.
+		x.Reason = ReasonUnlimited
 	case m.Replaced:
 		x.Reason = ReasonReplaced
-	case l.Unlimited:
-		x.Reason = ReasonUnlimited
 	case l.Copies != nil:
 		x.Reason = ReasonCopies
 	case m.Policy == nil:

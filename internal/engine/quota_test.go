@@ -2,10 +2,14 @@ package engine
 
 import (
 	"context"
+	"math"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/charonlimit/charon/descriptors"
+	"github.com/charonlimit/charon/internal/store"
 	"github.com/charonlimit/charon/internal/store/memstore"
 	"github.com/charonlimit/charon/tiers"
 )
@@ -96,6 +100,130 @@ func TestFixedWindowOverrideSharesTheCounter(t *testing.T) {
 		}
 		if got := ask(&Override{RequestsPerUnit: 2, Unit: tiers.UnitHour}); got != CodeOK {
 			t.Errorf("fixed %v: an override of another unit: %v, want OK (its own counter)", fixed, got)
+		}
+	}
+}
+
+// TestQuotaModeCountsLikeLyft mirrors envoyproxy/ratelimit's
+// shouldRateLimitWorker: a descriptor is a quota descriptor when global quota
+// mode is on or its limit has quota_mode; under global quota mode that is
+// every descriptor but an unlimited one, including one without a limit (no
+// match, replaced, its own limit), which is within. The request is
+// OVER_LIMIT when a descriptor that is not a quota descriptor is over, or
+// when every quota descriptor is. Shadow mode answers a descriptor OK before
+// quota mode sees it. An unlimited descriptor answers all of its remaining
+// even when replaced. The store answers "over" for the value "over".
+func TestQuotaModeCountsLikeLyft(t *testing.T) {
+	perMinute := func(n int64) *tiers.Policy {
+		return &tiers.Policy{Kind: tiers.KindTiers, Tiers: []tiers.Tier{{Limit: n, Window: time.Minute, Active: tiers.Unbounded}}}
+	}
+	tree, err := descriptors.NewTree([]descriptors.DomainSpec{{Config: descriptors.DomainConfig{Name: "q"}, Nodes: []*descriptors.Node{
+		{Key: "q1", Limit: &descriptors.Limit{QuotaMode: true, Policy: perMinute(1)}},
+		{Key: "q2", Limit: &descriptors.Limit{QuotaMode: true, Policy: perMinute(1)}},
+		{Key: "r", Limit: &descriptors.Limit{Policy: perMinute(1)}},
+		{Key: "shadow", Limit: &descriptors.Limit{ShadowMode: true, Policy: perMinute(1)}},
+		{Key: "shadowq", Limit: &descriptors.Limit{ShadowMode: true, QuotaMode: true, Policy: perMinute(1)}},
+		{Key: "named", Limit: &descriptors.Limit{Name: "N", QuotaMode: true, Policy: perMinute(1)}},
+		{Key: "replacer", Limit: &descriptors.Limit{Unlimited: true, Replaces: []string{"N"}}},
+		{Key: "free", Limit: &descriptors.Limit{Name: "F", Unlimited: true, QuotaMode: true}},
+		{Key: "freereplacer", Limit: &descriptors.Limit{Replaces: []string{"F"}, Policy: perMinute(1)}},
+	}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	own := func(v string) Descriptor {
+		d := desc("own", v)
+		d.Override = &Override{RequestsPerUnit: 1, Unit: tiers.UnitMinute}
+		return d
+	}
+	// Statuses: "OK", "OVER", "SHADOW" (OK, Shadow set), "MAX" (OK,
+	// remaining 4294967295, not limited).
+	tests := []struct {
+		name  string
+		descs []Descriptor
+		// overall answers without and with global quota mode
+		code, codeAll Code
+		statuses      []string
+	}{
+		{"quota over alone", []Descriptor{desc("q1", "over")}, over, over, []string{"OVER"}},
+		{"quota over + unmatched", []Descriptor{desc("q1", "over"), desc("nope", "x")}, over, ok, []string{"OVER", "OK"}},
+		{"quota over + unmatched last of its path", []Descriptor{desc("q1", "over"), desc("q1", "x", "deeper", "y")}, over, ok, []string{"OVER", "OK"}},
+		{"unmatched only", []Descriptor{desc("nope", "x"), desc("nope", "y")}, ok, ok, []string{"OK", "OK"}},
+		{"quota over + quota over", []Descriptor{desc("q1", "over"), desc("q2", "over")}, over, over, []string{"OVER", "OVER"}},
+		{"quota over + quota within", []Descriptor{desc("q1", "over"), desc("q2", "x")}, ok, ok, []string{"OVER", "OK"}},
+		{"quota over + unlimited", []Descriptor{desc("q1", "over"), desc("free", "x")}, over, over, []string{"OVER", "MAX"}},
+		{"quota over + replaced quota", []Descriptor{desc("q1", "over"), desc("named", "x"), desc("replacer", "x")}, over, ok, []string{"OVER", "OK", "MAX"}},
+		{"replaced quota over + quota over", []Descriptor{desc("named", "over"), desc("replacer", "x"), desc("q1", "over")}, over, ok, []string{"OK", "MAX", "OVER"}},
+		{"quota over + plain within", []Descriptor{desc("q1", "over"), desc("r", "x")}, over, ok, []string{"OVER", "OK"}},
+		{"quota over + plain over", []Descriptor{desc("q1", "over"), desc("r", "over")}, over, over, []string{"OVER", "OVER"}},
+		{"plain over + unmatched", []Descriptor{desc("r", "over"), desc("nope", "x")}, over, ok, []string{"OVER", "OK"}},
+		{"plain over alone", []Descriptor{desc("r", "over")}, over, over, []string{"OVER"}},
+		{"shadow quota over", []Descriptor{desc("shadowq", "over")}, ok, ok, []string{"SHADOW"}},
+		{"shadow quota over + quota over", []Descriptor{desc("shadowq", "over"), desc("q1", "over")}, ok, ok, []string{"SHADOW", "OVER"}},
+		{"shadow over + quota over", []Descriptor{desc("shadow", "over"), desc("q1", "over")}, over, ok, []string{"SHADOW", "OVER"}},
+		{"own limit over + quota within", []Descriptor{own("over"), desc("q2", "x")}, over, ok, []string{"OVER", "OK"}},
+		{"own limit over + unmatched", []Descriptor{own("over"), desc("nope", "x")}, over, ok, []string{"OVER", "OK"}},
+		{"own limit over alone", []Descriptor{own("over")}, over, over, []string{"OVER"}},
+		{"replaced unlimited answers all", []Descriptor{desc("free", "x"), desc("freereplacer", "x")}, ok, ok, []string{"MAX", "OK"}},
+	}
+	for _, all := range []bool{false, true} {
+		fs := &fakeStore{answer: func(_ int, it store.Item) tiers.Decision {
+			if it.Key.Domain == "over" || strings.HasSuffix(it.Key.Resource, "=over") {
+				return tiers.Decision{}
+			}
+			return tiers.Decision{OK: true, Granted: it.Hits}
+		}}
+		e := New(Options{Store: fs, Now: newClock().Now, QuotaMode: all})
+		e.SetTree(tree)
+		for _, tt := range tests {
+			resp, err := e.ShouldRateLimit(context.Background(), &Request{Domain: "q", Descriptors: tt.descs})
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := map[bool]Code{false: tt.code, true: tt.codeAll}[all]
+			var got []string
+			for _, st := range resp.Statuses {
+				s := map[Code]string{CodeOK: "OK", CodeOverLimit: "OVER"}[st.Code]
+				switch {
+				case st.Code == CodeOK && st.Shadow:
+					s = "SHADOW"
+				case st.Code == CodeOK && st.Remaining == math.MaxUint32 && st.Limit == nil:
+					s = "MAX"
+				}
+				got = append(got, s)
+			}
+			if resp.Code != want || !slices.Equal(got, tt.statuses) {
+				t.Errorf("global quota %v, %s: got %v %v, want %v %v", all, tt.name, resp.Code, got, want, tt.statuses)
+			}
+		}
+	}
+}
+
+// TestExplainQuotaLikeDecide: Explain reports the modes Decide uses: under
+// global quota mode a descriptor's own limit is a quota descriptor, and an
+// unlimited descriptor named in another's replaces stays unlimited.
+func TestExplainQuotaLikeDecide(t *testing.T) {
+	tree, err := descriptors.NewTree([]descriptors.DomainSpec{{Config: descriptors.DomainConfig{Name: "q"}, Nodes: []*descriptors.Node{
+		{Key: "free", Limit: &descriptors.Limit{Name: "F", Unlimited: true}},
+		{Key: "r", Limit: &descriptors.Limit{Replaces: []string{"F"}, Policy: lyft(1, time.Minute)}},
+	}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := memstore.New(memstore.Options{})
+	t.Cleanup(func() { st.Close() })
+	for _, all := range []bool{false, true} {
+		e := New(Options{Store: st, Now: newClock().Now, QuotaMode: all})
+		e.SetTree(tree)
+		xs := explain(t, e, &Request{Domain: "q", Descriptors: []Descriptor{
+			desc("free", "x"), desc("r", "x"),
+			{Entries: entries("own", "x"), Override: &Override{RequestsPerUnit: 1, Unit: tiers.UnitMinute}},
+		}})
+		if xs[0].Reason != ReasonUnlimited {
+			t.Errorf("global quota %v: replaced unlimited: reason %q, want %q", all, xs[0].Reason, ReasonUnlimited)
+		}
+		if !xs[2].Limited || xs[2].Quota != all || xs[2].Shadow {
+			t.Errorf("global quota %v: own limit: Limited %v, Quota %v, Shadow %v; want true, %v, false", all, xs[2].Limited, xs[2].Quota, xs[2].Shadow, all)
 		}
 	}
 }
