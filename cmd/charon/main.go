@@ -63,10 +63,10 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) in
 		err = runServe(args[1:], getenv, stderr)
 	case "config":
 		if len(args) < 2 || args[1] != "check" {
-			fmt.Fprintln(stderr, "usage: charon config check DIR [--dump] [--merge-domains]")
+			fmt.Fprintln(stderr, "usage: charon config check DIR [--dump] [--merge-domains] [--fixed-window]")
 			return 2
 		}
-		err = runCheck(args[2:], stdout, stderr)
+		err = runCheck(args[2:], getenv, stdout, stderr)
 	case "suggest":
 		err = runSuggest(args[1:], stdout, stderr)
 	case "sim":

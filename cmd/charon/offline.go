@@ -24,12 +24,18 @@ import (
 )
 
 // runCheck validates a configuration directory offline, exactly as serve
-// would load it. Flags may come before or after DIR.
-func runCheck(args []string, stdout, stderr io.Writer) error {
+// would load it: the environment serve reads (MERGE_DOMAIN_CONFIG,
+// CHARON_MERGE_DOMAINS, CHARON_FIXED_WINDOW...) applies here too, read by
+// the same code, and a variable serve would refuse is refused here too; the
+// flags override it, as serve's do. Flags may come before or after DIR.
+func runCheck(args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	sc, _, err := serveEnv(getenv, stderr)
+	if err != nil {
+		return err
+	}
 	fs := clientcmd.FlagSet("config check", stderr)
 	dump := fs.Bool("dump", false, "print the resolved configuration as YAML")
-	merge := fs.Bool("merge-domains", false, "merge files that share a domain instead of refusing them")
-	fixed := fs.Bool("fixed-window", false, "rate_limit without an algorithm uses the calendar-aligned fixed window")
+	loadFlags(fs, sc)
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: charon config check DIR [--dump] [--merge-domains] [--fixed-window]")
 		fs.PrintDefaults()
@@ -55,7 +61,7 @@ func runCheck(args []string, stdout, stderr io.Writer) error {
 	if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
 		return fmt.Errorf("%s is not a readable directory", dir)
 	}
-	cfg, warns, err := config.Load(config.DirFS(dir), config.Options{MergeDomains: *merge, FixedWindowDefault: *fixed})
+	cfg, warns, err := config.Load(config.DirFS(dir), sc.loadOptions())
 	for _, w := range warns {
 		fmt.Fprintln(stdout, "warning:", w.String())
 	}

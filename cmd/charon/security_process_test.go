@@ -228,7 +228,7 @@ func TestServeRedisOverTLS(t *testing.T) {
 	m := tlstest.NewMutual(t, "redis.test", "charon.test")
 	ca, cert, key, clientCert, clientKey := m.CA, m.CertFile, m.KeyFile, m.ClientCertFile, m.ClientKeyFile
 	r := redistest.SingleTLS(t, cert, key, ca.File, true)
-	p := startServeEnv(t, buildCharon(t), []string{"REDIS_TLS_CACERT=" + ca.File, "REDIS_TLS_CLIENT_CERT=" + clientCert,
+	p := startServeEnv(t, buildCharon(t), []string{"REDIS_TLS=true", "REDIS_TLS_CACERT=" + ca.File, "REDIS_TLS_CLIENT_CERT=" + clientCert,
 		"REDIS_TLS_CLIENT_KEY=" + clientKey}, "--config", writeRedisConfig(t), "--store", "redis",
 		"--redis-url", "rediss://"+r.Addr(), "--redis-tls-server-name", "redis.test", "--failure-mode", "unavailable")
 	granted := 0
@@ -243,6 +243,40 @@ func TestServeRedisOverTLS(t *testing.T) {
 	metrics := get(t, "http://"+p.debugAddr+"/metrics")
 	if n := metricValue(metrics, `charon_store_calls_total{path="unavailable"}`); n != 0 {
 		t.Errorf("%v decisions failed over to the failure mode", n)
+	}
+}
+
+// TestLyftRedisTLSFiles: envoyproxy/ratelimit's Redis TLS files turn TLS on
+// only with REDIS_TLS=true; unset or false, it dials plain TCP, and so does
+// Charon.
+func TestLyftRedisTLSFiles(t *testing.T) {
+	m := tlstest.NewMutual(t, "redis.test", "charon.test")
+	for _, tc := range []struct {
+		redisTLS string
+		url      string
+		tls      bool
+	}{
+		{"", "redis://h:1", false},
+		{"false", "redis://h:1", false},
+		{"0", "redis://h:1", false},
+		{"true", "rediss://h:1", true},
+	} {
+		env := map[string]string{"REDIS_URL": "h:1", "REDIS_TLS": tc.redisTLS, "REDIS_TLS_CACERT": m.CA.File,
+			"REDIS_TLS_CLIENT_CERT": m.ClientCertFile, "REDIS_TLS_CLIENT_KEY": m.ClientKeyFile,
+			"REDIS_TLS_SKIP_HOSTNAME_VERIFICATION": "true"}
+		c, err := parseServe(nil, envOf(env), new(strings.Builder))
+		if err != nil {
+			t.Errorf("REDIS_TLS=%q: %v", tc.redisTLS, err)
+			continue
+		}
+		o, err := c.Redis.Resolve()
+		if err != nil {
+			t.Errorf("REDIS_TLS=%q: %v", tc.redisTLS, err)
+			continue
+		}
+		if c.Redis.URL != tc.url || (o.TLSConfig != nil) != tc.tls {
+			t.Errorf("REDIS_TLS=%q: got URL %s, TLS %t; want %s, TLS %t", tc.redisTLS, c.Redis.URL, o.TLSConfig != nil, tc.url, tc.tls)
+		}
 	}
 }
 

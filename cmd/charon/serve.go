@@ -93,8 +93,7 @@ func serveFlags(fs *flag.FlagSet, c *serveConfig) {
 	fs.IntVar(&c.MaxDescriptors, "max-descriptors", c.MaxDescriptors, "most descriptors in one request")
 	fs.IntVar(&c.MaxKeys, "max-keys", c.MaxKeys, "most tracked (resource, domain) pairs in memory, least recently used evicted")
 	fs.BoolVar(&c.QuotaMode, "quota-mode", c.QuotaMode, "every limit in quota mode: a descriptor over its limit is OVER_LIMIT, the request only when all its descriptors are")
-	fs.BoolVar(&c.MergeDomains, "merge-domains", c.MergeDomains, "merge files that share a domain instead of refusing them")
-	fs.BoolVar(&c.FixedWindow, "fixed-window", c.FixedWindow, "rate_limit without an algorithm uses envoyproxy/ratelimit's calendar-aligned fixed window instead of the exact sliding window")
+	loadFlags(fs, c)
 	fs.IntVar(&c.HeapFloorMiB, "heap-floor-mib", c.HeapFloorMiB, "the garbage collector's heap goal is at least this many MiB while the live heap is small; 0: Go's default")
 	// Every flag can be set by its CHARON_<FLAG> variable (applyCharonEnv).
 	fs.VisitAll(func(f *flag.Flag) {
@@ -102,6 +101,18 @@ func serveFlags(fs *flag.FlagSet, c *serveConfig) {
 			f.Usage += " (env " + envName(f.Name) + ")"
 		}
 	})
+}
+
+// loadFlags declares the flags that change how a configuration loads; serve
+// and config check both declare them, so that the two load alike.
+func loadFlags(fs *flag.FlagSet, c *serveConfig) {
+	fs.BoolVar(&c.MergeDomains, "merge-domains", c.MergeDomains, "merge files that share a domain instead of refusing them (env "+envName("merge-domains")+")")
+	fs.BoolVar(&c.FixedWindow, "fixed-window", c.FixedWindow, "rate_limit without an algorithm uses envoyproxy/ratelimit's calendar-aligned fixed window instead of the exact sliding window (env "+envName("fixed-window")+")")
+}
+
+// loadOptions are the options a configuration loads with.
+func (c *serveConfig) loadOptions() config.Options {
+	return config.Options{MergeDomains: c.MergeDomains, FixedWindowDefault: c.FixedWindow}
 }
 
 func envName(flagName string) string {
@@ -123,12 +134,15 @@ func applyCharonEnv(fs *flag.FlagSet, getenv func(string) string) error {
 	return err
 }
 
-// parseServe resolves serve's configuration from args and the environment.
-func parseServe(args []string, getenv func(string) string, stderr io.Writer) (serveConfig, error) {
+// serveEnv returns serve's defaults overridden by envoyproxy/ratelimit's
+// environment and then by CHARON_* variables, with serve's flag set bound to
+// it for the command line to override last. config check starts from it
+// too, so that it loads exactly as serve would.
+func serveEnv(getenv func(string) string, stderr io.Writer) (*serveConfig, *flag.FlagSet, error) {
 	c := defaultServeConfig()
 	lyft, err := lyftenv.Read(getenv)
 	if err != nil {
-		return c, fmt.Errorf("%w: %v", errUsage, err)
+		return &c, nil, fmt.Errorf("%w: %v", errUsage, err)
 	}
 	c.Redis.Username, c.Redis.Password = lyft.RedisUsername, lyft.RedisPassword
 	if p := getenv("CHARON_REDIS_PASSWORD"); p != "" {
@@ -140,19 +154,28 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (se
 	serveFlags(fs, &c)
 	for _, f := range lyft.Flags {
 		if err := fs.Set(f.Name, f.Value); err != nil {
-			return c, fmt.Errorf("%w: %s: %v", errUsage, f.From, err)
+			return &c, nil, fmt.Errorf("%w: %s: %v", errUsage, f.From, err)
 		}
 	}
 	if err := applyCharonEnv(fs, getenv); err != nil {
-		return c, err
+		return &c, nil, err
+	}
+	return &c, fs, nil
+}
+
+// parseServe resolves serve's configuration from args and the environment.
+func parseServe(args []string, getenv func(string) string, stderr io.Writer) (serveConfig, error) {
+	c, fs, err := serveEnv(getenv, stderr)
+	if err != nil {
+		return *c, err
 	}
 	if err := clientcmd.ParseFlags(fs, args); err != nil {
-		return c, err
+		return *c, err
 	}
 	if err := c.check(); err != nil {
-		return c, fmt.Errorf("%w: %v", errUsage, err)
+		return *c, fmt.Errorf("%w: %v", errUsage, err)
 	}
-	return c, nil
+	return *c, nil
 }
 
 // check refuses settings that cannot work, naming the flag.
@@ -242,7 +265,7 @@ func serve(c serveConfig, args []string, log *slog.Logger) error {
 	if err := c.Server.Apply(&opts, log); err != nil {
 		return err
 	}
-	cfgOpts := config.Options{MergeDomains: c.MergeDomains, FixedWindowDefault: c.FixedWindow}
+	cfgOpts := c.loadOptions()
 	opts.Load = func(fsys fs.FS) (*config.Config, []config.Warning, error) { return config.Load(fsys, cfgOpts) }
 	eo := engine.Options{MaxDescriptors: c.MaxDescriptors, QuotaMode: c.QuotaMode, FixedWindowOverrides: c.FixedWindow}
 	local := memstore.Options{MaxKeys: c.MaxKeys, SweepInterval: 10 * time.Second}

@@ -60,6 +60,14 @@ func TestParseServePrecedence(t *testing.T) {
 				c.ConfigDir, c.Server.GRPCAddr, c.Server.HTTPAddr, c.Server.DebugAddr = "/data/ratelimit/config", ":9081", ":9080", "127.0.0.1:9070"
 				c.LogLevel, c.LogFormat, c.MergeDomains = "debug", "text", true
 			})},
+		{"lyft statsd host alone", nil, map[string]string{"STATSD_HOST": "stats.local"},
+			with(func(c *serveConfig) { c.StatsdAddr = "stats.local:8125" })},
+		{"lyft statsd port alone", nil, map[string]string{"STATSD_PORT": "9125", "STATS_FLUSH_INTERVAL": "5s"},
+			with(func(c *serveConfig) { c.StatsdAddr, c.StatsdFlush = "localhost:9125", 5*time.Second })},
+		{"lyft statsd off", nil, map[string]string{"USE_STATSD": "false", "STATSD_HOST": "stats.local", "STATSD_PORT": "9125"}, def},
+		{"lyft stats disabled", nil, map[string]string{"DISABLE_STATS": "true", "USE_STATSD": "true", "STATSD_HOST": "stats.local"}, def},
+		{"charon statsd beats lyft", nil, map[string]string{"STATSD_HOST": "stats.local", "CHARON_STATSD_ADDR": "other:1"},
+			with(func(c *serveConfig) { c.StatsdAddr = "other:1" })},
 		{"lyft defaults for root and app dir", nil, map[string]string{"RUNTIME_SUBDIRECTORY": "rl"},
 			with(func(c *serveConfig) { c.ConfigDir = "/srv/runtime_data/current/rl/config" })},
 		{"lyft app dir", nil, map[string]string{"RUNTIME_ROOT": "/r", "RUNTIME_APPDIRECTORY": "app"},

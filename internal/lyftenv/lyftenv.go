@@ -13,8 +13,10 @@
 //	REDIS_POOL_SIZE                                            --redis-pool-size
 //	GRPC_SERVER_USE_TLS with GRPC_SERVER_TLS_CERT, _KEY        --grpc-tls-cert, --grpc-tls-key
 //	GRPC_CLIENT_TLS_CACERT, GRPC_CLIENT_TLS_SAN                --grpc-tls-client-ca, --grpc-tls-client-san
-//	REDIS_TLS_CACERT, REDIS_TLS_CLIENT_CERT, _KEY              --redis-tls-ca, --redis-tls-cert, --redis-tls-key
-//	REDIS_TLS_SKIP_HOSTNAME_VERIFICATION                       --redis-tls-skip-verify
+//	REDIS_TLS_CACERT, REDIS_TLS_CLIENT_CERT, _KEY              --redis-tls-ca, --redis-tls-cert, --redis-tls-key (with REDIS_TLS=true)
+//	REDIS_TLS_SKIP_HOSTNAME_VERIFICATION                       --redis-tls-skip-verify (with REDIS_TLS=true)
+//	USE_STATSD, STATSD_HOST, STATSD_PORT, STATS_FLUSH_INTERVAL --statsd-addr, --statsd-flush-interval (not with DISABLE_STATS=true)
+//	USE_PROMETHEUS, PROMETHEUS_ADDR, PROMETHEUS_PATH           --metrics-addr, --metrics-path (not with DISABLE_STATS=true)
 package lyftenv
 
 import (
@@ -131,16 +133,8 @@ func read(s *Settings, getenv func(string) string) error {
 			s.set(m.flag, v, m.env)
 		}
 	}
-	if on, _ := strconv.ParseBool(getenv("USE_STATSD")); on {
-		host, port := cmp.Or(getenv("STATSD_HOST"), "localhost"), cmp.Or(getenv("STATSD_PORT"), "8125")
-		s.set("statsd-addr", net.JoinHostPort(host, port), "USE_STATSD")
-		if v := getenv("STATS_FLUSH_INTERVAL"); v != "" {
-			s.set("statsd-flush-interval", v, "STATS_FLUSH_INTERVAL")
-		}
-	}
-	if on, _ := strconv.ParseBool(getenv("USE_PROMETHEUS")); on {
-		s.set("metrics-addr", cmp.Or(getenv("PROMETHEUS_ADDR"), ":9090"), "USE_PROMETHEUS")
-		s.set("metrics-path", cmp.Or(getenv("PROMETHEUS_PATH"), "/metrics"), "PROMETHEUS_PATH")
+	if err := readStats(s, getenv); err != nil {
+		return err
 	}
 	if v := getenv("LOG_LEVEL"); v != "" {
 		s.LogLevel = v
@@ -169,8 +163,8 @@ func read(s *Settings, getenv func(string) string) error {
 //	REDIS_AUTH               password, or user:password
 //	REDIS_POOL_SIZE          --redis-pool-size
 //
-// Their other Redis variables (per-second Redis, pipelining, TLS files) are
-// not mapped.
+// readTLS maps the TLS files (with REDIS_TLS=true only); their other Redis
+// variables (per-second Redis, pipelining) are not mapped.
 func readRedis(s *Settings, getenv func(string) string) error {
 	switch v := getenv("BACKEND_TYPE"); strings.ToLower(v) {
 	case "":
@@ -197,13 +191,9 @@ func readRedis(s *Settings, getenv func(string) string) error {
 	if raw == "" {
 		return nil
 	}
-	tlsOn := false
-	if v := getenv("REDIS_TLS"); v != "" {
-		b, err := strconv.ParseBool(v)
-		if err != nil {
-			return fmt.Errorf("REDIS_TLS=%q: not a boolean", v)
-		}
-		tlsOn = b
+	tlsOn, _, err := boolean(getenv, "REDIS_TLS")
+	if err != nil {
+		return err
 	}
 	tls := ""
 	if tlsOn {
@@ -257,20 +247,71 @@ func readRedis(s *Settings, getenv func(string) string) error {
 	return nil
 }
 
+// boolean reads a boolean variable: set reports whether it has a value at
+// all, and an error names it.
+func boolean(getenv func(string) string, name string) (on, set bool, err error) {
+	v := getenv(name)
+	if v == "" {
+		return false, false, nil
+	}
+	b, err := strconv.ParseBool(v)
+	if err != nil {
+		return false, true, fmt.Errorf("%s=%q: not a boolean", name, v)
+	}
+	return b, true, nil
+}
+
+// readStats maps the stats sinks as envoyproxy/ratelimit chooses them:
+// DISABLE_STATS=true turns every sink off; USE_STATSD defaults to true
+// there, so STATSD_HOST or STATSD_PORT alone sends statsd stats (to
+// localhost:8125 for the one not set). With none of the three set, Charon
+// sends no statsd, where envoyproxy/ratelimit would send to localhost:8125.
+func readStats(s *Settings, getenv func(string) string) error {
+	disabled, _, err := boolean(getenv, "DISABLE_STATS")
+	if err != nil {
+		return err
+	}
+	if disabled {
+		return nil
+	}
+	useStatsd, statsdSet, err := boolean(getenv, "USE_STATSD")
+	if err != nil {
+		return err
+	}
+	host, port := getenv("STATSD_HOST"), getenv("STATSD_PORT")
+	from := "USE_STATSD"
+	if !statsdSet {
+		useStatsd = host != "" || port != ""
+		from = "STATSD_PORT"
+		if host != "" {
+			from = "STATSD_HOST"
+		}
+	}
+	if useStatsd {
+		if port == "" {
+			port = "8125"
+		} else if n, err := strconv.ParseUint(port, 10, 16); err != nil {
+			return fmt.Errorf("STATSD_PORT=%q: not a port number", port)
+		} else {
+			port = strconv.FormatUint(n, 10)
+		}
+		s.set("statsd-addr", net.JoinHostPort(cmp.Or(host, "localhost"), port), from)
+		if v := getenv("STATS_FLUSH_INTERVAL"); v != "" {
+			s.set("statsd-flush-interval", v, "STATS_FLUSH_INTERVAL")
+		}
+	}
+	if on, _, err := boolean(getenv, "USE_PROMETHEUS"); err != nil {
+		return err
+	} else if on {
+		s.set("metrics-addr", cmp.Or(getenv("PROMETHEUS_ADDR"), ":9090"), "USE_PROMETHEUS")
+		s.set("metrics-path", cmp.Or(getenv("PROMETHEUS_PATH"), "/metrics"), "PROMETHEUS_PATH")
+	}
+	return nil
+}
+
 // readTLS maps the TLS variables of the gRPC server and of Redis.
 func readTLS(s *Settings, getenv func(string) string) error {
-	boolean := func(name string) (bool, error) {
-		v := getenv(name)
-		if v == "" {
-			return false, nil
-		}
-		b, err := strconv.ParseBool(v)
-		if err != nil {
-			return false, fmt.Errorf("%s=%q: not a boolean", name, v)
-		}
-		return b, nil
-	}
-	on, err := boolean("GRPC_SERVER_USE_TLS")
+	on, _, err := boolean(getenv, "GRPC_SERVER_USE_TLS")
 	if err != nil {
 		return err
 	}
@@ -288,6 +329,19 @@ func readTLS(s *Settings, getenv func(string) string) error {
 			s.set("grpc-tls-client-san", v, "GRPC_CLIENT_TLS_SAN")
 		}
 	}
+	// envoyproxy/ratelimit reads the Redis TLS files only with
+	// REDIS_TLS=true and otherwise dials plain TCP; any --redis-tls-* flag
+	// turns TLS on, so without REDIS_TLS=true they map to nothing.
+	// (REDIS_PERSECOND_TLS=true reads them there too, for the per-second
+	// Redis only, which is refused.)
+	redisTLS, _, err := boolean(getenv, "REDIS_TLS")
+	if err != nil {
+		return err
+	}
+	skip, _, err := boolean(getenv, "REDIS_TLS_SKIP_HOSTNAME_VERIFICATION")
+	if err != nil || !redisTLS {
+		return err
+	}
 	for _, m := range []struct{ env, flag string }{
 		{"REDIS_TLS_CACERT", "redis-tls-ca"},
 		{"REDIS_TLS_CLIENT_CERT", "redis-tls-cert"},
@@ -296,10 +350,6 @@ func readTLS(s *Settings, getenv func(string) string) error {
 		if v := getenv(m.env); v != "" {
 			s.set(m.flag, v, m.env)
 		}
-	}
-	skip, err := boolean("REDIS_TLS_SKIP_HOSTNAME_VERIFICATION")
-	if err != nil {
-		return err
 	}
 	if skip {
 		s.set("redis-tls-skip-verify", "true", "REDIS_TLS_SKIP_HOSTNAME_VERIFICATION")

@@ -40,6 +40,30 @@ func TestRead(t *testing.T) {
 				{"tracing-sampling-rate", "0.5", "TRACING_SAMPLING_RATE"}}},
 		{"statsd", map[string]string{"USE_STATSD": "true", "STATSD_PORT": "9125", "STATS_FLUSH_INTERVAL": "5s"},
 			[]lyftenv.Flag{{"statsd-addr", "localhost:9125", "USE_STATSD"}, {"statsd-flush-interval", "5s", "STATS_FLUSH_INTERVAL"}}},
+		{"statsd host alone: USE_STATSD defaults to true there", map[string]string{"STATSD_HOST": "stats.local", "STATS_FLUSH_INTERVAL": "5s"},
+			[]lyftenv.Flag{{"statsd-addr", "stats.local:8125", "STATSD_HOST"}, {"statsd-flush-interval", "5s", "STATS_FLUSH_INTERVAL"}}},
+		{"statsd port alone", map[string]string{"STATSD_PORT": "09125"},
+			[]lyftenv.Flag{{"statsd-addr", "localhost:9125", "STATSD_PORT"}}},
+		{"statsd host with USE_STATSD=false", map[string]string{"USE_STATSD": "false", "STATSD_HOST": "stats.local", "STATSD_PORT": "9125"}, nil},
+		{"statsd interval alone", map[string]string{"STATS_FLUSH_INTERVAL": "5s"}, nil},
+		{"statsd with DISABLE_STATS=true", map[string]string{"DISABLE_STATS": "true", "USE_STATSD": "true", "STATSD_HOST": "stats.local"}, nil},
+		{"prometheus with DISABLE_STATS=true", map[string]string{"DISABLE_STATS": "true", "USE_PROMETHEUS": "true"}, nil},
+		{"statsd with DISABLE_STATS=false", map[string]string{"DISABLE_STATS": "false", "STATSD_HOST": "stats.local"},
+			[]lyftenv.Flag{{"statsd-addr", "stats.local:8125", "STATSD_HOST"}}},
+		{"redis tls files without REDIS_TLS", map[string]string{"REDIS_URL": "h:1", "REDIS_TLS_CACERT": "ca.pem",
+			"REDIS_TLS_CLIENT_CERT": "c.pem", "REDIS_TLS_CLIENT_KEY": "k.pem", "REDIS_TLS_SKIP_HOSTNAME_VERIFICATION": "true"},
+			[]lyftenv.Flag{{"redis-url", "redis://h:1", "REDIS_URL"}, {"store", "redis", "REDIS_URL"}}},
+		{"redis tls files with REDIS_TLS=false", map[string]string{"REDIS_URL": "h:1", "REDIS_TLS": "false", "REDIS_TLS_CACERT": "ca.pem",
+			"REDIS_TLS_CLIENT_CERT": "c.pem", "REDIS_TLS_CLIENT_KEY": "k.pem", "REDIS_TLS_SKIP_HOSTNAME_VERIFICATION": "true"},
+			[]lyftenv.Flag{{"redis-url", "redis://h:1", "REDIS_URL"}, {"store", "redis", "REDIS_URL"}}},
+		{"redis tls files with REDIS_PERSECOND_TLS=true only", map[string]string{"REDIS_URL": "h:1", "REDIS_PERSECOND_TLS": "true",
+			"REDIS_TLS_CACERT": "ca.pem"},
+			[]lyftenv.Flag{{"redis-url", "redis://h:1", "REDIS_URL"}, {"store", "redis", "REDIS_URL"}}},
+		{"redis tls files with REDIS_TLS=true", map[string]string{"REDIS_URL": "h:1", "REDIS_TLS": "true", "REDIS_TLS_CACERT": "ca.pem",
+			"REDIS_TLS_CLIENT_CERT": "c.pem", "REDIS_TLS_CLIENT_KEY": "k.pem", "REDIS_TLS_SKIP_HOSTNAME_VERIFICATION": "true"},
+			[]lyftenv.Flag{{"redis-tls-ca", "ca.pem", "REDIS_TLS_CACERT"}, {"redis-tls-cert", "c.pem", "REDIS_TLS_CLIENT_CERT"},
+				{"redis-tls-key", "k.pem", "REDIS_TLS_CLIENT_KEY"}, {"redis-tls-skip-verify", "true", "REDIS_TLS_SKIP_HOSTNAME_VERIFICATION"},
+				{"redis-url", "rediss://h:1", "REDIS_URL"}, {"store", "redis", "REDIS_URL"}}},
 		{"prometheus", map[string]string{"USE_PROMETHEUS": "true", "PROMETHEUS_PATH": "/stats"},
 			[]lyftenv.Flag{{"metrics-addr", ":9090", "USE_PROMETHEUS"}, {"metrics-path", "/stats", "PROMETHEUS_PATH"}}},
 		{"cluster", map[string]string{"REDIS_URL": "a:1,b:2", "REDIS_TYPE": "cluster", "REDIS_POOL_SIZE": "7"},
@@ -62,6 +86,21 @@ func TestRead(t *testing.T) {
 		m := map[string]string{env: "bogus", "REDIS_URL": "h:1"}
 		if _, err := lyftenv.Read(envOf(m)); err == nil || !strings.Contains(err.Error(), name) {
 			t.Errorf("%s=bogus: %v, want an error naming %s", env, err, name)
+		}
+	}
+	for _, tc := range []struct {
+		env  map[string]string
+		name string
+	}{
+		{map[string]string{"REDIS_TLS": "bogus"}, "REDIS_TLS"},
+		{map[string]string{"REDIS_TLS_SKIP_HOSTNAME_VERIFICATION": "bogus"}, "REDIS_TLS_SKIP_HOSTNAME_VERIFICATION"},
+		{map[string]string{"STATSD_PORT": "statsd"}, "STATSD_PORT"},
+		{map[string]string{"USE_STATSD": "true", "STATSD_PORT": "70000"}, "STATSD_PORT"},
+		{map[string]string{"STATSD_HOST": "h", "USE_STATSD": "bogus"}, "USE_STATSD"},
+		{map[string]string{"STATSD_HOST": "h", "DISABLE_STATS": "bogus"}, "DISABLE_STATS"},
+	} {
+		if _, err := lyftenv.Read(envOf(tc.env)); err == nil || !strings.Contains(err.Error(), tc.name) {
+			t.Errorf("%v: got %v, want an error naming %s", tc.env, err, tc.name)
 		}
 	}
 }

@@ -10,7 +10,7 @@ import (
 // Every variable of envoyproxy/ratelimit's settings is in variables: read
 // maps it to a flag, or Charon already behaves as it asks, or it has no
 // effect in envoyproxy/ratelimit either in the setup Charon accepts (the
-// xDS, memcache, per-second Redis and statsd ones while they are off); a
+// xDS, memcache and per-second Redis ones); a
 // value asking for what Charon does not do is refused at start, naming the
 // variable and why. Nothing is ignored silently: README.md lists them all.
 
@@ -63,6 +63,8 @@ var variables = map[string]refusal{
 	"REDIS_SOCKET_TYPE": nil, "REDIS_TYPE": nil, "REDIS_URL": nil, "REDIS_POOL_SIZE": nil, "REDIS_AUTH": nil,
 	"REDIS_TLS": nil, "REDIS_TLS_CLIENT_CERT": nil, "REDIS_TLS_CLIENT_KEY": nil, "REDIS_TLS_CACERT": nil,
 	"REDIS_TLS_SKIP_HOSTNAME_VERIFICATION": nil, "REDIS_TIMEOUT": nil,
+	"USE_STATSD": aBool, "STATSD_HOST": nil, "STATSD_PORT": nil, "STATS_FLUSH_INTERVAL": nil,
+	"USE_PROMETHEUS": aBool, "PROMETHEUS_ADDR": nil, "PROMETHEUS_PATH": nil, "DISABLE_STATS": aBool,
 
 	// Accepted where Charon behaves as they ask (or it has no such
 	// setting); refused where it cannot.
@@ -75,7 +77,6 @@ var variables = map[string]refusal{
 	"RUNTIME_IGNOREDOTFILES":                  aBool,
 	"RUNTIME_WATCH_ROOT":                      aBool,
 	"STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT": aBool,
-	"DISABLE_STATS":                           aBool,
 	"EXPIRATION_JITTER_MAX_SECONDS":           nil,
 	"LOCAL_CACHE_SIZE_IN_BYTES":               nil,
 	"REDIS_PIPELINE_WINDOW":                   nil,
@@ -88,11 +89,9 @@ var variables = map[string]refusal{
 	"REDIS_STARTUP_MAX_ELAPSED_TIME":          nil,
 
 	// What Charon does not do: accepted off, refused on.
-	"USE_STATSD":                               aBool,
 	"USE_DOG_STATSD":                           onlyOff("DogStatsD tags are not supported: USE_STATSD sends plain statsd"),
 	"EXTRA_TAGS":                               notSet("statsd tags are not supported: the stats carry their names only"),
 	"USE_DOG_STATSD_MOGRIFIERS":                notSet("DogStatsD mogrifiers are not supported"),
-	"USE_PROMETHEUS":                           aBool,
 	"PROMETHEUS_MAPPER_YAML":                   notSet("its own metric names are built in (--lyft-metrics); a custom mapping is not supported"),
 	"PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS": onlyOff("ratelimit_service_response_time_seconds is in seconds"),
 	"REDIS_PERSECOND":                          onlyOff("a second Redis for per-second limits is not supported: every limit uses REDIS_URL"),
@@ -100,8 +99,6 @@ var variables = map[string]refusal{
 	"CACHE_KEY_PREFIX":                         notSet("Charon's Redis keys have their own layout under charon:, whatever the prefix"),
 
 	// No effect with the settings above off, in envoyproxy/ratelimit too.
-	"STATSD_HOST": nil, "STATSD_PORT": nil, "STATS_FLUSH_INTERVAL": nil,
-	"PROMETHEUS_ADDR": nil, "PROMETHEUS_PATH": nil,
 	"CONFIG_GRPC_XDS_NODE_ID": nil, "CONFIG_GRPC_XDS_NODE_METADATA": nil, "CONFIG_GRPC_XDS_SERVER_URL": nil,
 	"CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL": nil, "CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS": nil,
 	"CONFIG_GRPC_XDS_SERVER_USE_TLS": nil, "CONFIG_GRPC_XDS_CLIENT_TLS_CERT": nil, "CONFIG_GRPC_XDS_CLIENT_TLS_KEY": nil,
