@@ -126,8 +126,6 @@ func TestValidation(t *testing.T) {
 		{"too many entries", &Request{Domain: "test", Descriptors: []Descriptor{tooManyEntries}}, "descriptors[0].entries"},
 		{"empty key", &Request{Domain: "test", Descriptors: []Descriptor{desc("user", "u", "", "v")}}, "descriptors[0].entries[1].key"},
 		{"long key", &Request{Domain: "test", Descriptors: []Descriptor{desc("user", "u"), desc(long, "v")}}, "descriptors[1].entries[0].key"},
-		{"long value", &Request{Domain: "test", Descriptors: []Descriptor{desc("user", long)}}, "descriptors[0].entries[0].value"},
-		{"hits overflow", &Request{Domain: "test", Descriptors: []Descriptor{{Entries: entries("user", "u"), Hits: 1 << 40, HasHits: true}}}, "descriptors[0].hits_addend"},
 		{"override unit", &Request{Domain: "test", Descriptors: []Descriptor{{Entries: entries("user", "u"), Override: &Override{RequestsPerUnit: 1}}}}, "descriptors[0].limit.unit"},
 	}
 	for _, tt := range tests {
@@ -155,6 +153,58 @@ func TestValidation(t *testing.T) {
 			t.Fatalf("err = %v, want an *InputError on hits_addend", err)
 		}
 	})
+}
+
+// TestClientValuesBounded: what a client controls through Envoy (a header's
+// value, a descriptor's hits_addend) never fails the request, which Envoy
+// would grant whole under failure_mode_deny: false. A value over MaxLen is
+// decided under a bounded stand-in: one per value, the same in every call;
+// a hits_addend over the most hits asks for the most.
+func TestClientValuesBounded(t *testing.T) {
+	fs := &fakeStore{}
+	e := newEngine(t, fs, newClock())
+	long := strings.Repeat("x", MaxLen+100)
+	other := long[:len(long)-1] + "y" // the same first MaxLen bytes
+	domains := func(vals ...string) []string {
+		t.Helper()
+		var ds []Descriptor
+		for _, v := range vals {
+			ds = append(ds, desc("user", v))
+		}
+		if _, err := e.ShouldRateLimit(context.Background(), &Request{Domain: "test", Descriptors: ds}); err != nil {
+			t.Fatalf("values of %d bytes: %v, want them decided", len(vals[0]), err)
+		}
+		var out []string
+		for _, it := range fs.items {
+			out = append(out, it.Key.Domain)
+		}
+		return out
+	}
+	got := domains(long, other, long)
+	if len(got) != 3 {
+		t.Fatalf("%d items sent, want 3", len(got))
+	}
+	if got[0] == got[1] {
+		t.Errorf("two long values differing past MaxLen share one state key %q", got[0])
+	}
+	if got[0] != got[2] {
+		t.Errorf("one long value, two state keys: %q and %q", got[0], got[2])
+	}
+	for _, n := range []int{0, 1, MaxLen} {
+		if v := strings.Repeat("x", n); BoundValue(v) != v {
+			t.Errorf("a value of %d bytes was changed", n)
+		}
+	}
+	if b := BoundValue(long); len(b) != MaxLen || !strings.HasPrefix(long, b[:MaxLen-33]) {
+		t.Errorf("BoundValue of %d bytes: %d bytes, want MaxLen keeping the value's prefix", len(long), len(b))
+	}
+	if again := domains(long); again[0] != got[0] {
+		t.Errorf("the same long value in another request: state key %q, want %q", again[0], got[0])
+	}
+	_, err := e.ShouldRateLimit(context.Background(), &Request{Domain: "test", Descriptors: []Descriptor{{Entries: entries("user", "u"), Hits: 1 << 40, HasHits: true}}})
+	if err != nil || len(fs.items) != 1 || fs.items[0].Hits != DefaultMaxHits {
+		t.Errorf("hits_addend 2^40: %v, items %+v; want one item of %d hits", err, fs.items, int64(DefaultMaxHits))
+	}
 }
 
 func TestItemsSentToStore(t *testing.T) {

@@ -1,6 +1,8 @@
 package engine
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"unicode/utf8"
 )
@@ -23,7 +25,11 @@ func Truncate(s string) string {
 	return s[:i] + "…"
 }
 
-// validate reports the first field of req that cannot be decided.
+// validate reports the first field of req that cannot be decided. It also
+// bounds what a client controls and Envoy passes on, rather than fail the
+// request (an error is a grant behind Envoy's usual failure_mode_deny:
+// false): a value longer than MaxLen becomes BoundValue's stand-in, and a
+// descriptor's hits_addend above the most hits is that most.
 func (e *Engine) validate(req *Request) error {
 	switch {
 	case req == nil:
@@ -46,8 +52,9 @@ func (e *Engine) validate(req *Request) error {
 			return &InputError{Field: fmt.Sprintf("descriptors[%d].entries", i), Message: "empty"}
 		case len(d.Entries) > MaxEntries:
 			return &InputError{Field: fmt.Sprintf("descriptors[%d].entries", i), Message: fmt.Sprintf("%d entries, more than %d", len(d.Entries), MaxEntries)}
-		case d.HasHits && d.Hits > e.maxHits:
-			return &InputError{Field: fmt.Sprintf("descriptors[%d].hits_addend", i), Message: fmt.Sprintf("%d, more than %d", d.Hits, e.maxHits)}
+		}
+		if d.HasHits && d.Hits > e.maxHits {
+			d.Hits = e.maxHits
 		}
 		for j := range d.Entries {
 			en := &d.Entries[j]
@@ -56,13 +63,26 @@ func (e *Engine) validate(req *Request) error {
 				return &InputError{Field: fmt.Sprintf("descriptors[%d].entries[%d].key", i, j), Message: "empty"}
 			case len(en.Key) > MaxLen:
 				return &InputError{Field: fmt.Sprintf("descriptors[%d].entries[%d].key", i, j), Message: fmt.Sprintf("%d bytes, longer than %d", len(en.Key), MaxLen)}
-			case len(en.Value) > MaxLen:
-				return &InputError{Field: fmt.Sprintf("descriptors[%d].entries[%d].value", i, j), Message: fmt.Sprintf("%d bytes, longer than %d", len(en.Value), MaxLen)}
 			}
+			en.Value = BoundValue(en.Value)
 		}
 		if o := d.Override; o != nil && o.Unit.Length() == 0 {
 			return &InputError{Field: fmt.Sprintf("descriptors[%d].limit.unit", i), Message: fmt.Sprintf("unknown unit %d", o.Unit)}
 		}
 	}
 	return nil
+}
+
+// BoundValue returns v when it is at most MaxLen bytes long, else a
+// stand-in of MaxLen bytes: v's first MaxLen-33 bytes, "#" and 32 hex
+// digits of its SHA-256. The stand-in keeps v's prefix (a wildcard value
+// such as "files/*" still matches it), and distinct long values keep
+// distinct counters in every process (the hash is of the whole value).
+func BoundValue(v string) string {
+	if len(v) <= MaxLen {
+		return v
+	}
+	sum := sha256.Sum256([]byte(v))
+	keep := MaxLen - 1 - 2*16
+	return v[:keep] + "#" + hex.EncodeToString(sum[:16])
 }
