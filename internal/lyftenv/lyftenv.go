@@ -14,7 +14,7 @@
 //	GRPC_SERVER_USE_TLS with GRPC_SERVER_TLS_CERT, _KEY        --grpc-tls-cert, --grpc-tls-key
 //	GRPC_CLIENT_TLS_CACERT, GRPC_CLIENT_TLS_SAN                --grpc-tls-client-ca, --grpc-tls-client-san
 //	REDIS_TLS_CACERT, REDIS_TLS_CLIENT_CERT, _KEY              --redis-tls-ca, --redis-tls-cert, --redis-tls-key (with REDIS_TLS=true)
-//	REDIS_TLS_SKIP_HOSTNAME_VERIFICATION                       --redis-tls-skip-verify (with REDIS_TLS=true)
+//	REDIS_TLS_SKIP_HOSTNAME_VERIFICATION                       --redis-tls-skip-hostname (with REDIS_TLS=true)
 //	USE_STATSD, STATSD_HOST, STATSD_PORT, STATS_FLUSH_INTERVAL --statsd-addr, --statsd-flush-interval (not with DISABLE_STATS=true)
 //	USE_PROMETHEUS, PROMETHEUS_ADDR, PROMETHEUS_PATH           --metrics-addr, --metrics-path (not with DISABLE_STATS=true)
 package lyftenv
@@ -352,7 +352,7 @@ func readTLS(s *Settings, getenv func(string) string) error {
 		}
 	}
 	if skip {
-		s.set("redis-tls-skip-verify", "true", "REDIS_TLS_SKIP_HOSTNAME_VERIFICATION")
+		s.set("redis-tls-skip-hostname", "true", "REDIS_TLS_SKIP_HOSTNAME_VERIFICATION")
 	}
 	return nil
 }

@@ -62,7 +62,7 @@ func TestRead(t *testing.T) {
 		{"redis tls files with REDIS_TLS=true", map[string]string{"REDIS_URL": "h:1", "REDIS_TLS": "true", "REDIS_TLS_CACERT": "ca.pem",
 			"REDIS_TLS_CLIENT_CERT": "c.pem", "REDIS_TLS_CLIENT_KEY": "k.pem", "REDIS_TLS_SKIP_HOSTNAME_VERIFICATION": "true"},
 			[]lyftenv.Flag{{"redis-tls-ca", "ca.pem", "REDIS_TLS_CACERT"}, {"redis-tls-cert", "c.pem", "REDIS_TLS_CLIENT_CERT"},
-				{"redis-tls-key", "k.pem", "REDIS_TLS_CLIENT_KEY"}, {"redis-tls-skip-verify", "true", "REDIS_TLS_SKIP_HOSTNAME_VERIFICATION"},
+				{"redis-tls-key", "k.pem", "REDIS_TLS_CLIENT_KEY"}, {"redis-tls-skip-hostname", "true", "REDIS_TLS_SKIP_HOSTNAME_VERIFICATION"},
 				{"redis-url", "rediss://h:1", "REDIS_URL"}, {"store", "redis", "REDIS_URL"}}},
 		{"prometheus", map[string]string{"USE_PROMETHEUS": "true", "PROMETHEUS_PATH": "/stats"},
 			[]lyftenv.Flag{{"metrics-addr", ":9090", "USE_PROMETHEUS"}, {"metrics-path", "/stats", "PROMETHEUS_PATH"}}},

@@ -61,19 +61,20 @@ type ClientFlags struct {
 	ClientOptions
 }
 
-// Bind declares prefix+"ca", "cert", "key", "server-name" and
-// "skip-verify" on fs, each help naming what (the server verified).
+// Bind declares prefix+"ca", "cert", "key", "server-name", "skip-verify"
+// and "skip-hostname" on fs, each help naming what (the server verified).
 func (f *ClientFlags) Bind(fs *flag.FlagSet, prefix, what string) {
 	fs.StringVar(&f.CAFile, prefix+"ca", f.CAFile, "verify "+what+" with these CAs (PEM `file`); any "+prefix+"* flag turns TLS on")
 	fs.StringVar(&f.CertFile, prefix+"cert", f.CertFile, "client certificate PEM `file`, for mutual TLS with "+what)
 	fs.StringVar(&f.KeyFile, prefix+"key", f.KeyFile, "the client certificate's key PEM `file`")
 	fs.StringVar(&f.ServerName, prefix+"server-name", f.ServerName, "name to check in "+what+"'s certificate")
 	fs.BoolVar(&f.InsecureSkipVerify, prefix+"skip-verify", f.InsecureSkipVerify, "do not verify "+what+"'s certificate")
+	fs.BoolVar(&f.SkipHostname, prefix+"skip-hostname", f.SkipHostname, "verify "+what+"'s certificate chain but not the name in it")
 }
 
 // On reports whether TLS is asked for.
 func (f *ClientFlags) On() bool {
-	return f.Force || f.CAFile != "" || f.CertFile != "" || f.KeyFile != "" || f.ServerName != "" || f.InsecureSkipVerify
+	return f.Force || f.CAFile != "" || f.CertFile != "" || f.KeyFile != "" || f.ServerName != "" || f.InsecureSkipVerify || f.SkipHostname
 }
 
 // Config loads the files (nil, nil when TLS is off).

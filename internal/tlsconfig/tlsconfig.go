@@ -236,6 +236,10 @@ type ClientOptions struct {
 	ServerName string
 	// InsecureSkipVerify checks no server certificate (tests only).
 	InsecureSkipVerify bool
+	// SkipHostname verifies the server's certificate chain against the CAs
+	// but not the name in it (envoyproxy/ratelimit's
+	// REDIS_TLS_SKIP_HOSTNAME_VERIFICATION).
+	SkipHostname bool
 }
 
 // Client returns the tls.Config of a client (TLS 1.2 or later).
@@ -258,5 +262,30 @@ func Client(o ClientOptions) (*tls.Config, error) {
 		}
 		c.Certificates = []tls.Certificate{cert}
 	}
+	if o.SkipHostname && !o.InsecureSkipVerify {
+		// Go checks the chain and the name together; skip both, then check
+		// the chain alone, on every handshake (resumed ones too).
+		c.InsecureSkipVerify = true
+		roots := c.RootCAs
+		c.VerifyConnection = func(cs tls.ConnectionState) error {
+			return verifyChain(cs.PeerCertificates, roots)
+		}
+	}
 	return c, nil
+}
+
+// verifyChain verifies certs (the leaf first, then intermediates) against
+// roots (nil: the system's), for a server, naming no host.
+func verifyChain(certs []*x509.Certificate, roots *x509.CertPool) error {
+	if len(certs) == 0 {
+		return errors.New("tlsconfig: the server sent no certificate")
+	}
+	opts := x509.VerifyOptions{Roots: roots, Intermediates: x509.NewCertPool(), KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
+	for _, c := range certs[1:] {
+		opts.Intermediates.AddCert(c)
+	}
+	if _, err := certs[0].Verify(opts); err != nil {
+		return fmt.Errorf("tlsconfig: server certificate: %w", err)
+	}
+	return nil
 }

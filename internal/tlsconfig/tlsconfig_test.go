@@ -188,3 +188,40 @@ func TestOptionErrors(t *testing.T) {
 		t.Error("client certificate without key accepted")
 	}
 }
+
+// TestSkipHostname: SkipHostname accepts a server whose certificate the CA
+// signed for another name, and still refuses one another CA signed; without
+// it the name is checked, with InsecureSkipVerify nothing is.
+func TestSkipHostname(t *testing.T) {
+	dir := t.TempDir()
+	ca := tlstest.NewCA(t, dir, "ca")
+	other := tlstest.NewCA(t, dir, "other")
+	signed, signedKey := ca.Issue(t, dir, "redis.internal")
+	forged, forgedKey := other.Issue(t, dir, "forged.internal", "redis.internal")
+	for _, tc := range []struct {
+		name       string
+		cert, key  string
+		opts       tlsconfig.ClientOptions
+		acceptable bool
+	}{
+		{"name checked, other name", signed, signedKey, tlsconfig.ClientOptions{CAFile: ca.File, ServerName: "charon.test"}, false},
+		{"skip hostname, other name", signed, signedKey, tlsconfig.ClientOptions{CAFile: ca.File, ServerName: "charon.test", SkipHostname: true}, true},
+		{"skip hostname, other CA", forged, forgedKey, tlsconfig.ClientOptions{CAFile: ca.File, ServerName: "redis.internal", SkipHostname: true}, false},
+		{"skip verify, other CA", forged, forgedKey, tlsconfig.ClientOptions{CAFile: ca.File, InsecureSkipVerify: true}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s, err := tlsconfig.NewServer(tlsconfig.Options{CertFile: tc.cert, KeyFile: tc.key})
+			if err != nil {
+				t.Fatal(err)
+			}
+			cc, err := tlsconfig.Client(tc.opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cerr, serr, _ := handshake(t, s.Config(), cc)
+			if ok := cerr == nil && serr == nil; ok != tc.acceptable {
+				t.Errorf("client %v, server %v; want accepted %v", cerr, serr, tc.acceptable)
+			}
+		})
+	}
+}
