@@ -242,16 +242,18 @@ func toProtoResponse(r *engine.Response, headers bool, names [3]string) *rlsv3.R
 }
 
 // rateLimitHeaders renders RateLimit-Limit, RateLimit-Remaining and
-// RateLimit-Reset from the limited status with the smallest remaining, as
-// Envoy does for its X-RateLimit headers. The reset is whole seconds, rounded
-// up.
+// RateLimit-Reset from the status envoyproxy/ratelimit takes them from: the
+// last OVER_LIMIT status that is not a quota descriptor's (the limit that
+// rejected the request), else the first limited status with the smallest
+// remaining. The reset is whole seconds, rounded up.
 func rateLimitHeaders(sts []engine.Status, names [3]string) []*corev3.HeaderValue {
-	best := -1
+	best, rejected := -1, false
 	for i := range sts {
-		if sts[i].Limit == nil {
-			continue
-		}
-		if best < 0 || sts[i].Remaining < sts[best].Remaining {
+		switch st := &sts[i]; {
+		case st.Limit == nil:
+		case st.Code == engine.CodeOverLimit && !st.Quota:
+			best, rejected = i, true
+		case !rejected && (best < 0 || st.Remaining < sts[best].Remaining):
 			best = i
 		}
 	}

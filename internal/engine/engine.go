@@ -65,7 +65,10 @@ type Options struct {
 	QuotaMode bool
 	// FixedWindowOverrides makes a request's own limit (of one unit) a
 	// fixed window, sharing the state of a configured fixed window of the
-	// same unit (--fixed-window).
+	// same unit (--fixed-window). As --fixed-window promises
+	// envoyproxy/ratelimit's answers, a fixed window that can never grant
+	// the request (a limit of 0, more hits than the limit) then answers the
+	// rest of its window as duration_until_reset, as there, not never.
 	FixedWindowOverrides bool
 }
 
@@ -254,6 +257,7 @@ func (e *Engine) Decide(ctx context.Context, req *Request, resp *Response) error
 		it, d := &sc.items[k], &sc.out[k]
 		st.Decision = *d
 		mode := sc.modes[k]
+		st.Quota = mode.quota
 		if mode.quota {
 			quotas++
 		}
@@ -274,7 +278,10 @@ func (e *Engine) Decide(ctx context.Context, req *Request, resp *Response) error
 		if !d.OK {
 			st.ResetAfter = d.RetryAfter
 		}
-		resp.limits[i] = e.currentLimit(&st.Match, d)
+		if p := st.Match.Policy; p.Kind == tiers.KindFixedWindow {
+			e.fixedAnswer(st, p.Window.Unit, now)
+		}
+		resp.limits[i] = e.currentLimit(&st.Match, d, req.Descriptors[i].Override)
 		st.Limit = &resp.limits[i]
 	}
 	if quotas > 0 && quotasOver == quotas {

@@ -314,22 +314,27 @@ func TestCurrentLimit(t *testing.T) {
 		name string
 		p    *tiers.Policy
 		d    tiers.Decision
+		o    *Override
 		want CurrentLimit
 	}{
-		{"one second", lyft(5, time.Second), tiers.Decision{Tier: 1, TierLimit: 5, TierWindow: time.Second}, CurrentLimit{5, tiers.UnitSecond, 0, "n"}},
-		{"one minute", lyft(5, time.Minute), tiers.Decision{Tier: 1, TierLimit: 5, TierWindow: time.Minute}, CurrentLimit{5, tiers.UnitMinute, 0, "n"}},
-		{"two seconds", lyft(5, 2*time.Second), tiers.Decision{Tier: 1, TierLimit: 5, TierWindow: 2 * time.Second}, CurrentLimit{5, tiers.UnitSecond, 2, "5 per 2s"}},
-		{"90 minutes", lyft(5, 90*time.Minute), tiers.Decision{Tier: 1, TierLimit: 5, TierWindow: 90 * time.Minute}, CurrentLimit{5, tiers.UnitMinute, 90, "5 per 90m"}},
-		{"two days", lyft(5, 48*time.Hour), tiers.Decision{Tier: 1, TierLimit: 5, TierWindow: 48 * time.Hour}, CurrentLimit{5, tiers.UnitDay, 2, "5 per 2d"}},
-		{"sub-second", lyft(5, 500*time.Millisecond), tiers.Decision{Tier: 1, TierLimit: 5, TierWindow: 500 * time.Millisecond}, CurrentLimit{5, tiers.UnitSecond, 0, "5 per 500ms"}},
-		{"multi-tier", multi, tiers.Decision{Tier: 2, TierLimit: 10, TierWindow: time.Minute}, CurrentLimit{10, tiers.UnitMinute, 0, "10 per 1m, tier 2"}},
-		{"virtual tier reports tier 1", multi, tiers.Decision{}, CurrentLimit{2, tiers.UnitSecond, 0, "2 per 1s, tier 1"}},
-		{"fixed window", &tiers.Policy{Kind: tiers.KindFixedWindow, Window: tiers.FixedWindow{Limit: 9, Unit: tiers.UnitWeek}}, tiers.Decision{}, CurrentLimit{9, tiers.UnitWeek, 0, "n"}},
+		{"one second", lyft(5, time.Second), tiers.Decision{Tier: 1, TierLimit: 5, TierWindow: time.Second}, nil, CurrentLimit{5, tiers.UnitSecond, 0, "n"}},
+		{"one minute", lyft(5, time.Minute), tiers.Decision{Tier: 1, TierLimit: 5, TierWindow: time.Minute}, nil, CurrentLimit{5, tiers.UnitMinute, 0, "n"}},
+		{"two seconds", lyft(5, 2*time.Second), tiers.Decision{Tier: 1, TierLimit: 5, TierWindow: 2 * time.Second}, nil, CurrentLimit{5, tiers.UnitSecond, 2, "5 per 2s"}},
+		{"90 minutes", lyft(5, 90*time.Minute), tiers.Decision{Tier: 1, TierLimit: 5, TierWindow: 90 * time.Minute}, nil, CurrentLimit{5, tiers.UnitMinute, 90, "5 per 90m"}},
+		{"two days", lyft(5, 48*time.Hour), tiers.Decision{Tier: 1, TierLimit: 5, TierWindow: 48 * time.Hour}, nil, CurrentLimit{5, tiers.UnitDay, 2, "5 per 2d"}},
+		{"sub-second", lyft(5, 500*time.Millisecond), tiers.Decision{Tier: 1, TierLimit: 5, TierWindow: 500 * time.Millisecond}, nil, CurrentLimit{5, tiers.UnitSecond, 0, "5 per 500ms"}},
+		{"multi-tier", multi, tiers.Decision{Tier: 2, TierLimit: 10, TierWindow: time.Minute}, nil, CurrentLimit{10, tiers.UnitMinute, 0, "10 per 1m, tier 2"}},
+		{"virtual tier reports tier 1", multi, tiers.Decision{}, nil, CurrentLimit{2, tiers.UnitSecond, 0, "2 per 1s, tier 1"}},
+		{"fixed window", &tiers.Policy{Kind: tiers.KindFixedWindow, Window: tiers.FixedWindow{Limit: 9, Unit: tiers.UnitWeek}}, tiers.Decision{}, nil, CurrentLimit{9, tiers.UnitWeek, 0, "n"}},
+		// A request's own limit of 0 (its policy has no tier) reports the
+		// unit asked and no name, as envoyproxy/ratelimit does.
+		{"own limit of 0", &tiers.Policy{Kind: tiers.KindTiers}, tiers.Decision{}, &Override{Unit: tiers.UnitMinute}, CurrentLimit{0, tiers.UnitMinute, 0, ""}},
+		{"own limit of 0 per 3 hours", &tiers.Policy{Kind: tiers.KindTiers}, tiers.Decision{}, &Override{Unit: tiers.UnitHour, Multiplier: 3}, CurrentLimit{0, tiers.UnitHour, 3, ""}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			m := descriptors.Match{Limit: named, Policy: tt.p}
-			if diff := cmp.Diff(tt.want, e.currentLimit(&m, &tt.d)); diff != "" {
+			if diff := cmp.Diff(tt.want, e.currentLimit(&m, &tt.d, tt.o)); diff != "" {
 				t.Errorf("(-want +got):\n%s", diff)
 			}
 		})

@@ -28,11 +28,21 @@ func unitOf(w time.Duration) (u tiers.Unit, mult uint32, exact bool) {
 }
 
 // currentLimit is the limit reported with decision d of match m: the current
-// tier's (tier 1's when none is active yet).
-func (e *Engine) currentLimit(m *descriptors.Match, d *tiers.Decision) CurrentLimit {
+// tier's (tier 1's when none is active yet). o is the descriptor's own limit,
+// when m is its match.
+func (e *Engine) currentLimit(m *descriptors.Match, d *tiers.Decision, o *Override) CurrentLimit {
 	p := m.Policy
 	if p.Kind == tiers.KindFixedWindow {
 		return CurrentLimit{RequestsPerUnit: clamp32(p.Window.Limit), Unit: p.Window.Unit, Name: m.Limit.Name}
+	}
+	if o != nil && o.RequestsPerUnit == 0 {
+		// Its policy has no tier to report; envoyproxy/ratelimit reports
+		// the limit as asked: 0 per its unit, with no name.
+		cl := CurrentLimit{Unit: o.Unit}
+		if o.Multiplier > 1 {
+			cl.Multiplier = o.Multiplier
+		}
+		return cl
 	}
 	limit, window, tier := d.TierLimit, d.TierWindow, d.Tier
 	if p.Kind == tiers.KindTiers && tier == 0 && len(p.Tiers) > 0 {
@@ -48,6 +58,45 @@ func (e *Engine) currentLimit(m *descriptors.Match, d *tiers.Decision) CurrentLi
 		cl.Name = e.names.name(limit, window, tier)
 	}
 	return cl
+}
+
+// fixedAnswer makes st, the status of a fixed window of unit u decided at
+// now, envoyproxy/ratelimit's: limit_remaining 0 when the window rejected
+// (shadow and quota descriptors included), and duration_until_reset in whole
+// seconds, as its windows and resets are counted (Envoy's X-RateLimit-Reset
+// truncates the duration, so 19.7 s would read 19, and 0 in a window's last
+// second). A reset that never comes stays so unless the Engine answers as
+// envoyproxy/ratelimit (Options.FixedWindowOverrides, --fixed-window), whose
+// reset is always the rest of the window.
+func (e *Engine) fixedAnswer(st *Status, u tiers.Unit, now time.Time) {
+	if !st.Decision.OK {
+		st.Remaining = 0
+	}
+	switch {
+	case st.ResetAfter != tiers.Unbounded:
+		// The window ends on a whole second: rounding up is its end.
+		if r := st.ResetAfter % time.Second; r != 0 {
+			st.ResetAfter += time.Second - r
+		}
+	case e.fixedOverrides:
+		st.ResetAfter = windowRest(u, now)
+	}
+}
+
+// windowRest is envoyproxy/ratelimit's reset of a window of unit u at now
+// (its CalculateReset): the unit's length in seconds less the whole Unix
+// seconds since the window began, from 1 s to the unit's length; the
+// windows are tiers' fixed windows.
+func windowRest(u tiers.Unit, now time.Time) time.Duration {
+	n := int64(u.Length() / time.Second)
+	if n <= 0 {
+		return 0
+	}
+	r := now.Unix() % n
+	if r < 0 {
+		r += n
+	}
+	return time.Duration(n-r) * time.Second
 }
 
 func clamp32(v int64) uint32 { return uint32(min(max(v, 0), math.MaxUint32)) }

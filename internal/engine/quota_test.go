@@ -227,3 +227,36 @@ func TestExplainQuotaLikeDecide(t *testing.T) {
 		}
 	}
 }
+
+// TestQuotaStatusIsMarked: a quota descriptor's status says so (the
+// RateLimit headers never come from its OVER_LIMIT alone); with
+// Options.QuotaMode every limited descriptor's does, its own limit's too.
+func TestQuotaStatusIsMarked(t *testing.T) {
+	perMinute := &tiers.Policy{Kind: tiers.KindTiers, Tiers: []tiers.Tier{{Limit: 1, Window: time.Minute, Active: tiers.Unbounded}}}
+	tree, err := descriptors.NewTree([]descriptors.DomainSpec{{Config: descriptors.DomainConfig{Name: "q"}, Nodes: []*descriptors.Node{
+		{Key: "quota", Limit: &descriptors.Limit{QuotaMode: true, Policy: perMinute}},
+		{Key: "plain", Limit: &descriptors.Limit{Policy: perMinute}},
+	}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, all := range []bool{false, true} {
+		st := memstore.New(memstore.Options{})
+		defer st.Close()
+		e := New(Options{Store: st, Now: newClock().Now, QuotaMode: all})
+		e.SetTree(tree)
+		own := desc("own", "x")
+		own.Override = &Override{RequestsPerUnit: 1, Unit: tiers.UnitMinute}
+		resp, err := e.ShouldRateLimit(context.Background(), &Request{Domain: "q", Descriptors: []Descriptor{desc("quota", "x"), desc("plain", "x"), own, desc("none", "x")}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []bool
+		for _, s := range resp.Statuses {
+			got = append(got, s.Quota)
+		}
+		if want := []bool{true, all, all, false}; !slices.Equal(got, want) {
+			t.Errorf("all %v: Quota %v, want %v", all, got, want)
+		}
+	}
+}

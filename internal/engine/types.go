@@ -67,6 +67,10 @@ type Status struct {
 	// Shadow is set when the limit would have rejected but shadow mode or
 	// ignore_limits answered OK.
 	Shadow bool
+	// Quota is set for a limited descriptor in quota mode (quota_mode, or
+	// Options.QuotaMode): its OVER_LIMIT makes the request OVER_LIMIT only
+	// when every quota descriptor of it is.
+	Quota bool
 	// Decision is the store's answer (zero when not limited). When the
 	// request as a whole was over the limit, the granted descriptors' answers
 	// are what would have been granted: nothing was committed.
