@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	charonv1 "github.com/charonlimit/charon/api/charon/v1"
@@ -31,10 +32,31 @@ const (
 // UseDefault as a maxWait argument stands for Options.MaxWait.
 const UseDefault time.Duration = -1
 
+// maxRequestSize bounds the encoded size of a request the client sends. A
+// message over the server's gRPC receive limit (4 MiB by default) ends the
+// whole Session stream, and with it every hold of the Client, so the client
+// refuses an oversized request itself, as a client error. The server accepts
+// a domain and at most 16 entries (engine.MaxEntries) whose key and value are
+// at most 1024 bytes each (engine.MaxLen): with their protobuf framing, at
+// most 1027 + 16 × (2 × 1027 + 3) = 33,939 bytes of resource, plus under 60
+// bytes of other fields. 64 KiB is well above any valid operation and far
+// below the server's limit.
+const maxRequestSize = 64 << 10
+
+// checkSize refuses a request over maxRequestSize.
+func checkSize(m proto.Message) error {
+	if n := proto.Size(m); n > maxRequestSize {
+		return fmt.Errorf("%w: request of %d bytes, more than %d (a domain, key or value over the server's limits)", ErrInvalid, n, maxRequestSize)
+	}
+	return nil
+}
+
 // Errors of the client itself. Errors the server answers are gRPC status
 // errors (status.Code tells them apart) and are returned unchanged.
 var (
-	// ErrInvalid: an argument is out of range; nothing was sent.
+	// ErrInvalid: an argument is out of range, or the request is over
+	// 64 KiB encoded, far more than the server accepts (it would end the
+	// Session stream); nothing was sent.
 	ErrInvalid = errors.New("client: invalid argument")
 	// ErrClosed: the Client was closed.
 	ErrClosed = errors.New("client: closed")
@@ -271,7 +293,8 @@ type Result struct {
 // retrying rejections for up to maxWait (UseDefault: Options.MaxWait) with
 // exponential backoff and jitter (paper §3.2). A rejection is not an error:
 // the Result is not OK. A rejection marked retry_never is not retried. If ctx
-// ends first, the error is ctx.Err().
+// ends first, the error is ctx.Err(). A resource far over the server's
+// limits is ErrInvalid (see there), never a degraded grant.
 func (c *Client) Request(ctx context.Context, r Resource, copies, min int64, maxWait time.Duration) (*Result, error) {
 	if copies < 0 || min < 0 || min > copies {
 		return nil, fmt.Errorf("%w: copies %d, min %d: want 0 <= min <= copies", ErrInvalid, copies, min)
@@ -280,6 +303,9 @@ func (c *Client) Request(ctx context.Context, r Resource, copies, min int64, max
 		return nil, ErrClosed
 	}
 	req := &charonv1.RequestRequest{Resource: r.proto(), Copies: copies, MinCopies: min}
+	if err := checkSize(req); err != nil {
+		return nil, err
+	}
 	res := &Result{}
 	try := func(ctx context.Context) (outcome, error) {
 		ctx, cancel := c.attemptContext(ctx)

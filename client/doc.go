@@ -53,6 +53,16 @@
 // connection. Options.CallTimeout bounds each attempt, so a server that
 // hangs counts as a server error.
 //
+// Every call on the stream, and Client.Close, ends by its context even when
+// the server stops reading (it hangs, or gRPC flow control is full): one
+// goroutine writes to the stream, callers hand it their operations with a
+// select on their context, and an operation whose caller gave up before its
+// turn is not sent. Client.Close cancels the stream rather than wait for the
+// server. A request over 64 KiB encoded (the server's limits on domains,
+// keys and values keep any valid one under 34 KB) is refused with
+// ErrInvalid before anything is sent: sent, it would end the stream and
+// every hold on it.
+//
 // # Examples
 //
 // Wait up to 5 seconds for one hit of a rate-limited resource (paper

@@ -45,6 +45,7 @@ type fake struct {
 	never      bool          // rate rejections say retry_never
 	onCall     func()        // called at every Request and Reserve
 	gate       chan struct{} // when set, Reserve waits for it
+	deaf       chan struct{} // when set, Session streams read nothing more until it is closed
 	kill       chan struct{} // closing it breaks every Session stream
 	calls      int
 	events     chan string // "release <hold>" after every release, when set
@@ -292,6 +293,18 @@ func (f *fake) Session(stream charonv1.Charon_SessionServer) error {
 				errs <- err
 				return
 			}
+			// A deaf server, like a hung one, leaves r unanswered and
+			// reads no more: the stream's flow-control window fills.
+			f.mu.Lock()
+			deaf := f.deaf
+			f.mu.Unlock()
+			if deaf != nil {
+				select {
+				case <-deaf:
+				case <-quit:
+					return
+				}
+			}
 			select {
 			case reqs <- r:
 			case <-quit:
@@ -306,6 +319,8 @@ func (f *fake) Session(stream charonv1.Charon_SessionServer) error {
 		select {
 		case <-kill:
 			return status.Error(codes.Unavailable, "fake: session killed")
+		case <-stream.Context().Done():
+			return status.FromContextError(stream.Context().Err()).Err()
 		case err := <-errs:
 			if err == io.EOF {
 				return nil
@@ -361,9 +376,9 @@ func (f *fake) dispatch(ctx context.Context, r *charonv1.SessionRequest, sid int
 
 // serve runs f over an in-memory connection until the test ends, and
 // returns a connection to it and a function that stops the server.
-func serve(t testing.TB, f *fake) (*grpc.ClientConn, func()) {
+func serve(t testing.TB, f *fake, opts ...grpc.ServerOption) (*grpc.ClientConn, func()) {
 	t.Helper()
-	conn, stop, err := start(f)
+	conn, stop, err := start(f, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -374,11 +389,11 @@ func serve(t testing.TB, f *fake) (*grpc.ClientConn, func()) {
 	return conn, stop
 }
 
-// start runs f over an in-memory connection; stop stops the server, not
-// the connection.
-func start(f *fake) (conn *grpc.ClientConn, stop func(), err error) {
+// start runs f, with opts, over an in-memory connection; stop stops the
+// server, not the connection.
+func start(f *fake, opts ...grpc.ServerOption) (conn *grpc.ClientConn, stop func(), err error) {
 	lis := bufconn.Listen(1 << 20)
-	srv := grpc.NewServer()
+	srv := grpc.NewServer(opts...)
 	charonv1.RegisterCharonServer(srv, f)
 	go func() { _ = srv.Serve(lis) }()
 	conn, err = grpc.NewClient("passthrough:///bufnet",

@@ -134,13 +134,21 @@ func newHold(c *Client) *Hold { return &Hold{c: c, lost: make(chan struct{})} }
 // (min 0 means 1), retrying rejections for up to maxWait (UseDefault:
 // Options.MaxWait) with exponential backoff and jitter. A rejection is not an
 // error: the Hold is not OK. If ctx ends first, the error is ctx.Err(). The
-// hold lives on the Client's Session stream.
+// hold lives on the Client's Session stream. A resource far over the
+// server's limits is ErrInvalid (see there), never a degraded grant: it is
+// not sent, since it would end the stream and every hold on it.
 func (c *Client) Reserve(ctx context.Context, r Resource, copies, min int64, maxWait time.Duration) (*Hold, error) {
 	if copies < 1 || min < 0 || min > copies {
 		return nil, fmt.Errorf("%w: copies %d, min %d: want copies >= 1 and 0 <= min <= copies", ErrInvalid, copies, min)
 	}
 	h := newHold(c)
 	req := &charonv1.ReserveRequest{Resource: r.proto(), Copies: copies, MinCopies: min, Lease: durationOrNil(c.opts.Lease)}
+	op := &charonv1.SessionRequest_Reserve{Reserve: req}
+	// Checked before a stream is opened, so that a server error opening it
+	// cannot turn a client error into a degraded grant.
+	if err := checkSize(&charonv1.SessionRequest{Operation: op}); err != nil {
+		return nil, err
+	}
 	try := func(ctx context.Context) (outcome, error) {
 		ctx, cancel := c.attemptContext(ctx)
 		defer cancel()
@@ -148,7 +156,7 @@ func (c *Client) Reserve(ctx context.Context, r Resource, copies, min int64, max
 		if err != nil {
 			return outcome{}, err
 		}
-		resp, err := s.call(ctx, &charonv1.SessionRequest{Operation: &charonv1.SessionRequest_Reserve{Reserve: req}})
+		resp, err := s.call(ctx, &charonv1.SessionRequest{Operation: op})
 		if err != nil {
 			return outcome{}, err
 		}
@@ -193,13 +201,17 @@ func (c *Client) Seize(ctx context.Context, transferID string) (*Hold, error) {
 	if transferID == "" {
 		return nil, fmt.Errorf("%w: empty transfer id", ErrInvalid)
 	}
+	req := &charonv1.SessionRequest{Operation: &charonv1.SessionRequest_Seize{
+		Seize: &charonv1.SeizeRequest{TransferId: transferID, Lease: durationOrNil(c.opts.Lease)},
+	}}
+	if err := checkSize(req); err != nil {
+		return nil, err
+	}
 	s, err := c.session(ctx)
 	if err != nil {
 		return nil, err
 	}
-	resp, err := s.call(ctx, &charonv1.SessionRequest{Operation: &charonv1.SessionRequest_Seize{
-		Seize: &charonv1.SeizeRequest{TransferId: transferID, Lease: durationOrNil(c.opts.Lease)},
-	}})
+	resp, err := s.call(ctx, req)
 	if err != nil {
 		return nil, err
 	}

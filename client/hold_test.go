@@ -353,12 +353,14 @@ func TestConcurrentHolds(t *testing.T) {
 }
 
 func TestCallTimeoutFailsOpen(t *testing.T) {
-	f, c, _ := fakeClient(t, 0, 5, client.Options{FailOpen: true, CallTimeout: 20 * time.Millisecond})
+	f, c, _ := fakeClient(t, 0, 5, client.Options{FailOpen: true, CallTimeout: 500 * time.Millisecond})
 	f.events = make(chan string, 10)
 	// Open the Session stream first: on a busy machine opening it can take
-	// longer than the 20 ms CallTimeout, and then the timed-out reserve
-	// never reaches the server (a degraded hold with nothing to give back).
-	// Over an open stream the reserve is always sent.
+	// longer than the CallTimeout, and then the timed-out reserve never
+	// reaches the server (a degraded hold with nothing to give back). Over
+	// an open stream the reserve is sent unless its CallTimeout passes before
+	// the stream's writer takes it (a call whose caller gave up is not sent):
+	// the generous CallTimeout rules that out.
 	for i := 0; ; i++ {
 		h, err := c.Reserve(context.Background(), copyRes, 1, 1, 0)
 		if err != nil {
