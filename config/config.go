@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"path"
 	"runtime"
 	"slices"
 	"strings"
@@ -77,13 +76,16 @@ type Config struct {
 	Files []string
 }
 
-// Load reads every *.yaml and *.yml file of fsys, recursively, skipping
-// names that start with "." (so a Kubernetes ConfigMap mount, whose "..data"
-// and "..<timestamp>" directories hold the files that top-level symlinks
-// point to, loads each file once, through its symlink). It validates and
-// normalizes them in one pass. The error joins every problem found
-// (errors.Join of *Error, one per problem, sorted by file and line); the
-// warnings are returned even when the error is not nil.
+// Load reads every regular file of fsys as YAML, whatever its name ends
+// with, recursively, skipping names that start with "." (so a Kubernetes
+// ConfigMap mount, whose "..data" and "..<timestamp>" directories hold the
+// files that top-level symlinks point to, loads each file once, through its
+// symlink). envoyproxy/ratelimit reads every file of its directory as YAML
+// too, so a file that is not YAML, or not a domain, is an error rather than
+// a domain silently missing. It validates and normalizes them in one pass.
+// The error joins every problem found (errors.Join of *Error, one per
+// problem, sorted by file and line); the warnings are returned even when the
+// error is not nil.
 func Load(fsys fs.FS, opts Options) (*Config, []Warning, error) {
 	files, err := listFiles(fsys)
 	if err != nil {
@@ -149,7 +151,8 @@ func sortProblems(errs []*Error, warns []Warning) {
 	})
 }
 
-// listFiles walks fsys for YAML files. A symlink is followed when it names a
+// listFiles walks fsys for the files to load: every regular file not
+// hidden by a leading ".". A symlink is followed when it names a regular
 // file (fs.Stat), never into a directory, so link loops cannot recur.
 func listFiles(fsys fs.FS) ([]string, error) {
 	var files []string
@@ -165,10 +168,6 @@ func listFiles(fsys fs.FS) ([]string, error) {
 			return nil
 		}
 		if d.IsDir() {
-			return nil
-		}
-		ext := strings.ToLower(path.Ext(name))
-		if ext != ".yaml" && ext != ".yml" {
 			return nil
 		}
 		if d.Type()&fs.ModeSymlink != 0 {

@@ -3,15 +3,29 @@
 // descriptors.Tree. It is pure: it never logs and never watches; the server
 // watches the directory and swaps the result in.
 //
-// Load reads every *.yaml and *.yml file under the root of an fs.FS,
-// recursively, skipping names that start with "." (Kubernetes ConfigMap
-// internals). One file holds one RLS domain; two files with one domain are an
-// error unless Options.MergeDomains. Decoding is strict: an unknown key, a
-// key given twice, a non-string key or a value of the wrong type is an error,
-// and every problem of every file is reported at once, each as
-// "file:line: path: message", e.g.
+// Load reads every regular file under the root of an fs.FS as YAML,
+// whatever its name ends with (as envoyproxy/ratelimit reads every file of
+// its directory), recursively, skipping names that start with "."
+// (Kubernetes ConfigMap internals, editors' and tools' hidden files). So a
+// file that is not a domain's YAML is an error, not a file left out. One
+// file holds one RLS domain; two files with one domain are an error unless
+// Options.MergeDomains. Decoding is strict: an unknown key, a key given
+// twice in one mapping, a non-string key, a value of the wrong type or a
+// second YAML document is an error, and every problem of every file is
+// reported at once, each as "file:line: path: message", e.g.
 //
 //	api.yaml:14: descriptors[2].tiers[0].window: must be > 0
+//
+// Values are read as envoyproxy/ratelimit's decoder, yaml.v2, reads them
+// (YAML 1.1): a flag is true, yes, on or y, or false, no, off or n (also
+// capitalized or in capitals), and empty is false; an empty rate_limit is
+// none, an empty requests_per_unit 0 (with a warning), an empty metadata
+// none. Merge keys (<<: *anchor, or a list of anchors) are expanded as
+// yaml.v2 expands them: keys after a merge override it, of a list of
+// mappings the first wins, a mapping value given again (rate_limit,
+// metadata) is merged key by key, and a key before a merge that gives it
+// too is replaced, with a warning. Problems in merged keys are reported at
+// the lines where they are written, with the path where they are used.
 //
 // # Keys
 //
@@ -23,14 +37,16 @@
 // Per descriptor, as envoyproxy/ratelimit: key, value (containing "*": a
 // wildcard), rate_limit {unit, requests_per_unit, unlimited, name,
 // replaces: [{name}]}, shadow_mode, quota_mode, detailed_metric,
-// value_to_metric, share_threshold, descriptors; metadata is accepted and
-// ignored. Units are second, minute, hour, day, week, month and year, in any
-// case. rate_limit resolves to one tier of limit requests_per_unit, window
-// one unit (a month is 30 days, a year 365), active unbounded, cooldown 0:
-// an exact sliding window. rate_limit.algorithm: fixed_window (or
-// Options.FixedWindowDefault) gives envoyproxy/ratelimit's calendar-aligned
-// fixed window instead; algorithm: sliding_window the default.
-// requests_per_unit: 0 rejects every request.
+// value_to_metric, share_threshold, descriptors, metadata (returned to
+// Envoy as envoyproxy/ratelimit returns it: YAML 1.1 scalars, a date kept
+// as text, keys of nested mappings written out as their values print, so
+// 429 becomes "429"). Units are second, minute, hour, day, week, month and
+// year, in any case. rate_limit resolves to one tier of limit
+// requests_per_unit, window one unit (a month is 30 days, a year 365),
+// active unbounded, cooldown 0: an exact sliding window.
+// rate_limit.algorithm: fixed_window (or Options.FixedWindowDefault) gives
+// envoyproxy/ratelimit's calendar-aligned fixed window instead; algorithm:
+// sliding_window the default. requests_per_unit: 0 rejects every request.
 //
 // Charon's extensions on a descriptor (SPEC §3):
 //

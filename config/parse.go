@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"gopkg.in/yaml.v3"
 
@@ -58,6 +59,8 @@ type parser struct {
 	file    string
 	visited int
 	tooBig  bool
+	// expanded holds the keys of the mappings with merge keys read so far.
+	expanded map[*yaml.Node][]pair
 }
 
 func (p *parser) errf(n *yaml.Node, path *ypath, format string, args ...any) {
@@ -191,9 +194,19 @@ func kindName(n *yaml.Node) string {
 	return "an unknown node"
 }
 
-// fields calls fn for each key of the mapping n; fn returns false for an
-// unknown key. Non-string keys, repeated keys and unknown keys are errors.
+// fields calls fn for each key of the mapping n, merge keys (<<: *base)
+// expanded as envoyproxy/ratelimit's yaml.v2 expands them (see expand); fn
+// returns false for an unknown key. Non-string keys, keys given twice in one
+// mapping and unknown keys are errors.
 func (p *parser) fields(n *yaml.Node, path *ypath, fn func(key string, k, v *yaml.Node) bool) {
+	if hasMerge(n) {
+		for _, e := range p.merged(n, path) {
+			if !fn(e.key, e.k, e.v) {
+				p.errf(e.k, path.k(e.key), "unknown key %q", e.key)
+			}
+		}
+		return
+	}
 	for i := 0; i+1 < len(n.Content); i += 2 {
 		k, v := n.Content[i], p.resolve(n.Content[i+1])
 		if v == nil {
@@ -218,6 +231,27 @@ func (p *parser) fields(n *yaml.Node, path *ypath, fn func(key string, k, v *yam
 			p.errf(k, path.k(k.Value), "unknown key %q", k.Value)
 		}
 	}
+}
+
+// merged expands the mapping n, which has merge keys, once: a node reached
+// through several aliases reports its problems once, and require finds the
+// keys fields read.
+func (p *parser) merged(n *yaml.Node, path *ypath) []pair {
+	if pairs, ok := p.expanded[n]; ok {
+		return pairs
+	}
+	pairs := p.expand(n, path, true, func(k *yaml.Node) (string, bool) {
+		if k.Kind != yaml.ScalarNode || k.Tag != "!!str" {
+			p.errf(k, path, "key %s is not a string", kindName(k))
+			return "", false
+		}
+		return k.Value, true
+	})
+	if p.expanded == nil {
+		p.expanded = map[*yaml.Node][]pair{}
+	}
+	p.expanded[n] = pairs
+	return pairs
 }
 
 // list returns the items of a sequence (nil for an empty value).
@@ -268,7 +302,7 @@ func (p *parser) values(n *yaml.Node, path *ypath, read func(key string, v *yaml
 func (p *parser) require(n *yaml.Node, path *ypath, keys ...string) bool {
 	ok := true
 	for _, key := range keys {
-		if !has(n, key) {
+		if !p.has(n, path, key) {
 			p.errf(n, path.k(key), "missing")
 			ok = false
 		}
@@ -276,8 +310,17 @@ func (p *parser) require(n *yaml.Node, path *ypath, keys ...string) bool {
 	return ok
 }
 
-// has reports whether the mapping n has the key key.
-func has(n *yaml.Node, key string) bool {
+// has reports whether the mapping n at path has the key key, given or
+// merged.
+func (p *parser) has(n *yaml.Node, path *ypath, key string) bool {
+	if hasMerge(n) {
+		for _, e := range p.merged(n, path) {
+			if e.key == key {
+				return true
+			}
+		}
+		return false
+	}
 	for i := 0; i+1 < len(n.Content); i += 2 {
 		if k := n.Content[i]; k.Tag == "!!str" && k.Value == key {
 			return true
@@ -299,13 +342,22 @@ func (p *parser) str(n *yaml.Node, path *ypath) (string, bool) {
 	return n.Value, true
 }
 
+// boolean reads a flag as envoyproxy/ratelimit's yaml.v2 does (YAML 1.1):
+// true, yes, on, y and false, no, off, n, each also capitalized or in
+// capitals; empty is false. A quoted "true" is text, not a flag.
 func (p *parser) boolean(n *yaml.Node, path *ypath) (bool, bool) {
-	if n.Kind != yaml.ScalarNode || n.Tag != "!!bool" {
-		p.errf(n, path, "must be true or false, not %s", kindName(n))
-		return false, false
+	if n.Kind == yaml.ScalarNode {
+		if v, ok := yaml11(n); ok {
+			switch v := v.(type) {
+			case nil:
+				return false, true
+			case bool:
+				return v, true
+			}
+		}
 	}
-	b, _ := strconv.ParseBool(strings.ToLower(n.Value))
-	return b, true
+	p.errf(n, path, "must be true or false, not %s", kindName(n))
+	return false, false
 }
 
 func (p *parser) integer(n *yaml.Node, path *ypath, min int64, minMsg string) (int64, bool) {
@@ -438,10 +490,14 @@ type given struct {
 }
 
 // set keeps the value v of the policy or amend key key (at k); it returns
-// false for any other key.
+// false for any other key. An empty rate_limit is none, as
+// envoyproxy/ratelimit reads it.
 func (ls leafSpec) set(key string, k, v *yaml.Node) bool {
 	if !slices.Contains(policyKeys, key) && !slices.Contains(amendKeys, key) {
 		return false
+	}
+	if key == "rate_limit" && v.Kind == yaml.ScalarNode && v.Tag == "!!null" {
+		return true
 	}
 	ls[key] = given{key, k, v}
 	return true
@@ -519,45 +575,102 @@ func (p *parser) descriptor(n *yaml.Node, path *ypath, depth int) *pnode {
 	return d
 }
 
-// metadata decodes a descriptor's metadata: a mapping of any YAML values.
+// metadata reads a descriptor's metadata as envoyproxy/ratelimit does
+// (yaml.v2 into a map[string]interface{}, then a protobuf Struct): scalars
+// resolved as YAML 1.1 (yes is true, a date stays text), the keys of the
+// mapping itself as their text, those of nested mappings as the text of
+// their value (429, true, 1.5, <nil>), merge keys expanded. Empty is none.
 func (p *parser) metadata(n *yaml.Node, path *ypath) map[string]any {
-	if n.Kind != yaml.MappingNode {
-		p.errf(n, path, "want a mapping")
+	if n.Kind == yaml.ScalarNode && n.Tag == "!!null" {
 		return nil
 	}
-	var m map[string]any
-	if err := n.Decode(&m); err != nil {
-		p.errf(n, path, "%v", err)
+	if !p.mapping(n, path) {
 		return nil
 	}
-	if err := jsonLike(m); err != nil {
-		p.errf(n, path, "%v", err)
+	m, ok := p.metaMap(n, path, nil, true)
+	if !ok || len(m) == 0 {
 		return nil
 	}
 	return m
 }
 
-// jsonLike checks that v holds only what a protobuf Struct can: mappings
-// with string keys, lists, strings, numbers, booleans and nulls.
-func jsonLike(v any) error {
-	switch v := v.(type) {
-	case nil, string, bool, int, int64, uint64, float64:
-		return nil
-	case map[string]any:
-		for k, e := range v {
-			if err := jsonLike(e); err != nil {
-				return fmt.Errorf("%s: %w", k, err)
-			}
+// metaMap reads the mapping n of metadata, within the mappings and lists
+// outer; top is the metadata mapping itself.
+func (p *parser) metaMap(n *yaml.Node, path *ypath, outer []*yaml.Node, top bool) (map[string]any, bool) {
+	before := len(p.errs)
+	pairs := p.expand(n, path, false, func(k *yaml.Node) (string, bool) {
+		if k = p.resolve(k); k == nil {
+			return "", false
 		}
-		return nil
-	case []any:
-		for i, e := range v {
-			if err := jsonLike(e); err != nil {
-				return fmt.Errorf("[%d]: %w", i, err)
-			}
+		if k.Kind != yaml.ScalarNode {
+			p.errf(k, path, "a key must be a scalar, not %s", kindName(k))
+			return "", false
 		}
-		return nil
-	default:
-		return fmt.Errorf("a %T is not a JSON value (quote it)", v)
+		v, ok := p.metaScalar(k, path)
+		if !ok {
+			return "", false
+		}
+		s, text := v.(string)
+		switch {
+		case top && v == nil:
+			return "", true
+		case top && !text:
+			return k.Value, true
+		case !text:
+			return fmt.Sprint(v), true
+		}
+		return s, true
+	})
+	m := make(map[string]any, len(pairs))
+	outer = append(outer, n)
+	for _, e := range pairs {
+		m[e.key], _ = p.metaValue(e.v, path.k(e.key), outer)
 	}
+	return m, len(p.errs) == before
+}
+
+// metaValue reads the value n of metadata, within the mappings and lists
+// outer.
+func (p *parser) metaValue(n *yaml.Node, path *ypath, outer []*yaml.Node) (any, bool) {
+	if n.Kind == yaml.ScalarNode {
+		return p.metaScalar(n, path)
+	}
+	if slices.Contains(outer, n) {
+		p.errf(n, path, "contains itself (an alias inside its own anchor)")
+		return nil, false
+	}
+	if len(outer) >= maxDepth {
+		p.errf(n, path, "nested deeper than %d levels", maxDepth)
+		return nil, false
+	}
+	if n.Kind == yaml.MappingNode {
+		return p.metaMap(n, path, outer, false)
+	}
+	l := make([]any, 0, len(n.Content))
+	ok := true
+	outer = append(outer, n)
+	for i, it := range n.Content {
+		if it = p.resolve(it); it == nil {
+			return nil, false
+		}
+		v, vok := p.metaValue(it, path.i(i), outer)
+		l = append(l, v)
+		ok = ok && vok
+	}
+	return l, ok
+}
+
+// metaScalar is yaml11 with its refusals reported, and text that a
+// protobuf Struct cannot hold (not UTF-8) refused.
+func (p *parser) metaScalar(n *yaml.Node, path *ypath) (any, bool) {
+	v, ok := yaml11(n)
+	if !ok {
+		p.errf(n, path, "%q is not a valid %s", n.Value, strings.TrimPrefix(n.Tag, "!!"))
+		return nil, false
+	}
+	if s, text := v.(string); text && !utf8.ValidString(s) {
+		p.errf(n, path, "not valid UTF-8")
+		return nil, false
+	}
+	return v, true
 }

@@ -206,7 +206,10 @@ func (p *parser) rateLimit(n *yaml.Node, path *ypath, full bool) (*tiers.Policy,
 		ok = false
 	}
 	var rpu int64
-	if rpuNode != nil {
+	if rpuNode != nil && rpuNode.Kind == yaml.ScalarNode && rpuNode.Tag == "!!null" {
+		// envoyproxy/ratelimit reads an empty requests_per_unit as 0.
+		p.warnf(rpuNode, path.k("requests_per_unit"), "empty: 0, every request is rejected")
+	} else if rpuNode != nil {
 		var rok bool
 		rpu, rok = p.integer(rpuNode, path.k("requests_per_unit"), 0, "must be >= 0")
 		ok = ok && rok

@@ -26,7 +26,9 @@ func TestReloadStormThenSIGTERMUnderLoad(t *testing.T) {
 	file := filepath.Join(dir, "storm.yaml")
 	write := func(limit int) {
 		body := fmt.Sprintf("domain: storm\ndescriptors:\n  - key: user\n    rate_limit: {unit: second, requests_per_unit: %d}\n", limit)
-		tmp := file + ".tmp"
+		// A name starting with "." is never loaded: every other file of
+		// the directory is, as envoyproxy/ratelimit loads it.
+		tmp := filepath.Join(dir, ".storm.yaml.tmp")
 		if err := os.WriteFile(tmp, []byte(body), 0o644); err != nil {
 			t.Fatal(err)
 		}
