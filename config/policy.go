@@ -234,11 +234,14 @@ func (p *parser) rateLimit(n *yaml.Node, path *ypath, full bool) (*tiers.Policy,
 	if !ok {
 		return nil, meta, false
 	}
-	if rpu == 0 {
+	if rpu == 0 && !fixed {
 		// requests_per_unit: 0 bans the descriptor, as upstream.
 		return closed(), meta, true
 	}
 	if fixed {
+		// A limit of 0 too: a fixed window of 0 bans the descriptor and
+		// answers as envoyproxy/ratelimit does (0 per its unit, the rest of
+		// the window).
 		return &tiers.Policy{Kind: tiers.KindFixedWindow, Window: tiers.FixedWindow{Limit: rpu, Unit: u}}, meta, true
 	}
 	// A sliding window of the unit's length (a month is 30 days, a year 365).

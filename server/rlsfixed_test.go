@@ -62,6 +62,8 @@ descriptors:
     rate_limit: {unit: day, requests_per_unit: 10}
   - key: b
     rate_limit: {unit: minute, requests_per_unit: 100}
+  - key: z
+    rate_limit: {unit: minute, requests_per_unit: 0}
 `
 
 // TestRLSFixedWindowLikeLyft: under --fixed-window (its config option and
@@ -136,6 +138,9 @@ func TestRLSFixedWindowLikeLyft(t *testing.T) {
 		{"b: 101 hits", []*ratelimitv3.RateLimitDescriptor{withHits(101, desc("b", "y"))}, &rlsv3.RateLimitResponse{OverallCode: over,
 			Statuses:             []*rlsv3.RateLimitResponse_DescriptorStatus{status(over, 100, minute, 0, restMinute)},
 			ResponseHeadersToAdd: rateLimitHeadersWant("100", "0", "20")}},
+		{"a configured limit of 0", []*ratelimitv3.RateLimitDescriptor{desc("z", "x")}, &rlsv3.RateLimitResponse{OverallCode: over,
+			Statuses:             []*rlsv3.RateLimitResponse_DescriptorStatus{status(over, 0, minute, 0, restMinute)},
+			ResponseHeadersToAdd: rateLimitHeadersWant("0", "0", "20")}},
 		{"a request's own limit of 0", []*ratelimitv3.RateLimitDescriptor{zero}, &rlsv3.RateLimitResponse{OverallCode: over,
 			Statuses:             []*rlsv3.RateLimitResponse_DescriptorStatus{status(over, 0, minute, 0, restMinute)},
 			ResponseHeadersToAdd: rateLimitHeadersWant("0", "0", "20")}},

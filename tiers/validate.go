@@ -108,7 +108,8 @@ func Validate(p *Policy) error {
 			return fieldErr("token_bucket.capacity", "too large for refill %d per %v (capacity × per / gcd(refill, per in µs) must be <= 2^53)", b.Refill, b.Per)
 		}
 	case KindFixedWindow:
-		if err := limit("requests_per_unit", p.Window.Limit, 1); err != nil {
+		// 0 rejects every request (requests_per_unit: 0).
+		if err := limit("requests_per_unit", p.Window.Limit, 0); err != nil {
 			return err
 		}
 		if unitMicros(p.Window.Unit) == 0 {

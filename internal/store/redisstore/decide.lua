@@ -673,8 +673,13 @@ local function fwin(p, s, t)
 end
 
 local function decide_fixed(p, s, t, k, m, commit, d)
-  local start, cnt = fwin(p, s, t)
   local lim = p.lim
+  if lim < 1 then
+    -- A limit of 0 rejects every request, as tiers' closed decision.
+    d.retry, d.reset = INF, INF
+    return d
+  end
+  local start, cnt = fwin(p, s, t)
   d.tier = 1
   local reset = start + p.len - t
   local n = min(k, max(0, lim - cnt))

@@ -67,6 +67,7 @@ var (
 	global30 = &tiers.Policy{Kind: tiers.KindTiers, GlobalLimit: 30, Tiers: []tiers.Tier{{Limit: 1000, Window: time.Hour, Active: tiers.Unbounded}}}
 	bucket   = &tiers.Policy{Kind: tiers.KindTokenBucket, Bucket: tiers.TokenBucket{Capacity: 5, Refill: 2, Per: time.Second}}
 	fixed    = &tiers.Policy{Kind: tiers.KindFixedWindow, Window: tiers.FixedWindow{Limit: 3, Unit: tiers.UnitSecond}}
+	fixed0   = &tiers.Policy{Kind: tiers.KindFixedWindow, Window: tiers.FixedWindow{Limit: 0, Unit: tiers.UnitMinute}} // requests_per_unit: 0
 	closed   = &tiers.Policy{Kind: tiers.KindTiers}
 )
 
@@ -466,7 +467,7 @@ func sum(xs []int) int {
 
 func testRandomTraces(t *testing.T, s store.Store) {
 	tr := Trace{Seed: 42, Steps: 1500, Gap: 300 * time.Millisecond, Items: 4, Domains: 3,
-		Policies: []*tiers.Policy{simple, penalty, hard, global, bucket, fixed}}
+		Policies: []*tiers.Policy{simple, penalty, hard, global, bucket, fixed, fixed0}}
 	tr.Replay(t, s, &Model{}, func(step int, now time.Time, items []store.Item, got, want []tiers.Decision) {
 		if diff := cmp.Diff(want, got); diff != "" {
 			t.Fatalf("step %d at +%v, items %+v (-model +store):\n%s", step, now.Sub(T0), items, diff)
