@@ -2,6 +2,8 @@ package server
 
 import (
 	"context"
+	"crypto/tls"
+	"net/http"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -13,15 +15,30 @@ import (
 	"github.com/charonlimit/charon/internal/tlsconfig"
 )
 
+// identities are the names of a connection's verified client certificate,
+// none without one (nil state: not TLS).
+func identities(cs *tls.ConnectionState) []string {
+	if cs == nil || len(cs.VerifiedChains) == 0 || len(cs.VerifiedChains[0]) == 0 {
+		return nil
+	}
+	return tlsconfig.Identities(cs.VerifiedChains[0][0])
+}
+
 // authorize refuses a call the table does not allow its client, by the
 // identities of the client's verified certificate.
 func (s *Server) authorize(ctx context.Context, method string) error {
-	var ids []string
+	var cs *tls.ConnectionState
 	if p, ok := peer.FromContext(ctx); ok {
-		if ti, ok := p.AuthInfo.(credentials.TLSInfo); ok && len(ti.State.VerifiedChains) > 0 && len(ti.State.VerifiedChains[0]) > 0 {
-			ids = tlsconfig.Identities(ti.State.VerifiedChains[0][0])
+		if ti, ok := p.AuthInfo.(credentials.TLSInfo); ok {
+			cs = &ti.State
 		}
 	}
+	return s.allow(identities(cs), method)
+}
+
+// allow refuses, counted, a method the table does not allow these
+// identities.
+func (s *Server) allow(ids []string, method string) error {
 	if s.opts.Authz.Allowed(ids, method) {
 		return nil
 	}
@@ -44,4 +61,26 @@ func (s *Server) authzStream(srv any, ss grpc.ServerStream, info *grpc.StreamSer
 		return err
 	}
 	return handler(srv, ss)
+}
+
+// httpAuthz returns what wraps an HTTP port's handlers with the table: a
+// request whose verified client certificate's identities the table does not
+// allow the handler's name (package authz) is answered 403. A request with
+// no verified certificate (plaintext, or TLS without client certificates)
+// has no identity, so the table refuses it. With on false (no table, or a
+// debug port that is not served over TLS and is guarded by its token or
+// loopback), handlers are left as they are.
+func (s *Server) httpAuthz(on bool) func(name string, h http.Handler) http.Handler {
+	if !on || s.opts.Authz == nil {
+		return func(_ string, h http.Handler) http.Handler { return h }
+	}
+	return func(name string, h http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if err := s.allow(identities(r.TLS), name); err != nil {
+				http.Error(w, status.Convert(err).Message(), http.StatusForbidden)
+				return
+			}
+			h.ServeHTTP(w, r)
+		})
+	}
 }

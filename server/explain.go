@@ -33,7 +33,10 @@ type Explainer interface {
 var errNoExplainer = status.Error(codes.Unimplemented, "the engine cannot explain")
 
 // checkDebugReset refuses a reset endpoint that anyone reaching the debug
-// port could call.
+// port could call. A DebugTLS from package tlsconfig says at its top level
+// whether it verifies clients, though its handshakes use the config its
+// GetConfigForClient builds. With an authorization table, the table must
+// also allow the client admin (or /charon.debug/Reset) over such a port.
 func checkDebugReset(opts *Options) error {
 	if !opts.DebugReset {
 		return nil

@@ -81,7 +81,7 @@ func (f *Flags) Bind(fs *flag.FlagSet) {
 	fs.UintVar(&f.MaxStreams, "max-concurrent-streams", f.MaxStreams, "most concurrent RPCs and streams on one gRPC or HTTP/2 connection")
 	f.TLS.Bind(fs, "grpc-tls-")
 	fs.BoolVar(&f.HTTPTLS, "http-tls", f.HTTPTLS, "serve the HTTP port over TLS too, with the gRPC port's certificate and client CA")
-	fs.StringVar(&f.Authz, "authz", f.Authz, "authorization table `file`: which client certificate identities may call which methods; needs --grpc-tls-client-ca")
+	fs.StringVar(&f.Authz, "authz", f.Authz, "authorization table `file`: which client certificate identities may call which methods (gRPC, HTTP /json and a --debug-tls debug port); needs --grpc-tls-client-ca")
 	fs.StringVar(&f.DebugTokenFile, "debug-token-file", f.DebugTokenFile, "require this `file`'s bearer token on every debug port request")
 	fs.BoolVar(&f.DebugTLS, "debug-tls", f.DebugTLS, "serve the debug port over TLS too, with the gRPC port's certificate and client CA")
 	fs.BoolVar(&f.Pprof, "pprof", f.Pprof, "serve Go profiles at /debug/pprof/ on the debug port")

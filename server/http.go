@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 
+	"github.com/charonlimit/charon/internal/authz"
 	"github.com/charonlimit/charon/internal/engine"
 	"github.com/charonlimit/charon/internal/sim"
 )
@@ -22,11 +23,14 @@ import (
 const maxJSONBody = 1 << 20
 
 // httpHandler serves /healthcheck, /json and the tier simulator at /sim/.
+// With an authorization table, /json is allowed as ShouldRateLimit and the
+// simulator as authz.Simulator; /healthcheck stays open to load balancers.
 func (s *Server) httpHandler() http.Handler {
+	guard := s.httpAuthz(true)
 	mux := http.NewServeMux()
 	mux.HandleFunc("/healthcheck", s.serveHealthcheck)
-	mux.HandleFunc("/json", s.serveJSON)
-	mux.Handle("/sim/", http.StripPrefix("/sim", sim.Handler()))
+	mux.Handle("/json", guard(authz.ShouldRateLimit, http.HandlerFunc(s.serveJSON)))
+	mux.Handle("/sim/", guard(authz.Simulator, http.StripPrefix("/sim", sim.Handler())))
 	return mux
 }
 
@@ -91,26 +95,29 @@ func (s *Server) serveJSON(w http.ResponseWriter, r *http.Request) {
 
 // debugHandler serves /metrics, /rlconfig and, when asked for, pprof. It
 // listens on loopback by default: profiles and the configuration are not for
-// the public. With a DebugToken every request must carry it.
+// the public. With a DebugToken every request must carry it. Served over
+// TLS with an authorization table, the table must allow the client each
+// endpoint's name in package authz (group read, or admin for /reset).
 func (s *Server) debugHandler() http.Handler {
+	guard := s.httpAuthz(s.opts.DebugTLS != nil)
 	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(s.metrics.Registry, promhttp.HandlerOpts{}))
-	mux.HandleFunc("/rlconfig", s.serveRLConfig)
-	mux.HandleFunc("GET /explain", s.serveExplain)
+	mux.Handle("/metrics", guard(authz.DebugMetrics, promhttp.HandlerFor(s.metrics.Registry, promhttp.HandlerOpts{})))
+	mux.Handle("/rlconfig", guard(authz.DebugRLConfig, http.HandlerFunc(s.serveRLConfig)))
+	mux.Handle("GET /explain", guard(authz.DebugExplain, http.HandlerFunc(s.serveExplain)))
 	index := "/metrics: Prometheus metrics\n/rlconfig: the configuration in force\n" +
 		"/explain?domain=D&descriptor=k=v,k2=v2: how a request resolves and its pairs' state (JSON)\n"
 	if s.opts.DebugReset {
-		mux.HandleFunc("POST /reset", s.serveReset)
+		mux.Handle("POST /reset", guard(authz.DebugReset, http.HandlerFunc(s.serveReset)))
 		index += "POST /reset?domain=D&descriptor=k=v,k2=v2: forget those pairs' state\n"
 	}
 	if s.opts.Pprof {
-		mux.HandleFunc("/debug/pprof/", pprof.Index)
-		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
-		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
-		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+		mux.Handle("/debug/pprof/", guard(authz.DebugPprof, http.HandlerFunc(pprof.Index)))
+		mux.Handle("/debug/pprof/profile", guard(authz.DebugPprof, http.HandlerFunc(pprof.Profile)))
+		mux.Handle("/debug/pprof/symbol", guard(authz.DebugPprof, http.HandlerFunc(pprof.Symbol)))
+		mux.Handle("/debug/pprof/trace", guard(authz.DebugPprof, http.HandlerFunc(pprof.Trace)))
 		index += "/debug/pprof/: profiles\n"
 	}
-	mux.HandleFunc("/{$}", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, index) })
+	mux.Handle("/{$}", guard(authz.DebugIndex, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, index) })))
 	if s.opts.DebugToken == "" {
 		return mux
 	}

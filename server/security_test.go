@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"net/http"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -229,5 +230,186 @@ func TestDebugPort(t *testing.T) {
 	}
 	if got := metricValue(t, s.metrics.debugDenied); got != 3 {
 		t.Errorf("debug refusals counted %v, want 3", got)
+	}
+}
+
+// httpsClient is an HTTPS client that trusts m's CA and presents a new
+// certificate of it naming san.
+func httpsClient(t *testing.T, m *tlstest.Mutual, san string) *http.Client {
+	t.Helper()
+	c, k := m.CA.Issue(t, m.Dir, strings.NewReplacer("/", "_", ":", "_").Replace(san), san)
+	return &http.Client{Transport: &http.Transport{TLSClientConfig: clientTLS(t, m, c, k)}, Timeout: 10 * time.Second}
+}
+
+func parseTable(t *testing.T, text string) *authz.Table {
+	t.Helper()
+	table, err := authz.Parse([]byte(text))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return table
+}
+
+// TestAuthzHTTP: the authorization table governs the HTTP port as it does
+// gRPC. /json is ShouldRateLimit: a reader refused it over gRPC is refused
+// it on /json (403, counted as rls), the gateway is served; the simulator
+// needs read; /healthcheck stays open to load balancers. Over plaintext a
+// request has no identity, so /json is refused.
+func TestAuthzHTTP(t *testing.T) {
+	m, srvTLS := mutualTLS(t, "unused.test")
+	table := parseTable(t, `
+clients:
+  - identity: spiffe://test/reader
+    allow: [read]
+  - identity: spiffe://test/gateway
+    allow: [rls]
+`)
+	s, stop := newTestServer(t, Options{GRPCTLS: srvTLS, HTTPTLS: srvTLS, Authz: table})
+	defer stop()
+
+	c, k := m.CA.Issue(t, m.Dir, "reader-grpc", "spiffe://test/reader")
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, err := rlsv3.NewRateLimitServiceClient(dialTLS(t, s.GRPCAddr(), clientTLS(t, m, c, k))).ShouldRateLimit(ctx,
+		&rlsv3.RateLimitRequest{Domain: "d", Descriptors: []*ratelimitv3.RateLimitDescriptor{desc("a", "x")}})
+	if status.Code(err) != codes.PermissionDenied {
+		t.Fatalf("reader ShouldRateLimit over gRPC: got %v, want PermissionDenied", err)
+	}
+
+	clients := map[string]*http.Client{}
+	for _, who := range []string{"reader", "gateway", "stranger"} {
+		clients[who] = httpsClient(t, m, "spiffe://test/"+who)
+	}
+	const req = `{"domain":"d","descriptors":[{"entries":[{"key":"a","value":"x"}]}]}`
+	base := "https://" + s.HTTPAddr()
+	for _, c := range []struct {
+		who, method, path, body string
+		want                    int
+	}{
+		{"reader", "POST", "/json", req, http.StatusForbidden},
+		{"stranger", "POST", "/json", req, http.StatusForbidden},
+		{"gateway", "POST", "/json", req, http.StatusOK},
+		{"reader", "GET", "/sim/", "", http.StatusOK},
+		{"gateway", "GET", "/sim/", "", http.StatusForbidden},
+		{"stranger", "GET", "/healthcheck", "", http.StatusOK},
+	} {
+		if body, code := fetchWith(t, clients[c.who], c.method, base+c.path, "", c.body); code != c.want {
+			t.Errorf("%s %s %s: got %d %.80q, want %d", c.who, c.method, c.path, code, body, c.want)
+		}
+	}
+	if got := metricValue(t, s.metrics.authzDenied.WithLabelValues("rls")); got != 3 {
+		t.Errorf("denied rls counted %v, want 3 (one gRPC call, two /json)", got)
+	}
+	if got := metricValue(t, s.metrics.authzDenied.WithLabelValues("read")); got != 1 {
+		t.Errorf("denied reads counted %v, want 1", got)
+	}
+
+	// A plaintext HTTP port: no identity, so nothing but /healthcheck.
+	s2, stop2 := newTestServer(t, Options{GRPCTLS: srvTLS, Authz: table})
+	defer stop2()
+	if body, code := post(t, "http://"+s2.HTTPAddr()+"/json", req); code != http.StatusForbidden || !strings.Contains(body, "needs a client certificate") {
+		t.Errorf("plaintext POST /json under a table: got %d %q, want 403 asking for a client certificate", code, body)
+	}
+	if _, code := get(t, "http://"+s2.HTTPAddr()+"/healthcheck"); code != http.StatusOK {
+		t.Errorf("plaintext /healthcheck under a table: got %d, want 200", code)
+	}
+}
+
+// TestAuthzDebug: on a debug port served over mutual TLS, the table
+// decides per endpoint: read for /metrics, /rlconfig, /explain, pprof and
+// the index, admin for POST /reset, or a single endpoint's name. A token,
+// when there is one, is still required first.
+func TestAuthzDebug(t *testing.T) {
+	m, srvTLS := mutualTLS(t, "unused.test")
+	table := parseTable(t, `
+clients:
+  - identity: spiffe://test/reader
+    allow: [read]
+  - identity: spiffe://test/admin
+    allow: [admin]
+  - identity: spiffe://test/scraper
+    allow: [/charon.debug/Metrics]
+  - identity: spiffe://test/gateway
+    allow: [rls]
+`)
+	eng, _ := charonEngine(t, nil)
+	s, stop := newTestServer(t, Options{Engine: eng, GRPCTLS: srvTLS, DebugTLS: srvTLS, Authz: table, Pprof: true, DebugReset: true})
+	clients := map[string]*http.Client{}
+	for _, who := range []string{"reader", "admin", "scraper", "gateway"} {
+		clients[who] = httpsClient(t, m, "spiffe://test/"+who)
+	}
+	q := "?domain=c&descriptor=" + url.QueryEscape("rate=x")
+	base := "https://" + s.DebugAddr()
+	for _, c := range []struct {
+		who, method, path string
+		want              int
+	}{
+		{"reader", "GET", "/", http.StatusOK},
+		{"reader", "GET", "/metrics", http.StatusOK},
+		{"reader", "GET", "/rlconfig", http.StatusServiceUnavailable}, // allowed: no configuration loaded
+		{"reader", "GET", "/explain" + q, http.StatusOK},
+		{"reader", "GET", "/debug/pprof/", http.StatusOK},
+		{"reader", "POST", "/reset" + q, http.StatusForbidden},
+		{"admin", "POST", "/reset" + q, http.StatusOK},
+		{"admin", "GET", "/rlconfig", http.StatusForbidden},
+		{"admin", "GET", "/explain" + q, http.StatusForbidden},
+		{"scraper", "GET", "/metrics", http.StatusOK},
+		{"scraper", "GET", "/rlconfig", http.StatusForbidden},
+		{"scraper", "GET", "/debug/pprof/", http.StatusForbidden},
+		{"gateway", "GET", "/metrics", http.StatusForbidden},
+		{"gateway", "GET", "/", http.StatusForbidden},
+		{"gateway", "GET", "/explain" + q, http.StatusForbidden},
+		{"gateway", "POST", "/reset" + q, http.StatusForbidden},
+	} {
+		if body, code := fetchWith(t, clients[c.who], c.method, base+c.path, "", ""); code != c.want {
+			t.Errorf("%s %s %s: got %d %.80q, want %d", c.who, c.method, c.path, code, body, c.want)
+		}
+	}
+	if got := metricValue(t, s.metrics.authzDenied.WithLabelValues("admin")); got != 2 {
+		t.Errorf("denied resets counted %v, want 2", got)
+	}
+	if got := metricValue(t, s.metrics.authzDenied.WithLabelValues("read")); got != 7 {
+		t.Errorf("denied reads counted %v, want 7", got)
+	}
+	stop()
+
+	// With a token too: the token first, then the table.
+	s, stop = newTestServer(t, Options{Engine: eng, GRPCTLS: srvTLS, DebugTLS: srvTLS, Authz: table, DebugToken: "t0ken"})
+	defer stop()
+	base = "https://" + s.DebugAddr()
+	for _, c := range []struct {
+		who, token string
+		want       int
+	}{
+		{"reader", "", http.StatusUnauthorized},
+		{"reader", "t0ken", http.StatusOK},
+		{"gateway", "t0ken", http.StatusForbidden},
+	} {
+		if body, code := fetchWith(t, clients[c.who], "GET", base+"/metrics", c.token, ""); code != c.want {
+			t.Errorf("%s with token %q: got %d %.80q, want %d", c.who, c.token, code, body, c.want)
+		}
+	}
+}
+
+// TestDebugResetTLS: POST /reset is served on a debug port whose TLS, built
+// by tlsconfig as serve builds it, verifies client certificates, and refused
+// at start on one that does not.
+func TestDebugResetTLS(t *testing.T) {
+	m, srvTLS := mutualTLS(t, "unused.test")
+	eng, _ := charonEngine(t, nil)
+	s, stop := newTestServer(t, Options{Engine: eng, DebugTLS: srvTLS, DebugReset: true})
+	defer stop()
+	q := "?domain=c&descriptor=" + url.QueryEscape("rate=x")
+	if body, code := fetchWith(t, httpsClient(t, m, "ops.test"), "POST", "https://"+s.DebugAddr()+"/reset"+q, "", ""); code != http.StatusOK {
+		t.Errorf("POST /reset over mutual TLS: got %d %q, want 200", code, body)
+	}
+
+	noCA, err := tlsconfig.NewServer(tlsconfig.Options{CertFile: m.CertFile, KeyFile: m.KeyFile})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = New(Options{Engine: eng, GRPCAddr: "127.0.0.1:0", DebugTLS: noCA.Config(), DebugReset: true})
+	if err == nil || !strings.Contains(err.Error(), "DebugReset") {
+		t.Errorf("DebugReset over TLS without a client CA: got %v, want a refusal", err)
 	}
 }

@@ -121,7 +121,11 @@ type Options struct {
 	// Authz, when set, is the authorization table of gRPC calls: a call
 	// its client's certificate identities do not allow is refused with
 	// PermissionDenied (health checks are always allowed). It needs a
-	// GRPCTLS that verifies client certificates.
+	// GRPCTLS that verifies client certificates. It also governs the HTTP
+	// port (/json as ShouldRateLimit; /healthcheck stays open) and, when
+	// served over DebugTLS, the debug port, under the names of package
+	// authz; a refused HTTP request, or one with no verified client
+	// certificate, is answered 403.
 	Authz *authz.Table
 
 	// DebugToken, when set, is the bearer token every debug port request

@@ -353,6 +353,12 @@ func post(t *testing.T, url, body string) (string, int) {
 // code. A token goes as a bearer token; a body is sent as JSON.
 func fetch(t *testing.T, method, url, token, body string) (string, int) {
 	t.Helper()
+	return fetchWith(t, &http.Client{Timeout: 10 * time.Second}, method, url, token, body)
+}
+
+// fetchWith is fetch with the client hc.
+func fetchWith(t *testing.T, hc *http.Client, method, url, token, body string) (string, int) {
+	t.Helper()
 	req, err := http.NewRequest(method, url, strings.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
@@ -363,7 +369,7 @@ func fetch(t *testing.T, method, url, token, body string) (string, int) {
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
 	}
-	resp, err := (&http.Client{Timeout: 10 * time.Second}).Do(req)
+	resp, err := hc.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}

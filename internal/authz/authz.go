@@ -1,6 +1,7 @@
 // Package authz is the authorization table of `charon serve`: which client
 // identities (names in their verified TLS certificates) may call which gRPC
-// methods. It knows method names, not gRPC; the server applies it.
+// methods, and which HTTP endpoints, named like methods, they may reach. It
+// knows method names, not gRPC or HTTP; the server applies it.
 package authz
 
 import (
@@ -14,18 +15,44 @@ import (
 	"gopkg.in/yaml.v3"
 )
 
+// ShouldRateLimit is Envoy's decision method, also the name under which the
+// HTTP port's /json is allowed: it asks the same question.
+const ShouldRateLimit = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"
+
+// The other HTTP endpoints the table governs, named like methods so that a
+// rule may allow them by group or one by one (a scraper may be given
+// DebugMetrics alone). The HTTP port's /healthcheck needs no rule.
+const (
+	// Simulator is the HTTP port's tier simulator, /sim/.
+	Simulator = "/charon.http/Simulator"
+	// DebugIndex is the debug port's index, /.
+	DebugIndex = "/charon.debug/Index"
+	// DebugMetrics is the debug port's /metrics.
+	DebugMetrics = "/charon.debug/Metrics"
+	// DebugRLConfig is the debug port's /rlconfig: the configuration.
+	DebugRLConfig = "/charon.debug/RLConfig"
+	// DebugExplain is the debug port's GET /explain.
+	DebugExplain = "/charon.debug/Explain"
+	// DebugPprof is the debug port's /debug/pprof/ profiles.
+	DebugPprof = "/charon.debug/Pprof"
+	// DebugReset is the debug port's POST /reset: it forgets pairs' state.
+	DebugReset = "/charon.debug/Reset"
+)
+
 // The method groups a rule may allow. Health checks are always allowed.
 var groups = map[string][]string{
-	// rls: rate-limit decisions, Envoy's and charon.v1's bulk Request.
-	"rls": {"/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit", "/charon.v1.Charon/Request"},
-	// read: what changes nothing (server reflection, Explain).
+	// rls: rate-limit decisions, Envoy's (over gRPC and HTTP /json) and
+	// charon.v1's bulk Request.
+	"rls": {ShouldRateLimit, "/charon.v1.Charon/Request"},
+	// read: what changes nothing (server reflection, Explain, the
+	// simulator, the debug port's endpoints but /reset).
 	"read": {"/grpc.reflection.v1.ServerReflection/ServerReflectionInfo", "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo",
-		"/charon.v1.Charon/Explain"},
+		"/charon.v1.Charon/Explain", Simulator, DebugIndex, DebugMetrics, DebugRLConfig, DebugExplain, DebugPprof},
 	// reserve: taking and giving back copies of one's own session.
 	"reserve": {"/charon.v1.Charon/Reserve", "/charon.v1.Charon/Release", "/charon.v1.Charon/Transfer",
 		"/charon.v1.Charon/KeepAlive", "/charon.v1.Charon/Session"},
-	// admin: taking copies from others.
-	"admin": {"/charon.v1.Charon/Seize"},
+	// admin: taking copies from others, forgetting pairs' state.
+	"admin": {"/charon.v1.Charon/Seize", DebugReset},
 }
 
 // Groups are the names a rule's allow list may use besides method names.
@@ -122,8 +149,9 @@ func Parse(b []byte) (*Table, error) {
 }
 
 // Allowed reports whether a client with these identities may call method
-// (a full gRPC method name). Rules add up: any rule matching any identity
-// that allows the method allows it.
+// (a full gRPC method name, or one of the HTTP endpoints' names above).
+// Rules add up: any rule matching any identity that allows the method
+// allows it.
 func (t *Table) Allowed(ids []string, method string) bool {
 	if slices.Contains(alwaysAllowed, method) {
 		return true

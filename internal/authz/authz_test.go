@@ -1,6 +1,7 @@
 package authz
 
 import (
+	"slices"
 	"strings"
 	"testing"
 )
@@ -77,9 +78,50 @@ func TestParseErrors(t *testing.T) {
 	}
 }
 
+// TestHTTPEndpoints: the HTTP endpoints' names fall in the groups the
+// README names (read for the simulator and the debug port, admin for
+// /reset), and a rule may name one alone.
+func TestHTTPEndpoints(t *testing.T) {
+	tab, err := Parse([]byte(`
+clients:
+  - identity: reader
+    allow: [read]
+  - identity: admin
+    allow: [admin]
+  - identity: gateway
+    allow: [rls]
+  - identity: scraper
+    allow: [/charon.debug/Metrics]
+  - identity: root
+    allow: [all]
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	reads := []string{Simulator, DebugIndex, DebugMetrics, DebugRLConfig, DebugExplain, DebugPprof}
+	for _, c := range []struct {
+		id      string
+		allowed []string
+	}{
+		{"reader", reads},
+		{"admin", []string{DebugReset}},
+		{"gateway", []string{ShouldRateLimit}},
+		{"scraper", []string{DebugMetrics}},
+		{"root", append([]string{DebugReset, ShouldRateLimit}, reads...)},
+		{"stranger", nil},
+	} {
+		for _, m := range append([]string{DebugReset, ShouldRateLimit}, reads...) {
+			if got, want := tab.Allowed([]string{c.id}, m), slices.Contains(c.allowed, m); got != want {
+				t.Errorf("Allowed(%s, %s) = %v, want %v", c.id, m, got, want)
+			}
+		}
+	}
+}
+
 func TestGroupOf(t *testing.T) {
 	for m, want := range map[string]string{rlsM: "rls", reserveM: "reserve", seizeM: "admin", healthM: "health",
-		"/charon.v1.Charon/Request": "rls", "/x.Y/Z": "other"} {
+		"/charon.v1.Charon/Request": "rls", "/x.Y/Z": "other",
+		DebugMetrics: "read", DebugPprof: "read", Simulator: "read", DebugReset: "admin"} {
 		if got := GroupOf(m); got != want {
 			t.Errorf("GroupOf(%s) = %s, want %s", m, got, want)
 		}

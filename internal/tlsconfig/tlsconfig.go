@@ -158,8 +158,13 @@ func (s *Server) Err() error {
 // Config returns the tls.Config of a listener: TLS 1.2 or later, the
 // current certificate at every handshake, and with a client CA the
 // verification of client certificates (and of their SANs).
+//
+// Handshakes use the config GetConfigForClient builds, with the files'
+// current contents. The returned config's own ClientAuth, ClientCAs and
+// VerifyPeerCertificate say the same as that one's (ClientCAs as loaded when
+// Config was called), so that a caller can tell that it verifies clients.
 func (s *Server) Config() *tls.Config {
-	return &tls.Config{
+	top := &tls.Config{
 		MinVersion: tls.VersionTLS12,
 		GetConfigForClient: func(*tls.ClientHelloInfo) (*tls.Config, error) {
 			cert, pool := s.refresh()
@@ -178,6 +183,15 @@ func (s *Server) Config() *tls.Config {
 			return c, nil
 		},
 	}
+	if s.opts.ClientCAFile != "" {
+		s.mu.Lock()
+		top.ClientAuth, top.ClientCAs = tls.RequireAndVerifyClientCert, s.pool
+		s.mu.Unlock()
+		if len(s.opts.AllowedSANs) > 0 {
+			top.VerifyPeerCertificate = s.verifySAN
+		}
+	}
+	return top
 }
 
 // verifySAN runs after the chain was verified against the client CA.
