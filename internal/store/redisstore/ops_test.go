@@ -832,3 +832,83 @@ func twoSlots(t *testing.T) (c, other *redis.ClusterClient, s *Store, a, b store
 	}
 	return c, other, s, a, b, ka, kb
 }
+
+// tryAgainErr is Redis Cluster's TRYAGAIN reply, as go-redis returns it.
+type tryAgainErr struct{}
+
+func (tryAgainErr) Error() string { return "TRYAGAIN Multiple keys request during rehashing of slot" }
+func (tryAgainErr) RedisError()   {}
+
+// tryAgainHook answers TRYAGAIN, without running it, to each of the first
+// left FCALLs that match (a slot being migrated).
+type tryAgainHook struct {
+	left  atomic.Int32
+	match func(mode int64, key string) bool
+}
+
+func (h *tryAgainHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *tryAgainHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if m, k, ok := fcallMode(cmd); ok && h.match(m, k) && h.left.Add(-1) >= 0 {
+			cmd.SetErr(tryAgainErr{})
+			return cmd.Err()
+		}
+		return next(ctx, cmd)
+	}
+}
+func (h *tryAgainHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// TestClusterTryAgainRetried: a call that meets TRYAGAIN (its slot is being
+// migrated; the command did not run) is sent again within its caller's
+// deadline, in each step: a one-slot call, a two-step's prepare and its
+// commit. The answers and the stored hits are those of a call that met
+// none.
+func TestClusterTryAgainRetried(t *testing.T) {
+	c, _, s, a, b, ka, kb := twoSlots(t)
+	for _, tc := range []struct {
+		name  string
+		mode  int64
+		key   string
+		items []store.Item
+	}{
+		{"one slot", modeChecked, ka, []store.Item{a}},
+		{"prepare", modePrepare, kb, []store.Item{a, b}},
+		{"commit", modeCommit, ka, []store.Item{a, b}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := &tryAgainHook{match: func(mode int64, key string) bool { return mode == tc.mode && key == tc.key }}
+			h.left.Store(3)
+			c.AddHook(h)
+			defer h.left.Store(0) // the hook stays; it matches no more
+			out := make([]tiers.Decision, len(tc.items))
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			if err := s.Decide(ctx, storetest.T0, tc.items, out); err != nil {
+				t.Fatalf("Decide: %v, want TRYAGAIN retried", err)
+			}
+			if left := h.left.Load(); left > 0 {
+				t.Fatalf("the hook answered TRYAGAIN %d times, want 3", 3-left)
+			}
+			for i, d := range out {
+				if !d.OK || d.Granted != 1 {
+					t.Errorf("item %d: %+v, want 1 hit granted", i, d)
+				}
+			}
+		})
+	}
+	// a: 3 calls, b: 2, each granted once.
+	for _, tc := range []struct {
+		it   store.Item
+		hits int64
+	}{{a, 3}, {b, 2}} {
+		v, err := s.Inspect(context.Background(), storetest.T0, &tc.it)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if h := v.Tiers[0].Hits; h != tc.hits {
+			t.Errorf("%s holds %d hits, want %d", tc.it.Key.Domain, h, tc.hits)
+		}
+	}
+}

@@ -192,13 +192,32 @@ func TestPipelineCancelledCaller(t *testing.T) {
 	if r.err != nil {
 		t.Fatal(r.err)
 	}
-	// 1 (load) + 1 (C); A's 1 was applied then given back; B's 3 were
-	// not sent.
-	if !r.d.OK || r.d.TierHits != 2 {
-		t.Fatalf("queued caller: %+v, want granted with 2 hits", r.d)
+	// 1 (load) + 1 (C), and A's 1 unless its refund, which takes its own
+	// round trip, came first; B's 3 were not sent.
+	if !r.d.OK || r.d.TierHits < 2 || r.d.TierHits > 3 {
+		t.Fatalf("queued caller: %+v, want granted with 2 or 3 hits", r.d)
 	}
-	if given, failed := s.LateGrants(); given != 1 || failed != 0 {
-		t.Errorf("late grants given back %d, failed %d; want 1 and 0", given, failed)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		given, failed := s.LateGrants()
+		if given+failed > 0 {
+			if given != 1 || failed != 0 {
+				t.Errorf("late grants given back %d, failed %d; want 1 and 0", given, failed)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("A's late grant was never given back")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	it := item(lyft, "a", "x", 1)
+	v, err := s.Inspect(context.Background(), storetest.T0, &it)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h := v.Tiers[0].Hits; h != 2 {
+		t.Errorf("the pair holds %d hits once A's grant was given back, want 2 (the load's and C's)", h)
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	mrand "math/rand/v2"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -229,11 +230,14 @@ func (s *Store) Decide(ctx context.Context, now time.Time, items []store.Item, o
 		}
 		for attempt := 0; ; attempt++ {
 			st, _, err := s.exec(ctx, c, items, -1, mode, t, "", out)
-			if err != nil || st == statusDone {
+			if (err != nil && !isTryAgain(err)) || (err == nil && st == statusDone) {
 				return err
 			}
-			if err := wait(ctx, attempt); err != nil {
-				return err
+			if werr := wait(ctx, attempt); werr != nil {
+				if err != nil {
+					return err
+				}
+				return werr
 			}
 		}
 	}
@@ -397,6 +401,16 @@ func (c *call) read(res string, items []store.Item, out []tiers.Decision) (int, 
 	return statusDone, used, nil
 }
 
+// isTryAgain reports whether err is Redis Cluster's TRYAGAIN: a command of
+// several keys of a slot being migrated, some moved and some not, which
+// did not run. go-redis retries it a few times; a slot that takes longer to
+// move (a busy machine) would otherwise fail a call whose caller allows the
+// time, so the store retries it as it does a busy key.
+func isTryAgain(err error) bool {
+	var re redis.Error
+	return errors.As(err, &re) && strings.HasPrefix(re.Error(), "TRYAGAIN")
+}
+
 // wait sleeps before retry attempt+1 of a call that found its keys locked,
 // from 50µs doubling to about 5ms, with jitter.
 func wait(ctx context.Context, attempt int) error {
@@ -495,11 +509,14 @@ func (s *Store) twoStep(ctx context.Context, c *call, items []store.Item, now in
 				}
 			})
 			cancel()
-			if err != nil {
+			if err != nil && !isTryAgain(err) {
 				return err
 			}
-			if err := wait(ctx, attempt); err != nil {
-				return err
+			if werr := wait(ctx, attempt); werr != nil {
+				if err != nil {
+					return err
+				}
+				return werr
 			}
 			continue
 		}
@@ -555,7 +572,14 @@ func (s *Store) twoStep(ctx context.Context, c *call, items []store.Item, now in
 		}
 		sc.run(func(k int, sub *call) {
 			var st int
-			st, _, sub.err = s.exec(bg, sub, items, int(c.slots[k]), mode, sub.used, token, out)
+			for a := 0; ; a++ {
+				// A commit or abort that met TRYAGAIN did not run: its
+				// locks still hold the keys, so it can go again.
+				st, _, sub.err = s.exec(bg, sub, items, int(c.slots[k]), mode, sub.used, token, out)
+				if !isTryAgain(sub.err) || wait(bg, a) != nil {
+					break
+				}
+			}
 			if sub.err == nil && st == statusLost {
 				sub.err = ErrLockLost
 			}
