@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"net"
 	"net/http"
@@ -19,15 +20,16 @@ import (
 // settings and checks each took effect: SHADOW_MODE (OK over the limit),
 // RESPONSE_DYNAMIC_METADATA, LIMIT_RESPONSE_HEADERS_ENABLED with
 // LIMIT_REMAINING_HEADER, USE_PROMETHEUS on PROMETHEUS_ADDR with its names,
-// and USE_STATSD to a UDP listener.
+// and USE_STATSD to a TCP listener (gostats' STATSD_PROTOCOL defaults to
+// tcp).
 func TestServeLyftSettings(t *testing.T) {
 	promAddr := freeAddrs(t, 1)[0]
-	udp, err := net.ListenPacket("udp", "127.0.0.1:0")
+	collector, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer udp.Close()
-	_, statsdPort, _ := net.SplitHostPort(udp.LocalAddr().String())
+	defer collector.Close()
+	_, statsdPort, _ := net.SplitHostPort(collector.Addr().String())
 	p := startServeEnv(t, buildCharon(t), []string{"SHADOW_MODE=true", "RESPONSE_DYNAMIC_METADATA=true",
 		"LIMIT_RESPONSE_HEADERS_ENABLED=true", "LIMIT_REMAINING_HEADER=X-Left",
 		"USE_PROMETHEUS=true", "PROMETHEUS_ADDR=" + promAddr,
@@ -60,15 +62,18 @@ func TestServeLyftSettings(t *testing.T) {
 	if n := metricValue(m, `ratelimit_service_rate_limit_over_limit{domain="test",key1="user",key2=""}`); n != 1 {
 		t.Errorf("USE_PROMETHEUS: over_limit %v, want 1", n)
 	}
-	buf := make([]byte, 64<<10)
-	udp.SetReadDeadline(time.Now().Add(20 * time.Second))
-	var got strings.Builder
-	for !strings.Contains(got.String(), "ratelimit.service.rate_limit.test.user.over_limit") {
-		n, _, err := udp.ReadFrom(buf)
-		if err != nil {
-			t.Fatalf("USE_STATSD: %v; got %q", err, got.String())
+	collector.(*net.TCPListener).SetDeadline(time.Now().Add(20 * time.Second))
+	conn, err := collector.Accept()
+	if err != nil {
+		t.Fatalf("USE_STATSD: no TCP connection: %v", err)
+	}
+	defer conn.Close()
+	conn.SetReadDeadline(time.Now().Add(20 * time.Second))
+	lines := bufio.NewScanner(conn)
+	for !strings.HasPrefix(lines.Text(), "ratelimit.service.rate_limit.test.user.over_limit:") {
+		if !lines.Scan() {
+			t.Fatalf("USE_STATSD: %v before the over_limit line", lines.Err())
 		}
-		got.Write(buf[:n])
 	}
 }
 

@@ -47,9 +47,11 @@ type serveConfig struct {
 	Tracing   tracing.Flags
 	Decisions decisionlog.Flags
 	// LyftMetrics adds envoyproxy/ratelimit's metric names; StatsdAddr,
-	// when set, sends its statsd stats there, flushed every StatsdFlush.
+	// when set, sends its statsd stats there over StatsdProtocol, flushed
+	// every StatsdFlush.
 	LyftMetrics    bool
 	StatsdAddr     string
+	StatsdProtocol statsd.Protocol
 	StatsdFlush    time.Duration
 	MaxDescriptors int
 	MaxKeys        int
@@ -88,7 +90,8 @@ func serveFlags(fs *flag.FlagSet, c *serveConfig) {
 	c.Tracing.Bind(fs)
 	c.Decisions.Bind(fs)
 	fs.BoolVar(&c.LyftMetrics, "lyft-metrics", c.LyftMetrics, "also count under envoyproxy/ratelimit's Prometheus names (ratelimit_service_*)")
-	fs.StringVar(&c.StatsdAddr, "statsd-addr", c.StatsdAddr, "send envoyproxy/ratelimit's statsd stats (its names) over UDP to this `host:port`")
+	fs.StringVar(&c.StatsdAddr, "statsd-addr", c.StatsdAddr, "send envoyproxy/ratelimit's statsd stats (its names) to this `host:port`")
+	fs.Var(&c.StatsdProtocol, "statsd-protocol", "send the statsd stats over `udp` (the default) or tcp (newline-separated lines on one connection, redialled; dropped rather than waited for while it is down)")
 	fs.DurationVar(&c.StatsdFlush, "statsd-flush-interval", c.StatsdFlush, "how often buffered statsd stats are sent at the latest")
 	fs.IntVar(&c.MaxDescriptors, "max-descriptors", c.MaxDescriptors, "most descriptors in one request")
 	fs.IntVar(&c.MaxKeys, "max-keys", c.MaxKeys, "most tracked (resource, domain) pairs in memory, least recently used evicted")
@@ -303,11 +306,12 @@ func serve(c serveConfig, args []string, log *slog.Logger) error {
 		opts.Metrics.LyftNames()
 	}
 	if c.StatsdAddr != "" {
-		sink, err := statsd.New(c.StatsdAddr, c.StatsdFlush)
+		sink, err := statsd.New(statsd.Options{Addr: c.StatsdAddr, Protocol: c.StatsdProtocol, FlushInterval: c.StatsdFlush, Logger: log})
 		if err != nil {
 			return fmt.Errorf("--statsd-addr: %v", err)
 		}
 		defer sink.Close()
+		log.Info("statsd", "addr", c.StatsdAddr, "protocol", c.StatsdProtocol.String())
 		opts.Metrics.SendStats(sink)
 	}
 	decisions, err := c.Decisions.Open()

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/charonlimit/charon/internal/statsd"
 	"github.com/charonlimit/charon/internal/store/resilient"
 	"github.com/google/go-cmp/cmp"
 )
@@ -60,14 +61,26 @@ func TestParseServePrecedence(t *testing.T) {
 				c.ConfigDir, c.Server.GRPCAddr, c.Server.HTTPAddr, c.Server.DebugAddr = "/data/ratelimit/config", ":9081", ":9080", "127.0.0.1:9070"
 				c.LogLevel, c.LogFormat, c.MergeDomains = "debug", "text", true
 			})},
-		{"lyft statsd host alone", nil, map[string]string{"STATSD_HOST": "stats.local"},
-			with(func(c *serveConfig) { c.StatsdAddr = "stats.local:8125" })},
+		{"lyft statsd host alone: over tcp, as gostats", nil, map[string]string{"STATSD_HOST": "stats.local"},
+			with(func(c *serveConfig) { c.StatsdAddr, c.StatsdProtocol = "stats.local:8125", statsd.TCP })},
 		{"lyft statsd port alone", nil, map[string]string{"STATSD_PORT": "9125", "STATS_FLUSH_INTERVAL": "5s"},
-			with(func(c *serveConfig) { c.StatsdAddr, c.StatsdFlush = "localhost:9125", 5*time.Second })},
+			with(func(c *serveConfig) {
+				c.StatsdAddr, c.StatsdProtocol, c.StatsdFlush = "localhost:9125", statsd.TCP, 5*time.Second
+			})},
+		{"lyft statsd over udp", nil, map[string]string{"USE_STATSD": "true", "STATSD_HOST": "stats.local", "STATSD_PROTOCOL": "udp"},
+			with(func(c *serveConfig) { c.StatsdAddr = "stats.local:8125" })},
 		{"lyft statsd off", nil, map[string]string{"USE_STATSD": "false", "STATSD_HOST": "stats.local", "STATSD_PORT": "9125"}, def},
 		{"lyft stats disabled", nil, map[string]string{"DISABLE_STATS": "true", "USE_STATSD": "true", "STATSD_HOST": "stats.local"}, def},
 		{"charon statsd beats lyft", nil, map[string]string{"STATSD_HOST": "stats.local", "CHARON_STATSD_ADDR": "other:1"},
-			with(func(c *serveConfig) { c.StatsdAddr = "other:1" })},
+			with(func(c *serveConfig) { c.StatsdAddr, c.StatsdProtocol = "other:1", statsd.TCP })},
+		{"charon statsd protocol beats lyft", nil, map[string]string{"STATSD_HOST": "stats.local", "CHARON_STATSD_PROTOCOL": "udp"},
+			with(func(c *serveConfig) { c.StatsdAddr = "stats.local:8125" })},
+		{"statsd protocol flag", []string{"--statsd-addr", "s:1", "--statsd-protocol", "tcp"}, nil,
+			with(func(c *serveConfig) { c.StatsdAddr, c.StatsdProtocol = "s:1", statsd.TCP })},
+		{"statsd protocol env", nil, map[string]string{"CHARON_STATSD_ADDR": "s:1", "CHARON_STATSD_PROTOCOL": "tcp"},
+			with(func(c *serveConfig) { c.StatsdAddr, c.StatsdProtocol = "s:1", statsd.TCP })},
+		{"statsd protocol flag beats env", []string{"--statsd-protocol=udp"}, map[string]string{"CHARON_STATSD_ADDR": "s:1", "CHARON_STATSD_PROTOCOL": "tcp"},
+			with(func(c *serveConfig) { c.StatsdAddr = "s:1" })},
 		{"lyft defaults for root and app dir", nil, map[string]string{"RUNTIME_SUBDIRECTORY": "rl"},
 			with(func(c *serveConfig) { c.ConfigDir = "/srv/runtime_data/current/rl/config" })},
 		{"lyft app dir", nil, map[string]string{"RUNTIME_ROOT": "/r", "RUNTIME_APPDIRECTORY": "app"},
@@ -165,6 +178,25 @@ func TestParseServeErrors(t *testing.T) {
 	_, err := parseServe([]string{"--store", "redis"}, envOf(nil), io.Discard)
 	if err == nil || !strings.Contains(err.Error(), "--redis-url") {
 		t.Errorf("redis store error %v does not ask for --redis-url", err)
+	}
+}
+
+// TestParseServeStatsdProtocolErrors: a protocol other than udp or tcp
+// stops the start, naming where it came from.
+func TestParseServeStatsdProtocolErrors(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		env  map[string]string
+		name string
+	}{
+		{[]string{"--statsd-protocol", "tcp4"}, nil, "statsd-protocol"},
+		{nil, map[string]string{"CHARON_STATSD_PROTOCOL": "TCP"}, "CHARON_STATSD_PROTOCOL"},
+		{nil, map[string]string{"STATSD_HOST": "stats.local", "STATSD_PROTOCOL": "unix"}, "STATSD_PROTOCOL"},
+	} {
+		_, err := parseServe(tc.args, envOf(tc.env), io.Discard)
+		if err == nil || !strings.Contains(err.Error(), tc.name) || !strings.Contains(err.Error(), "udp") {
+			t.Errorf("%v %v: got %v, want an error naming %s and the choices", tc.args, tc.env, err, tc.name)
+		}
 	}
 }
 

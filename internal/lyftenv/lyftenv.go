@@ -16,6 +16,7 @@
 //	REDIS_TLS_CACERT, REDIS_TLS_CLIENT_CERT, _KEY              --redis-tls-ca, --redis-tls-cert, --redis-tls-key (with REDIS_TLS=true)
 //	REDIS_TLS_SKIP_HOSTNAME_VERIFICATION                       --redis-tls-skip-hostname (with REDIS_TLS=true)
 //	USE_STATSD, STATSD_HOST, STATSD_PORT, STATS_FLUSH_INTERVAL --statsd-addr, --statsd-flush-interval (not with DISABLE_STATS=true)
+//	STATSD_PROTOCOL (github.com/lyft/gostats', default tcp)    --statsd-protocol, with statsd on
 //	USE_PROMETHEUS, PROMETHEUS_ADDR, PROMETHEUS_PATH           --metrics-addr, --metrics-path (not with DISABLE_STATS=true)
 package lyftenv
 
@@ -263,9 +264,15 @@ func boolean(getenv func(string) string, name string) (on, set bool, err error) 
 
 // readStats maps the stats sinks as envoyproxy/ratelimit chooses them:
 // DISABLE_STATS=true turns every sink off; USE_STATSD defaults to true
-// there, so STATSD_HOST or STATSD_PORT alone sends statsd stats (to
-// localhost:8125 for the one not set). With none of the three set, Charon
-// sends no statsd, where envoyproxy/ratelimit would send to localhost:8125.
+// there, so STATSD_HOST, STATSD_PORT or STATSD_PROTOCOL alone sends statsd
+// stats (to localhost:8125 for what is not set). With none of the four set,
+// Charon sends no statsd, where envoyproxy/ratelimit would send to
+// localhost:8125.
+//
+// Its statsd sink is github.com/lyft/gostats' NewTCPStatsdSink, which takes
+// the host and port from envoyproxy/ratelimit but its transport from
+// gostats' own STATSD_PROTOCOL, tcp unless set; net.Dial takes other
+// networks too (tcp4, udp6, ...), which are refused here.
 func readStats(s *Settings, getenv func(string) string) error {
 	disabled, _, err := boolean(getenv, "DISABLE_STATS")
 	if err != nil {
@@ -278,13 +285,17 @@ func readStats(s *Settings, getenv func(string) string) error {
 	if err != nil {
 		return err
 	}
-	host, port := getenv("STATSD_HOST"), getenv("STATSD_PORT")
+	host, port, proto := getenv("STATSD_HOST"), getenv("STATSD_PORT"), getenv("STATSD_PROTOCOL")
 	from := "USE_STATSD"
 	if !statsdSet {
-		useStatsd = host != "" || port != ""
-		from = "STATSD_PORT"
-		if host != "" {
+		useStatsd = host != "" || port != "" || proto != ""
+		switch {
+		case host != "":
 			from = "STATSD_HOST"
+		case port != "":
+			from = "STATSD_PORT"
+		default:
+			from = "STATSD_PROTOCOL"
 		}
 	}
 	if useStatsd {
@@ -295,7 +306,15 @@ func readStats(s *Settings, getenv func(string) string) error {
 		} else {
 			port = strconv.FormatUint(n, 10)
 		}
+		switch proto {
+		case "":
+			proto = "tcp"
+		case "tcp", "udp":
+		default:
+			return fmt.Errorf("STATSD_PROTOCOL=%q: want tcp (its default) or udp", proto)
+		}
 		s.set("statsd-addr", net.JoinHostPort(cmp.Or(host, "localhost"), port), from)
+		s.set("statsd-protocol", proto, "STATSD_PROTOCOL")
 		if v := getenv("STATS_FLUSH_INTERVAL"); v != "" {
 			s.set("statsd-flush-interval", v, "STATS_FLUSH_INTERVAL")
 		}

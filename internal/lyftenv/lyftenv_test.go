@@ -38,18 +38,28 @@ func TestRead(t *testing.T) {
 			[]lyftenv.Flag{{"quota-mode", "true", "QUOTA_MODE"}, {"dynamic-metadata", "true", "RESPONSE_DYNAMIC_METADATA"},
 				{"tracing", "true", "TRACING_ENABLED"}, {"tracing-protocol", "grpc", "TRACING_EXPORTER_PROTOCOL"},
 				{"tracing-sampling-rate", "0.5", "TRACING_SAMPLING_RATE"}}},
-		{"statsd", map[string]string{"USE_STATSD": "true", "STATSD_PORT": "9125", "STATS_FLUSH_INTERVAL": "5s"},
-			[]lyftenv.Flag{{"statsd-addr", "localhost:9125", "USE_STATSD"}, {"statsd-flush-interval", "5s", "STATS_FLUSH_INTERVAL"}}},
+		{"statsd: over tcp, gostats' default", map[string]string{"USE_STATSD": "true", "STATSD_PORT": "9125", "STATS_FLUSH_INTERVAL": "5s"},
+			[]lyftenv.Flag{{"statsd-addr", "localhost:9125", "USE_STATSD"}, {"statsd-protocol", "tcp", "STATSD_PROTOCOL"},
+				{"statsd-flush-interval", "5s", "STATS_FLUSH_INTERVAL"}}},
 		{"statsd host alone: USE_STATSD defaults to true there", map[string]string{"STATSD_HOST": "stats.local", "STATS_FLUSH_INTERVAL": "5s"},
-			[]lyftenv.Flag{{"statsd-addr", "stats.local:8125", "STATSD_HOST"}, {"statsd-flush-interval", "5s", "STATS_FLUSH_INTERVAL"}}},
+			[]lyftenv.Flag{{"statsd-addr", "stats.local:8125", "STATSD_HOST"}, {"statsd-protocol", "tcp", "STATSD_PROTOCOL"},
+				{"statsd-flush-interval", "5s", "STATS_FLUSH_INTERVAL"}}},
 		{"statsd port alone", map[string]string{"STATSD_PORT": "09125"},
-			[]lyftenv.Flag{{"statsd-addr", "localhost:9125", "STATSD_PORT"}}},
+			[]lyftenv.Flag{{"statsd-addr", "localhost:9125", "STATSD_PORT"}, {"statsd-protocol", "tcp", "STATSD_PROTOCOL"}}},
+		{"statsd over udp", map[string]string{"USE_STATSD": "true", "STATSD_HOST": "stats.local", "STATSD_PROTOCOL": "udp"},
+			[]lyftenv.Flag{{"statsd-addr", "stats.local:8125", "USE_STATSD"}, {"statsd-protocol", "udp", "STATSD_PROTOCOL"}}},
+		{"statsd over tcp, said", map[string]string{"STATSD_HOST": "stats.local", "STATSD_PROTOCOL": "tcp"},
+			[]lyftenv.Flag{{"statsd-addr", "stats.local:8125", "STATSD_HOST"}, {"statsd-protocol", "tcp", "STATSD_PROTOCOL"}}},
+		{"statsd protocol alone", map[string]string{"STATSD_PROTOCOL": "udp"},
+			[]lyftenv.Flag{{"statsd-addr", "localhost:8125", "STATSD_PROTOCOL"}, {"statsd-protocol", "udp", "STATSD_PROTOCOL"}}},
 		{"statsd host with USE_STATSD=false", map[string]string{"USE_STATSD": "false", "STATSD_HOST": "stats.local", "STATSD_PORT": "9125"}, nil},
+		{"statsd protocol with USE_STATSD=false: no effect, as there", map[string]string{"USE_STATSD": "false", "STATSD_PROTOCOL": "bogus"}, nil},
 		{"statsd interval alone", map[string]string{"STATS_FLUSH_INTERVAL": "5s"}, nil},
-		{"statsd with DISABLE_STATS=true", map[string]string{"DISABLE_STATS": "true", "USE_STATSD": "true", "STATSD_HOST": "stats.local"}, nil},
+		{"statsd with DISABLE_STATS=true", map[string]string{"DISABLE_STATS": "true", "USE_STATSD": "true", "STATSD_HOST": "stats.local",
+			"STATSD_PROTOCOL": "udp"}, nil},
 		{"prometheus with DISABLE_STATS=true", map[string]string{"DISABLE_STATS": "true", "USE_PROMETHEUS": "true"}, nil},
 		{"statsd with DISABLE_STATS=false", map[string]string{"DISABLE_STATS": "false", "STATSD_HOST": "stats.local"},
-			[]lyftenv.Flag{{"statsd-addr", "stats.local:8125", "STATSD_HOST"}}},
+			[]lyftenv.Flag{{"statsd-addr", "stats.local:8125", "STATSD_HOST"}, {"statsd-protocol", "tcp", "STATSD_PROTOCOL"}}},
 		{"redis tls files without REDIS_TLS", map[string]string{"REDIS_URL": "h:1", "REDIS_TLS_CACERT": "ca.pem",
 			"REDIS_TLS_CLIENT_CERT": "c.pem", "REDIS_TLS_CLIENT_KEY": "k.pem", "REDIS_TLS_SKIP_HOSTNAME_VERIFICATION": "true"},
 			[]lyftenv.Flag{{"redis-url", "redis://h:1", "REDIS_URL"}, {"store", "redis", "REDIS_URL"}}},
@@ -98,6 +108,9 @@ func TestRead(t *testing.T) {
 		{map[string]string{"USE_STATSD": "true", "STATSD_PORT": "70000"}, "STATSD_PORT"},
 		{map[string]string{"STATSD_HOST": "h", "USE_STATSD": "bogus"}, "USE_STATSD"},
 		{map[string]string{"STATSD_HOST": "h", "DISABLE_STATS": "bogus"}, "DISABLE_STATS"},
+		{map[string]string{"USE_STATSD": "true", "STATSD_PROTOCOL": "bogus"}, "STATSD_PROTOCOL"},
+		{map[string]string{"STATSD_HOST": "h", "STATSD_PROTOCOL": "TCP"}, "STATSD_PROTOCOL"},
+		{map[string]string{"STATSD_PROTOCOL": "tcp4"}, "STATSD_PROTOCOL"},
 	} {
 		if _, err := lyftenv.Read(envOf(tc.env)); err == nil || !strings.Contains(err.Error(), tc.name) {
 			t.Errorf("%v: got %v, want an error naming %s", tc.env, err, tc.name)
@@ -136,10 +149,16 @@ MEMCACHE_TLS_SKIP_HOSTNAME_VERIFICATION SHADOW_MODE QUOTA_MODE RESPONSE_DYNAMIC_
 MERGE_DOMAIN_CONFIG TRACING_ENABLED TRACING_SERVICE_NAME TRACING_SERVICE_NAMESPACE
 TRACING_SERVICE_INSTANCE_ID TRACING_EXPORTER_PROTOCOL TRACING_SAMPLING_RATE`)
 
+// gostatsVariables are the variables github.com/lyft/gostats (v0.4.14, its
+// settings.go) reads for the statsd sink envoyproxy/ratelimit builds with
+// NewTCPStatsdSink that envoyproxy/ratelimit's settings.go does not:
+// the sink's transport.
+var gostatsVariables = []string{"STATSD_PROTOCOL"}
+
 // TestEveryVariableHasADisposition: the table covers exactly
 // envoyproxy/ratelimit's variables, and README.md's table lists each.
 func TestEveryVariableHasADisposition(t *testing.T) {
-	want := slices.Clone(lyftVariables)
+	want := slices.Concat(lyftVariables, gostatsVariables)
 	slices.Sort(want)
 	if d := cmp.Diff(want, lyftenv.Names()); d != "" {
 		t.Errorf("variables (-envoyproxy/ratelimit +table):\n%s", d)

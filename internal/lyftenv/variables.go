@@ -7,7 +7,9 @@ import (
 	"strings"
 )
 
-// Every variable of envoyproxy/ratelimit's settings is in variables: read
+// Every variable of envoyproxy/ratelimit's settings, and STATSD_PROTOCOL
+// of the statsd sink it builds with github.com/lyft/gostats, is in
+// variables: read
 // maps it to a flag, or Charon already behaves as it asks, or it has no
 // effect in envoyproxy/ratelimit either in the setup Charon accepts (the
 // xDS, memcache and per-second Redis ones); a
@@ -65,6 +67,11 @@ var variables = map[string]refusal{
 	"REDIS_TLS_SKIP_HOSTNAME_VERIFICATION": nil, "REDIS_TIMEOUT": nil,
 	"USE_STATSD": aBool, "STATSD_HOST": nil, "STATSD_PORT": nil, "STATS_FLUSH_INTERVAL": nil,
 	"USE_PROMETHEUS": aBool, "PROMETHEUS_ADDR": nil, "PROMETHEUS_PATH": nil, "DISABLE_STATS": aBool,
+
+	// Read by github.com/lyft/gostats, not settings.go: the transport of
+	// its statsd sink, mapped (and checked) by read with statsd on; it has
+	// no effect off, there too.
+	"STATSD_PROTOCOL": nil,
 
 	// Accepted where Charon behaves as they ask (or it has no such
 	// setting); refused where it cannot.

@@ -13,7 +13,7 @@ func TestSink(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer pc.Close()
-	s, err := New(pc.LocalAddr().String(), 10*time.Millisecond)
+	s, err := New(Options{Addr: pc.LocalAddr().String(), FlushInterval: 10 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -37,5 +37,32 @@ func TestSink(t *testing.T) {
 		if !strings.Contains(got.String(), want) {
 			t.Errorf("packets %q lack %q", got.String(), want)
 		}
+	}
+}
+
+func TestProtocolSet(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want Protocol
+		ok   bool
+	}{
+		{"udp", UDP, true},
+		{"tcp", TCP, true},
+		{"TCP", UDP, false},
+		{"tcp4", UDP, false},
+		{"unix", UDP, false},
+		{"", UDP, false},
+	} {
+		var p Protocol
+		err := p.Set(tc.in)
+		if (err == nil) != tc.ok || p != tc.want {
+			t.Errorf("Set(%q): got %v, %v; want %v, ok %v", tc.in, p, err, tc.want, tc.ok)
+		}
+		if tc.ok && p.String() != tc.in {
+			t.Errorf("Set(%q).String(): got %q, want %q", tc.in, p.String(), tc.in)
+		}
+	}
+	if got := Protocol(0).String(); got != "udp" {
+		t.Errorf("zero Protocol: got %q, want udp", got)
 	}
 }
