@@ -28,32 +28,8 @@ func TestLateGrantGivenBack(t *testing.T) {
 	defer s.Close()
 	now := time.Now()
 	out := make([]tiers.Decision, 1)
-	// The function is loaded before the pause.
-	if err := s.Decide(context.Background(), now, []store.Item{item(lyft, "r", "warm", 1)}, out); err != nil || !out[0].OK {
-		t.Fatalf("warm-up: %v %+v", err, out[0])
-	}
-	if out, err := redistest.CLI(n.Port, "client", "pause", "500", "write"); err != nil {
-		t.Fatalf("client pause: %v %s", err, out)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
-	err = s.Decide(ctx, now, []store.Item{item(lyft, "r", "late", 3)}, out)
-	cancel()
-	if err == nil {
-		t.Fatal("decided within 50ms while Redis paused writes for 500ms")
-	}
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		if given, failed := s.LateGrants(); given+failed > 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the late reply was never compensated")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	if given, failed := s.LateGrants(); given != 1 || failed != 0 {
-		t.Fatalf("late grants given back %d, failed %d; want 1 and 0", given, failed)
-	}
+	lateCall(t, s, n, now, 500*time.Millisecond)
+	waitLateGrants(t, s, 1)
 	it := item(lyft, "r", "late", 1)
 	v, err := s.Inspect(context.Background(), now, &it)
 	if err != nil {
@@ -165,24 +141,13 @@ func TestRefundOffTheDispatcher(t *testing.T) {
 	defer s.Close()
 	now := time.Now()
 	out := make([]tiers.Decision, 1)
-	if err := s.Decide(context.Background(), now, []store.Item{item(lyft, "r", "warm", 1)}, out); err != nil || !out[0].OK {
-		t.Fatalf("warm-up: %v %+v", err, out[0])
-	}
-	if out, err := redistest.CLI(n.Port, "client", "pause", "300", "write"); err != nil {
-		t.Fatalf("client pause: %v %s", err, out)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
-	err = s.Decide(ctx, now, []store.Item{item(lyft, "r", "late", 3)}, out)
-	cancel()
-	if err == nil {
-		t.Fatal("decided within 50ms while Redis paused writes for 300ms")
-	}
+	lateCall(t, s, n, now, 300*time.Millisecond)
 	select {
 	case <-h.held:
 	case <-time.After(30 * time.Second):
 		t.Fatal("the late call's refund was never sent")
 	}
-	ctx, cancel = context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	err = s.Decide(ctx, now, []store.Item{item(lyft, "r", "next", 1)}, out)
 	cancel()
 	if err != nil || !out[0].OK {
@@ -192,16 +157,43 @@ func TestRefundOffTheDispatcher(t *testing.T) {
 		t.Errorf("Replies() = %d, want at least 3 (warm-up, the late call, the next one)", got)
 	}
 	close(h.release)
+	waitLateGrants(t, s, 1)
+}
+
+// lateCall loads the function, then makes a call of 3 hits on pair
+// (r, late) that Redis applies only after its caller's 50ms deadline, Redis
+// pausing writes for pause.
+func lateCall(t *testing.T, s *Store, n *redistest.Node, now time.Time, pause time.Duration) {
+	t.Helper()
+	out := make([]tiers.Decision, 1)
+	if err := s.Decide(context.Background(), now, []store.Item{item(lyft, "r", "warm", 1)}, out); err != nil || !out[0].OK {
+		t.Fatalf("warm-up: %v %+v", err, out[0])
+	}
+	if out, err := redistest.CLI(n.Port, "client", "pause", fmt.Sprint(pause.Milliseconds()), "write"); err != nil {
+		t.Fatalf("client pause: %v %s", err, out)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if err := s.Decide(ctx, now, []store.Item{item(lyft, "r", "late", 3)}, out); err == nil {
+		t.Fatalf("decided within 50ms while Redis paused writes for %v", pause)
+	}
+}
+
+// waitLateGrants waits until s has counted a late grant, given back or
+// not, and wants given of them given back and none failed.
+func waitLateGrants(t *testing.T, s *Store, given uint64) {
+	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		if given, failed := s.LateGrants(); given+failed > 0 {
-			if given != 1 || failed != 0 {
-				t.Errorf("late grants given back %d, failed %d; want 1 and 0", given, failed)
+		g, failed := s.LateGrants()
+		if g+failed > 0 {
+			if g != given || failed != 0 {
+				t.Fatalf("late grants given back %d, failed %d; want %d and 0", g, failed, given)
 			}
-			break
+			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatal("the held refund was never counted")
+			t.Fatal("no late grant was counted")
 		}
 		time.Sleep(10 * time.Millisecond)
 	}

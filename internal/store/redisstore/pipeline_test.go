@@ -197,20 +197,7 @@ func TestPipelineCancelledCaller(t *testing.T) {
 	if !r.d.OK || r.d.TierHits < 2 || r.d.TierHits > 3 {
 		t.Fatalf("queued caller: %+v, want granted with 2 or 3 hits", r.d)
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		given, failed := s.LateGrants()
-		if given+failed > 0 {
-			if given != 1 || failed != 0 {
-				t.Errorf("late grants given back %d, failed %d; want 1 and 0", given, failed)
-			}
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("A's late grant was never given back")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitLateGrants(t, s, 1)
 	it := item(lyft, "a", "x", 1)
 	v, err := s.Inspect(context.Background(), storetest.T0, &it)
 	if err != nil {
