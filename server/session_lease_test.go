@@ -43,23 +43,32 @@ func reserveOn(t *testing.T, st charonv1.Charon_SessionClient, id uint64, copies
 	}
 }
 
-// TestSessionEndsWhenRenewalsFail: a stream whose holds can no longer be
-// renewed ends with UNAVAILABLE before they lapse, releasing what it can,
-// instead of staying open while the store grants its copies to others.
-func TestSessionEndsWhenRenewalsFail(t *testing.T) {
-	f := newCharonFixture(t, CharonOptions{SessionLease: 300 * time.Millisecond}, nil)
+// renewalStream opens a Session stream, with a lease of lease, on a server
+// whose renewals fail when rn.fail is set (fail: from the start), and
+// reserves 3 copies on it. The stream has a generous deadline (20 s).
+func renewalStream(t *testing.T, lease time.Duration, fail bool) (*charonFixture, *flakyRenewals, charonv1.Charon_SessionClient) {
+	t.Helper()
+	f := newCharonFixture(t, CharonOptions{SessionLease: lease}, nil)
 	rn := &flakyRenewals{Engine: f.eng}
-	rn.fail.Store(true)
+	rn.fail.Store(fail)
 	f.srv.charon.engine = rn // before any stream: no call is in flight
-	// Generous: the stream should end about two thirds of a lease after the
-	// reserve; a stream that never ends meets this deadline instead.
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
+	t.Cleanup(cancel)
 	st, err := f.c.Session(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
 	reserveOn(t, st, 1, 3)
+	return f, rn, st
+}
+
+// TestSessionEndsWhenRenewalsFail: a stream whose holds can no longer be
+// renewed ends with UNAVAILABLE before they lapse, releasing what it can,
+// instead of staying open while the store grants its copies to others.
+func TestSessionEndsWhenRenewalsFail(t *testing.T) {
+	// The stream should end about two thirds of a lease after the reserve;
+	// a stream that never ends meets renewalStream's deadline instead.
+	f, rn, st := renewalStream(t, 300*time.Millisecond, true)
 	r, err := st.Recv()
 	if code := status.Code(err); code != codes.Unavailable {
 		t.Fatalf("stream whose renewals fail: got %v, %v, want code Unavailable", r, err)
@@ -81,17 +90,7 @@ func TestSessionEndsWhenRenewalsFail(t *testing.T) {
 // lives on, and answers, long after its first lease would have ended; once
 // they fail it ends.
 func TestSessionOutlivesLeasesWhileRenewed(t *testing.T) {
-	lease := 30 * time.Millisecond
-	f := newCharonFixture(t, CharonOptions{SessionLease: lease}, nil)
-	rn := &flakyRenewals{Engine: f.eng}
-	f.srv.charon.engine = rn // before any stream: no call is in flight
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	st, err := f.c.Session(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	reserveOn(t, st, 1, 3)
+	_, rn, st := renewalStream(t, 30*time.Millisecond, false)
 	// Twelve renewals: four leases at least.
 	waitFor(t, "twelve renewals", func() bool { return rn.calls.Load() >= 12 })
 	if err := st.Send(&charonv1.SessionRequest{Id: 2, Operation: &charonv1.SessionRequest_KeepAlive{KeepAlive: &charonv1.KeepAliveRequest{}}}); err != nil {
