@@ -201,11 +201,17 @@ func ParseURL(raw string) (*redis.UniversalOptions, error) {
 		if err != nil {
 			return nil, bad(err.Error())
 		}
+		// Every option go-redis takes from the URL's query (it refuses
+		// those it does not know), none dropped.
 		return &redis.UniversalOptions{
 			Addrs: []string{o.Addr}, Username: o.Username, Password: o.Password, DB: o.DB,
 			TLSConfig: o.TLSConfig, PoolSize: o.PoolSize, DialTimeout: o.DialTimeout,
 			ReadTimeout: o.ReadTimeout, WriteTimeout: o.WriteTimeout, MaxRetries: o.MaxRetries,
 			ClientName: o.ClientName, Protocol: o.Protocol,
+			MinRetryBackoff: o.MinRetryBackoff, MaxRetryBackoff: o.MaxRetryBackoff,
+			PoolFIFO: o.PoolFIFO, PoolTimeout: o.PoolTimeout, MinIdleConns: o.MinIdleConns,
+			MaxIdleConns: o.MaxIdleConns, MaxActiveConns: o.MaxActiveConns,
+			ConnMaxIdleTime: o.ConnMaxIdleTime, ConnMaxLifetime: o.ConnMaxLifetime,
 		}, nil
 	case "redis-sentinel", "rediss-sentinel", "redis-cluster", "rediss-cluster":
 	default:
@@ -317,9 +323,13 @@ func RedactURL(msg, raw string) string {
 	}
 	for _, sec := range secrets {
 		for _, form := range []string{sec, unescape(sec), url.QueryEscape(sec)} {
-			if form != "" {
-				msg = strings.ReplaceAll(msg, form, "xxxxx")
+			if form == "" {
+				continue
 			}
+			// As %q writes it too (a " or \ escaped), first.
+			q := strconv.Quote(form)
+			msg = strings.ReplaceAll(msg, q[1:len(q)-1], "xxxxx")
+			msg = strings.ReplaceAll(msg, form, "xxxxx")
 		}
 	}
 	return msg

@@ -45,6 +45,16 @@ func TestParseURL(t *testing.T) {
 			t.Errorf("%q: err %v, want ErrBadURL", bad, err)
 		}
 	}
+	// go-redis' other parameters of a redis:// URL are kept, not dropped.
+	u, err := ParseURL("redis://h:6379/0?pool_timeout=7s&min_idle_conns=5&max_idle_conns=6&max_active_conns=9&conn_max_idle_time=2m&conn_max_lifetime=1m&pool_fifo=true&min_retry_backoff=3ms&max_retry_backoff=40ms")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if u.PoolTimeout != 7*time.Second || u.MinIdleConns != 5 || u.MaxIdleConns != 6 || u.MaxActiveConns != 9 ||
+		u.ConnMaxIdleTime != 2*time.Minute || u.ConnMaxLifetime != time.Minute || !u.PoolFIFO ||
+		u.MinRetryBackoff != 3*time.Millisecond || u.MaxRetryBackoff != 40*time.Millisecond {
+		t.Errorf("redis:// query parameters dropped: %+v", u)
+	}
 	o, err := ClientOptions(Options{URL: "redis://h:1", PoolSize: 7, ReadTimeout: time.Millisecond})
 	if err != nil || o.PoolSize != 7 || o.ReadTimeout != time.Millisecond || !o.ContextTimeoutEnabled {
 		t.Errorf("ClientOptions: %+v, %v", o, err)
@@ -67,13 +77,16 @@ func TestParseURLHidesPassword(t *testing.T) {
 		"redis-sentinel://h:1/m?sentinel_password=s3cret&nope=1",
 		"redis-cluster://user:s3cret@h:1/0",
 		"rediss://:s3cret@[::1",
+		`redis-sentinel://u:s3cr"et@h:26379/`,
+		`redis-cluster://u:s3cr\et@h:7000/?bogus=1`,
+		`redis://u:s3cr"et@h:notaport/0`,
 	} {
 		_, err := ParseURL(raw)
 		if err == nil {
 			t.Errorf("%q: accepted", raw)
 			continue
 		}
-		if msg := err.Error(); strings.Contains(msg, "s3cret") || strings.Contains(msg, "s3/cret") || strings.Contains(msg, "s3%2Fcret") {
+		if msg := err.Error(); strings.Contains(msg, "s3cr") || strings.Contains(msg, "s3/cret") || strings.Contains(msg, "s3%2Fcret") {
 			t.Errorf("%q: error shows the password: %s", raw, msg)
 		}
 	}
