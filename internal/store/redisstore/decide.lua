@@ -1323,7 +1323,15 @@ local function fdecide(KEYS, ARGV, clock)
       end
       return rhead(0, 0)
     end
-    if mode <= 3 then
+    if mode == 3 then
+      -- Another call holds a lock on one of the keys between its two steps.
+      -- A lock of this call's own token is a prepare sent again (go-redis
+      -- retries a command whose reply was lost): not busy.
+      for i = 1, nk do
+        local v = redis.call('GET', KEYS[nk + i])
+        if v and v ~= token then return rhead(1, 0) end
+      end
+    elseif mode <= 3 then
       -- Another call holds a lock on one of the keys between its two steps.
       for i = 1, nk do
         if redis.call('EXISTS', KEYS[nk + i]) == 1 then return rhead(1, 0) end

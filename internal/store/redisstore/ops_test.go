@@ -912,3 +912,45 @@ func TestClusterTryAgainRetried(t *testing.T) {
 		}
 	}
 }
+
+// replayOnce runs the first matching FCALL twice, answering with the
+// second reply: go-redis retrying a command whose reply was lost.
+type replayOnce struct {
+	done  atomic.Bool
+	match func(mode int64, key string) bool
+}
+
+func (h *replayOnce) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *replayOnce) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if m, k, ok := fcallMode(cmd); ok && h.match(m, k) && h.done.CompareAndSwap(false, true) {
+			_ = next(ctx, cmd) // ran; its reply is lost
+		}
+		return next(ctx, cmd)
+	}
+}
+func (h *replayOnce) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// TestClusterReplayedPrepare: a prepare that runs twice (its first reply
+// lost, the command sent again) finds its own lock, which is not another
+// call's: the call commits, and leaves no lock behind.
+func TestClusterReplayedPrepare(t *testing.T) {
+	c, other, s, a, b, ka, _ := twoSlots(t)
+	c.AddHook(&replayOnce{match: func(mode int64, key string) bool { return mode == modePrepare && key == ka }})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	out := make([]tiers.Decision, 2)
+	if err := s.Decide(ctx, storetest.T0, []store.Item{a, b}, out); err != nil {
+		t.Fatalf("a call whose prepare ran twice: %v, want it decided", err)
+	}
+	for i, d := range out {
+		if !d.OK || d.Granted != 1 {
+			t.Errorf("item %d: %+v, want 1 hit granted", i, d)
+		}
+	}
+	if n := other.Exists(context.Background(), lockKey(s.prefix, ka)).Val(); n != 0 {
+		t.Errorf("the lock of a is left behind")
+	}
+}
