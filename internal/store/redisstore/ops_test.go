@@ -798,9 +798,12 @@ func TestClusterTwoStepReleasesFailedPrepare(t *testing.T) {
 	if err := s.Decide(context.Background(), storetest.T0, []store.Item{a, b}, out); !errors.Is(err, errInjected) {
 		t.Fatalf("Decide: %v, want the injected error", err)
 	}
+	// The release goes in the background, within lateReplyWait.
 	for _, k := range []string{ka, kb} {
-		if n := other.Exists(context.Background(), lockKey(s.prefix, k)).Val(); n != 0 {
-			t.Errorf("the lock of %s is still there (%v to live)", k, other.PTTL(context.Background(), lockKey(s.prefix, k)).Val())
+		for end := time.Now().Add(30 * time.Second); other.Exists(context.Background(), lockKey(s.prefix, k)).Val() != 0; time.Sleep(10 * time.Millisecond) {
+			if time.Now().After(end) {
+				t.Fatalf("the lock of %s is still there (%v to live)", k, other.PTTL(context.Background(), lockKey(s.prefix, k)).Val())
+			}
 		}
 	}
 	// Nothing was written: both keys still have their five hits.
@@ -952,5 +955,65 @@ func TestClusterReplayedPrepare(t *testing.T) {
 	}
 	if n := other.Exists(context.Background(), lockKey(s.prefix, ka)).Val(); n != 0 {
 		t.Errorf("the lock of a is left behind")
+	}
+}
+
+// TestClusterTwoStepFailsAtItsDeadline: when a master stops answering, a
+// call spanning slots fails at its caller's deadline: the release of what
+// its prepares locked goes in the background (it would wait lateReplyWait,
+// a second, on that master). The locks of the master that answers are
+// released all the same. The store is New's, with the client options of
+// production (the caller's deadline bounds every read).
+func TestClusterTwoStepFailsAtItsDeadline(t *testing.T) {
+	nodes, _ := clusterClient(t)
+	s, err := New(Options{ClusterAddrs: redistest.Addrs(nodes), KeyPrefix: newPrefix(), Clock: ClockCaller})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	c := s.Client().(*redis.ClusterClient)
+	other := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{nodes[0].Addr()}})
+	defer other.Close()
+	p := &tiers.Policy{Kind: tiers.KindTiers, Tiers: []tiers.Tier{{Limit: 5, Window: time.Hour, Active: tiers.Unbounded}}}
+	a := item(p, "ra", "a", 1)
+	ka, _ := stateKey(s.prefix, &a)
+	ma, err := c.MasterForKey(context.Background(), ka)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// b on another master than a.
+	var b store.Item
+	var kb string
+	for i := 0; ; i++ {
+		b = item(p, fmt.Sprint("rb", i), "b", 1)
+		kb, _ = stateKey(s.prefix, &b)
+		mb, err := c.MasterForKey(context.Background(), kb)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if mb.Options().Addr != ma.Options().Addr {
+			break
+		}
+	}
+	storetest.Decide(t, s, storetest.T0, a, b) // connections and function ready
+	if err := ma.Do(context.Background(), "client", "pause", 1500, "all").Err(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	err = s.Decide(ctx, storetest.T0, []store.Item{a, b}, make([]tiers.Decision, 2))
+	took := time.Since(start)
+	if err == nil {
+		t.Fatalf("decided while a's master was paused, in %v", took)
+	}
+	// The deadline is 100ms; a release waited for would add lateReplyWait.
+	if took >= lateReplyWait {
+		t.Errorf("Decide returned after %v, past its 100ms deadline by a release's wait", took)
+	}
+	for end := time.Now().Add(30 * time.Second); other.Exists(context.Background(), lockKey(s.prefix, kb)).Val() != 0; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(end) {
+			t.Fatal("b's lock was never released")
+		}
 	}
 }

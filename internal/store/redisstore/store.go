@@ -496,6 +496,14 @@ func (s *Store) twoStep(ctx context.Context, c *call, items []store.Item, now in
 			busy, err = sc.prepared()
 		}
 		prepared := time.Since(sent)
+		if err != nil && !isTryAgain(err) {
+			// The call fails: release what its prepares may have locked
+			// without holding up its caller, whose deadline may be what
+			// failed it (a node that stopped answering would hold the
+			// release as long as the lateReplyWait it is given).
+			s.releaseLater(sc, token)
+			return err
+		}
 		if err != nil || busy {
 			// Release the slots that locked, and those whose prepare failed:
 			// it may have run (a caller that gave up after it was sent), and
@@ -591,6 +599,41 @@ func (s *Store) twoStep(ctx context.Context, c *call, items []store.Item, now in
 		}
 		return nil
 	}
+}
+
+// releaseLater sends, in the background and within lateReplyWait, the
+// release of token's locks in every slot of sc whose prepare failed (it may
+// have run) or locked. It copies what it sends: sc goes back to the pool.
+func (s *Store) releaseLater(sc *slotCalls, token string) {
+	var cmds [][]any
+	for _, sub := range sc.subs {
+		if (sub.err == nil && sub.st != statusDone) || len(sub.keys) == 0 || len(sub.keys)%2 != 0 {
+			continue
+		}
+		// A prepare's keys are its slot's keys, then their locks.
+		nk := len(sub.keys) / 2
+		hdr := appendF64(nil, modeRelease)
+		for _, v := range []int64{0, 0, 0, int64(nk), 0} {
+			hdr = appendF64(hdr, v)
+		}
+		args := []any{fcallName, funcNameArg, len(sub.keys)}
+		for _, k := range sub.keys {
+			args = append(args, k)
+		}
+		cmds = append(cmds, append(args, hdr, token))
+	}
+	if len(cmds) == 0 {
+		return
+	}
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), lateReplyWait)
+		defer cancel()
+		pipe := s.c.Pipeline()
+		for _, args := range cmds {
+			_ = pipe.Do(ctx, args...)
+		}
+		_, _ = pipe.Exec(ctx)
+	}()
 }
 
 // slotCalls holds one call per slot of a two-step call c, for the scripts
