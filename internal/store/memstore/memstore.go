@@ -83,13 +83,20 @@ type entry struct {
 	pinned bool // in use by the call holding the shard's lock
 }
 
-// forgetAt is t in entry.forget's unit.
+// forgetAt is t in entry.forget's unit (ns); an instant past what it holds
+// (tiers.Forever: a state kept for ever) is never.
 func forgetAt(t time.Time) int64 {
 	if t.IsZero() {
 		return math.MinInt64
 	}
+	if t.After(maxForget) {
+		return math.MaxInt64
+	}
 	return t.UnixNano()
 }
+
+// maxForget is the last instant entry.forget holds.
+var maxForget = time.Unix(0, math.MaxInt64)
 
 type scratch struct {
 	shard   []int // per item: the shard of its state key, then of its global key (-1: none)

@@ -91,6 +91,37 @@ func TestSweepForgetsAtForgetTime(t *testing.T) {
 	}
 }
 
+// TestSweepKeepsForeverState: a state tiers keep for ever (a tier above
+// the first with an unbounded active period: a prison) is never swept; it
+// was, its forgetting time overflowing nanoseconds, and the pair was back
+// at tier 1 at the next sweep.
+func TestSweepKeepsForeverState(t *testing.T) {
+	prison := &tiers.Policy{Kind: tiers.KindTiers, Tiers: []tiers.Tier{
+		{Limit: 5, Window: time.Second, Active: tiers.Unbounded},
+		{Limit: 1, Window: time.Hour, Active: tiers.Unbounded},
+	}}
+	s := memstore.New(memstore.Options{Shards: 1})
+	defer s.Close()
+	it := store.Item{Key: store.Key{Resource: "r", Domain: "bad", PolicyID: 1}, Policy: prison, Hits: 6, Min: 6}
+	if d := storetest.Decide(t, s, storetest.T0, it)[0]; !d.OK || d.Tier != 2 {
+		t.Fatalf("6 hits: %+v, want granted in tier 2", d)
+	}
+	var st tiers.State
+	tiers.Request(prison, &st, nil, storetest.T0, 6, 6)
+	if at := tiers.ForgetAt(prison, &st); !at.Equal(tiers.Forever) {
+		t.Fatalf("ForgetAt = %v, want Forever", at)
+	}
+	later := storetest.T0.Add(2 * time.Second)
+	if n := s.Sweep(later); n != 0 {
+		t.Errorf("Sweep forgot %d keys kept for ever", n)
+	}
+	it.Hits, it.Min = 1, 1
+	want := tiers.Peek(prison, &st, nil, later, 1, 1)
+	if d := storetest.Decide(t, s, later, it)[0]; d.OK != want.OK || d.Tier != want.Tier {
+		t.Errorf("after the sweep: OK %v in tier %d, want OK %v in tier %d (the prison's)", d.OK, d.Tier, want.OK, want.Tier)
+	}
+}
+
 func TestSweeperGoroutineStops(t *testing.T) {
 	now := storetest.T0
 	s := memstore.New(memstore.Options{SweepInterval: time.Millisecond, Now: func() time.Time { return now }})
