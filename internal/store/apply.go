@@ -27,7 +27,10 @@ import (
 //     the resource's count before the request and S the predicted grants of
 //     the earlier granted groups sharing that global state; if that leaves
 //     fewer than the group's Min, d becomes a rejection (OK false, Granted
-//     0, LimitedByGlobal true, Remaining the room left, at least 0; the other
+//     0, LimitedByGlobal true, Remaining the room left, at least 0;
+//     RetryAfter and ResetAfter tiers.Unbounded when Min + S exceeds G, so
+//     that the request can never fit, else one second, the global count's
+//     window, after which the hits counted now have left it; the other
 //     fields as Peek gave them). Because tiers grants hit by hit and groups
 //     of different states meet only in the global count, this predicts
 //     exactly what committing the groups one after another would answer.
@@ -104,6 +107,11 @@ func Apply(now time.Time, items []Item, states []*tiers.State, globals []*tiers.
 				} else {
 					d.OK, d.Granted, d.LimitedByGlobal = false, 0, true
 					d.Remaining = max(room, 0)
+					d.RetryAfter = time.Second
+					if min+s > d.GlobalLimit {
+						d.RetryAfter = tiers.Unbounded
+					}
+					d.ResetAfter = d.RetryAfter
 				}
 			}
 		}

@@ -1213,6 +1213,11 @@ local function general(KEYS, ARGV, mode, now, maxttl, lockttl, nk, n, pos)
           else
             d.ok, d.granted, d.lg = false, 0, true
             d.rem = max(room, 0)
+            -- As store.Apply: never when the minimum and the earlier
+            -- groups' grants exceed the limit, else the global window.
+            d.retry = SEC
+            if gm[i] + s > p.glob then d.retry = INF end
+            d.reset = d.retry
           end
         end
       end

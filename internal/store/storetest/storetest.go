@@ -315,7 +315,21 @@ func testGlobalPartial(t *testing.T, s store.Store) {
 	if got[0].Granted != 3 || got[1].Granted != 1 || !got[2].LimitedByGlobal {
 		t.Errorf("predicted grants %d, %d and c limited by global %v; want 3, 1, true", got[0].Granted, got[1].Granted, got[2].LimitedByGlobal)
 	}
+	// c's minimum and the others' grants (1 + 3 + 1) exceed the limit of 4:
+	// the same call can never be granted.
+	if got[2].RetryAfter != tiers.Unbounded || got[2].ResetAfter != tiers.Unbounded {
+		t.Errorf("c: retry after %v, reset after %v; want never", got[2].RetryAfter, got[2].ResetAfter)
+	}
 	wantOKs(t, "nothing was committed", Decide(t, s, now, take(global, "r", "c", 4)), true)
+	// A minimum that fits the limit beside the others' grants (2 + 1 of 4)
+	// but not beside the hits of the last second (2): once they have left
+	// the global window, the call fits. A rejection that says when, not 0.
+	now = now.Add(1100 * time.Millisecond)
+	wantOKs(t, "x takes 2", Decide(t, s, now, take(global, "r", "x", 2)), true)
+	got = Decide(t, s, now, take(global, "r", "a", 1), take(global, "r", "b", 2))
+	if got[1].OK || got[1].RetryAfter <= 0 || got[1].RetryAfter > time.Second || got[1].ResetAfter != got[1].RetryAfter {
+		t.Errorf("b cut to a rejection by x's 2 and a's 1 of 4: %+v; want rejected, retry after (0, 1s], reset after the same", got[1])
+	}
 }
 
 func testPolicyID(t *testing.T, s store.Store) {
