@@ -28,7 +28,9 @@ type Decision struct {
 	// DomainHits and ResourceHits count the domain's and the resource's (all
 	// domains') hits in the last second, this request's included (KindTiers
 	// only; ResourceHits is 0 when no Global was passed). Above a limit of 64
-	// they are counted in buckets and may miss hits up to 1/64 s old.
+	// they are counted in buckets and may miss hits up to 1/64 s old; with no
+	// hard or global limit to enforce (a count only reported) in buckets of
+	// 1/8 s, missing hits up to 1/8 s old.
 	DomainHits   int64
 	ResourceHits int64
 	// Burst reports whether the request entered a higher tier.
