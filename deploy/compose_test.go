@@ -98,6 +98,7 @@ func TestCompose(t *testing.T) {
 	if n := validateDeep(t, "compose/envoy.yaml", &b); n < 5 {
 		t.Errorf("validated %d messages, want at least 5", n)
 	}
+	checkRemoteAddress(t, "compose/envoy.yaml", &b)
 	var hosts []string
 	for _, c := range b.GetStaticResources().GetClusters() {
 		if c.GetName() != "charon" {

@@ -3,6 +3,7 @@ package deploy
 import (
 	"encoding/json"
 	"os"
+	"slices"
 	"testing"
 
 	bootstrapv3 "github.com/envoyproxy/go-control-plane/envoy/config/bootstrap/v3"
@@ -104,6 +105,47 @@ func TestEnvoyBootstrap(t *testing.T) {
 	}
 	if !charon {
 		t.Error("no charon cluster with HTTP/2 protocol options")
+	}
+	checkRemoteAddress(t, "envoy.yaml", &b)
+}
+
+// checkRemoteAddress: a connection manager whose routes limit by
+// remote_address uses the peer's address (use_remote_address), or a
+// client rotating X-Forwarded-For would get a fresh limit each time.
+func checkRemoteAddress(t *testing.T, name string, b *bootstrapv3.Bootstrap) {
+	t.Helper()
+	n := 0
+	for _, l := range b.GetStaticResources().GetListeners() {
+		for _, fc := range l.GetFilterChains() {
+			for _, f := range fc.GetFilters() {
+				var hcm hcmv3.HttpConnectionManager
+				if !f.GetTypedConfig().MessageIs(&hcm) {
+					continue
+				}
+				if err := f.GetTypedConfig().UnmarshalTo(&hcm); err != nil {
+					t.Fatalf("%s: %v", name, err)
+				}
+				var limits []*routev3.RateLimit
+				for _, vh := range hcm.GetRouteConfig().GetVirtualHosts() {
+					limits = append(limits, vh.GetRateLimits()...)
+					for _, r := range vh.GetRoutes() {
+						limits = append(limits, r.GetRoute().GetRateLimits()...)
+					}
+				}
+				byAddress := slices.ContainsFunc(limits, func(rl *routev3.RateLimit) bool {
+					return slices.ContainsFunc(rl.GetActions(), func(a *routev3.RateLimit_Action) bool { return a.GetRemoteAddress() != nil })
+				})
+				if byAddress {
+					n++
+					if !hcm.GetUseRemoteAddress().GetValue() {
+						t.Errorf("%s: listener %s limits by remote_address without use_remote_address: true", name, l.GetName())
+					}
+				}
+			}
+		}
+	}
+	if n == 0 {
+		t.Errorf("%s: no route limits by remote_address", name)
 	}
 }
 

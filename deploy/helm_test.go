@@ -87,6 +87,25 @@ func TestHelmChart(t *testing.T) {
 				t.Error("CHARON_REDIS_URL does not come from the Secret, or not 3 replicas")
 			}
 		}},
+		{"redis failureMode unavailable", "store: redis\nreplicaCount: 3\nredis:\n  url: redis://redis:6379\n  failureMode: unavailable\n", func(t *testing.T, objs []object, d *appsv1.Deployment) {
+			c := d.Spec.Template.Spec.Containers[0]
+			if !hasArg(d, "--failure-mode=unavailable") {
+				t.Errorf("args %v lack --failure-mode=unavailable", c.Args)
+			}
+			// Readiness follows the store; liveness (checkDeployment) does not.
+			if c.ReadinessProbe.GRPC == nil {
+				t.Errorf("readiness %+v, want the gRPC health the store drives", c.ReadinessProbe.ProbeHandler)
+			}
+		}},
+		{"redis password in the chart's Secret", "store: redis\nreplicaCount: 2\nredis:\n  url: redis://redis:6379\n  password: s3cret\n", func(t *testing.T, objs []object, d *appsv1.Deployment) {
+			s, ok := find[*corev1.Secret](objs, "Secret", "charon-redis")
+			if !ok || s.StringData["password"] != "s3cret" {
+				t.Errorf("Secret charon-redis %v, want the password under password", s)
+			}
+			if !hasArg(d, "--redis-password-file=/etc/charon/redis/password") {
+				t.Error("the password is not read from its file")
+			}
+		}},
 		{"redis from an existing Secret", "store: redis\nreplicaCount: 2\nredis:\n  existingSecret: mine\n  urlKey: u\n  passwordKey: p\n", func(t *testing.T, objs []object, d *appsv1.Deployment) {
 			if _, ok := find[*corev1.Secret](objs, "Secret", "charon-redis"); ok {
 				t.Error("a Secret was made beside the existing one")
@@ -135,7 +154,36 @@ func TestHelmChart(t *testing.T) {
 				if r := d.Spec.Template.Spec.Containers[0].Resources; r.Limits.Memory().String() != "2Gi" {
 					t.Errorf("resources %+v", r)
 				}
+				if v, _ := envValue(d, "GOMEMLIMIT"); v != "1843MiB" {
+					t.Errorf("GOMEMLIMIT %q, want 1843MiB (90%% of 2Gi)", v)
+				}
 			}},
+		{"GOMEMLIMIT from a decimal limit", "resources:\n  requests: {cpu: 1, memory: 1G}\n  limits: {memory: 1G}\n", func(t *testing.T, objs []object, d *appsv1.Deployment) {
+			if v, _ := envValue(d, "GOMEMLIMIT"); v != "858MiB" {
+				t.Errorf("GOMEMLIMIT %q, want 858MiB (90%% of 1G)", v)
+			}
+		}},
+		{"GOMEMLIMIT given", "goMemLimit: 400MiB\nmaxKeys: 100000\n", func(t *testing.T, objs []object, d *appsv1.Deployment) {
+			if v, _ := envValue(d, "GOMEMLIMIT"); v != "400MiB" || !hasArg(d, "--max-keys=100000") {
+				t.Errorf("GOMEMLIMIT %q, args %v; want 400MiB and --max-keys=100000", v, d.Spec.Template.Spec.Containers[0].Args)
+			}
+		}},
+		{"charon's own --max-keys with a larger limit", "maxKeys: null\nresources:\n  requests: {cpu: 1, memory: 1Gi}\n  limits: {memory: 1Gi}\n", func(t *testing.T, objs []object, d *appsv1.Deployment) {
+			if v, ok := serveSetting(d.Spec.Template.Spec.Containers[0], "max-keys"); ok {
+				t.Errorf("--max-keys %s, want charon's default", v)
+			}
+		}},
+		{"GOMEMLIMIT in env", "env:\n  GOMEMLIMIT: 420MiB\n", func(t *testing.T, objs []object, d *appsv1.Deployment) {
+			n := 0
+			for _, e := range d.Spec.Template.Spec.Containers[0].Env {
+				if e.Name == "GOMEMLIMIT" {
+					n++
+				}
+			}
+			if v, _ := envValue(d, "GOMEMLIMIT"); v != "420MiB" || n != 1 {
+				t.Errorf("GOMEMLIMIT %q in %d variables, want env's 420MiB once", v, n)
+			}
+		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			objs, err := render(t, c, tc.values)
@@ -165,6 +213,9 @@ func TestHelmChartRefuses(t *testing.T) {
 		{"store: redis\n", "redis.existingSecret or redis.url"},
 		{"replicaCount: 3\n", "per pod"},
 		{"authz: 'clients: []'\n", "authz needs tls.secretName and tls.clientCA"},
+		{"store: redis\nredis:\n  url: redis://r:6379\n  passwordKey: p\n", `redis.passwordKey "p" names a key of the chart's Secret`},
+		{"store: redis\nredis:\n  existingSecret: mine\n  password: s3cret\n", "with redis.existingSecret, put the password in that Secret"},
+		{"resources:\n  limits: {memory: 0.5Gi}\n", `resources.limits.memory "0.5Gi"`},
 	} {
 		if _, err := render(t, c, tc.values); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%q: %v, want an error with %q", tc.values, err, tc.want)
@@ -179,6 +230,16 @@ func hasArg(d *appsv1.Deployment, arg string) bool {
 		}
 	}
 	return false
+}
+
+// envValue is the value of the container's variable name.
+func envValue(d *appsv1.Deployment, name string) (string, bool) {
+	for _, e := range d.Spec.Template.Spec.Containers[0].Env {
+		if e.Name == name {
+			return e.Value, true
+		}
+	}
+	return "", false
 }
 
 func hasEnvFromSecret(d *appsv1.Deployment, name, secret, key string) bool {

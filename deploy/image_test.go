@@ -2,21 +2,28 @@ package deploy
 
 import (
 	"bytes"
+	"context"
 	"debug/elf"
+	"errors"
+	"fmt"
 	"io"
 	"io/fs"
 	"os"
 	"os/exec"
+	"path"
 	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/moby/buildkit/frontend/dockerfile/dockerignore"
 	"github.com/moby/buildkit/frontend/dockerfile/instructions"
 	"github.com/moby/buildkit/frontend/dockerfile/parser"
 	"github.com/moby/patternmatcher"
+
+	"github.com/charonlimit/charon/internal/lyftenv"
 )
 
 func parseDockerfile(t *testing.T) []instructions.Stage {
@@ -55,6 +62,7 @@ func TestDockerfile(t *testing.T) {
 		health      []string
 		copied      bool
 		versionOK   bool
+		ratelimit   bool
 	)
 	for _, c := range build.Commands {
 		if r, ok := c.(*instructions.RunCommand); ok && strings.Contains(strings.Join(r.CmdLine, " "), "go build") {
@@ -85,7 +93,21 @@ func TestDockerfile(t *testing.T) {
 			if c.From == build.Name && slices.Contains(c.SourcePaths, "/out/charon") {
 				copied = c.DestPath == entry || c.DestPath == "/usr/local/bin/charon"
 			}
+			if c.From == build.Name && (c.DestPath == lyftCommand || path.Clean(c.DestPath) == path.Dir(lyftCommand)) {
+				ratelimit = true
+			}
+		case *instructions.EnvCommand:
+			for _, kv := range c.Env {
+				if strings.HasPrefix(kv.Key, "CHARON_") || slices.Contains(lyftenv.Names(), kv.Key) {
+					t.Errorf("ENV %s=%s in the image: a CHARON_ variable outranks envoyproxy/ratelimit's, and either "+
+						"stands in for one a Deployment leaves unset, so a migrated Deployment would not run as its "+
+						"environment says; compile defaults in instead (-X main.defaultConfigDir)", kv.Key, kv.Value)
+				}
+			}
 		}
+	}
+	if !ratelimit {
+		t.Errorf("no COPY --from=%s puts %s in the image: envoyproxy/ratelimit's deployments run it", build.Name, lyftCommand)
 	}
 	if user == "" || user == "root" || strings.HasPrefix(user, "0:") || user == "0" {
 		t.Errorf("USER %q, want a non-root user", user)
@@ -192,6 +214,103 @@ func TestDockerfileBuild(t *testing.T) {
 	out, err := exec.Command(bin, "version").Output()
 	if err != nil || strings.TrimSpace(string(out)) != "charon v9.9.9-test" {
 		t.Errorf("charon version: %q, %v; want the version given to the build", out, err)
+	}
+	checkImageCommands(t, stages, root, bin)
+}
+
+// lyftCommand is envoyproxy/ratelimit's binary, the command its
+// deployments run (its image has no entrypoint).
+const lyftCommand = "/bin/ratelimit"
+
+// checkImageCommands checks, on the binary bin built by the build stage
+// into root, what a Deployment migrated from envoyproxy/ratelimit gets:
+// the image's /bin/ratelimit is the binary, which serves when run under
+// that name, and its environment (here Istio's samples/ratelimit:
+// RUNTIME_ROOT and RUNTIME_SUBDIRECTORY) says the configuration directory
+// over the image's default, the examples the runtime stage copies.
+func checkImageCommands(t *testing.T, stages []instructions.Stage, root func(string) string, bin string) {
+	t.Helper()
+	build, final := stages[0], stages[len(stages)-1]
+	var entry, examples string
+	var imageEnv []string
+	for _, c := range final.Commands {
+		switch c := c.(type) {
+		case *instructions.EntrypointCommand:
+			entry = c.CmdLine[0]
+		case *instructions.EnvCommand:
+			for _, kv := range c.Env {
+				imageEnv = append(imageEnv, kv.Key+"="+kv.Value)
+			}
+		case *instructions.CopyCommand:
+			if c.From == "" && slices.Contains(c.SourcePaths, "examples/config") {
+				examples = path.Clean(c.DestPath)
+			}
+		}
+	}
+	// What the image holds at p, as a path under root, through the runtime
+	// stage's COPY --from=build (the last one wins).
+	inImage := func(p string) string {
+		found := ""
+		for _, c := range final.Commands {
+			c, ok := c.(*instructions.CopyCommand)
+			if !ok || c.From != build.Name {
+				continue
+			}
+			for _, src := range c.SourcePaths {
+				fi, err := os.Stat(root(src))
+				switch {
+				case err != nil:
+					t.Errorf("COPY --from=%s %s: %v", build.Name, src, err)
+				case fi.IsDir():
+					if rel, ok := strings.CutPrefix(p, strings.TrimSuffix(c.DestPath, "/")+"/"); ok {
+						if _, err := os.Lstat(root(path.Join(src, rel))); err == nil {
+							found = root(path.Join(src, rel))
+						}
+					}
+				case strings.HasSuffix(c.DestPath, "/") && path.Join(c.DestPath, path.Base(src)) == p, c.DestPath == p:
+					found = root(src)
+				}
+			}
+		}
+		return found
+	}
+	ratelimit := inImage(lyftCommand)
+	if fi, err := os.Lstat(ratelimit); ratelimit == "" || err != nil {
+		t.Errorf("the image has no %s", lyftCommand)
+	} else if fi.Mode()&fs.ModeSymlink != 0 {
+		if target, _ := os.Readlink(ratelimit); target != entry || inImage(entry) != bin {
+			t.Errorf("the image's %s links to %s, want the binary %s", lyftCommand, target, entry)
+		}
+	} else if ratelimit != bin {
+		t.Errorf("the image's %s is %s of the build stage, want the binary", lyftCommand, ratelimit)
+	}
+
+	out, _ := exec.Command(bin, "serve", "-h").CombinedOutput()
+	if examples == "" || !strings.Contains(string(out), fmt.Sprintf("(default %q)", examples)) {
+		t.Errorf("charon serve -h does not give --config the default %q (the examples' place in the image):\n%s", examples, out)
+	}
+
+	// Run as envoyproxy/ratelimit's deployments run it, with no argument:
+	// serve loads the RUNTIME_* directory (missing here, so it stops at
+	// once, naming it), not the image's.
+	link := filepath.Join(t.TempDir(), "bin", "ratelimit")
+	if err := os.MkdirAll(filepath.Dir(link), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(bin, link); err != nil {
+		t.Fatal(err)
+	}
+	data := t.TempDir()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, link)
+	cmd.Env = append(imageEnv, "RUNTIME_ROOT="+data, "RUNTIME_SUBDIRECTORY=ratelimit", "RUNTIME_WATCH_ROOT=false",
+		"RUNTIME_IGNOREDOTFILES=true", "LOG_LEVEL=debug", "USE_STATSD=false")
+	out, err := cmd.CombinedOutput()
+	want := filepath.Join(data, "ratelimit", "config")
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.ExitCode() != 1 || !strings.Contains(string(out), "cannot start") || !strings.Contains(string(out), want) {
+		t.Errorf("%s with RUNTIME_ROOT and RUNTIME_SUBDIRECTORY: %v\n%s\nwant serve stopping on %s, the Deployment's directory", lyftCommand, err, out, want)
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"os"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"testing/fstest"
@@ -18,6 +19,7 @@ import (
 
 	"github.com/charonlimit/charon/config"
 	"github.com/charonlimit/charon/internal/authz"
+	"github.com/charonlimit/charon/internal/store/memstore"
 )
 
 // object is one decoded Kubernetes object.
@@ -135,9 +137,23 @@ func checkDeployment(t *testing.T, name string, objs []object, d *appsv1.Deploym
 			t.Errorf("%s: a probe is neither gRPC health on 8081 nor /healthcheck: %+v", name, p.ProbeHandler)
 		}
 	}
+	// gRPC health, and /healthcheck which follows it, turn NOT_SERVING
+	// while the Redis store cannot answer in --failure-mode unavailable:
+	// right for readiness, but a probe that restarts the container on it
+	// would restart every pod for the length of a Redis outage.
+	for _, p := range []struct {
+		kind  string
+		probe *corev1.Probe
+	}{{"startup", c.StartupProbe}, {"liveness", c.LivenessProbe}} {
+		if p.probe != nil && p.probe.TCPSocket == nil {
+			t.Errorf("%s: the %s probe %+v asks the health the store drives: want tcpSocket", name, p.kind, p.probe.ProbeHandler)
+		}
+	}
 	if c.Resources.Requests.Cpu().IsZero() || c.Resources.Requests.Memory().IsZero() || c.Resources.Limits.Memory().IsZero() {
 		t.Errorf("%s: resources: %+v, want CPU and memory requests and a memory limit", name, c.Resources)
 	}
+	checkMemory(t, name, c)
+	checkSecretKeys(t, name, objs, pod.Spec)
 	sc := c.SecurityContext
 	if sc == nil || sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation ||
 		sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem ||
@@ -221,4 +237,117 @@ func readFile(t *testing.T, path string) []byte {
 		t.Fatal(err)
 	}
 	return bytes.TrimSpace(b)
+}
+
+// pairBytes bounds the heap one tracked one-tier pair costs (memstore's
+// TestPairCost holds pairs to it; they measure about 390 bytes).
+const pairBytes = 512
+
+// checkMemory checks the container's GOMEMLIMIT: a value below the memory
+// limit, leaving room for what is not Go heap (docs/operations.md: "Set
+// GOMEMLIMIT below the container's limit"), and room under it for the
+// pairs --max-keys lets the process track, at most two thirds of it.
+func checkMemory(t *testing.T, name string, c corev1.Container) {
+	t.Helper()
+	limit := c.Resources.Limits.Memory().Value()
+	var goMemLimit int64 = -1
+	for _, e := range c.Env {
+		if e.Name != "GOMEMLIMIT" {
+			continue
+		}
+		if e.ValueFrom != nil {
+			t.Errorf("%s: GOMEMLIMIT from %+v: the whole memory limit leaves nothing for what is not Go heap", name, e.ValueFrom)
+			return
+		}
+		n, err := parseGoMemLimit(e.Value)
+		if err != nil {
+			t.Errorf("%s: GOMEMLIMIT %q: %v", name, e.Value, err)
+			return
+		}
+		goMemLimit = n
+	}
+	if goMemLimit < 0 {
+		t.Errorf("%s: no GOMEMLIMIT", name)
+		return
+	}
+	if goMemLimit > limit*95/100 {
+		t.Errorf("%s: GOMEMLIMIT %d bytes, want at most 95%% of limits.memory (%d bytes)", name, goMemLimit, limit)
+	}
+	maxKeys := int64(memstore.DefaultMaxKeys)
+	if v, ok := serveSetting(c, "max-keys"); ok {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			t.Errorf("%s: --max-keys %q: %v", name, v, err)
+		}
+		maxKeys = n
+	}
+	if maxKeys*pairBytes > goMemLimit*2/3 {
+		t.Errorf("%s: --max-keys %d lets pairs take %d MiB of heap, more than two thirds of GOMEMLIMIT (%d MiB)",
+			name, maxKeys, maxKeys*pairBytes>>20, goMemLimit>>20)
+	}
+}
+
+// parseGoMemLimit reads GOMEMLIMIT as the Go runtime does: a number of
+// bytes with an optional B, KiB, MiB, GiB or TiB suffix.
+func parseGoMemLimit(s string) (int64, error) {
+	m := regexp.MustCompile(`^([0-9]+)(B|KiB|MiB|GiB|TiB)?$`).FindStringSubmatch(s)
+	if m == nil {
+		return 0, fmt.Errorf("not a number of bytes with B, KiB, MiB, GiB or TiB")
+	}
+	n, err := strconv.ParseInt(m[1], 10, 64)
+	shift := map[string]int{"": 0, "B": 0, "KiB": 10, "MiB": 20, "GiB": 30, "TiB": 40}[m[2]]
+	return n << shift, err
+}
+
+// serveSetting is the value a `charon serve` flag gets from the container's
+// arguments (--flag=v or --flag v), or else from its CHARON_ variable.
+func serveSetting(c corev1.Container, flag string) (string, bool) {
+	for i, a := range c.Args {
+		if v, ok := strings.CutPrefix(a, "--"+flag+"="); ok {
+			return v, true
+		}
+		if a == "--"+flag && i+1 < len(c.Args) {
+			return c.Args[i+1], true
+		}
+	}
+	for _, e := range c.Env {
+		if e.Name == "CHARON_"+strings.ToUpper(strings.ReplaceAll(flag, "-", "_")) && e.ValueFrom == nil {
+			return e.Value, true
+		}
+	}
+	return "", false
+}
+
+// checkSecretKeys: every key the pod takes from a Secret rendered beside it
+// is one that Secret holds (the kubelet would not start the pod otherwise).
+func checkSecretKeys(t *testing.T, name string, objs []object, pod corev1.PodSpec) {
+	t.Helper()
+	has := func(secret, key string) (found, known bool) {
+		s, ok := find[*corev1.Secret](objs, "Secret", secret)
+		if !ok {
+			return false, false
+		}
+		_, inString := s.StringData[key]
+		_, inData := s.Data[key]
+		return inString || inData, true
+	}
+	for _, v := range pod.Volumes {
+		if v.Secret == nil {
+			continue
+		}
+		for _, it := range v.Secret.Items {
+			if found, known := has(v.Secret.SecretName, it.Key); known && !found {
+				t.Errorf("%s: volume %s mounts key %q, which Secret %s lacks", name, v.Name, it.Key, v.Secret.SecretName)
+			}
+		}
+	}
+	for _, c := range pod.Containers {
+		for _, e := range c.Env {
+			if r := e.ValueFrom; r != nil && r.SecretKeyRef != nil {
+				if found, known := has(r.SecretKeyRef.Name, r.SecretKeyRef.Key); known && !found {
+					t.Errorf("%s: %s takes key %q, which Secret %s lacks", name, e.Name, r.SecretKeyRef.Key, r.SecretKeyRef.Name)
+				}
+			}
+		}
+	}
 }

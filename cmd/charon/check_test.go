@@ -5,6 +5,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -106,5 +107,43 @@ func TestConfigCheckLoadsAsServe(t *testing.T) {
 				t.Errorf("serve loads with error %v, config check exits %d", err, code)
 			}
 		})
+	}
+}
+
+// TestMainLyftCommand: envoyproxy/ratelimit's deployments run its image's
+// /bin/ratelimit with no arguments (the image links it to charon), or give
+// it as the command beside the image's entrypoint (Compose): both serve.
+func TestMainLyftCommand(t *testing.T) {
+	for _, tc := range []struct{ argv, want []string }{
+		{[]string{"/bin/ratelimit"}, []string{"serve"}},
+		{[]string{"ratelimit", "--config", "/c"}, []string{"serve", "--config", "/c"}},
+		{[]string{"/usr/local/bin/charon", "/bin/ratelimit"}, []string{"serve"}},
+		{[]string{"/usr/local/bin/charon", "serve", "--config", "/c"}, []string{"serve", "--config", "/c"}},
+		{[]string{"/usr/local/bin/charon", "version"}, []string{"version"}},
+		{[]string{"charon"}, []string{}},
+		{[]string{"/bin/ratelimit-tool", "version"}, []string{"version"}},
+	} {
+		if got := commandArgs(tc.argv); !slices.Equal(got, tc.want) {
+			t.Errorf("argv %q: args %q, want %q", tc.argv, got, tc.want)
+		}
+	}
+
+	// Started as /bin/ratelimit with Istio's sample environment (its Redis
+	// left out) over an image default that does not exist: serve loads the
+	// RUNTIME_* directory, here missing, and stops saying so.
+	setDefaultConfigDir(t, filepath.Join(t.TempDir(), "image-config"))
+	root := t.TempDir()
+	env := map[string]string{}
+	for k, v := range istioSampleEnv {
+		if !strings.HasPrefix(k, "REDIS_") {
+			env[k] = v
+		}
+	}
+	env["RUNTIME_ROOT"] = root
+	var out, errb bytes.Buffer
+	code := run(commandArgs([]string{"/bin/ratelimit"}), envOf(env), &out, &errb)
+	want := filepath.Join(root, "ratelimit", "config")
+	if code != 1 || !strings.Contains(errb.String(), "cannot start") || !strings.Contains(errb.String(), want) {
+		t.Errorf("/bin/ratelimit: exit %d, stderr %q; want exit 1, serve's \"cannot start\" naming %s", code, errb.String(), want)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path"
 	"runtime/debug"
 
 	"github.com/charonlimit/charon/internal/clientcmd"
@@ -41,6 +42,9 @@ Usage:
                                            hold transferred copies while running
   charon version                           print the version
 
+Run as ratelimit (the image's /bin/ratelimit, envoyproxy/ratelimit's command),
+or given /bin/ratelimit as its verb, charon serves: charon serve [flags].
+
 Run "charon VERB -h" for a verb's flags.
 `
 
@@ -49,8 +53,31 @@ Run "charon VERB -h" for a verb's flags.
 var errUsage, errReported = clientcmd.ErrUsage, clientcmd.ErrReported
 
 func main() {
-	os.Exit(run(os.Args[1:], os.Getenv, os.Stdout, os.Stderr))
+	os.Exit(run(commandArgs(os.Args), os.Getenv, os.Stdout, os.Stderr))
 }
+
+// commandArgs returns the verb and its arguments from the command line
+// argv (argv[0] included). envoyproxy/ratelimit's deployments start its
+// image with the command /bin/ratelimit and no arguments, its environment
+// saying the rest: so run as ratelimit (the image links /bin/ratelimit to
+// charon), or given /bin/ratelimit as the verb (Compose's command: beside
+// the image's entrypoint), the verb is serve and every argument is serve's.
+func commandArgs(argv []string) []string {
+	isRatelimit := func(a string) bool { return path.Base(a) == lyftCommand }
+	switch {
+	case len(argv) == 0:
+		return nil
+	case isRatelimit(argv[0]):
+		return append([]string{"serve"}, argv[1:]...)
+	case len(argv) > 1 && isRatelimit(argv[1]):
+		return append([]string{"serve"}, argv[2:]...)
+	}
+	return argv[1:]
+}
+
+// lyftCommand is the name of envoyproxy/ratelimit's binary (/bin/ratelimit
+// in its image).
+const lyftCommand = "ratelimit"
 
 func run(args []string, getenv func(string) string, stdout, stderr io.Writer) int {
 	if len(args) == 0 {

@@ -63,8 +63,17 @@ type serveConfig struct {
 	LogFormat      string
 }
 
+// defaultConfigDir is the default of --config: empty (no configuration,
+// every request OK) unless the build sets it with -ldflags "-X
+// main.defaultConfigDir=DIR", as the image's build does for the examples
+// it carries. Being the default, it has the lowest precedence: --config,
+// CHARON_CONFIG and envoyproxy/ratelimit's RUNTIME_* variables all replace
+// it, so a migrated Deployment serves its own directory, not the image's.
+var defaultConfigDir = ""
+
 func defaultServeConfig() serveConfig {
 	return serveConfig{
+		ConfigDir:      defaultConfigDir,
 		Store:          "memory",
 		Server:         server.DefaultFlags(),
 		Redis:          redisbackend.Flags{Options: redisbackend.Options{Timeout: resilient.DefaultTimeout}},

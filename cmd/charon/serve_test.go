@@ -216,3 +216,59 @@ func TestREADMEListsEveryServeFlag(t *testing.T) {
 		}
 	})
 }
+
+// istioSampleEnv is the environment of Istio's samples/ratelimit
+// Deployment of envoyproxy/ratelimit, its ConfigMap mounted at
+// /data/ratelimit/config.
+var istioSampleEnv = map[string]string{
+	"LOG_LEVEL": "debug", "REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "redis:6379", "USE_STATSD": "false",
+	"RUNTIME_ROOT": "/data", "RUNTIME_SUBDIRECTORY": "ratelimit", "RUNTIME_WATCH_ROOT": "false",
+	"RUNTIME_IGNOREDOTFILES": "true",
+}
+
+// setDefaultConfigDir sets the compiled-in --config default, as the image's
+// build does, for the test.
+func setDefaultConfigDir(t *testing.T, dir string) {
+	t.Helper()
+	old := defaultConfigDir
+	defaultConfigDir = dir
+	t.Cleanup(func() { defaultConfigDir = old })
+}
+
+// TestParseServeConfigDirDefault: a compiled-in --config default (the
+// image's examples) is the lowest precedence: envoyproxy/ratelimit's
+// RUNTIME_* variables, CHARON_CONFIG and --config each replace it.
+func TestParseServeConfigDirDefault(t *testing.T) {
+	setDefaultConfigDir(t, "/etc/charon/config")
+	with := func(env map[string]string, kv ...string) map[string]string {
+		m := map[string]string{}
+		for k, v := range env {
+			m[k] = v
+		}
+		for i := 0; i+1 < len(kv); i += 2 {
+			m[kv[i]] = kv[i+1]
+		}
+		return m
+	}
+	for _, tc := range []struct {
+		name string
+		args []string
+		env  map[string]string
+		want string
+	}{
+		{"nothing said", nil, nil, "/etc/charon/config"},
+		{"Istio's ratelimit sample", nil, istioSampleEnv, "/data/ratelimit/config"},
+		{"RUNTIME_SUBDIRECTORY alone", nil, map[string]string{"RUNTIME_SUBDIRECTORY": "rl"}, "/srv/runtime_data/current/rl/config"},
+		{"CHARON_CONFIG", nil, map[string]string{"CHARON_CONFIG": "/c"}, "/c"},
+		{"CHARON_CONFIG over RUNTIME_*", nil, with(istioSampleEnv, "CHARON_CONFIG", "/c"), "/c"},
+		{"--config", []string{"--config", "/f"}, istioSampleEnv, "/f"},
+	} {
+		c, err := parseServe(tc.args, envOf(tc.env), io.Discard)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		if c.ConfigDir != tc.want {
+			t.Errorf("%s: --config %q, want %q", tc.name, c.ConfigDir, tc.want)
+		}
+	}
+}
