@@ -119,6 +119,12 @@ func (c *cache) insert(epoch uint64, now time.Time, items []store.Item, out []ti
 		if it.Shadow || d.RetryAfter <= 0 || leaderOf(items, i) != i {
 			continue
 		}
+		if d.LimitedByGlobal && sharesGlobal(items, i) {
+			// The room the global limit left may have gone to this
+			// request's other pairs of the resource (store.Apply's cut):
+			// a rejection of the request, not of the pair alone.
+			continue
+		}
 		until := int64(never)
 		if d.RetryAfter != tiers.Unbounded {
 			until = t + d.RetryAfter.Microseconds()
@@ -186,6 +192,22 @@ func leaderOf(items []store.Item, i int) int {
 		}
 	}
 	return i
+}
+
+// sharesGlobal reports whether items holds a take of another pair of item
+// i's global state (its resource and policy, a global limit).
+func sharesGlobal(items []store.Item, i int) bool {
+	it := &items[i]
+	if it.Policy.GlobalLimit == 0 {
+		return false
+	}
+	for j := range items {
+		o := &items[j]
+		if !o.Refund && o.Key.Resource == it.Key.Resource && o.Key.PolicyID == it.Key.PolicyID && o.Key != it.Key {
+			return true
+		}
+	}
+	return false
 }
 
 // groupMin returns the summed Min of the group led by i: the minimum the
