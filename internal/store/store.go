@@ -18,6 +18,12 @@ var ErrClosed = errors.New("store: closed")
 // it says nothing about the remote's health.
 var ErrNotSent = errors.New("store: not sent before the deadline")
 
+// ErrReplied is returned (wrapped) by a remote store's Decide when the remote
+// answered the call with an error of its own about the call's data (a key
+// holding something else, a script error on a state): the call failed, but
+// the remote is up and answering.
+var ErrReplied = errors.New("store: the remote answered with an error")
+
 // ErrBadItem is returned (wrapped) by Decide for an item it cannot decide: no
 // policy, hits below 1, or a minimum outside [1, hits]. Nothing is changed.
 var ErrBadItem = errors.New("store: bad item")

@@ -55,7 +55,7 @@ func (s *Store) fcall(ctx context.Context, c *call) (string, error) {
 		return err
 	})
 	if err != nil {
-		return "", fmt.Errorf("redisstore: %w", err)
+		return "", wrapReply(err)
 	}
 	return res, nil
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -297,7 +298,7 @@ func (s *Store) runPipeline(ctx context.Context, d *dispatcher) {
 		}
 		res, err := cmd.Text()
 		if err != nil {
-			d.batch[i].err = fmt.Errorf("redisstore: %w", err)
+			d.batch[i].err = wrapReply(err)
 			continue
 		}
 		d.batch[i].res = res
@@ -353,6 +354,21 @@ func (d *dispatcher) batchArgs() {
 	d.args, d.hdr = args, hdr
 }
 
+// wrapReply wraps the error of a call: with store.ErrReplied as well when
+// it is Redis' answer about the call's data (a key of another type, an
+// error raised in the function), which says Redis is up; not for the
+// replies that say it cannot serve (LOADING, READONLY, CLUSTERDOWN, OOM…).
+func wrapReply(err error) error {
+	var re redis.Error
+	if errors.As(err, &re) {
+		msg := re.Error()
+		if strings.HasPrefix(msg, "WRONGTYPE") || strings.Contains(msg, "@user_function") {
+			return fmt.Errorf("redisstore: %w: %w", store.ErrReplied, err)
+		}
+	}
+	return fmt.Errorf("redisstore: %w", err)
+}
+
 // errBatchReply is a batch reply that does not hold one reply per call.
 var errBatchReply = errors.New("malformed batch reply")
 
@@ -374,7 +390,9 @@ func (d *dispatcher) splitBatch(res string) error {
 			return errBatchReply
 		}
 		if n < 0 {
-			r.err = fmt.Errorf("redisstore: %s", rest[:l])
+			// The call's own error inside the batch function (its pcall):
+			// Redis answered.
+			r.err = fmt.Errorf("redisstore: %w: %s", store.ErrReplied, rest[:l])
 		} else {
 			r.res = rest[:l]
 		}

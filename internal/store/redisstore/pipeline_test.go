@@ -440,3 +440,38 @@ func TestSplitBatch(t *testing.T) {
 		}
 	}
 }
+
+// TestRepliedErrors: Redis' answer about a call's data (here a state key
+// holding a list) is an error wrapping store.ErrReplied, the sign that Redis
+// is up, whichever way the call went: its own FCALL, a dispatcher's
+// pipeline, or inside the batch function. A connection error is not.
+func TestRepliedErrors(t *testing.T) {
+	_, c := singleClient(t)
+	for _, pipelines := range []int{-1, 1} {
+		s := testStore(t, c, Options{Clock: ClockCaller, Pipelines: pipelines})
+		it := item(lyft, "r", "listed", 1)
+		k, _ := stateKey(s.prefix, &it)
+		if err := c.RPush(context.Background(), k, "not a state").Err(); err != nil {
+			t.Fatal(err)
+		}
+		err := s.Decide(context.Background(), storetest.T0, []store.Item{it}, make([]tiers.Decision, 1))
+		if !errors.Is(err, store.ErrReplied) {
+			t.Errorf("pipelines %d: a state key holding a list: %v, want store.ErrReplied", pipelines, err)
+		}
+	}
+	// Inside the batch function: a call's negative length is its error.
+	var d dispatcher
+	d.batch = []*request{{}, {}}
+	d.sent = []bool{true, true}
+	msg := "WRONGTYPE Operation against a key holding the wrong kind of value"
+	reply := string(appendF64(nil, -int64(len(msg)))) + msg + string(appendF64(nil, 2)) + "ok"
+	if err := d.splitBatch(reply); err != nil {
+		t.Fatal(err)
+	}
+	if !errors.Is(d.batch[0].err, store.ErrReplied) || d.batch[1].err != nil || d.batch[1].res != "ok" {
+		t.Errorf("batch reply split: %v / %v %q; want ErrReplied, then the reply", d.batch[0].err, d.batch[1].err, d.batch[1].res)
+	}
+	if err := wrapReply(errors.New("dial tcp: connection refused")); errors.Is(err, store.ErrReplied) {
+		t.Errorf("a connection error wraps store.ErrReplied: %v", err)
+	}
+}

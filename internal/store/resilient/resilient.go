@@ -223,6 +223,14 @@ func (s *Store) Decide(ctx context.Context, now time.Time, items []store.Item, o
 		// The remote answered; the items are at fault.
 		s.br.success(s.now().UnixNano())
 		return err
+	case errors.Is(err, store.ErrReplied):
+		// The remote answered with an error about this call's data (a
+		// corrupted state, say): it is up, so the breaker hears of an
+		// answer, and the failure mode decides this call alone.
+		s.answers.Add(1)
+		s.br.success(s.now().UnixNano())
+		s.remoteErrors.Add(1)
+		return s.fallback(ctx, now, items, out, err)
 	case errors.Is(ctx.Err(), context.Canceled):
 		// The caller went away: nothing is known about the remote.
 		return fmt.Errorf("resilient: %w", err)

@@ -512,3 +512,27 @@ func TestInFlightFailuresDoNotCarryOver(t *testing.T) {
 		}
 	}
 }
+
+// replied is a remote that answers every call with an error about its
+// data: Redis up, the call's state at fault.
+type replied struct{ *fakeRemote }
+
+func (replied) Decide(context.Context, time.Time, []store.Item, []tiers.Decision) error {
+	return fmt.Errorf("remote: %w: WRONGTYPE Operation against a key holding the wrong kind of value", store.ErrReplied)
+}
+
+// TestRepliedErrorsKeepTheBreakerClosed: errors the remote answers about a
+// call's data (one corrupted hot key) go to the failure mode for that call
+// and never open the breaker for everyone.
+func TestRepliedErrorsKeepTheBreakerClosed(t *testing.T) {
+	s := resilient.New(replied{newFake()}, resilient.Options{FailureThreshold: 1, FailureRate: -1, CacheSize: -1})
+	defer s.Close()
+	for range 3 { // simple's limit
+		if d := storetest.Decide(t, s, t0, take(simple, "hot", 1))[0]; !d.OK {
+			t.Fatalf("a replied error in ModeLocal: %+v, want the local grant", d)
+		}
+	}
+	if st := s.Stats(); st.Breaker != resilient.BreakerClosed || st.BreakerOpens != 0 || st.Local != 3 || st.RemoteErrors != 3 {
+		t.Errorf("after 3 replied errors: %+v; want the breaker closed, 3 local answers, 3 remote errors", st)
+	}
+}
