@@ -198,3 +198,35 @@ func waitLateGrants(t *testing.T, s *Store, given uint64) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// TestLateRefundAtClose: a late reply read while the store closes (its
+// dispatcher still waiting for its batch) is given back all the same, on a
+// client the caller keeps.
+func TestLateRefundAtClose(t *testing.T) {
+	n := redistest.Single(t)
+	c := redis.NewClient(&redis.Options{Addr: n.Addr()})
+	defer c.Close()
+	s, err := NewWithClient(c, Options{Clock: ClockCaller})
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	lateCall(t, s, n, now, 400*time.Millisecond) // its caller gave up at 50ms
+	s.Close()                                    // the dispatcher still waits for the reply
+	if given, failed := s.LateGrants(); given != 1 || failed != 0 {
+		t.Errorf("after Close: late grants given back %d, failed %d; want 1 and 0", given, failed)
+	}
+	s2, err := NewWithClient(c, Options{Clock: ClockCaller})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s2.Close()
+	it := item(lyft, "r", "late", 1)
+	v, err := s2.Inspect(context.Background(), now, &it)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h := v.Tiers[0].Hits; h != 0 {
+		t.Errorf("the pair holds %d hits of the late call, want 0", h)
+	}
+}

@@ -238,23 +238,12 @@ func (s *Store) run(d *dispatcher) {
 const refundQueue = 64
 
 // refunder sends the refunds the dispatchers queue (compensate) until
-// Close; those still queued then are counted as failed.
+// Close closes the queue once the dispatchers have returned: those queued
+// by then are sent too (on a closed client, they fail and are counted).
 func (s *Store) refunder() {
-	defer s.wg.Done()
-	for {
-		select {
-		case calls := <-s.refunds:
-			s.compensate(calls)
-		case <-s.stop:
-			for {
-				select {
-				case calls := <-s.refunds:
-					s.late.failed.Add(uint64(len(calls)))
-				default:
-					return
-				}
-			}
-		}
+	defer s.rwg.Done()
+	for calls := range s.refunds {
+		s.compensate(calls)
 	}
 }
 

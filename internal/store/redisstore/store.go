@@ -80,7 +80,8 @@ type Store struct {
 	// The dispatchers (pipeline.go); q is nil when Options.Pipelines < 0.
 	q    chan *request
 	stop chan struct{}
-	wg   sync.WaitGroup
+	wg   sync.WaitGroup // the dispatchers
+	rwg  sync.WaitGroup // the refunder
 	// late counts the calls applied after their callers gave up: given
 	// back (compensate), or whose refund failed.
 	late struct{ given, failed atomic.Uint64 }
@@ -166,7 +167,8 @@ func newStore(c redis.UniversalClient, owns bool, opts Options) (*Store, error) 
 	if pipelines > 0 {
 		s.q = make(chan *request, maxBatch*pipelines)
 		s.refunds = make(chan [][]any, refundQueue)
-		s.wg.Add(pipelines + 1)
+		s.wg.Add(pipelines)
+		s.rwg.Add(1)
 		for range pipelines {
 			go s.dispatch()
 		}
@@ -180,7 +182,9 @@ func (s *Store) Client() redis.UniversalClient { return s.c }
 
 // Close implements store.Store: Decide fails with store.ErrClosed afterwards
 // (calls waiting for a pipeline too), the dispatchers stop once their batch
-// in flight is answered, and a client made by New is closed.
+// in flight is answered, a client made by New is closed, and the refunds
+// of the late replies read meanwhile are sent (on a client the caller
+// keeps) or counted as failed.
 func (s *Store) Close() error {
 	if s.closed.Swap(true) {
 		return nil
@@ -191,6 +195,12 @@ func (s *Store) Close() error {
 		err = s.c.Close()
 	}
 	s.wg.Wait()
+	if s.refunds != nil {
+		// No dispatcher is left to queue one: the refunder sends what
+		// is queued, then returns.
+		close(s.refunds)
+	}
+	s.rwg.Wait()
 	return err
 }
 
