@@ -764,28 +764,48 @@ func TestClusterTwoStepBusyAgain(t *testing.T) {
 	}
 }
 
-// failAfter is a go-redis hook that, for the FCALLs fail picks, lets Redis
-// run the script and then answers the caller an error: a reply lost after
-// the script ran (a caller that gave up after sending it).
-type failAfter struct {
-	fail func(mode int64, key string) bool
+// fcallHook is a go-redis hook that runs process (nil: the command alone)
+// for every FCALL a client sends by itself, with its mode and first key,
+// and before for every FCALL of a pipeline before the pipeline is sent.
+type fcallHook struct {
+	process func(ctx context.Context, cmd redis.Cmder, mode int64, key string, next redis.ProcessHook) error
+	before  func(mode int64, key string)
+}
+
+func (h *fcallHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *fcallHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if m, k, ok := fcallMode(cmd); ok && h.process != nil {
+			return h.process(ctx, cmd, m, k, next)
+		}
+		return next(ctx, cmd)
+	}
+}
+func (h *fcallHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		for _, cmd := range cmds {
+			if m, k, ok := fcallMode(cmd); ok && h.before != nil {
+				h.before(m, k)
+			}
+		}
+		return next(ctx, cmds)
+	}
 }
 
 var errInjected = errors.New("injected: the reply was lost")
 
-func (h *failAfter) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (h *failAfter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
+// failAfter lets Redis run the FCALLs fail picks and then answers the
+// caller an error: a reply lost after the script ran (a caller that gave
+// up after sending it).
+func failAfter(fail func(mode int64, key string) bool) *fcallHook {
+	return &fcallHook{process: func(ctx context.Context, cmd redis.Cmder, m int64, k string, next redis.ProcessHook) error {
 		err := next(ctx, cmd)
-		if m, k, ok := fcallMode(cmd); ok && err == nil && h.fail(m, k) {
+		if err == nil && fail(m, k) {
 			cmd.SetErr(errInjected)
 			return errInjected
 		}
 		return err
-	}
-}
-func (h *failAfter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
+	}}
 }
 
 // TestClusterTwoStepReleasesFailedPrepare: a two-step call whose prepare
@@ -793,7 +813,7 @@ func (h *failAfter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pr
 // locks too, so that they do not block the key for the whole lease.
 func TestClusterTwoStepReleasesFailedPrepare(t *testing.T) {
 	c, other, s, a, b, ka, kb := twoSlots(t)
-	c.AddHook(&failAfter{fail: func(mode int64, key string) bool { return mode == modePrepare && key == ka }})
+	c.AddHook(failAfter(func(mode int64, key string) bool { return mode == modePrepare && key == ka }))
 	out := make([]tiers.Decision, 2)
 	if err := s.Decide(context.Background(), storetest.T0, []store.Item{a, b}, out); !errors.Is(err, errInjected) {
 		t.Fatalf("Decide: %v, want the injected error", err)
@@ -842,25 +862,18 @@ type tryAgainErr struct{}
 func (tryAgainErr) Error() string { return "TRYAGAIN Multiple keys request during rehashing of slot" }
 func (tryAgainErr) RedisError()   {}
 
-// tryAgainHook answers TRYAGAIN, without running it, to each of the first
-// left FCALLs that match (a slot being migrated).
-type tryAgainHook struct {
-	left  atomic.Int32
-	match func(mode int64, key string) bool
-}
-
-func (h *tryAgainHook) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (h *tryAgainHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		if m, k, ok := fcallMode(cmd); ok && h.match(m, k) && h.left.Add(-1) >= 0 {
+// tryAgain answers TRYAGAIN, without running it, to each of the first n
+// FCALLs that match (a slot being migrated); left counts down.
+func tryAgain(n int32, match func(mode int64, key string) bool) (h *fcallHook, left *atomic.Int32) {
+	left = new(atomic.Int32)
+	left.Store(n)
+	return &fcallHook{process: func(ctx context.Context, cmd redis.Cmder, m int64, k string, next redis.ProcessHook) error {
+		if match(m, k) && left.Add(-1) >= 0 {
 			cmd.SetErr(tryAgainErr{})
 			return cmd.Err()
 		}
 		return next(ctx, cmd)
-	}
-}
-func (h *tryAgainHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
+	}}, left
 }
 
 // TestClusterTryAgainRetried: a call that meets TRYAGAIN (its slot is being
@@ -881,17 +894,16 @@ func TestClusterTryAgainRetried(t *testing.T) {
 		{"commit", modeCommit, ka, []store.Item{a, b}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			h := &tryAgainHook{match: func(mode int64, key string) bool { return mode == tc.mode && key == tc.key }}
-			h.left.Store(3)
+			h, left := tryAgain(3, func(mode int64, key string) bool { return mode == tc.mode && key == tc.key })
 			c.AddHook(h)
-			defer h.left.Store(0) // the hook stays; it matches no more
+			defer left.Store(0) // the hook stays; it matches no more
 			out := make([]tiers.Decision, len(tc.items))
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
 			if err := s.Decide(ctx, storetest.T0, tc.items, out); err != nil {
 				t.Fatalf("Decide: %v, want TRYAGAIN retried", err)
 			}
-			if left := h.left.Load(); left > 0 {
+			if left := left.Load(); left > 0 {
 				t.Fatalf("the hook answered TRYAGAIN %d times, want 3", 3-left)
 			}
 			for i, d := range out {
@@ -918,22 +930,14 @@ func TestClusterTryAgainRetried(t *testing.T) {
 
 // replayOnce runs the first matching FCALL twice, answering with the
 // second reply: go-redis retrying a command whose reply was lost.
-type replayOnce struct {
-	done  atomic.Bool
-	match func(mode int64, key string) bool
-}
-
-func (h *replayOnce) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (h *replayOnce) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		if m, k, ok := fcallMode(cmd); ok && h.match(m, k) && h.done.CompareAndSwap(false, true) {
+func replayOnce(match func(mode int64, key string) bool) *fcallHook {
+	var done atomic.Bool
+	return &fcallHook{process: func(ctx context.Context, cmd redis.Cmder, m int64, k string, next redis.ProcessHook) error {
+		if match(m, k) && done.CompareAndSwap(false, true) {
 			_ = next(ctx, cmd) // ran; its reply is lost
 		}
 		return next(ctx, cmd)
-	}
-}
-func (h *replayOnce) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
+	}}
 }
 
 // TestClusterReplayedPrepare: a prepare that runs twice (its first reply
@@ -941,7 +945,7 @@ func (h *replayOnce) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.P
 // call's: the call commits, and leaves no lock behind.
 func TestClusterReplayedPrepare(t *testing.T) {
 	c, other, s, a, b, ka, _ := twoSlots(t)
-	c.AddHook(&replayOnce{match: func(mode int64, key string) bool { return mode == modePrepare && key == ka }})
+	c.AddHook(replayOnce(func(mode int64, key string) bool { return mode == modePrepare && key == ka }))
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	out := make([]tiers.Decision, 2)
@@ -958,62 +962,61 @@ func TestClusterReplayedPrepare(t *testing.T) {
 	}
 }
 
-// TestClusterTwoStepFailsAtItsDeadline: when a master stops answering, a
-// call spanning slots fails at its caller's deadline: the release of what
-// its prepares locked goes in the background (it would wait lateReplyWait,
-// a second, on that master). The locks of the master that answers are
-// released all the same. The store is New's, with the client options of
-// production (the caller's deadline bounds every read).
-func TestClusterTwoStepFailsAtItsDeadline(t *testing.T) {
-	nodes, _ := clusterClient(t)
-	s, err := New(Options{ClusterAddrs: redistest.Addrs(nodes), KeyPrefix: newPrefix(), Clock: ClockCaller})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	c := s.Client().(*redis.ClusterClient)
-	other := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{nodes[0].Addr()}})
-	defer other.Close()
-	p := &tiers.Policy{Kind: tiers.KindTiers, Tiers: []tiers.Tier{{Limit: 5, Window: time.Hour, Active: tiers.Unbounded}}}
-	a := item(p, "ra", "a", 1)
-	ka, _ := stateKey(s.prefix, &a)
-	ma, err := c.MasterForKey(context.Background(), ka)
-	if err != nil {
-		t.Fatal(err)
-	}
-	// b on another master than a.
-	var b store.Item
-	var kb string
-	for i := 0; ; i++ {
-		b = item(p, fmt.Sprint("rb", i), "b", 1)
-		kb, _ = stateKey(s.prefix, &b)
-		mb, err := c.MasterForKey(context.Background(), kb)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if mb.Options().Addr != ma.Options().Addr {
-			break
+// TestClusterTwoStepFailureDoesNotWaitForRelease: a two-step call whose
+// prepare failed (a master that stopped answering, here a reply lost)
+// returns its error without waiting for the release of what its prepares
+// locked, which goes in the background: the caller's deadline, not the
+// release's lateReplyWait (a second on a stalled master), bounds it. The
+// release of a's locks is held until the call has returned; then both
+// slots' locks go.
+func TestClusterTwoStepFailureDoesNotWaitForRelease(t *testing.T) {
+	c, other, s, a, b, ka, kb := twoSlots(t)
+	held, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	hold := func(m int64, k string) {
+		if m == modeRelease && k == ka {
+			once.Do(func() { close(held) })
+			<-release
 		}
 	}
-	storetest.Decide(t, s, storetest.T0, a, b) // connections and function ready
-	if err := ma.Do(context.Background(), "client", "pause", 1500, "all").Err(); err != nil {
-		t.Fatal(err)
+	c.AddHook(&fcallHook{
+		process: func(ctx context.Context, cmd redis.Cmder, m int64, k string, next redis.ProcessHook) error {
+			hold(m, k)
+			err := next(ctx, cmd)
+			if err == nil && m == modePrepare && k == ka {
+				cmd.SetErr(errInjected)
+				return errInjected
+			}
+			return err
+		},
+		before: hold,
+	})
+	var releaseOnce sync.Once
+	unhold := func() { releaseOnce.Do(func() { close(release) }) }
+	defer unhold()
+	done := make(chan error, 1)
+	go func() {
+		done <- s.Decide(context.Background(), storetest.T0, []store.Item{a, b}, make([]tiers.Decision, 2))
+	}()
+	select {
+	case err := <-done:
+		if !errors.Is(err, errInjected) {
+			t.Fatalf("Decide: %v, want the injected error", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("Decide did not return while the release of a's locks was held: it waits for it")
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
-	defer cancel()
-	start := time.Now()
-	err = s.Decide(ctx, storetest.T0, []store.Item{a, b}, make([]tiers.Decision, 2))
-	took := time.Since(start)
-	if err == nil {
-		t.Fatalf("decided while a's master was paused, in %v", took)
+	select {
+	case <-held:
+	case <-time.After(20 * time.Second):
+		t.Fatal("a's locks were never released")
 	}
-	// The deadline is 100ms; a release waited for would add lateReplyWait.
-	if took >= lateReplyWait {
-		t.Errorf("Decide returned after %v, past its 100ms deadline by a release's wait", took)
-	}
-	for end := time.Now().Add(30 * time.Second); other.Exists(context.Background(), lockKey(s.prefix, kb)).Val() != 0; time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(end) {
-			t.Fatal("b's lock was never released")
+	unhold()
+	for _, k := range []string{ka, kb} {
+		for end := time.Now().Add(30 * time.Second); other.Exists(context.Background(), lockKey(s.prefix, k)).Val() != 0; time.Sleep(10 * time.Millisecond) {
+			if time.Now().After(end) {
+				t.Fatalf("the lock of %s is still there", k)
+			}
 		}
 	}
 }
