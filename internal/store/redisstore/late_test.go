@@ -2,8 +2,10 @@ package redisstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -28,7 +30,7 @@ func TestLateGrantGivenBack(t *testing.T) {
 	defer s.Close()
 	now := time.Now()
 	out := make([]tiers.Decision, 1)
-	lateCall(t, s, n, now, 500*time.Millisecond)
+	lateCall(t, s, now)()
 	waitLateGrants(t, s, 1)
 	it := item(lyft, "r", "late", 1)
 	v, err := s.Inspect(context.Background(), now, &it)
@@ -141,7 +143,7 @@ func TestRefundOffTheDispatcher(t *testing.T) {
 	defer s.Close()
 	now := time.Now()
 	out := make([]tiers.Decision, 1)
-	lateCall(t, s, n, now, 300*time.Millisecond)
+	lateCall(t, s, now)()
 	select {
 	case <-h.held:
 	case <-time.After(30 * time.Second):
@@ -161,22 +163,36 @@ func TestRefundOffTheDispatcher(t *testing.T) {
 }
 
 // lateCall loads the function, then makes a call of 3 hits on pair
-// (r, late) that Redis applies only after its caller's 50ms deadline, Redis
-// pausing writes for pause.
-func lateCall(t *testing.T, s *Store, n *redistest.Node, now time.Time, pause time.Duration) {
+// (r, late) whose caller gives up once the call was sent, its pipeline held
+// by a gate: Redis applies it only when the returned release is called, and
+// its reply comes after its caller has gone.
+func lateCall(t *testing.T, s *Store, now time.Time) (release func()) {
 	t.Helper()
 	out := make([]tiers.Decision, 1)
 	if err := s.Decide(context.Background(), now, []store.Item{item(lyft, "r", "warm", 1)}, out); err != nil || !out[0].OK {
 		t.Fatalf("warm-up: %v %+v", err, out[0])
 	}
-	if out, err := redistest.CLI(n.Port, "client", "pause", fmt.Sprint(pause.Milliseconds()), "write"); err != nil {
-		t.Fatalf("client pause: %v %s", err, out)
+	var g gate
+	s.c.AddHook(&g)
+	g.arm()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- s.Decide(ctx, now, []store.Item{item(lyft, "r", "late", 3)}, make([]tiers.Decision, 1))
+	}()
+	select {
+	case <-g.entered: // sent: its pipeline is held
+	case <-time.After(20 * time.Second):
+		t.Fatal("the late call was never sent")
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
-	defer cancel()
-	if err := s.Decide(ctx, now, []store.Item{item(lyft, "r", "late", 3)}, out); err == nil {
-		t.Fatalf("decided within 50ms while Redis paused writes for %v", pause)
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) || errors.Is(err, store.ErrNotSent) {
+		t.Fatalf("the late call's caller: %v, want context.Canceled after it was sent", err)
 	}
+	var once sync.Once
+	release = func() { once.Do(func() { close(g.release) }) }
+	t.Cleanup(release)
+	return release
 }
 
 // waitLateGrants waits until s has counted a late grant, given back or
@@ -211,8 +227,15 @@ func TestLateRefundAtClose(t *testing.T) {
 		t.Fatal(err)
 	}
 	now := time.Now()
-	lateCall(t, s, n, now, 400*time.Millisecond) // its caller gave up at 50ms
-	s.Close()                                    // the dispatcher still waits for the reply
+	release := lateCall(t, s, now) // its caller has given up
+	closed := make(chan struct{})
+	go func() {
+		s.Close()
+		close(closed)
+	}()
+	<-s.stop  // Close has begun: the refunder is told to stop
+	release() // now the dispatcher reads the late reply
+	<-closed
 	if given, failed := s.LateGrants(); given != 1 || failed != 0 {
 		t.Errorf("after Close: late grants given back %d, failed %d; want 1 and 0", given, failed)
 	}
