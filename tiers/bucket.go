@@ -37,16 +37,20 @@ func balance(s *State, t, r, capU int64) int64 {
 	return b + r*dt
 }
 
+// maxOverdraftUnits bounds the capacity in units of a post-paid bucket, whose
+// balance may fall to minus its capacity: every quantity stays below 2^53.
+const maxOverdraftUnits int64 = 1 << 52
+
 func decideBucket(p *Policy, s *State, t, k, m int64, commit bool) Decision {
 	unit, r, capU, ok := bucketUnits(&p.Bucket)
-	if !ok {
+	if !ok || (p.Overdraft && capU > maxOverdraftUnits) {
 		return closed()
 	}
 	d := Decision{Tier: 1}
 	b := balance(s, t, r, capU)
-	whole := b / unit
+	whole := max(0, b) / unit
 	n := min(k, whole)
-	if n >= m && m <= k {
+	if n >= m && m <= k && b >= 0 {
 		b -= n * unit
 		d.OK, d.Granted = true, n
 		d.Remaining = b / unit
@@ -60,8 +64,20 @@ func decideBucket(p *Policy, s *State, t, k, m int64, commit bool) Decision {
 		return d
 	}
 	d.Remaining = whole
-	d.TierHits = p.Bucket.Capacity - whole
-	need := max(m, 1)
+	if p.Overdraft {
+		// Post-paid: the k hits are debited, down to minus the capacity.
+		d.Remaining = 0
+		if commit && k > 0 {
+			if k > (b+capU)/unit {
+				b = -capU
+			} else {
+				b -= k * unit
+			}
+			s.used, s.val, s.at = true, b, max(s.at, t)
+		}
+	}
+	d.TierHits = p.Bucket.Capacity - d.Remaining
+	need := needed(k, m)
 	if need > k || need > p.Bucket.Capacity {
 		d.RetryAfter = Unbounded
 	} else {

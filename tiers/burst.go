@@ -48,6 +48,7 @@ type walker struct {
 	mask         uint64 // tiers entered by this walk (bit i-1 for tier i)
 	hard, global bool   // the last run stopped at the hard / global limit
 	stuckAtTiers bool   // the last run stopped for want of a tier
+	debt         bool   // a post-paid state in debt at t: nothing is granted
 }
 
 // init sets the walk at the state's situation at t.
@@ -63,6 +64,10 @@ func (w *walker) init(p *Policy, s *State, g *Global, t int64) {
 			w.cnt = s.tiers[i-1].hits.count(t, Micros(p.Tiers[i-1].Window))
 			break
 		}
+	}
+	if p.Overdraft {
+		w.debt = (w.c >= 1 && w.cnt > p.Tiers[w.c-1].Limit) ||
+			(p.HardLimit > 0 && w.dom > p.HardLimit) || (p.GlobalLimit > 0 && w.glob > p.GlobalLimit)
 	}
 }
 
@@ -88,6 +93,11 @@ func (w *walker) target() int {
 func (w *walker) run(limit int64) {
 	w.hard, w.global, w.stuckAtTiers = false, false, false
 	h, g := w.p.HardLimit, w.p.GlobalLimit
+	if w.debt {
+		w.hard, w.global = h > 0 && w.dom > h, g > 0 && w.glob > g
+		w.stuckAtTiers = !w.hard && !w.global
+		return
+	}
 	for w.n < limit {
 		take := limit - w.n
 		if h > 0 {
@@ -140,7 +150,7 @@ func decideTiers(p *Policy, s *State, g *Global, t, k, m int64, commit bool) Dec
 	atK := w
 	w.run(maxCopies)
 	d.LimitedByHard, d.LimitedByGlobal = atK.hard, atK.global
-	if atK.n >= m && m <= k {
+	if atK.n >= m && m <= k && !atK.debt {
 		d.OK = true
 		d.Granted = atK.n
 		d.Tier, d.TierHits = atK.c, atK.cnt
@@ -170,10 +180,39 @@ func decideTiers(p *Policy, s *State, g *Global, t, k, m int64, commit bool) Dec
 			d.ResourceHits = atK.glob
 		}
 		d.Remaining = w.n
+		if p.Overdraft {
+			d.Remaining = 0
+			if commit {
+				debitTiers(p, s, g, t, c0, cnt0, &atK, k)
+			}
+		}
 		d.RetryAfter = FromMicros(retryTiers(p, s, g, t, k, m))
 		d.ResetAfter = d.RetryAfter
 	}
 	return d
+}
+
+// debitTiers commits a post-paid rejection of k hits whose walk res started
+// at tier c0 holding cnt0: the hits the walk could grant are committed as a
+// grant would be, and the rest are debited to the tier the walk ended in
+// and to the per-second logs.
+func debitTiers(p *Policy, s *State, g *Global, t int64, c0 int, cnt0 int64, res *walker, k int64) {
+	if res.n > 0 {
+		applyTiers(p, s, g, t, c0, cnt0, res)
+	}
+	rest := k - res.n
+	if rest <= 0 {
+		return
+	}
+	if c := res.c; c >= 1 {
+		tr := &p.Tiers[c-1]
+		win := Micros(tr.Window)
+		s.tiers[c-1].hits.debit(t, win, tierWidth(tr.Limit, win, s.exact), rest)
+	}
+	s.second.debit(t, second, secondWidth(p.HardLimit, s.exact), rest)
+	if g != nil {
+		g.second.debit(t, second, secondWidth(p.GlobalLimit, g.exact), rest)
+	}
 }
 
 // applyTiers commits the walk res that started at tier c0 holding cnt0 hits.
@@ -223,7 +262,7 @@ func applyTiers(p *Policy, s *State, g *Global, t int64, c0 int, cnt0 int64, res
 // bucket leaves a window, a tier changes phase), in increasing order: the
 // number of grantable hits is constant between two such instants.
 func retryTiers(p *Policy, s *State, g *Global, t, k, m int64) int64 {
-	need := max(m, 1)
+	need := needed(k, m)
 	if need > k || numTiers(p) == 0 ||
 		(p.HardLimit > 0 && need > p.HardLimit) || (p.GlobalLimit > 0 && need > p.GlobalLimit) {
 		return inf
@@ -238,7 +277,7 @@ func retryTiers(p *Policy, s *State, g *Global, t, k, m int64) int64 {
 		var w walker
 		w.init(p, s, g, cur)
 		w.run(need)
-		if w.n >= need {
+		if w.n >= need && !w.debt {
 			return cur - t
 		}
 	}

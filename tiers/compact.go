@@ -22,6 +22,9 @@ const ClosedCompact = 3
 //	3  a policy that never grants: a token bucket or fixed window that is
 //	   not valid, an unknown kind
 //
+// A post-paid policy (Overdraft) of kind 0, 1 or 2 ends with one more
+// integer, 1; an admission policy's form ends where the list above does.
+//
 // The widths and p, r and cap are those of doc.go (width 1: exact
 // timestamps). At most MaxTiers tiers are written; a negative cooldown is
 // written as 0. A KindTiers policy with no tiers is written as such (n = 0),
@@ -40,17 +43,24 @@ func (p *Policy) AppendCompact(dst []int64) []int64 {
 			}
 			dst = append(dst, t.Limit, win, Micros(t.Active), max(0, Micros(t.Cooldown)), skip, tierWidth(t.Limit, win, false))
 		}
-		return dst
+		return p.appendOverdraft(dst)
 	case KindTokenBucket:
-		if unit, r, capU, ok := bucketUnits(&p.Bucket); ok {
-			return append(dst, int64(KindTokenBucket), unit, r, capU, p.Bucket.Capacity)
+		if unit, r, capU, ok := bucketUnits(&p.Bucket); ok && !(p.Overdraft && capU > maxOverdraftUnits) {
+			return p.appendOverdraft(append(dst, int64(KindTokenBucket), unit, r, capU, p.Bucket.Capacity))
 		}
 	case KindFixedWindow:
 		if l := unitMicros(p.Window.Unit); l != 0 && p.Window.Limit >= 1 {
-			return append(dst, int64(KindFixedWindow), p.Window.Limit, l)
+			return p.appendOverdraft(append(dst, int64(KindFixedWindow), p.Window.Limit, l))
 		}
 	}
 	return append(dst, ClosedCompact)
+}
+
+func (p *Policy) appendOverdraft(dst []int64) []int64 {
+	if p.Overdraft {
+		return append(dst, 1)
+	}
+	return dst
 }
 
 // FillLimits sets the fields of d that follow from p and d.Tier alone:

@@ -103,6 +103,32 @@
 // ResetAfter are the time to the window's end. Refund lowers the count, not
 // below 0.
 //
+// # Post-paid usage (Overdraft)
+//
+// A policy with Overdraft counts usage that already happened (a budget paid
+// after the fact, envoyproxy/ratelimit's default counting) instead of
+// admitting it. A state is in debt at t when, for KindTiers, the current
+// tier's window counts more than its limit, or the domain's (resource's)
+// last second counts more than H (G); for a token bucket, when its balance
+// is below 0; for a fixed window, when its count is above the limit. In
+// debt, every request is rejected, a check of 0 hits included, and nothing
+// is granted. A request that is not granted (in debt or not) debits its k
+// hits all the same: KindTiers commits what the procedure could grant (the
+// tiers entered on the way stay entered) and adds the rest to the log of
+// the tier the walk ended in (when it ended in one) and to the per-second
+// logs; a bucket's balance falls by k credits, not below minus its
+// capacity; a fixed window's count grows by k. A granted request is decided
+// and committed as without Overdraft, so the hits granted never exceed
+// what admission would grant. A debit keeps a log within 64 live buckets
+// (further debits join the newest bucket, which moves to their instant) and
+// every count within 2^52.
+//
+// A post-paid rejection answers Remaining 0, and Request computes its
+// RetryAfter (the wait until the same request, or for a check of 0 hits the
+// end of the debt, would be granted) on the state after the debit; Peek,
+// which changes nothing, answers the wait before it. Everything else Peek
+// answers is what Request answers.
+//
 // # Stores and servers
 //
 // The package owns the numbers of a policy: Unit's Length, String and

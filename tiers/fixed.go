@@ -82,7 +82,7 @@ func decideFixed(p *Policy, s *State, t, k, m int64, commit bool) Decision {
 	d := Decision{Tier: 1}
 	reset := FromMicros(start + length - t)
 	n := min(k, max(0, lim-cnt))
-	if n >= m && m <= k {
+	if n >= m && m <= k && !(p.Overdraft && cnt > lim) {
 		d.OK, d.Granted = true, n
 		d.TierHits = cnt + n
 		d.Remaining = max(0, lim-cnt-n)
@@ -94,7 +94,14 @@ func decideFixed(p *Policy, s *State, t, k, m int64, commit bool) Decision {
 	}
 	d.TierHits = cnt
 	d.Remaining = max(0, lim-cnt)
-	if need := max(m, 1); need > k || need > lim {
+	if p.Overdraft {
+		// Post-paid: the k hits are counted all the same.
+		d.Remaining = 0
+		if commit && k > 0 {
+			s.used, s.at, s.val = true, start, min(cnt+k, maxCount)
+		}
+	}
+	if need := needed(k, m); need > k || need > lim {
 		d.RetryAfter = Unbounded
 	} else {
 		d.RetryAfter = reset

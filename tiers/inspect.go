@@ -72,6 +72,44 @@ type View struct {
 	// traffic (zero: none); NextTier is the current tier from then.
 	Next     time.Time
 	NextTier int
+	// Owed is, for a post-paid policy in debt, the hits counted beyond its
+	// limit (the most over any of its limits; for a token bucket, the whole
+	// credits below 0, rounded up); 0 otherwise.
+	Owed int64
+}
+
+// owed returns View.Owed of s under p at t.
+func owed(p *Policy, s *State, g *Global, t int64) int64 {
+	if !p.Overdraft {
+		return 0
+	}
+	var o int64
+	switch p.Kind {
+	case KindTiers:
+		var w walker
+		w.init(p, s, g, t)
+		if w.c >= 1 {
+			o = w.cnt - p.Tiers[w.c-1].Limit
+		}
+		if p.HardLimit > 0 {
+			o = max(o, w.dom-p.HardLimit)
+		}
+		if p.GlobalLimit > 0 {
+			o = max(o, w.glob-p.GlobalLimit)
+		}
+	case KindTokenBucket:
+		if unit, r, capU, ok := bucketUnits(&p.Bucket); ok {
+			if b := balance(s, t, r, capU); b < 0 {
+				o = ceilDiv(-b, unit)
+			}
+		}
+	case KindFixedWindow:
+		if unitMicros(p.Window.Unit) != 0 {
+			_, _, cnt := fixedWindow(p, s, t)
+			o = cnt - p.Window.Limit
+		}
+	}
+	return max(o, 0)
 }
 
 // Inspect returns the view of s (and g, for the resource's hits) under p at
@@ -86,6 +124,7 @@ func Inspect(p *Policy, s *State, g *Global, now time.Time) View {
 		return v
 	}
 	v.Kind = p.Kind
+	v.Owed = owed(p, s, g, t)
 	check := decide(p, s, g, t, 0, 0, false)
 	v.Remaining = check.Remaining
 	v.Tier = check.Tier
@@ -173,6 +212,9 @@ func (v *View) Summary(p *Policy) string {
 		fmt.Fprintf(&b, "token bucket: %d of %d credits used", v.Used, v.Capacity)
 	case KindFixedWindow:
 		fmt.Fprintf(&b, "fixed window: %d of %d used in this %s", v.Used, v.Capacity, p.Window.Unit)
+	}
+	if v.Owed > 0 {
+		fmt.Fprintf(&b, " (post-paid: %s owed)", hits(v.Owed))
 	}
 	b.WriteString(": ")
 	switch {

@@ -80,6 +80,11 @@ type FixedWindow struct {
 // domain, and over all domains of the resource; 0 means none) apply to
 // KindTiers. A KindTiers policy with no tiers rejects every request.
 // A Policy must not be changed once in use; it is safe for concurrent reads.
+//
+// Overdraft selects post-paid counting (doc.go, "Post-paid usage"): the hits
+// of a request that does not fit are debited all the same, and while the
+// state is in debt every request, a check of 0 hits included, is rejected.
+// The zero value counts for admission: a rejected request consumes nothing.
 type Policy struct {
 	Kind        Kind
 	Tiers       []Tier
@@ -87,4 +92,5 @@ type Policy struct {
 	GlobalLimit int64
 	Bucket      TokenBucket
 	Window      FixedWindow
+	Overdraft   bool
 }

@@ -4,7 +4,7 @@ import "time"
 
 // Request decides, at now, a request of copies hits of which at least min
 // must be granted, and commits a grant into s and g. A rejection changes
-// nothing. g carries the resource's hits of the last second for the global
+// nothing, unless p.Overdraft: then it debits the hits (doc.go). g carries the resource's hits of the last second for the global
 // limit; it may be nil when the policy has no global limit (a nil g counts no
 // other domain's hits, and ResourceHits is then 0).
 //
@@ -19,8 +19,10 @@ func Request(p *Policy, s *State, g *Global, now time.Time, copies, min int64) D
 }
 
 // Peek returns exactly what Request would return for the same arguments,
-// changing neither s nor g. A store checks every descriptor of a request with
-// Peek and then commits them all with Request when all are granted.
+// changing neither s nor g (but for the RetryAfter of a post-paid
+// rejection, which Request computes after its debit: doc.go). A store
+// checks every descriptor of a request with Peek and then commits them all
+// with Request when all are granted.
 func Peek(p *Policy, s *State, g *Global, now time.Time, copies, min int64) Decision {
 	return decide(p, s, g, now.UnixMicro(), copies, min, false)
 }
@@ -43,6 +45,16 @@ func decide(p *Policy, s *State, g *Global, t, k, m int64, commit bool) Decision
 	}
 	p.FillLimits(&d)
 	return d
+}
+
+// needed is the number of hits whose grant a rejected request waits for:
+// its minimum, at least one, except for a check of 0 hits, refused only by
+// a post-paid state in debt, which waits for the debt to be repaid.
+func needed(k, m int64) int64 {
+	if k == 0 {
+		return 0
+	}
+	return max(m, 1)
 }
 
 // closed is the answer of a policy that can never grant.

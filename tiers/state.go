@@ -12,6 +12,16 @@ const (
 	reportBuckets    = 8
 )
 
+// A post-paid debit keeps a log within debtBuckets live buckets (beyond
+// them it joins the newest one, which moves to its instant: older hits are
+// counted late, never early) and its count at most maxCount (hits beyond it
+// are not recorded), so that a state in debt does not grow with the traffic
+// it rejects and every count stays exact in a double.
+const (
+	debtBuckets       = 64
+	maxCount    int64 = 1 << 52
+)
+
 // State is the state of one (resource, domain) pair under one Policy: the
 // burst tiers and the domain's hits of the last second (KindTiers), the
 // balance (KindTokenBucket) or the current window's count (KindFixedWindow).
@@ -122,6 +132,24 @@ func (l *hitLog) add(t, w, b, n int64) {
 		l.e, l.h = l.e[:k], 0
 	}
 	l.e = append(l.e, entry{at, n})
+}
+
+// debit records n hits at t as add does, bounded as debtBuckets and maxCount
+// say.
+func (l *hitLog) debit(t, w, b, n int64) {
+	l.prune(t, w)
+	n = min(n, maxCount-l.sum)
+	if n <= 0 {
+		return
+	}
+	if k := len(l.e); k-l.h >= debtBuckets {
+		last := &l.e[k-1]
+		last.at = max(last.at, floorDiv(t, b)*b)
+		last.n += n
+		l.sum += n
+		return
+	}
+	l.add(t, w, b, n)
 }
 
 // removeNewest removes up to n hits counted at t, newest first, and returns

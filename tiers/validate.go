@@ -32,7 +32,8 @@ func fieldErr(field, format string, args ...any) error {
 // Unbounded where allowed (active periods and cooldowns); an active period of
 // 0 is valid (Normalize removes the tier); at most MaxTiers tiers. A token
 // bucket's capacity times its period in µs, divided by gcd(refill, period),
-// must not exceed 2^53 (the fixed-point balance must stay exact).
+// must not exceed 2^53 (the fixed-point balance must stay exact), 2^52 for
+// a post-paid bucket (Overdraft), whose balance may go negative.
 func Validate(p *Policy) error {
 	if p == nil {
 		return fieldErr("policy", "missing")
@@ -104,8 +105,10 @@ func Validate(p *Policy) error {
 		if err := dur("token_bucket.per", b.Per, time.Microsecond, false); err != nil {
 			return err
 		}
-		if _, _, _, ok := bucketUnits(&b); !ok {
+		if _, _, capU, ok := bucketUnits(&b); !ok {
 			return fieldErr("token_bucket.capacity", "too large for refill %d per %v (capacity × per / gcd(refill, per in µs) must be <= 2^53)", b.Refill, b.Per)
+		} else if p.Overdraft && capU > maxOverdraftUnits {
+			return fieldErr("token_bucket.capacity", "too large for post-paid counting with refill %d per %v (capacity × per / gcd(refill, per in µs) must be <= 2^52)", b.Refill, b.Per)
 		}
 	case KindFixedWindow:
 		// 0 rejects every request (requests_per_unit: 0).

@@ -34,11 +34,14 @@ import (
 //     fields as Peek gave them). Because tiers grants hit by hit and groups
 //     of different states meet only in the global count, this predicts
 //     exactly what committing the groups one after another would answer.
-//  3. If a non-shadow group is rejected, nothing is committed: every member
-//     of a group gets the group's predicted answer, and Apply returns false.
+//  3. If a non-shadow group is rejected, nothing is committed but the
+//     post-paid groups (Policy.Overdraft: their hits are debited whatever
+//     the answer), each committed in leader order with tiers.Request of its
+//     sums; every member of a group gets the group's answer (the predicted
+//     one, or the Request's for a post-paid group), and Apply returns false.
 //  4. Otherwise each group, in leader order, except the rejected shadow
-//     groups, is committed with tiers.Request of its sums, and its members
-//     get the answer. Apply returns true.
+//     groups that are not post-paid, is committed with tiers.Request of its
+//     sums, and its members get the answer. Apply returns true.
 //
 // In steps 3 and 4 a group's grant n is split between its members in item
 // order: each gets its Min, then the rest of n up to its Hits, first come
@@ -80,7 +83,7 @@ func Apply(now time.Time, items []Item, states []*tiers.State, globals []*tiers.
 		hits, min := groupSums(items, states, i)
 		out[i] = tiers.Request(items[i].Policy, states[i], globals[i], now, hits, min)
 		split(items, states, i, out)
-		return out[i].OK || items[i].Shadow, nil
+		return out[i].OK || items[i].Shadow || items[i].Policy.Overdraft, nil
 	}
 	if groups == 0 {
 		return true, nil
@@ -123,6 +126,10 @@ func Apply(now time.Time, items []Item, states []*tiers.State, globals []*tiers.
 	if rejected {
 		for i := range items {
 			if !items[i].Refund && leader(items, states, i) == i {
+				if items[i].Policy.Overdraft {
+					hits, min := groupSums(items, states, i)
+					out[i] = tiers.Request(items[i].Policy, states[i], globals[i], now, hits, min)
+				}
 				split(items, states, i, out)
 			}
 		}
@@ -132,7 +139,7 @@ func Apply(now time.Time, items []Item, states []*tiers.State, globals []*tiers.
 		if items[i].Refund || leader(items, states, i) != i {
 			continue
 		}
-		if items[i].Shadow && !out[i].OK {
+		if items[i].Shadow && !out[i].OK && !items[i].Policy.Overdraft {
 			split(items, states, i, out)
 			continue
 		}

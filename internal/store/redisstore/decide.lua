@@ -29,9 +29,10 @@
 --   bucket: 1, unit p, rate r, capacity in units, capacity
 --   fixed:  2, limit, window length (µs)
 --   closed: 3
+--   a post-paid policy's form (kinds 0 to 2) ends with one more 1
 -- Modes: 1 decide; 2 decide unless a key is locked; 3 prepare (lock the
 -- keys, decide without writing); 4 finish and commit; 5 finish and abort
--- (refunds only); 6 release the locks; 7 seal: extend the locks to lockTTL
+-- (refunds and post-paid debits only); 6 release the locks; 7 seal: extend the locks to lockTTL
 -- if the token still holds them all (before a commit).
 -- Reply: big-endian doubles: status (0 done, 1 a key is locked, 2 a lock
 -- was lost), now (µs), then per item: flags (1 OK, 2 Burst, 4
@@ -42,6 +43,8 @@
 local INF = 1 / 0 -- math.huge
 local SEC = 1000000
 local MAXC = 1125899906842624 -- 2^50, the clamp of copies and min
+local MAXCOUNT = 4503599627370496 -- 2^52, the most hits a debit counts
+local DEBTB = 64 -- the live buckets a debit keeps a log within
 -- Redis runs the library's chunk without the Lua libraries (math,
 -- cmsgpack...): they are bound at the first call.
 local fmod, mpack, munpack, spack, sunpack, tunpack, ssub, srep, sbyte, sfmt
@@ -141,6 +144,23 @@ local function ladd(l, t, w, b, n)
   l[E], l[2 * e + 2], l[2 * e + 3] = e, at, n
 end
 
+-- debit: add's post-paid debit (tiers/state.go): within DEBTB live
+-- buckets (beyond, the newest takes the hits and moves to t's bucket) and
+-- a count of MAXCOUNT.
+local function ldebit(l, t, w, b, n)
+  lprune(l, t, w)
+  n = min(n, MAXCOUNT - l[SUM])
+  if n <= 0 then return end
+  local e = l[E]
+  if e - l[H] + 1 >= DEBTB then
+    l[2 * e + 2] = max(l[2 * e + 2], floormul(t, b))
+    l[2 * e + 3] = l[2 * e + 3] + n
+    l[SUM] = l[SUM] + n
+    return
+  end
+  ladd(l, t, w, b, n)
+end
+
 -- removeNewest: remove up to n hits counted at t, newest first.
 local function lremove(l, t, w, n)
   lprune(l, t, w)
@@ -211,6 +231,7 @@ end
 local function decpol(s)
   local v = munpack(s)
   local p = { kind = v[1] }
+  -- od: post-paid counting (the form's last integer, 1, after the kind's).
   if p.kind == 0 then
     p.hard, p.glob, p.hw, p.gw, p.n = v[2], v[3], v[4], v[5], v[6]
     p.T = {}
@@ -219,13 +240,16 @@ local function decpol(s)
       p.T[i] = { lim = v[q], win = v[q + 1], act = v[q + 2], cool = v[q + 3], skip = v[q + 4] == 1, width = v[q + 5] }
       q = q + 6
     end
-    -- One tier, no hard or global limit: the one-tier path (one1) can
-    -- decide its grants.
-    p.one = p.n == 1 and p.hard == 0 and p.glob == 0
+    p.od = v[q] == 1
+    -- One tier, no hard or global limit, admission: the one-tier path
+    -- (one1) can decide its grants.
+    p.one = p.n == 1 and p.hard == 0 and p.glob == 0 and not p.od
   elseif p.kind == 1 then
     p.unit, p.r, p.capU, p.cap = v[2], v[3], v[4], v[5]
+    p.od = v[6] == 1
   elseif p.kind == 2 then
     p.lim, p.len = v[2], v[3]
+    p.od = v[4] == 1
   end
   return p
 end
@@ -421,11 +445,21 @@ local function target(p, s, t, c)
   return 0
 end
 
+-- indebt: whether a post-paid state whose walk starts at (dom, glob, c,
+-- cnt) is in debt (tiers/burst.go, walker.init).
+local function indebt(p, dom, glob, c, cnt)
+  if not p.od then return false end
+  return (c >= 1 and cnt > p.T[c].lim) or (p.hard > 0 and dom > p.hard) or (p.glob > 0 and glob > p.glob)
+end
+
 -- walk: grant from (c, cnt, n, nm) until n reaches limit or nothing more
 -- can be granted; returns c, cnt, n, nm and whether the hard, or the
--- global, limit stopped it.
+-- global, limit stopped it. A state in debt grants nothing.
 local function walk(p, s, t, dom, glob, c, cnt, n, nm, limit, st)
   local h, g, T = p.hard, p.glob, p.T
+  if p.od and indebt(p, dom, glob, c, cnt) then
+    return c, cnt, n, nm, h > 0 and dom > h, g > 0 and glob > g
+  end
   while n < limit do
     local take = limit - n
     if h > 0 then
@@ -481,6 +515,7 @@ end
 -- retry_tiers: the wait until max(m, 1) hits would be granted, or INF.
 local function retry_tiers(p, s, g, t, k, m)
   local need = max(m, 1)
+  if k == 0 then need = 0 end
   if need > k or p.n == 0 or (p.hard > 0 and need > p.hard) or (p.glob > 0 and need > p.glob) then
     return INF
   end
@@ -492,7 +527,7 @@ local function retry_tiers(p, s, g, t, k, m)
     local dom, glob, c, cnt = start(p, s, g, cur)
     stamp = stamp + 1
     local _, _, n = walk(p, s, cur, dom, glob, c, cnt, 0, 0, need, stamp)
-    if n >= need then return cur - t end
+    if n >= need and not indebt(p, dom, glob, c, cnt) then return cur - t end
   end
 end
 
@@ -531,9 +566,26 @@ local function apply_tiers(p, s, gs, t, c0, cnt0, n, c, cnt, nm, mask, stamp)
   end
 end
 
+-- debit_tiers: a post-paid rejection's commit (tiers/burst.go,
+-- debitTiers): the walk's grants as apply_tiers commits them, the rest of
+-- the k hits debited to the tier it ended in and to the per-second logs.
+local function debit_tiers(p, s, gs, t, c0, cnt0, n, c, cnt, nm, st, k)
+  if n > 0 then apply_tiers(p, s, gs, t, c0, cnt0, n, c, cnt, nm, MASK, st) end
+  local rest = k - n
+  if rest <= 0 then return end
+  if c >= 1 then ldebit(s.t[c].hits, t, p.T[c].win, p.T[c].width, rest) end
+  ldebit(s.sec, t, SEC, p.hw, rest)
+  s.dirty = true
+  if gs then
+    ldebit(gs.log, t, SEC, p.gw, rest)
+    gs.dirty = true
+  end
+end
+
 local function decide_tiers(p, s, gs, t, k, m, commit, d)
   local g = gs and gs.log
   local dom, glob, c0, cnt0 = start(p, s, g, t)
+  local debt = indebt(p, dom, glob, c0, cnt0)
   stamp = stamp + 1
   local st = stamp
   -- The walk for the request's k hits...
@@ -541,7 +593,7 @@ local function decide_tiers(p, s, gs, t, k, m, commit, d)
   d.lh, d.lg = lh, lg
   -- ... goes on for Remaining; it marks only tiers above c.
   local _, _, more = walk(p, s, t, dom, glob, c, cnt, n, nm, MAXC, st)
-  if n >= m and m <= k then
+  if n >= m and m <= k and not debt then
     d.ok, d.granted = true, n
     d.tier, d.th = c, cnt
     d.burst = nm > 0
@@ -565,6 +617,10 @@ local function decide_tiers(p, s, gs, t, k, m, commit, d)
     d.dh = dom
     if g then d.rh = glob end
     d.rem = more
+    if p.od then
+      d.rem = 0
+      if commit then debit_tiers(p, s, gs, t, c0, cnt0, n, c, cnt, nm, st, k) end
+    end
     d.retry = retry_tiers(p, s, g, t, k, m)
     d.reset = d.retry
   end
@@ -623,9 +679,9 @@ local function decide_bucket(p, s, t, k, m, commit, d)
   local unit = p.unit
   d.tier = 1
   local b = balance(p, s, t)
-  local whole = idiv(b, unit)
+  local whole = idiv(max(0, b), unit)
   local n = min(k, whole)
-  if n >= m and m <= k then
+  if n >= m and m <= k and b >= 0 then
     b = b - n * unit
     d.ok, d.granted = true, n
     d.rem = idiv(b, unit)
@@ -638,8 +694,18 @@ local function decide_bucket(p, s, t, k, m, commit, d)
     return d
   end
   d.rem = whole
-  d.th = p.cap - whole
+  if p.od then
+    -- Post-paid: the k hits are debited, down to minus the capacity.
+    d.rem = 0
+    if commit and k > 0 then
+      if k > idiv(b + p.capU, unit) then b = -p.capU else b = b - k * unit end
+      s.used, s.val, s.at = true, b, max(s.at, t)
+      s.dirty = true
+    end
+  end
+  d.th = p.cap - d.rem
   local need = max(m, 1)
+  if k == 0 then need = 0 end
   if need > k or need > p.cap then
     d.retry = INF
   else
@@ -683,7 +749,7 @@ local function decide_fixed(p, s, t, k, m, commit, d)
   d.tier = 1
   local reset = start + p.len - t
   local n = min(k, max(0, lim - cnt))
-  if n >= m and m <= k then
+  if n >= m and m <= k and not (p.od and cnt > lim) then
     d.ok, d.granted = true, n
     d.th = cnt + n
     d.rem = max(0, lim - cnt - n)
@@ -696,7 +762,16 @@ local function decide_fixed(p, s, t, k, m, commit, d)
   end
   d.th = cnt
   d.rem = max(0, lim - cnt)
+  if p.od then
+    -- Post-paid: the k hits are counted all the same.
+    d.rem = 0
+    if commit and k > 0 then
+      s.used, s.at, s.val = true, start, min(cnt + k, MAXCOUNT)
+      s.dirty = true
+    end
+  end
   local need = max(m, 1)
+  if k == 0 then need = 0 end
   if need > k or need > lim then d.retry = INF else d.retry = reset end
   d.reset = d.retry
   return d
@@ -1083,7 +1158,7 @@ local function many(KEYS, ARGV, now, maxttl, n, pos)
     local granted = false
     if p and p.one then
       granted = one1(KEYS[sk], p, now, hits, mn, maxttl, i) == true
-    elseif p and p.kind == 2 then
+    elseif p and p.kind == 2 and not p.od then
       granted = fixed1(KEYS[sk], p, now, hits, mn, maxttl, i) == true
     end
     if not granted then
@@ -1235,12 +1310,14 @@ local function general(KEYS, ARGV, mode, now, maxttl, lockttl, nk, n, pos)
       if not items[i].refund and lead[i] == i then split(i, items, lead, out, gr, gm) end
     end
   else
-    -- Step 3: a rejected non-shadow group rejects the call: predictions.
-    -- Step 4: otherwise commit every group but the rejected shadow ones.
+    -- Step 3: a rejected non-shadow group rejects the call: predictions,
+    -- but for the post-paid groups, always committed (debited).
+    -- Step 4: otherwise commit every group but the rejected shadow ones
+    -- that are not post-paid.
     for i = 1, n do
       local it = items[i]
       if not it.refund and lead[i] == i then
-        if not rejected and not (it.shadow and not out[i].ok) then
+        if it.p.od or (not rejected and not (it.shadow and not out[i].ok)) then
           out[i] = decide(it.p, st[it.sk], gstate(it), now, gh[i], gm[i], true, newd())
         end
         split(i, items, lead, out, gr, gm)
@@ -1276,7 +1353,7 @@ local function single(KEYS, ARGV, now, maxttl, pos)
   if fmod(f, 2) == 1 then return nil end
   local p = policy(ARGV[3])
   local s
-  if p.kind == 2 and gk == 0 then
+  if p.kind == 2 and gk == 0 and not p.od then
     local r = fixed1(KEYS[sk], p, now, hits, mn, maxttl)
     if r then return r end
   end
@@ -1383,7 +1460,7 @@ local function fdecide(KEYS, ARGV, clock)
     local sk, gk, pi, hits, mn, f = sunpack('>dddddd', ARGV[1], pos)
     if fmod(f, 2) == 0 and gk == 0 then
       local p, r = policy(ARGV[3]), nil
-      if p.kind == 2 then
+      if p.kind == 2 and not p.od then
         r = fixed0(KEYS[sk], p, now, hits, mn)
       elseif p.one then
         r = one1(KEYS[sk], p, now, hits, mn, maxttl, nil, true)

@@ -100,6 +100,7 @@ func randPolicy(r *rand.Rand) *tiers.Policy {
 			p.Window = tiers.FixedWindow{Limit: 1 + r.Int64N(100), Unit: u}
 		}
 		p, _ = tiers.Normalize(p)
+		p.Overdraft = r.IntN(3) == 0 // post-paid counting
 		if tiers.Validate(&p) == nil {
 			return &p
 		}
@@ -158,6 +159,10 @@ func trace(t *testing.T, seed uint64, steps int, stores []store.Store, names []s
 				hits = 1 + r.Int64N(120)
 			}
 			key := store.Key{Resource: rs.name, Domain: fmt.Sprint("d", r.IntN(3)), PolicyID: seed}
+			if r.IntN(12) == 0 {
+				items[i] = store.Item{Key: key, Policy: rs.p} // a check of 0 hits
+				continue
+			}
 			items[i] = storetest.RandomItem(r, key, rs.p, hits)
 		}
 		var want []tiers.Decision
@@ -181,7 +186,7 @@ func trace(t *testing.T, seed uint64, steps int, stores []store.Store, names []s
 }
 
 // TestDifferential replays random traces (random policies of every kind,
-// windows and periods from milliseconds to days, copies, minimums,
+// admission or post-paid, checks of 0 hits, windows and periods from milliseconds to days, copies, minimums,
 // refunds, shadow and multi-item calls, µs times, jumps of up to the
 // longest period, a clock going back a little) against the reference
 // store (tiers and store.Apply), the memory store and the Redis store, at

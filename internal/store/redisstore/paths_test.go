@@ -25,7 +25,7 @@ import (
 const (
 	oneTierCut = "if p.one and gk == 0 then"
 	manyCut    = "if n > 1 and n <= 64 and mode <= 2 then"
-	fixedCut   = "if p.kind == 2 and gk == 0 then"
+	fixedCut   = "if p.kind == 2 and gk == 0 and not p.od then"
 	peekCut    = "if n == 1 and mode == 3 then"
 )
 

@@ -53,9 +53,17 @@ func (c *cache) gen(k *store.Key) *atomic.Uint32 {
 
 // lookup answers items at now from the cache when every item is a cached
 // rejection valid at now for the same minimum, writing the decisions to out.
-// The items hold no refund. It counts a hit or a miss.
+// The items hold no refund. A post-paid item of some hits is never answered
+// here: its hits must be debited whatever the answer. It counts a hit or a
+// miss.
 func (c *cache) lookup(now time.Time, items []store.Item, out []tiers.Decision) bool {
 	t := now.UnixMicro()
+	for i := range items {
+		if items[i].Policy.Overdraft && items[i].Hits > 0 {
+			c.misses.Add(1)
+			return false
+		}
+	}
 	for i := range items {
 		if l := leaderOf(items, i); l != i {
 			out[i] = out[l]

@@ -241,3 +241,30 @@ func TestCacheBeforeBreaker(t *testing.T) {
 		t.Errorf("stats %+v; want 1 cached, 1 open", st)
 	}
 }
+
+// A post-paid pair's hits reach the remote even while its rejection is
+// cached: they are debited whatever the answer. Its checks of 0 hits may be
+// answered from the cache.
+func TestCachePostPaidDebitsReachRemote(t *testing.T) {
+	f := newFake()
+	s := resilient.New(f, resilient.Options{})
+	t.Cleanup(func() { s.Close() })
+	pp := *simple
+	pp.Overdraft = true
+	storetest.Decide(t, s, t0, take(&pp, "a", 4)) // 3 granted, 1 owed: in debt
+	check := take(&pp, "a", 0)
+	check.Min = 0
+	if d := storetest.Decide(t, s, t0.Add(100*time.Millisecond), check)[0]; d.OK {
+		t.Fatalf("a check in debt: %+v, want a rejection", d)
+	}
+	calls := f.calls.Load()
+	if d := storetest.Decide(t, s, t0.Add(200*time.Millisecond), check)[0]; d.OK || f.calls.Load() != calls {
+		t.Errorf("a second check in debt: OK %v after %d remote calls, want a cached rejection (%d calls)", d.OK, f.calls.Load(), calls)
+	}
+	for i := range 3 {
+		storetest.Decide(t, s, t0.Add(300*time.Millisecond), take(&pp, "a", 1))
+		if got := f.calls.Load(); got != calls+int64(i)+1 {
+			t.Fatalf("post-paid take %d: %d remote calls, want %d", i, got, calls+int64(i)+1)
+		}
+	}
+}

@@ -46,6 +46,8 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"RandomTracesMatchModel", testRandomTraces},
 		{"Scenarios", testScenarios},
 		{"InspectAndReset", testInspect},
+		{"PostPaid", testPostPaid},
+		{"RandomTracesPostPaid", testRandomTracesPostPaid},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -70,6 +72,13 @@ var (
 	fixed0   = &tiers.Policy{Kind: tiers.KindFixedWindow, Window: tiers.FixedWindow{Limit: 0, Unit: tiers.UnitMinute}} // requests_per_unit: 0
 	closed   = &tiers.Policy{Kind: tiers.KindTiers}
 )
+
+// postPaid returns p with post-paid counting (Overdraft).
+func postPaid(p *tiers.Policy) *tiers.Policy {
+	c := *p
+	c.Overdraft = true
+	return &c
+}
 
 func take(p *tiers.Policy, resource, domain string, hits int64) store.Item {
 	return store.Item{Key: store.Key{Resource: resource, Domain: domain, PolicyID: 1}, Policy: p, Hits: hits, Min: hits}
@@ -482,6 +491,67 @@ func sum(xs []int) int {
 func testRandomTraces(t *testing.T, s store.Store) {
 	tr := Trace{Seed: 42, Steps: 1500, Gap: 300 * time.Millisecond, Items: 4, Domains: 3,
 		Policies: []*tiers.Policy{simple, penalty, hard, global, bucket, fixed, fixed0}}
+	tr.Replay(t, s, &Model{}, func(step int, now time.Time, items []store.Item, got, want []tiers.Decision) {
+		if diff := cmp.Diff(want, got); diff != "" {
+			t.Fatalf("step %d at +%v, items %+v (-model +store):\n%s", step, now.Sub(T0), items, diff)
+		}
+	})
+}
+
+// testPostPaid: a budget paid after the fact (a check of 0 hits, then the
+// usage reported) is exhausted by the report that overdraws it, which then
+// refuses every request, the next check included; and in a request of
+// several pairs, a post-paid pair is debited when another refuses the
+// request, while an admission pair consumes nothing.
+func testPostPaid(t *testing.T, s store.Store) {
+	minute := &tiers.Policy{Kind: tiers.KindTiers, Tiers: []tiers.Tier{{Limit: 5, Window: time.Minute, Active: tiers.Unbounded}}}
+	for _, p := range []*tiers.Policy{postPaid(minute), postPaid(&tiers.Policy{Kind: tiers.KindFixedWindow, Window: tiers.FixedWindow{Limit: 5, Unit: tiers.UnitMinute}}),
+		postPaid(&tiers.Policy{Kind: tiers.KindTokenBucket, Bucket: tiers.TokenBucket{Capacity: 5, Refill: 5, Per: time.Minute}})} {
+		res := "budget-" + p.Kind.String()
+		check := take(p, res, "u", 0)
+		check.Min = 0
+		now := T0.Truncate(time.Minute)
+		steps := []struct {
+			it        store.Item
+			ok        bool
+			remaining int64
+		}{
+			{check, true, 5},
+			{take(p, res, "u", 4), true, 1},
+			{take(p, res, "u", 4), false, 0},
+			{check, false, 0},
+			{take(p, res, "u", 1), false, 0},
+			{check, false, 0},
+		}
+		for i, st := range steps {
+			now = now.Add(time.Second)
+			got := Decide(t, s, now, st.it)
+			if got[0].OK != st.ok || got[0].Remaining != st.remaining {
+				t.Errorf("%s step %d (%d hits): OK %v remaining %d, want OK %v remaining %d", res, i, st.it.Hits, got[0].OK, got[0].Remaining, st.ok, st.remaining)
+			}
+		}
+	}
+
+	// An admission pair beside a refused post-paid pair consumes nothing;
+	// the post-paid pair is debited whatever the other answers.
+	pp := postPaid(simple)
+	got := Decide(t, s, T0, take(pp, "mix", "a", 4), take(simple, "adm", "a", 2))
+	wantOKs(t, "4 post-paid of 3 and 2 of 3", got, false, true) // the second's answer is its prediction
+	wantOKs(t, "the admission pair kept its 3", Decide(t, s, T0, take(simple, "adm", "a", 3)), true)
+	wantOKs(t, "the post-paid pair owes", Decide(t, s, T0, take(pp, "mix", "a", 0)), false)
+	got = Decide(t, s, T0, take(simple, "adm", "b", 4), take(pp, "mix", "b", 2))
+	wantOKs(t, "an admission refusal beside 2 post-paid of 3", got, false, true)
+	got = Decide(t, s, T0, take(pp, "mix", "b", 2))
+	if got[0].OK || got[0].TierHits != 2 {
+		t.Errorf("after 2 debited and 2 more asked: %+v, want a refusal counting 2 hits", got[0])
+	}
+}
+
+// testRandomTracesPostPaid replays a random trace over post-paid policies
+// and admission ones mixed, and demands the model's decisions.
+func testRandomTracesPostPaid(t *testing.T, s store.Store) {
+	tr := Trace{Seed: 43, Steps: 1500, Gap: 300 * time.Millisecond, Items: 4, Domains: 3,
+		Policies: []*tiers.Policy{postPaid(simple), postPaid(penalty), postPaid(hard), postPaid(global), postPaid(bucket), postPaid(fixed), simple, global}}
 	tr.Replay(t, s, &Model{}, func(step int, now time.Time, items []store.Item, got, want []tiers.Decision) {
 		if diff := cmp.Diff(want, got); diff != "" {
 			t.Fatalf("step %d at +%v, items %+v (-model +store):\n%s", step, now.Sub(T0), items, diff)
