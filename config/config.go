@@ -26,6 +26,11 @@ type Options struct {
 	// calendar-aligned fixed window unless the leaf says
 	// algorithm: sliding_window.
 	FixedWindowDefault bool
+	// OverdraftDefault makes every limit count post-paid usage
+	// (tiers.Policy.Overdraft) unless its descriptor says overdraft: false:
+	// a configuration that cannot say it (envoyproxy/ratelimit's YAML, xDS)
+	// then counts as envoyproxy/ratelimit does by default.
+	OverdraftDefault bool
 }
 
 // Warning is a problem that does not stop loading (a normalization, a lowered

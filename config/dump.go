@@ -46,6 +46,7 @@ type dumpPolicy struct {
 	Tiers       []dumpTier  `yaml:"tiers,omitempty"`
 	TokenBucket *dumpBucket `yaml:"token_bucket,omitempty"`
 	FixedWindow *dumpFixed  `yaml:"fixed_window,omitempty"`
+	Overdraft   bool        `yaml:"overdraft,omitempty"`
 }
 
 type dumpTier struct {
@@ -89,7 +90,7 @@ func dumpPol(p *tiers.Policy) *dumpPolicy {
 	if p == nil {
 		return nil
 	}
-	d := &dumpPolicy{Algorithm: p.Kind.String()}
+	d := &dumpPolicy{Algorithm: p.Kind.String(), Overdraft: p.Overdraft}
 	switch p.Kind {
 	case tiers.KindTiers:
 		d.Closed = len(p.Tiers) == 0

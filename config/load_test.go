@@ -553,3 +553,61 @@ func BenchmarkLoad1000Files(b *testing.B) {
 		}
 	}
 }
+
+func TestLoadOverdraft(t *testing.T) {
+	text := `domain: api
+descriptors:
+  - key: plain
+    rate_limit: {unit: hour, requests_per_unit: 10}
+  - key: postpaid
+    rate_limit: {unit: hour, requests_per_unit: 10}
+    overdraft: true
+  - key: admission
+    token_bucket: {capacity: 5, refill: 1, per: 1s}
+    overdraft: false
+  - key: user
+    tiers: [{limit: 5, window: 1s}]
+    overdraft: true
+    overrides:
+      - domain: vip
+        tiers: [{limit: 50, window: 1s}]
+`
+	for _, def := range []bool{false, true} {
+		cfg, _, err := load(t, Options{OverdraftDefault: def}, "api.yaml", text)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, tc := range []struct {
+			key, value string
+			want       bool
+		}{{"plain", "x", def}, {"postpaid", "x", true}, {"admission", "x", false}, {"user", "alice", true}, {"user", "vip", true}} {
+			m, ok := cfg.Tree.Match("api", []descriptors.Entry{{Key: tc.key, Value: tc.value}})
+			if !ok || m.Policy == nil {
+				t.Fatalf("%s=%s: no match", tc.key, tc.value)
+			}
+			if m.Policy.Overdraft != tc.want {
+				t.Errorf("OverdraftDefault %v, %s=%s: got Overdraft %v, want %v", def, tc.key, tc.value, m.Policy.Overdraft, tc.want)
+			}
+		}
+	}
+	// A post-paid limit is a new limit: its state is its own.
+	a, _, _ := load(t, Options{}, "api.yaml", text)
+	b, _, _ := load(t, Options{OverdraftDefault: true}, "api.yaml", text)
+	ma, _ := a.Tree.Match("api", []descriptors.Entry{{Key: "plain", Value: "x"}})
+	mb, _ := b.Tree.Match("api", []descriptors.Entry{{Key: "plain", Value: "x"}})
+	if ma.Limit.ID == mb.Limit.ID {
+		t.Errorf("the same policy ID %x with and without post-paid counting", ma.Limit.ID)
+	}
+
+	for _, tc := range []struct{ name, text, want string }{
+		{"not a boolean", "domain: api\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: 1}\n    overdraft: often\n", "api.yaml:5: descriptors[0].overdraft:"},
+		{"no policy", "domain: api\ndescriptors:\n  - key: a\n    overdraft: true\n", "api.yaml:4: descriptors[0].overdraft: needs a policy"},
+		{"unlimited", "domain: api\ndescriptors:\n  - key: a\n    rate_limit: {unlimited: true}\n    overdraft: true\n", "api.yaml:5: descriptors[0].overdraft: applies only to"},
+		{"copies", "domain: api\ndescriptors:\n  - key: a\n    copies: {domain_limit: 2}\n    overdraft: true\n", "api.yaml:5: descriptors[0].overdraft: applies only to"},
+	} {
+		_, _, err := load(t, Options{}, "api.yaml", tc.text)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: got error %v, want one containing %q", tc.name, err, tc.want)
+		}
+	}
+}

@@ -476,7 +476,7 @@ func (p *parser) descriptors(n *yaml.Node, path *ypath, depth int) []*pnode {
 // a conflict names them; amendKeys are the keys that amend that policy.
 var (
 	policyKeys = []string{"rate_limit", "tiers", "token_bucket", "copies"}
-	amendKeys  = []string{"hard_limit", "global_limit", "overrides"}
+	amendKeys  = []string{"hard_limit", "global_limit", "overrides", "overdraft"}
 )
 
 // leafSpec gathers the policy and amend keys given on one descriptor or

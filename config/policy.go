@@ -74,6 +74,27 @@ func (p *parser) limit(ls leafSpec, path *ypath, line int) *descriptors.Limit {
 			ok = false
 		}
 	}
+	od := p.opts.OverdraftDefault
+	if e, set := ls["overdraft"]; set {
+		v, vok := p.boolean(e.v, path.k("overdraft"))
+		switch {
+		case !vok:
+			ok = false
+		case l.Policy == nil:
+			p.errf(e.k, path.k("overdraft"), "applies only to a rate_limit, tiers or token_bucket that limits")
+			ok = false
+		default:
+			od = v
+		}
+	}
+	if l.Policy != nil {
+		// Post-paid counting: every policy of the descriptor, its
+		// overrides' too.
+		l.Policy.Overdraft = od
+		for _, o := range l.Overrides {
+			o.Overdraft = od
+		}
+	}
 	if l.Policy != nil && !p.validate(g.k, path, g.name, l.Policy) {
 		ok = false
 	}

@@ -172,5 +172,10 @@ func appendPolicy(b []byte, p *tiers.Policy) []byte {
 	default:
 		b = strconv.AppendUint(b, math.MaxUint64, 16)
 	}
+	if p.Overdraft {
+		// Only when set: an admission policy keeps the ID (and so the
+		// state) it had before post-paid counting existed.
+		b = append(b, 'o')
+	}
 	return b
 }

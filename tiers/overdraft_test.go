@@ -73,9 +73,9 @@ func TestPostPaidBudget(t *testing.T) {
 	runPostPaid(t, bucket, []odStep{
 		{at: 0, hits: 0, ok: true, remaining: 5},
 		{at: 0, hits: 4, ok: true, remaining: 1},
-		{at: 0, hits: 4, ok: false, remaining: 0, retry: 84 * s}, // -3: 4 credits more take 7 × 12s
+		{at: 0, hits: 4, ok: false, remaining: 0, retry: 84 * s},      // -3: 4 credits more take 7 × 12s
 		{at: 12 * s, hits: 0, ok: false, remaining: 0, retry: 24 * s}, // back to 0 at 36s
-		{at: 36 * s, hits: 0, ok: true, remaining: 0}, // balance 0: out of debt
+		{at: 36 * s, hits: 0, ok: true, remaining: 0},                 // balance 0: out of debt
 		{at: 48 * s, hits: 1, ok: true, remaining: 0},
 	})
 }

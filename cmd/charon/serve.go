@@ -58,6 +58,7 @@ type serveConfig struct {
 	QuotaMode      bool
 	MergeDomains   bool
 	FixedWindow    bool
+	Overdraft      bool
 	HeapFloorMiB   int
 	LogLevel       string
 	LogFormat      string
@@ -120,11 +121,12 @@ func serveFlags(fs *flag.FlagSet, c *serveConfig) {
 func loadFlags(fs *flag.FlagSet, c *serveConfig) {
 	fs.BoolVar(&c.MergeDomains, "merge-domains", c.MergeDomains, "merge files that share a domain instead of refusing them (env "+envName("merge-domains")+")")
 	fs.BoolVar(&c.FixedWindow, "fixed-window", c.FixedWindow, "rate_limit without an algorithm uses envoyproxy/ratelimit's calendar-aligned fixed window instead of the exact sliding window (env "+envName("fixed-window")+")")
+	fs.BoolVar(&c.Overdraft, "overdraft", c.Overdraft, "every limit counts post-paid usage unless its descriptor says overdraft: false: a refused request's hits are debited all the same, and a limit in debt refuses every request until its window repays it (env "+envName("overdraft")+")")
 }
 
 // loadOptions are the options a configuration loads with.
 func (c *serveConfig) loadOptions() config.Options {
-	return config.Options{MergeDomains: c.MergeDomains, FixedWindowDefault: c.FixedWindow}
+	return config.Options{MergeDomains: c.MergeDomains, FixedWindowDefault: c.FixedWindow, OverdraftDefault: c.Overdraft}
 }
 
 func envName(flagName string) string {
@@ -279,7 +281,7 @@ func serve(c serveConfig, args []string, log *slog.Logger) error {
 	}
 	cfgOpts := c.loadOptions()
 	opts.Load = func(fsys fs.FS) (*config.Config, []config.Warning, error) { return config.Load(fsys, cfgOpts) }
-	eo := engine.Options{MaxDescriptors: c.MaxDescriptors, QuotaMode: c.QuotaMode, FixedWindowOverrides: c.FixedWindow}
+	eo := engine.Options{MaxDescriptors: c.MaxDescriptors, QuotaMode: c.QuotaMode, FixedWindowOverrides: c.FixedWindow, Overdraft: c.Overdraft}
 	local := memstore.Options{MaxKeys: c.MaxKeys, SweepInterval: 10 * time.Second}
 	var backend *redisbackend.Backend
 	if c.Store == "redis" {

@@ -70,6 +70,10 @@ type Options struct {
 	// the request (a limit of 0, more hits than the limit) then answers the
 	// rest of its window as duration_until_reset, as there, not never.
 	FixedWindowOverrides bool
+	// Overdraft makes a request's own limit count post-paid usage
+	// (tiers.Policy.Overdraft), as config.Options.OverdraftDefault does for
+	// the configured ones (--overdraft).
+	Overdraft bool
 }
 
 // Engine decides requests. Safe for concurrent use. The zero value is
@@ -90,7 +94,9 @@ type Engine struct {
 	// quotaAll and fixedOverrides are Options.QuotaMode and
 	// FixedWindowOverrides.
 	quotaAll, fixedOverrides bool
-	copyIdx                  atomic.Pointer[copyIndex]
+	// overdraft is Options.Overdraft.
+	overdraft bool
+	copyIdx   atomic.Pointer[copyIndex]
 }
 
 // scratch holds one request's working buffers, reused through a pool.
@@ -107,7 +113,7 @@ type scratch struct {
 // not limited, until SetTree).
 func New(opts Options) *Engine {
 	e := &Engine{store: opts.Store, now: opts.Now, maxDesc: opts.MaxDescriptors, maxHits: opts.MaxHits, copies: opts.Copies,
-		onSetTree: opts.OnSetTree, quotaAll: opts.QuotaMode, fixedOverrides: opts.FixedWindowOverrides}
+		onSetTree: opts.OnSetTree, quotaAll: opts.QuotaMode, fixedOverrides: opts.FixedWindowOverrides, overdraft: opts.Overdraft}
 	e.once.Do(e.defaults)
 	return e
 }

@@ -17,17 +17,18 @@ type overrideCache struct {
 
 type overrideKey struct {
 	Override
-	fixed bool
+	fixed, overdraft bool
 }
 
 // limit is o's limit: a one-tier sliding window, or with fixed (and one
-// unit) envoyproxy/ratelimit's fixed window of o.Unit.
-func (c *overrideCache) limit(o Override, fixed bool) *descriptors.Limit {
+// unit) envoyproxy/ratelimit's fixed window of o.Unit; post-paid with
+// overdraft.
+func (c *overrideCache) limit(o Override, fixed, overdraft bool) *descriptors.Limit {
 	if o.Multiplier == 0 {
 		o.Multiplier = 1
 	}
 	fixed = fixed && o.Multiplier == 1
-	k := overrideKey{o, fixed}
+	k := overrideKey{o, fixed, overdraft}
 	c.mu.RLock()
 	l, ok := c.m[k]
 	c.mu.RUnlock()
@@ -44,6 +45,7 @@ func (c *overrideCache) limit(o Override, fixed bool) *descriptors.Limit {
 			Active: tiers.Unbounded,
 		}}
 	}
+	p.Overdraft = overdraft
 	l = &descriptors.Limit{Policy: p, ID: descriptors.PolicyID(p, nil, nil)}
 	c.mu.Lock()
 	if c.m == nil {
@@ -64,8 +66,8 @@ func (c *overrideCache) limit(o Override, fixed bool) *descriptors.Limit {
 // window of the same unit the override counts in its state, as
 // envoyproxy/ratelimit's counter is the same for both.
 func (e *Engine) overrideMatch(buf []byte, domain string, d *Descriptor, m *descriptors.Match, ok bool) []byte {
-	l := e.override.limit(*d.Override, e.fixedOverrides)
-	if ok && l.Policy.Kind == tiers.KindFixedWindow && m.Policy != nil && m.Policy.Kind == tiers.KindFixedWindow &&
+	l := e.override.limit(*d.Override, e.fixedOverrides, e.overdraft)
+	if ok && l.Policy.Kind == tiers.KindFixedWindow && m.Policy != nil && m.Policy.Kind == tiers.KindFixedWindow && m.Policy.Overdraft == l.Policy.Overdraft &&
 		m.Policy.Window.Unit == l.Policy.Window.Unit && m.Limit != nil {
 		shared := *l
 		shared.ID = m.Limit.ID

@@ -18,6 +18,7 @@
 //	USE_STATSD, STATSD_HOST, STATSD_PORT, STATS_FLUSH_INTERVAL --statsd-addr, --statsd-flush-interval (not with DISABLE_STATS=true)
 //	STATSD_PROTOCOL (github.com/lyft/gostats', default tcp)    --statsd-protocol, with statsd on
 //	USE_PROMETHEUS, PROMETHEUS_ADDR, PROMETHEUS_PATH           --metrics-addr, --metrics-path (not with DISABLE_STATS=true)
+//	STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=false              --overdraft (true, Charon's default, maps to nothing)
 package lyftenv
 
 import (
@@ -133,6 +134,14 @@ func read(s *Settings, getenv func(string) string) error {
 		if v := getenv(m.env); v != "" {
 			s.set(m.flag, v, m.env)
 		}
+	}
+	// envoyproxy/ratelimit counts a refused request's hits unless this is
+	// true; Charon counts for admission by default. Set to false, it
+	// selects post-paid counting for every limit, as there.
+	if on, set, err := boolean(getenv, "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT"); err != nil {
+		return err
+	} else if set && !on {
+		s.set("overdraft", "true", "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT")
 	}
 	if err := readStats(s, getenv); err != nil {
 		return err
