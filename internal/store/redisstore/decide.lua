@@ -241,9 +241,10 @@ local function decpol(s)
       q = q + 6
     end
     p.od = v[q] == 1
-    -- One tier, no hard or global limit, admission: the one-tier path
-    -- (one1) can decide its grants.
-    p.one = p.n == 1 and p.hard == 0 and p.glob == 0 and not p.od
+    -- One tier, no hard or global limit: the one-tier path (one1) can
+    -- decide its grants (a post-paid one's too: a grant is decided and
+    -- counted as under admission, and a state in debt grants nothing).
+    p.one = p.n == 1 and p.hard == 0 and p.glob == 0
   elseif p.kind == 1 then
     p.unit, p.r, p.capU, p.cap = v[2], v[3], v[4], v[5]
     p.od = v[6] == 1
@@ -1066,7 +1067,8 @@ local UK, UA, un = {}, {}, 0
 -- reads the count) and takes back what it does not grant. With slot (for
 -- many), a grant's write is held at slot, the increment is noted in UK and
 -- UA, and fixed1 answers true; a rejection is taken back and answers nil.
--- Without slot, it answers the whole reply, a rejection's too. nil also
+-- Without slot, it answers the whole reply, a rejection's too (but for a
+-- post-paid policy's: nil, for decide). nil also
 -- when the key holds no count (an earlier layout): decide reads it.
 local function fixed1(key, p, t, k, m, maxttl, slot)
   local lim, len = p.lim, p.len
@@ -1082,7 +1084,8 @@ local function fixed1(key, p, t, k, m, maxttl, slot)
   local n, reset = min(k, max(0, lim - cnt)), start + len - t
   if n < 1 or n < m then
     if c == k then redis.call('DEL', key) else redis.call('DECRBY', key, k) end
-    if slot then return nil end
+    -- A post-paid rejection debits: decide_fixed answers and writes it.
+    if slot or p.od then return nil end
     if n >= m then
       -- Nothing to grant and a minimum of 0: granted, 0 hits.
       return spack('>ddddddddddd', 0, t, 1, 0, 1, cnt, 0, 0, max(0, lim - cnt), 0, reset)
@@ -1158,7 +1161,7 @@ local function many(KEYS, ARGV, now, maxttl, n, pos)
     local granted = false
     if p and p.one then
       granted = one1(KEYS[sk], p, now, hits, mn, maxttl, i) == true
-    elseif p and p.kind == 2 and not p.od then
+    elseif p and p.kind == 2 then
       granted = fixed1(KEYS[sk], p, now, hits, mn, maxttl, i) == true
     end
     if not granted then
@@ -1353,7 +1356,7 @@ local function single(KEYS, ARGV, now, maxttl, pos)
   if fmod(f, 2) == 1 then return nil end
   local p = policy(ARGV[3])
   local s
-  if p.kind == 2 and gk == 0 and not p.od then
+  if p.kind == 2 and gk == 0 then
     local r = fixed1(KEYS[sk], p, now, hits, mn, maxttl)
     if r then return r end
   end
@@ -1460,7 +1463,7 @@ local function fdecide(KEYS, ARGV, clock)
     local sk, gk, pi, hits, mn, f = sunpack('>dddddd', ARGV[1], pos)
     if fmod(f, 2) == 0 and gk == 0 then
       local p, r = policy(ARGV[3]), nil
-      if p.kind == 2 and not p.od then
+      if p.kind == 2 then
         r = fixed0(KEYS[sk], p, now, hits, mn)
       elseif p.one then
         r = one1(KEYS[sk], p, now, hits, mn, maxttl, nil, true)

@@ -25,7 +25,7 @@ import (
 const (
 	oneTierCut = "if p.one and gk == 0 then"
 	manyCut    = "if n > 1 and n <= 64 and mode <= 2 then"
-	fixedCut   = "if p.kind == 2 and gk == 0 and not p.od then"
+	fixedCut   = "if p.kind == 2 and gk == 0 then"
 	peekCut    = "if n == 1 and mode == 3 then"
 )
 
@@ -148,6 +148,7 @@ func TestOneTierPath(t *testing.T) {
 			p.Kind, p.Bucket = tiers.KindTokenBucket, tiers.TokenBucket{Capacity: 1 + r.Int64N(200), Refill: 1 + r.Int64N(50), Per: time.Second}
 		}
 		q, _ := tiers.Normalize(*p)
+		q.Overdraft = r.IntN(3) == 0 // post-paid
 		return &q
 	}
 
@@ -219,7 +220,7 @@ func TestFixedPath(t *testing.T) {
 		if r.IntN(3) == 0 {
 			unit = tiers.UnitMinute
 		}
-		p := &tiers.Policy{Kind: tiers.KindFixedWindow, Window: tiers.FixedWindow{Limit: 1 + r.Int64N(12), Unit: unit}}
+		p := &tiers.Policy{Kind: tiers.KindFixedWindow, Window: tiers.FixedWindow{Limit: 1 + r.Int64N(12), Unit: unit}, Overdraft: trace%3 == 2}
 		arg := encodePolicy(p).arg
 		now := start + r.Int64N(int64(time.Hour/time.Microsecond))
 		maxTTL := int64(3_600_000)
@@ -293,6 +294,7 @@ func TestManyPath(t *testing.T) {
 			p.Kind, p.Window = tiers.KindFixedWindow, tiers.FixedWindow{Limit: tr.Limit, Unit: tiers.UnitSecond}
 		}
 		q, _ := tiers.Normalize(*p)
+		q.Overdraft = r.IntN(3) == 0 // post-paid
 		return &q
 	}
 	start := time.Now().Add(time.Hour).UnixMicro()
