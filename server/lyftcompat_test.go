@@ -287,3 +287,23 @@ func engineServer(t *testing.T, domain string, opts Options, nodes ...*descripto
 func perMinute(n int64) *tiers.Policy {
 	return &tiers.Policy{Kind: tiers.KindTiers, Tiers: []tiers.Tier{{Limit: n, Window: time.Minute, Active: tiers.Unbounded}}}
 }
+
+// TestStatKey: stat names are envoyproxy/ratelimit's (SanitizeStatName: ':',
+// '|' and an IPv4 address's dots written '_'), with line breaks and bytes
+// that are not UTF-8 made harmless too.
+func TestStatKey(t *testing.T) {
+	for _, tc := range []struct{ key, want string }{
+		{"edge.path_/login", "edge.path_/login"},
+		{"edge.remote_address_10.0.0.1", "edge.remote_address_10_0_0_1"},
+		{"eg.route_route.masked_remote_address_0.0.0.0/0", "eg.route_route.masked_remote_address_0_0_0_0/0"},
+		{"d.ip_1234.5.6.78.x", "d.ip_1234_5_6_78.x"},
+		{"d.v_1.2.3", "d.v_1.2.3"},
+		{"d.host_[::1]:80|x", "d.host_[__1]_80_x"},
+		{"d.k_a\nfoo:1|c", "d.k_a_foo_1_c"},
+		{"d.k_\xff", "d.k_%FF"},
+	} {
+		if got := statKey(tc.key); got != tc.want {
+			t.Errorf("statKey(%q) = %q, want %q", tc.key, got, tc.want)
+		}
+	}
+}

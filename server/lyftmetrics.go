@@ -1,6 +1,7 @@
 package server
 
 import (
+	"regexp"
 	"strings"
 	"time"
 
@@ -57,6 +58,30 @@ func (m *Metrics) LyftNames() {
 	m.lyft.Store(l)
 	clear(m.descs) // counters made before now lack their Lyft children
 	m.mu.Unlock()
+}
+
+// ipv4 is the pattern of an IPv4 address in a stat key (envoyproxy/ratelimit's
+// utils.ipv4Regex).
+var ipv4 = regexp.MustCompile(`\d{1,3}\.\d{1,3}\.\d{1,3}\.\d{1,3}`)
+
+// statReplacer writes '_' for the bytes a statsd line cannot carry in a name:
+// ':' and '|' (envoyproxy/ratelimit's utils.SanitizeStatName) and line breaks,
+// which would start a line of the client's choosing.
+var statReplacer = strings.NewReplacer(":", "_", "|", "_", "\n", "_", "\r", "_")
+
+// statKey is the stat key of a descriptor's metric key as envoyproxy/ratelimit
+// names its stats (SanitizeStatName): ':' and '|' written '_', and the dots
+// of an IPv4 address too, so that an address (remote_address_10.0.0.1, or
+// Envoy Gateway's masked_remote_address_0.0.0.0/0) stays one level of the
+// name and one label of its mapping. Line breaks are written '_' as well and
+// bytes that are not UTF-8 %XX, so that every sink (a statsd line, a
+// Prometheus label) carries the name as it is.
+func statKey(key string) string {
+	key = statReplacer.Replace(validLabel(key))
+	if strings.Count(key, ".") < 3 {
+		return key
+	}
+	return ipv4.ReplaceAllStringFunc(key, func(ip string) string { return strings.ReplaceAll(ip, ".", "_") })
 }
 
 // lyftLabels splits a stat key (domain.key1.key2...) as the mapping does:

@@ -200,15 +200,16 @@ func (m *Metrics) counters(domain, key string) *descCounters {
 			within: m.withinLimit.WithLabelValues(domain, key),
 			shadow: m.shadowMode.WithLabelValues(domain, key),
 		}
+		sk := statKey(k.key)
 		if so := m.stats.Load(); so != nil {
 			c.sink = so.sink
 			c.stats = &[5]string{}
 			for i, n := range statNames {
-				c.stats[i] = "ratelimit.service.rate_limit." + key + "." + n
+				c.stats[i] = "ratelimit.service.rate_limit." + sk + "." + n
 			}
 		}
 		if l := m.lyft.Load(); l != nil {
-			ll := lyftLabels(key)
+			ll := lyftLabels(sk)
 			c.lyft = &[5]prometheus.Counter{
 				l.totalHits.WithLabelValues(ll[:]...), l.overLimit.WithLabelValues(ll[:]...), l.nearLimit.WithLabelValues(ll[:]...),
 				l.withinLimit.WithLabelValues(ll[:]...), l.shadowMode.WithLabelValues(ll[:]...),
