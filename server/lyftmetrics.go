@@ -3,6 +3,8 @@ package server
 import (
 	"regexp"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -24,6 +26,9 @@ type lyftMetrics struct {
 	latency    prometheus.Observer
 	loadOK     prometheus.Counter
 	loadFailed prometheus.Counter
+	// globalShadow is envoyproxy/ratelimit's global_shadow_mode stat, which
+	// its mapping leaves unmapped: statsd_exporter names it after the stat.
+	globalShadow prometheus.Counter
 }
 
 // LyftNames adds envoyproxy/ratelimit's metric names beside Charon's.
@@ -52,8 +57,10 @@ func (m *Metrics) LyftNames() {
 	l.requests = requests.WithLabelValues("ShouldRateLimit")
 	l.latency = latency.WithLabelValues("ShouldRateLimit")
 	l.loadOK, l.loadFailed = loadOK, loadFailed
+	l.globalShadow = prometheus.NewCounter(prometheus.CounterOpts{Name: "ratelimit_service_global_shadow_mode",
+		Help: "Requests answered OK by SHADOW_MODE that would have been OVER_LIMIT (envoyproxy/ratelimit's name)."})
 	m.Registry.MustRegister(l.collectors()...)
-	m.Registry.MustRegister(l.errors, requests, latency, loadOK, loadFailed)
+	m.Registry.MustRegister(l.errors, requests, latency, loadOK, loadFailed, l.globalShadow)
 	m.mu.Lock()
 	m.lyft.Store(l)
 	clear(m.descs) // counters made before now lack their Lyft children
@@ -117,14 +124,43 @@ type StatsSink interface {
 // statNames are the per-descriptor stats, in descCounters order.
 var statNames = [5]string{"total_hits", "over_limit", "near_limit", "within_limit", "shadow_mode"}
 
-type statsOut struct{ sink StatsSink }
+type statsOut struct {
+	sink     StatsSink
+	notFound notFoundNames
+}
+
+// maxNotFoundDomains bounds the domains named in domain_not_found stats: the
+// domain comes from requests, so past the bound it is named "~other".
+const maxNotFoundDomains = 256
+
+// notFoundNames are the names of the domain_not_found stats of unknown
+// domains, ratelimit.service.rate_limit.DOMAIN.domain_not_found, for at most
+// maxNotFoundDomains domains. The zero value is ready; safe for concurrent
+// use.
+type notFoundNames struct {
+	seen sync.Map // domain -> name
+	n    atomic.Int32
+}
+
+func (f *notFoundNames) name(domain string) string {
+	if v, ok := f.seen.Load(domain); ok {
+		return v.(string)
+	}
+	key := domain
+	if f.n.Add(1) > maxNotFoundDomains {
+		key = "~other"
+	}
+	v, _ := f.seen.LoadOrStore(domain, "ratelimit.service.rate_limit."+statKey(key)+".domain_not_found")
+	return v.(string)
+}
 
 // SendStats sends envoyproxy/ratelimit's statsd stats to sink, with its
 // names: ratelimit.service.rate_limit.STATKEY.{total_hits,over_limit,
 // near_limit,within_limit,shadow_mode}, ratelimit_server.ShouldRateLimit.
 // {total_requests,response_time}, ratelimit.service.call.should_rate_limit.
-// {service_error,redis_error}, ratelimit.service.config_load_{success,error}.
-// Call it before the server serves.
+// {service_error,redis_error}, ratelimit.service.config_load_{success,error},
+// ratelimit.service.global_shadow_mode and ratelimit.service.rate_limit.
+// DOMAIN.domain_not_found. Call it before the server serves.
 func (m *Metrics) SendStats(sink StatsSink) {
 	m.mu.Lock()
 	m.stats.Store(&statsOut{sink: sink})

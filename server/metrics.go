@@ -155,6 +155,18 @@ func (m *Metrics) observeRequest(d time.Duration, err error) {
 	}
 }
 
+// globalShadowed counts a request answered OK by --shadow-mode that would
+// have been OVER_LIMIT.
+func (m *Metrics) globalShadowed() {
+	m.globalShadow.Inc()
+	if so := m.stats.Load(); so != nil {
+		so.sink.Count("ratelimit.service.global_shadow_mode", 1)
+	}
+	if l := m.lyftNames(); l != nil {
+		l.globalShadow.Inc()
+	}
+}
+
 func (m *Metrics) reloaded(ok bool) {
 	l := m.lyftNames()
 	if so := m.stats.Load(); so != nil {
@@ -224,6 +236,13 @@ func (m *Metrics) counters(domain, key string) *descCounters {
 // is the config's metric key (values only with detailed_metric), so the label
 // set is bounded by the configuration, not by traffic.
 func (m *Metrics) countDescriptors(req *engine.Request, resp *engine.Response) {
+	if resp.UnknownDomain {
+		if so := m.stats.Load(); so != nil {
+			// Once per descriptor, as envoyproxy/ratelimit looks each one up.
+			so.sink.Count(so.notFound.name(req.Domain), int64(len(req.Descriptors)))
+		}
+		return
+	}
 	for i := range resp.Statuses {
 		st := &resp.Statuses[i]
 		if st.Unconfigured && i < len(req.Descriptors) && len(req.Descriptors[i].Entries) > 0 {
