@@ -9,7 +9,6 @@ import (
 	"unicode/utf8"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
@@ -101,7 +100,7 @@ func (s *Server) serveJSON(w http.ResponseWriter, r *http.Request) {
 func (s *Server) debugHandler() http.Handler {
 	guard := s.httpAuthz(s.opts.DebugTLS != nil)
 	mux := http.NewServeMux()
-	mux.Handle("/metrics", guard(authz.DebugMetrics, promhttp.HandlerFor(s.metrics.Registry, promhttp.HandlerOpts{})))
+	mux.Handle("/metrics", guard(authz.DebugMetrics, s.promHandler()))
 	mux.Handle("/rlconfig", guard(authz.DebugRLConfig, http.HandlerFunc(s.serveRLConfig)))
 	mux.Handle("GET /explain", guard(authz.DebugExplain, http.HandlerFunc(s.serveExplain)))
 	index := "/metrics: Prometheus metrics\n/rlconfig: the configuration in force\n" +

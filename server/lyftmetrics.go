@@ -121,6 +121,51 @@ type StatsSink interface {
 	Timing(name string, d time.Duration)
 }
 
+// sinks sends every stat to each of its sinks.
+type sinks []StatsSink
+
+func (ss sinks) Count(name string, n int64) {
+	for _, s := range ss {
+		s.Count(name, n)
+	}
+}
+
+func (ss sinks) Timing(name string, d time.Duration) {
+	for _, s := range ss {
+		s.Timing(name, d)
+	}
+}
+
+// MappedStats makes Prometheus series of the statsd stats it receives, as a
+// statsd_exporter would; *statsmap.Sink implements it.
+type MappedStats interface {
+	StatsSink
+	prometheus.Gatherer
+}
+
+// MapStats sends envoyproxy/ratelimit's statsd stats (SendStats) to ms as
+// well, and serves the series ms makes of them beside the registry's. It
+// names envoyproxy/ratelimit's series in place of LyftNames: use one or the
+// other, as a series made by both is served by neither. Call it before the
+// server serves.
+func (m *Metrics) MapStats(ms MappedStats) {
+	m.SendStats(ms)
+	m.mu.Lock()
+	m.mapped = ms
+	m.mu.Unlock()
+}
+
+// gatherer is what /metrics serves: the registry, and the series of
+// MapStats.
+func (m *Metrics) gatherer() prometheus.Gatherer {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	if m.mapped == nil {
+		return m.Registry
+	}
+	return prometheus.Gatherers{m.Registry, m.mapped}
+}
+
 // statNames are the per-descriptor stats, in descCounters order.
 var statNames = [5]string{"total_hits", "over_limit", "near_limit", "within_limit", "shadow_mode"}
 
@@ -161,8 +206,12 @@ func (f *notFoundNames) name(domain string) string {
 // {service_error,redis_error}, ratelimit.service.config_load_{success,error},
 // ratelimit.service.global_shadow_mode and ratelimit.service.rate_limit.
 // DOMAIN.domain_not_found. Call it before the server serves.
+// Called again, it sends to every sink it was given.
 func (m *Metrics) SendStats(sink StatsSink) {
 	m.mu.Lock()
+	if so := m.stats.Load(); so != nil {
+		sink = sinks{so.sink, sink}
+	}
 	m.stats.Store(&statsOut{sink: sink})
 	clear(m.descs) // counters made before now lack their stat names
 	m.mu.Unlock()

@@ -2,6 +2,7 @@ package server
 
 import (
 	"fmt"
+	"runtime/metrics"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -40,6 +41,8 @@ type Metrics struct {
 	descs map[descKey]*descCounters
 	lyft  atomic.Pointer[lyftMetrics] // nil: only Charon's names (LyftNames)
 	stats atomic.Pointer[statsOut]    // nil: no statsd stats (SendStats)
+	// mapped, under mu, makes series of the stats (nil: none, MapStats).
+	mapped prometheus.Gatherer
 }
 
 type descKey struct{ domain, key string }
@@ -127,7 +130,7 @@ func NewMetrics(evictions func() float64) *Metrics {
 	m.reloadFailed = m.reloads.WithLabelValues("failure")
 	reg.MustRegister(m.collectors()...)
 	reg.MustRegister(m.reloads, m.invalidRequests, m.requestErrors, m.authzDenied, m.debugDenied, m.globalShadow, hist, m.unconfigured.vec,
-		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
+		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}), gcCPUFraction())
 	if evictions != nil {
 		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Namespace: "charon", Name: "store_evictions_total",
@@ -280,6 +283,25 @@ func descriptorHits(req *engine.Request, i int) uint64 {
 		return 1
 	}
 	return uint64(req.Hits)
+}
+
+// gcCPUFraction is go_memstats_gc_cpu_fraction, the share of the CPU time
+// available to the process (GOMAXPROCS) that the garbage collector used since
+// it started, which the Go collector no longer exports and Envoy Gateway's
+// ratelimit dashboard still charts. It is read from runtime/metrics, so that
+// a scrape does not stop the world as runtime.ReadMemStats would.
+func gcCPUFraction() prometheus.Collector {
+	return prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "go_memstats_gc_cpu_fraction",
+		Help: "The fraction of this program's available CPU time used by the GC since the program started.",
+	}, func() float64 {
+		s := []metrics.Sample{{Name: "/cpu/classes/gc/total:cpu-seconds"}, {Name: "/cpu/classes/total:cpu-seconds"}}
+		metrics.Read(s)
+		if s[0].Value.Kind() != metrics.KindFloat64 || s[1].Value.Kind() != metrics.KindFloat64 || s[1].Value.Float64() <= 0 {
+			return 0
+		}
+		return s[0].Value.Float64() / s[1].Value.Float64()
+	})
 }
 
 // validLabel returns s with every byte that is not part of valid UTF-8

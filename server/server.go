@@ -312,12 +312,26 @@ func New(opts Options) (*Server, error) {
 	return s, nil
 }
 
-// metricsHandler serves the registry at MetricsPath, /metrics by default.
+// metricsHandler serves the metrics at MetricsPath, /metrics by default.
 func (s *Server) metricsHandler() http.Handler {
 	mux := http.NewServeMux()
-	mux.Handle(cmp.Or(s.opts.MetricsPath, "/metrics"), promhttp.HandlerFor(s.metrics.Registry, promhttp.HandlerOpts{}))
+	mux.Handle(cmp.Or(s.opts.MetricsPath, "/metrics"), s.promHandler())
 	return mux
 }
+
+// promHandler serves the metrics. A series that cannot be gathered (a
+// mapping's series clashing with another) is left out and logged, rather
+// than failing the whole scrape.
+func (s *Server) promHandler() http.Handler {
+	return promhttp.HandlerFor(s.metrics.gatherer(), promhttp.HandlerOpts{
+		ErrorLog: promLog{s.log}, ErrorHandling: promhttp.ContinueOnError,
+	})
+}
+
+// promLog writes promhttp's errors to the server's log.
+type promLog struct{ log *slog.Logger }
+
+func (l promLog) Println(v ...any) { l.log.Warn("serving metrics", "err", fmt.Sprint(v...)) }
 
 // httpServer serves h with the slow-client bounds: the header and body of a
 // request must arrive within HTTPReadTimeout, headers are at most 64 KiB,
