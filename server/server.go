@@ -87,8 +87,10 @@ type Options struct {
 	// DynamicMetadata adds envoyproxy/ratelimit's dynamic_metadata to
 	// every response (RESPONSE_DYNAMIC_METADATA).
 	DynamicMetadata bool
-	// Tracing traces every gRPC call (ShouldRateLimit, charon.v1) with
-	// OpenTelemetry's global tracer provider, continuing the caller's trace.
+	// Tracing traces every gRPC call (ShouldRateLimit, charon.v1) and HTTP
+	// /json with OpenTelemetry's global tracer provider, continuing the
+	// caller's trace (the global propagator's: internal/tracing's reads W3C
+	// Trace Context and B3).
 	Tracing bool
 	// NearLimitRatio is the share of a limit from which granted hits count
 	// as near_limit (0: 0.8).
