@@ -9,7 +9,11 @@ import (
 	"unicode/utf8"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	otelcodes "go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
@@ -29,9 +33,45 @@ func (s *Server) httpHandler() http.Handler {
 	guard := s.httpAuthz(true)
 	mux := http.NewServeMux()
 	mux.HandleFunc("/healthcheck", s.serveHealthcheck)
-	mux.Handle("/json", guard(authz.ShouldRateLimit, http.HandlerFunc(s.serveJSON)))
+	mux.Handle("/json", s.traced("/json", guard(authz.ShouldRateLimit, http.HandlerFunc(s.serveJSON))))
 	mux.Handle("/sim/", guard(authz.Simulator, http.StripPrefix("/sim", sim.Handler())))
 	return mux
+}
+
+// traced starts a server span for each request of route when tracing is on,
+// as otelgrpc does for the gRPC calls: the caller's trace is taken from the
+// headers by the global propagator (W3C Trace Context or B3, see
+// internal/tracing), and the span, "METHOD route", carries OpenTelemetry's
+// HTTP attributes; a 5xx answer is an error.
+func (s *Server) traced(route string, h http.Handler) http.Handler {
+	if !s.opts.Tracing {
+		return h
+	}
+	tracer := otel.Tracer("github.com/charonlimit/charon/server")
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ctx := otel.GetTextMapPropagator().Extract(r.Context(), propagation.HeaderCarrier(r.Header))
+		ctx, span := tracer.Start(ctx, r.Method+" "+route, trace.WithSpanKind(trace.SpanKindServer),
+			trace.WithAttributes(attribute.String("http.request.method", r.Method), attribute.String("http.route", route),
+				attribute.String("url.path", r.URL.Path)))
+		defer span.End()
+		rec := &statusRecorder{ResponseWriter: w, code: http.StatusOK}
+		h.ServeHTTP(rec, r.WithContext(ctx))
+		span.SetAttributes(attribute.Int("http.response.status_code", rec.code))
+		if rec.code >= 500 {
+			span.SetStatus(otelcodes.Error, http.StatusText(rec.code))
+		}
+	})
+}
+
+// statusRecorder keeps the status code a handler answers.
+type statusRecorder struct {
+	http.ResponseWriter
+	code int
+}
+
+func (r *statusRecorder) WriteHeader(code int) {
+	r.code = code
+	r.ResponseWriter.WriteHeader(code)
 }
 
 func (s *Server) serveHealthcheck(w http.ResponseWriter, r *http.Request) {
@@ -101,7 +141,7 @@ func (s *Server) serveJSON(w http.ResponseWriter, r *http.Request) {
 func (s *Server) debugHandler() http.Handler {
 	guard := s.httpAuthz(s.opts.DebugTLS != nil)
 	mux := http.NewServeMux()
-	mux.Handle("/metrics", guard(authz.DebugMetrics, promhttp.HandlerFor(s.metrics.Registry, promhttp.HandlerOpts{})))
+	mux.Handle("/metrics", guard(authz.DebugMetrics, s.promHandler()))
 	mux.Handle("/rlconfig", guard(authz.DebugRLConfig, http.HandlerFunc(s.serveRLConfig)))
 	mux.Handle("GET /explain", guard(authz.DebugExplain, http.HandlerFunc(s.serveExplain)))
 	index := "/metrics: Prometheus metrics\n/rlconfig: the configuration in force\n" +

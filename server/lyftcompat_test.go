@@ -287,3 +287,75 @@ func engineServer(t *testing.T, domain string, opts Options, nodes ...*descripto
 func perMinute(n int64) *tiers.Policy {
 	return &tiers.Policy{Kind: tiers.KindTiers, Tiers: []tiers.Tier{{Limit: n, Window: time.Minute, Active: tiers.Unbounded}}}
 }
+
+// TestStatKey: stat names are envoyproxy/ratelimit's (SanitizeStatName: ':',
+// '|' and an IPv4 address's dots written '_'), with line breaks and bytes
+// that are not UTF-8 made harmless too.
+func TestStatKey(t *testing.T) {
+	for _, tc := range []struct{ key, want string }{
+		{"edge.path_/login", "edge.path_/login"},
+		{"edge.remote_address_10.0.0.1", "edge.remote_address_10_0_0_1"},
+		{"eg.route_route.masked_remote_address_0.0.0.0/0", "eg.route_route.masked_remote_address_0_0_0_0/0"},
+		{"d.ip_1234.5.6.78.x", "d.ip_1234_5_6_78.x"},
+		{"d.v_1.2.3", "d.v_1.2.3"},
+		{"d.host_[::1]:80|x", "d.host_[__1]_80_x"},
+		{"d.k_a\nfoo:1|c", "d.k_a_foo_1_c"},
+		{"d.k_\xff", "d.k_%FF"},
+	} {
+		if got := statKey(tc.key); got != tc.want {
+			t.Errorf("statKey(%q) = %q, want %q", tc.key, got, tc.want)
+		}
+	}
+}
+
+// TestGlobalShadowAndDomainNotFoundStats: envoyproxy/ratelimit's
+// ratelimit.service.global_shadow_mode counts the requests SHADOW_MODE
+// answered OK, and ratelimit.service.rate_limit.DOMAIN.domain_not_found the
+// descriptors of requests for a domain with no configuration (at most
+// maxNotFoundDomains domains by name, then ~other).
+func TestGlobalShadowAndDomainNotFoundStats(t *testing.T) {
+	m := NewMetrics(nil)
+	sink := &recordingSink{}
+	m.SendStats(sink)
+	m.LyftNames()
+	s := engineServer(t, "d", Options{Metrics: m, ShadowMode: true},
+		&descriptors.Node{Key: "user", Limit: &descriptors.Limit{Policy: perMinute(1)}})
+	c := rlsv3.NewRateLimitServiceClient(dial(t, s.GRPCAddr()))
+	ask := func(domain string, ds ...*ratelimitv3.RateLimitDescriptor) {
+		t.Helper()
+		resp, err := c.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: domain, Descriptors: ds})
+		if err != nil || resp.OverallCode != rlsv3.RateLimitResponse_OK {
+			t.Fatalf("%s: %v, %v; want OK", domain, resp.GetOverallCode(), err)
+		}
+	}
+	for range 3 {
+		ask("d", desc("user", "u")) // the 2nd and 3rd are over, answered OK
+	}
+	ask("nowhere", desc("user", "u"), desc("user", "v"))
+	ask("nowhere", desc("user", "u"))
+	ask("10.0.0.1:80", desc("user", "u"))
+	for i := range maxNotFoundDomains {
+		ask(fmt.Sprintf("x%d", i), desc("user", "u"))
+	}
+	sink.mu.Lock()
+	defer sink.mu.Unlock()
+	for name, want := range map[string]int64{
+		"ratelimit.service.global_shadow_mode":                      2,
+		"ratelimit.service.rate_limit.d.user.over_limit":            2,
+		"ratelimit.service.rate_limit.nowhere.domain_not_found":     3,
+		"ratelimit.service.rate_limit.10_0_0_1_80.domain_not_found": 1,
+		"ratelimit.service.rate_limit.x0.domain_not_found":          1,
+		"ratelimit.service.rate_limit.~other.domain_not_found":      2, // x254, x255
+		"ratelimit.service.rate_limit.d.domain_not_found":           0,
+	} {
+		if got := sink.counts[name]; got != want {
+			t.Errorf("%s = %d, want %d", name, got, want)
+		}
+	}
+	if got := metricValue(t, m.lyftNames().globalShadow); got != 2 {
+		t.Errorf("ratelimit_service_global_shadow_mode = %v, want 2", got)
+	}
+	if got := metricValue(t, m.globalShadow); got != 2 {
+		t.Errorf("charon_global_shadow_mode_total = %v, want 2", got)
+	}
+}

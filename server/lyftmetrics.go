@@ -1,7 +1,10 @@
 package server
 
 import (
+	"regexp"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -23,6 +26,9 @@ type lyftMetrics struct {
 	latency    prometheus.Observer
 	loadOK     prometheus.Counter
 	loadFailed prometheus.Counter
+	// globalShadow is envoyproxy/ratelimit's global_shadow_mode stat, which
+	// its mapping leaves unmapped: statsd_exporter names it after the stat.
+	globalShadow prometheus.Counter
 }
 
 // LyftNames adds envoyproxy/ratelimit's metric names beside Charon's.
@@ -51,12 +57,38 @@ func (m *Metrics) LyftNames() {
 	l.requests = requests.WithLabelValues("ShouldRateLimit")
 	l.latency = latency.WithLabelValues("ShouldRateLimit")
 	l.loadOK, l.loadFailed = loadOK, loadFailed
+	l.globalShadow = prometheus.NewCounter(prometheus.CounterOpts{Name: "ratelimit_service_global_shadow_mode",
+		Help: "Requests answered OK by SHADOW_MODE that would have been OVER_LIMIT (envoyproxy/ratelimit's name)."})
 	m.Registry.MustRegister(l.collectors()...)
-	m.Registry.MustRegister(l.errors, requests, latency, loadOK, loadFailed)
+	m.Registry.MustRegister(l.errors, requests, latency, loadOK, loadFailed, l.globalShadow)
 	m.mu.Lock()
 	m.lyft.Store(l)
 	clear(m.descs) // counters made before now lack their Lyft children
 	m.mu.Unlock()
+}
+
+// ipv4 is the pattern of an IPv4 address in a stat key (envoyproxy/ratelimit's
+// utils.ipv4Regex).
+var ipv4 = regexp.MustCompile(`\d{1,3}\.\d{1,3}\.\d{1,3}\.\d{1,3}`)
+
+// statReplacer writes '_' for the bytes a statsd line cannot carry in a name:
+// ':' and '|' (envoyproxy/ratelimit's utils.SanitizeStatName) and line breaks,
+// which would start a line of the client's choosing.
+var statReplacer = strings.NewReplacer(":", "_", "|", "_", "\n", "_", "\r", "_")
+
+// statKey is the stat key of a descriptor's metric key as envoyproxy/ratelimit
+// names its stats (SanitizeStatName): ':' and '|' written '_', and the dots
+// of an IPv4 address too, so that an address (remote_address_10.0.0.1, or
+// Envoy Gateway's masked_remote_address_0.0.0.0/0) stays one level of the
+// name and one label of its mapping. Line breaks are written '_' as well and
+// bytes that are not UTF-8 %XX, so that every sink (a statsd line, a
+// Prometheus label) carries the name as it is.
+func statKey(key string) string {
+	key = statReplacer.Replace(validLabel(key))
+	if strings.Count(key, ".") < 3 {
+		return key
+	}
+	return ipv4.ReplaceAllStringFunc(key, func(ip string) string { return strings.ReplaceAll(ip, ".", "_") })
 }
 
 // lyftLabels splits a stat key (domain.key1.key2...) as the mapping does:
@@ -89,19 +121,97 @@ type StatsSink interface {
 	Timing(name string, d time.Duration)
 }
 
+// sinks sends every stat to each of its sinks.
+type sinks []StatsSink
+
+func (ss sinks) Count(name string, n int64) {
+	for _, s := range ss {
+		s.Count(name, n)
+	}
+}
+
+func (ss sinks) Timing(name string, d time.Duration) {
+	for _, s := range ss {
+		s.Timing(name, d)
+	}
+}
+
+// MappedStats makes Prometheus series of the statsd stats it receives, as a
+// statsd_exporter would; *statsmap.Sink implements it.
+type MappedStats interface {
+	StatsSink
+	prometheus.Gatherer
+}
+
+// MapStats sends envoyproxy/ratelimit's statsd stats (SendStats) to ms as
+// well, and serves the series ms makes of them beside the registry's. It
+// names envoyproxy/ratelimit's series in place of LyftNames: use one or the
+// other, as a series made by both is served by neither. Call it before the
+// server serves.
+func (m *Metrics) MapStats(ms MappedStats) {
+	m.SendStats(ms)
+	m.mu.Lock()
+	m.mapped = ms
+	m.mu.Unlock()
+}
+
+// gatherer is what /metrics serves: the registry, and the series of
+// MapStats.
+func (m *Metrics) gatherer() prometheus.Gatherer {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	if m.mapped == nil {
+		return m.Registry
+	}
+	return prometheus.Gatherers{m.Registry, m.mapped}
+}
+
 // statNames are the per-descriptor stats, in descCounters order.
 var statNames = [5]string{"total_hits", "over_limit", "near_limit", "within_limit", "shadow_mode"}
 
-type statsOut struct{ sink StatsSink }
+type statsOut struct {
+	sink     StatsSink
+	notFound notFoundNames
+}
+
+// maxNotFoundDomains bounds the domains named in domain_not_found stats: the
+// domain comes from requests, so past the bound it is named "~other".
+const maxNotFoundDomains = 256
+
+// notFoundNames are the names of the domain_not_found stats of unknown
+// domains, ratelimit.service.rate_limit.DOMAIN.domain_not_found, for at most
+// maxNotFoundDomains domains. The zero value is ready; safe for concurrent
+// use.
+type notFoundNames struct {
+	seen sync.Map // domain -> name
+	n    atomic.Int32
+}
+
+func (f *notFoundNames) name(domain string) string {
+	if v, ok := f.seen.Load(domain); ok {
+		return v.(string)
+	}
+	key := domain
+	if f.n.Add(1) > maxNotFoundDomains {
+		key = "~other"
+	}
+	v, _ := f.seen.LoadOrStore(domain, "ratelimit.service.rate_limit."+statKey(key)+".domain_not_found")
+	return v.(string)
+}
 
 // SendStats sends envoyproxy/ratelimit's statsd stats to sink, with its
 // names: ratelimit.service.rate_limit.STATKEY.{total_hits,over_limit,
 // near_limit,within_limit,shadow_mode}, ratelimit_server.ShouldRateLimit.
 // {total_requests,response_time}, ratelimit.service.call.should_rate_limit.
-// {service_error,redis_error}, ratelimit.service.config_load_{success,error}.
-// Call it before the server serves.
+// {service_error,redis_error}, ratelimit.service.config_load_{success,error},
+// ratelimit.service.global_shadow_mode and ratelimit.service.rate_limit.
+// DOMAIN.domain_not_found. Call it before the server serves.
+// Called again, it sends to every sink it was given.
 func (m *Metrics) SendStats(sink StatsSink) {
 	m.mu.Lock()
+	if so := m.stats.Load(); so != nil {
+		sink = sinks{so.sink, sink}
+	}
 	m.stats.Store(&statsOut{sink: sink})
 	clear(m.descs) // counters made before now lack their stat names
 	m.mu.Unlock()

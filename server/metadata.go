@@ -1,8 +1,6 @@
 package server
 
 import (
-	"fmt"
-
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/protobuf/encoding/prototext"
 	"google.golang.org/protobuf/types/known/structpb"
@@ -16,8 +14,14 @@ import (
 // request's hits_addend; and the configured metadata of the descriptors
 // that passed (neither over their limit nor unlimited), merged, the first
 // one's value winning.
+//
+// Request bytes are written as the engine counts them: a value over
+// engine.MaxLen bytes as its stand-in (engine.BoundValue), and bytes that
+// are not UTF-8 as %XX (validLabel), since a protobuf string must be UTF-8:
+// a response that cannot be marshalled would fail the call, and Envoy would
+// grant it.
 func dynamicMetadata(req *rlsv3.RateLimitRequest, resp *engine.Response) *structpb.Struct {
-	fields := map[string]*structpb.Value{"domain": structpb.NewStringValue(req.GetDomain())}
+	fields := map[string]*structpb.Value{"domain": structpb.NewStringValue(validLabel(req.GetDomain()))}
 	descs := make([]*structpb.Value, 0, len(req.GetDescriptors()))
 	for _, d := range req.GetDescriptors() {
 		if d == nil {
@@ -25,7 +29,7 @@ func dynamicMetadata(req *rlsv3.RateLimitRequest, resp *engine.Response) *struct
 		}
 		entries := make([]*structpb.Value, 0, len(d.GetEntries()))
 		for _, e := range d.GetEntries() {
-			entries = append(entries, structpb.NewStringValue(fmt.Sprintf("%s=%s", e.GetKey(), e.GetValue())))
+			entries = append(entries, structpb.NewStringValue(validLabel(e.GetKey()+"="+engine.BoundValue(e.GetValue()))))
 		}
 		f := map[string]*structpb.Value{"entries": structpb.NewListValue(&structpb.ListValue{Values: entries})}
 		if l := d.GetLimit(); l != nil {

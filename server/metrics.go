@@ -2,6 +2,7 @@ package server
 
 import (
 	"fmt"
+	"runtime/metrics"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -40,6 +41,8 @@ type Metrics struct {
 	descs map[descKey]*descCounters
 	lyft  atomic.Pointer[lyftMetrics] // nil: only Charon's names (LyftNames)
 	stats atomic.Pointer[statsOut]    // nil: no statsd stats (SendStats)
+	// mapped, under mu, makes series of the stats (nil: none, MapStats).
+	mapped prometheus.Gatherer
 }
 
 type descKey struct{ domain, key string }
@@ -127,7 +130,7 @@ func NewMetrics(evictions func() float64) *Metrics {
 	m.reloadFailed = m.reloads.WithLabelValues("failure")
 	reg.MustRegister(m.collectors()...)
 	reg.MustRegister(m.reloads, m.invalidRequests, m.requestErrors, m.authzDenied, m.debugDenied, m.globalShadow, hist, m.unconfigured.vec,
-		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
+		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}), gcCPUFraction())
 	if evictions != nil {
 		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Namespace: "charon", Name: "store_evictions_total",
@@ -152,6 +155,18 @@ func (m *Metrics) observeRequest(d time.Duration, err error) {
 		m.invalidRequests.Inc()
 	} else {
 		m.requestErrors.Inc()
+	}
+}
+
+// globalShadowed counts a request answered OK by --shadow-mode that would
+// have been OVER_LIMIT.
+func (m *Metrics) globalShadowed() {
+	m.globalShadow.Inc()
+	if so := m.stats.Load(); so != nil {
+		so.sink.Count("ratelimit.service.global_shadow_mode", 1)
+	}
+	if l := m.lyftNames(); l != nil {
+		l.globalShadow.Inc()
 	}
 }
 
@@ -200,15 +215,16 @@ func (m *Metrics) counters(domain, key string) *descCounters {
 			within: m.withinLimit.WithLabelValues(domain, key),
 			shadow: m.shadowMode.WithLabelValues(domain, key),
 		}
+		sk := statKey(k.key)
 		if so := m.stats.Load(); so != nil {
 			c.sink = so.sink
 			c.stats = &[5]string{}
 			for i, n := range statNames {
-				c.stats[i] = "ratelimit.service.rate_limit." + key + "." + n
+				c.stats[i] = "ratelimit.service.rate_limit." + sk + "." + n
 			}
 		}
 		if l := m.lyft.Load(); l != nil {
-			ll := lyftLabels(key)
+			ll := lyftLabels(sk)
 			c.lyft = &[5]prometheus.Counter{
 				l.totalHits.WithLabelValues(ll[:]...), l.overLimit.WithLabelValues(ll[:]...), l.nearLimit.WithLabelValues(ll[:]...),
 				l.withinLimit.WithLabelValues(ll[:]...), l.shadowMode.WithLabelValues(ll[:]...),
@@ -223,6 +239,13 @@ func (m *Metrics) counters(domain, key string) *descCounters {
 // is the config's metric key (values only with detailed_metric), so the label
 // set is bounded by the configuration, not by traffic.
 func (m *Metrics) countDescriptors(req *engine.Request, resp *engine.Response) {
+	if resp.UnknownDomain {
+		if so := m.stats.Load(); so != nil {
+			// Once per descriptor, as envoyproxy/ratelimit looks each one up.
+			so.sink.Count(so.notFound.name(req.Domain), int64(len(req.Descriptors)))
+		}
+		return
+	}
 	for i := range resp.Statuses {
 		st := &resp.Statuses[i]
 		if st.Unconfigured && i < len(req.Descriptors) && len(req.Descriptors[i].Entries) > 0 {
@@ -260,6 +283,25 @@ func descriptorHits(req *engine.Request, i int) uint64 {
 		return 1
 	}
 	return uint64(req.Hits)
+}
+
+// gcCPUFraction is go_memstats_gc_cpu_fraction, the share of the CPU time
+// available to the process (GOMAXPROCS) that the garbage collector used since
+// it started, which the Go collector no longer exports and Envoy Gateway's
+// ratelimit dashboard still charts. It is read from runtime/metrics, so that
+// a scrape does not stop the world as runtime.ReadMemStats would.
+func gcCPUFraction() prometheus.Collector {
+	return prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "go_memstats_gc_cpu_fraction",
+		Help: "The fraction of this program's available CPU time used by the GC since the program started.",
+	}, func() float64 {
+		s := []metrics.Sample{{Name: "/cpu/classes/gc/total:cpu-seconds"}, {Name: "/cpu/classes/total:cpu-seconds"}}
+		metrics.Read(s)
+		if s[0].Value.Kind() != metrics.KindFloat64 || s[1].Value.Kind() != metrics.KindFloat64 || s[1].Value.Float64() <= 0 {
+			return 0
+		}
+		return s[0].Value.Float64() / s[1].Value.Float64()
+	})
 }
 
 // validLabel returns s with every byte that is not part of valid UTF-8

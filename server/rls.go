@@ -75,7 +75,7 @@ func (s *rls) decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.R
 	out := toProtoResponse(eresp, s.responseHeaders, s.headerNames)
 	if s.shadowMode && out.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT {
 		out.OverallCode = rlsv3.RateLimitResponse_OK
-		s.metrics.globalShadow.Inc()
+		s.metrics.globalShadowed()
 	}
 	if s.dynamicMetadata {
 		out.DynamicMetadata = dynamicMetadata(req, eresp)

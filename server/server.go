@@ -87,8 +87,10 @@ type Options struct {
 	// DynamicMetadata adds envoyproxy/ratelimit's dynamic_metadata to
 	// every response (RESPONSE_DYNAMIC_METADATA).
 	DynamicMetadata bool
-	// Tracing traces every gRPC call (ShouldRateLimit, charon.v1) with
-	// OpenTelemetry's global tracer provider, continuing the caller's trace.
+	// Tracing traces every gRPC call (ShouldRateLimit, charon.v1) and HTTP
+	// /json with OpenTelemetry's global tracer provider, continuing the
+	// caller's trace (the global propagator's: internal/tracing's reads W3C
+	// Trace Context and B3).
 	Tracing bool
 	// NearLimitRatio is the share of a limit from which granted hits count
 	// as near_limit (0: 0.8).
@@ -312,12 +314,26 @@ func New(opts Options) (*Server, error) {
 	return s, nil
 }
 
-// metricsHandler serves the registry at MetricsPath, /metrics by default.
+// metricsHandler serves the metrics at MetricsPath, /metrics by default.
 func (s *Server) metricsHandler() http.Handler {
 	mux := http.NewServeMux()
-	mux.Handle(cmp.Or(s.opts.MetricsPath, "/metrics"), promhttp.HandlerFor(s.metrics.Registry, promhttp.HandlerOpts{}))
+	mux.Handle(cmp.Or(s.opts.MetricsPath, "/metrics"), s.promHandler())
 	return mux
 }
+
+// promHandler serves the metrics. A series that cannot be gathered (a
+// mapping's series clashing with another) is left out and logged, rather
+// than failing the whole scrape.
+func (s *Server) promHandler() http.Handler {
+	return promhttp.HandlerFor(s.metrics.gatherer(), promhttp.HandlerOpts{
+		ErrorLog: promLog{s.log}, ErrorHandling: promhttp.ContinueOnError,
+	})
+}
+
+// promLog writes promhttp's errors to the server's log.
+type promLog struct{ log *slog.Logger }
+
+func (l promLog) Println(v ...any) { l.log.Warn("serving metrics", "err", fmt.Sprint(v...)) }
 
 // httpServer serves h with the slow-client bounds: the header and body of a
 // request must arrive within HTTPReadTimeout, headers are at most 64 KiB,

@@ -26,6 +26,7 @@ import (
 	"github.com/charonlimit/charon/internal/lyftenv"
 	"github.com/charonlimit/charon/internal/redisbackend"
 	"github.com/charonlimit/charon/internal/statsd"
+	"github.com/charonlimit/charon/internal/statsmap"
 	"github.com/charonlimit/charon/internal/store/memstore"
 	"github.com/charonlimit/charon/internal/store/redisstore"
 	"github.com/charonlimit/charon/internal/store/resilient"
@@ -46,10 +47,13 @@ type serveConfig struct {
 	Redis     redisbackend.Flags
 	Tracing   tracing.Flags
 	Decisions decisionlog.Flags
-	// LyftMetrics adds envoyproxy/ratelimit's metric names; StatsdAddr,
+	// LyftMetrics adds envoyproxy/ratelimit's metric names, unless
+	// MetricsMapping names a statsd_exporter mapping file to make them
+	// from its statsd stats; StatsdAddr,
 	// when set, sends its statsd stats there over StatsdProtocol, flushed
 	// every StatsdFlush.
 	LyftMetrics    bool
+	MetricsMapping string
 	StatsdAddr     string
 	StatsdProtocol statsd.Protocol
 	StatsdFlush    time.Duration
@@ -100,6 +104,7 @@ func serveFlags(fs *flag.FlagSet, c *serveConfig) {
 	c.Tracing.Bind(fs)
 	c.Decisions.Bind(fs)
 	fs.BoolVar(&c.LyftMetrics, "lyft-metrics", c.LyftMetrics, "also count under envoyproxy/ratelimit's Prometheus names (ratelimit_service_*)")
+	fs.StringVar(&c.MetricsMapping, "metrics-mapping", c.MetricsMapping, "make Prometheus series of envoyproxy/ratelimit's statsd stats with this statsd_exporter mapping `file`, as its PROMETHEUS_MAPPER_YAML does, in place of --lyft-metrics' built-in names")
 	fs.StringVar(&c.StatsdAddr, "statsd-addr", c.StatsdAddr, "send envoyproxy/ratelimit's statsd stats (its names) to this `host:port`")
 	fs.Var(&c.StatsdProtocol, "statsd-protocol", "send the statsd stats over `udp` (the default) or tcp (newline-separated lines on one connection, redialled; dropped rather than waited for while it is down)")
 	fs.DurationVar(&c.StatsdFlush, "statsd-flush-interval", c.StatsdFlush, "how often buffered statsd stats are sent at the latest")
@@ -313,7 +318,14 @@ func serve(c serveConfig, args []string, log *slog.Logger) error {
 		opts.Metrics.Registry.MustRegister(mc.Collector())
 		opts.Charon.Holds = func() float64 { return float64(mc.Stats().Copies) }
 	}
-	if c.LyftMetrics {
+	if c.MetricsMapping != "" {
+		ms, err := statsmap.Open(c.MetricsMapping, log)
+		if err != nil {
+			return fmt.Errorf("--metrics-mapping: %v", err)
+		}
+		defer ms.Close()
+		opts.Metrics.MapStats(ms)
+	} else if c.LyftMetrics {
 		opts.Metrics.LyftNames()
 	}
 	if c.StatsdAddr != "" {

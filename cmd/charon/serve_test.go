@@ -1,9 +1,11 @@
 package main
 
 import (
+	"bytes"
 	"flag"
 	"io"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -50,6 +52,11 @@ func TestParseServePrecedence(t *testing.T) {
 				c.MaxDescriptors, c.MaxKeys, c.Server.ResponseHeaders, c.MergeDomains, c.Server.ShutdownTimeout = 9, 7, true, true, time.Minute
 				c.Redis.URL = "redis://x"
 				c.FixedWindow = true
+			})},
+		{"Envoy Gateway's prometheus env", nil, map[string]string{
+			"USE_PROMETHEUS": "true", "PROMETHEUS_ADDR": ":19001", "PROMETHEUS_MAPPER_YAML": "/etc/statsd-exporter/conf.yaml"},
+			with(func(c *serveConfig) {
+				c.Server.MetricsAddr, c.Server.MetricsPath, c.MetricsMapping = ":19001", "/metrics", "/etc/statsd-exporter/conf.yaml"
 			})},
 		{"flag beats env", []string{"--grpc-addr", ":1", "--response-headers=false"},
 			map[string]string{"CHARON_GRPC_ADDR": ":11", "GRPC_PORT": "9", "CHARON_RESPONSE_HEADERS": "true"},
@@ -270,5 +277,20 @@ func TestParseServeConfigDirDefault(t *testing.T) {
 		if c.ConfigDir != tc.want {
 			t.Errorf("%s: --config %q, want %q", tc.name, c.ConfigDir, tc.want)
 		}
+	}
+}
+
+// TestServeBadMetricsMapping: a mapping file statsd_exporter refuses
+// (PROMETHEUS_MAPPER_YAML's) stops the start with an error naming it.
+func TestServeBadMetricsMapping(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "conf.yaml")
+	if err := os.WriteFile(file, []byte("mappings:\n  - match: \"a(\"\n    match_type: regex\n    name: x\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var out, errb bytes.Buffer
+	code := run([]string{"serve", "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--debug-addr", "127.0.0.1:0"},
+		envOf(map[string]string{"USE_PROMETHEUS": "true", "PROMETHEUS_ADDR": "127.0.0.1:0", "PROMETHEUS_MAPPER_YAML": file}), &out, &errb)
+	if code != 1 || !strings.Contains(errb.String(), "cannot start") || !strings.Contains(errb.String(), file) {
+		t.Errorf("exit %d, stderr %q; want exit 1, \"cannot start\" naming %s", code, errb.String(), file)
 	}
 }

@@ -355,8 +355,8 @@ func TestNotLimited(t *testing.T) {
 	e := New(Options{Store: fs})
 	req := &Request{Domain: "test", Descriptors: []Descriptor{desc("user", "u")}}
 	resp, err := e.ShouldRateLimit(context.Background(), req) // no tree yet
-	if err != nil || resp.Code != CodeOK || resp.Statuses[0].Limit != nil {
-		t.Fatalf("without a tree: %+v, %v; want OK, not limited", resp, err)
+	if err != nil || resp.Code != CodeOK || resp.Statuses[0].Limit != nil || !resp.UnknownDomain {
+		t.Fatalf("without a tree: %+v, %v; want OK, not limited, unknown domain", resp, err)
 	}
 	e.SetTree(testTree(t))
 	for _, r := range []*Request{
@@ -366,6 +366,9 @@ func TestNotLimited(t *testing.T) {
 		resp, err := e.ShouldRateLimit(context.Background(), r)
 		if err != nil || resp.Code != CodeOK {
 			t.Fatalf("%+v: %+v, %v; want OK", r, resp, err)
+		}
+		if want := r.Domain == "unknown"; resp.UnknownDomain != want {
+			t.Errorf("%s: UnknownDomain %v, want %v", r.Domain, resp.UnknownDomain, want)
 		}
 		for i, st := range resp.Statuses {
 			if st.Code != CodeOK || st.Limit != nil {

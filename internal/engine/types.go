@@ -85,9 +85,12 @@ type Status struct {
 // Response is the answer to a Request, statuses in request order.
 // The Limit pointers of its statuses point into the Response itself.
 type Response struct {
-	Code     Code
-	Statuses []Status
-	limits   []CurrentLimit
+	Code Code
+	// UnknownDomain is set when the request's domain has no configuration
+	// (envoyproxy/ratelimit's domain_not_found).
+	UnknownDomain bool
+	Statuses      []Status
+	limits        []CurrentLimit
 }
 
 // InputError is a request that cannot be decided; Field names the culprit,

@@ -18,6 +18,7 @@
 //	USE_STATSD, STATSD_HOST, STATSD_PORT, STATS_FLUSH_INTERVAL --statsd-addr, --statsd-flush-interval (not with DISABLE_STATS=true)
 //	STATSD_PROTOCOL (github.com/lyft/gostats', default tcp)    --statsd-protocol, with statsd on
 //	USE_PROMETHEUS, PROMETHEUS_ADDR, PROMETHEUS_PATH           --metrics-addr, --metrics-path (not with DISABLE_STATS=true)
+//	PROMETHEUS_MAPPER_YAML                                     --metrics-mapping (with USE_PROMETHEUS=true)
 //	STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=false              --overdraft (true, Charon's default, maps to nothing)
 package lyftenv
 
@@ -333,6 +334,9 @@ func readStats(s *Settings, getenv func(string) string) error {
 	} else if on {
 		s.set("metrics-addr", cmp.Or(getenv("PROMETHEUS_ADDR"), ":9090"), "USE_PROMETHEUS")
 		s.set("metrics-path", cmp.Or(getenv("PROMETHEUS_PATH"), "/metrics"), "PROMETHEUS_PATH")
+		if v := getenv("PROMETHEUS_MAPPER_YAML"); v != "" {
+			s.set("metrics-mapping", v, "PROMETHEUS_MAPPER_YAML")
+		}
 	}
 	return nil
 }

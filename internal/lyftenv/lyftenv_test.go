@@ -79,6 +79,11 @@ func TestRead(t *testing.T) {
 		{"refused hits not counted: Charon's default", map[string]string{"STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT": "true"}, nil},
 		{"prometheus", map[string]string{"USE_PROMETHEUS": "true", "PROMETHEUS_PATH": "/stats"},
 			[]lyftenv.Flag{{"metrics-addr", ":9090", "USE_PROMETHEUS"}, {"metrics-path", "/stats", "PROMETHEUS_PATH"}}},
+		{"prometheus as Envoy Gateway sets it", map[string]string{"USE_PROMETHEUS": "true", "PROMETHEUS_ADDR": ":19001",
+			"PROMETHEUS_MAPPER_YAML": "/etc/statsd-exporter/conf.yaml"},
+			[]lyftenv.Flag{{"metrics-addr", ":19001", "USE_PROMETHEUS"}, {"metrics-path", "/metrics", "PROMETHEUS_PATH"},
+				{"metrics-mapping", "/etc/statsd-exporter/conf.yaml", "PROMETHEUS_MAPPER_YAML"}}},
+		{"prometheus mapping without USE_PROMETHEUS: no effect, as there", map[string]string{"PROMETHEUS_MAPPER_YAML": "m.yaml"}, nil},
 		{"cluster", map[string]string{"REDIS_URL": "a:1,b:2", "REDIS_TYPE": "cluster", "REDIS_POOL_SIZE": "7"},
 			[]lyftenv.Flag{{"redis-pool-size", "7", "REDIS_POOL_SIZE"}, {"redis-url", "redis-cluster://a:1,b:2", "REDIS_URL"}, {"store", "redis", "REDIS_URL"}}},
 	} {

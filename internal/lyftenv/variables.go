@@ -66,7 +66,7 @@ var variables = map[string]refusal{
 	"REDIS_TLS": nil, "REDIS_TLS_CLIENT_CERT": nil, "REDIS_TLS_CLIENT_KEY": nil, "REDIS_TLS_CACERT": nil,
 	"REDIS_TLS_SKIP_HOSTNAME_VERIFICATION": nil, "REDIS_TIMEOUT": nil,
 	"USE_STATSD": aBool, "STATSD_HOST": nil, "STATSD_PORT": nil, "STATS_FLUSH_INTERVAL": nil,
-	"USE_PROMETHEUS": aBool, "PROMETHEUS_ADDR": nil, "PROMETHEUS_PATH": nil, "DISABLE_STATS": aBool,
+	"USE_PROMETHEUS": aBool, "PROMETHEUS_ADDR": nil, "PROMETHEUS_PATH": nil, "PROMETHEUS_MAPPER_YAML": nil, "DISABLE_STATS": aBool,
 
 	// Read by github.com/lyft/gostats, not settings.go: the transport of
 	// its statsd sink, mapped (and checked) by read with statsd on; it has
@@ -99,7 +99,6 @@ var variables = map[string]refusal{
 	"USE_DOG_STATSD":                           onlyOff("DogStatsD tags are not supported: USE_STATSD sends plain statsd"),
 	"EXTRA_TAGS":                               notSet("statsd tags are not supported: the stats carry their names only"),
 	"USE_DOG_STATSD_MOGRIFIERS":                notSet("DogStatsD mogrifiers are not supported"),
-	"PROMETHEUS_MAPPER_YAML":                   notSet("its own metric names are built in (--lyft-metrics); a custom mapping is not supported"),
 	"PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS": onlyOff("ratelimit_service_response_time_seconds is in seconds"),
 	"REDIS_PERSECOND":                          onlyOff("a second Redis for per-second limits is not supported: every limit uses REDIS_URL"),
 	"REDIS_SENTINEL_AUTH":                      notSet("put the Sentinels' password in the URL instead: CHARON_REDIS_URL=redis-sentinel://host:port/master?sentinel_password=..."),

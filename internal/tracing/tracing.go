@@ -1,7 +1,8 @@
 // Package tracing sets up OpenTelemetry tracing for `charon serve`: an OTLP
 // exporter (its endpoint, headers and TLS from the standard
 // OTEL_EXPORTER_OTLP_* variables) behind a batching tracer provider with a
-// ratio sampler, as envoyproxy/ratelimit's TRACING_* settings describe it.
+// ratio sampler, as envoyproxy/ratelimit's TRACING_* settings describe it,
+// and the propagation of callers' traces: W3C Trace Context and B3.
 package tracing
 
 import (
@@ -10,6 +11,7 @@ import (
 	"encoding/hex"
 	"fmt"
 
+	"go.opentelemetry.io/contrib/propagators/b3"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace"
@@ -79,8 +81,20 @@ func New(ctx context.Context, o Options) (*Provider, error) {
 		sdktrace.WithSampler(sdktrace.ParentBased(sdktrace.TraceIDRatioBased(o.SamplingRate))),
 	)
 	otel.SetTracerProvider(tp)
-	otel.SetTextMapPropagator(propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{}))
+	otel.SetTextMapPropagator(Propagator())
 	return &Provider{tp: tp}, nil
+}
+
+// Propagator is how a caller's trace reaches Charon's spans, on gRPC
+// metadata and HTTP headers alike: W3C Trace Context (traceparent) and
+// baggage, and Zipkin's B3, as a single b3 header or as X-B3-* headers
+// (what Envoy sends when its tracer is Zipkin). When a request carries both,
+// traceparent wins. B3 is injected (on calls Charon makes) as X-B3-*
+// headers beside traceparent.
+func Propagator() propagation.TextMapPropagator {
+	return propagation.NewCompositeTextMapPropagator(
+		b3.New(b3.WithInjectEncoding(b3.B3MultipleHeader)),
+		propagation.TraceContext{}, propagation.Baggage{})
 }
 
 // Tracer returns a tracer of the provider.
