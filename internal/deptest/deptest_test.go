@@ -61,6 +61,7 @@ var imports = map[string][]string{
 	"internal/store/storetest":   {"internal/store", "tiers", "tiers/tierstest"},
 	"internal/tlsconfig":         nil,
 	"internal/tlsconfig/tlstest": nil,
+	"internal/xdsconfig":         {"config"},
 	"server": {"api/charon/v1", "config", "copylog", "descriptors", "internal/authz", "internal/copystore", "internal/engine",
 		"internal/store/resilient", "internal/tlsconfig", "tiers", "internal/decisionlog", "internal/sim"},
 	"tiers":           nil,
@@ -104,10 +105,10 @@ var deny = []struct {
 		// export a store's collector depend on it, and on no gRPC. The
 		// OTLP exporter of internal/tracing speaks gRPC.
 		except: []string{"api/charon/v1", "client", "cmd/charon", "internal/clientcmd", "internal/servertest", "server", "internal/loadgen", "internal/sessionhold", "internal/collect",
-			"internal/store/resilient", "internal/copystore/memcopy", "internal/redisbackend", "internal/tracing"},
+			"internal/store/resilient", "internal/copystore/memcopy", "internal/redisbackend", "internal/tracing", "internal/xdsconfig"},
 		paths: []string{"google.golang.org/grpc", "google.golang.org/protobuf", "github.com/envoyproxy/go-control-plane",
 			module + "/api/charon/v1"},
-		why: "only server and client (and main, and the generated API) touch gRPC and protos",
+		why: "only server and client (and main, the generated API and the xDS client) touch gRPC and protos",
 	},
 	{
 		pkgs: []string{"..."},
