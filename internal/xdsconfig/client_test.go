@@ -299,6 +299,13 @@ func TestFirstConfigAndUpdate(t *testing.T) {
 	if got := r.allowed(t, 4); got != 4 {
 		t.Errorf("version 2 (10 a minute): %d of 4 allowed", got)
 	}
+	// The same resources under a new version: the version changes, nothing
+	// is loaded again.
+	x.set(t, "3", limited("limits", 10))
+	waitFor(t, "version 3", func() bool { return r.client.Version() == "3" })
+	if got := r.allowed(t, 7); got != 6 {
+		t.Errorf("version 3 (the same 10 a minute, 4 used): %d of 7 allowed", got)
+	}
 	first := x.requests()[0]
 	if n := first.GetNode(); n.GetId() != nodeID || n.GetMetadata().GetFields()["zone"].GetStringValue() != "a" || first.GetTypeUrl() != xdsconfig.TypeURL {
 		t.Errorf("first request: node %v, type %s", n, first.GetTypeUrl())

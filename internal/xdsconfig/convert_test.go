@@ -136,6 +136,19 @@ descriptors:
 	}
 }
 
+// TestDecodeNothing: a response with no resource is a configuration with
+// no domain.
+func TestDecodeNothing(t *testing.T) {
+	r, err := Decode(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, _, err := config.Load(r.Files, config.Options{})
+	if err != nil || cfg == nil || len(cfg.Files) != 0 {
+		t.Errorf("no resources: %v, %v", cfg, err)
+	}
+}
+
 func TestDecodeRefuses(t *testing.T) {
 	unknown := &rlsconfv3.RateLimitDescriptor{Key: "a"}
 	unknown.ProtoReflect().SetUnknown(protowire.AppendVarint(protowire.AppendTag(nil, 9, protowire.VarintType), 1))
