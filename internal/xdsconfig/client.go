@@ -1,6 +1,7 @@
 package xdsconfig
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"crypto/tls"
@@ -11,6 +12,7 @@ import (
 	"io/fs"
 	"log/slog"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"time"
 
@@ -407,16 +409,25 @@ func (c *Client) logRejected(version, text string) {
 	c.log.Error(msg, "source", "xds", "version", version, "err", text)
 }
 
-// hashResources identifies the resources of a response by their bytes.
+// hashResources identifies the resources of a response by their bytes,
+// whatever their order (a snapshot cache may send them in any; the files
+// load alike in every order).
 func hashResources(rs []*anypb.Any) [sha256.Size]byte {
-	h := sha256.New()
+	sums := make([][sha256.Size]byte, len(rs))
 	var n [8]byte
-	for _, r := range rs {
+	for i, r := range rs {
+		h := sha256.New()
 		for _, b := range [][]byte{[]byte(r.GetTypeUrl()), r.GetValue()} {
 			binary.LittleEndian.PutUint64(n[:], uint64(len(b)))
 			h.Write(n[:])
 			h.Write(b)
 		}
+		copy(sums[i][:], h.Sum(nil))
+	}
+	slices.SortFunc(sums, func(a, b [sha256.Size]byte) int { return bytes.Compare(a[:], b[:]) })
+	h := sha256.New()
+	for _, s := range sums {
+		h.Write(s[:])
 	}
 	var sum [sha256.Size]byte
 	copy(sum[:], h.Sum(nil))

@@ -207,3 +207,16 @@ func TestExplain(t *testing.T) {
 		t.Errorf("Explain:\n%s\nwant it to start with\n%s", got, want)
 	}
 }
+
+// TestHashResources: the same resources in any order are the same
+// configuration; others are not.
+func TestHashResources(t *testing.T) {
+	a := anyOf(t, &rlsconfv3.RateLimitConfig{Name: "a", Domain: "a"})
+	b := anyOf(t, &rlsconfv3.RateLimitConfig{Name: "b", Domain: "b"})
+	if hashResources([]*anypb.Any{a, b}) != hashResources([]*anypb.Any{b, a}) {
+		t.Error("the order of the resources changes the hash")
+	}
+	if hashResources([]*anypb.Any{a, b}) == hashResources([]*anypb.Any{a}) || hashResources([]*anypb.Any{a, a}) == hashResources([]*anypb.Any{a}) {
+		t.Error("different resources hash alike")
+	}
+}
