@@ -14,6 +14,10 @@ import (
 // errNoResponse is an engine that answered neither a response nor an error.
 var errNoResponse = errors.New("server: engine returned no response")
 
+// errNoConfig answers a request while Options.WaitForConfig waits for the
+// first configuration.
+var errNoConfig = errors.New("server: no configuration yet")
+
 // grpcError maps an error from the decision path to a gRPC status error. It is
 // the only place where errors become gRPC codes.
 func grpcError(err error) error {
@@ -24,9 +28,12 @@ func grpcError(err error) error {
 	switch {
 	case errors.As(err, &in):
 		return status.Error(codes.InvalidArgument, in.Error())
-	case errors.Is(err, engine.ErrStore), errors.Is(err, copystore.ErrUnavailable), errors.Is(err, engine.ErrNoCopyStore):
+	case errors.Is(err, engine.ErrStore), errors.Is(err, copystore.ErrUnavailable), errors.Is(err, engine.ErrNoCopyStore),
+		errors.Is(err, errNoConfig):
 		// UNAVAILABLE lets Envoy's failure_mode_deny, or a client's degraded
-		// mode, decide; copies never fall back to local state.
+		// mode, decide; copies never fall back to local state. Before its
+		// first configuration the server answers as envoyproxy/ratelimit's
+		// closed port would (it does not listen until then).
 		return status.Error(codes.Unavailable, err.Error())
 	case errors.Is(err, engine.ErrUnknownResource), errors.Is(err, copylog.ErrUnknownHold), errors.Is(err, copylog.ErrUnknownTransfer):
 		return status.Error(codes.NotFound, err.Error())

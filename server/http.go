@@ -3,9 +3,11 @@ package server
 import (
 	"crypto/subtle"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/pprof"
+	"strconv"
 	"unicode/utf8"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
@@ -80,7 +82,11 @@ func (s *Server) serveHealthcheck(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if !s.serving() {
-		http.Error(w, "store unavailable", http.StatusInternalServerError)
+		msg := "store unavailable"
+		if !s.configReady.Load() {
+			msg = "no configuration yet"
+		}
+		http.Error(w, msg, http.StatusInternalServerError)
 		return
 	}
 	io.WriteString(w, "OK")
@@ -173,18 +179,24 @@ func (s *Server) debugHandler() http.Handler {
 	})
 }
 
+// serveRLConfig dumps the configuration in force. One from elsewhere than
+// files starts with a YAML comment naming its source and version
+// ("# source: xds, version: 7").
 func (s *Server) serveRLConfig(w http.ResponseWriter, r *http.Request) {
-	var cfg = s.reloader.Current()
-	if cfg == nil {
+	a := s.applied.Load()
+	if a == nil {
 		http.Error(w, "no configuration loaded", http.StatusServiceUnavailable)
 		return
 	}
-	out, err := cfg.Dump()
+	out, err := a.cfg.Dump()
 	if err != nil {
 		http.Error(w, "dumping configuration: "+err.Error(), http.StatusInternalServerError)
 		return
 	}
 	w.Header().Set("Content-Type", "application/yaml")
+	if a.source != "file" {
+		fmt.Fprintf(w, "# source: %s, version: %s\n", a.source, strconv.Quote(a.version))
+	}
 	w.Write(out)
 }
 

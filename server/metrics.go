@@ -28,6 +28,7 @@ type Metrics struct {
 	reloads         *prometheus.CounterVec
 	reloadOK        prometheus.Counter
 	reloadFailed    prometheus.Counter
+	versionInfo     *prometheus.GaugeVec
 	invalidRequests prometheus.Counter
 	requestErrors   prometheus.Counter
 	globalShadow    prometheus.Counter
@@ -109,7 +110,10 @@ func NewMetrics(evictions func() float64) *Metrics {
 		Registry: reg,
 		hitVecs: newHitVecs(vec, "Hits granted while at least the near-limit ratio (0.8) of the current limit was used.",
 			"Hits that would have been refused but were granted by shadow_mode or ignore_limits."),
-		reloads:         counterVec("config_reloads_total", "Configuration loads by result (success or failure).", "result"),
+		reloads: counterVec("config_reloads_total", "Configuration loads by result (success or failure).", "result"),
+		versionInfo: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "charon", Name: "config_version_info",
+			Help: "1, labelled with the source (xds) and version of the configuration in force; absent with files."},
+			[]string{"source", "version"}),
 		invalidRequests: counter("invalid_requests_total", "Requests refused with InvalidArgument."),
 		requestErrors:   counter("request_errors_total", "Requests answered with a gRPC error other than InvalidArgument."),
 		authzDenied: counterVec("authz_denied_total",
@@ -129,7 +133,7 @@ func NewMetrics(evictions func() float64) *Metrics {
 	m.reloadOK = m.reloads.WithLabelValues("success")
 	m.reloadFailed = m.reloads.WithLabelValues("failure")
 	reg.MustRegister(m.collectors()...)
-	reg.MustRegister(m.reloads, m.invalidRequests, m.requestErrors, m.authzDenied, m.debugDenied, m.globalShadow, hist, m.unconfigured.vec,
+	reg.MustRegister(m.reloads, m.versionInfo, m.invalidRequests, m.requestErrors, m.authzDenied, m.debugDenied, m.globalShadow, hist, m.unconfigured.vec,
 		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}), gcCPUFraction())
 	if evictions != nil {
 		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
@@ -190,6 +194,13 @@ func (m *Metrics) reloaded(ok bool) {
 			l.loadFailed.Inc()
 		}
 	}
+}
+
+// configVersion makes version of source the one series of
+// charon_config_version_info.
+func (m *Metrics) configVersion(source, version string) {
+	m.versionInfo.Reset()
+	m.versionInfo.WithLabelValues(source, validLabel(version)).Set(1)
 }
 
 func (m *Metrics) lyftNames() *lyftMetrics { return m.lyft.Load() }

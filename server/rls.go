@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -42,6 +43,9 @@ type rls struct {
 	dynamicMetadata bool
 	// decisions is the decision log (nil: none).
 	decisions *decisionlog.Logger
+	// ready is false while Options.WaitForConfig waits for a first
+	// configuration: requests are answered UNAVAILABLE (nil: ready).
+	ready *atomic.Bool
 }
 
 // defaultHeaderNames are the response headers' names, as in
@@ -57,6 +61,9 @@ func (s *rls) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) 
 }
 
 func (s *rls) decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+	if s.ready != nil && !s.ready.Load() {
+		return nil, s.fail(req, errNoConfig)
+	}
 	ereq, err := toEngineRequest(req)
 	if err != nil {
 		return nil, s.fail(req, err)

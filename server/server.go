@@ -74,6 +74,12 @@ type Options struct {
 	ConfigDir    string
 	Load         LoadFunc
 	PollInterval time.Duration
+	// WaitForConfig, for a configuration delivered by ApplyConfig (xDS),
+	// keeps health NOT_SERVING and answers ShouldRateLimit UNAVAILABLE
+	// until the first one is applied, so that Envoy's failure_mode_deny
+	// decides meanwhile. Without it, the server serves with no
+	// configuration until then.
+	WaitForConfig bool
 
 	// ResponseHeaders adds RateLimit-Limit, RateLimit-Remaining and
 	// RateLimit-Reset to every response that has a limited status;
@@ -163,6 +169,14 @@ type Server struct {
 	charon   *charon // nil: charon.v1 not served
 	reloader *Reloader
 	health   *health.Server
+	// applied is the configuration in force (nil before the first);
+	// configReady is false while WaitForConfig waits for it, storeOK is
+	// the store's health (SetServing); health is SERVING when both are
+	// true, set under healthMu.
+	applied     atomic.Pointer[appliedConfig]
+	configReady atomic.Bool
+	storeOK     atomic.Bool
+	healthMu    sync.Mutex
 
 	grpc                          *grpc.Server
 	httpSrv, debugSrv, metricsSrv *http.Server
@@ -214,12 +228,15 @@ func New(opts Options) (*Server, error) {
 	if opts.NearLimitRatio > 0 {
 		s.metrics.nearRatio = opts.NearLimitRatio
 	}
+	s.storeOK.Store(true)
+	s.configReady.Store(!opts.WaitForConfig)
 	s.rls = &rls{engine: opts.Engine, metrics: s.metrics, log: s.log, responseHeaders: opts.ResponseHeaders,
-		headerNames: opts.HeaderNames, shadowMode: opts.ShadowMode, dynamicMetadata: opts.DynamicMetadata, decisions: opts.DecisionLog}
+		headerNames: opts.HeaderNames, shadowMode: opts.ShadowMode, dynamicMetadata: opts.DynamicMetadata, decisions: opts.DecisionLog,
+		ready: &s.configReady}
 	if opts.DecisionLog != nil {
 		decisionLogCollector(s.metrics.Registry, opts.DecisionLog)
 	}
-	s.reloader = NewReloader(opts.ConfigDir, opts.Load, func(c *config.Config) { opts.Engine.SetTree(c.Tree) }, s.metrics, s.log)
+	s.reloader = NewReloader(opts.ConfigDir, opts.Load, func(c *config.Config) { s.setConfig(c, "file", "") }, s.metrics, s.log)
 	if opts.ConfigDir != "" {
 		if _, err := s.reloader.Check(); err != nil {
 			return nil, fmt.Errorf("server: loading %s: %w", opts.ConfigDir, err)
@@ -227,9 +244,7 @@ func New(opts Options) (*Server, error) {
 	}
 
 	s.health = health.NewServer()
-	for _, name := range healthNames {
-		s.health.SetServingStatus(name, healthpb.HealthCheckResponse_SERVING)
-	}
+	s.updateHealth()
 	var creds []grpc.ServerOption
 	if opts.GRPCTLS != nil {
 		creds = append(creds, grpc.Creds(credentials.NewTLS(opts.GRPCTLS)))

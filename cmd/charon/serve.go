@@ -31,6 +31,7 @@ import (
 	"github.com/charonlimit/charon/internal/store/redisstore"
 	"github.com/charonlimit/charon/internal/store/resilient"
 	"github.com/charonlimit/charon/internal/tracing"
+	"github.com/charonlimit/charon/internal/xdsconfig"
 	"github.com/charonlimit/charon/server"
 )
 
@@ -39,8 +40,11 @@ import (
 // precedence. Each package binds and checks its own flags.
 type serveConfig struct {
 	ConfigDir string
-	Store     string
-	Server    server.Flags
+	// XDS, with its Addr set, takes the configuration from an xDS server
+	// instead of ConfigDir.
+	XDS    xdsconfig.Flags
+	Store  string
+	Server server.Flags
 	// Redis are the Redis flags; the password comes from a file,
 	// CHARON_REDIS_PASSWORD or REDIS_AUTH (never a flag, which ps would
 	// show).
@@ -79,6 +83,7 @@ var defaultConfigDir = ""
 func defaultServeConfig() serveConfig {
 	return serveConfig{
 		ConfigDir:      defaultConfigDir,
+		XDS:            xdsconfig.DefaultFlags(),
 		Store:          "memory",
 		Server:         server.DefaultFlags(),
 		Redis:          redisbackend.Flags{Options: redisbackend.Options{Timeout: resilient.DefaultTimeout}},
@@ -98,6 +103,7 @@ func defaultServeConfig() serveConfig {
 // parsing overrides only what is given.
 func serveFlags(fs *flag.FlagSet, c *serveConfig) {
 	fs.StringVar(&c.ConfigDir, "config", c.ConfigDir, "configuration `directory` (watched)")
+	c.XDS.Bind(fs)
 	fs.StringVar(&c.Store, "store", c.Store, "state store: memory or redis")
 	c.Server.Bind(fs)
 	c.Redis.Bind(fs)
@@ -191,14 +197,30 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (se
 	if err := clientcmd.ParseFlags(fs, args); err != nil {
 		return *c, err
 	}
+	// The build's default directory (the image's examples) gives way to
+	// xDS; a directory asked for does not (check refuses both).
+	if c.XDS.On() && !flagSet(fs, "config") {
+		c.ConfigDir = ""
+	}
 	if err := c.check(); err != nil {
 		return *c, fmt.Errorf("%w: %v", errUsage, err)
 	}
 	return *c, nil
 }
 
+// flagSet reports whether the flag name was set (by the command line, a
+// CHARON_* variable or envoyproxy/ratelimit's environment).
+func flagSet(fs *flag.FlagSet, name string) bool {
+	set := false
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
+}
+
 // check refuses settings that cannot work, naming the flag.
 func (c *serveConfig) check() error {
+	if c.XDS.On() && c.ConfigDir != "" {
+		return errors.New("--config and --config-xds: the configuration comes from one source, a directory or an xDS server")
+	}
 	switch c.Store {
 	case "memory":
 	case "redis":
@@ -208,7 +230,7 @@ func (c *serveConfig) check() error {
 	default:
 		return fmt.Errorf("--store %q: want memory or redis", c.Store)
 	}
-	for _, check := range []func() error{c.Server.Check, c.Tracing.Check, c.Decisions.Check} {
+	for _, check := range []func() error{c.Server.Check, c.Tracing.Check, c.Decisions.Check, c.XDS.Check} {
 		if err := check(); err != nil {
 			return err
 		}
@@ -280,7 +302,7 @@ func serve(c serveConfig, args []string, log *slog.Logger) error {
 			}
 		}()
 	}
-	opts := server.Options{ConfigDir: c.ConfigDir, Logger: log, Tracing: c.Tracing.On}
+	opts := server.Options{ConfigDir: c.ConfigDir, Logger: log, Tracing: c.Tracing.On, WaitForConfig: c.XDS.On() && !c.XDS.ForceStart}
 	if err := c.Server.Apply(&opts, log); err != nil {
 		return err
 	}
@@ -347,7 +369,7 @@ func serve(c serveConfig, args []string, log *slog.Logger) error {
 	}
 	eng := engine.New(eo)
 	opts.Engine, opts.Charon.Engine = eng, eng
-	if c.ConfigDir == "" {
+	if c.ConfigDir == "" && !c.XDS.On() {
 		log.Warn("no --config directory: serving with no configuration, every request is OK")
 	}
 	srv, err := server.New(opts)
@@ -356,6 +378,27 @@ func serve(c serveConfig, args []string, log *slog.Logger) error {
 	}
 	ctx, stop := stopOnSignal(srv)
 	defer stop()
+	if c.XDS.On() {
+		xo := c.XDS.Options()
+		xo.Load, xo.Logger = opts.Load, log
+		xo.Apply = func(cfg *config.Config, version string) { srv.ApplyConfig(cfg, "xds", version) }
+		xo.Rejected = func(string, error) { srv.ConfigRejected() }
+		xc, err := xdsconfig.New(xo)
+		if err != nil {
+			return err
+		}
+		log.Info("config", "source", "xds", "server", c.XDS.Addr, "node_id", c.XDS.NodeID, "tls", c.XDS.TLS.On(), "force_start", c.XDS.ForceStart)
+		xctx, cancel := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			xc.Run(xctx)
+		}()
+		defer func() {
+			cancel()
+			<-done
+		}()
+	}
 	if backend != nil {
 		defer backend.Run(ctx, srv.SetServing)()
 	}

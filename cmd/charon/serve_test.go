@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"flag"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
 	"strings"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/charonlimit/charon/internal/statsd"
 	"github.com/charonlimit/charon/internal/store/resilient"
+	"github.com/charonlimit/charon/internal/xdsconfig"
 	"github.com/google/go-cmp/cmp"
 )
 
@@ -176,6 +178,16 @@ func TestParseServeErrors(t *testing.T) {
 		{"bad tls env", nil, map[string]string{"REDIS_URL": "h:1", "REDIS_TLS": "sure"}},
 		{"bad socket type", nil, map[string]string{"REDIS_URL": "h:1", "REDIS_SOCKET_TYPE": "udp"}},
 		{"unix cluster", []string{"--store", "redis", "--redis-url", "unix:///tmp/r.sock", "--redis-cluster"}, nil},
+		{"a directory and xDS", []string{"--config", "/c", "--config-xds", "cp:18000"}, nil},
+		{"RUNTIME_ROOT and --config-xds", []string{"--config-xds", "cp:18000"}, map[string]string{"RUNTIME_ROOT": "/data"}},
+		{"force start without xDS", []string{"--config-xds-force-start"}, nil},
+		{"xDS address without port", []string{"--config-xds", "cp"}, nil},
+		{"xDS metadata without =", []string{"--config-xds", "cp:1", "--config-xds-node-metadata", "zone:a"}, nil},
+		{"xDS header without :", nil, map[string]string{"CONFIG_TYPE": "GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS": "token"}},
+		{"xDS backoff max below initial", []string{"--config-xds", "cp:1", "--config-xds-backoff-max", "1ms"}, nil},
+		{"xDS backoff factor 0", nil, map[string]string{"CONFIG_TYPE": "GRPC_XDS_SOTW", "XDS_CLIENT_BACKOFF_RANDOM_FACTOR": "0"}},
+		{"xDS TLS CA missing", []string{"--config-xds", "cp:1", "--config-xds-tls-ca", "/nonexistent/ca.pem"}, nil},
+		{"xDS delta", nil, map[string]string{"CONFIG_TYPE": "GRPC_XDS_DELTA"}},
 	}
 	for _, tc := range tests {
 		if _, err := parseServe(tc.args, envOf(tc.env), io.Discard); err == nil {
@@ -204,6 +216,32 @@ func TestParseServeStatsdProtocolErrors(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), tc.name) || !strings.Contains(err.Error(), "udp") {
 			t.Errorf("%v %v: got %v, want an error naming %s and the choices", tc.args, tc.env, err, tc.name)
 		}
+	}
+}
+
+// TestParseServeXDS: CONFIG_TYPE=GRPC_XDS_SOTW alone is
+// envoyproxy/ratelimit's defaults; its variables yield to CHARON_* and
+// flags.
+func TestParseServeXDS(t *testing.T) {
+	c, err := parseServe(nil, envOf(map[string]string{"CONFIG_TYPE": "GRPC_XDS_SOTW"}), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := xdsconfig.DefaultFlags()
+	want.Addr = "localhost:18000"
+	want.Backoff.Initial, want.Backoff.Factor = 10*time.Second, 0.5
+	if d := cmp.Diff(want, c.XDS); d != "" {
+		t.Errorf("envoyproxy/ratelimit's defaults (-want +got):\n%s", d)
+	}
+	c, err = parseServe([]string{"--config-xds-node-id", "flag"}, envOf(map[string]string{"CONFIG_TYPE": "GRPC_XDS_SOTW",
+		"CONFIG_GRPC_XDS_SERVER_URL": "lyft:1", "CHARON_CONFIG_XDS": "charon:2", "CONFIG_GRPC_XDS_NODE_ID": "lyft",
+		"CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS": "authorization:Bearer x,x-team:edge", "FORCE_START_WITHOUT_INITIAL_CONFIG": "true"}), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.XDS.Addr != "charon:2" || c.XDS.NodeID != "flag" || !c.XDS.ForceStart ||
+		!maps.Equal(c.XDS.Headers.M, map[string]string{"authorization": "Bearer x", "x-team": "edge"}) {
+		t.Errorf("precedence: %+v", c.XDS)
 	}
 }
 
@@ -269,6 +307,9 @@ func TestParseServeConfigDirDefault(t *testing.T) {
 		{"CHARON_CONFIG", nil, map[string]string{"CHARON_CONFIG": "/c"}, "/c"},
 		{"CHARON_CONFIG over RUNTIME_*", nil, with(istioSampleEnv, "CHARON_CONFIG", "/c"), "/c"},
 		{"--config", []string{"--config", "/f"}, istioSampleEnv, "/f"},
+		{"xDS: no directory", nil, map[string]string{"CONFIG_TYPE": "GRPC_XDS_SOTW"}, ""},
+		{"xDS with RUNTIME_* (no effect then, as there)", nil, with(istioSampleEnv, "CONFIG_TYPE", "GRPC_XDS_SOTW"), ""},
+		{"--config-xds", []string{"--config-xds", "cp:18000"}, nil, ""},
 	} {
 		c, err := parseServe(tc.args, envOf(tc.env), io.Discard)
 		if err != nil {

@@ -24,7 +24,7 @@ var imports = map[string][]string{
 	"client":        {"api/charon/v1"},
 	"cmd/charon": {"config", "internal/clientcmd", "internal/copystore/memcopy", "internal/decisionlog", "internal/engine", "internal/gctune",
 		"internal/lyftenv", "internal/redisbackend", "internal/sim", "internal/statsd", "internal/statsmap", "internal/store/memstore", "internal/store/redisstore",
-		"internal/store/resilient", "internal/suggest", "internal/tracing", "server"},
+		"internal/store/resilient", "internal/suggest", "internal/tracing", "internal/xdsconfig", "server"},
 	"internal/clientcmd":               {"api/charon/v1", "internal/gctune", "internal/loadgen", "internal/sessionhold", "internal/tlsconfig", "server"},
 	"config":                           {"descriptors", "tiers"},
 	"copylog":                          nil,
@@ -62,6 +62,7 @@ var imports = map[string][]string{
 	"internal/store/storetest":   {"internal/store", "tiers", "tiers/tierstest"},
 	"internal/tlsconfig":         nil,
 	"internal/tlsconfig/tlstest": nil,
+	"internal/xdsconfig":         {"config", "internal/tlsconfig"},
 	"server": {"api/charon/v1", "config", "copylog", "descriptors", "internal/authz", "internal/copystore", "internal/engine",
 		"internal/store/resilient", "internal/tlsconfig", "tiers", "internal/decisionlog", "internal/sim"},
 	"tiers":           nil,
@@ -106,10 +107,10 @@ var deny = []struct {
 		// on it, and on no gRPC. The
 		// OTLP exporter of internal/tracing speaks gRPC.
 		except: []string{"api/charon/v1", "client", "cmd/charon", "internal/clientcmd", "internal/servertest", "server", "internal/loadgen", "internal/sessionhold", "internal/collect",
-			"internal/store/resilient", "internal/copystore/memcopy", "internal/redisbackend", "internal/tracing", "internal/statsmap"},
+			"internal/store/resilient", "internal/copystore/memcopy", "internal/redisbackend", "internal/tracing", "internal/statsmap", "internal/xdsconfig"},
 		paths: []string{"google.golang.org/grpc", "google.golang.org/protobuf", "github.com/envoyproxy/go-control-plane",
 			module + "/api/charon/v1"},
-		why: "only server and client (and main, and the generated API) touch gRPC and protos",
+		why: "only server and client (and main, the generated API and the xDS client) touch gRPC and protos",
 	},
 	{
 		pkgs: []string{"..."},

@@ -3,7 +3,8 @@
 // becomes the value of the `charon serve` flag with its meaning (applied
 // below CHARON_* variables and command-line flags), or an error naming it.
 //
-//	RUNTIME_ROOT, RUNTIME_SUBDIRECTORY, RUNTIME_APPDIRECTORY   --config
+//	RUNTIME_ROOT, RUNTIME_SUBDIRECTORY, RUNTIME_APPDIRECTORY   --config (with CONFIG_TYPE=FILE, its default)
+//	CONFIG_TYPE=GRPC_XDS_SOTW with CONFIG_GRPC_XDS_*, XDS_*     --config-xds, --config-xds-* (readXDS)
 //	GRPC_PORT, PORT, DEBUG_PORT                                --grpc-addr, --http-addr, --debug-addr (127.0.0.1)
 //	MERGE_DOMAIN_CONFIG                                        --merge-domains
 //	LOG_LEVEL, LOG_FORMAT                                      Settings.LogLevel, LogFormat
@@ -70,8 +71,9 @@ func read(s *Settings, getenv func(string) string) error {
 	if err := readTLS(s, getenv); err != nil {
 		return err
 	}
+	xds := strings.EqualFold(getenv("CONFIG_TYPE"), "GRPC_XDS_SOTW")
 	root, sub, app := getenv("RUNTIME_ROOT"), getenv("RUNTIME_SUBDIRECTORY"), getenv("RUNTIME_APPDIRECTORY")
-	if root != "" || sub != "" || app != "" {
+	if !xds && (root != "" || sub != "" || app != "") {
 		if root == "" {
 			root = lyftRuntimeRoot
 		}
@@ -82,6 +84,11 @@ func read(s *Settings, getenv func(string) string) error {
 	}
 	if err := check(getenv); err != nil {
 		return err
+	}
+	if xds {
+		if err := readXDS(s, getenv); err != nil {
+			return err
+		}
 	}
 	// Addresses: HOST:PORT as envoyproxy/ratelimit listens (its hosts
 	// default to 0.0.0.0, its ports to 8080, 8081 and 6070), except that
@@ -161,6 +168,76 @@ func read(s *Settings, getenv func(string) string) error {
 		s.set("merge-domains", strconv.FormatBool(b), "MERGE_DOMAIN_CONFIG")
 	}
 	return readRedis(s, getenv)
+}
+
+// readXDS maps the variables of CONFIG_TYPE=GRPC_XDS_SOTW (they have no
+// effect otherwise, there too), with envoyproxy/ratelimit's defaults where
+// they differ from Charon's:
+//
+//	CONFIG_GRPC_XDS_SERVER_URL (localhost:18000)         --config-xds
+//	CONFIG_GRPC_XDS_NODE_ID, _NODE_METADATA              --config-xds-node-id, --config-xds-node-metadata
+//	CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS            --config-xds-headers
+//	CONFIG_GRPC_XDS_SERVER_USE_TLS=true with             --config-xds-tls
+//	  CONFIG_GRPC_XDS_CLIENT_TLS_CERT, _KEY                --config-xds-tls-cert, --config-xds-tls-key
+//	  CONFIG_GRPC_XDS_SERVER_TLS_CACERT, _SAN              --config-xds-tls-ca, --config-xds-tls-server-name
+//	XDS_CLIENT_BACKOFF_INITIAL_INTERVAL (10s), _MAX_INTERVAL, _RANDOM_FACTOR (0.5), _JITTER
+//	                                                     --config-xds-backoff-initial, -max, -factor, -jitter
+//	XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES (0: gRPC's 4 MiB)   --config-xds-max-msg-size
+//	FORCE_START_WITHOUT_INITIAL_CONFIG                   --config-xds-force-start
+//
+// CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL is accepted with no
+// effect: envoyproxy/ratelimit gives it to a go-grpc-middleware retry
+// interceptor that has no retries (that library's default), so it has
+// none there either.
+func readXDS(s *Settings, getenv func(string) string) error {
+	s.set("config-xds", cmp.Or(getenv("CONFIG_GRPC_XDS_SERVER_URL"), "localhost:18000"), "CONFIG_GRPC_XDS_SERVER_URL")
+	for _, m := range []struct{ env, flag, def string }{
+		{"CONFIG_GRPC_XDS_NODE_ID", "config-xds-node-id", ""},
+		{"CONFIG_GRPC_XDS_NODE_METADATA", "config-xds-node-metadata", ""},
+		{"CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS", "config-xds-headers", ""},
+		{"XDS_CLIENT_BACKOFF_INITIAL_INTERVAL", "config-xds-backoff-initial", "10s"},
+		{"XDS_CLIENT_BACKOFF_MAX_INTERVAL", "config-xds-backoff-max", ""},
+		{"XDS_CLIENT_BACKOFF_RANDOM_FACTOR", "config-xds-backoff-factor", "0.5"},
+	} {
+		if v := cmp.Or(getenv(m.env), m.def); v != "" {
+			s.set(m.flag, v, m.env)
+		}
+	}
+	for _, m := range []struct{ env, flag string }{
+		{"XDS_CLIENT_BACKOFF_JITTER", "config-xds-backoff-jitter"},
+		{"FORCE_START_WITHOUT_INITIAL_CONFIG", "config-xds-force-start"},
+	} {
+		if on, set, err := boolean(getenv, m.env); err != nil {
+			return err
+		} else if set {
+			s.set(m.flag, strconv.FormatBool(on), m.env)
+		}
+	}
+	if v := getenv("XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 {
+			return fmt.Errorf("XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES=%q: not a size in bytes", v)
+		}
+		if n > 0 {
+			s.set("config-xds-max-msg-size", v, "XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES")
+		}
+	}
+	on, _, err := boolean(getenv, "CONFIG_GRPC_XDS_SERVER_USE_TLS")
+	if err != nil || !on {
+		return err
+	}
+	s.set("config-xds-tls", "true", "CONFIG_GRPC_XDS_SERVER_USE_TLS")
+	for _, m := range []struct{ env, flag string }{
+		{"CONFIG_GRPC_XDS_CLIENT_TLS_CERT", "config-xds-tls-cert"},
+		{"CONFIG_GRPC_XDS_CLIENT_TLS_KEY", "config-xds-tls-key"},
+		{"CONFIG_GRPC_XDS_SERVER_TLS_CACERT", "config-xds-tls-ca"},
+		{"CONFIG_GRPC_XDS_SERVER_TLS_SAN", "config-xds-tls-server-name"},
+	} {
+		if v := getenv(m.env); v != "" {
+			s.set(m.flag, v, m.env)
+		}
+	}
+	return nil
 }
 
 // readRedis maps envoyproxy/ratelimit's Redis variables:

@@ -84,6 +84,31 @@ func TestRead(t *testing.T) {
 			[]lyftenv.Flag{{"metrics-addr", ":19001", "USE_PROMETHEUS"}, {"metrics-path", "/metrics", "PROMETHEUS_PATH"},
 				{"metrics-mapping", "/etc/statsd-exporter/conf.yaml", "PROMETHEUS_MAPPER_YAML"}}},
 		{"prometheus mapping without USE_PROMETHEUS: no effect, as there", map[string]string{"PROMETHEUS_MAPPER_YAML": "m.yaml"}, nil},
+		{"xDS with envoyproxy/ratelimit's defaults; RUNTIME_* have no effect then", map[string]string{"CONFIG_TYPE": "GRPC_XDS_SOTW", "RUNTIME_ROOT": "/data"},
+			[]lyftenv.Flag{{"config-xds", "localhost:18000", "CONFIG_GRPC_XDS_SERVER_URL"}, {"config-xds-backoff-initial", "10s", "XDS_CLIENT_BACKOFF_INITIAL_INTERVAL"},
+				{"config-xds-backoff-factor", "0.5", "XDS_CLIENT_BACKOFF_RANDOM_FACTOR"}}},
+		{"xDS, every variable", map[string]string{"CONFIG_TYPE": "grpc_xds_sotw", "CONFIG_GRPC_XDS_SERVER_URL": "cp:18000",
+			"CONFIG_GRPC_XDS_NODE_ID": "rl", "CONFIG_GRPC_XDS_NODE_METADATA": "zone=a,team=b", "CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS": "authorization:Bearer x",
+			"CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL": "1s", "XDS_CLIENT_BACKOFF_INITIAL_INTERVAL": "2s", "XDS_CLIENT_BACKOFF_MAX_INTERVAL": "30s",
+			"XDS_CLIENT_BACKOFF_RANDOM_FACTOR": "1.5", "XDS_CLIENT_BACKOFF_JITTER": "false", "XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES": "8388608",
+			"FORCE_START_WITHOUT_INITIAL_CONFIG": "true", "CONFIG_GRPC_XDS_SERVER_USE_TLS": "true", "CONFIG_GRPC_XDS_CLIENT_TLS_CERT": "c.pem",
+			"CONFIG_GRPC_XDS_CLIENT_TLS_KEY": "k.pem", "CONFIG_GRPC_XDS_SERVER_TLS_CACERT": "ca.pem", "CONFIG_GRPC_XDS_SERVER_TLS_SAN": "cp.example"},
+			[]lyftenv.Flag{{"config-xds", "cp:18000", "CONFIG_GRPC_XDS_SERVER_URL"}, {"config-xds-node-id", "rl", "CONFIG_GRPC_XDS_NODE_ID"},
+				{"config-xds-node-metadata", "zone=a,team=b", "CONFIG_GRPC_XDS_NODE_METADATA"},
+				{"config-xds-headers", "authorization:Bearer x", "CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS"},
+				{"config-xds-backoff-initial", "2s", "XDS_CLIENT_BACKOFF_INITIAL_INTERVAL"}, {"config-xds-backoff-max", "30s", "XDS_CLIENT_BACKOFF_MAX_INTERVAL"},
+				{"config-xds-backoff-factor", "1.5", "XDS_CLIENT_BACKOFF_RANDOM_FACTOR"}, {"config-xds-backoff-jitter", "false", "XDS_CLIENT_BACKOFF_JITTER"},
+				{"config-xds-force-start", "true", "FORCE_START_WITHOUT_INITIAL_CONFIG"},
+				{"config-xds-max-msg-size", "8388608", "XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES"}, {"config-xds-tls", "true", "CONFIG_GRPC_XDS_SERVER_USE_TLS"},
+				{"config-xds-tls-cert", "c.pem", "CONFIG_GRPC_XDS_CLIENT_TLS_CERT"}, {"config-xds-tls-key", "k.pem", "CONFIG_GRPC_XDS_CLIENT_TLS_KEY"},
+				{"config-xds-tls-ca", "ca.pem", "CONFIG_GRPC_XDS_SERVER_TLS_CACERT"}, {"config-xds-tls-server-name", "cp.example", "CONFIG_GRPC_XDS_SERVER_TLS_SAN"}}},
+		{"xDS TLS files without CONFIG_GRPC_XDS_SERVER_USE_TLS have no effect, as there", map[string]string{"CONFIG_TYPE": "GRPC_XDS_SOTW",
+			"CONFIG_GRPC_XDS_SERVER_TLS_CACERT": "ca.pem", "XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES": "0"},
+			[]lyftenv.Flag{{"config-xds", "localhost:18000", "CONFIG_GRPC_XDS_SERVER_URL"}, {"config-xds-backoff-initial", "10s", "XDS_CLIENT_BACKOFF_INITIAL_INTERVAL"},
+				{"config-xds-backoff-factor", "0.5", "XDS_CLIENT_BACKOFF_RANDOM_FACTOR"}}},
+		{"xDS variables without CONFIG_TYPE=GRPC_XDS_SOTW have no effect, as there", map[string]string{"CONFIG_GRPC_XDS_SERVER_URL": "cp:18000",
+			"FORCE_START_WITHOUT_INITIAL_CONFIG": "true", "RUNTIME_ROOT": "/data"},
+			[]lyftenv.Flag{{"config", "/data/config", "RUNTIME_ROOT"}}},
 		{"cluster", map[string]string{"REDIS_URL": "a:1,b:2", "REDIS_TYPE": "cluster", "REDIS_POOL_SIZE": "7"},
 			[]lyftenv.Flag{{"redis-pool-size", "7", "REDIS_POOL_SIZE"}, {"redis-url", "redis-cluster://a:1,b:2", "REDIS_URL"}, {"store", "redis", "REDIS_URL"}}},
 	} {
@@ -119,6 +144,9 @@ func TestRead(t *testing.T) {
 		{map[string]string{"USE_STATSD": "true", "STATSD_PROTOCOL": "bogus"}, "STATSD_PROTOCOL"},
 		{map[string]string{"STATSD_HOST": "h", "STATSD_PROTOCOL": "TCP"}, "STATSD_PROTOCOL"},
 		{map[string]string{"STATSD_PROTOCOL": "tcp4"}, "STATSD_PROTOCOL"},
+		{map[string]string{"CONFIG_TYPE": "GRPC_XDS_SOTW", "XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES": "big"}, "XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES"},
+		{map[string]string{"CONFIG_TYPE": "GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_SERVER_USE_TLS": "yes please"}, "CONFIG_GRPC_XDS_SERVER_USE_TLS"},
+		{map[string]string{"CONFIG_TYPE": "GRPC_XDS_SOTW", "XDS_CLIENT_BACKOFF_JITTER": "maybe"}, "XDS_CLIENT_BACKOFF_JITTER"},
 	} {
 		if _, err := lyftenv.Read(envOf(tc.env)); err == nil || !strings.Contains(err.Error(), tc.name) {
 			t.Errorf("%v: got %v, want an error naming %s", tc.env, err, tc.name)
@@ -196,7 +224,7 @@ func TestRefusals(t *testing.T) {
 			t.Errorf("%s=false: %v", env, err)
 		}
 	}
-	for env, v := range map[string]string{"GRPC_UDS": "/tmp/s", "CONFIG_TYPE": "GRPC_XDS_SOTW", "REDIS_SENTINEL_AUTH": "x",
+	for env, v := range map[string]string{"GRPC_UDS": "/tmp/s", "CONFIG_TYPE": "GRPC_XDS_DELTA", "REDIS_SENTINEL_AUTH": "x",
 		"CACHE_KEY_PREFIX": "p", "DISABLE_STATS": "maybe"} {
 		if _, err := lyftenv.Read(envOf(map[string]string{env: v})); err == nil || !strings.Contains(err.Error(), env) {
 			t.Errorf("%s=%s: %v, want a refusal naming it", env, v, err)

@@ -12,7 +12,8 @@ import (
 // variables: read
 // maps it to a flag, or Charon already behaves as it asks, or it has no
 // effect in envoyproxy/ratelimit either in the setup Charon accepts (the
-// xDS, memcache and per-second Redis ones); a
+// memcache and per-second Redis ones, and the xDS ones unless
+// CONFIG_TYPE=GRPC_XDS_SOTW); a
 // value asking for what Charon does not do is refused at start, naming the
 // variable and why. Nothing is ignored silently: README.md lists them all.
 
@@ -77,9 +78,31 @@ var variables = map[string]refusal{
 	// setting); refused where it cannot.
 	"GRPC_UDS": notSet("a gRPC listener on a Unix socket is not supported: use GRPC_HOST and GRPC_PORT"),
 	"CONFIG_TYPE": func(v string) error {
-		return onlyValue(v, "FILE", "only FILE (a configuration directory) is supported, not xDS")
+		if strings.EqualFold(v, "GRPC_XDS_SOTW") {
+			return nil
+		}
+		return onlyValue(v, "FILE", "want FILE (a configuration directory) or GRPC_XDS_SOTW (an xDS server, State of the World)")
 	},
-	"FORCE_START_WITHOUT_INITIAL_CONFIG":      aBool,
+	// Mapped to flags by readXDS with CONFIG_TYPE=GRPC_XDS_SOTW; no effect
+	// otherwise, there too.
+	"FORCE_START_WITHOUT_INITIAL_CONFIG":        aBool,
+	"CONFIG_GRPC_XDS_SERVER_URL":                nil,
+	"CONFIG_GRPC_XDS_NODE_ID":                   nil,
+	"CONFIG_GRPC_XDS_NODE_METADATA":             nil,
+	"CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS": nil,
+	"CONFIG_GRPC_XDS_SERVER_USE_TLS":            aBool,
+	"CONFIG_GRPC_XDS_CLIENT_TLS_CERT":           nil,
+	"CONFIG_GRPC_XDS_CLIENT_TLS_KEY":            nil,
+	"CONFIG_GRPC_XDS_SERVER_TLS_CACERT":         nil,
+	"CONFIG_GRPC_XDS_SERVER_TLS_SAN":            nil,
+	"XDS_CLIENT_BACKOFF_INITIAL_INTERVAL":       nil,
+	"XDS_CLIENT_BACKOFF_MAX_INTERVAL":           nil,
+	"XDS_CLIENT_BACKOFF_RANDOM_FACTOR":          nil,
+	"XDS_CLIENT_BACKOFF_JITTER":                 aBool,
+	"XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES":          nil,
+	// Accepted with no effect, as in envoyproxy/ratelimit (see readXDS).
+	"CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL": nil,
+
 	"HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED": aBool,
 	"RUNTIME_IGNOREDOTFILES":                  aBool,
 	"RUNTIME_WATCH_ROOT":                      aBool,
@@ -105,12 +128,6 @@ var variables = map[string]refusal{
 	"CACHE_KEY_PREFIX":                         notSet("Charon's Redis keys have their own layout under charon:, whatever the prefix"),
 
 	// No effect with the settings above off, in envoyproxy/ratelimit too.
-	"CONFIG_GRPC_XDS_NODE_ID": nil, "CONFIG_GRPC_XDS_NODE_METADATA": nil, "CONFIG_GRPC_XDS_SERVER_URL": nil,
-	"CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL": nil, "CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS": nil,
-	"CONFIG_GRPC_XDS_SERVER_USE_TLS": nil, "CONFIG_GRPC_XDS_CLIENT_TLS_CERT": nil, "CONFIG_GRPC_XDS_CLIENT_TLS_KEY": nil,
-	"CONFIG_GRPC_XDS_SERVER_TLS_CACERT": nil, "CONFIG_GRPC_XDS_SERVER_TLS_SAN": nil,
-	"XDS_CLIENT_BACKOFF_INITIAL_INTERVAL": nil, "XDS_CLIENT_BACKOFF_MAX_INTERVAL": nil, "XDS_CLIENT_BACKOFF_RANDOM_FACTOR": nil,
-	"XDS_CLIENT_BACKOFF_JITTER": nil, "XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES": nil,
 	"REDIS_PERSECOND_SOCKET_TYPE": nil, "REDIS_PERSECOND_TYPE": nil, "REDIS_PERSECOND_URL": nil, "REDIS_PERSECOND_POOL_SIZE": nil,
 	"REDIS_PERSECOND_AUTH": nil, "REDIS_PERSECOND_TLS": nil, "REDIS_PERSECOND_SENTINEL_AUTH": nil,
 	"REDIS_PERSECOND_PIPELINE_WINDOW": nil, "REDIS_PERSECOND_PIPELINE_LIMIT": nil,
