@@ -158,6 +158,11 @@ func Names() []string {
 // check refuses the values Charon cannot honour, in name order.
 func check(getenv func(string) string) error {
 	for _, n := range Names() {
+		if n == "PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS" && getenv("PROMETHEUS_MAPPER_YAML") != "" {
+			// It changes only envoyproxy/ratelimit's built-in mapping: with
+			// a mapping file of one's own it has no effect, there too.
+			continue
+		}
 		if f := variables[n]; f != nil {
 			if v := getenv(n); v != "" {
 				if err := f(v); err != nil {
