@@ -208,7 +208,7 @@ descriptors:
 	}{
 		{[]string{"sliding", "x"}, &tiers.Policy{Tiers: []tiers.Tier{{Limit: 10, Window: time.Minute, Active: unb}}, HardLimit: 3, GlobalLimit: 100}, false},
 		{[]string{"fixed", "x"}, &tiers.Policy{Kind: tiers.KindFixedWindow, Window: tiers.FixedWindow{Limit: 10, Unit: tiers.UnitDay}}, false},
-		{[]string{"banned", "x"}, &tiers.Policy{}, false},
+		{[]string{"banned", "x"}, &tiers.Policy{Kind: tiers.KindFixedWindow, Window: tiers.FixedWindow{Unit: tiers.UnitSecond}}, false},
 		{[]string{"free", "x"}, nil, true},
 		{[]string{"penalties", "x"}, &tiers.Policy{Tiers: []tiers.Tier{{Limit: 5, Window: time.Second, Active: unb}, {Limit: 20, Window: time.Second, Active: 5 * time.Second, Cooldown: 15 * time.Second, Skippable: true}}}, false},
 		{[]string{"bucket", "x"}, &tiers.Policy{Kind: tiers.KindTokenBucket, Bucket: tiers.TokenBucket{Capacity: 100, Refill: 6, Per: time.Minute}}, false},

@@ -155,8 +155,8 @@ func TestLoadEmptyValues(t *testing.T) {
 	})
 	t.Run("requests_per_unit", func(t *testing.T) {
 		m, ok, warns := loadLeaf(t, "    rate_limit:\n      unit: second\n      requests_per_unit:\n")
-		if !ok || m.Policy == nil || m.Policy.Kind != tiers.KindTiers || len(m.Policy.Tiers) != 0 {
-			t.Fatalf("got %+v, %v, want the closed policy (0: every request rejected)", m.Policy, ok)
+		if !ok || m.Policy == nil || m.Policy.Kind != tiers.KindFixedWindow || m.Policy.Window.Limit != 0 {
+			t.Fatalf("got %+v, %v, want a fixed window of 0 (every request rejected)", m.Policy, ok)
 		}
 		want := []string{"api.yaml:6: descriptors[0].rate_limit.requests_per_unit: empty: 0, every request is rejected"}
 		var got []string

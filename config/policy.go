@@ -16,6 +16,12 @@ import (
 // closed is the policy that rejects every request (no tiers).
 func closed() *tiers.Policy { return &tiers.Policy{Kind: tiers.KindTiers} }
 
+// banned reports whether p is a rate_limit of requests_per_unit 0, which
+// rejects every request whatever else the descriptor says.
+func banned(p *tiers.Policy) bool {
+	return p != nil && p.Kind == tiers.KindFixedWindow && p.Window.Limit == 0
+}
+
 // limit builds the limit of one descriptor, nil when it has none (or on
 // error, already reported).
 func (p *parser) limit(ls leafSpec, path *ypath, line int) *descriptors.Limit {
@@ -51,6 +57,10 @@ func (p *parser) limit(ls leafSpec, path *ypath, line int) *descriptors.Limit {
 	}
 	for _, e := range ls.pick("hard_limit", "global_limit") {
 		ep := path.k(e.name)
+		if banned(l.Policy) {
+			p.warnf(e.k, ep, "ignored: requests_per_unit 0 rejects every request")
+			continue
+		}
 		if l.Policy == nil || l.Policy.Kind != tiers.KindTiers {
 			p.errf(e.k, ep, "applies only to tiers and to a sliding-window rate_limit")
 			ok = false
@@ -255,14 +265,11 @@ func (p *parser) rateLimit(n *yaml.Node, path *ypath, full bool) (*tiers.Policy,
 	if !ok {
 		return nil, meta, false
 	}
-	if rpu == 0 && !fixed {
-		// requests_per_unit: 0 bans the descriptor, as upstream.
-		return closed(), meta, true
-	}
-	if fixed {
-		// A limit of 0 too: a fixed window of 0 bans the descriptor and
-		// answers as envoyproxy/ratelimit does (0 per its unit, the rest of
-		// the window).
+	if fixed || rpu == 0 {
+		// A limit of 0 bans the descriptor in either algorithm (no window
+		// grants anything); as a fixed window of 0 it answers as
+		// envoyproxy/ratelimit does: its name, 0 per its unit, the rest of
+		// the unit's window as the reset.
 		return &tiers.Policy{Kind: tiers.KindFixedWindow, Window: tiers.FixedWindow{Limit: rpu, Unit: u}}, meta, true
 	}
 	// A sliding window of the unit's length (a month is 30 days, a year 365).
@@ -526,7 +533,9 @@ func (p *parser) override(n *yaml.Node, path *ypath, l *descriptors.Limit, lines
 	if !pok {
 		return false
 	}
-	if hl, set := ls["hard_limit"]; set {
+	if hl, set := ls["hard_limit"]; set && banned(pol) {
+		p.warnf(hl.k, path.k("hard_limit"), "ignored: requests_per_unit 0 rejects every request")
+	} else if set {
 		if pol.Kind != tiers.KindTiers {
 			p.errf(hl.k, path.k("hard_limit"), "applies only to tiers and to a sliding-window rate_limit")
 			return false

@@ -204,6 +204,81 @@ func TestHelmChart(t *testing.T) {
 	}
 }
 
+// TestHelmChartSecureByDefault: under every combination of the TLS values
+// (and a debug token), readiness is the probe docs/deployment.md names, and
+// the debug port (/rlconfig, /explain) leaves loopback only when guarded, by
+// a token or by TLS with client certificates and the authorization table;
+// unguarded, metrics.enabled serves /metrics alone (--metrics-addr).
+func TestHelmChartSecureByDefault(t *testing.T) {
+	c := loadChart(t)
+	const authz = "authz: 'clients: [{identity: spiffe://a, allow: [read]}]'\n"
+	type probe string
+	const (
+		grpcHealth  probe = "gRPC health"
+		httpHealth  probe = "HTTP /healthcheck"
+		httpsHealth probe = "HTTPS /healthcheck"
+		tcpHTTP     probe = "TCP connect to the HTTP port"
+	)
+	for _, tc := range []struct {
+		name, values string
+		probe        probe
+		debugOpen    bool
+	}{
+		{"plaintext", "", grpcHealth, false},
+		{"plaintext, metrics off", "metrics: {enabled: false}\n", grpcHealth, false},
+		{"plaintext, token", "metrics: {tokenSecret: scrape}\n", grpcHealth, true},
+		{"TLS gRPC", "tls: {secretName: s}\n", httpHealth, false},
+		{"TLS gRPC and HTTP", "tls: {secretName: s, http: true}\n", httpsHealth, false},
+		{"TLS debug without client CA", "tls: {secretName: s, debug: true}\n", httpHealth, false},
+		{"mutual TLS", "tls: {secretName: s, clientCA: true}\n", httpHealth, false},
+		{"mutual TLS, authz", "tls: {secretName: s, clientCA: true}\n" + authz, httpHealth, false},
+		{"mutual TLS, authz, TLS debug", "tls: {secretName: s, clientCA: true, debug: true}\n" + authz, httpHealth, true},
+		{"mutual TLS, TLS debug, no authz", "tls: {secretName: s, clientCA: true, debug: true}\n", httpHealth, false},
+		{"mutual TLS and HTTP", "tls: {secretName: s, clientCA: true, http: true}\n", tcpHTTP, false},
+		{"mutual TLS everywhere, authz", "tls: {secretName: s, clientCA: true, http: true, debug: true}\n" + authz, tcpHTTP, true},
+		{"mutual TLS and HTTP, token", "tls: {secretName: s, clientCA: true, http: true}\nmetrics: {tokenSecret: scrape}\n", tcpHTTP, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			objs, err := render(t, c, tc.values)
+			if err != nil {
+				t.Fatal(err)
+			}
+			d, ok := find[*appsv1.Deployment](objs, "Deployment", "charon")
+			if !ok {
+				t.Fatal("no Deployment charon")
+			}
+			h := d.Spec.Template.Spec.Containers[0].ReadinessProbe.ProbeHandler
+			var got probe
+			switch {
+			case h.GRPC != nil && h.GRPC.Port == 8081:
+				got = grpcHealth
+			case h.HTTPGet != nil && h.HTTPGet.Path == "/healthcheck" && h.HTTPGet.Port.String() == "http" && h.HTTPGet.Scheme == corev1.URISchemeHTTPS:
+				got = httpsHealth
+			case h.HTTPGet != nil && h.HTTPGet.Path == "/healthcheck" && h.HTTPGet.Port.String() == "http" && h.HTTPGet.Scheme != corev1.URISchemeHTTPS:
+				got = httpHealth
+			case h.TCPSocket != nil && h.TCPSocket.Port.String() == "http":
+				got = tcpHTTP
+			}
+			if got != tc.probe {
+				t.Errorf("readiness %+v, want %s", h, tc.probe)
+			}
+			metricsOn := !strings.Contains(tc.values, "enabled: false")
+			if open := hasArg(d, "--debug-addr=:6070"); open != tc.debugOpen {
+				t.Errorf("debug port on the pod network: %v, want %v (args %v)", open, tc.debugOpen, d.Spec.Template.Spec.Containers[0].Args)
+			}
+			if v, ok := serveSetting(d.Spec.Template.Spec.Containers[0], "debug-addr"); ok && !tc.debugOpen {
+				t.Errorf("--debug-addr=%s while unguarded, want the loopback default", v)
+			}
+			if alone := hasArg(d, "--metrics-addr=:6070"); alone != (metricsOn && !tc.debugOpen) {
+				t.Errorf("/metrics alone at :6070: %v, want %v", alone, metricsOn && !tc.debugOpen)
+			}
+			if tls := hasArg(d, "--debug-tls"); tls != strings.Contains(tc.values, "debug: true") {
+				t.Errorf("--debug-tls %v with values %q", tls, tc.values)
+			}
+		})
+	}
+}
+
 // TestHelmChartRefuses: values that cannot work fail the render with a
 // message saying why.
 func TestHelmChartRefuses(t *testing.T) {
@@ -213,6 +288,8 @@ func TestHelmChartRefuses(t *testing.T) {
 		{"store: redis\n", "redis.existingSecret or redis.url"},
 		{"replicaCount: 3\n", "per pod"},
 		{"authz: 'clients: []'\n", "authz needs tls.secretName and tls.clientCA"},
+		{"tls: {http: true}\n", "need tls.secretName"},
+		{"tls: {clientCA: true}\n", "need tls.secretName"},
 		{"store: redis\nredis:\n  url: redis://r:6379\n  passwordKey: p\n", `redis.passwordKey "p" names a key of the chart's Secret`},
 		{"store: redis\nredis:\n  existingSecret: mine\n  password: s3cret\n", "with redis.existingSecret, put the password in that Secret"},
 		{"resources:\n  limits: {memory: 0.5Gi}\n", `resources.limits.memory "0.5Gi"`},

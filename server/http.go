@@ -37,6 +37,7 @@ func (s *Server) httpHandler() http.Handler {
 	mux.HandleFunc("/healthcheck", s.serveHealthcheck)
 	mux.Handle("/json", s.traced("/json", guard(authz.ShouldRateLimit, http.HandlerFunc(s.serveJSON))))
 	mux.Handle("/sim/", guard(authz.Simulator, http.StripPrefix("/sim", sim.Handler())))
+	mux.HandleFunc("GET /{$}", serveRoot)
 	return mux
 }
 
@@ -74,6 +75,32 @@ type statusRecorder struct {
 func (r *statusRecorder) WriteHeader(code int) {
 	r.code = code
 	r.ResponseWriter.WriteHeader(code)
+}
+
+// rootPage is the HTTP port's index: where a person who opens the port in
+// a browser goes next. Like /healthcheck it is open to every client (it
+// says nothing about the configuration).
+const rootPage = `<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>Charon</title>
+<style>body{font:16px/1.5 system-ui,sans-serif;max-width:46em;margin:2em auto;padding:0 1em}code,pre{background:#f3f3f3}pre{padding:.5em;overflow-x:auto}</style>
+</head><body>
+<h1>Charon</h1>
+<p>A rate limit service for Envoy. Its decisions are served over gRPC (envoy.service.ratelimit.v3 and charon.v1);
+this HTTP port serves:</p>
+<ul>
+<li><a href="sim/">/sim/</a>: the tier simulator</li>
+<li><a href="healthcheck">/healthcheck</a>: <code>OK</code> while serving</li>
+<li><code>POST /json</code>: a RateLimitRequest as protobuf JSON in, the RateLimitResponse out (429 when OVER_LIMIT):
+<pre>curl -s -XPOST http://HOST:PORT/json \
+    -d '{"domain":"bench","descriptors":[{"entries":[{"key":"user","value":"alice"}]}]}'</pre></li>
+</ul>
+<p>The configuration, metrics and explanations are on the debug port (loopback by default).</p>
+</body></html>
+`
+
+func serveRoot(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	io.WriteString(w, rootPage)
 }
 
 func (s *Server) serveHealthcheck(w http.ResponseWriter, r *http.Request) {
@@ -193,7 +220,9 @@ func (s *Server) serveRLConfig(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "dumping configuration: "+err.Error(), http.StatusInternalServerError)
 		return
 	}
-	w.Header().Set("Content-Type", "application/yaml")
+	// YAML, shown by a browser rather than downloaded (application/yaml
+	// would be): text/plain is what the debug port's other text pages say.
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	if a.source != "file" {
 		fmt.Fprintf(w, "# source: %s, version: %s\n", a.source, strconv.Quote(a.version))
 	}

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"strconv"
 	"testing"
 	"testing/fstest"
 	"time"
@@ -148,6 +149,69 @@ func TestRLSFixedWindowLikeLyft(t *testing.T) {
 		got := rls(step.ds...)
 		if d := cmp.Diff(step.want, got, protocmp.Transform()); d != "" {
 			t.Errorf("%s (-want +got):\n%s", step.what, d)
+		}
+	}
+}
+
+// TestRLSZeroLimitLikeLyft: envoyproxy/ratelimit's example ban
+// (requests_per_unit: 0, name banned_limit) and a request's own limit of 0
+// answer as there in both modes, the default sliding one and
+// --fixed-window: OVER_LIMIT, the configured name and unit, nothing
+// remaining, and the rest of the unit's window as the reset (its
+// CalculateReset), never an unbounded duration.
+func TestRLSZeroLimitLikeLyft(t *testing.T) {
+	const banned = `domain: rl
+descriptors:
+  - key: bar
+    value: banned
+    rate_limit:
+      name: banned_limit
+      unit: minute
+      requests_per_unit: 0
+  - key: sliding
+    rate_limit: {unit: hour, requests_per_unit: 0, algorithm: sliding_window}
+`
+	now := time.Date(2030, 1, 2, 3, 4, 53, 200e6, time.UTC) // 7 s (6.8, rounded up) before the minute ends
+	for _, fixed := range []bool{false, true} {
+		cfg, _, err := config.Load(fstest.MapFS{"rl.yaml": {Data: []byte(banned)}}, config.Options{FixedWindowDefault: fixed})
+		if err != nil {
+			t.Fatal(err)
+		}
+		st := memstore.New(memstore.Options{})
+		defer st.Close()
+		eng := engine.New(engine.Options{Store: st, Now: func() time.Time { return now }, FixedWindowOverrides: fixed})
+		eng.SetTree(cfg.Tree)
+		own := desc("own", "x")
+		own.Limit = &ratelimitv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 0, Unit: typev3.RateLimitUnit_MINUTE}
+		for _, tc := range []struct {
+			what  string
+			d     *ratelimitv3.RateLimitDescriptor
+			name  string
+			unit  rlsv3.RateLimitResponse_RateLimit_Unit
+			reset int64
+		}{
+			{"bar=banned", desc("bar", "banned"), "banned_limit", rlsv3.RateLimitResponse_RateLimit_MINUTE, 7},
+			{"a sliding_window of 0", desc("sliding", "x"), "", rlsv3.RateLimitResponse_RateLimit_HOUR, 55*60 + 7},
+			{"a request's own limit of 0", own, "", rlsv3.RateLimitResponse_RateLimit_MINUTE, 7},
+		} {
+			req, err := toEngineRequest(&rlsv3.RateLimitRequest{Domain: "rl", Descriptors: []*ratelimitv3.RateLimitDescriptor{tc.d}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp, err := eng.ShouldRateLimit(context.Background(), req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := toProtoResponse(resp, true, defaultHeaderNames)
+			reset := strconv.FormatInt(tc.reset, 10)
+			want := &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OVER_LIMIT,
+				Statuses: []*rlsv3.RateLimitResponse_DescriptorStatus{{Code: rlsv3.RateLimitResponse_OVER_LIMIT,
+					DurationUntilReset: durationpb.New(time.Duration(tc.reset) * time.Second),
+					CurrentLimit:       &rlsv3.RateLimitResponse_RateLimit{Name: tc.name, Unit: tc.unit}}},
+				ResponseHeadersToAdd: rateLimitHeadersWant("0", "0", reset)}
+			if d := cmp.Diff(want, got, protocmp.Transform()); d != "" {
+				t.Errorf("fixed %v, %s (-want +got):\n%s", fixed, tc.what, d)
+			}
 		}
 	}
 }

@@ -194,8 +194,12 @@ func (v *View) Summary(p *Policy) string {
 		case numTiers(p) == 0:
 			b.WriteString("closed: no tier grants anything")
 			return b.String()
-		case v.Tier == 0:
+		case v.Tier == 0 && v.Remaining > 0 && v.Tiers[0].Phase != PhaseCooldown:
 			b.WriteString("no tier active (the next request enters tier 1)")
+		case v.Tier == 0:
+			// Rejecting, or tier 1 cooling down: the next request may
+			// enter another tier, or none.
+			b.WriteString("no tier active")
 		default:
 			fmt.Fprintf(&b, "tier %d of %d (%s)", v.Tier, numTiers(p), rate(&p.Tiers[v.Tier-1]))
 		}

@@ -155,3 +155,25 @@ func FuzzSetCompact(f *testing.F) {
 		Inspect(penalties, &s, &g, t0)
 	})
 }
+
+// TestSummaryNoTierActive: with no tier active, the summary says the next
+// request enters tier 1 only when it would: not while tier 1 cools down and
+// everything is rejected (the batch pattern: 50 in a minute, then nothing
+// for the rest of the hour).
+func TestSummaryNoTierActive(t *testing.T) {
+	batch := &Policy{Tiers: []Tier{{Limit: 50, Window: time.Minute, Active: time.Minute, Cooldown: 59 * time.Minute}}}
+	var s State
+	var g Global
+	fresh := Inspect(batch, &s, &g, t0)
+	if got := fresh.Summary(batch); !strings.HasPrefix(got, "no tier active (the next request enters tier 1): 50 more hits now") {
+		t.Errorf("fresh: summary %q", got)
+	}
+	if d := Request(batch, &s, &g, t0, 50, 50); !d.OK {
+		t.Fatalf("batch of 50 rejected: %+v", d)
+	}
+	v := Inspect(batch, &s, &g, t0.Add(61*time.Second))
+	got := v.Summary(batch)
+	if v.Tier != 0 || strings.Contains(got, "enters tier 1") || !strings.HasPrefix(got, "no tier active: rejecting for 58m59s") {
+		t.Errorf("in tier 1's cooldown: tier %d, summary %q; want no tier active, rejecting, and no tier entered", v.Tier, got)
+	}
+}

@@ -23,7 +23,7 @@ func TestConfigCheck(t *testing.T) {
 		stdout string
 		stderr string
 	}{
-		{[]string{"config", "check", "../../examples/config"}, 0, "", "OK"},
+		{[]string{"config", "check", "../../examples/config"}, 0, "OK", ""},
 		{[]string{"config", "check", "../../examples/config", "--dump"}, 0, "domain: bench", "OK"},
 		{[]string{"config", "check", "--dump", "../../examples/config"}, 0, "domain: api", "OK"},
 		{[]string{"config", "check", bad}, 1, "", "x.yaml:"},
@@ -91,9 +91,10 @@ func TestConfigCheckLoadsAsServe(t *testing.T) {
 			var out, errb bytes.Buffer
 			args := append([]string{"config", "check", tc.dir}, tc.flags...)
 			code := run(args, envOf(tc.env), &out, &errb)
-			if code != tc.code || !strings.Contains(errb.String(), tc.stderr) {
-				t.Errorf("charon %v with %v: got exit %d, stderr %q; want exit %d, stderr with %q",
-					args, tc.env, code, errb.String(), tc.code, tc.stderr)
+			// The verdict OK on stdout, errors on stderr.
+			if code != tc.code || !strings.Contains(out.String()+errb.String(), tc.stderr) || (code == 0) != strings.Contains(out.String(), "OK") {
+				t.Errorf("charon %v with %v: got exit %d, stdout %q, stderr %q; want exit %d, output with %q",
+					args, tc.env, code, out.String(), errb.String(), tc.code, tc.stderr)
 			}
 			c, err := parseServe(append([]string{"--config", tc.dir}, tc.flags...), envOf(tc.env), io.Discard)
 			if err != nil {

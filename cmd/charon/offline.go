@@ -28,6 +28,8 @@ import (
 // CHARON_MERGE_DOMAINS, CHARON_FIXED_WINDOW...) applies here too, read by
 // the same code, and a variable serve would refuse is refused here too; the
 // flags override it, as serve's do. Flags may come before or after DIR.
+// The verdict OK and warnings go to stdout (to stderr with --dump, whose
+// YAML is stdout), errors and their count to stderr.
 func runCheck(args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	sc, _, err := serveEnv(getenv, stderr)
 	if err != nil {
@@ -61,9 +63,15 @@ func runCheck(args []string, getenv func(string) string, stdout, stderr io.Write
 	if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
 		return fmt.Errorf("%s is not a readable directory", dir)
 	}
+	// The verdict and warnings are the output, unless --dump makes stdout
+	// the YAML of the configuration.
+	verdict := stdout
+	if *dump {
+		verdict = stderr
+	}
 	cfg, warns, err := config.Load(config.DirFS(dir), sc.loadOptions())
 	for _, w := range warns {
-		fmt.Fprintln(stdout, "warning:", w.String())
+		fmt.Fprintln(verdict, "warning:", w.String())
 	}
 	if err != nil {
 		errs := config.Problems(err)
@@ -83,7 +91,7 @@ func runCheck(args []string, getenv func(string) string, stdout, stderr io.Write
 		}
 		stdout.Write(out)
 	}
-	fmt.Fprintf(stderr, "%s: OK, %d warning(s)\n", dir, len(warns))
+	fmt.Fprintf(verdict, "%s: OK, %d warning(s)\n", dir, len(warns))
 	return nil
 }
 

@@ -56,7 +56,9 @@ func (q *queryFlags) print(w io.Writer, resp proto.Message, text func()) error {
 		text()
 		return nil
 	}
-	out, err := protojson.MarshalOptions{Multiline: true, EmitUnpopulated: true}.Marshal(resp)
+	// Protobuf JSON as the /json endpoint and grpcurl print it: a field at
+	// its zero value (a limit_remaining of 0, an OK code) is left out.
+	out, err := protojson.MarshalOptions{Multiline: true}.Marshal(resp)
 	fmt.Fprintln(w, string(out))
 	return err
 }
@@ -66,6 +68,7 @@ func Ask(args []string, stdout, stderr io.Writer) error {
 	var q queryFlags
 	fs := q.declare("ask", "RateLimitResponse", stderr)
 	hits := fs.Uint("hits", 0, "hits_addend of the request (0: one hit)")
+	exitCode := fs.Bool("exit-code", false, "exit 3 when the answer is OVER_LIMIT (else 0 for any answer)")
 	if err := q.parse(fs, "ask", args); err != nil {
 		return err
 	}
@@ -86,7 +89,13 @@ func Ask(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	return q.print(stdout, resp, func() { printDecision(stdout, req, resp) })
+	if err := q.print(stdout, resp, func() { printDecision(stdout, req, resp) }); err != nil {
+		return err
+	}
+	if *exitCode && resp.GetOverallCode() == rlsv3.RateLimitResponse_OVER_LIMIT {
+		return ErrOverLimit
+	}
+	return nil
 }
 
 // rpc makes one call f on a new connection, within --timeout; a failed
@@ -126,7 +135,7 @@ func printDecision(w io.Writer, req *rlsv3.RateLimitRequest, resp *rlsv3.RateLim
 			}
 		}
 		fmt.Fprintf(tw, "  [%d] %s\t%s\t%s\tremaining %d\treset in %s\n", i, strings.Join(entries, ","),
-			st.GetCode(), limit, st.GetLimitRemaining(), st.GetDurationUntilReset().AsDuration())
+			st.GetCode(), limit, st.GetLimitRemaining(), Round(st.GetDurationUntilReset().AsDuration()))
 	}
 	tw.Flush()
 	for _, h := range resp.GetResponseHeadersToAdd() {

@@ -19,10 +19,13 @@ import (
 )
 
 // ErrUsage wraps a command line mistake (exit status 2); ErrReported is a
-// failure whose details were already printed (exit status 1).
+// failure whose details were already printed (exit status 1); ErrOverLimit
+// is `charon ask --exit-code`'s answer OVER_LIMIT, printed already (exit
+// status 3, apart from both, so a script tells a rejection from a failure).
 var (
-	ErrUsage    = errors.New("usage")
-	ErrReported = errors.New("failed")
+	ErrUsage     = errors.New("usage")
+	ErrReported  = errors.New("failed")
+	ErrOverLimit = errors.New("over limit")
 )
 
 // Verbs are the client verbs by name.
@@ -32,14 +35,16 @@ var Verbs = map[string]func(args []string, stdout, stderr io.Writer) error{
 }
 
 // ExitCode is a verb's exit status for err, which it prints to stderr
-// unless it was reported already: 0 for nil and for -h, 2 for ErrUsage,
-// else 1.
+// unless it was reported already: 0 for nil and for -h, 2 for ErrUsage, 3
+// for ErrOverLimit, else 1.
 func ExitCode(err error, stderr io.Writer) int {
 	switch {
 	case err == nil, errors.Is(err, flag.ErrHelp):
 		return 0
 	case errors.Is(err, ErrReported):
 		return 1
+	case errors.Is(err, ErrOverLimit):
+		return 3
 	}
 	fmt.Fprintln(stderr, "charon:", err)
 	if errors.Is(err, ErrUsage) {
@@ -131,4 +136,14 @@ func dialOption(f *tlsconfig.ClientFlags) (grpc.DialOption, error) {
 		return grpc.WithTransportCredentials(insecure.NewCredentials()), nil
 	}
 	return grpc.WithTransportCredentials(credentials.NewTLS(cfg)), nil
+}
+
+// Round rounds d for people: to the millisecond, so every duration a verb
+// prints has at most three decimals ("59.979s", "1m0s"), except one under a
+// millisecond, which would round to nothing.
+func Round(d time.Duration) time.Duration {
+	if d >= time.Millisecond || d <= -time.Millisecond {
+		return d.Round(time.Millisecond)
+	}
+	return d
 }

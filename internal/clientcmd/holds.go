@@ -138,7 +138,8 @@ func (h *connFlags) unary(call func(context.Context, charonv1.CharonClient) erro
 }
 
 // Transfer is `charon transfer`: copies of a hold staged for a seize;
-// prints the transfer id.
+// prints the transfer id alone on stdout (for T=$(charon transfer ...)) and
+// what was staged on stderr.
 func Transfer(args []string, stdout, stderr io.Writer) error {
 	var h holdVerb
 	fs := h.declare("transfer", stderr)
@@ -157,7 +158,7 @@ func Transfer(args []string, stdout, stderr io.Writer) error {
 		r, err := c.Transfer(ctx, req)
 		if err == nil {
 			fmt.Fprintln(stdout, r.GetTransferId())
-			fmt.Fprintf(stdout, "staged %d copies until %s, %d left on the hold\n", r.GetCopies(), r.GetExpires().AsTime().Format(time.RFC3339), r.GetRemaining())
+			fmt.Fprintf(stderr, "staged %d copies until %s, %d left on the hold\n", r.GetCopies(), r.GetExpires().AsTime().Format(time.RFC3339), r.GetRemaining())
 		}
 		return err
 	})

@@ -63,13 +63,14 @@ func TestCopyVerbs(t *testing.T) {
 	if c := run([]string{"release", "--addr", addr, "--hold", hold, "--copies", "1"}, nil, &rel, &errOut); c != 0 || !strings.Contains(rel.String(), "released 1 copies, 2 left") {
 		t.Errorf("release: exit %d, %q %q", c, rel.String(), errOut.String())
 	}
-	var tr bytes.Buffer
-	if c := run([]string{"transfer", "--addr", addr, "--hold", hold, "--copies", "1", "--ttl", "1m"}, nil, &tr, &errOut); c != 0 {
-		t.Fatalf("transfer: exit %d, %q", c, errOut.String())
+	// The transfer id alone on stdout, as T=$(charon transfer ...) takes it.
+	var tr, trErr bytes.Buffer
+	if c := run([]string{"transfer", "--addr", addr, "--hold", hold, "--copies", "1", "--ttl", "1m"}, nil, &tr, &trErr); c != 0 {
+		t.Fatalf("transfer: exit %d, %q", c, trErr.String())
 	}
-	transferID := strings.SplitN(tr.String(), "\n", 2)[0]
-	if !strings.Contains(tr.String(), "staged 1 copies") {
-		t.Errorf("transfer printed %q", tr.String())
+	transferID := strings.TrimSuffix(tr.String(), "\n")
+	if transferID == "" || strings.ContainsAny(transferID, " \n") || !strings.Contains(trErr.String(), "staged 1 copies") {
+		t.Errorf("transfer printed %q on stdout, %q on stderr; want the id alone, then what was staged", tr.String(), trErr.String())
 	}
 	var sz bytes.Buffer
 	if c := run([]string{"seize", "--addr", addr, "--transfer", transferID, "--hold-for", "1ms"}, nil, &sz, &errOut); c != 0 ||

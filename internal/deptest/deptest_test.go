@@ -54,7 +54,7 @@ var imports = map[string][]string{
 	"internal/redisfunc":         nil,
 	"internal/redistest":         nil,
 	"internal/sessionhold":       {"api/charon/v1"},
-	"internal/servertest":        {"descriptors", "internal/copystore/memcopy", "internal/engine", "server"},
+	"internal/servertest":        {"descriptors", "internal/copystore/memcopy", "internal/engine", "internal/store/memstore", "server", "tiers"},
 	"internal/store":             {"tiers"},
 	"internal/store/memstore":    {"internal/lru", "internal/periodic", "internal/store", "tiers"},
 	"internal/store/redisstore":  {"internal/redisfunc", "internal/store", "tiers"},

@@ -285,7 +285,7 @@ func (e *Engine) Decide(ctx context.Context, req *Request, resp *Response) error
 			st.ResetAfter = d.RetryAfter
 		}
 		if p := st.Match.Policy; p.Kind == tiers.KindFixedWindow {
-			e.fixedAnswer(st, p.Window.Unit, now)
+			e.fixedAnswer(st, p.Window, now)
 		}
 		resp.limits[i] = e.currentLimit(&st.Match, d, req.Descriptors[i].Override)
 		st.Limit = &resp.limits[i]

@@ -110,8 +110,9 @@ func TestFixedWindowAnswersLikeLyft(t *testing.T) {
 
 // TestFixedWindowNeverWithoutLyftAnswers: without FixedWindowOverrides (no
 // --fixed-window), a fixed window that can never grant the request keeps
-// the reset that never comes (docs/architecture.md), and a request's own
-// limit of 0, a policy with no tier, still reports its unit and no name.
+// the reset that never comes (docs/architecture.md), but a limit of 0, the
+// configuration's or a request's own (its unit and no name), answers as
+// envoyproxy/ratelimit in every mode: the rest of its unit's window.
 func TestFixedWindowNeverWithoutLyftAnswers(t *testing.T) {
 	e := fixedEngine(t, false)
 	for _, s := range []struct {
@@ -120,8 +121,8 @@ func TestFixedWindowNeverWithoutLyftAnswers(t *testing.T) {
 		want answer
 	}{
 		{"b: 101 hits", hits(101, "b", "x"), answer{over, CurrentLimit{100, tiers.UnitMinute, 0, ""}, 0, tiers.Unbounded}},
-		{"z: a limit of 0", desc("z", "x"), answer{over, CurrentLimit{0, tiers.UnitMinute, 0, "ban"}, 0, tiers.Unbounded}},
-		{"own limit of 0", Descriptor{Entries: entries("o", "x"), Override: &Override{Unit: tiers.UnitHour}}, answer{over, CurrentLimit{0, tiers.UnitHour, 0, ""}, 0, tiers.Unbounded}},
+		{"z: a limit of 0", desc("z", "x"), answer{over, CurrentLimit{0, tiers.UnitMinute, 0, "ban"}, 0, 20 * time.Second}},
+		{"own limit of 0", Descriptor{Entries: entries("o", "x"), Override: &Override{Unit: tiers.UnitHour}}, answer{over, CurrentLimit{0, tiers.UnitHour, 0, ""}, 0, 55*time.Minute + 20*time.Second}},
 		{"n's first hit", desc("n", "x"), answer{ok, CurrentLimit{2, tiers.UnitMinute, 0, ""}, 1, 20 * time.Second}},
 	} {
 		r := ask(t, e, &Request{Domain: "test", Descriptors: []Descriptor{s.req}})

@@ -32,17 +32,17 @@ func unitOf(w time.Duration) (u tiers.Unit, mult uint32, exact bool) {
 // when m is its match.
 func (e *Engine) currentLimit(m *descriptors.Match, d *tiers.Decision, o *Override) CurrentLimit {
 	p := m.Policy
-	if p.Kind == tiers.KindFixedWindow {
-		return CurrentLimit{RequestsPerUnit: clamp32(p.Window.Limit), Unit: p.Window.Unit, Name: m.Limit.Name}
-	}
 	if o != nil && o.RequestsPerUnit == 0 {
-		// Its policy has no tier to report; envoyproxy/ratelimit reports
-		// the limit as asked: 0 per its unit, with no name.
+		// envoyproxy/ratelimit reports the limit as asked: 0 per its unit,
+		// with no name.
 		cl := CurrentLimit{Unit: o.Unit}
 		if o.Multiplier > 1 {
 			cl.Multiplier = o.Multiplier
 		}
 		return cl
+	}
+	if p.Kind == tiers.KindFixedWindow {
+		return CurrentLimit{RequestsPerUnit: clamp32(p.Window.Limit), Unit: p.Window.Unit, Name: m.Limit.Name}
 	}
 	limit, window, tier := d.TierLimit, d.TierWindow, d.Tier
 	if p.Kind == tiers.KindTiers && tier == 0 && len(p.Tiers) > 0 {
@@ -67,8 +67,12 @@ func (e *Engine) currentLimit(m *descriptors.Match, d *tiers.Decision, o *Overri
 // truncates the duration, so 19.7 s would read 19, and 0 in a window's last
 // second). A reset that never comes stays so unless the Engine answers as
 // envoyproxy/ratelimit (Options.FixedWindowOverrides, --fixed-window), whose
-// reset is always the rest of the window.
-func (e *Engine) fixedAnswer(st *Status, u tiers.Unit, now time.Time) {
+// reset is always the rest of the window, or the window is a limit of 0
+// (requests_per_unit: 0 in either algorithm), which envoyproxy/ratelimit
+// answers so in every mode: a client is told when to ask again, not 292
+// years.
+func (e *Engine) fixedAnswer(st *Status, w tiers.FixedWindow, now time.Time) {
+	u := w.Unit
 	if !st.Decision.OK {
 		st.Remaining = 0
 	}
@@ -78,7 +82,7 @@ func (e *Engine) fixedAnswer(st *Status, u tiers.Unit, now time.Time) {
 		if r := st.ResetAfter % time.Second; r != 0 {
 			st.ResetAfter += time.Second - r
 		}
-	case e.fixedOverrides:
+	case e.fixedOverrides, w.Limit == 0:
 		st.ResetAfter = windowRest(u, now)
 	}
 }

@@ -27,7 +27,9 @@ func (c *overrideCache) limit(o Override, fixed, overdraft bool) *descriptors.Li
 	if o.Multiplier == 0 {
 		o.Multiplier = 1
 	}
-	fixed = fixed && o.Multiplier == 1
+	// A limit of 0 is a fixed window of 0 in either mode: it rejects
+	// everything and answers with the rest of its unit as the reset.
+	fixed = fixed && o.Multiplier == 1 || o.RequestsPerUnit == 0
 	k := overrideKey{o, fixed, overdraft}
 	c.mu.RLock()
 	l, ok := c.m[k]

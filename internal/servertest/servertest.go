@@ -11,19 +11,26 @@ import (
 	"github.com/charonlimit/charon/descriptors"
 	"github.com/charonlimit/charon/internal/copystore/memcopy"
 	"github.com/charonlimit/charon/internal/engine"
+	"github.com/charonlimit/charon/internal/store/memstore"
 	"github.com/charonlimit/charon/server"
+	"github.com/charonlimit/charon/tiers"
 )
 
-// CopyServer serves charon.v1 on a free loopback port over one
+// CopyServer serves charon.v1 and RLS on a free loopback port over one
 // copy-limited resource, domain "c" key "db" with 3 copies per domain, on
-// the memory copy store it returns; the test's cleanup stops both.
+// the memory copy store it returns, and one rate-limited resource, key
+// "banned" (requests_per_unit 0 per minute: every request is OVER_LIMIT);
+// the test's cleanup stops both.
 func CopyServer(t testing.TB) (addr string, copies *memcopy.Store) {
 	t.Helper()
 	copies = memcopy.New(memcopy.Options{})
 	t.Cleanup(func() { copies.Close() })
-	eng := engine.New(engine.Options{Copies: copies})
+	rates := memstore.New(memstore.Options{})
+	t.Cleanup(func() { rates.Close() })
+	eng := engine.New(engine.Options{Copies: copies, Store: rates})
 	tree, err := descriptors.NewTree([]descriptors.DomainSpec{{Config: descriptors.DomainConfig{Name: "c"}, Nodes: []*descriptors.Node{
 		{Key: "db", Limit: &descriptors.Limit{Copies: &descriptors.Copies{DomainLimit: 3}}},
+		{Key: "banned", Limit: &descriptors.Limit{Policy: &tiers.Policy{Kind: tiers.KindFixedWindow, Window: tiers.FixedWindow{Unit: tiers.UnitMinute}}}},
 	}}})
 	if err != nil {
 		t.Fatal(err)

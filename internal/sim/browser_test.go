@@ -247,3 +247,77 @@ func count(img image.Image) (white, red int) {
 	}
 	return white, red
 }
+
+// TestBrowserSpaceAfterClickAndLabels: Space sends a request wherever the
+// focus is but a text field, a pattern button or Send just clicked
+// included (neither missing it nor clicking the button again, which would
+// reload the pattern); the status line says "no tier active", never "tier
+// 0", apart from the engine's summary; the axis runs from the past to +500ms
+// at its right edge.
+func TestBrowserSpaceAfterClickAndLabels(t *testing.T) {
+	ctx, _ := page(t)
+	do(t, ctx, `charonSim.setSpeed(0)`)
+	space := func(n int) {
+		t.Helper()
+		for range n {
+			if err := chromedp.Do(ctx, chromedp.KeyEvent(" ")); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	hits := func() int64 { return js[simState](t, ctx, `charonSim.state()`).Tiers[0].Hits }
+	text := func(sel string) string {
+		t.Helper()
+		s, err := chromedp.Run(ctx, chromedp.TextContent(chromedp.CSS(sel)))
+		if err != nil {
+			t.Fatalf("%s: %v", sel, err)
+		}
+		return s
+	}
+
+	// The first pattern, simple (5 per second), clicked: a fresh lane.
+	if err := chromedp.Do(ctx, chromedp.Click(chromedp.CSS("#patterns button:first-child"))); err != nil {
+		t.Fatal(err)
+	}
+	do(t, ctx, `charonSim.advance(0)`)
+	status, summary := text("#lane0 .stats .status"), text("#lane0 .stats .summary")
+	if strings.Contains(status, "tier 0") || !strings.HasPrefix(status, "no tier active · remaining 5") ||
+		!strings.HasPrefix(summary, "no tier active (the next request enters tier 1)") || strings.Contains(status, summary) {
+		t.Errorf("fresh lane: status %q, summary %q; want no tier active and the summary apart", status, summary)
+	}
+	if axis := js[[]string](t, ctx, `charonSim.state().axis`); len(axis) != 5 || axis[0] != "-9.5s" || axis[3] != "-2s" || axis[4] != "+500ms" {
+		t.Errorf("axis %q, want -9.5s … -2s, +500ms", axis)
+	}
+
+	// Space with the pattern button focused: three requests, no reload.
+	if f := js[string](t, ctx, `document.activeElement.textContent`); f != "simple" {
+		t.Fatalf("focus on %q, want the pattern button simple", f)
+	}
+	space(3)
+	do(t, ctx, `charonSim.advance(0)`)
+	if h := hits(); h != 3 {
+		t.Errorf("3 presses of Space on the pattern button: %d hits, want 3 (none missed, no reload)", h)
+	}
+	if st := text("#lane0 .stats .status"); !strings.HasPrefix(st, "tier 1 · remaining 2") {
+		t.Errorf("status %q, want tier 1 · remaining 2", st)
+	}
+
+	// Send clicked (one request), then Space on it: one more.
+	if err := chromedp.Do(ctx, chromedp.Click(chromedp.CSS("#send"))); err != nil {
+		t.Fatal(err)
+	}
+	space(1)
+	do(t, ctx, `charonSim.advance(0)`)
+	if h := hits(); h != 5 {
+		t.Errorf("Send clicked, then Space: %d hits, want 5", h)
+	}
+
+	// In a text field, Space is the field's.
+	if err := chromedp.Do(ctx, chromedp.Click(chromedp.CSS("#yaml0"))); err != nil {
+		t.Fatal(err)
+	}
+	space(1)
+	if h := hits(); h != 5 {
+		t.Errorf("Space in the YAML box sent a request: %d hits, want 5", h)
+	}
+}

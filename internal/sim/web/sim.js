@@ -14,18 +14,19 @@
   const core = () => window.charonSimCore;
   const call = (f, ...args) => JSON.parse(core()[f](...args));
 
-  // fmtDur writes ms as a Go duration ("1s", "1m30s", "59m", "unbounded").
+  // fmtDur writes ms, rounded to the millisecond, as a duration Go parses
+  // ("1s", "1m30.5s", "59m", "500ms", "unbounded").
   function fmtDur(ms) {
     if (ms < 0) return "unbounded";
+    ms = Math.round(ms);
     if (ms === 0) return "0s";
+    if (ms < 1000) return ms + "ms";
     let s = "";
     const h = Math.floor(ms / 3600000); ms -= h * 3600000;
     const m = Math.floor(ms / 60000); ms -= m * 60000;
-    const sec = Math.floor(ms / 1000); ms -= sec * 1000;
     if (h) s += h + "h";
     if (m) s += m + "m";
-    if (sec) s += sec + "s";
-    if (ms) s += Math.round(ms) + "ms";
+    if (ms) s += String(ms / 1000) + "s";
     return s;
   }
 
@@ -70,7 +71,7 @@
   function laneState(l) {
     if (!l.loaded) return null;
     const s = call("state", l.i, simNow);
-    return Object.assign(s, { last: l.last });
+    return Object.assign(s, { last: l.last, axis: l.axis || [] });
   }
 
   function state() {
@@ -170,15 +171,29 @@
     g.strokeStyle = "#ffd34d";
     g.beginPath(); g.moveTo(X(simNow), top); g.lineTo(X(simNow), c.height - axis); g.stroke();
     g.fillStyle = "#888";
+    l.axis = [];
     for (let k = 0; k <= 4; k++) {
       const t = x0 + (span * k) / 4;
-      g.fillText("-" + fmtDur(Math.max(0, Math.round(simNow - t))), X(t) - 10, c.height - 6);
+      const label = axisLabel(Math.round(t - simNow));
+      l.axis.push(label);
+      // The right edge's label ends at the edge.
+      g.textAlign = k === 4 ? "right" : "left";
+      g.fillText(label, k === 4 ? c.width - 2 : X(t) - 10, c.height - 6);
     }
+    g.textAlign = "left";
     const retry = s.retryNever ? "never" : fmtDur(s.retryAfter);
-    l.el.querySelector(".stats").textContent =
-      "tier " + s.tier + " · remaining " + s.remaining + (s.remaining === 0 ? " · retry_after " + retry : " · reset_after " + fmtDur(s.resetAfter)) +
-      (s.hardLimit ? " · hard " + s.domainHits + "/" + s.hardLimit : "") + (s.globalLimit ? " · global " + s.resourceHits + "/" + s.globalLimit : "") +
-      "\n" + s.summary;
+    const where = s.kind !== "tiers" ? "" : s.tier === 0 ? "no tier active · " : "tier " + s.tier + " · ";
+    const st = l.el.querySelector(".stats");
+    st.querySelector(".status").textContent =
+      where + "remaining " + s.remaining + (s.remaining === 0 ? " · retry_after " + retry : " · reset_after " + fmtDur(s.resetAfter)) +
+      (s.hardLimit ? " · hard " + s.domainHits + "/" + s.hardLimit : "") + (s.globalLimit ? " · global " + s.resourceHits + "/" + s.globalLimit : "");
+    st.querySelector(".summary").textContent = s.summary;
+  }
+
+  // axisLabel words an offset from now in ms: "-5s", "now", "+500ms".
+  function axisLabel(ms) {
+    if (ms === 0) return "now";
+    return (ms < 0 ? "-" : "+") + fmtDur(Math.abs(ms));
   }
 
   function frame(t) {
@@ -261,13 +276,27 @@
     draw();
   }
 
+  // typing reports whether a key pressed on el is text being typed (a text
+  // or number field, the YAML boxes, a select): there Space is the field's.
+  // Anywhere else, a button just clicked included, Space sends requests.
+  function typing(el) {
+    if (/^(TEXTAREA|SELECT)$/.test(el.tagName) || el.isContentEditable) return true;
+    return el.tagName === "INPUT" && !/^(button|checkbox|radio|range|submit|reset)$/.test(el.type);
+  }
+
   function wire() {
+    // Capture, so that a focused button neither misses Space nor takes it
+    // as a click (which would reload a pattern or send one more request).
     document.addEventListener("keydown", (e) => {
-      if (e.code !== "Space" || e.repeat || /^(INPUT|TEXTAREA|SELECT|BUTTON)$/.test(e.target.tagName)) return;
+      if (e.code !== "Space" || typing(e.target)) return;
       e.preventDefault();
-      startHold();
-    });
-    document.addEventListener("keyup", (e) => { if (e.code === "Space") stopHold(); });
+      if (!e.repeat) startHold();
+    }, true);
+    document.addEventListener("keyup", (e) => {
+      if (e.code !== "Space") return;
+      if (!typing(e.target)) e.preventDefault();
+      stopHold();
+    }, true);
     const send = $("#send");
     send.addEventListener("mousedown", startHold);
     for (const ev of ["mouseup", "mouseleave"]) send.addEventListener(ev, stopHold);
@@ -323,15 +352,25 @@
   };
 
   window.charonSimReady = () => { wire(); window.charonSim = api; readyResolve(); };
+  // notBuilt says, in the page, why there is no engine and how to get one.
+  function notBuilt(why) {
+    const p = $("#loading");
+    p.className = "missing";
+    p.textContent = why + " The simulator's engine (package tiers compiled to WebAssembly, 6.8 MB) is built by " +
+      "make, not by go build or go install alone: from a checkout, run make build (bin/charon), or make sim-wasm " +
+      "before go build ./cmd/charon or go install ./cmd/charon. Everything else this server does works without it.";
+  }
   if (!window.Go) {
-    $("#loading").textContent = "wasm_exec.js is missing: build the engine with make sim-wasm.";
+    notBuilt("This charon was built without the simulator's engine (wasm_exec.js is missing).");
     return;
   }
   const go = new Go();
-  const module = WebAssembly.instantiateStreaming
-    ? WebAssembly.instantiateStreaming(fetch("charon.wasm"), go.importObject)
-    : fetch("charon.wasm").then((r) => r.arrayBuffer()).then((b) => WebAssembly.instantiate(b, go.importObject));
-  module.then((r) => go.run(r.instance)).catch((e) => {
-    $("#loading").textContent = "The engine did not load (" + e + "): build it with make sim-wasm.";
+  const fetchEngine = () => fetch("charon.wasm").then((r) => {
+    if (!r.ok) throw new Error("charon.wasm: " + r.status);
+    return r;
   });
+  const module = WebAssembly.instantiateStreaming
+    ? fetchEngine().then((r) => WebAssembly.instantiateStreaming(r, go.importObject))
+    : fetchEngine().then((r) => r.arrayBuffer()).then((b) => WebAssembly.instantiate(b, go.importObject));
+  module.then((r) => go.run(r.instance)).catch((e) => notBuilt("The engine did not load (" + e.message + ")."));
 })();
