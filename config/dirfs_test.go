@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"testing/fstest"
 
 	"github.com/google/go-cmp/cmp"
 )
@@ -76,5 +77,16 @@ func TestDirFSHidesDotNames(t *testing.T) {
 	}
 	if diff := cmp.Diff([]string{"a.yaml", "sub"}, names); diff != "" {
 		t.Errorf("ReadDir(1) batches (-want +got):\n%s", diff)
+	}
+}
+
+func TestFilesIsAnFS(t *testing.T) {
+	files := Files{"a.yaml": []byte("domain: a\n"), "b.yaml": []byte("domain: b\n")}
+	if err := fstest.TestFS(files, "a.yaml", "b.yaml"); err != nil {
+		t.Fatal(err)
+	}
+	cfg, _, err := Load(files, Options{})
+	if err != nil || len(cfg.Tree.Domains()) != 2 {
+		t.Fatalf("Load(Files): %v, %v", cfg, err)
 	}
 }

@@ -59,7 +59,7 @@ func Load(text string) (*Lane, error) {
 		}
 		text = b.String()
 	}
-	cfg, _, err := config.Load(oneFile{fileName, []byte(text)}, config.Options{})
+	cfg, _, err := config.Load(config.Files{fileName: []byte(text)}, config.Options{})
 	if err != nil {
 		var msgs []string
 		for _, p := range config.Problems(err) {

@@ -3,12 +3,10 @@ package xdsconfig
 import (
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"slices"
 	"strconv"
 	"strings"
-	"time"
 
 	rlsconfv3 "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
 	"google.golang.org/protobuf/encoding/protowire"
@@ -44,7 +42,7 @@ type Resources struct {
 // contents are left to the loader to judge.
 func Decode(resources []*anypb.Any) (*Resources, error) {
 	r := &Resources{}
-	files := memFS{}
+	files := config.Files{}
 	var errs []error
 	for i, a := range resources {
 		c := &rlsconfv3.RateLimitConfig{}
@@ -303,109 +301,3 @@ func allKnown(m proto.Message) error {
 	return fmt.Errorf("field %d is not known", num)
 }
 
-// memFS is a flat in-memory file system of the files of one response.
-type memFS map[string][]byte
-
-type memInfo struct {
-	name string
-	size int64
-	dir  bool
-}
-
-func (i memInfo) Name() string { return i.name }
-func (i memInfo) Size() int64  { return i.size }
-func (i memInfo) Mode() fs.FileMode {
-	if i.dir {
-		return fs.ModeDir | 0o555
-	}
-	return 0o444
-}
-func (i memInfo) ModTime() time.Time { return time.Time{} }
-func (i memInfo) IsDir() bool        { return i.dir }
-func (i memInfo) Sys() any           { return nil }
-
-type memFile struct {
-	info memInfo
-	data []byte
-	off  int
-	// ents are the directory's entries not yet read (the root only).
-	ents []fs.DirEntry
-}
-
-// ReadDir reads the root directory's entries.
-func (f *memFile) ReadDir(n int) ([]fs.DirEntry, error) {
-	if !f.info.dir {
-		return nil, &fs.PathError{Op: "readdir", Path: f.info.name, Err: fs.ErrInvalid}
-	}
-	if n <= 0 {
-		out := f.ents
-		f.ents = nil
-		return out, nil
-	}
-	if len(f.ents) == 0 {
-		return nil, io.EOF
-	}
-	n = min(n, len(f.ents))
-	out := f.ents[:n:n]
-	f.ents = f.ents[n:]
-	return out, nil
-}
-
-func (f *memFile) Stat() (fs.FileInfo, error) { return f.info, nil }
-func (f *memFile) Close() error               { return nil }
-func (f *memFile) Read(p []byte) (int, error) {
-	if f.info.dir {
-		return 0, &fs.PathError{Op: "read", Path: f.info.name, Err: fs.ErrInvalid}
-	}
-	if f.off >= len(f.data) {
-		return 0, io.EOF
-	}
-	n := copy(p, f.data[f.off:])
-	f.off += n
-	return n, nil
-}
-
-func (m memFS) Stat(name string) (fs.FileInfo, error) {
-	if name == "." {
-		return memInfo{name: ".", dir: true}, nil
-	}
-	if d, ok := m[name]; ok {
-		return memInfo{name: name, size: int64(len(d))}, nil
-	}
-	return nil, &fs.PathError{Op: "stat", Path: name, Err: fs.ErrNotExist}
-}
-
-func (m memFS) Open(name string) (fs.File, error) {
-	info, err := m.Stat(name)
-	if err != nil {
-		return nil, &fs.PathError{Op: "open", Path: name, Err: fs.ErrNotExist}
-	}
-	f := &memFile{info: info.(memInfo), data: m[name]}
-	if f.info.dir {
-		f.ents, _ = m.ReadDir(".")
-	}
-	return f, nil
-}
-
-func (m memFS) ReadDir(name string) ([]fs.DirEntry, error) {
-	if name != "." {
-		return nil, &fs.PathError{Op: "readdir", Path: name, Err: fs.ErrNotExist}
-	}
-	names := make([]string, 0, len(m))
-	for n := range m {
-		names = append(names, n)
-	}
-	slices.Sort(names)
-	out := make([]fs.DirEntry, len(names))
-	for i, n := range names {
-		out[i] = fs.FileInfoToDirEntry(memInfo{name: n, size: int64(len(m[n]))})
-	}
-	return out, nil
-}
-
-func (m memFS) ReadFile(name string) ([]byte, error) {
-	if d, ok := m[name]; ok {
-		return slices.Clone(d), nil
-	}
-	return nil, &fs.PathError{Op: "read", Path: name, Err: fs.ErrNotExist}
-}

@@ -115,7 +115,7 @@ descriptors:
 			t.Errorf("%s: %v", tc.name, err)
 			continue
 		}
-		got, err := r.Files.(memFS).ReadFile(r.Names[0])
+		got, err := r.Files.(config.Files).ReadFile(r.Names[0])
 		if err != nil {
 			t.Fatal(err)
 		}
