@@ -62,3 +62,24 @@ func BenchmarkRejectedRetry(b *testing.B) {
 	}}
 	benchRequests(b, p, nil, time.Millisecond)
 }
+
+// BenchmarkPostPaidInDebt: a post-paid limit that stays in debt, each
+// request refused, debited and given the wait until the debt is repaid (its
+// log at the bound of 64 buckets of owed hits).
+func BenchmarkPostPaidInDebt(b *testing.B) {
+	p := &Policy{Tiers: []Tier{{Limit: 10, Window: time.Minute, Active: Unbounded}}, Overdraft: true}
+	var s State
+	now := t0
+	for range 1000 {
+		Request(p, &s, nil, now, 1, 1)
+		now = now.Add(time.Millisecond)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for range b.N {
+		if Request(p, &s, nil, now, 1, 1).OK {
+			b.Fatal("granted in debt")
+		}
+		now = now.Add(time.Microsecond)
+	}
+}

@@ -39,6 +39,7 @@ func phase(p *Policy, s *State, i int, t int64) int {
 type walker struct {
 	p         *Policy
 	s         *State
+	g         *Global
 	t         int64
 	dom, glob int64 // the domain's and the resource's hits in the last second
 
@@ -53,7 +54,7 @@ type walker struct {
 
 // init sets the walk at the state's situation at t.
 func (w *walker) init(p *Policy, s *State, g *Global, t int64) {
-	*w = walker{p: p, s: s, t: t}
+	*w = walker{p: p, s: s, g: g, t: t}
 	w.dom = s.second.count(t, second)
 	if g != nil {
 		w.glob = g.second.count(t, second)
@@ -69,6 +70,26 @@ func (w *walker) init(p *Policy, s *State, g *Global, t int64) {
 		w.debt = (w.c >= 1 && w.cnt > p.Tiers[w.c-1].Limit) ||
 			(p.HardLimit > 0 && w.dom > p.HardLimit) || (p.GlobalLimit > 0 && w.glob > p.GlobalLimit)
 	}
+}
+
+// debtEnd returns an instant before which a post-paid state in debt at w.t
+// stays in debt with no traffic: the latest of the instants at which each
+// count over its limit falls to it (the current tier's, or the end of its
+// active period if sooner; the domain's and the resource's seconds).
+func (w *walker) debtEnd() int64 {
+	p, s, at := w.p, w.s, w.t
+	if c := w.c; c >= 1 && w.cnt > p.Tiers[c-1].Limit {
+		tr := &p.Tiers[c-1]
+		x := s.tiers[c-1].hits.clearsAt(w.t, Micros(tr.Window), tr.Limit)
+		at = max(at, min(x, addSat(s.tiers[c-1].entered, Micros(tr.Active))))
+	}
+	if h := p.HardLimit; h > 0 && w.dom > h {
+		at = max(at, s.second.clearsAt(w.t, second, h))
+	}
+	if g := p.GlobalLimit; g > 0 && w.glob > g && w.g != nil {
+		at = max(at, w.g.second.clearsAt(w.t, second, g))
+	}
+	return at
 }
 
 // target returns the tier a burst from the current tier enters, or 0.
@@ -263,7 +284,7 @@ func applyTiers(p *Policy, s *State, g *Global, t int64, c0 int, cnt0 int64, res
 // number of grantable hits is constant between two such instants.
 func retryTiers(p *Policy, s *State, g *Global, t, k, m int64) int64 {
 	need := needed(k, m)
-	if need > k || numTiers(p) == 0 ||
+	if need > k || (need > 0 && numTiers(p) == 0) ||
 		(p.HardLimit > 0 && need > p.HardLimit) || (p.GlobalLimit > 0 && need > p.GlobalLimit) {
 		return inf
 	}
@@ -276,6 +297,14 @@ func retryTiers(p *Policy, s *State, g *Global, t, k, m int64) int64 {
 		cur = next
 		var w walker
 		w.init(p, s, g, cur)
+		if w.debt {
+			// No instant before the debt can end grants: go to it (an
+			// instant nextEvent names) rather than through every bucket's.
+			if x := w.debtEnd(); x > cur {
+				cur = x - 1
+				continue
+			}
+		}
 		w.run(need)
 		if w.n >= need && !w.debt {
 			return cur - t

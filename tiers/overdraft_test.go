@@ -210,3 +210,47 @@ func TestInspectOwed(t *testing.T) {
 		t.Errorf("after the window: %d owed, want 0", v.Owed)
 	}
 }
+
+// bruteRetry is RetryAfter by definition, for a request of k hits all or
+// nothing: the first instant after t, among those at which the state's
+// meaning changes, at which the request would be granted.
+func bruteRetry(p *Policy, s *State, g *Global, t int64, k int64) time.Duration {
+	cur := t
+	for {
+		next, ok := nextEvent(p, s, g, cur)
+		if !ok {
+			return Unbounded
+		}
+		cur = next
+		if Peek(p, s, g, time.UnixMicro(cur), k, k).OK {
+			return FromMicros(cur - t)
+		}
+	}
+}
+
+// FuzzPostPaidRetry: a post-paid refusal's RetryAfter (which skips to the
+// end of the debt) is the first instant that grants, found by trying every
+// instant at which the state changes.
+func FuzzPostPaidRetry(f *testing.F) {
+	f.Add([]byte{2, 3, 4, 1, 0, 1, 2, 1, 1, 9, 9, 9, 9, 9, 9, 9, 9, 9})
+	f.Add([]byte{1, 7, 3, 2, 1, 0, 0, 1, 3, 1, 4, 200, 1, 9, 8, 7, 6, 5, 4, 3})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		r := &bytesource{b: data}
+		p := genPolicy(r, true)
+		p.Overdraft = true
+		var s State
+		var g Global
+		at := t0.UnixMicro()
+		for !r.empty() {
+			at += int64(r.next()) * 7919
+			k := int64(r.next() % 9)
+			d := Request(p, &s, &g, time.UnixMicro(at), k, k)
+			if d.OK {
+				continue
+			}
+			if want := bruteRetry(p, &s, &g, at, k); d.RetryAfter != want {
+				t.Fatalf("policy %+v, %d hits at %d: RetryAfter %v, want %v", *p, k, at, d.RetryAfter, want)
+			}
+		}
+	})
+}

@@ -184,6 +184,26 @@ func (l *hitLog) nextExpiry(t, w int64) (int64, bool) {
 	return 0, false
 }
 
+// clearsAt returns the first instant, from t on, at which the log counts at
+// most lim hits in a window of w with no hit added: t when it already does.
+func (l *hitLog) clearsAt(t, w, lim int64) int64 {
+	n := l.count(t, w)
+	if n <= lim {
+		return t
+	}
+	low := t - w
+	for i := l.h; i < len(l.e); i++ {
+		if l.e[i].at <= low {
+			continue
+		}
+		n -= l.e[i].n
+		if n <= lim {
+			return l.e[i].at + w
+		}
+	}
+	return inf // not reached: the buckets sum to the count
+}
+
 // last returns the newest bucket's start.
 func (l *hitLog) last() (int64, bool) {
 	if len(l.e) == l.h {

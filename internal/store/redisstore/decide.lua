@@ -186,6 +186,21 @@ local function lnext(l, t, w)
   return nil
 end
 
+-- clears: the first instant from t at which the log counts at most lim in
+-- a window of w with no hit added (tiers/state.go clearsAt).
+local function lclears(l, t, w, lim)
+  local n = lcount(l, t, w)
+  if n <= lim then return t end
+  local low = t - w
+  for j = 2 * l[H] + 2, 2 * l[E] + 2, 2 do
+    if l[j] > low then
+      n = n - l[j + 1]
+      if n <= lim then return l[j] + w end
+    end
+  end
+  return INF
+end
+
 local function llast(l)
   if l[E] < l[H] then return nil end
   return l[2 * l[E] + 2]
@@ -513,11 +528,24 @@ local function next_event(p, s, g, t)
   return best
 end
 
+-- debt_end: an instant before which a post-paid state in debt at t stays
+-- in debt with no traffic (tiers/burst.go, walker.debtEnd).
+local function debt_end(p, s, g, t, dom, glob, c, cnt)
+  local at = t
+  if c >= 1 and cnt > p.T[c].lim then
+    local tr = p.T[c]
+    at = max(at, min(lclears(s.t[c].hits, t, tr.win, tr.lim), s.t[c].ent + tr.act))
+  end
+  if p.hard > 0 and dom > p.hard then at = max(at, lclears(s.sec, t, SEC, p.hard)) end
+  if g and p.glob > 0 and glob > p.glob then at = max(at, lclears(g, t, SEC, p.glob)) end
+  return at
+end
+
 -- retry_tiers: the wait until max(m, 1) hits would be granted, or INF.
 local function retry_tiers(p, s, g, t, k, m)
   local need = max(m, 1)
   if k == 0 then need = 0 end
-  if need > k or p.n == 0 or (p.hard > 0 and need > p.hard) or (p.glob > 0 and need > p.glob) then
+  if need > k or (need > 0 and p.n == 0) or (p.hard > 0 and need > p.hard) or (p.glob > 0 and need > p.glob) then
     return INF
   end
   local cur = t
@@ -526,9 +554,17 @@ local function retry_tiers(p, s, g, t, k, m)
     if not nx then return INF end
     cur = nx
     local dom, glob, c, cnt = start(p, s, g, cur)
-    stamp = stamp + 1
-    local _, _, n = walk(p, s, cur, dom, glob, c, cnt, 0, 0, need, stamp)
-    if n >= need and not indebt(p, dom, glob, c, cnt) then return cur - t end
+    local skip = false
+    if p.od and indebt(p, dom, glob, c, cnt) then
+      -- No instant before the debt can end grants: go to it.
+      local x = debt_end(p, s, g, cur, dom, glob, c, cnt)
+      if x > cur then cur, skip = x - 1, true end
+    end
+    if not skip then
+      stamp = stamp + 1
+      local _, _, n = walk(p, s, cur, dom, glob, c, cnt, 0, 0, need, stamp)
+      if n >= need and not indebt(p, dom, glob, c, cnt) then return cur - t end
+    end
   end
 end
 
