@@ -1103,8 +1103,8 @@ local UK, UA, un = {}, {}, 0
 -- reads the count) and takes back what it does not grant. With slot (for
 -- many), a grant's write is held at slot, the increment is noted in UK and
 -- UA, and fixed1 answers true; a rejection is taken back and answers nil.
--- Without slot, it answers the whole reply, a rejection's too (but for a
--- post-paid policy's: nil, for decide). nil also
+-- Without slot, it answers the whole reply, a rejection's too (a post-paid
+-- policy's keeps its count: its debit). nil also
 -- when the key holds no count (an earlier layout): decide reads it.
 local function fixed1(key, p, t, k, m, maxttl, slot)
   local lim, len = p.lim, p.len
@@ -1119,9 +1119,19 @@ local function fixed1(key, p, t, k, m, maxttl, slot)
   end
   local n, reset = min(k, max(0, lim - cnt)), start + len - t
   if n < 1 or n < m then
+    if p.od and not slot and (n < m or cnt > lim) then
+      -- A post-paid refusal keeps the hits INCRBY counted (up to MAXCOUNT),
+      -- as decide_fixed's debit and save would write them.
+      local v = min(cnt + k, MAXCOUNT)
+      if fresh or v ~= c or len > (maxttl - 1) * 1000 then
+        redis.call('SET', key, sfmt('%d', v), 'PXAT', sfmt('%d', fexp(start, len, t, maxttl)))
+      end
+      local retry = reset
+      if max(m, 1) > lim then retry = INF end
+      return spack('>ddddddddddd', 0, t, 0, 0, 1, cnt, 0, 0, 0, retry, retry)
+    end
     if c == k then redis.call('DEL', key) else redis.call('DECRBY', key, k) end
-    -- A post-paid rejection debits: decide_fixed answers and writes it.
-    if slot or p.od then return nil end
+    if slot then return nil end
     if n >= m then
       -- Nothing to grant and a minimum of 0: granted, 0 hits.
       return spack('>ddddddddddd', 0, t, 1, 0, 1, cnt, 0, 0, max(0, lim - cnt), 0, reset)
