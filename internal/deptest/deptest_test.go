@@ -42,6 +42,7 @@ var imports = map[string][]string{
 	"internal/gctune":                  nil,
 	"internal/loadgen":                 {"api/charon/v1"},
 	"internal/lru":                     nil,
+	"internal/offenders":               {"descriptors"},
 	"internal/lyftenv":                 nil,
 	"internal/periodic":                nil,
 	"internal/collect":                 nil,
