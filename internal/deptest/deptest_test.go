@@ -63,7 +63,7 @@ var imports = map[string][]string{
 	"internal/store/storetest":   {"internal/store", "tiers", "tiers/tierstest"},
 	"internal/tlsconfig":         nil,
 	"internal/tlsconfig/tlstest": nil,
-	"server": {"api/charon/v1", "config", "copylog", "descriptors", "internal/authz", "internal/copystore", "internal/engine",
+	"server": {"api/charon/v1", "config", "copylog", "descriptors", "internal/authz", "internal/copystore", "internal/engine", "internal/offenders",
 		"internal/store/resilient", "internal/tlsconfig", "tiers", "internal/decisionlog", "internal/sim"},
 	"tiers":           nil,
 	"tiers/tierstest": {"tiers"},

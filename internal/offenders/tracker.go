@@ -220,7 +220,8 @@ func (w Window) Part() Part { return Part{Items: w.Items, Total: w.Total, Floor:
 // Rates are hits per Step, the oldest first, the last one the step of now
 // (still filling).
 type Rates struct {
-	Step     time.Duration `json:"step"`
+	Step     time.Duration `json:"-"`
+	Seconds  int           `json:"step_seconds"`
 	End      time.Time     `json:"end"`
 	Granted  []uint64      `json:"granted"`
 	Rejected []uint64      `json:"rejected"`
@@ -277,7 +278,7 @@ func (r *rule) view(now time.Time, epoch time.Duration, n int) View {
 		*w = Window{Items: items, Total: total, Floor: cur.Floor() + prev.Floor()}
 	}
 	step := now.UnixNano() / int64(Step)
-	v.Rates = Rates{Step: Step, End: time.Unix(0, (step+1)*int64(Step)).UTC(),
+	v.Rates = Rates{Step: Step, Seconds: int(Step / time.Second), End: time.Unix(0, (step+1)*int64(Step)).UTC(),
 		Granted: make([]uint64, Steps), Rejected: make([]uint64, Steps), Shadow: make([]uint64, Steps)}
 	for i := range Steps {
 		s := step - Steps + 1 + int64(i)
