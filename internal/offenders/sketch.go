@@ -73,23 +73,26 @@ func (s *slot) desc() string { return string(s.text[KeyCap : KeyCap+int(s.dlen)]
 // Sketch is a Space-Saving sketch of K slots. The zero value is not usable;
 // use NewSketch. Not safe for concurrent use.
 type Sketch struct {
-	hashes []uint64 // hashes[i] is slots[i].hash, scanned apart for speed
-	slots  []slot
-	total  uint64
+	// hashes[i] and counts[i] are slot i's hash and count, apart from its
+	// text so that the scans for a hash and for the smallest count read
+	// contiguous memory.
+	hashes, counts []uint64
+	slots          []slot
+	total          uint64
 }
 
 // NewSketch returns an empty sketch of k slots (k at least 1).
 func NewSketch(k int) *Sketch {
 	k = max(k, 1)
-	return &Sketch{hashes: make([]uint64, 0, k), slots: make([]slot, 0, k)}
+	return &Sketch{hashes: make([]uint64, 0, k), counts: make([]uint64, 0, k), slots: make([]slot, 0, k)}
 }
 
 // Bytes is the memory a sketch of k slots holds.
-func Bytes(k int) int { return k * (8 + int(unsafe.Sizeof(slot{}))) }
+func Bytes(k int) int { return k * (16 + int(unsafe.Sizeof(slot{}))) }
 
 // Reset empties the sketch, keeping its memory.
 func (s *Sketch) Reset() {
-	s.hashes, s.slots, s.total = s.hashes[:0], s.slots[:0], 0
+	s.hashes, s.counts, s.slots, s.total = s.hashes[:0], s.counts[:0], s.slots[:0], 0
 }
 
 // Total is the weight added since the last Reset.
@@ -98,14 +101,10 @@ func (s *Sketch) Total() uint64 { return s.total }
 // Floor is the smallest count of a full sketch, an upper bound of the count
 // of any value it does not monitor; 0 when it is not full.
 func (s *Sketch) Floor() uint64 {
-	if len(s.slots) < cap(s.slots) {
+	if len(s.counts) < cap(s.counts) {
 		return 0
 	}
-	m := s.slots[0].count
-	for i := range s.slots {
-		m = min(m, s.slots[i].count)
-	}
-	return m
+	return slices.Min(s.counts)
 }
 
 // Add counts w for value (hashed h = Hash(value)); entries, when given, are
@@ -114,29 +113,26 @@ func (s *Sketch) Add(h uint64, value string, entries []descriptors.Entry, w uint
 	s.total += w
 	for i, x := range s.hashes {
 		if x == h {
-			s.slots[i].count += w
+			s.counts[i] += w
 			return
 		}
 	}
-	var sl *slot
+	var i int
 	if len(s.slots) < cap(s.slots) {
-		s.slots = s.slots[:len(s.slots)+1]
-		s.hashes = s.hashes[:len(s.hashes)+1]
-		sl = &s.slots[len(s.slots)-1]
-		sl.count, sl.err = w, 0
-		s.hashes[len(s.hashes)-1] = h
+		i = len(s.slots)
+		s.slots, s.hashes, s.counts = s.slots[:i+1], append(s.hashes, h), append(s.counts, w)
+		s.slots[i].err = 0
 	} else {
-		m := 0
-		for i := range s.slots {
-			if s.slots[i].count < s.slots[m].count {
-				m = i
+		for j, c := range s.counts {
+			if c < s.counts[i] {
+				i = j
 			}
 		}
-		sl = &s.slots[m]
-		sl.err = sl.count
-		sl.count += w
-		s.hashes[m] = h
+		s.slots[i].err = s.counts[i]
+		s.counts[i] += w
+		s.hashes[i] = h
 	}
+	sl := &s.slots[i]
 	sl.klen = uint8(len(appendStandIn(sl.text[:0], value, KeyCap)))
 	sl.dlen = uint8(len(appendDesc(sl.text[KeyCap:KeyCap], entries)))
 }
@@ -194,7 +190,7 @@ func (s *Sketch) Items() []Item {
 	out := make([]Item, len(s.slots))
 	for i := range s.slots {
 		sl := &s.slots[i]
-		out[i] = Item{Value: sl.key(), Descriptor: sl.desc(), Count: sl.count, Err: sl.err}
+		out[i] = Item{Value: sl.key(), Descriptor: sl.desc(), Count: s.counts[i], Err: sl.err}
 	}
 	sortItems(out)
 	return out
