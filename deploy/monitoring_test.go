@@ -197,7 +197,10 @@ descriptors:
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	waitFor(t, func() bool { _, code := httpDo(t, "GET", "http://"+httpAddr+"/healthcheck", "", ""); return code == 200 }, &stderr)
+	waitFor(t, func() bool {
+		_, code := httpDo(t, "GET", "http://"+httpAddr+"/healthcheck", "", "")
+		return code == 200
+	}, &stderr)
 
 	for _, body := range []string{
 		`{"domain":"api","descriptors":[{"entries":[{"key":"user","value":"alice"}]}]}`,
