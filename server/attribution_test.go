@@ -272,33 +272,36 @@ func TestTopOff(t *testing.T) {
 
 // BenchmarkTopOffenders measures what the top offenders and the
 // attribution add to the server's share of a decision (BenchmarkShouldRateLimit's
-// fake engine), on grants over 1,024 tenants: off, tracked, and tracked with
-// every answer attributed.
+// fake engine), on grants: off, tracked, and tracked with every answer
+// attributed; over 16 tenants (each keeps its slot) and over 1,024 (with K
+// 32, nearly every hit takes the slot of another: the worst case).
 func BenchmarkTopOffenders(b *testing.B) {
-	reqs := make([]*rlsv3.RateLimitRequest, 1024)
-	for i := range reqs {
-		reqs[i] = &rlsv3.RateLimitRequest{Domain: "d", Descriptors: []*ratelimitv3.RateLimitDescriptor{desc("user", "u"+strconv.Itoa(i))}}
-	}
-	for _, bc := range []struct {
-		name string
-		top  bool
-		mode Attribution
-	}{{"off", false, AttributionOff}, {"top", true, AttributionOff}, {"top+limited", true, AttributionLimited}, {"top+all", true, AttributionAll}} {
-		b.Run(bc.name, func(b *testing.B) {
-			s := &rls{engine: tenantEngine{}, metrics: NewMetrics(nil), log: slog.New(slog.NewTextHandler(io.Discard, nil)), attribution: bc.mode}
-			if bc.top {
-				s.top = offenders.NewTracker(offenders.Options{})
-			}
-			ctx := context.Background()
-			b.ReportAllocs()
-			i := 0
-			for b.Loop() {
-				if _, err := s.ShouldRateLimit(ctx, reqs[i%len(reqs)]); err != nil {
-					b.Fatal(err)
+	for _, tenants := range []int{16, 1024} {
+		reqs := make([]*rlsv3.RateLimitRequest, tenants)
+		for i := range reqs {
+			reqs[i] = &rlsv3.RateLimitRequest{Domain: "d", Descriptors: []*ratelimitv3.RateLimitDescriptor{desc("user", "u"+strconv.Itoa(i))}}
+		}
+		for _, bc := range []struct {
+			name string
+			top  bool
+			mode Attribution
+		}{{"off", false, AttributionOff}, {"top", true, AttributionOff}, {"top+limited", true, AttributionLimited}, {"top+all", true, AttributionAll}} {
+			b.Run(strconv.Itoa(tenants)+"-tenants/"+bc.name, func(b *testing.B) {
+				s := &rls{engine: tenantEngine{}, metrics: NewMetrics(nil), log: slog.New(slog.NewTextHandler(io.Discard, nil)), attribution: bc.mode}
+				if bc.top {
+					s.top = offenders.NewTracker(offenders.Options{})
 				}
-				i++
-			}
-		})
+				ctx := context.Background()
+				b.ReportAllocs()
+				i := 0
+				for b.Loop() {
+					if _, err := s.ShouldRateLimit(ctx, reqs[i%len(reqs)]); err != nil {
+						b.Fatal(err)
+					}
+					i++
+				}
+			})
+		}
 	}
 }
 
@@ -313,4 +316,88 @@ func (e tenantEngine) ShouldRateLimit(ctx context.Context, req *engine.Request) 
 		resp.Statuses[i].Match.Resource = "d/user"
 	}
 	return resp, nil
+}
+
+// TestTopThroughDecisions: through ShouldRateLimit on a real engine, three
+// heavy tenants among two thousand light ones are exactly the top three
+// rejected values of their rule at /top, each with its descriptor; the
+// light ones, never over their limit, are not rejected at all.
+func TestTopThroughDecisions(t *testing.T) {
+	r, top := attributionRLS(t, AttributionLimited, false, false)
+	s, stop := newTestServer(t, Options{Engine: r.engine, Top: top})
+	defer stop()
+	for i := range 6000 {
+		// Two hits per light tenant: within its 2 per second.
+		if i < 4000 {
+			ask(t, r, desc("user", "light-"+strconv.Itoa(i%2000)))
+		}
+		for h, n := range []int{2, 3, 4} {
+			if i%n == 0 && i < 300 {
+				ask(t, r, desc("user", "heavy-"+strconv.Itoa(h+1)))
+			}
+		}
+	}
+	body, _ := get(t, "http://"+s.DebugAddr()+"/top?domain=api&rule=per-user&n=5")
+	var ans TopAnswer
+	if err := json.Unmarshal([]byte(body), &ans); err != nil {
+		t.Fatal(err)
+	}
+	if len(ans.Rules) != 1 {
+		t.Fatalf("rules %+v", ans.Rules)
+	}
+	var got []string
+	for _, it := range ans.Rules[0].Rejected.Items {
+		got = append(got, it.Value+" "+it.Descriptor+" "+strconv.FormatUint(it.Count, 10))
+	}
+	// Each heavy tenant is granted its first two hits.
+	want := []string{"heavy-1 user=heavy-1 148", "heavy-2 user=heavy-2 98", "heavy-3 user=heavy-3 73"}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("rejected at /top (-want +got):\n%s", diff)
+	}
+	if total := ans.Rules[0].Rejected.Total; total != 148+98+73 {
+		t.Errorf("%d hits rejected, want only the heavy tenants' %d", total, 148+98+73)
+	}
+}
+
+// BenchmarkTopOffendersRatio runs the server's share of a decision with and
+// without the top offenders in alternating blocks of 256 requests, so that
+// both see the same load on a shared machine, and reports each one's ns per
+// request and their ratio (top/off), over 16 and 1,024 tenants.
+func BenchmarkTopOffendersRatio(b *testing.B) {
+	for _, tenants := range []int{16, 1024} {
+		b.Run(strconv.Itoa(tenants)+"-tenants", func(b *testing.B) {
+			reqs := make([]*rlsv3.RateLimitRequest, tenants)
+			for i := range reqs {
+				reqs[i] = &rlsv3.RateLimitRequest{Domain: "d", Descriptors: []*ratelimitv3.RateLimitDescriptor{desc("user", "u"+strconv.Itoa(i))}}
+			}
+			log := slog.New(slog.NewTextHandler(io.Discard, nil))
+			off := &rls{engine: tenantEngine{}, metrics: NewMetrics(nil), log: log}
+			on := &rls{engine: tenantEngine{}, metrics: NewMetrics(nil), log: log, top: offenders.NewTracker(offenders.Options{})}
+			ctx := context.Background()
+			var spent [2]time.Duration
+			var n [2]int
+			i := 0
+			b.ReportAllocs()
+			for b.Loop() {
+				k := (i / 256) % 2
+				s := off
+				if k == 1 {
+					s = on
+				}
+				start := time.Now()
+				if _, err := s.ShouldRateLimit(ctx, reqs[i%len(reqs)]); err != nil {
+					b.Fatal(err)
+				}
+				spent[k] += time.Since(start)
+				n[k]++
+				i++
+			}
+			if n[0] > 0 && n[1] > 0 {
+				a, t := float64(spent[0])/float64(n[0]), float64(spent[1])/float64(n[1])
+				b.ReportMetric(a, "ns-off/op")
+				b.ReportMetric(t, "ns-top/op")
+				b.ReportMetric(t/a, "top/off")
+			}
+		})
+	}
 }
