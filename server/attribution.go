@@ -119,8 +119,8 @@ func attribution(resp *engine.Response, i int) *structpb.Struct {
 		"code":       structpb.NewStringValue(protoCode(st.Code).String()),
 	}
 	if l := st.Match.Limit; l != nil {
-		if l.File != "" {
-			f["rule"] = structpb.NewStringValue(attributionText(l.File + ":" + strconv.Itoa(l.Line)))
+		if w := offenders.Where(l); w != "" {
+			f["rule"] = structpb.NewStringValue(attributionText(w))
 		}
 		if l.Name != "" {
 			f["name"] = structpb.NewStringValue(attributionText(l.Name))
@@ -172,8 +172,8 @@ func attributionHeaders(resp *engine.Response, i int) []*corev3.HeaderValue {
 	var hs []*corev3.HeaderValue
 	add := func(k, v string) { hs = append(hs, &corev3.HeaderValue{Key: k, Value: v}) }
 	if l := st.Match.Limit; l != nil {
-		if l.File != "" {
-			add(HeaderRule, attributionText(l.File+":"+strconv.Itoa(l.Line)))
+		if w := offenders.Where(l); w != "" {
+			add(HeaderRule, attributionText(w))
 		}
 		if l.Name != "" {
 			add(HeaderRuleName, attributionText(l.Name))

@@ -401,3 +401,34 @@ func BenchmarkTopOffendersRatio(b *testing.B) {
 		})
 	}
 }
+
+// FuzzAttribution: whatever a rule's file, name and resource hold, the
+// attribution marshals, holds printable ASCII only, and stays under 1.2 KiB
+// in metadata and in headers.
+func FuzzAttribution(f *testing.F) {
+	f.Add("api.yaml", 3, "per-user", "api/user")
+	f.Add("caf\xe9", 0, strings.Repeat("\xff", 600), strings.Repeat("✓", 400))
+	f.Fuzz(func(t *testing.T, file string, line int, name, resource string) {
+		resp := &engine.Response{Code: engine.CodeOverLimit, Statuses: []engine.Status{{
+			Code: engine.CodeOverLimit, Limit: &engine.CurrentLimit{RequestsPerUnit: 1, Unit: tiers.UnitSecond},
+			Decision: tiers.Decision{Tier: 1, RetryAfter: tiers.Unbounded},
+			Match:    descriptors.Match{Limit: &descriptors.Limit{File: file, Line: line, Name: name}, Resource: resource},
+		}}}
+		b, err := proto.Marshal(attribution(resp, 0))
+		if err != nil || len(b) > 1200 {
+			t.Fatalf("attribution marshals to %d bytes (%v)", len(b), err)
+		}
+		n := 0
+		for _, h := range attributionHeaders(resp, 0) {
+			n += len(h.Key) + len(h.Value)
+			for _, c := range []byte(h.Value) {
+				if c < 0x20 || c >= 0x7f {
+					t.Fatalf("header %s holds byte %#x", h.Key, c)
+				}
+			}
+		}
+		if n > 1200 {
+			t.Fatalf("headers of %d bytes", n)
+		}
+	})
+}

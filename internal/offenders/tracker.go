@@ -76,11 +76,19 @@ type Rule struct {
 
 // RuleOf is the Rule a matched limit is attributed to.
 func RuleOf(domain string, l *descriptors.Limit, resource string) Rule {
-	r := Rule{Domain: domain, Name: l.Name, Resource: resource}
-	if l.File != "" {
-		r.Rule = l.File + ":" + strconv.Itoa(l.Line)
+	return Rule{Domain: domain, Rule: Where(l), Name: l.Name, Resource: resource}
+}
+
+// Where is where a limit is written: "file:line", or the source's name
+// alone when it has no line; "" when unknown.
+func Where(l *descriptors.Limit) string {
+	switch {
+	case l.File == "":
+		return ""
+	case l.Line <= 0:
+		return l.File
 	}
-	return r
+	return l.File + ":" + strconv.Itoa(l.Line)
 }
 
 type counts struct {

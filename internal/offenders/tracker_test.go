@@ -153,3 +153,18 @@ func BenchmarkTrackerObserve(b *testing.B) {
 		i++
 	}
 }
+
+func TestWhere(t *testing.T) {
+	for _, tc := range []struct {
+		l    descriptors.Limit
+		want string
+	}{
+		{descriptors.Limit{File: "api.yaml", Line: 6}, "api.yaml:6"},
+		{descriptors.Limit{File: "xds:ratelimit-config/api"}, "xds:ratelimit-config/api"},
+		{descriptors.Limit{}, ""},
+	} {
+		if got := Where(&tc.l); got != tc.want {
+			t.Errorf("Where(%q, %d) = %q, want %q", tc.l.File, tc.l.Line, got, tc.want)
+		}
+	}
+}
