@@ -168,3 +168,34 @@ func TestWhere(t *testing.T) {
 		}
 	}
 }
+
+// TestTrackerMillionValues: a million distinct values over ten rules, for
+// 105 s (an epoch rotation), allocate nothing once the rules are tracked,
+// and every sketch keeps its K slots.
+func TestTrackerMillionValues(t *testing.T) {
+	tr := NewTracker(Options{K: 16})
+	rules := make([]*descriptors.Limit, 10)
+	for i := range rules {
+		rules[i] = &descriptors.Limit{File: "f", Line: i + 1}
+		tr.Observe(t0, "d", rules[i], "d/k", "first", nil, 1, Rejected)
+	}
+	vals := make([]string, 1<<20)
+	for i := range vals {
+		vals[i] = "v" + strconv.Itoa(i)
+	}
+	i := 0
+	allocs := testing.AllocsPerRun(len(vals)-1, func() {
+		tr.Observe(t0.Add(time.Duration(i)*100*time.Microsecond), "d", rules[i%10], "d/k", vals[i], nil, 1, Outcome(i%3))
+		i++
+	})
+	if allocs != 0 {
+		t.Errorf("%v allocations per Observe, want 0", allocs)
+	}
+	for _, r := range tr.rules {
+		for _, s := range append(r.cur[:], r.prev[:]...) {
+			if cap(s.slots) != 16 || len(s.slots) > 16 {
+				t.Fatalf("a sketch of %d slots (cap %d), want at most 16", len(s.slots), cap(s.slots))
+			}
+		}
+	}
+}
