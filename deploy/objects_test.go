@@ -38,6 +38,7 @@ var kinds = map[string]func() any{
 	"apps/v1 Deployment":            func() any { return &appsv1.Deployment{} },
 	"policy/v1 PodDisruptionBudget": func() any { return &policyv1.PodDisruptionBudget{} },
 	"monitoring.coreos.com/v1 ServiceMonitor": func() any { return &monitoringv1.ServiceMonitor{} },
+	"monitoring.coreos.com/v1 PrometheusRule": func() any { return &monitoringv1.PrometheusRule{} },
 }
 
 // newObject returns the typed value of an apiVersion and kind.

@@ -9,6 +9,7 @@ import (
 
 	"github.com/charonlimit/charon/internal/decisionlog"
 	"github.com/charonlimit/charon/internal/engine"
+	"github.com/charonlimit/charon/internal/offenders"
 )
 
 // maxUnconfiguredKeys bounds the (domain, key) label pairs of
@@ -101,5 +102,28 @@ func logDecisions(l *decisionlog.Logger, now time.Time, req *engine.Request, res
 			r.Granted = d.Granted
 		}
 		l.Log(r)
+	}
+}
+
+// observeOffenders counts the hits of every limited descriptor of a decided
+// request in the tracker, by rule and value (the pair's Charon domain):
+// rejected, shadow, or granted when the request was (otherwise nothing was
+// committed).
+func observeOffenders(t *offenders.Tracker, now time.Time, req *engine.Request, resp *engine.Response) {
+	for i := range resp.Statuses {
+		st := &resp.Statuses[i]
+		if st.Limit == nil || st.Match.Limit == nil || i >= len(req.Descriptors) || req.Descriptors[i].Refund {
+			continue
+		}
+		o := offenders.Granted
+		switch {
+		case st.Shadow:
+			o = offenders.Shadow
+		case st.Code == engine.CodeOverLimit:
+			o = offenders.Rejected
+		case resp.Code != engine.CodeOK:
+			continue
+		}
+		t.Observe(now, req.Domain, st.Match.Limit, st.Match.Resource, st.Match.Domain, req.Descriptors[i].Entries, descriptorHits(req, i), o)
 	}
 }

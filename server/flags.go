@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/charonlimit/charon/internal/authz"
+	"github.com/charonlimit/charon/internal/offenders"
 	"github.com/charonlimit/charon/internal/tlsconfig"
 )
 
@@ -39,21 +40,37 @@ type Flags struct {
 	// debug port's bearer token.
 	Authz, DebugTokenFile string
 	Pprof, DebugReset     bool
+
+	// Attribution is off, limited or all; AttributionHeaders adds the
+	// X-Charon-* headers.
+	Attribution        string
+	AttributionHeaders bool
+	// TopK, TopRules and TopEpoch size the top offenders (TopK 0: not
+	// tracked); TopMetrics and TopMetricsValues export them.
+	TopK, TopRules, TopMetrics int
+	TopEpoch                   time.Duration
+	TopMetricsValues           bool
 }
 
 // DefaultFlags returns the defaults of charon serve.
 func DefaultFlags() Flags {
 	return Flags{
-		GRPCAddr:        ":8081",
-		HTTPAddr:        ":8080",
-		DebugAddr:       "127.0.0.1:6070",
-		MetricsPath:     "/metrics",
-		HeaderNames:     [3]string{"RateLimit-Limit", "RateLimit-Remaining", "RateLimit-Reset"},
-		NearLimitRatio:  0.8,
-		ShutdownTimeout: 10 * time.Second,
-		ShutdownDelay:   5 * time.Second,
-		HTTPReadTimeout: DefaultHTTPReadTimeout,
-		MaxStreams:      DefaultMaxConcurrentStreams,
+		GRPCAddr:         ":8081",
+		HTTPAddr:         ":8080",
+		DebugAddr:        "127.0.0.1:6070",
+		MetricsPath:      "/metrics",
+		HeaderNames:      [3]string{"RateLimit-Limit", "RateLimit-Remaining", "RateLimit-Reset"},
+		NearLimitRatio:   0.8,
+		ShutdownTimeout:  10 * time.Second,
+		ShutdownDelay:    5 * time.Second,
+		HTTPReadTimeout:  DefaultHTTPReadTimeout,
+		MaxStreams:       DefaultMaxConcurrentStreams,
+		Attribution:      "limited",
+		TopK:             offenders.DefaultK,
+		TopRules:         offenders.DefaultMaxRules,
+		TopEpoch:         offenders.DefaultEpoch,
+		TopMetrics:       5,
+		TopMetricsValues: true,
 	}
 }
 
@@ -85,6 +102,13 @@ func (f *Flags) Bind(fs *flag.FlagSet) {
 	fs.StringVar(&f.DebugTokenFile, "debug-token-file", f.DebugTokenFile, "require this `file`'s bearer token on every debug port request")
 	fs.BoolVar(&f.DebugTLS, "debug-tls", f.DebugTLS, "serve the debug port over TLS too, with the gRPC port's certificate and client CA")
 	fs.BoolVar(&f.Pprof, "pprof", f.Pprof, "serve Go profiles at /debug/pprof/ on the debug port")
+	fs.StringVar(&f.Attribution, "attribution", f.Attribution, "which answers name the rule that decided them in dynamic_metadata (key charon): off, limited (over the limit, shadow included) or all")
+	fs.BoolVar(&f.AttributionHeaders, "attribution-headers", f.AttributionHeaders, "also add the attribution as X-Charon-Rule, -Rule-Name, -Resource, -Tier and -Retry-After response headers, which Envoy forwards to the client")
+	fs.IntVar(&f.TopK, "top-k", f.TopK, "values tracked per rule and outcome for /top, /ui/ and charon_top_hits (0: no top offenders)")
+	fs.IntVar(&f.TopRules, "top-rules", f.TopRules, "most rules whose top offenders are tracked at once")
+	fs.DurationVar(&f.TopEpoch, "top-epoch", f.TopEpoch, "top offenders cover the current and the previous epoch of this length")
+	fs.IntVar(&f.TopMetrics, "top-metrics", f.TopMetrics, "top values per rule and outcome exported as charon_top_hits (0: none)")
+	fs.BoolVar(&f.TopMetricsValues, "top-metrics-values", f.TopMetricsValues, "label charon_top_hits with the values (at most 32 bytes, longer ones as a stand-in); false: only their rank")
 	fs.BoolVar(&f.DebugReset, "debug-reset", f.DebugReset, "serve POST /reset on the debug port, which forgets pairs' state; needs --debug-token-file or --debug-tls with a client CA")
 }
 
@@ -118,6 +142,21 @@ func (f *Flags) Check() error {
 	if !strings.HasPrefix(f.MetricsPath, "/") {
 		bad("--metrics-path %q: want a path starting with /", f.MetricsPath)
 	}
+	if _, err := ParseAttribution(f.Attribution); err != nil {
+		bad("--attribution %v", err)
+	}
+	if f.TopK < 0 || f.TopK > 1024 {
+		bad("--top-k %d: want 0 to 1024", f.TopK)
+	}
+	if f.TopRules < 1 || f.TopRules > 1<<16 {
+		bad("--top-rules %d: want 1 to 65536", f.TopRules)
+	}
+	if f.TopEpoch < time.Second {
+		bad("--top-epoch %v: want at least 1s", f.TopEpoch)
+	}
+	if f.TopMetrics < 0 || f.TopMetrics > max(f.TopK, 0) {
+		bad("--top-metrics %d: want 0 to --top-k (%d)", f.TopMetrics, f.TopK)
+	}
 	if err := f.TLS.Check("grpc-tls-"); err != nil {
 		errs = append(errs, err)
 	}
@@ -142,6 +181,12 @@ func (f *Flags) Apply(o *Options, log *slog.Logger) error {
 	o.NearLimitRatio, o.MaxConnectionAge, o.MaxConnectionAgeGrace = f.NearLimitRatio, f.MaxConnAge, f.MaxConnAgeGrace
 	o.ShutdownTimeout, o.ShutdownDelay, o.HTTPReadTimeout = f.ShutdownTimeout, f.ShutdownDelay, f.HTTPReadTimeout
 	o.MaxConcurrentStreams, o.Pprof, o.DebugReset = uint32(f.MaxStreams), f.Pprof, f.DebugReset
+	o.Attribution, _ = ParseAttribution(f.Attribution)
+	o.AttributionHeaders = f.AttributionHeaders
+	if f.TopK > 0 {
+		o.Top = offenders.NewTracker(offenders.Options{K: f.TopK, MaxRules: f.TopRules, Epoch: f.TopEpoch})
+		o.TopMetrics, o.TopMetricsValues = f.TopMetrics, f.TopMetricsValues
+	}
 	tlsCfg, err := f.TLS.Config()
 	if err != nil {
 		return err

@@ -30,6 +30,12 @@ func TestFlagsCheckNamesTheFlag(t *testing.T) {
 		{[]string{"--http-tls"}, "--http-tls"},
 		{[]string{"--debug-tls"}, "--debug-tls"},
 		{[]string{"--authz", "a.yaml"}, "--authz"},
+		{[]string{"--attribution", "some"}, "--attribution"},
+		{[]string{"--top-k", "-1"}, "--top-k"},
+		{[]string{"--top-rules", "0"}, "--top-rules"},
+		{[]string{"--top-epoch", "10ms"}, "--top-epoch"},
+		{[]string{"--top-metrics", "33"}, "--top-metrics"},
+		{[]string{"--top-k", "0", "--top-metrics", "1"}, "--top-metrics"},
 	}
 	for _, tc := range tests {
 		f := DefaultFlags()

@@ -179,6 +179,11 @@ func (s *Server) debugHandler() http.Handler {
 	mux.Handle("GET /explain", guard(authz.DebugExplain, http.HandlerFunc(s.serveExplain)))
 	index := "/metrics: Prometheus metrics\n/rlconfig: the configuration in force\n" +
 		"/explain?domain=D&descriptor=k=v,k2=v2: how a request resolves and its pairs' state (JSON)\n"
+	if s.opts.Top != nil {
+		mux.Handle("GET /top", guard(authz.DebugTop, http.HandlerFunc(s.serveTop)))
+		mux.Handle("GET /ui/", guard(authz.DebugTop, uiHandler()))
+		index += "/top?domain=D&rule=R: who is being limited, by which rule (JSON)\n/ui/: the same, live\n"
+	}
 	if s.opts.DebugReset {
 		mux.Handle("POST /reset", guard(authz.DebugReset, http.HandlerFunc(s.serveReset)))
 		index += "POST /reset?domain=D&descriptor=k=v,k2=v2: forget those pairs' state\n"

@@ -15,11 +15,13 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/charonlimit/charon/descriptors"
 	"github.com/charonlimit/charon/internal/decisionlog"
 	"github.com/charonlimit/charon/internal/engine"
+	"github.com/charonlimit/charon/internal/offenders"
 	"github.com/charonlimit/charon/tiers"
 )
 
@@ -46,6 +48,12 @@ type rls struct {
 	// ready is false while Options.WaitForConfig waits for a first
 	// configuration: requests are answered UNAVAILABLE (nil: ready).
 	ready *atomic.Bool
+	// attribution and attributionHeaders say which answers name their rule,
+	// in dynamic metadata and in headers; top tracks who is limited (nil:
+	// nothing).
+	attribution        Attribution
+	attributionHeaders bool
+	top                *offenders.Tracker
 }
 
 // defaultHeaderNames are the response headers' names, as in
@@ -55,12 +63,12 @@ var defaultHeaderNames = [3]string{"RateLimit-Limit", "RateLimit-Remaining", "Ra
 // ShouldRateLimit decides one Envoy request.
 func (s *rls) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
 	start := time.Now()
-	resp, err := s.decide(ctx, req)
+	resp, err := s.decide(ctx, start, req)
 	s.metrics.observeRequest(time.Since(start), err)
 	return resp, err
 }
 
-func (s *rls) decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+func (s *rls) decide(ctx context.Context, now time.Time, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
 	if s.ready != nil && !s.ready.Load() {
 		return nil, s.fail(req, errNoConfig)
 	}
@@ -77,7 +85,10 @@ func (s *rls) decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.R
 	}
 	s.metrics.countDescriptors(ereq, eresp)
 	if s.decisions != nil {
-		logDecisions(s.decisions, time.Now(), ereq, eresp)
+		logDecisions(s.decisions, now, ereq, eresp)
+	}
+	if s.top != nil {
+		observeOffenders(s.top, now, ereq, eresp)
 	}
 	out := toProtoResponse(eresp, s.responseHeaders, s.headerNames)
 	if s.shadowMode && out.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT {
@@ -86,6 +97,15 @@ func (s *rls) decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.R
 	}
 	if s.dynamicMetadata {
 		out.DynamicMetadata = dynamicMetadata(req, eresp)
+	}
+	if i := attributed(s.attribution, eresp.Statuses); i >= 0 {
+		if out.DynamicMetadata == nil {
+			out.DynamicMetadata = &structpb.Struct{Fields: map[string]*structpb.Value{}}
+		}
+		out.DynamicMetadata.Fields[AttributionKey] = structpb.NewStructValue(attribution(eresp, i))
+		if s.attributionHeaders {
+			out.ResponseHeadersToAdd = append(out.ResponseHeadersToAdd, attributionHeaders(eresp, i)...)
+		}
 	}
 	return out, nil
 }
@@ -248,12 +268,12 @@ func toProtoResponse(r *engine.Response, headers bool, names [3]string) *rlsv3.R
 	return out
 }
 
-// rateLimitHeaders renders RateLimit-Limit, RateLimit-Remaining and
-// RateLimit-Reset from the status envoyproxy/ratelimit takes them from: the
-// last OVER_LIMIT status that is not a quota descriptor's (the limit that
-// rejected the request), else the first limited status with the smallest
-// remaining. The reset is whole seconds, rounded up.
-func rateLimitHeaders(sts []engine.Status, names [3]string) []*corev3.HeaderValue {
+// decidingStatus is the status an answer's headers and attribution are
+// taken from, as envoyproxy/ratelimit takes its headers': the last
+// OVER_LIMIT status that is not a quota descriptor's (the limit that rejected
+// the request), else the first limited status with the smallest remaining;
+// -1 when no status is limited.
+func decidingStatus(sts []engine.Status) int {
 	best, rejected := -1, false
 	for i := range sts {
 		switch st := &sts[i]; {
@@ -264,6 +284,14 @@ func rateLimitHeaders(sts []engine.Status, names [3]string) []*corev3.HeaderValu
 			best = i
 		}
 	}
+	return best
+}
+
+// rateLimitHeaders renders RateLimit-Limit, RateLimit-Remaining and
+// RateLimit-Reset from the deciding status. The reset is whole seconds,
+// rounded up.
+func rateLimitHeaders(sts []engine.Status, names [3]string) []*corev3.HeaderValue {
+	best := decidingStatus(sts)
 	if best < 0 {
 		return nil
 	}

@@ -29,6 +29,7 @@ import (
 	"github.com/charonlimit/charon/config"
 	"github.com/charonlimit/charon/internal/authz"
 	"github.com/charonlimit/charon/internal/decisionlog"
+	"github.com/charonlimit/charon/internal/offenders"
 )
 
 // RLSServiceName is the gRPC service name that health checks may ask about.
@@ -147,6 +148,19 @@ type Options struct {
 	// state; it needs DebugToken or a DebugTLS requiring client
 	// certificates.
 	DebugReset bool
+	// Attribution says which answers name the rule that decided them, in
+	// dynamic_metadata under AttributionKey (beside envoyproxy/ratelimit's
+	// fields of DynamicMetadata); AttributionHeaders adds X-Charon-*
+	// response headers too, which Envoy forwards to the client.
+	Attribution        Attribution
+	AttributionHeaders bool
+	// Top, when set, tracks who is limited by which rule: GET /top and the
+	// page at /ui/ on the debug port, and charon_top_hits with the top
+	// TopMetrics values per rule and outcome (0: none), labelled with their
+	// value when TopMetricsValues (else only their rank).
+	Top              *offenders.Tracker
+	TopMetrics       int
+	TopMetricsValues bool
 	// DecisionLog, when set, receives the decisions of ShouldRateLimit; its
 	// counts are exported. The server does not close it.
 	DecisionLog *decisionlog.Logger
@@ -232,7 +246,12 @@ func New(opts Options) (*Server, error) {
 	s.configReady.Store(!opts.WaitForConfig)
 	s.rls = &rls{engine: opts.Engine, metrics: s.metrics, log: s.log, responseHeaders: opts.ResponseHeaders,
 		headerNames: opts.HeaderNames, shadowMode: opts.ShadowMode, dynamicMetadata: opts.DynamicMetadata, decisions: opts.DecisionLog,
-		ready: &s.configReady}
+		ready:       &s.configReady,
+		attribution: opts.Attribution, attributionHeaders: opts.AttributionHeaders, top: opts.Top}
+	if opts.Top != nil {
+		// A Metrics shared by several servers has it already.
+		s.metrics.Registry.Register(newTopCollector(opts.Top, opts.TopMetrics, opts.TopMetricsValues))
+	}
 	if opts.DecisionLog != nil {
 		decisionLogCollector(s.metrics.Registry, opts.DecisionLog)
 	}

@@ -1,6 +1,6 @@
 // Command charon is the Charon rate limit service and its tools: serve,
 // config check, suggest, sim, version, and the client verbs of package
-// clientcmd (ask, explain, health, bench and the copy verbs). Each verb
+// clientcmd (ask, explain, top, health, bench and the copy verbs). Each verb
 // maps its flags and environment to the Options of the packages that do
 // the work.
 package main
@@ -27,6 +27,8 @@ Usage:
   charon ask --domain D --descriptor k=v   ask a running server for a decision
   charon explain --domain D --descriptor k=v
                                            why a request is limited: its pairs' state
+  charon top [--addr DEBUG1,DEBUG2] [--domain D]
+                                           who is being limited, by which rule, live (debug ports' /top)
   charon suggest --log FILE [--reject 0.01] [--out DIR]
                                            propose limits from a decision log
   charon sim [--addr HOST:PORT] [--out DIR]

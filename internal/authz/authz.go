@@ -33,6 +33,9 @@ const (
 	DebugRLConfig = "/charon.debug/RLConfig"
 	// DebugExplain is the debug port's GET /explain.
 	DebugExplain = "/charon.debug/Explain"
+	// DebugTop is the debug port's GET /top and the page at /ui/: who is
+	// being limited, by which rule.
+	DebugTop = "/charon.debug/Top"
 	// DebugPprof is the debug port's /debug/pprof/ profiles.
 	DebugPprof = "/charon.debug/Pprof"
 	// DebugReset is the debug port's POST /reset: it forgets pairs' state.
@@ -47,7 +50,7 @@ var groups = map[string][]string{
 	// read: what changes nothing (server reflection, Explain, the
 	// simulator, the debug port's endpoints but /reset).
 	"read": {"/grpc.reflection.v1.ServerReflection/ServerReflectionInfo", "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo",
-		"/charon.v1.Charon/Explain", Simulator, DebugIndex, DebugMetrics, DebugRLConfig, DebugExplain, DebugPprof},
+		"/charon.v1.Charon/Explain", Simulator, DebugIndex, DebugMetrics, DebugRLConfig, DebugExplain, DebugTop, DebugPprof},
 	// reserve: taking and giving back copies of one's own session.
 	"reserve": {"/charon.v1.Charon/Reserve", "/charon.v1.Charon/Release", "/charon.v1.Charon/Transfer",
 		"/charon.v1.Charon/KeepAlive", "/charon.v1.Charon/Session"},

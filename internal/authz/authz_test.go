@@ -98,7 +98,7 @@ clients:
 	if err != nil {
 		t.Fatal(err)
 	}
-	reads := []string{Simulator, DebugIndex, DebugMetrics, DebugRLConfig, DebugExplain, DebugPprof}
+	reads := []string{Simulator, DebugIndex, DebugMetrics, DebugRLConfig, DebugExplain, DebugTop, DebugPprof}
 	for _, c := range []struct {
 		id      string
 		allowed []string

@@ -1,7 +1,7 @@
 // Package clientcmd is the command line client of a charon server: the
-// verbs ask, explain, health, bench, reserve, release, transfer and seize.
-// Each maps its flags to one call (or a Session stream, or a load run) and
-// prints the answer.
+// verbs ask, explain, health, bench, reserve, release, transfer, seize and
+// top. Each maps its flags to one call (or a Session stream, or a load run,
+// or, for top, the debug port's /top of each replica) and prints the answer.
 package clientcmd
 
 import (
@@ -31,7 +31,7 @@ var (
 // Verbs are the client verbs by name.
 var Verbs = map[string]func(args []string, stdout, stderr io.Writer) error{
 	"ask": Ask, "explain": Explain, "health": Health, "bench": Bench,
-	"reserve": Reserve, "release": Release, "transfer": Transfer, "seize": Seize,
+	"reserve": Reserve, "release": Release, "transfer": Transfer, "seize": Seize, "top": Top,
 }
 
 // ExitCode is a verb's exit status for err, which it prints to stderr

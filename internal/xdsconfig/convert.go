@@ -300,4 +300,3 @@ func allKnown(m proto.Message) error {
 	}
 	return fmt.Errorf("field %d is not known", num)
 }
-
