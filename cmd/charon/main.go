@@ -24,6 +24,7 @@ const usage = `charon: a rate limit service for Envoy (RLS v3) with burst tiers.
 Usage:
   charon serve [flags]                     serve gRPC RLS, HTTP /json and debug endpoints
   charon config check DIR [--dump]         validate a configuration directory
+  charon config diff OLD NEW [--json]      what changes from one configuration to another: rules, limits, matches
   charon ask --domain D --descriptor k=v   ask a running server for a decision
   charon explain --domain D --descriptor k=v
                                            why a request is limited: its pairs' state
@@ -89,11 +90,15 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) in
 	case "serve":
 		err = runServe(args[1:], getenv, stderr)
 	case "config":
-		if len(args) < 2 || args[1] != "check" {
-			fmt.Fprintln(stderr, "usage: charon config check DIR [--dump] [--merge-domains] [--fixed-window]")
+		switch {
+		case len(args) >= 2 && args[1] == "check":
+			err = runCheck(args[2:], getenv, stdout, stderr)
+		case len(args) >= 2 && args[1] == "diff":
+			err = runDiff(args[2:], getenv, stdout, stderr)
+		default:
+			fmt.Fprintln(stderr, "usage: charon config check DIR [--dump] [--merge-domains] [--fixed-window]\n       charon config diff OLD NEW [--json]")
 			return 2
 		}
-		err = runCheck(args[2:], getenv, stdout, stderr)
 	case "suggest":
 		err = runSuggest(args[1:], stdout, stderr)
 	case "sim":
