@@ -28,7 +28,7 @@ Usage:
   charon ask --domain D --descriptor k=v   ask a running server for a decision
   charon explain --domain D --descriptor k=v
                                            why a request is limited: its pairs' state
-  charon suggest --log FILE [--reject 0.01] [--out DIR]
+  charon suggest --log FILE [--config DIR] [--reject 0.01] [--out DIR]
                                            propose limits from a decision log
   charon sim [--addr HOST:PORT] [--out DIR]
                                            the tier simulator in a browser (also /sim/ on serve's HTTP port)
@@ -100,7 +100,7 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) in
 			return 2
 		}
 	case "suggest":
-		err = runSuggest(args[1:], stdout, stderr)
+		err = runSuggest(args[1:], getenv, stdout, stderr)
 	case "sim":
 		err = runSim(args[1:], stdout, stderr)
 	case "version", "--version", "-version":

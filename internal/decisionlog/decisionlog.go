@@ -27,6 +27,9 @@ const (
 	ResultRejected     = "rejected"
 	ResultShadow       = "shadow"       // rejected by its limit, answered OK (shadow mode, ignore_limits)
 	ResultUnconfigured = "unconfigured" // matched nothing in a domain with allow_unconfigured: granted
+	// ResultNotLimited is a descriptor no limit applied to (no match,
+	// unlimited, replaced, copy-limited), which only a complete log records.
+	ResultNotLimited = "not_limited"
 )
 
 // Entry is one key and value of a descriptor.

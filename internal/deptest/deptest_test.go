@@ -35,7 +35,7 @@ var imports = map[string][]string{
 	"internal/copystore/rediscopy":     {"copylog", "internal/copystore", "internal/redisfunc"},
 	"internal/deptest":                 nil,
 	"internal/decisionlog":             nil,
-	"internal/suggest":                 {"internal/decisionlog", "tiers"},
+	"internal/suggest":                 {"config", "descriptors", "internal/decisionlog", "tiers"},
 	"internal/sim":                     {"config", "descriptors", "tiers"},
 	"internal/sim/gen":                 nil,
 	"internal/engine":                  {"copylog", "descriptors", "internal/copystore", "internal/store", "tiers"},
