@@ -77,7 +77,7 @@ func (s *rls) decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.R
 	}
 	s.metrics.countDescriptors(ereq, eresp)
 	if s.decisions != nil {
-		logDecisions(s.decisions, time.Now(), ereq, eresp)
+		logDecisions(s.decisions, eresp.Now, ereq, eresp)
 	}
 	out := toProtoResponse(eresp, s.responseHeaders, s.headerNames)
 	if s.shadowMode && out.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT {
