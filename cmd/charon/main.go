@@ -1,5 +1,5 @@
 // Command charon is the Charon rate limit service and its tools: serve,
-// config check, suggest, sim, version, and the client verbs of package
+// config check and diff, suggest, replay, sim, version, and the client verbs of package
 // clientcmd (ask, explain, health, bench and the copy verbs). Each verb
 // maps its flags and environment to the Options of the packages that do
 // the work.
@@ -30,6 +30,8 @@ Usage:
                                            why a request is limited: its pairs' state
   charon suggest --log FILE [--config DIR] [--reject 0.01] [--out DIR]
                                            propose limits from a decision log
+  charon replay --log FILE --config DIR [--against DIR] [--json]
+                                           what a configuration would have answered to a logged day's requests
   charon sim [--addr HOST:PORT] [--out DIR]
                                            the tier simulator in a browser (also /sim/ on serve's HTTP port)
   charon bench [flags]                     load a running server and report throughput
@@ -99,6 +101,8 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) in
 			fmt.Fprintln(stderr, "usage: charon config check DIR [--dump] [--merge-domains] [--fixed-window]\n       charon config diff OLD NEW [--json]")
 			return 2
 		}
+	case "replay":
+		err = runReplay(args[1:], getenv, stdout, stderr)
 	case "suggest":
 		err = runSuggest(args[1:], getenv, stdout, stderr)
 	case "sim":

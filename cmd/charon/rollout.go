@@ -4,6 +4,9 @@ package main
 // diff and replay.
 
 import (
+	"bufio"
+	"cmp"
+	"context"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -14,6 +17,8 @@ import (
 
 	"github.com/charonlimit/charon/config"
 	"github.com/charonlimit/charon/internal/clientcmd"
+	"github.com/charonlimit/charon/internal/engine"
+	"github.com/charonlimit/charon/internal/replay"
 )
 
 // loadDir loads a configuration directory as serve would, printing its
@@ -127,4 +132,131 @@ func writeDiff(w io.Writer, d *config.Diff) {
 		fmt.Fprintf(tw, ">\t%s: %s\t%s -> %s\t\n", m.Domain, m.Descriptor, m.From, m.To)
 	}
 	tw.Flush()
+}
+
+// listFlag is a repeatable string flag.
+type listFlag []string
+
+func (l *listFlag) String() string     { return strings.Join(*l, ",") }
+func (l *listFlag) Set(s string) error { *l = append(*l, s); return nil }
+
+// runReplay replays decision logs against a candidate configuration and
+// reports what would change.
+func runReplay(args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	sc, _, err := serveEnv(getenv, stderr)
+	if err != nil {
+		return err
+	}
+	fs := clientcmd.FlagSet("replay", stderr)
+	var logs listFlag
+	fs.Var(&logs, "log", "decision log `file` to replay (repeatable; - reads stdin); record it with charon serve --decision-log-all")
+	cfgDir := fs.String("config", "", "the candidate configuration `directory` (required)")
+	against := fs.String("against", "", "the baseline configuration `directory`, replayed like the candidate; default: the answers the log recorded")
+	asJSON := fs.Bool("json", false, "print the report as JSON")
+	topN := fs.Int("top", 10, "descriptors listed per rule and way; 0 lists all")
+	quota := fs.Bool("quota-mode", false, "decide as charon serve --quota-mode")
+	loadFlags(fs, sc)
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: charon replay --log FILE [--log FILE…] --config DIR [--against DIR] [--json] [--top N]")
+		fs.PrintDefaults()
+	}
+	pos, err := parseInterspersed(fs, args)
+	if err != nil {
+		return err
+	}
+	logs = append(logs, pos...)
+	if len(logs) == 0 || *cfgDir == "" {
+		return fmt.Errorf("%w: replay needs --log FILE and --config DIR", errUsage)
+	}
+	opts := replay.Options{Top: *topN, Engine: engine.Options{QuotaMode: *quota, FixedWindowOverrides: sc.FixedWindow, Overdraft: sc.Overdraft}}
+	if opts.Candidate, err = loadDir(*cfgDir, sc.loadOptions(), stderr); err != nil {
+		return err
+	}
+	if *against != "" {
+		if opts.Against, err = loadDir(*against, sc.loadOptions(), stderr); err != nil {
+			return err
+		}
+	}
+	var readers []io.Reader
+	for _, name := range logs {
+		if name == "-" {
+			readers = append(readers, os.Stdin)
+			continue
+		}
+		f, err := os.Open(name)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		readers = append(readers, bufio.NewReaderSize(f, 256<<10))
+	}
+	log, err := replay.Read(readers...)
+	if err != nil {
+		return err
+	}
+	rep, err := replay.Run(context.Background(), log, opts)
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(rep)
+	}
+	writeReport(stdout, rep, *against)
+	return nil
+}
+
+// writeReport prints a replay's report as a table, each rule followed by
+// the descriptors whose answer changes.
+func writeReport(w io.Writer, rep *replay.Report, against string) {
+	l := rep.Log
+	switch {
+	case l.Complete:
+		fmt.Fprintf(w, "log: %d lines, complete", l.Lines)
+		if l.Missing > 0 {
+			fmt.Fprintf(w, ", but %d requests were dropped by its rate bound or queue: the replay misses them", l.Missing)
+		}
+		fmt.Fprintln(w)
+	default:
+		fmt.Fprintf(w, "log: %d lines, not complete (%d sampled lines): grants were sampled, so the replay sees less traffic than there was and rejects less than the candidate would\n", l.Lines, l.Sampled)
+	}
+	if rep.Baseline == "against" {
+		fmt.Fprintf(w, "baseline: %s, replayed\n", against)
+	} else {
+		fmt.Fprintln(w, "baseline: the answers the log recorded")
+	}
+	fmt.Fprintf(w, "requests: %d replayed (%d refused as invalid); %d newly rejected, %d newly granted\n\n", rep.Requests, rep.Invalid, rep.NewlyRejected, rep.NewlyGranted)
+	tw := tabwriter.NewWriter(w, 2, 8, 2, ' ', 0)
+	fmt.Fprintln(tw, "rule\tlimit (baseline -> candidate)\tgranted\trejected\tshadow\tnewly rejected\tnewly granted\tpeak")
+	peak := func(p float64) string {
+		if p < 0 {
+			return "-"
+		}
+		return fmt.Sprintf("%.2f", p)
+	}
+	lim := func(s string) string { return cmp.Or(s, "none") }
+	for _, r := range rep.Rules {
+		b, c := &r.Baseline, &r.Candidate
+		fmt.Fprintf(tw, "%s: %s\t%s -> %s\t%d -> %d\t%d -> %d\t%d -> %d\t%d\t%d\t%s -> %s\n", r.Domain, r.Descriptor,
+			lim(b.Limit), lim(c.Limit), b.Granted, c.Granted, b.Rejected, c.Rejected, b.Shadow, c.Shadow,
+			r.NewlyRejected, r.NewlyGranted, peak(b.Peak), peak(c.Peak))
+	}
+	tw.Flush()
+	for _, r := range rep.Rules {
+		for _, way := range []struct {
+			name string
+			cs   []replay.Count
+		}{{"newly rejected", r.TopNewlyRejected}, {"newly granted", r.TopNewlyGranted}} {
+			if len(way.cs) == 0 {
+				continue
+			}
+			var parts []string
+			for _, c := range way.cs {
+				parts = append(parts, fmt.Sprintf("%s (%d)", c.Descriptor, c.Count))
+			}
+			fmt.Fprintf(w, "\n%s: %s, %s: %s", r.Domain, r.Descriptor, way.name, strings.Join(parts, ", "))
+		}
+	}
+	fmt.Fprintln(w)
 }
