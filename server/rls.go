@@ -43,6 +43,8 @@ type rls struct {
 	dynamicMetadata bool
 	// decisions is the decision log (nil: none).
 	decisions *decisionlog.Logger
+	// candidate decides in shadow (nil: none).
+	candidate Candidate
 	// ready is false while Options.WaitForConfig waits for a first
 	// configuration: requests are answered UNAVAILABLE (nil: ready).
 	ready *atomic.Bool
@@ -78,6 +80,9 @@ func (s *rls) decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.R
 	s.metrics.countDescriptors(ereq, eresp)
 	if s.decisions != nil {
 		logDecisions(s.decisions, eresp.Now, ereq, eresp)
+	}
+	if s.candidate != nil {
+		s.candidate.Observe(ctx, ereq, eresp)
 	}
 	out := toProtoResponse(eresp, s.responseHeaders, s.headerNames)
 	if s.shadowMode && out.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT {
