@@ -153,7 +153,7 @@ func runReplay(args []string, getenv func(string) string, stdout, stderr io.Writ
 	cfgDir := fs.String("config", "", "the candidate configuration `directory` (required)")
 	against := fs.String("against", "", "the baseline configuration `directory`, replayed like the candidate; default: the answers the log recorded")
 	asJSON := fs.Bool("json", false, "print the report as JSON")
-	topN := fs.Int("top", 10, "descriptors listed per rule and way; 0 lists all")
+	topN := fs.Int("top", 10, "descriptors listed per rule and way in the table (--json lists all unless --top is given); 0 lists all")
 	quota := fs.Bool("quota-mode", false, "decide as charon serve --quota-mode")
 	loadFlags(fs, sc)
 	fs.Usage = func() {
@@ -167,6 +167,9 @@ func runReplay(args []string, getenv func(string) string, stdout, stderr io.Writ
 	logs = append(logs, pos...)
 	if len(logs) == 0 || *cfgDir == "" {
 		return fmt.Errorf("%w: replay needs --log FILE and --config DIR", errUsage)
+	}
+	if *asJSON && !flagSet(fs, "top") {
+		*topN = 0
 	}
 	opts := replay.Options{Top: *topN, Engine: engine.Options{QuotaMode: *quota, FixedWindowOverrides: sc.FixedWindow, Overdraft: sc.Overdraft}}
 	if opts.Candidate, err = loadDir(*cfgDir, sc.loadOptions(), stderr); err != nil {
@@ -218,8 +221,10 @@ func writeReport(w io.Writer, rep *replay.Report, against string) {
 			fmt.Fprintf(w, ", but %d requests were dropped by its rate bound or queue: the replay misses them", l.Missing)
 		}
 		fmt.Fprintln(w)
+	case l.Sampled > 0:
+		fmt.Fprintf(w, "log: %d lines, sampled (%d lines stand for more than one decision): the replay sees less traffic than there was and rejects less than the candidate would (record with --decision-log-all)\n", l.Lines, l.Sampled)
 	default:
-		fmt.Fprintf(w, "log: %d lines, not complete (%d sampled lines): grants were sampled, so the replay sees less traffic than there was and rejects less than the candidate would\n", l.Lines, l.Sampled)
+		fmt.Fprintf(w, "log: %d lines, not complete: descriptors no limit applied to were not logged, so the replay cannot see what a new rule would limit (record with --decision-log-all)\n", l.Lines)
 	}
 	if rep.Baseline == "against" {
 		fmt.Fprintf(w, "baseline: %s, replayed\n", against)
