@@ -86,7 +86,7 @@ func TestCounts(t *testing.T) {
 // answers exactly as one alone, and the requests are left as they were.
 func TestNeverChangesAnswers(t *testing.T) {
 	r := rand.New(rand.NewPCG(5, 6))
-	for draw := range 30 {
+	for draw := range 20 {
 		liveCfg, candCfg := load(t, randomConfig(r)), load(t, randomConfig(r))
 		now := t0
 		clock := func() time.Time { return now }

@@ -133,3 +133,20 @@ func BenchmarkReplay(b *testing.B) {
 		}
 	}
 }
+
+// FuzzRead: a log of any bytes is read or refused, never a panic, and what
+// is read replays.
+func FuzzRead(f *testing.F) {
+	f.Add([]byte(`{"time":"2030-01-02T03:04:05Z","rls_domain":"api","entries":[{"key":"user","value":"x"}],"hits":1,"result":"granted","weight":1,"request":"a-1","complete":true}`))
+	f.Add([]byte(`{"time":"2030-01-02T03:04:05Z","rls_domain":"api","entries":[{"key":"user","value":"x"}],"hits":3,"override":{"requests_per_unit":1,"unit":"second"}}`))
+	cfg := loadConfig(f, benchConfig)
+	f.Fuzz(func(t *testing.T, b []byte) {
+		l, err := Read(bytes.NewReader(b))
+		if err != nil {
+			return
+		}
+		if _, err := Run(context.Background(), l, Options{Candidate: cfg, Against: cfg}); err != nil {
+			t.Fatalf("a log that reads does not replay: %v", err)
+		}
+	})
+}
