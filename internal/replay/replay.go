@@ -363,6 +363,9 @@ func Run(ctx context.Context, log *Log, opts Options) (*Report, error) {
 	for k, a := range rules {
 		r := &a.rule
 		r.Descriptor = r.Resource
+		if path, ok := descriptors.ParseResource(k.domain, k.resource); ok {
+			r.Descriptor = config.PathString(path)
+		}
 		for s, cfg := range []*config.Config{opts.Against, opts.Candidate} {
 			sd := &r.Baseline
 			if s == 1 {

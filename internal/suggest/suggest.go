@@ -150,63 +150,17 @@ func read(r io.Reader) (map[string]*group, error) {
 	return groups, nil
 }
 
-// pathOf reads a rule's path back from its resource (the escaped RLS
-// domain, then "/key" or "/key=value" per level, as descriptors writes it);
-// a resource that was cut to its bound gives the request's keys alone.
+// pathOf reads a rule's path back from its resource; a resource that
+// cannot be read back (cut to its bound) gives the request's keys alone.
 func pathOf(rls, resource string, keys []string) []descriptors.Entry {
-	rest, ok := strings.CutPrefix(resource, descriptors.Escape(rls)+"/")
-	if ok && !strings.Contains(resource, "~") {
-		var path []descriptors.Entry
-		for _, part := range strings.Split(rest, "/") {
-			k, v, _ := strings.Cut(part, "=")
-			k, err1 := unescape(k)
-			v, err2 := unescape(v)
-			if err1 != nil || err2 != nil {
-				path = nil
-				break
-			}
-			path = append(path, descriptors.Entry{Key: k, Value: v})
-		}
-		if path != nil {
-			return path
-		}
+	if path, ok := descriptors.ParseResource(rls, resource); ok {
+		return path
 	}
 	path := make([]descriptors.Entry, len(keys))
 	for i, k := range keys {
 		path[i].Key = k
 	}
 	return path
-}
-
-func unescape(s string) (string, error) {
-	if !strings.Contains(s, "%") {
-		return s, nil
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] != '%' {
-			b.WriteByte(s[i])
-			continue
-		}
-		if i+2 >= len(s) {
-			return "", errors.New("short escape")
-		}
-		var v byte
-		for _, c := range []byte(s[i+1 : i+3]) {
-			v <<= 4
-			switch {
-			case c >= '0' && c <= '9':
-				v |= c - '0'
-			case c >= 'A' && c <= 'F':
-				v |= c - 'A' + 10
-			default:
-				return "", errors.New("bad escape")
-			}
-		}
-		b.WriteByte(v)
-		i += 2
-	}
-	return b.String(), nil
 }
 
 // Suggest reads a decision log from r and proposes a limit per group,
