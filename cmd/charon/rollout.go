@@ -252,7 +252,7 @@ func writeReport(w io.Writer, rep *replay.Report, against string) {
 		for _, way := range []struct {
 			name string
 			cs   []replay.Count
-		}{{"newly rejected", r.TopNewlyRejected}, {"newly granted", r.TopNewlyGranted}} {
+		}{{"newly rejected", r.TopNewlyRejected}, {"newly granted", r.TopNewlyGranted}, {"rejected under the candidate", r.Candidate.TopRejected}} {
 			if len(way.cs) == 0 {
 				continue
 			}
