@@ -181,20 +181,25 @@ func (c *Canary) Reset(ctx context.Context, req *engine.Request) (int, error) {
 	return c.eng.Reset(ctx, req)
 }
 
-// RuleCounts are one rule's counts.
-type RuleCounts struct {
-	Domain      string `json:"domain"`
-	Rule        string `json:"rule"`
-	Resource    string `json:"resource,omitempty"`
+// Outcomes counts comparisons by outcome.
+type Outcomes struct {
 	Agree       uint64 `json:"agree"`
 	WouldReject uint64 `json:"would_reject"`
 	WouldGrant  uint64 `json:"would_grant"`
 }
 
+// RuleCounts are one rule's counts.
+type RuleCounts struct {
+	Domain   string `json:"domain"`
+	Rule     string `json:"rule"`
+	Resource string `json:"resource,omitempty"`
+	Outcomes
+}
+
 // Report is the counts so far: per request and per rule of the candidate.
 type Report struct {
 	Files    []string     `json:"files"`
-	Requests RuleCounts   `json:"requests"`
+	Requests Outcomes     `json:"requests"`
 	Errors   uint64       `json:"errors"`
 	Rules    []RuleCounts `json:"rules"`
 }
@@ -202,7 +207,7 @@ type Report struct {
 // Report returns the counts so far.
 func (c *Canary) Report() Report {
 	r := Report{Files: []string{}, Rules: []RuleCounts{}, Errors: c.errors.Load(),
-		Requests: RuleCounts{Agree: c.requests[0].Load(), WouldReject: c.requests[1].Load(), WouldGrant: c.requests[2].Load()}}
+		Requests: Outcomes{Agree: c.requests[0].Load(), WouldReject: c.requests[1].Load(), WouldGrant: c.requests[2].Load()}}
 	t := c.rules.Load()
 	if t == nil {
 		return r
@@ -210,7 +215,7 @@ func (c *Canary) Report() Report {
 	r.Files = t.cfg.Files
 	for _, rc := range t.list {
 		r.Rules = append(r.Rules, RuleCounts{Domain: rc.domain, Rule: rc.rule, Resource: rc.resource,
-			Agree: rc.n[0].Load(), WouldReject: rc.n[1].Load(), WouldGrant: rc.n[2].Load()})
+			Outcomes: Outcomes{Agree: rc.n[0].Load(), WouldReject: rc.n[1].Load(), WouldGrant: rc.n[2].Load()}})
 	}
 	slices.SortStableFunc(r.Rules, func(a, b RuleCounts) int {
 		return cmp.Or(cmp.Compare(b2i(a.Rule == NoRule), b2i(b.Rule == NoRule)), strings.Compare(a.Domain, b.Domain), strings.Compare(a.Resource, b.Resource))

@@ -57,9 +57,9 @@ func TestCounts(t *testing.T) {
 		now = now.Add(time.Millisecond)
 	}
 	got := c.Report()
-	want := Report{Files: []string{"d.yaml"}, Requests: RuleCounts{Agree: 4, WouldGrant: 2}, Rules: []RuleCounts{
+	want := Report{Files: []string{"d.yaml"}, Requests: Outcomes{Agree: 4, WouldGrant: 2}, Rules: []RuleCounts{
 		{Domain: "d", Rule: "other", Resource: "d/other"},
-		{Domain: "d", Rule: "user", Resource: "d/user", Agree: 4, WouldGrant: 2},
+		{Domain: "d", Rule: "user", Resource: "d/user", Outcomes: Outcomes{Agree: 4, WouldGrant: 2}},
 		{Rule: NoRule},
 	}}
 	if d := cmp.Diff(want, got); d != "" {
