@@ -6,6 +6,7 @@ import (
 	"math"
 	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/charonlimit/charon/tiers"
 )
@@ -178,4 +179,50 @@ func appendPolicy(b []byte, p *tiers.Policy) []byte {
 		b = append(b, 'o')
 	}
 	return b
+}
+
+// ParseResource reads a rule's path back from a resource of the RLS domain
+// rls, as Match.Resource and Leaf.Resource write it: the keys with their
+// configured values (a fixed value or a wildcard pattern; "" for a key
+// alone). ok is false when resource is not of rls, is not escaped as
+// Escape writes, or was cut to its bound (Bound), which cannot be undone.
+func ParseResource(rls, resource string) (path []Entry, ok bool) {
+	rest, ok := strings.CutPrefix(resource, Escape(rls)+"/")
+	if !ok || rest == "" || strings.IndexByte(resource, '~') >= 0 {
+		return nil, false
+	}
+	for _, part := range strings.Split(rest, "/") {
+		k, v, _ := strings.Cut(part, "=")
+		key, ok1 := unescape(k)
+		val, ok2 := unescape(v)
+		if !ok1 || !ok2 || key == "" {
+			return nil, false
+		}
+		path = append(path, Entry{Key: key, Value: val})
+	}
+	return path, true
+}
+
+// unescape undoes Escape.
+func unescape(s string) (string, bool) {
+	if strings.IndexByte(s, '%') < 0 {
+		return s, true
+	}
+	b := make([]byte, 0, len(s))
+	for i := 0; i < len(s); i++ {
+		if s[i] != '%' {
+			b = append(b, s[i])
+			continue
+		}
+		if i+2 >= len(s) {
+			return "", false
+		}
+		hi, lo := strings.IndexByte(hexDigits, s[i+1]), strings.IndexByte(hexDigits, s[i+2])
+		if hi < 0 || lo < 0 {
+			return "", false
+		}
+		b = append(b, byte(hi<<4|lo))
+		i += 2
+	}
+	return string(b), true
 }

@@ -94,6 +94,8 @@ type charon struct {
 	opts    CharonOptions
 	metrics *charonMetrics
 	log     *slog.Logger
+	// candidate is Options.Candidate, for Explain (nil: none).
+	candidate Candidate
 	// closing is closed when the server shuts down: Session streams end,
 	// releasing their holds, instead of holding up a graceful stop.
 	closing chan struct{}

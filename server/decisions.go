@@ -65,11 +65,21 @@ func decisionLogCollector(reg prometheus.Registerer, l *decisionlog.Logger) {
 }
 
 // logDecisions writes the kept lines of a decided request to the decision
-// log: every rejection (shadow ones too) and burst, a sample of the rest.
+// log: every rejection (shadow ones too) and burst, a sample of the rest;
+// of a complete log (--decision-log-all), every descriptor.
 func logDecisions(l *decisionlog.Logger, now time.Time, req *engine.Request, resp *engine.Response) {
+	all := l.All()
+	var id string
+	if all {
+		id = l.NextRequest()
+	}
 	for i := range resp.Statuses {
 		st := &resp.Statuses[i]
-		if i >= len(req.Descriptors) || req.Descriptors[i].Refund || (st.Limit == nil && !st.Unconfigured) {
+		if i >= len(req.Descriptors) {
+			continue
+		}
+		notLimited := st.Limit == nil && !st.Unconfigured
+		if !all && (req.Descriptors[i].Refund || notLimited) {
 			continue
 		}
 		d := &st.Decision
@@ -78,10 +88,17 @@ func logDecisions(l *decisionlog.Logger, now time.Time, req *engine.Request, res
 		if !ok {
 			continue
 		}
+		if id == "" {
+			id = l.NextRequest()
+		}
 		hits := int64(descriptorHits(req, i))
 		r := &decisionlog.Record{
 			Time: now, RLSDomain: req.Domain, Resource: st.Match.Resource, Domain: st.Match.Domain,
 			Hits: hits, Tier: d.Tier, Burst: d.Burst, Weight: weight, Result: decisionlog.ResultGranted,
+			Request: id, OverLimit: resp.Code == engine.CodeOverLimit, Refund: req.Descriptors[i].Refund, Complete: all,
+		}
+		if o := req.Descriptors[i].Override; o != nil {
+			r.Override = &decisionlog.Override{RequestsPerUnit: o.RequestsPerUnit, Unit: o.Unit.String(), Multiplier: o.Multiplier}
 		}
 		es := req.Descriptors[i].Entries
 		r.Entries = make([]decisionlog.Entry, len(es))
@@ -89,6 +106,8 @@ func logDecisions(l *decisionlog.Logger, now time.Time, req *engine.Request, res
 			r.Entries[j] = decisionlog.Entry{Key: engine.Truncate(e.Key), Value: engine.Truncate(e.Value)}
 		}
 		switch {
+		case notLimited:
+			r.Result, r.Granted = decisionlog.ResultNotLimited, hits
 		case st.Unconfigured:
 			r.Result, r.Granted = decisionlog.ResultUnconfigured, hits
 		case st.Code == engine.CodeOverLimit || st.Shadow:

@@ -53,6 +53,12 @@ func (c *charon) Explain(ctx context.Context, req *charonv1.ExplainRequest) (*ch
 	if !ok {
 		return nil, c.done("Explain", errNoExplainer)
 	}
+	if wantsCandidate(ctx) {
+		var err error
+		if ex, err = candidateExplainer(c.candidate); err != nil {
+			return nil, c.done("Explain", err)
+		}
+	}
 	resp, err := explain(ctx, ex, req)
 	return resp, c.done("Explain", err)
 }
@@ -202,6 +208,12 @@ func (s *Server) explainerQuery(w http.ResponseWriter, r *http.Request) (Explain
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return nil, nil, false
+	}
+	if r.URL.Query().Get("candidate") != "" {
+		if ex, err = candidateExplainer(s.opts.Candidate); err != nil {
+			httpError(w, err)
+			return nil, nil, false
+		}
 	}
 	return ex, req, true
 }

@@ -45,6 +45,8 @@ type rls struct {
 	dynamicMetadata bool
 	// decisions is the decision log (nil: none).
 	decisions *decisionlog.Logger
+	// candidate decides in shadow (nil: none).
+	candidate Candidate
 	// ready is false while Options.WaitForConfig waits for a first
 	// configuration: requests are answered UNAVAILABLE (nil: ready).
 	ready *atomic.Bool
@@ -85,10 +87,13 @@ func (s *rls) decide(ctx context.Context, now time.Time, req *rlsv3.RateLimitReq
 	}
 	s.metrics.countDescriptors(ereq, eresp)
 	if s.decisions != nil {
-		logDecisions(s.decisions, now, ereq, eresp)
+		logDecisions(s.decisions, eresp.Now, ereq, eresp)
 	}
 	if s.top != nil {
 		observeOffenders(s.top, now, ereq, eresp)
+	}
+	if s.candidate != nil {
+		s.candidate.Observe(ctx, ereq, eresp)
 	}
 	out := toProtoResponse(eresp, s.responseHeaders, s.headerNames)
 	if s.shadowMode && out.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT {

@@ -164,6 +164,9 @@ type Options struct {
 	// DecisionLog, when set, receives the decisions of ShouldRateLimit; its
 	// counts are exported. The server does not close it.
 	DecisionLog *decisionlog.Logger
+	// Candidate, when set, decides every request again under a candidate
+	// configuration, in shadow (see Candidate).
+	Candidate Candidate
 
 	Logger  *slog.Logger // nil: discard
 	Metrics *Metrics     // nil: NewMetrics(nil)
@@ -247,10 +250,13 @@ func New(opts Options) (*Server, error) {
 	s.rls = &rls{engine: opts.Engine, metrics: s.metrics, log: s.log, responseHeaders: opts.ResponseHeaders,
 		headerNames: opts.HeaderNames, shadowMode: opts.ShadowMode, dynamicMetadata: opts.DynamicMetadata, decisions: opts.DecisionLog,
 		ready:       &s.configReady,
-		attribution: opts.Attribution, attributionHeaders: opts.AttributionHeaders, top: opts.Top}
+		attribution: opts.Attribution, attributionHeaders: opts.AttributionHeaders, top: opts.Top, candidate: opts.Candidate}
 	if opts.Top != nil {
 		// A Metrics shared by several servers has it already.
 		s.metrics.Registry.Register(newTopCollector(opts.Top, opts.TopMetrics, opts.TopMetricsValues))
+	}
+	if opts.Candidate != nil {
+		s.metrics.Registry.MustRegister(opts.Candidate)
 	}
 	if opts.DecisionLog != nil {
 		decisionLogCollector(s.metrics.Registry, opts.DecisionLog)
@@ -309,6 +315,7 @@ func New(opts Options) (*Server, error) {
 		s.charon = newCharon(ce, opts.Charon, s.metrics, s.log)
 	}
 	if s.charon != nil {
+		s.charon.candidate = opts.Candidate
 		charonv1.RegisterCharonServer(s.grpc, s.charon)
 	}
 	healthpb.RegisterHealthServer(s.grpc, s.health)

@@ -1,5 +1,5 @@
 // Command charon is the Charon rate limit service and its tools: serve,
-// config check, suggest, sim, version, and the client verbs of package
+// config check and diff, suggest, replay, sim, version, and the client verbs of package
 // clientcmd (ask, explain, top, health, bench and the copy verbs). Each verb
 // maps its flags and environment to the Options of the packages that do
 // the work.
@@ -24,13 +24,16 @@ const usage = `charon: a rate limit service for Envoy (RLS v3) with burst tiers.
 Usage:
   charon serve [flags]                     serve gRPC RLS, HTTP /json and debug endpoints
   charon config check DIR [--dump]         validate a configuration directory
+  charon config diff OLD NEW [--json]      what changes from one configuration to another: rules, limits, matches
   charon ask --domain D --descriptor k=v   ask a running server for a decision
   charon explain --domain D --descriptor k=v
                                            why a request is limited: its pairs' state
   charon top [--addr DEBUG1,DEBUG2] [--domain D]
                                            who is being limited, by which rule, live (debug ports' /top)
-  charon suggest --log FILE [--reject 0.01] [--out DIR]
+  charon suggest --log FILE [--config DIR] [--reject 0.01] [--out DIR]
                                            propose limits from a decision log
+  charon replay --log FILE --config DIR [--against DIR] [--json]
+                                           what a configuration would have answered to a logged day's requests
   charon sim [--addr HOST:PORT] [--out DIR]
                                            the tier simulator in a browser (also /sim/ on serve's HTTP port)
   charon bench [flags]                     load a running server and report throughput
@@ -91,13 +94,19 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) in
 	case "serve":
 		err = runServe(args[1:], getenv, stderr)
 	case "config":
-		if len(args) < 2 || args[1] != "check" {
-			fmt.Fprintln(stderr, "usage: charon config check DIR [--dump] [--merge-domains] [--fixed-window]")
+		switch {
+		case len(args) >= 2 && args[1] == "check":
+			err = runCheck(args[2:], getenv, stdout, stderr)
+		case len(args) >= 2 && args[1] == "diff":
+			err = runDiff(args[2:], getenv, stdout, stderr)
+		default:
+			fmt.Fprintln(stderr, "usage: charon config check DIR [--dump] [--merge-domains] [--fixed-window]\n       charon config diff OLD NEW [--json]")
 			return 2
 		}
-		err = runCheck(args[2:], getenv, stdout, stderr)
+	case "replay":
+		err = runReplay(args[1:], getenv, stdout, stderr)
 	case "suggest":
-		err = runSuggest(args[1:], stdout, stderr)
+		err = runSuggest(args[1:], getenv, stdout, stderr)
 	case "sim":
 		err = runSim(args[1:], stdout, stderr)
 	case "version", "--version", "-version":

@@ -96,15 +96,28 @@ func runCheck(args []string, getenv func(string) string, stdout, stderr io.Write
 }
 
 // runSuggest reads a decision log and proposes limits as configuration
-// files.
-func runSuggest(args []string, stdout, stderr io.Writer) error {
+// files: with --config, that configuration with the proposed limits
+// written in; without, new files.
+func runSuggest(args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	sc, _, err := serveEnv(getenv, stderr)
+	if err != nil {
+		return err
+	}
 	fs := clientcmd.FlagSet("suggest", stderr)
 	logPath := fs.String("log", "-", "decision log `file` (JSON lines of charon serve --decision-log); - reads stdin")
 	reject := fs.Float64("reject", 0.01, "share of the recorded hits the proposed limit may reject, in [0, 1)")
-	window := fs.Duration("window", time.Second, "window of the proposed tier")
-	out := fs.String("out", "", "write one file per RLS domain into this `directory` (created); default: print them")
+	window := fs.Duration("window", time.Second, "window of a proposed limit where no rule gives one (no --config, or traffic that matched no rule)")
+	cfgDir := fs.String("config", "", "the configuration `directory` the log was recorded under: its rules keep their windows and everything else, only limits change")
+	out := fs.String("out", "", "write the files into this `directory` (created); default: print them")
+	loadFlags(fs, sc)
 	if err := clientcmd.ParseFlags(fs, args); err != nil {
 		return err
+	}
+	opts := suggest.Options{Reject: *reject, Window: *window}
+	if *cfgDir != "" {
+		if opts.Config, err = loadDir(*cfgDir, sc.loadOptions(), stderr); err != nil {
+			return err
+		}
 	}
 	var in io.Reader = os.Stdin
 	if *logPath != "-" {
@@ -115,11 +128,20 @@ func runSuggest(args []string, stdout, stderr io.Writer) error {
 		defer f.Close()
 		in = f
 	}
-	ps, err := suggest.Suggest(in, suggest.Options{Reject: *reject, Window: *window})
+	ps, err := suggest.Suggest(in, opts)
 	if err != nil {
 		return fmt.Errorf("%s: %w", *logPath, err)
 	}
-	files, err := suggest.Files(ps)
+	var files map[string][]byte
+	if opts.Config != nil {
+		var unplaced []suggest.Proposal
+		files, unplaced, err = suggest.Edit(config.DirFS(*cfgDir), opts.Config, ps)
+		for i := range unplaced {
+			fmt.Fprintf(stderr, "no rule in %s for %s: %s\n", *cfgDir, unplaced[i].RLSDomain, suggest.Figures(&unplaced[i]))
+		}
+	} else {
+		files, err = suggest.Files(ps)
+	}
 	if err != nil {
 		return err
 	}
@@ -128,17 +150,15 @@ func runSuggest(args []string, stdout, stderr io.Writer) error {
 		names = append(names, name)
 	}
 	slices.Sort(names)
-	if *out != "" {
-		if err := os.MkdirAll(*out, 0o755); err != nil {
-			return err
-		}
-	}
 	for _, name := range names {
 		if *out == "" {
 			fmt.Fprintf(stdout, "# file: %s\n%s\n", name, files[name])
 			continue
 		}
-		path := filepath.Join(*out, name)
+		path := filepath.Join(*out, filepath.FromSlash(name))
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			return err
+		}
 		if err := os.WriteFile(path, files[name], 0o644); err != nil {
 			return err
 		}

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/charonlimit/charon/config"
+	"github.com/charonlimit/charon/internal/canary"
 	"github.com/charonlimit/charon/internal/clientcmd"
 	"github.com/charonlimit/charon/internal/copystore/memcopy"
 	"github.com/charonlimit/charon/internal/decisionlog"
@@ -40,6 +41,9 @@ import (
 // precedence. Each package binds and checks its own flags.
 type serveConfig struct {
 	ConfigDir string
+	// CandidateConfig, when set, is a configuration directory decided in
+	// shadow beside the live one (package canary), reloaded like it.
+	CandidateConfig string
 	// XDS, with its Addr set, takes the configuration from an xDS server
 	// instead of ConfigDir.
 	XDS    xdsconfig.Flags
@@ -103,6 +107,7 @@ func defaultServeConfig() serveConfig {
 // parsing overrides only what is given.
 func serveFlags(fs *flag.FlagSet, c *serveConfig) {
 	fs.StringVar(&c.ConfigDir, "config", c.ConfigDir, "configuration `directory` (watched)")
+	fs.StringVar(&c.CandidateConfig, "candidate-config", c.CandidateConfig, "a candidate configuration `directory` (watched): every request is decided under it too, in shadow against its own in-memory state, never changing an answer; agreement per rule in metrics, GET /candidate and charon explain --candidate")
 	c.XDS.Bind(fs)
 	fs.StringVar(&c.Store, "store", c.Store, "state store: memory or redis")
 	c.Server.Bind(fs)
@@ -369,6 +374,16 @@ func serve(c serveConfig, args []string, log *slog.Logger) error {
 	}
 	eng := engine.New(eo)
 	opts.Engine, opts.Charon.Engine = eng, eng
+	var candidate *server.Reloader
+	if c.CandidateConfig != "" {
+		cand := canary.New(canary.Options{Engine: eo, MaxKeys: c.MaxKeys})
+		defer cand.Close()
+		candidate = server.NewReloader(c.CandidateConfig, opts.Load, cand.SetConfig, server.NewMetrics(nil), log.With("config", "candidate"))
+		if _, err := candidate.Check(); err != nil {
+			return fmt.Errorf("--candidate-config %s: %v", c.CandidateConfig, err)
+		}
+		opts.Candidate = cand
+	}
 	if c.ConfigDir == "" && !c.XDS.On() {
 		log.Warn("no --config directory: serving with no configuration, every request is OK")
 	}
@@ -378,6 +393,9 @@ func serve(c serveConfig, args []string, log *slog.Logger) error {
 	}
 	ctx, stop := stopOnSignal(srv)
 	defer stop()
+	if candidate != nil {
+		go candidate.Run(ctx, cmp.Or(opts.PollInterval, server.DefaultPollInterval))
+	}
 	if c.XDS.On() {
 		xo := c.XDS.Options()
 		xo.Load, xo.Logger = opts.Load, log

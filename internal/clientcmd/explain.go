@@ -9,15 +9,20 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
 
 	charonv1 "github.com/charonlimit/charon/api/charon/v1"
+	"github.com/charonlimit/charon/server"
 )
 
 // Explain is `charon explain`: why a request would be limited, from the
-// server's Explain call, without changing any state.
+// server's Explain call, without changing any state; with --candidate, the
+// same under the server's candidate configuration (--candidate-config)
+// too, so both decisions show side by side.
 func Explain(args []string, stdout, stderr io.Writer) error {
 	var q queryFlags
 	fs := q.declare("explain", "ExplainResponse", stderr)
+	candidate := fs.Bool("candidate", false, "also explain under the server's candidate configuration (serve --candidate-config), against its own state")
 	if err := q.parse(fs, "explain", args); err != nil {
 		return err
 	}
@@ -25,21 +30,40 @@ func Explain(args []string, stdout, stderr io.Writer) error {
 	for _, es := range q.descriptors {
 		req.Descriptors = append(req.Descriptors, &charonv1.ExplainRequest_Descriptor{Entries: es})
 	}
-	resp, err := rpc(&q.connFlags, func(ctx context.Context, cc *grpc.ClientConn) (*charonv1.ExplainResponse, error) {
-		return charonv1.NewCharonClient(cc).Explain(ctx, req)
-	})
-	if err != nil {
-		return err
+	sides := []bool{false}
+	if *candidate {
+		sides = append(sides, true)
 	}
-	return q.print(stdout, resp, func() {
-		for i, x := range resp.GetExplanations() {
-			var es []string
-			for _, e := range q.descriptors[i] {
-				es = append(es, e.GetKey()+"="+e.GetValue())
+	for _, cand := range sides {
+		resp, err := rpc(&q.connFlags, func(ctx context.Context, cc *grpc.ClientConn) (*charonv1.ExplainResponse, error) {
+			if cand {
+				ctx = metadata.AppendToOutgoingContext(ctx, server.CandidateHeader, "1")
 			}
-			printExplanation(stdout, strings.Join(es, ","), x, resp.GetAt().AsTime())
+			return charonv1.NewCharonClient(cc).Explain(ctx, req)
+		})
+		if err != nil {
+			return err
 		}
-	})
+		err = q.print(stdout, resp, func() {
+			switch {
+			case cand:
+				fmt.Fprintln(stdout, "\nunder the candidate configuration:")
+			case *candidate:
+				fmt.Fprintln(stdout, "under the live configuration:")
+			}
+			for i, x := range resp.GetExplanations() {
+				var es []string
+				for _, e := range q.descriptors[i] {
+					es = append(es, e.GetKey()+"="+e.GetValue())
+				}
+				printExplanation(stdout, strings.Join(es, ","), x, resp.GetAt().AsTime())
+			}
+		})
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func printExplanation(w io.Writer, desc string, x *charonv1.Explanation, at time.Time) {

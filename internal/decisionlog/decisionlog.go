@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -27,6 +28,9 @@ const (
 	ResultRejected     = "rejected"
 	ResultShadow       = "shadow"       // rejected by its limit, answered OK (shadow mode, ignore_limits)
 	ResultUnconfigured = "unconfigured" // matched nothing in a domain with allow_unconfigured: granted
+	// ResultNotLimited is a descriptor no limit applied to (no match,
+	// unlimited, replaced, copy-limited), which only a complete log records.
+	ResultNotLimited = "not_limited"
 )
 
 // Entry is one key and value of a descriptor.
@@ -57,6 +61,29 @@ type Record struct {
 	// Weight is how many decisions the line stands for: 1/sample for a
 	// sampled line, 1 for a line always kept.
 	Weight float64 `json:"weight"`
+	// Request names the request the line is a descriptor of: the lines of
+	// one request share it, and the requests of one Logger are numbered
+	// in order after a random prefix ("3fa2c1d0-42"). OverLimit is the
+	// request's answer. Refund and Override are the descriptor's
+	// is_negative_hits and its own limit, when it has them.
+	Request   string    `json:"request,omitempty"`
+	OverLimit bool      `json:"over_limit,omitempty"`
+	Refund    bool      `json:"refund,omitempty"`
+	Override  *Override `json:"override,omitempty"`
+	// Complete marks a line of a complete log (Options.All): every
+	// descriptor of every request is logged, as far as the rate bound and
+	// the queue let it (gaps in the request numbers show what they
+	// dropped).
+	Complete bool `json:"complete,omitempty"`
+}
+
+// Override is a request descriptor's own limit (Envoy's
+// RateLimitOverride): RequestsPerUnit per Multiplier (0: one) Units, the
+// unit written as in configuration ("second", "minute"...).
+type Override struct {
+	RequestsPerUnit uint32 `json:"requests_per_unit"`
+	Unit            string `json:"unit"`
+	Multiplier      uint32 `json:"multiplier,omitempty"`
 }
 
 // Options configure a Logger.
@@ -72,6 +99,10 @@ type Options struct {
 	Queue int
 	// Now is the clock of the rate bound; nil means time.Now.
 	Now func() time.Time
+	// All makes a complete log, for replay: every descriptor of every
+	// request is kept (Keep always says yes, with weight 1), those no
+	// limit applies to included; the rate bound and the queue still apply.
+	All bool
 }
 
 // Stats counts a Logger's lines.
@@ -86,6 +117,9 @@ type Stats struct {
 // with New and stop it with Close.
 type Logger struct {
 	w      io.Writer
+	all    bool
+	prefix string // the prefix of request names
+	reqs   atomic.Uint64
 	sample float64
 	rate   int64
 	now    func() time.Time
@@ -130,7 +164,11 @@ func Open(target string, opts Options) (*Logger, error) {
 
 // New returns a Logger writing to w and starts its writer goroutine.
 func New(w io.Writer, opts Options) *Logger {
-	l := &Logger{w: w, sample: min(max(opts.Sample, 0), 1), rate: int64(opts.Rate), now: opts.Now, done: make(chan struct{})}
+	l := &Logger{w: w, sample: min(max(opts.Sample, 0), 1), rate: int64(opts.Rate), now: opts.Now, done: make(chan struct{}),
+		all: opts.All, prefix: strconv.FormatUint(uint64(rand.Uint32()), 16) + "-"}
+	if l.all {
+		l.sample = 1
+	}
 	if l.rate == 0 {
 		l.rate = DefaultRate
 	}
@@ -170,6 +208,14 @@ func (l *Logger) Keep(important bool) (weight float64, ok bool) {
 		}
 	}
 	return weight, true
+}
+
+// All reports whether the log is complete (Options.All).
+func (l *Logger) All() bool { return l.all }
+
+// NextRequest names the next request whose lines are logged.
+func (l *Logger) NextRequest() string {
+	return l.prefix + strconv.FormatUint(l.reqs.Add(1), 10)
 }
 
 // Log queues r for the writer, or drops it (counted) when the queue is full.

@@ -22,9 +22,10 @@ const module = "github.com/charonlimit/charon"
 var imports = map[string][]string{
 	"api/charon/v1": nil,
 	"client":        {"api/charon/v1"},
-	"cmd/charon": {"config", "internal/clientcmd", "internal/copystore/memcopy", "internal/decisionlog", "internal/engine", "internal/gctune",
-		"internal/lyftenv", "internal/redisbackend", "internal/sim", "internal/statsd", "internal/statsmap", "internal/store/memstore", "internal/store/redisstore",
+	"cmd/charon": {"config", "internal/canary", "internal/clientcmd", "internal/copystore/memcopy", "internal/decisionlog", "internal/engine", "internal/gctune",
+		"internal/lyftenv", "internal/redisbackend", "internal/replay", "internal/sim", "internal/statsd", "internal/statsmap", "internal/store/memstore", "internal/store/redisstore",
 		"internal/store/resilient", "internal/suggest", "internal/tracing", "internal/xdsconfig", "server"},
+	"internal/canary":                  {"config", "internal/engine", "internal/store/memstore"},
 	"internal/clientcmd":               {"api/charon/v1", "internal/gctune", "internal/loadgen", "internal/offenders", "internal/sessionhold", "internal/tlsconfig", "server"},
 	"config":                           {"descriptors", "tiers"},
 	"copylog":                          nil,
@@ -35,7 +36,8 @@ var imports = map[string][]string{
 	"internal/copystore/rediscopy":     {"copylog", "internal/copystore", "internal/redisfunc"},
 	"internal/deptest":                 nil,
 	"internal/decisionlog":             nil,
-	"internal/suggest":                 {"internal/decisionlog", "tiers"},
+	"internal/replay":                  {"config", "descriptors", "internal/decisionlog", "internal/engine", "internal/store/memstore", "tiers"},
+	"internal/suggest":                 {"config", "descriptors", "internal/decisionlog", "tiers"},
 	"internal/sim":                     {"config", "descriptors", "tiers"},
 	"internal/sim/gen":                 nil,
 	"internal/engine":                  {"copylog", "descriptors", "internal/copystore", "internal/store", "tiers"},
@@ -104,11 +106,11 @@ var deny = []struct {
 	{
 		pkgs: []string{"..."},
 		// Prometheus' exposition model is protobuf: the packages that
-		// export a store's collector, or gather series (statsmap), depend
+		// export a store's (or the canary's) collector, or gather series (statsmap), depend
 		// on it, and on no gRPC. The
 		// OTLP exporter of internal/tracing speaks gRPC.
 		except: []string{"api/charon/v1", "client", "cmd/charon", "internal/clientcmd", "internal/servertest", "server", "internal/loadgen", "internal/sessionhold", "internal/collect",
-			"internal/store/resilient", "internal/copystore/memcopy", "internal/redisbackend", "internal/tracing", "internal/statsmap", "internal/xdsconfig"},
+			"internal/canary", "internal/store/resilient", "internal/copystore/memcopy", "internal/redisbackend", "internal/tracing", "internal/statsmap", "internal/xdsconfig"},
 		paths: []string{"google.golang.org/grpc", "google.golang.org/protobuf", "github.com/envoyproxy/go-control-plane",
 			module + "/api/charon/v1"},
 		why: "only server and client (and main, the generated API and the xDS client) touch gRPC and protos",

@@ -233,7 +233,7 @@ func (e *Engine) Decide(ctx context.Context, req *Request, resp *Response) error
 		}
 	}
 
-	resp.Code, resp.UnknownDomain = CodeOK, !known
+	resp.Code, resp.UnknownDomain, resp.Now = CodeOK, !known, now
 	quotas, quotasOver := 0, 0
 	resp.Statuses = grow(resp.Statuses, n)
 	if cap(resp.limits) < n {

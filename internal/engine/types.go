@@ -86,6 +86,9 @@ type Status struct {
 // The Limit pointers of its statuses point into the Response itself.
 type Response struct {
 	Code Code
+	// Now is the instant the request was decided at, on the Engine's
+	// clock.
+	Now time.Time
 	// UnknownDomain is set when the request's domain has no configuration
 	// (envoyproxy/ratelimit's domain_not_found).
 	UnknownDomain bool

@@ -55,11 +55,11 @@ func TestSuggestKnownAnswer(t *testing.T) {
 		t.Fatalf("%d proposals, want 2: %+v", len(ps), ps)
 	}
 	nested, user := ps[0], ps[1]
-	if strings.Join(user.Keys, ".") != "user" || user.Hits != 3800 || user.Domains != 10 || user.Limit != 5 || user.Rejected != 1500 ||
+	if user.Descriptor() != "user" || user.Hits != 3800 || user.Domains != 10 || user.Limit != 5 || user.Rejected != 1500 ||
 		user.Window != time.Second || user.Max != 20 || user.P50 != 2 {
 		t.Errorf("user: %+v, want limit 5 per 1s rejecting 1500 of 3800", user)
 	}
-	if strings.Join(nested.Keys, ".") != "api.user" || nested.Limit != 2 || nested.Rejected != 100 {
+	if nested.Descriptor() != "api,user" || nested.Limit != 2 || nested.Rejected != 100 {
 		t.Errorf("api.user: %+v, want limit 2 rejecting 100 of 300 (3 would reject none, 1 two thirds)", nested)
 	}
 	// With nothing to reject, bob's 20 per second must pass.

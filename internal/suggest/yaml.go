@@ -4,8 +4,11 @@ import (
 	"bytes"
 	"fmt"
 	"strings"
+	"time"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/charonlimit/charon/descriptors"
 )
 
 type yamlTier struct {
@@ -16,7 +19,9 @@ type yamlTier struct {
 
 type yamlNode struct {
 	Key         string      `yaml:"key"`
+	Value       string      `yaml:"value,omitempty"`
 	Tiers       []yamlTier  `yaml:"tiers,omitempty"`
+	ShadowMode  bool        `yaml:"shadow_mode,omitempty"`
 	Descriptors []*yamlNode `yaml:"descriptors,omitempty"`
 }
 
@@ -26,14 +31,20 @@ type yamlFile struct {
 }
 
 // Files renders the proposals as configuration files, one per RLS domain
-// (named after it, ".yaml"), that `charon config check` accepts: each key
-// path becomes nested key-only descriptors whose leaf has the proposed
-// tier, so every distinct value is a Charon domain of its own. A comment
-// at the top of each file gives the replay's figures.
+// (named after it, ".yaml"), that `charon config check` accepts: each
+// rule's path becomes nested descriptors (fixed values and wildcards as
+// the rule had them, a key alone where it had one, so each value is a
+// Charon domain of its own) whose leaf has the proposed tier, in shadow
+// mode where the rule was. Traffic that matched no rule becomes key-only
+// descriptors. A comment at the top of each file gives the replay's
+// figures. Proposals without a limit (Note) are left out.
 func Files(ps []Proposal) (map[string][]byte, error) {
 	byDomain := make(map[string][]Proposal)
 	var order []string
 	for _, p := range ps {
+		if p.Policy == nil {
+			continue
+		}
 		if _, ok := byDomain[p.RLSDomain]; !ok {
 			order = append(order, p.RLSDomain)
 		}
@@ -45,10 +56,8 @@ func Files(ps []Proposal) (map[string][]byte, error) {
 		var b bytes.Buffer
 		fmt.Fprintf(&b, "# Proposed by charon suggest from a decision log.\n")
 		for _, p := range byDomain[d] {
-			insert(&f.Descriptors, p.Keys, yamlTier{Limit: p.Limit, Window: p.Window.String(), Active: "unbounded"})
-			fmt.Fprintf(&b, "# %s: %d hits from %d domains; per domain and %s window p50 %d, p99 %d, max %d; %d per %s would have rejected %d (%.2f%%).\n",
-				strings.Join(p.Keys, "."), p.Hits, p.Domains, p.Window, p.P50, p.P99, p.Max, p.Limit, p.Window, p.Rejected,
-				100*float64(p.Rejected)/float64(max(p.Hits, 1)))
+			insert(&f.Descriptors, p.Path, yamlTier{Limit: p.Limit, Window: p.Window.String(), Active: "unbounded"}, p.Shadow)
+			fmt.Fprintf(&b, "# %s\n", Figures(&p))
 		}
 		enc := yaml.NewEncoder(&b)
 		enc.SetIndent(2)
@@ -65,23 +74,54 @@ func Files(ps []Proposal) (map[string][]byte, error) {
 	return out, nil
 }
 
-// insert adds a leaf of tier t at the key path keys under nodes.
-func insert(nodes *[]*yamlNode, keys []string, t yamlTier) {
+// Figures says what the replay found for p in one line.
+func Figures(p *Proposal) string {
+	what := p.Descriptor()
+	if p.Resource == "" {
+		what += " (matched no rule)"
+	}
+	if p.Policy == nil {
+		return fmt.Sprintf("%s: %d hits from %d domains; kept: %s.", what, p.Hits, p.Domains, p.Note)
+	}
+	s := fmt.Sprintf("%s: %d hits from %d domains; per domain and %s window p50 %d, p99 %d, max %d; %d per %s would have rejected %d (%.2f%%).",
+		what, p.Hits, p.Domains, window(p.Window), p.P50, p.P99, p.Max, p.Limit, window(p.Window), p.Rejected,
+		100*float64(p.Rejected)/float64(max(p.Hits, 1)))
+	if p.Note != "" {
+		s += " " + p.Note + "."
+	}
+	return s
+}
+
+// window writes a duration as a configuration would: "1m", not "1m0s".
+func window(d time.Duration) string {
+	s := d.String()
+	s, _ = strings.CutSuffix(s, "m0s")
+	if len(s) < len(d.String()) {
+		s += "m"
+	}
+	if t, ok := strings.CutSuffix(s, "h0m"); ok {
+		s = t + "h"
+	}
+	return s
+}
+
+// insert adds a leaf of tier t at path under nodes.
+func insert(nodes *[]*yamlNode, path []descriptors.Entry, t yamlTier, shadow bool) {
 	var n *yamlNode
 	for _, c := range *nodes {
-		if c.Key == keys[0] {
+		if c.Key == path[0].Key && c.Value == path[0].Value {
 			n = c
 		}
 	}
 	if n == nil {
-		n = &yamlNode{Key: keys[0]}
+		n = &yamlNode{Key: path[0].Key, Value: path[0].Value}
 		*nodes = append(*nodes, n)
 	}
-	if len(keys) == 1 {
-		n.Tiers = []yamlTier{t}
+	if len(path) == 1 {
+		n.Tiers, n.ShadowMode = []yamlTier{t}, shadow
 		return
 	}
-	insert(&n.Descriptors, keys[1:], t)
+	insert(&n.Descriptors, path[1:], t, shadow)
 }
 
 // fileName is a safe file name for an RLS domain.

@@ -1,0 +1,91 @@
+package server
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"testing/fstest"
+
+	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	charonv1 "github.com/charonlimit/charon/api/charon/v1"
+	"github.com/charonlimit/charon/config"
+	"github.com/charonlimit/charon/internal/canary"
+	"github.com/charonlimit/charon/internal/engine"
+)
+
+// TestCandidate: a candidate configuration that would reject more never
+// changes an answer; its counts show on /metrics and /candidate, and
+// explain answers for it on request.
+func TestCandidate(t *testing.T) {
+	eng, clock := charonEngine(t, nil)
+	cfg, _, err := config.Load(fstest.MapFS{"c.yaml": {Data: []byte("domain: c\ndescriptors:\n  - key: rate\n    rate_limit: {unit: second, requests_per_unit: 1}\n")}}, config.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cand := canary.New(canary.Options{Engine: engine.Options{Now: clock.Now}})
+	defer cand.Close()
+	cand.SetConfig(cfg)
+	s, stop := newTestServer(t, Options{Engine: eng, Charon: CharonOptions{Engine: eng}, Candidate: cand})
+	defer stop()
+	conn := dial(t, s.GRPCAddr())
+	c := rlsv3.NewRateLimitServiceClient(conn)
+	var codes_ []rlsv3.RateLimitResponse_Code
+	for range 4 {
+		resp, err := c.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "c", Descriptors: []*ratelimitv3.RateLimitDescriptor{desc("rate", "x")}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		codes_ = append(codes_, resp.GetOverallCode())
+	}
+	ok, over := rlsv3.RateLimitResponse_OK, rlsv3.RateLimitResponse_OVER_LIMIT
+	if want := []rlsv3.RateLimitResponse_Code{ok, ok, ok, over}; !equalCodes(codes_, want) {
+		t.Errorf("answers %v, want the live limit's 3 per second %v", codes_, want)
+	}
+	rep := cand.Report()
+	if rep.Requests.Agree != 2 || rep.Requests.WouldReject != 2 {
+		t.Errorf("requests %+v, want 2 agreeing (the first and the last) and 2 the candidate would reject", rep.Requests)
+	}
+	if body, _ := get(t, "http://"+s.DebugAddr()+"/metrics"); !strings.Contains(body, `charon_candidate_decisions_total{domain="c",outcome="would_reject",rule="rate"} 2`) {
+		t.Errorf("/metrics lacks the candidate's counts:\n%s", grepLines(body, "candidate"))
+	}
+	if body, _ := get(t, "http://"+s.DebugAddr()+"/candidate"); !strings.Contains(body, `"would_reject": 2`) {
+		t.Errorf("/candidate: %s", body)
+	}
+	if body, _ := get(t, "http://"+s.DebugAddr()+"/explain?candidate=1&domain=c&descriptor=rate=x"); !strings.Contains(strings.ReplaceAll(body, " ", ""), `"limit":"1"`) || !strings.Contains(strings.ReplaceAll(body, " ", ""), `"hits":"1"`) {
+		t.Errorf("/explain?candidate=1 does not show the candidate's state (1 hit granted): %s", body)
+	}
+	cc := charonv1.NewCharonClient(conn)
+	req := &charonv1.ExplainRequest{Domain: "c", Descriptors: []*charonv1.ExplainRequest_Descriptor{{Entries: []*charonv1.Entry{{Key: "rate", Value: "x"}}}}}
+	live, err := cc.Explain(context.Background(), req)
+	if err != nil || live.GetExplanations()[0].GetTiers()[0].GetLimit() != 3 {
+		t.Errorf("live explain: %v %v", live, err)
+	}
+	ctx := metadata.AppendToOutgoingContext(context.Background(), CandidateHeader, "1")
+	under, err := cc.Explain(ctx, req)
+	if err != nil || under.GetExplanations()[0].GetTiers()[0].GetLimit() != 1 {
+		t.Errorf("candidate explain: %v %v", under, err)
+	}
+
+	s2, stop2 := newTestServer(t, Options{Engine: eng, Charon: CharonOptions{Engine: eng}})
+	defer stop2()
+	if _, err := charonv1.NewCharonClient(dial(t, s2.GRPCAddr())).Explain(ctx, req); status.Code(err) != codes.FailedPrecondition {
+		t.Errorf("candidate explain without a candidate: %v, want FailedPrecondition", err)
+	}
+}
+
+func equalCodes(a, b []rlsv3.RateLimitResponse_Code) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
