@@ -39,7 +39,7 @@ func runCheck(args []string, getenv func(string) string, stdout, stderr io.Write
 	dump := fs.Bool("dump", false, "print the resolved configuration as YAML")
 	loadFlags(fs, sc)
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: charon config check DIR [--dump] [--merge-domains] [--fixed-window]")
+		fmt.Fprintln(stderr, "usage: charon config check DIR [--dump] [--merge-domains] [--fixed-window] [--overdraft]")
 		fs.PrintDefaults()
 	}
 	var dirs []string
