@@ -234,9 +234,9 @@ func TestHelmChartSecureByDefault(t *testing.T) {
 		{"mutual TLS, authz", "tls: {secretName: s, clientCA: true}\n" + authz, httpHealth, false},
 		{"mutual TLS, authz, TLS debug", "tls: {secretName: s, clientCA: true, debug: true}\n" + authz, httpHealth, true},
 		{"mutual TLS, TLS debug, no authz", "tls: {secretName: s, clientCA: true, debug: true}\n", httpHealth, false},
-		{"mutual TLS and HTTP", "tls: {secretName: s, clientCA: true, http: true}\n", tcpHTTP, false},
-		{"mutual TLS everywhere, authz", "tls: {secretName: s, clientCA: true, http: true, debug: true}\n" + authz, tcpHTTP, true},
-		{"mutual TLS and HTTP, token", "tls: {secretName: s, clientCA: true, http: true}\nmetrics: {tokenSecret: scrape}\n", tcpHTTP, true},
+		{"mutual TLS and HTTP", "tls: {secretName: s, clientCA: true, http: true}\n", httpsHealth, false},
+		{"mutual TLS everywhere, authz", "tls: {secretName: s, clientCA: true, http: true, debug: true}\n" + authz, httpsHealth, true},
+		{"mutual TLS and HTTP, token", "tls: {secretName: s, clientCA: true, http: true}\nmetrics: {tokenSecret: scrape}\n", httpsHealth, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			objs, err := render(t, c, tc.values)

@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"crypto/tls"
+	"fmt"
 	"net/http"
 	"net/url"
 	"strings"
@@ -86,14 +87,31 @@ func TestTLSPorts(t *testing.T) {
 			return err
 		}
 		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("status %d", resp.StatusCode)
+		}
 		return nil
 	}
-	get := func(c *tls.Config) error { return getURL(c, "https://"+s.HTTPAddr()+"/healthcheck") }
-	if err := get(withCert); err != nil {
-		t.Errorf("HTTPS with a client certificate: %v", err)
+	// The HTTP port: every path with a certificate; without one only
+	// /healthcheck (a kubelet's probe has none), every other path 403.
+	for _, path := range []string{"/healthcheck", "/", "/sim/"} {
+		if err := getURL(withCert, "https://"+s.HTTPAddr()+path); err != nil {
+			t.Errorf("HTTPS %s with a client certificate: %v", path, err)
+		}
 	}
-	if err := get(noCert); err == nil {
-		t.Error("HTTPS without a client certificate accepted under mutual TLS")
+	if err := getURL(noCert, "https://"+s.HTTPAddr()+"/healthcheck"); err != nil {
+		t.Errorf("HTTPS /healthcheck without a client certificate: %v", err)
+	}
+	for _, path := range []string{"/", "/sim/", "/json"} {
+		if err := getURL(noCert, "https://"+s.HTTPAddr()+path); err == nil || !strings.Contains(err.Error(), "403") {
+			t.Errorf("HTTPS %s without a client certificate: %v, want 403", path, err)
+		}
+	}
+	// A certificate presented is verified: one of another CA is refused.
+	other := tlstest.NewMutual(t, "charon.test", "stranger.test")
+	stranger := clientTLS(t, m, other.ClientCertFile, other.ClientKeyFile)
+	if err := getURL(stranger, "https://"+s.HTTPAddr()+"/healthcheck"); err == nil {
+		t.Error("HTTPS with a certificate of another CA accepted")
 	}
 	if err := getURL(withCert, "https://"+s.DebugAddr()+"/metrics"); err != nil {
 		t.Errorf("debug port over mutual TLS: %v", err)

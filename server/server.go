@@ -326,7 +326,13 @@ func New(opts Options) (*Server, error) {
 		return nil, fmt.Errorf("server: gRPC listener: %w", err)
 	}
 	// The HTTP ports, each optional; a handler is built only for a port
-	// that is served.
+	// that is served. Under mutual TLS the HTTP port lets a caller with no
+	// certificate reach /healthcheck, and nothing else (healthOpen).
+	httpTLS, certNeeded := healthOpen(opts.HTTPTLS)
+	httpHandler := s.httpHandler
+	if certNeeded {
+		httpHandler = func() http.Handler { return certRequired(s.httpHandler()) }
+	}
 	for _, p := range []struct {
 		name    string
 		addr    string
@@ -335,7 +341,7 @@ func New(opts Options) (*Server, error) {
 		srv     **http.Server
 		handler func() http.Handler
 	}{
-		{"HTTP", opts.HTTPAddr, opts.HTTPTLS, &s.httpLis, &s.httpSrv, s.httpHandler},
+		{"HTTP", opts.HTTPAddr, httpTLS, &s.httpLis, &s.httpSrv, httpHandler},
 		{"debug", opts.DebugAddr, opts.DebugTLS, &s.debugLis, &s.debugSrv, s.debugHandler},
 		{"metrics", opts.MetricsAddr, nil, &s.metricsLis, &s.metricsSrv, s.metricsHandler},
 	} {
