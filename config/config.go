@@ -31,6 +31,9 @@ type Options struct {
 	// a configuration that cannot say it (envoyproxy/ratelimit's YAML, xDS)
 	// then counts as envoyproxy/ratelimit does by default.
 	OverdraftDefault bool
+	// Generated says the files were written by a program (the xDS client,
+	// one per resource): a limit names its file, the resource, with no line.
+	Generated bool
 }
 
 // Warning is a problem that does not stop loading (a normalization, a lowered

@@ -206,12 +206,7 @@ func compareRules(domain string, old, new []descriptors.Leaf) []RuleChange {
 	return out
 }
 
-func source(l *descriptors.Limit) string {
-	if l.File == "" {
-		return ""
-	}
-	return fmt.Sprintf("%s:%d", l.File, l.Line)
-}
+func source(l *descriptors.Limit) string { return l.Where() }
 
 // limitFields lists the settings of two limits that differ; the source
 // lines are not settings.

@@ -118,7 +118,7 @@ func (c *Config) Dump() ([]byte, error) {
 		for _, lf := range c.Tree.Leaves(dc.Name) {
 			l := lf.Limit
 			r := dumpResource{
-				Resource: lf.Resource, Source: fmt.Sprintf("%s:%d", l.File, l.Line), ID: fmt.Sprintf("%016x", l.ID),
+				Resource: lf.Resource, Source: l.Where(), ID: fmt.Sprintf("%016x", l.ID),
 				Name: l.Name, Replaces: l.Replaces, Unlimited: l.Unlimited, ShadowMode: l.ShadowMode, QuotaMode: l.QuotaMode,
 				DetailedMetric: l.DetailedMetric, Policy: dumpPol(l.Policy),
 			}

@@ -611,3 +611,22 @@ descriptors:
 		}
 	}
 }
+
+// TestLoadGenerated: files written by a program name their rules by file
+// alone; files of people by file and line.
+func TestLoadGenerated(t *testing.T) {
+	text := "domain: api\ndescriptors:\n  - key: user\n    rate_limit: {unit: second, requests_per_unit: 5}\n"
+	for _, tc := range []struct {
+		generated bool
+		want      string
+	}{{false, "res:3"}, {true, "res"}} {
+		cfg, _, err := load(t, Options{Generated: tc.generated}, "res", text)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, _ := cfg.Tree.Match("api", []descriptors.Entry{{Key: "user", Value: "x"}})
+		if got := m.Limit.Where(); got != tc.want {
+			t.Errorf("Generated %v: Where %q, want %q", tc.generated, got, tc.want)
+		}
+	}
+}

@@ -561,6 +561,9 @@ func (p *parser) descriptor(n *yaml.Node, path *ypath, depth int) *pnode {
 		l.Metadata = metadata
 		l.DetailedMetric = detailed
 		l.File, l.Line = p.file, n.Line
+		if p.opts.Generated {
+			l.Line = 0
+		}
 		d.node.Limit = l
 	}
 	if d.node.ShareThreshold && d.value != "" && !strings.Contains(d.value, "*") {

@@ -1,6 +1,10 @@
 package descriptors
 
-import "github.com/charonlimit/charon/tiers"
+import (
+	"strconv"
+
+	"github.com/charonlimit/charon/tiers"
+)
 
 // Entry is one key/value of a request's descriptor.
 type Entry struct {
@@ -59,9 +63,23 @@ type Limit struct {
 	// exactly when one of them changes, so stores key state by it and a reload
 	// keeps the state of unchanged resources. NewTree computes it when it is 0.
 	ID uint64
-	// File and Line locate the leaf in the config.
+	// File and Line locate the leaf in the config (Line 0: a file written
+	// by a program, an xDS resource's, whose lines mean nothing to people).
 	File string
 	Line int
+}
+
+// Where is where the limit is written: "file:line", or the file alone when
+// it has no line; "" when unknown. Every place that names a rule to people
+// (explain, attribution, top, dumps, diffs) says it so.
+func (l *Limit) Where() string {
+	switch {
+	case l.File == "":
+		return ""
+	case l.Line <= 0:
+		return l.File
+	}
+	return l.File + ":" + strconv.Itoa(l.Line)
 }
 
 // Match is the result of matching one request descriptor. The zero value is

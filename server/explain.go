@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"strconv"
 	"strings"
 	"time"
 
@@ -98,9 +97,7 @@ func toExplanation(x *engine.Explanation) *charonv1.Explanation {
 		out.Target = &charonv1.Target{Resource: m.Resource, Domain: m.Domain}
 	}
 	if l := m.Limit; l != nil {
-		if l.File != "" {
-			out.Leaf = l.File + ":" + strconv.Itoa(l.Line)
-		}
+		out.Leaf = l.Where()
 		out.Name = l.Name
 	}
 	if !x.Limited {

@@ -398,7 +398,12 @@ func serve(c serveConfig, args []string, log *slog.Logger) error {
 	}
 	if c.XDS.On() {
 		xo := c.XDS.Options()
-		xo.Load, xo.Logger = opts.Load, log
+		// The files of a response are generated: a rule is named by its
+		// resource (and the resource path), not by a line of them.
+		xdsOpts := cfgOpts
+		xdsOpts.Generated = true
+		xo.Logger = log
+		xo.Load = func(fsys fs.FS) (*config.Config, []config.Warning, error) { return config.Load(fsys, xdsOpts) }
 		xo.Apply = func(cfg *config.Config, version string) { srv.ApplyConfig(cfg, "xds", version) }
 		xo.Rejected = func(string, error) { srv.ConfigRejected() }
 		xc, err := xdsconfig.New(xo)

@@ -98,7 +98,10 @@ func TestServeXDSProcess(t *testing.T) {
 	if l := askUser(t, p, "bob").GetStatuses()[0].GetCurrentLimit(); l.GetRequestsPerUnit() != 2 || l.GetUnit() != rlsv3.RateLimitResponse_RateLimit_MINUTE {
 		t.Errorf("current_limit %v, want 2 per MINUTE", l)
 	}
-	if body := get(t, "http://"+p.debugAddr+"/rlconfig"); !strings.HasPrefix(body, "# source: xds, version: \"v1\"\n") || !strings.Contains(body, "domain: xds") {
+	// A rule from xDS is named by its resource, not by a line of the file
+	// written from it.
+	if body := get(t, "http://"+p.debugAddr+"/rlconfig"); !strings.HasPrefix(body, "# source: xds, version: \"v1\"\n") || !strings.Contains(body, "domain: xds") ||
+		!strings.Contains(body, "source: users\n") {
 		t.Errorf("/rlconfig:\n%s", body)
 	}
 	if n := metricValue(get(t, "http://"+p.debugAddr+"/metrics"), `charon_config_version_info{source="xds",version="v1"}`); n != 1 {

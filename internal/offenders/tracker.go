@@ -3,7 +3,6 @@ package offenders
 import (
 	"cmp"
 	"slices"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -59,9 +58,11 @@ type Tracker struct {
 	dropped atomic.Uint64
 }
 
+// ruleKey identifies a rule: where it is written and, for rules of a
+// generated file (no line: an xDS resource's), its resource.
 type ruleKey struct {
-	domain, file string
-	line         int
+	domain, file, resource string
+	line                   int
 }
 
 // Rule names a rule: the RLS domain, where it is written ("file:line", or
@@ -79,17 +80,8 @@ func RuleOf(domain string, l *descriptors.Limit, resource string) Rule {
 	return Rule{Domain: domain, Rule: Where(l), Name: l.Name, Resource: resource}
 }
 
-// Where is where a limit is written: "file:line", or the source's name
-// alone when it has no line; "" when unknown.
-func Where(l *descriptors.Limit) string {
-	switch {
-	case l.File == "":
-		return ""
-	case l.Line <= 0:
-		return l.File
-	}
-	return l.File + ":" + strconv.Itoa(l.Line)
-}
+// Where is where a limit is written: descriptors.Limit.Where.
+func Where(l *descriptors.Limit) string { return l.Where() }
 
 type counts struct {
 	step                      int64
@@ -129,7 +121,10 @@ func (t *Tracker) Dropped() uint64 { return t.dropped.Load() }
 // resource resource) matched, for the pair's value (its Charon domain) and
 // the request's entries.
 func (t *Tracker) Observe(now time.Time, domain string, l *descriptors.Limit, resource, value string, entries []descriptors.Entry, hits uint64, o Outcome) {
-	k := ruleKey{domain, l.File, l.Line}
+	k := ruleKey{domain: domain, file: l.File, line: l.Line}
+	if l.Line <= 0 {
+		k.resource = resource
+	}
 	t.mu.RLock()
 	r := t.rules[k]
 	t.mu.RUnlock()
@@ -246,14 +241,15 @@ type View struct {
 	Rates    Rates     `json:"rates"`
 }
 
-// Views returns the rules of domain ("": every domain) whose Rule is rule
-// ("": every rule), with at most n values per window (n <= 0: all), the
+// Views returns the rules of domain ("": every domain) named by name (its
+// Rule, its configured name or its resource; "": every rule), with at most
+// n values per window (n <= 0: all), the
 // rule with the most rejected hits first.
 func (t *Tracker) Views(now time.Time, domain, name string, n int) []View {
 	t.mu.RLock()
 	rs := make([]*rule, 0, len(t.rules))
 	for _, r := range t.rules {
-		if (domain == "" || r.Domain == domain) && (name == "" || r.Rule.Rule == name || r.Name == name) {
+		if (domain == "" || r.Domain == domain) && (name == "" || r.Rule.Rule == name || r.Name == name || r.Resource == name) {
 			rs = append(rs, r)
 		}
 	}

@@ -199,3 +199,21 @@ func TestTrackerMillionValues(t *testing.T) {
 		}
 	}
 }
+
+// TestGeneratedRulesApart: the rules of one generated file (an xDS
+// resource's: no line) are told apart by their resource, and found by it.
+func TestGeneratedRulesApart(t *testing.T) {
+	tr := NewTracker(Options{})
+	now := time.Unix(1_700_000_000, 0)
+	a := &descriptors.Limit{File: "limits"}
+	b := &descriptors.Limit{File: "limits"}
+	tr.Observe(now, "d", a, "d/user", "alice", nil, 1, Rejected)
+	tr.Observe(now, "d", b, "d/path=%2Flogin", "bob", nil, 1, Rejected)
+	if got := len(tr.Views(now, "d", "limits", 0)); got != 2 {
+		t.Fatalf("%d rules of the file limits, want 2", got)
+	}
+	v := tr.Views(now, "d", "d/user", 0)
+	if len(v) != 1 || v[0].Rejected.Items[0].Value != "alice" {
+		t.Fatalf("rule d/user: %+v, want alice alone", v)
+	}
+}
