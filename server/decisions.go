@@ -83,6 +83,9 @@ func logDecisions(l *decisionlog.Logger, now time.Time, req *engine.Request, res
 			Time: now, RLSDomain: req.Domain, Resource: st.Match.Resource, Domain: st.Match.Domain,
 			Hits: hits, Tier: d.Tier, Burst: d.Burst, Weight: weight, Result: decisionlog.ResultGranted,
 		}
+		if !st.PeriodEnd.IsZero() {
+			r.PeriodEnd = st.PeriodEnd.UTC()
+		}
 		es := req.Descriptors[i].Entries
 		r.Entries = make([]decisionlog.Entry, len(es))
 		for j, e := range es {
@@ -97,6 +100,9 @@ func logDecisions(l *decisionlog.Logger, now time.Time, req *engine.Request, res
 				r.Result = decisionlog.ResultShadow
 			}
 			r.LimitedBy = d.Limiter()
+			if st.By == engine.ByQuota {
+				r.LimitedBy = "quota"
+			}
 		case resp.Code == engine.CodeOK:
 			// Granted hits were committed only when the request was.
 			r.Granted = d.Granted
