@@ -1,8 +1,12 @@
 package server
 
 import (
+	"context"
+	"encoding/json"
 	"io"
 	"log/slog"
+	"net/http"
+	"net/url"
 	"testing"
 	"testing/fstest"
 	"time"
@@ -62,5 +66,47 @@ descriptors:
 	}
 	if got := resp.Statuses[0].GetDurationUntilReset().AsDuration(); got != time.Hour {
 		t.Errorf("duration_until_reset %v, want 1h (midnight in Paris)", got)
+	}
+}
+
+// TestUsageEndpoint: GET /usage on the HTTP port reports, per limit of the
+// descriptor, its period, use, remaining and renewal: the rate limit's and
+// the calendar quota's (renewing at the next midnight in Paris).
+func TestUsageEndpoint(t *testing.T) {
+	const text = `domain: api
+descriptors:
+  - key: tenant
+    rate_limit: {unit: minute, requests_per_unit: 5}
+    quota: {limit: 100, period: day, time_zone: Europe/Paris}
+`
+	cfg, _, err := config.Load(fstest.MapFS{"api.yaml": {Data: []byte(text)}}, config.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := memstore.New(memstore.Options{})
+	defer st.Close()
+	now := time.Date(2030, 6, 1, 21, 0, 0, 0, time.UTC)
+	eng := engine.New(engine.Options{Store: st, Now: func() time.Time { return now }})
+	eng.SetTree(cfg.Tree)
+	for range 3 {
+		eng.ShouldRateLimit(context.Background(), &engine.Request{Domain: "api", Descriptors: []engine.Descriptor{{Entries: entriesOf("tenant", "acme")}}})
+	}
+	s, stop := newTestServer(t, Options{Engine: eng})
+	defer stop()
+	body, code := fetch(t, "GET", "http://"+s.HTTPAddr()+"/usage?domain=api&descriptor="+url.QueryEscape("tenant=acme"), "", "")
+	if code != http.StatusOK {
+		t.Fatalf("GET /usage: %d %s", code, body)
+	}
+	var got Usage
+	if err := json.Unmarshal([]byte(body), &got); err != nil {
+		t.Fatal(err)
+	}
+	renewRate, renewQuota := now.Add(time.Minute), time.Date(2030, 6, 1, 22, 0, 0, 0, time.UTC)
+	want := []UsageLimit{
+		{Resource: "api/tenant", Domain: "acme", Kind: "rate", Period: "tiers, 1m0s", Limit: 5, Used: 3, Remaining: 2, Renews: &renewRate},
+		{Resource: "api/tenant", Domain: "acme", Kind: "quota", Period: "day", Limit: 100, Used: 3, Remaining: 97, Renews: &renewQuota},
+	}
+	if diff := cmp.Diff(want, got.Limits); diff != "" {
+		t.Errorf("usage (-want +got):\n%s\n%s", diff, body)
 	}
 }
