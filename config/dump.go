@@ -36,6 +36,7 @@ type dumpResource struct {
 	Policy         *dumpPolicy    `yaml:"policy,omitempty"`
 	Overrides      []dumpOverride `yaml:"overrides,omitempty"`
 	Copies         *dumpCopies    `yaml:"copies,omitempty"`
+	Quota          *dumpPolicy    `yaml:"calendar_quota,omitempty"`
 }
 
 type dumpPolicy struct {
@@ -46,7 +47,15 @@ type dumpPolicy struct {
 	Tiers       []dumpTier  `yaml:"tiers,omitempty"`
 	TokenBucket *dumpBucket `yaml:"token_bucket,omitempty"`
 	FixedWindow *dumpFixed  `yaml:"fixed_window,omitempty"`
+	Quota       *dumpQuota  `yaml:"quota,omitempty"`
 	Overdraft   bool        `yaml:"overdraft,omitempty"`
+}
+
+type dumpQuota struct {
+	Limit    int64  `yaml:"limit"`
+	Period   string `yaml:"period"`
+	TimeZone string `yaml:"time_zone,omitempty"`
+	Anchor   string `yaml:"anchor,omitempty"`
 }
 
 type dumpTier struct {
@@ -102,6 +111,15 @@ func dumpPol(p *tiers.Policy) *dumpPolicy {
 		d.TokenBucket = &dumpBucket{p.Bucket.Capacity, p.Bucket.Refill, fmtDur(p.Bucket.Per)}
 	case tiers.KindFixedWindow:
 		d.FixedWindow = &dumpFixed{p.Window.Limit, p.Window.Unit.String()}
+	case tiers.KindQuota:
+		q := &p.Quota
+		d.Quota = &dumpQuota{Limit: q.Limit, Period: q.Period.String()}
+		if q.Location != nil {
+			d.Quota.TimeZone = q.Location.String()
+		}
+		if !q.Anchor.IsZero() {
+			d.Quota.Anchor = q.Anchor.Format(time.RFC3339Nano)
+		}
 	}
 	return d
 }
@@ -120,7 +138,7 @@ func (c *Config) Dump() ([]byte, error) {
 			r := dumpResource{
 				Resource: lf.Resource, Source: l.Where(), ID: fmt.Sprintf("%016x", l.ID),
 				Name: l.Name, Replaces: l.Replaces, Unlimited: l.Unlimited, ShadowMode: l.ShadowMode, QuotaMode: l.QuotaMode,
-				DetailedMetric: l.DetailedMetric, Policy: dumpPol(l.Policy),
+				DetailedMetric: l.DetailedMetric, Policy: dumpPol(l.Policy), Quota: dumpPol(l.Quota),
 			}
 			for _, d := range sortedKeys(l.Overrides) {
 				r.Overrides = append(r.Overrides, dumpOverride{Domain: d, Policy: dumpPol(l.Overrides[d])})

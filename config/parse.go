@@ -477,6 +477,9 @@ func (p *parser) descriptors(n *yaml.Node, path *ypath, depth int) []*pnode {
 var (
 	policyKeys = []string{"rate_limit", "tiers", "token_bucket", "copies"}
 	amendKeys  = []string{"hard_limit", "global_limit", "overrides", "overdraft"}
+	// quotaKey gives a descriptor a calendar quota, beside its policy or
+	// instead of one.
+	quotaKey = "quota"
 )
 
 // leafSpec gathers the policy and amend keys given on one descriptor or
@@ -493,7 +496,7 @@ type given struct {
 // false for any other key. An empty rate_limit is none, as
 // envoyproxy/ratelimit reads it.
 func (ls leafSpec) set(key string, k, v *yaml.Node) bool {
-	if !slices.Contains(policyKeys, key) && !slices.Contains(amendKeys, key) {
+	if !slices.Contains(policyKeys, key) && !slices.Contains(amendKeys, key) && key != quotaKey {
 		return false
 	}
 	if key == "rate_limit" && v.Kind == yaml.ScalarNode && v.Tag == "!!null" {

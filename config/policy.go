@@ -6,6 +6,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"time"
 
 	"gopkg.in/yaml.v3"
 
@@ -26,6 +27,9 @@ func banned(p *tiers.Policy) bool {
 // error, already reported).
 func (p *parser) limit(ls leafSpec, path *ypath, line int) *descriptors.Limit {
 	gs := ls.pick(policyKeys...)
+	if qg, set := ls[quotaKey]; set && len(gs) == 0 {
+		return p.quotaOnly(ls, qg, path)
+	}
 	if len(gs) == 0 {
 		for _, g := range ls.pick(amendKeys...) {
 			p.errf(g.k, path.k(g.name), "needs a policy on the same descriptor (rate_limit, tiers, token_bucket or copies)")
@@ -108,6 +112,16 @@ func (p *parser) limit(ls leafSpec, path *ypath, line int) *descriptors.Limit {
 	if l.Policy != nil && !p.validate(g.k, path, g.name, l.Policy) {
 		ok = false
 	}
+	if qg, set := ls[quotaKey]; set {
+		if l.Copies != nil {
+			p.errf(qg.k, path.k(quotaKey), "a copy-limited resource has no quota")
+			ok = false
+		} else if q, qok := p.quota(qg, path, od); qok {
+			l.Quota = q
+		} else {
+			ok = false
+		}
+	}
 	if l.Copies != nil && l.Copies.GlobalLimit > 0 {
 		p.lowerCopies(g.v, gp, l.Copies)
 	}
@@ -115,6 +129,85 @@ func (p *parser) limit(ls leafSpec, path *ypath, line int) *descriptors.Limit {
 		return nil
 	}
 	return l
+}
+
+// quotaOnly builds the limit of a descriptor whose only limit is a
+// calendar quota.
+func (p *parser) quotaOnly(ls leafSpec, qg given, path *ypath) *descriptors.Limit {
+	ok := true
+	for _, g := range ls.pick(amendKeys...) {
+		if g.name != "overdraft" {
+			p.errf(g.k, path.k(g.name), "needs a rate policy on the same descriptor (rate_limit, tiers or token_bucket)")
+			ok = false
+		}
+	}
+	od := p.opts.OverdraftDefault
+	if e, set := ls["overdraft"]; set {
+		v, vok := p.boolean(e.v, path.k("overdraft"))
+		ok = ok && vok
+		od = v
+	}
+	q, qok := p.quota(qg, path, od)
+	if !ok || !qok {
+		return nil
+	}
+	return &descriptors.Limit{Quota: q}
+}
+
+// quota parses a calendar quota: {limit, period, time_zone, anchor}.
+func (p *parser) quota(g given, base *ypath, overdraft bool) (*tiers.Policy, bool) {
+	path := base.k(quotaKey)
+	if !p.mapping(g.v, path) {
+		return nil, false
+	}
+	pol := &tiers.Policy{Kind: tiers.KindQuota, Overdraft: overdraft}
+	q := &pol.Quota
+	var anchor string
+	ok := p.values(g.v, path, func(key string, v *yaml.Node) (valid, known bool) {
+		switch key {
+		case "limit":
+			q.Limit, valid = p.integer(v, path.k(key), 1, "must be >= 1")
+		case "period":
+			s, sok := p.str(v, path.k(key))
+			if !sok {
+				return false, true
+			}
+			if q.Period, valid = tiers.ParsePeriod(s); !valid {
+				p.errf(v, path.k(key), "unknown period %q (want minute, hour, day, week, month, quarter or year)", s)
+			}
+		case "time_zone":
+			s, sok := p.str(v, path.k(key))
+			if !sok {
+				return false, true
+			}
+			loc, err := time.LoadLocation(s)
+			if err != nil || s == "" || s == "Local" {
+				p.errf(v, path.k(key), "unknown time zone %q (want an IANA name such as Europe/Paris)", s)
+				return false, true
+			}
+			q.Location, valid = loc, true
+		case "anchor":
+			anchor, valid = p.str(v, path.k(key))
+			if valid {
+				a, err := time.Parse(time.RFC3339Nano, anchor)
+				if err != nil {
+					p.errf(v, path.k(key), "must be an RFC 3339 instant such as 2025-01-31T00:00:00-05:00")
+					return false, true
+				}
+				q.Anchor = a
+			}
+		default:
+			return false, false
+		}
+		return valid, true
+	})
+	if !p.require(g.v, path, "limit", "period") || !ok {
+		return nil, false
+	}
+	if !p.validate(g.k, base, quotaKey, pol) {
+		return nil, false
+	}
+	return pol, true
 }
 
 var tierNote = regexp.MustCompile(`^tiers\[(\d+)\]: (.*)$`)

@@ -170,6 +170,17 @@ func appendPolicy(b []byte, p *tiers.Policy) []byte {
 	case tiers.KindFixedWindow:
 		b = binary.AppendVarint(b, p.Window.Limit)
 		b = append(b, byte(p.Window.Unit))
+	case tiers.KindQuota:
+		q := &p.Quota
+		b = binary.AppendVarint(b, q.Limit)
+		b = append(b, byte(q.Period))
+		if q.Location != nil {
+			b = append(b, q.Location.String()...)
+		}
+		b = append(b, 0)
+		if !q.Anchor.IsZero() {
+			b = binary.AppendVarint(b, q.Anchor.UnixMicro())
+		}
 	default:
 		b = strconv.AppendUint(b, math.MaxUint64, 16)
 	}

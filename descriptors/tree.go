@@ -203,6 +203,9 @@ func (b *builder) leaf(n *node, resource string) {
 	if l.ID == 0 {
 		l.ID = PolicyID(l.Policy, l.Overrides, l.Copies)
 	}
+	if l.Quota != nil && l.QuotaID == 0 {
+		l.QuotaID = PolicyID(l.Quota, nil, nil)
+	}
 	n.resource = resource
 	metric := b.d.cfg.Name
 	leaf := Leaf{Domain: b.d.cfg.Name, Resource: resource, Limit: l}

@@ -59,6 +59,13 @@ type Limit struct {
 	Overrides map[string]*tiers.Policy
 	// Copies is set for a copy-limited resource.
 	Copies *Copies
+	// Quota is the descriptor's calendar quota (a tiers.KindQuota policy),
+	// nil when it has none: a request must pass it and Policy (when set),
+	// all or nothing. Its state is keyed by QuotaID, so that a change of
+	// the rate policy keeps the quota's count; NewTree computes QuotaID
+	// when it is 0.
+	Quota   *tiers.Policy
+	QuotaID uint64
 	// ID identifies the policy set (Policy, Overrides, Copies): it changes
 	// exactly when one of them changes, so stores key state by it and a reload
 	// keeps the state of unchanged resources. NewTree computes it when it is 0.

@@ -143,8 +143,15 @@ func attribution(resp *engine.Response, i int) *structpb.Struct {
 	if st.Shadow {
 		f["shadow"] = structpb.NewBoolValue(true)
 	}
+	if !st.PeriodEnd.IsZero() {
+		f["by"] = structpb.NewStringValue(string(st.By))
+		f["quota_period_end"] = structpb.NewStringValue(st.PeriodEnd.UTC().Format(time.RFC3339Nano))
+	}
 	if st.Code == engine.CodeOverLimit || st.Shadow {
 		f["limited_by"] = structpb.NewStringValue(d.Limiter())
+		if st.By == engine.ByQuota {
+			f["limited_by"] = structpb.NewStringValue("quota")
+		}
 		switch {
 		case d.RetryAfter == tiers.Unbounded:
 			f["retry_never"] = structpb.NewBoolValue(true)

@@ -100,6 +100,9 @@ func logDecisions(l *decisionlog.Logger, now time.Time, req *engine.Request, res
 		if o := req.Descriptors[i].Override; o != nil {
 			r.Override = &decisionlog.Override{RequestsPerUnit: o.RequestsPerUnit, Unit: o.Unit.String(), Multiplier: o.Multiplier}
 		}
+		if !st.PeriodEnd.IsZero() {
+			r.PeriodEnd = st.PeriodEnd.UTC()
+		}
 		es := req.Descriptors[i].Entries
 		r.Entries = make([]decisionlog.Entry, len(es))
 		for j, e := range es {
@@ -116,6 +119,9 @@ func logDecisions(l *decisionlog.Logger, now time.Time, req *engine.Request, res
 				r.Result = decisionlog.ResultShadow
 			}
 			r.LimitedBy = d.Limiter()
+			if st.By == engine.ByQuota {
+				r.LimitedBy = "quota"
+			}
 		case resp.Code == engine.CodeOK:
 			// Granted hits were committed only when the request was.
 			r.Granted = d.Granted

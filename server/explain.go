@@ -105,6 +105,17 @@ func toExplanation(x *engine.Explanation) *charonv1.Explanation {
 	}
 	out.Override, out.Shadow, out.Quota, out.Summary = x.Override, x.Shadow, x.Quota, x.Summary
 	p, v := m.Policy, &x.View
+	if q := x.CalendarQuota; q != nil {
+		// A calendar quota is told in words beside the rate policy; alone,
+		// it is the explanation's policy (kind "quota", its period's end
+		// as the window's end).
+		qs := "calendar quota (ends " + q.PeriodEnd.Format(time.RFC3339) + "): " + q.Summary
+		if p == nil {
+			p, v, out.Summary = q.Policy, &q.View, qs
+		} else {
+			out.Summary += "; " + qs
+		}
+	}
 	out.Kind = p.Kind.String()
 	out.HardLimit, out.GlobalLimit = p.HardLimit, p.GlobalLimit
 	for i, tv := range v.Tiers {

@@ -37,6 +37,7 @@ func (s *Server) httpHandler() http.Handler {
 	mux.HandleFunc("/healthcheck", s.serveHealthcheck)
 	mux.Handle("/json", s.traced("/json", guard(authz.ShouldRateLimit, http.HandlerFunc(s.serveJSON))))
 	mux.Handle("/sim/", guard(authz.Simulator, http.StripPrefix("/sim", sim.Handler())))
+	mux.Handle("GET /usage", guard(authz.Usage, http.HandlerFunc(s.serveUsage)))
 	mux.HandleFunc("GET /{$}", serveRoot)
 	return mux
 }

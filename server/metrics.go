@@ -22,6 +22,8 @@ import (
 type Metrics struct {
 	// Registry holds every collector below; /metrics serves it.
 	Registry *prometheus.Registry
+	// quota counts the answers of descriptors with a calendar quota.
+	quota *quotaMetrics
 
 	hitVecs
 
@@ -132,6 +134,7 @@ func NewMetrics(evictions func() float64) *Metrics {
 	m.latency = hist
 	m.reloadOK = m.reloads.WithLabelValues("success")
 	m.reloadFailed = m.reloads.WithLabelValues("failure")
+	m.quota = newQuotaMetrics(reg)
 	reg.MustRegister(m.collectors()...)
 	reg.MustRegister(m.reloads, m.versionInfo, m.invalidRequests, m.requestErrors, m.authzDenied, m.debugDenied, m.globalShadow, hist, m.unconfigured.vec,
 		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}), gcCPUFraction())
@@ -257,6 +260,7 @@ func (m *Metrics) countDescriptors(req *engine.Request, resp *engine.Response) {
 		}
 		return
 	}
+	m.quota.count(req, resp)
 	for i := range resp.Statuses {
 		st := &resp.Statuses[i]
 		if st.Unconfigured && i < len(req.Descriptors) && len(req.Descriptors[i].Entries) > 0 {

@@ -112,6 +112,9 @@ func (s *rls) decide(ctx context.Context, now time.Time, req *rlsv3.RateLimitReq
 			out.ResponseHeadersToAdd = append(out.ResponseHeadersToAdd, attributionHeaders(eresp, i)...)
 		}
 	}
+	if i := quotaStatus(eresp.Statuses); i >= 0 {
+		addQuota(out, eresp.Statuses, i)
+	}
 	return out, nil
 }
 

@@ -1,8 +1,14 @@
 package tiers
 
+import "time"
+
 // ClosedCompact is the first integer of the compact form of a policy that
 // never grants (and of a port's state kept under it).
 const ClosedCompact = 3
+
+// QuotaCompact is the first integer of the compact form of a calendar quota
+// (KindQuota).
+const QuotaCompact = 4
 
 // AppendCompact appends p's compact form to dst and returns the extended
 // slice. The compact form is what a port of this package's procedure (the
@@ -21,6 +27,10 @@ const ClosedCompact = 3
 //	2  KindFixedWindow: 2, limit, the unit's length
 //	3  a policy that never grants: a token bucket or fixed window that is
 //	   not valid, an unknown kind
+//	4  KindQuota:       4, limit, post-paid (0 or 1), then the
+//	                    QuotaTableLen period boundaries around now
+//	                    (Quota.AppendBounds); only AppendCompactAt writes
+//	                    them, AppendCompact writes those of the zero Time
 //
 // A post-paid policy (Overdraft) of kind 0, 1 or 2 ends with one more
 // integer, 1; an admission policy's form ends where the list above does.
@@ -30,7 +40,23 @@ const ClosedCompact = 3
 // written as 0. A KindTiers policy with no tiers is written as such (n = 0),
 // and rejects every request as Request does.
 func (p *Policy) AppendCompact(dst []int64) []int64 {
+	return p.AppendCompactAt(dst, time.Time{})
+}
+
+// AppendCompactAt is AppendCompact for a port deciding near now: a calendar
+// quota's form carries the boundaries of the periods around now, so that
+// the port picks its period from them and never computes a calendar. The
+// form of every other kind does not depend on now.
+func (p *Policy) AppendCompactAt(dst []int64, now time.Time) []int64 {
 	switch p.Kind {
+	case KindQuota:
+		if _, known := windowLimit(p); known && p.Quota.Limit >= 1 {
+			od := int64(0)
+			if p.Overdraft {
+				od = 1
+			}
+			return p.Quota.AppendBounds(append(dst, QuotaCompact, p.Quota.Limit, od), now)
+		}
 	case KindTiers:
 		n := numTiers(p)
 		dst = append(dst, int64(KindTiers), p.HardLimit, p.GlobalLimit,
@@ -85,6 +111,12 @@ func (p *Policy) FillLimits(d *Decision) {
 	case KindFixedWindow:
 		if l := unitMicros(p.Window.Unit); l != 0 && d.Tier == 1 {
 			d.TierLimit, d.TierWindow = p.Window.Limit, FromMicros(l)
+		}
+	case KindQuota:
+		// A period's length depends on the period (Quota.Bounds): only the
+		// limit is set.
+		if d.Tier == 1 {
+			d.TierLimit = p.Quota.Limit
 		}
 	}
 }

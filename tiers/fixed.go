@@ -64,7 +64,21 @@ func ParseUnit(s string) (u Unit, ok bool) {
 // length, like envoyproxy/ratelimit's cache keys. A state whose window is not
 // older than t's is counted in its own window (time that goes backwards
 // counts against the newer window).
+//
+// A calendar quota (KindQuota) is counted the same way over its periods
+// (Quota.Bounds); length is then the length of the period returned.
 func fixedWindow(p *Policy, s *State, t int64) (start, length, count int64) {
+	if p.Kind == KindQuota {
+		var end int64
+		start, end = p.Quota.bounds(t)
+		if s.used && s.at >= start {
+			if s.at != start {
+				start, end = p.Quota.bounds(s.at)
+			}
+			return s.at, end - start, s.val
+		}
+		return start, end - start, 0
+	}
 	length = unitMicros(p.Window.Unit)
 	start = floorDiv(t, length) * length
 	if s.used && s.at >= start {
@@ -73,12 +87,21 @@ func fixedWindow(p *Policy, s *State, t int64) (start, length, count int64) {
 	return start, length, 0
 }
 
+// windowLimit returns the limit of a fixed window or quota policy, and
+// whether its unit or period is known.
+func windowLimit(p *Policy) (int64, bool) {
+	if p.Kind == KindQuota {
+		return p.Quota.Limit, p.Quota.Period != 0 && int(p.Quota.Period) < len(periodNames)
+	}
+	return p.Window.Limit, unitMicros(p.Window.Unit) != 0
+}
+
 func decideFixed(p *Policy, s *State, t, k, m int64, commit bool) Decision {
-	if unitMicros(p.Window.Unit) == 0 || p.Window.Limit < 1 {
+	lim, known := windowLimit(p)
+	if !known || lim < 1 {
 		return closed()
 	}
 	start, length, cnt := fixedWindow(p, s, t)
-	lim := p.Window.Limit
 	d := Decision{Tier: 1}
 	reset := FromMicros(start + length - t)
 	n := min(k, max(0, lim-cnt))
@@ -111,7 +134,7 @@ func decideFixed(p *Policy, s *State, t, k, m int64, commit bool) Decision {
 }
 
 func refundFixed(p *Policy, s *State, t, hits int64) {
-	if unitMicros(p.Window.Unit) == 0 || hits <= 0 {
+	if _, known := windowLimit(p); !known || hits <= 0 {
 		return
 	}
 	start, _, cnt := fixedWindow(p, s, t)
@@ -122,9 +145,12 @@ func refundFixed(p *Policy, s *State, t, hits int64) {
 }
 
 func forgetFixed(p *Policy, s *State) (int64, bool) {
-	n := unitMicros(p.Window.Unit)
-	if n == 0 || !s.used || s.val <= 0 {
+	if _, known := windowLimit(p); !known || !s.used || s.val <= 0 {
 		return 0, false
 	}
-	return s.at + n, true
+	if p.Kind == KindQuota {
+		_, end := p.Quota.bounds(s.at)
+		return end, true
+	}
+	return s.at + unitMicros(p.Window.Unit), true
 }

@@ -103,10 +103,10 @@ func owed(p *Policy, s *State, g *Global, t int64) int64 {
 				o = ceilDiv(-b, unit)
 			}
 		}
-	case KindFixedWindow:
-		if unitMicros(p.Window.Unit) != 0 {
+	case KindFixedWindow, KindQuota:
+		if lim, known := windowLimit(p); known {
 			_, _, cnt := fixedWindow(p, s, t)
-			o = cnt - p.Window.Limit
+			o = cnt - lim
 		}
 	}
 	return max(o, 0)
@@ -163,9 +163,10 @@ func Inspect(p *Policy, s *State, g *Global, now time.Time) View {
 		if d := check.ResetAfter; d > 0 && d != Unbounded {
 			next, ok = t+Micros(d), true
 		}
-	case KindFixedWindow:
-		v.Used, v.Capacity = check.TierHits, p.Window.Limit
-		if unitMicros(p.Window.Unit) != 0 {
+	case KindFixedWindow, KindQuota:
+		lim, known := windowLimit(p)
+		v.Used, v.Capacity = check.TierHits, lim
+		if known {
 			start, length, _ := fixedWindow(p, s, t)
 			v.WindowEnd = time.UnixMicro(start + length)
 			if v.Used > 0 {
@@ -216,6 +217,8 @@ func (v *View) Summary(p *Policy) string {
 		fmt.Fprintf(&b, "token bucket: %d of %d credits used", v.Used, v.Capacity)
 	case KindFixedWindow:
 		fmt.Fprintf(&b, "fixed window: %d of %d used in this %s", v.Used, v.Capacity, p.Window.Unit)
+	case KindQuota:
+		fmt.Fprintf(&b, "quota: %d of %d used in this %s (ends %s)", v.Used, v.Capacity, p.Quota.Period, v.WindowEnd.In(p.Quota.loc()).Format(time.RFC3339))
 	}
 	if v.Owed > 0 {
 		fmt.Fprintf(&b, " (post-paid: %s owed)", hits(v.Owed))
@@ -245,6 +248,8 @@ func (v *View) Summary(p *Policy) string {
 		fmt.Fprintf(&b, "next credit in %s", in)
 	case KindFixedWindow:
 		fmt.Fprintf(&b, "the window resets in %s", in)
+	case KindQuota:
+		fmt.Fprintf(&b, "the quota renews in %s", in)
 	}
 	return b.String()
 }

@@ -21,6 +21,9 @@ const (
 	KindTokenBucket
 	// KindFixedWindow is envoyproxy/ratelimit's calendar-aligned fixed window.
 	KindFixedWindow
+	// KindQuota is a calendar quota: Quota.Limit hits per calendar period
+	// (Quota), counted as a fixed window is.
+	KindQuota
 )
 
 // String is the kind's name in configuration and in answers: "tiers",
@@ -31,6 +34,8 @@ func (k Kind) String() string {
 		return "token_bucket"
 	case KindFixedWindow:
 		return "fixed_window"
+	case KindQuota:
+		return "quota"
 	}
 	return "tiers"
 }
@@ -92,5 +97,6 @@ type Policy struct {
 	GlobalLimit int64
 	Bucket      TokenBucket
 	Window      FixedWindow
+	Quota       Quota
 	Overdraft   bool
 }

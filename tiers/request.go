@@ -38,7 +38,7 @@ func decide(p *Policy, s *State, g *Global, t, k, m int64, commit bool) Decision
 		d = decideTiers(p, s, g, t, k, m, commit)
 	case KindTokenBucket:
 		d = decideBucket(p, s, t, k, m, commit)
-	case KindFixedWindow:
+	case KindFixedWindow, KindQuota:
 		d = decideFixed(p, s, t, k, m, commit)
 	default:
 		return closed()
@@ -83,7 +83,7 @@ func Refund(p *Policy, s *State, g *Global, now time.Time, hits int64) {
 		refundTiers(p, s, g, t, hits)
 	case KindTokenBucket:
 		refundBucket(p, s, t, hits)
-	case KindFixedWindow:
+	case KindFixedWindow, KindQuota:
 		refundFixed(p, s, t, hits)
 	}
 }
@@ -109,7 +109,7 @@ func ForgetAt(p *Policy, s *State) time.Time {
 		at, ok = forgetTiers(p, s)
 	case KindTokenBucket:
 		at, ok = forgetBucket(p, s)
-	case KindFixedWindow:
+	case KindFixedWindow, KindQuota:
 		at, ok = forgetFixed(p, s)
 	}
 	if !ok {

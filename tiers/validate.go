@@ -118,6 +118,13 @@ func Validate(p *Policy) error {
 		if unitMicros(p.Window.Unit) == 0 {
 			return fieldErr("unit", "unknown unit %d", p.Window.Unit)
 		}
+	case KindQuota:
+		if err := limit("quota.limit", p.Quota.Limit, 1); err != nil {
+			return err
+		}
+		if _, known := windowLimit(p); !known {
+			return fieldErr("quota.period", "unknown period %d", p.Quota.Period)
+		}
 	default:
 		return fieldErr("kind", "unknown kind %d", p.Kind)
 	}

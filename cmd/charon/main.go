@@ -11,6 +11,9 @@ import (
 	"os"
 	"path"
 	"runtime/debug"
+	// The IANA time zones of calendar quotas (quota.time_zone), built in so
+	// that an image without /usr/share/zoneinfo (distroless) loads them.
+	_ "time/tzdata"
 
 	"github.com/charonlimit/charon/internal/clientcmd"
 )

@@ -25,6 +25,9 @@ const ShouldRateLimit = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRate
 const (
 	// Simulator is the HTTP port's tier simulator, /sim/.
 	Simulator = "/charon.http/Simulator"
+	// Usage is the HTTP port's GET /usage: how much of its limits and
+	// quotas a caller has used.
+	Usage = "/charon.http/Usage"
 	// DebugIndex is the debug port's index, /.
 	DebugIndex = "/charon.debug/Index"
 	// DebugMetrics is the debug port's /metrics.
@@ -50,7 +53,7 @@ var groups = map[string][]string{
 	// read: what changes nothing (server reflection, Explain, the
 	// simulator, the debug port's endpoints but /reset).
 	"read": {"/grpc.reflection.v1.ServerReflection/ServerReflectionInfo", "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo",
-		"/charon.v1.Charon/Explain", Simulator, DebugIndex, DebugMetrics, DebugRLConfig, DebugExplain, DebugTop, DebugPprof},
+		"/charon.v1.Charon/Explain", Simulator, Usage, DebugIndex, DebugMetrics, DebugRLConfig, DebugExplain, DebugTop, DebugPprof},
 	// reserve: taking and giving back copies of one's own session.
 	"reserve": {"/charon.v1.Charon/Reserve", "/charon.v1.Charon/Release", "/charon.v1.Charon/Transfer",
 		"/charon.v1.Charon/KeepAlive", "/charon.v1.Charon/Session"},

@@ -54,10 +54,12 @@ type Record struct {
 	Tier    int   `json:"tier,omitempty"`
 	// Result is one of the Result constants; Burst reports a grant that
 	// entered a higher tier; LimitedBy, for a rejection, "tier", "hard" or
-	// "global".
-	Result    string `json:"result"`
-	Burst     bool   `json:"burst,omitempty"`
-	LimitedBy string `json:"limited_by,omitempty"`
+	// "global" (the rate policy's limits), or "quota" (the descriptor's
+	// calendar quota, whose period ends at PeriodEnd).
+	Result    string    `json:"result"`
+	Burst     bool      `json:"burst,omitempty"`
+	LimitedBy string    `json:"limited_by,omitempty"`
+	PeriodEnd time.Time `json:"quota_period_end,omitzero"`
 	// Weight is how many decisions the line stands for: 1/sample for a
 	// sampled line, 1 for a line always kept.
 	Weight float64 `json:"weight"`

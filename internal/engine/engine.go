@@ -103,6 +103,7 @@ type Engine struct {
 type scratch struct {
 	matches []descriptors.Match
 	itemOf  []int
+	quotaOf []int      // the item of a descriptor's calendar quota, or -1
 	modes   []itemMode // per item
 	items   []store.Item
 	out     []tiers.Decision
@@ -198,24 +199,39 @@ func (e *Engine) Decide(ctx context.Context, req *Request, resp *Response) error
 	defer e.putScratch(sc)
 	e.match(tree, req, known, sc)
 	sc.itemOf = grow(sc.itemOf, n)
+	sc.quotaOf = grow(sc.quotaOf, n)
 
 	sc.items, sc.modes = sc.items[:0], sc.modes[:0]
 	for i := range req.Descriptors {
 		m := &sc.matches[i]
-		sc.itemOf[i] = -1
+		sc.itemOf[i], sc.quotaOf[i] = -1, -1
 		l := m.Limit
-		if l == nil || m.Replaced || l.Unlimited || l.Copies != nil || m.Policy == nil {
+		if l == nil || m.Replaced || l.Unlimited || l.Copies != nil || (m.Policy == nil && l.Quota == nil) {
 			// A copy-limited resource is not rate limited: RLS cannot
 			// release a hold, so it answers OK, not limited.
 			continue
 		}
 		d := &req.Descriptors[i]
 		hits := int64(hitsOf(req, d))
-		sc.itemOf[i] = len(sc.items)
 		// A quota descriptor over its limit does not stop the others (it
 		// takes part like a shadow item); the request is over when every
 		// quota descriptor is.
 		mode := e.mode(l, d.Override != nil, ignore)
+		if l.Quota != nil {
+			// The calendar quota is one more item on its own key, so that
+			// store.Apply's all-or-nothing covers it and the rate policy.
+			sc.quotaOf[i] = len(sc.items)
+			sc.modes = append(sc.modes, mode)
+			sc.items = append(sc.items, store.Item{
+				Key:    store.Key{Resource: m.Resource, Domain: m.Domain, PolicyID: l.QuotaID},
+				Policy: l.Quota, Hits: hits, Min: hits, Refund: d.Refund,
+				Shadow: mode.shadow || mode.quota,
+			})
+		}
+		if m.Policy == nil {
+			continue
+		}
+		sc.itemOf[i] = len(sc.items)
 		sc.modes = append(sc.modes, mode)
 		sc.items = append(sc.items, store.Item{
 			Key:    store.Key{Resource: m.Resource, Domain: m.Domain, PolicyID: l.ID},
@@ -243,7 +259,18 @@ func (e *Engine) Decide(ctx context.Context, req *Request, resp *Response) error
 	for i := range resp.Statuses {
 		st := &resp.Statuses[i]
 		*st = Status{Code: CodeOK, Match: sc.matches[i]}
-		k := sc.itemOf[i]
+		k, qk := sc.itemOf[i], sc.quotaOf[i]
+		if qk >= 0 {
+			st.QuotaDecision = sc.out[qk]
+			_, st.PeriodEnd = st.Match.Limit.Quota.Quota.Bounds(now)
+			if k < 0 || quotaDecides(&sc.out[k], &sc.out[qk]) {
+				k = -1
+			}
+		}
+		if k < 0 && qk >= 0 {
+			e.quotaStatus(st, &sc.items[qk], &sc.out[qk], sc.modes[qk], &resp.limits[i], &quotas, &quotasOver, resp)
+			continue
+		}
 		if k < 0 {
 			st.Unconfigured = known && st.Match.Limit == nil && dc.AllowUnconfigured
 			if l := st.Match.Limit; l != nil && l.Unlimited {
@@ -261,7 +288,7 @@ func (e *Engine) Decide(ctx context.Context, req *Request, resp *Response) error
 			continue
 		}
 		it, d := &sc.items[k], &sc.out[k]
-		st.Decision = *d
+		st.Decision, st.By = *d, ByRate
 		mode := sc.modes[k]
 		st.Quota = mode.quota
 		if mode.quota {
@@ -294,6 +321,45 @@ func (e *Engine) Decide(ctx context.Context, req *Request, resp *Response) error
 		resp.Code = CodeOverLimit
 	}
 	return nil
+}
+
+// quotaDecides reports whether a descriptor's answer is its quota's
+// decision q rather than its rate policy's r: the one that rejected (the
+// longer wait when both did), else the one with fewer hits remaining.
+func quotaDecides(r, q *tiers.Decision) bool {
+	switch {
+	case !q.OK && !r.OK:
+		return q.RetryAfter >= r.RetryAfter
+	case !q.OK || !r.OK:
+		return !q.OK
+	}
+	return q.Remaining < r.Remaining
+}
+
+// quotaStatus answers st with its calendar quota's decision d (item it).
+func (e *Engine) quotaStatus(st *Status, it *store.Item, d *tiers.Decision, mode itemMode, cl *CurrentLimit, quotas, quotasOver *int, resp *Response) {
+	st.Decision, st.By = *d, ByQuota
+	st.Quota = mode.quota
+	if mode.quota {
+		*quotas++
+	}
+	switch {
+	case d.OK || it.Refund:
+	case mode.shadow:
+		st.Shadow = true
+	case mode.quota:
+		st.Code = CodeOverLimit
+		*quotasOver++
+	default:
+		st.Code, resp.Code = CodeOverLimit, CodeOverLimit
+	}
+	st.Remaining = uint32(min(max(d.Remaining, 0), math.MaxUint32))
+	st.ResetAfter = d.ResetAfter
+	if !d.OK {
+		st.ResetAfter = d.RetryAfter
+	}
+	*cl = quotaLimit(&it.Policy.Quota)
+	st.Limit = cl
 }
 
 // itemMode is how a rate-limited descriptor's rejection is answered.

@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/charonlimit/charon/descriptors"
 	"github.com/charonlimit/charon/internal/store"
@@ -45,6 +46,17 @@ type Explanation struct {
 	// Summary says it in words.
 	View    tiers.View
 	Summary string
+	// Quota, when the descriptor has a calendar quota, is the quota's
+	// state: its view, in words, and the end of its current period.
+	CalendarQuota *QuotaExplanation
+}
+
+// QuotaExplanation is the state of a descriptor's calendar quota.
+type QuotaExplanation struct {
+	Policy    *tiers.Policy
+	View      tiers.View
+	Summary   string
+	PeriodEnd time.Time
 }
 
 // Explain resolves req exactly as ShouldRateLimit would and reads, without
@@ -68,20 +80,31 @@ func (e *Engine) Explain(ctx context.Context, req *Request) ([]Explanation, erro
 		x := &out[i]
 		x.Match = sc.matches[i]
 		it, ok := e.explainItem(req, i, x, known)
-		if !ok {
+		qit, qok := quotaItem(req, i, x)
+		if !ok && !qok {
 			continue
 		}
 		mode := e.mode(x.Match.Limit, x.Override == OverrideRequest, dc.IgnoreLimits)
 		x.Shadow, x.Quota = mode.shadow, mode.quota
-		in, ok := e.store.(store.Inspector)
-		if !ok {
+		in, isIn := e.store.(store.Inspector)
+		if !isIn {
 			return nil, fmt.Errorf("%w: %w", ErrStore, store.ErrCannotInspect)
 		}
-		v, err := in.Inspect(ctx, now, &it)
-		if err != nil {
-			return nil, fmt.Errorf("%w: %w", ErrStore, err)
+		if ok {
+			v, err := in.Inspect(ctx, now, &it)
+			if err != nil {
+				return nil, fmt.Errorf("%w: %w", ErrStore, err)
+			}
+			x.View, x.Summary = v, v.Summary(x.Match.Policy)
 		}
-		x.View, x.Summary = v, v.Summary(x.Match.Policy)
+		if qok {
+			v, err := in.Inspect(ctx, now, &qit)
+			if err != nil {
+				return nil, fmt.Errorf("%w: %w", ErrStore, err)
+			}
+			_, end := qit.Policy.Quota.Bounds(now)
+			x.CalendarQuota = &QuotaExplanation{Policy: qit.Policy, View: v, Summary: v.Summary(qit.Policy), PeriodEnd: end}
+		}
 	}
 	return out, nil
 }
@@ -102,19 +125,39 @@ func (e *Engine) Reset(ctx context.Context, req *Request) (int, error) {
 	for i := range req.Descriptors {
 		x := Explanation{Match: sc.matches[i]}
 		it, ok := e.explainItem(req, i, &x, known)
-		if !ok {
-			continue
+		qit, qok := quotaItem(req, i, &x)
+		for _, pair := range []struct {
+			it *store.Item
+			ok bool
+		}{{&it, ok}, {&qit, qok}} {
+			if !pair.ok {
+				continue
+			}
+			in, isIn := e.store.(store.Inspector)
+			if !isIn {
+				return n, fmt.Errorf("%w: %w", ErrStore, store.ErrCannotInspect)
+			}
+			if err := in.Reset(ctx, pair.it); err != nil {
+				return n, fmt.Errorf("%w: %w", ErrStore, err)
+			}
+			n++
 		}
-		in, ok := e.store.(store.Inspector)
-		if !ok {
-			return n, fmt.Errorf("%w: %w", ErrStore, store.ErrCannotInspect)
-		}
-		if err := in.Reset(ctx, &it); err != nil {
-			return n, fmt.Errorf("%w: %w", ErrStore, err)
-		}
-		n++
 	}
 	return n, nil
+}
+
+// quotaItem returns the store item of descriptor i's calendar quota, when
+// it has one that applies (explainItem found it limited).
+func quotaItem(req *Request, i int, x *Explanation) (store.Item, bool) {
+	m := &x.Match
+	if !x.Limited || m.Limit == nil || m.Limit.Quota == nil {
+		return store.Item{}, false
+	}
+	hits := int64(hitsOf(req, &req.Descriptors[i]))
+	return store.Item{
+		Key:    store.Key{Resource: m.Resource, Domain: m.Domain, PolicyID: m.Limit.QuotaID},
+		Policy: m.Limit.Quota, Hits: hits, Min: hits,
+	}, true
 }
 
 // explainItem fills x's Limited, Reason and Override for descriptor i, and
@@ -133,6 +176,8 @@ func (e *Engine) explainItem(req *Request, i int, x *Explanation, known bool) (s
 		x.Reason = ReasonReplaced
 	case l.Copies != nil:
 		x.Reason = ReasonCopies
+	case m.Policy == nil && l.Quota != nil:
+		x.Limited = true
 	case m.Policy == nil:
 		x.Reason = ReasonNoMatch
 	default:

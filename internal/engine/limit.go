@@ -60,6 +60,30 @@ func (e *Engine) currentLimit(m *descriptors.Match, d *tiers.Decision, o *Overri
 	return cl
 }
 
+// quotaLimit is the limit reported for a calendar quota: its limit per
+// period (a quarter is 3 months), named so that a reader of the headers
+// or of the access log knows it is a quota.
+func quotaLimit(q *tiers.Quota) CurrentLimit {
+	cl := CurrentLimit{RequestsPerUnit: clamp32(q.Limit), Name: "quota: " + strconv.FormatInt(q.Limit, 10) + " per " + q.Period.String()}
+	switch q.Period {
+	case tiers.PeriodMinute:
+		cl.Unit = tiers.UnitMinute
+	case tiers.PeriodHour:
+		cl.Unit = tiers.UnitHour
+	case tiers.PeriodDay:
+		cl.Unit = tiers.UnitDay
+	case tiers.PeriodWeek:
+		cl.Unit = tiers.UnitWeek
+	case tiers.PeriodMonth:
+		cl.Unit = tiers.UnitMonth
+	case tiers.PeriodQuarter:
+		cl.Unit, cl.Multiplier = tiers.UnitMonth, 3
+	case tiers.PeriodYear:
+		cl.Unit = tiers.UnitYear
+	}
+	return cl
+}
+
 // fixedAnswer makes st, the status of a fixed window of unit u decided at
 // now, envoyproxy/ratelimit's: limit_remaining 0 when the window rejected
 // (shadow and quota descriptors included), and duration_until_reset in whole

@@ -260,3 +260,78 @@ func TestQuotaStatusIsMarked(t *testing.T) {
 		}
 	}
 }
+
+// TestCalendarQuota: a descriptor with a rate limit and a daily quota in
+// New York grants only what both allow, all or nothing, answers which of
+// the two decided, and renews the quota at New York's midnight.
+func TestCalendarQuota(t *testing.T) {
+	ny, err := time.LoadLocation("America/New_York")
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := memstore.New(memstore.Options{})
+	defer st.Close()
+	now := time.Date(2025, 3, 8, 23, 0, 0, 0, ny)
+	e := New(Options{Store: st, Now: func() time.Time { return now }})
+	quota := &tiers.Policy{Kind: tiers.KindQuota, Quota: tiers.Quota{Limit: 3, Period: tiers.PeriodDay, Location: ny}}
+	rate := &tiers.Policy{Kind: tiers.KindTiers, Tiers: []tiers.Tier{{Limit: 2, Window: time.Minute, Active: tiers.Unbounded}}}
+	tree, err := descriptors.NewTree([]descriptors.DomainSpec{{Config: descriptors.DomainConfig{Name: "plan"}, Nodes: []*descriptors.Node{
+		{Key: "both", Limit: &descriptors.Limit{Policy: rate, Quota: quota}},
+		{Key: "only", Limit: &descriptors.Limit{Quota: quota}},
+	}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.SetTree(tree)
+	ask := func(key string) Status {
+		t.Helper()
+		resp, err := e.ShouldRateLimit(context.Background(), &Request{Domain: "plan", Descriptors: []Descriptor{desc(key, "alice")}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.Statuses[0]
+	}
+	midnight := time.Date(2025, 3, 9, 0, 0, 0, 0, ny)
+	type answer struct {
+		Code      Code
+		By        LimitKind
+		Remaining uint32
+		Reset     time.Duration
+	}
+	steps := []struct {
+		key     string
+		advance time.Duration
+		want    answer
+	}{
+		{"both", 0, answer{CodeOK, ByRate, 1, time.Minute}},                     // rate 1 left, quota 2 left
+		{"both", 0, answer{CodeOK, ByRate, 0, time.Minute}},                     // rate 0, quota 1
+		{"both", 0, answer{CodeOverLimit, ByRate, 0, time.Minute}},              // the rate rejects: the quota keeps 1
+		{"both", 2 * time.Minute, answer{CodeOK, ByQuota, 0, 58 * time.Minute}}, // the quota's last one
+		{"both", 0, answer{CodeOverLimit, ByQuota, 0, 58 * time.Minute}},        // the quota rejects until midnight
+		{"only", 0, answer{CodeOK, ByQuota, 2, 58 * time.Minute}},               // another key, its own count
+		{"both", 58 * time.Minute, answer{CodeOK, ByRate, 1, time.Minute}},      // a new day: the quota has 2 left
+	}
+	for i, s := range steps {
+		now = now.Add(s.advance)
+		st := ask(s.key)
+		got := answer{st.Code, st.By, st.Remaining, st.ResetAfter}
+		if got != s.want {
+			t.Fatalf("step %d (%s at %v): got %+v, want %+v", i, s.key, now, got, s.want)
+		}
+		wantEnd := midnight
+		if !now.Before(midnight) {
+			wantEnd = midnight.Add(23 * time.Hour) // the day of the change to DST
+		}
+		if !st.PeriodEnd.Equal(wantEnd) || st.QuotaDecision.Remaining != max(0, int64(s.want.Remaining)) && s.want.By == ByQuota {
+			t.Errorf("step %d: period end %v, want %v", i, st.PeriodEnd, wantEnd)
+		}
+	}
+	xs, err := e.Explain(context.Background(), &Request{Domain: "plan", Descriptors: []Descriptor{desc("both", "alice")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := xs[0].CalendarQuota
+	if q == nil || q.View.Used != 1 || !strings.Contains(q.Summary, "quota: 1 of 3 used in this day") {
+		t.Fatalf("explain: %+v", q)
+	}
+}

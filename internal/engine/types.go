@@ -80,7 +80,28 @@ type Status struct {
 	// Unconfigured is set for a descriptor that matched nothing in a
 	// domain with allow_unconfigured: granted, and to be recorded.
 	Unconfigured bool
+	// By says which limit of the descriptor the answer (Code, Remaining,
+	// ResetAfter, Decision, Limit) is about: ByRate, its rate policy, or
+	// ByQuota, its calendar quota (descriptors.Limit.Quota). A descriptor
+	// with both answers with the one that rejected (the longer wait when
+	// both did), else the one with fewer hits remaining. Empty when the
+	// descriptor is not limited.
+	By LimitKind
+	// PeriodEnd is, when the descriptor has a calendar quota, the end of
+	// the quota's current period (its renewal), and QuotaDecision the
+	// quota's own decision; zero otherwise.
+	PeriodEnd     time.Time
+	QuotaDecision tiers.Decision
 }
+
+// LimitKind names the kind of limit an answer is about.
+type LimitKind string
+
+// The kinds of limit of a descriptor.
+const (
+	ByRate  LimitKind = "rate"
+	ByQuota LimitKind = "quota"
+)
 
 // Response is the answer to a Request, statuses in request order.
 // The Limit pointers of its statuses point into the Response itself.

@@ -254,7 +254,7 @@ func TestManyCost(t *testing.T) {
 	ctx := context.Background()
 	fns := []string{funcName, loadWithout(t, c, manyCut)}
 	one := func(limit int64) any {
-		return encodePolicy(&tiers.Policy{Kind: tiers.KindTiers, Tiers: []tiers.Tier{{Limit: limit, Window: time.Second, Active: tiers.Unbounded}}}).arg
+		return encodePolicy(&tiers.Policy{Kind: tiers.KindTiers, Tiers: []tiers.Tier{{Limit: limit, Window: time.Second, Active: tiers.Unbounded}}}, time.Time{}).arg
 	}
 	pols := []any{one(1000), one(10000), one(100)}
 	h := f64s(nil, modeDecide, -1, 3_600_000, 1000, 3, 3)

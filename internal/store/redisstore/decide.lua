@@ -29,6 +29,10 @@
 --   bucket: 1, unit p, rate r, capacity in units, capacity
 --   fixed:  2, limit, window length (µs)
 --   closed: 3
+--   quota:  4, limit, post-paid (0/1), then 6 period boundaries (µs)
+--           around the caller's now (tiers.Quota.AppendBounds): the
+--           function never computes a calendar, it picks the period
+--           holding its now from this table
 --   a post-paid policy's form (kinds 0 to 2) ends with one more 1
 -- Modes: 1 decide; 2 decide unless a key is locked; 3 prepare (lock the
 -- keys, decide without writing); 4 finish and commit; 5 finish and abort
@@ -266,6 +270,9 @@ local function decpol(s)
   elseif p.kind == 2 then
     p.lim, p.len = v[2], v[3]
     p.od = v[4] == 1
+  elseif p.kind == 4 then
+    p.lim, p.od, p.b = v[2], v[3] == 1, {}
+    for i = 4, #v do p.b[i - 3] = v[i] end
   end
   return p
 end
@@ -769,10 +776,29 @@ end
 -- ---------------------------------------------------------------------------
 -- Fixed window (tiers/fixed.go): count val of the window starting at at.
 
+-- A calendar quota (kind 4) is counted as a fixed window over the periods
+-- of its boundary table b: pwin is the period holding t, the first or
+-- the last one of the table when t is outside it (a Redis clock more than
+-- two periods from the caller's: the count then goes to a period already
+-- over or not yet begun, never granting more in the period holding t).
+local function pwin(p, t)
+  if p.kind ~= 4 then
+    local start = floormul(t, p.len)
+    return start, start + p.len
+  end
+  local b, i = p.b, 1
+  while i < #b - 1 and b[i + 1] <= t do i = i + 1 end
+  return b[i], b[i + 1]
+end
+
+-- fwin: the start, count and end of the window counted at t.
 local function fwin(p, s, t)
-  local start = floormul(t, p.len)
-  if s.used and s.at >= start then return s.at, s.val end
-  return start, 0
+  local start, e = pwin(p, t)
+  if s.used and s.at >= start then
+    if s.at ~= start then start, e = pwin(p, s.at) end
+    return s.at, s.val, e
+  end
+  return start, 0, e
 end
 
 local function decide_fixed(p, s, t, k, m, commit, d)
@@ -782,9 +808,9 @@ local function decide_fixed(p, s, t, k, m, commit, d)
     d.retry, d.reset = INF, INF
     return d
   end
-  local start, cnt = fwin(p, s, t)
+  local start, cnt, e = fwin(p, s, t)
   d.tier = 1
-  local reset = start + p.len - t
+  local reset = e - t
   local n = min(k, max(0, lim - cnt))
   if n >= m and m <= k and not (p.od and cnt > lim) then
     d.ok, d.granted = true, n
@@ -824,7 +850,8 @@ end
 
 local function forget_fixed(p, s)
   if not s.used or s.val <= 0 then return nil end
-  return s.at + p.len
+  local _, e = pwin(p, s.at)
+  return e
 end
 
 -- ---------------------------------------------------------------------------
@@ -836,7 +863,7 @@ local function decide(p, s, gs, t, k, m, commit, d)
   k, m = clamp(k), clamp(m)
   if p.kind == 0 then return decide_tiers(p, s, gs, t, k, m, commit, d) end
   if p.kind == 1 then return decide_bucket(p, s, t, k, m, commit, d) end
-  if p.kind == 2 then return decide_fixed(p, s, t, k, m, commit, d) end
+  if p.kind == 2 or p.kind == 4 then return decide_fixed(p, s, t, k, m, commit, d) end
   -- Closed: nothing is ever granted.
   d.retry, d.reset = INF, INF
   return d
@@ -846,7 +873,7 @@ local function refund(p, s, gs, t, hits)
   hits = clamp(hits)
   if p.kind == 0 then refund_tiers(p, s, gs, t, hits)
   elseif p.kind == 1 then refund_bucket(p, s, t, hits)
-  elseif p.kind == 2 then refund_fixed(p, s, t, hits) end
+  elseif p.kind == 2 or p.kind == 4 then refund_fixed(p, s, t, hits) end
 end
 
 local function forget(p, s)
@@ -857,7 +884,7 @@ local function forget(p, s)
   end
   if p.kind == 0 then return forget_tiers(p, s) end
   if p.kind == 1 then return forget_bucket(p, s) end
-  if p.kind == 2 then return forget_fixed(p, s) end
+  if p.kind == 2 or p.kind == 4 then return forget_fixed(p, s) end
   return nil
 end
 
@@ -1230,6 +1257,7 @@ local function many(KEYS, ARGV, now, maxttl, n, pos)
 end
 
 local function statekind(p)
+  if p.kind == 4 then return 4 end
   if p.kind > 2 then return 3 end
   return p.kind
 end

@@ -6,6 +6,7 @@ import (
 	"math"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/charonlimit/charon/tiers"
 )
@@ -97,12 +98,30 @@ func floatMicros(f float64) int64 {
 
 // encoded is a policy as the function reads it: its compact form
 // (tiers.Policy.AppendCompact) as a msgpack array, in a string.
+// A calendar quota's form carries the boundaries of the periods around the
+// now it was made at; it serves while now stays in the period [from,
+// until) it was made in.
 type encoded struct {
-	arg any
+	arg         any
+	from, until int64
 }
 
-func encodePolicy(p *tiers.Policy) *encoded {
-	return &encoded{arg: string(appendCompact(nil, p.AppendCompact(nil)))}
+func encodePolicy(p *tiers.Policy, now time.Time) *encoded {
+	v := p.AppendCompactAt(nil, now)
+	e := &encoded{arg: string(appendCompact(nil, v))}
+	if p.Kind == tiers.KindQuota && len(v) == 3+tiers.QuotaTableLen {
+		e.from, e.until = v[5], v[6]
+	}
+	return e
+}
+
+// current reports whether e is p's form at now.
+func (e *encoded) current(p *tiers.Policy, now time.Time) bool {
+	if p.Kind != tiers.KindQuota {
+		return true
+	}
+	t := now.UnixMicro()
+	return e.from <= t && t < e.until
 }
 
 // policyCache maps a *tiers.Policy (immutable once in use) to its encoding.
@@ -116,11 +135,11 @@ type policyCache struct {
 
 const maxPolicies = 1 << 14
 
-func (c *policyCache) get(p *tiers.Policy) *encoded {
-	if v, ok := c.m.Load(p); ok {
+func (c *policyCache) get(p *tiers.Policy, now time.Time) *encoded {
+	if v, ok := c.m.Load(p); ok && v.(*encoded).current(p, now) {
 		return v.(*encoded)
 	}
-	e := encodePolicy(p)
+	e := encodePolicy(p, now)
 	if c.n.Add(1) > maxPolicies {
 		c.m.Clear()
 		c.n.Store(1)

@@ -33,7 +33,7 @@ func TestEncodePolicy(t *testing.T) {
 		{"bad unit", tiers.Policy{Kind: tiers.KindFixedWindow, Window: tiers.FixedWindow{Limit: 3, Unit: 99}}, "9103"},
 		{"bad kind", tiers.Policy{Kind: 7}, "9103"},
 	} {
-		got := hex.EncodeToString([]byte(encodePolicy(&tc.p).arg.(string)))
+		got := hex.EncodeToString([]byte(encodePolicy(&tc.p, time.Time{}).arg.(string)))
 		if got != tc.want {
 			t.Errorf("%s: got %s, want %s", tc.name, got, tc.want)
 		}

@@ -52,6 +52,11 @@ func (s *Store) Inspect(ctx context.Context, now time.Time, it *store.Item) (tie
 	} else {
 		v, err = blobInts(vals[0])
 	}
+	if len(v) > 0 && v[0] == tiers.QuotaCompact && it.Policy.Kind == tiers.KindQuota {
+		// The function keeps a quota's state under its compact kind (3
+		// is a closed policy's there).
+		v[0] = int64(tiers.KindQuota)
+	}
 	if err == nil {
 		err = st.SetCompact(it.Policy, v)
 	}
@@ -169,8 +174,8 @@ func blobInts(v any) ([]int64, error) {
 		if x, b, ok = msgpackInt(b); !ok {
 			return nil, errBlob
 		}
-		if i == 0 && x != int64(tiers.KindTokenBucket) && x != int64(tiers.KindFixedWindow) && x != tiers.ClosedCompact {
-			return nil, nil // an earlier layout
+		if i == 0 && x != int64(tiers.KindTokenBucket) && x != int64(tiers.KindFixedWindow) && x != tiers.ClosedCompact && (x != tiers.QuotaCompact || n != 4) {
+			return nil, nil // an earlier layout (tags 0, 4 of other lengths, 9, 10)
 		}
 		out = append(out, x)
 	}

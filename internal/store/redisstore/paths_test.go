@@ -186,7 +186,7 @@ func TestOneTierPath(t *testing.T) {
 				maxTTL = 1 + r.Int64N(3000)
 			}
 			h := f64s(nil, modeDecide, now, maxTTL, 1000, 1, 1, 1, 0, 1, hits, mn, f)
-			arg := encodePolicy(p).arg
+			arg := encodePolicy(p, time.Time{}).arg
 			replies, states, expiry := onEach(t, c, fns, fmt.Sprint("onetier:", trace), h, arg)
 			calls++
 			rd := &reader{b: replies[1][16:]}
@@ -221,7 +221,7 @@ func TestFixedPath(t *testing.T) {
 			unit = tiers.UnitMinute
 		}
 		p := &tiers.Policy{Kind: tiers.KindFixedWindow, Window: tiers.FixedWindow{Limit: 1 + r.Int64N(12), Unit: unit}, Overdraft: trace%3 == 2}
-		arg := encodePolicy(p).arg
+		arg := encodePolicy(p, time.Time{}).arg
 		now := start + r.Int64N(int64(time.Hour/time.Microsecond))
 		maxTTL := int64(3_600_000)
 		if r.IntN(4) == 0 {
@@ -341,7 +341,7 @@ func TestManyPath(t *testing.T) {
 				}
 				args = append(args, string(h), "")
 				for _, p := range pols {
-					args = append(args, encodePolicy(p).arg)
+					args = append(args, encodePolicy(p, time.Time{}).arg)
 				}
 				rep, err := c.Do(ctx, args...).Text()
 				if err != nil {
@@ -524,7 +524,7 @@ func TestCountExpiresAtOnce(t *testing.T) {
 	}
 	fixed := &tiers.Policy{Kind: tiers.KindFixedWindow, Window: tiers.FixedWindow{Limit: 5, Unit: tiers.UnitMinute}}
 	h := f64s(nil, modeDecide, -1, 3_600_000, 1000, 2, 2, 1, 0, 1, 1, 1, 0, 2, 0, 7, 1, 1, 0)
-	err := c.Do(ctx, "fcall", funcName, 2, "expire:count", "expire:other", string(h), "", encodePolicy(fixed).arg).Err()
+	err := c.Do(ctx, "fcall", funcName, 2, "expire:count", "expire:other", string(h), "", encodePolicy(fixed, time.Time{}).arg).Err()
 	if err == nil {
 		t.Fatal("a call whose second item has no policy succeeded")
 	}
@@ -624,7 +624,7 @@ func TestPeekPath(t *testing.T) {
 			w := randDur(r, time.Millisecond, time.Second)
 			p = &tiers.Policy{Kind: tiers.KindTiers, Tiers: []tiers.Tier{{Limit: 60 + r.Int64N(2000), Window: w, Active: w * time.Duration(1+r.IntN(4)), Cooldown: w}}}
 		}
-		arg := encodePolicy(p).arg
+		arg := encodePolicy(p, time.Time{}).arg
 		now := start + r.Int64N(int64(time.Hour/time.Microsecond))
 		keys := []string{fmt.Sprint("peek:", trace, ":0"), fmt.Sprint("peek:", trace, ":1")}
 		for step := range 40 {

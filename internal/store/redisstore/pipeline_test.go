@@ -261,7 +261,7 @@ func TestBatchFunction(t *testing.T) {
 					hits = 50
 				}
 				h = f64s(h, int64(i+1), 0, int64(i+1), hits, hits, f)
-				argv = append(argv, encodePolicy(pols[r.IntN(len(pols))]).arg)
+				argv = append(argv, encodePolicy(pols[r.IntN(len(pols))], time.Time{}).arg)
 			}
 			if j == bad {
 				h = h[:20] // malformed: the call fails
@@ -342,7 +342,7 @@ func TestBatchFunction(t *testing.T) {
 	}
 	args = append(args, string(hdr))
 	for range 3 {
-		args = append(args, string(h), "", encodePolicy(pols[0]).arg)
+		args = append(args, string(h), "", encodePolicy(pols[0], time.Time{}).arg)
 	}
 	res, err := c.Do(ctx, args...).Text()
 	if err != nil {
@@ -373,7 +373,7 @@ func TestBatchLoadsFunction(t *testing.T) {
 	h := f64s(nil, modeDecide, storetest.T0.UnixMicro(), 3_600_000, 1000, 1, 1, 1, 0, 1, 1, 1, 0)
 	d := &dispatcher{sent: []bool{true, true}}
 	for _, k := range []string{"reload:a", "reload:b"} {
-		d.batch = append(d.batch, &request{args: []any{fcallName, funcNameArg, 1, k, h, "", encodePolicy(lyft).arg}})
+		d.batch = append(d.batch, &request{args: []any{fcallName, funcNameArg, 1, k, h, "", encodePolicy(lyft, time.Time{}).arg}})
 	}
 	s.runBatch(context.Background(), d)
 	for i, r := range d.batch {

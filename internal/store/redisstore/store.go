@@ -223,7 +223,7 @@ func (s *Store) Decide(ctx context.Context, now time.Time, items []store.Item, o
 	}
 	c := s.calls.Get().(*call)
 	defer s.put(c)
-	c.prepare(s, items)
+	c.prepare(s, items, now)
 	one := true
 	if s.cluster {
 		for i := range items {
@@ -266,7 +266,7 @@ func (s *Store) put(c *call) {
 }
 
 // prepare computes the keys, slots and policy encodings of the items.
-func (c *call) prepare(s *Store, items []store.Item) {
+func (c *call) prepare(s *Store, items []store.Item, now time.Time) {
 	c.skey, c.gkey, c.slot, c.enc = c.skey[:0], c.gkey[:0], c.slot[:0], c.enc[:0]
 	for i := range items {
 		it := &items[i]
@@ -278,7 +278,7 @@ func (c *call) prepare(s *Store, items []store.Item) {
 			sl = slot(sk)
 		}
 		c.slot = append(c.slot, sl)
-		c.enc = append(c.enc, s.pols.get(it.Policy))
+		c.enc = append(c.enc, s.pols.get(it.Policy, now))
 	}
 }
 

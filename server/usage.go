@@ -1,0 +1,118 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"time"
+
+	"github.com/charonlimit/charon/internal/engine"
+	"github.com/charonlimit/charon/tiers"
+)
+
+// Usage is the answer of GET /usage: per matched limit of each descriptor,
+// how much of it is used and when it renews.
+type Usage struct {
+	At     time.Time    `json:"at"`
+	Limits []UsageLimit `json:"limits"`
+}
+
+// UsageLimit is one limit of a descriptor: its rate policy (kind "rate")
+// or its calendar quota (kind "quota").
+type UsageLimit struct {
+	Descriptor int    `json:"descriptor"`
+	Resource   string `json:"resource"`
+	Domain     string `json:"domain,omitempty"`
+	Kind       string `json:"kind"`
+	// Period is the quota's period ("month"), or the rate policy's
+	// algorithm and current window ("tiers, 1m0s").
+	Period    string `json:"period"`
+	Limit     int64  `json:"limit"`
+	Used      int64  `json:"used"`
+	Remaining int64  `json:"remaining"`
+	// Renews is when Remaining next grows: the end of the quota's period,
+	// or when the rate policy gives a hit back (absent when nothing is
+	// pending, or never).
+	Renews *time.Time `json:"renews,omitempty"`
+	// Cooldown reports that a tier of the rate policy is in its cooldown.
+	Cooldown bool `json:"cooldown,omitempty"`
+}
+
+// usage reads, without changing anything, the usage of req's descriptors.
+func usage(ctx context.Context, ex Explainer, req *engine.Request) (*Usage, error) {
+	xs, err := ex.Explain(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	out := &Usage{Limits: []UsageLimit{}}
+	for i := range xs {
+		x := &xs[i]
+		if !x.Limited {
+			continue
+		}
+		base := UsageLimit{Descriptor: i, Resource: x.Match.Resource, Domain: x.Match.Domain}
+		if p := x.Match.Policy; p != nil {
+			u, v := base, &x.View
+			out.At = v.At
+			u.Kind, u.Remaining = string(engine.ByRate), v.Remaining
+			u.Limit, u.Used, u.Period = rateUsage(p, v)
+			wait := v.ResetAfter
+			if v.Remaining == 0 {
+				wait = v.RetryAfter
+			}
+			if wait > 0 && wait != tiers.Unbounded {
+				n := v.At.Add(wait).UTC()
+				u.Renews = &n
+			}
+			for _, tv := range v.Tiers {
+				u.Cooldown = u.Cooldown || tv.Phase == tiers.PhaseCooldown
+			}
+			out.Limits = append(out.Limits, u)
+		}
+		if q := x.CalendarQuota; q != nil {
+			u := base
+			out.At = q.View.At
+			end := q.PeriodEnd.UTC()
+			u.Kind, u.Period, u.Renews = string(engine.ByQuota), q.Policy.Quota.Period.String(), &end
+			u.Limit, u.Used, u.Remaining = q.Policy.Quota.Limit, q.View.Used, q.View.Remaining
+			out.Limits = append(out.Limits, u)
+		}
+	}
+	return out, nil
+}
+
+// rateUsage is a rate policy's limit, use and window as a view shows them:
+// the current tier's (tier 1's when none is active) for burst tiers.
+func rateUsage(p *tiers.Policy, v *tiers.View) (limit, used int64, period string) {
+	switch p.Kind {
+	case tiers.KindTiers:
+		t := max(v.Tier, 1)
+		if t > len(p.Tiers) || t > len(v.Tiers) {
+			return 0, 0, "tiers (closed)"
+		}
+		return p.Tiers[t-1].Limit, v.Tiers[t-1].Hits, "tiers, " + p.Tiers[t-1].Window.String()
+	case tiers.KindTokenBucket:
+		return v.Capacity, v.Used, "token bucket"
+	case tiers.KindFixedWindow:
+		return v.Capacity, v.Used, "fixed window, " + p.Window.Unit.String()
+	}
+	return v.Capacity, v.Used, p.Kind.String()
+}
+
+// serveUsage is GET /usage?domain=D&descriptor=k=v,k2=v2 on the HTTP port:
+// Usage as JSON. It is a read (authz group read).
+func (s *Server) serveUsage(w http.ResponseWriter, r *http.Request) {
+	ex, req, ok := s.explainerQuery(w, r)
+	if !ok {
+		return
+	}
+	u, err := usage(r.Context(), ex, engineRequest(req))
+	if err != nil {
+		httpError(w, err)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	enc.Encode(u)
+}
