@@ -335,3 +335,51 @@ func TestCalendarQuota(t *testing.T) {
 		t.Fatalf("explain: %+v", q)
 	}
 }
+
+// TestCalendarQuotaBulk: charon.v1's Request honours a descriptor's
+// calendar quota: alone, with partial grants as the rate policy has them;
+// beside a rate policy, whole or not at all, refused once the quota is
+// spent.
+func TestCalendarQuotaBulk(t *testing.T) {
+	st := memstore.New(memstore.Options{})
+	defer st.Close()
+	now := time.Date(2025, 3, 8, 12, 0, 0, 0, time.UTC)
+	e := New(Options{Store: st, Now: func() time.Time { return now }})
+	quota := &tiers.Policy{Kind: tiers.KindQuota, Quota: tiers.Quota{Limit: 5, Period: tiers.PeriodDay, Location: time.UTC}}
+	rate := &tiers.Policy{Kind: tiers.KindTiers, Tiers: []tiers.Tier{{Limit: 100, Window: time.Minute, Active: tiers.Unbounded}}}
+	tree, err := descriptors.NewTree([]descriptors.DomainSpec{{Config: descriptors.DomainConfig{Name: "plan"}, Nodes: []*descriptors.Node{
+		{Key: "both", Limit: &descriptors.Limit{Policy: rate, Quota: quota}},
+		{Key: "only", Limit: &descriptors.Limit{Quota: quota}},
+	}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.SetTree(tree)
+	req := func(key string, copies, min int64) Result {
+		t.Helper()
+		r, err := e.Request(context.Background(), "plan", []descriptors.Entry{{Key: key, Value: "alice"}}, copies, min)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	for i, s := range []struct {
+		key             string
+		copies, min     int64
+		ok              bool
+		granted, remain int64
+	}{
+		{"only", 3, 1, true, 3, 2},
+		{"only", 4, 1, true, 2, 0}, // partial: what the quota has left
+		{"only", 1, 1, false, 0, 0},
+		{"both", 4, 1, true, 4, 1},  // whole: 4 of the quota's 5, the smaller remaining
+		{"both", 2, 1, false, 0, 1}, // 2 do not fit whole: refused, nothing counted
+		{"both", 1, 1, true, 1, 0},
+	} {
+		r := req(s.key, s.copies, s.min)
+		if r.Decision.OK != s.ok || r.Decision.Granted != s.granted || r.Decision.Remaining != s.remain {
+			t.Errorf("step %d (%s, %d copies, min %d): OK %v granted %d remaining %d, want %v %d %d", i, s.key, s.copies, s.min,
+				r.Decision.OK, r.Decision.Granted, r.Decision.Remaining, s.ok, s.granted, s.remain)
+		}
+	}
+}

@@ -114,23 +114,46 @@ func (e *Engine) Request(ctx context.Context, domain string, entries []descripto
 		return Result{Match: m}, &FieldError{Field: "resource", Err: fmt.Errorf("%w: %s", ErrCopyLimited, m.Resource)}
 	case l.Unlimited:
 		return Result{Decision: grantAll(copies), Match: m, Unlimited: true}, nil
-	case m.Policy == nil:
+	case m.Policy == nil && l.Quota == nil:
 		// A limit of zero (a Policy-less leaf built by hand): never granted.
 		return Result{Decision: tiers.Decision{OK: min == 0, RetryAfter: tiers.Unbounded, ResetAfter: tiers.Unbounded}, Match: m}, nil
 	}
 	shadow := (known && dc.IgnoreLimits) || l.ShadowMode
-	items := [1]store.Item{{
-		Key:    store.Key{Resource: m.Resource, Domain: m.Domain, PolicyID: l.ID},
-		Policy: m.Policy,
-		Hits:   copies,
-		Min:    max(min, 1),
-		Shadow: shadow,
-	}}
-	var out [1]tiers.Decision
-	if err := e.decide(ctx, e.now(), items[:], out[:]); err != nil {
+	// The rate policy and the calendar quota are an item each, decided all
+	// or nothing together. Two limits may grant different numbers of a
+	// request's copies, so with both a request is granted whole or not at
+	// all (its min_copies is its copies).
+	need := max(min, 1)
+	if m.Policy != nil && l.Quota != nil {
+		need = copies
+	}
+	var items [2]store.Item
+	n := 0
+	if l.Quota != nil {
+		items[n] = store.Item{Key: store.Key{Resource: m.Resource, Domain: m.Domain, PolicyID: l.QuotaID}, Policy: l.Quota,
+			Hits: copies, Min: need, Shadow: shadow}
+		n++
+	}
+	if m.Policy != nil {
+		items[n] = store.Item{Key: store.Key{Resource: m.Resource, Domain: m.Domain, PolicyID: l.ID}, Policy: m.Policy,
+			Hits: copies, Min: need, Shadow: shadow}
+		n++
+	}
+	var out [2]tiers.Decision
+	if err := e.decide(ctx, e.now(), items[:n], out[:n]); err != nil {
 		return Result{Match: m}, err
 	}
-	r := Result{Decision: out[0], Match: m}
+	// The answer is the rate policy's (the quota's alone without one), or
+	// the quota's when it refused; what remains is the smaller.
+	d := out[n-1]
+	if n == 2 {
+		if !out[0].OK {
+			d = out[0]
+		} else if d.OK && out[0].Remaining < d.Remaining {
+			d.Remaining = out[0].Remaining
+		}
+	}
+	r := Result{Decision: d, Match: m}
 	if !r.Decision.OK {
 		switch {
 		case shadow:
