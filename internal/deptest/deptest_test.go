@@ -28,6 +28,7 @@ var imports = map[string][]string{
 	"internal/clientcmd":               {"api/charon/v1", "internal/gctune", "internal/loadgen", "internal/offenders", "internal/sessionhold", "internal/tlsconfig", "server"},
 	"config":                           {"descriptors", "tiers"},
 	"copylog":                          nil,
+	"fairshare":                        nil,
 	"descriptors":                      {"tiers"},
 	"internal/copystore":               {"copylog"},
 	"internal/copystore/copystoretest": {"copylog", "internal/copystore"},
@@ -73,7 +74,7 @@ var imports = map[string][]string{
 // pure are the packages that import only the standard library, and of it
 // nothing that reads a clock, draws random numbers, does I/O or shares
 // memory; no goroutine starts in them and time is a parameter.
-var pure = []string{"tiers", "copylog"}
+var pure = []string{"tiers", "copylog", "fairshare"}
 
 // moduleOnly are the packages that depend on the standard library and the
 // module alone.
