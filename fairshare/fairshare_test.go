@@ -69,7 +69,7 @@ func TestSmooth(t *testing.T) {
 		elapsed time.Duration
 		want    float64
 	}{
-		{0, false, 10, 0, 10},              // the first report: elapsed 0 counts as one interval
+		{0, false, 10, 0, 10},               // the first report: elapsed 0 counts as one interval
 		{0, false, 30, 3 * time.Second, 10}, // a rate
 		{10, true, 30, time.Second, 20},     // halfway
 	} {
