@@ -42,6 +42,7 @@ var imports = map[string][]string{
 	"internal/engine":                    {"copylog", "descriptors", "internal/copystore", "internal/store", "tiers"},
 	"internal/gctune":                    nil,
 	"internal/sharestore":                {"fairshare"},
+	"internal/rlqs":                      {"descriptors", "fairshare", "internal/sharestore", "tiers"},
 	"internal/sharestore/redisshare":     {"fairshare", "internal/sharestore"},
 	"internal/sharestore/sharestoretest": {"fairshare", "internal/sharestore"},
 	"internal/loadgen":                   {"api/charon/v1"},
