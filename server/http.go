@@ -177,6 +177,9 @@ func (s *Server) debugHandler() http.Handler {
 	mux.Handle("/metrics", guard(authz.DebugMetrics, s.promHandler()))
 	mux.Handle("/rlconfig", guard(authz.DebugRLConfig, http.HandlerFunc(s.serveRLConfig)))
 	mux.Handle("GET /explain", guard(authz.DebugExplain, http.HandlerFunc(s.serveExplain)))
+	if s.opts.RLQS != nil {
+		mux.Handle("GET /rlqs", guard(authz.DebugRLQS, http.HandlerFunc(s.serveRLQS)))
+	}
 	index := "/metrics: Prometheus metrics\n/rlconfig: the configuration in force\n" +
 		"/explain?domain=D&descriptor=k=v,k2=v2: how a request resolves and its pairs' state (JSON)\n"
 	if s.opts.Top != nil {

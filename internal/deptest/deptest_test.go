@@ -70,7 +70,7 @@ var imports = map[string][]string{
 	"internal/tlsconfig/tlstest": nil,
 	"internal/xdsconfig":         {"config", "internal/tlsconfig"},
 	"server": {"api/charon/v1", "config", "copylog", "descriptors", "internal/authz", "internal/copystore", "internal/engine", "internal/offenders",
-		"internal/store/resilient", "internal/tlsconfig", "tiers", "internal/decisionlog", "internal/sim"},
+		"internal/store/resilient", "internal/tlsconfig", "tiers", "internal/decisionlog", "internal/sim", "internal/rlqs"},
 	"tiers":           nil,
 	"tiers/tierstest": {"tiers"},
 }

@@ -141,12 +141,13 @@ type bucket struct {
 // Stream is one Envoy's stream. Report and Close are called by the stream's
 // reader; Pending by its writer, when Notify fires.
 type Stream struct {
-	a       *Allocator
-	id      string
-	buckets map[string]*bucket // under a.mu
-	pending []Action           // under a.mu
-	notify  chan struct{}
-	closed  bool
+	a         *Allocator
+	id        string
+	buckets   map[string]*bucket // under a.mu
+	pending   []Action           // under a.mu
+	pendingOf []*bucket          // the bucket of each pending action
+	notify    chan struct{}
+	closed    bool
 }
 
 // New returns an Allocator.
@@ -203,7 +204,7 @@ func (s *Stream) Pending() []Action {
 	s.a.mu.Lock()
 	defer s.a.mu.Unlock()
 	p := s.pending
-	s.pending = nil
+	s.pending, s.pendingOf = nil, nil
 	return p
 }
 
@@ -224,7 +225,16 @@ func (s *Stream) Close() {
 // queue adds an action for the stream; under a.mu.
 func (s *Stream) queue(bk *bucket, act Action, now time.Time) {
 	bk.sent, bk.sentAt, bk.everSent = act, now, true
+	// A bucket's newer action replaces one not sent yet: Envoy acts on the
+	// last anyway.
+	for i, p := range s.pendingOf {
+		if p == bk {
+			s.pending[i] = act
+			return
+		}
+	}
 	s.pending = append(s.pending, act)
+	s.pendingOf = append(s.pendingOf, bk)
 	select {
 	case s.notify <- struct{}{}:
 	default:
@@ -407,7 +417,6 @@ func (a *Allocator) Tick(ctx context.Context) {
 				if old != nil && bk.budget == nil {
 					// The rule is gone: the bucket is abandoned; reported
 					// again, it gets the fallback.
-					s.pending = s.pending[:len(s.pending)-1]
 					s.queue(bk, Action{Bucket: bk.id, Kind: Abandon}, now)
 					delete(s.buckets, key)
 					continue
