@@ -115,12 +115,26 @@ func quotaResponse(acts []rlqs.Action) *rlqsv3.RateLimitQuotaResponse {
 }
 
 // serveRLQS is the debug port's GET /rlqs: per rule, the instances, their
-// demand and shares.
-func (s *Server) serveRLQS(w http.ResponseWriter, _ *http.Request) {
+// demand and shares; with ?domain=D&bucket=k=v,k2=v2, how that bucket id
+// resolves and its budget's shares.
+func (s *Server) serveRLQS(w http.ResponseWriter, r *http.Request) {
+	var v any = s.opts.RLQS.Stats(true)
+	if q := r.URL.Query(); q.Has("bucket") || q.Has("domain") {
+		es, err := ParseDescriptor(q.Get("bucket"))
+		if err != nil || q.Get("domain") == "" {
+			http.Error(w, "want ?domain=D&bucket=k=v,k2=v2", http.StatusBadRequest)
+			return
+		}
+		id := make(map[string]string, len(es))
+		for _, e := range es {
+			id[e.Key] = e.Value
+		}
+		v = s.opts.RLQS.Explain(q.Get("domain"), id)
+	}
 	w.Header().Set("Content-Type", "application/json")
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
-	_ = enc.Encode(s.opts.RLQS.Stats(true))
+	_ = enc.Encode(v)
 }
 
 // rlqsCollector exports the pipeline's stats.

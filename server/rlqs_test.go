@@ -136,6 +136,9 @@ func TestRLQSStream(t *testing.T) {
 	sendUsage(t, sb, search, 0, 0, 0)
 	want(sb, "second Envoy", tb{50, time.Second, 3 * time.Second})
 	want(sa, "first Envoy, shrunk", tb{50, time.Second, 3 * time.Second})
+	if x := a.Explain("web", search); x.Rule != "web/api=search" || x.Limit != 100 || len(x.Shares) != 2 || x.Shares[0].Share != 50 {
+		t.Errorf("Explain: %+v, want rule web/api=search, limit 100, two shares of 50", x)
+	}
 
 	// The first Envoy's stream is lost: its 50 count until its TTL.
 	cancelA()

@@ -71,3 +71,43 @@ func (a *Allocator) Stats(shares bool) Stats {
 	slices.SortFunc(st.Rules, func(x, y RuleStats) int { return cmp.Compare(x.Rule, y.Rule) })
 	return st
 }
+
+// Explanation is how a bucket id resolves, and the shares of its budget.
+type Explanation struct {
+	Domain string
+	Bucket map[string]string
+	// Rule is the matched rule (its resource), empty when no rule limits
+	// the bucket: then Fallback is the answer.
+	Rule     string `json:",omitempty"`
+	Budget   string `json:",omitempty"`
+	Limit    int64
+	Fill     string `json:",omitempty"`
+	Fallback string `json:",omitempty"`
+	// Shares are this process' streams reporting the budget.
+	Shares []InstanceShare
+}
+
+// Explain resolves a bucket id of domain as a report would, and lists the
+// shares of its budget on this process.
+func (a *Allocator) Explain(domain string, id map[string]string) Explanation {
+	x := Explanation{Domain: domain, Bucket: id, Shares: []InstanceShare{}}
+	b, rule, fill, ok := budgetOf(a.o.Tree(), domain, id)
+	if !ok {
+		x.Fallback = "ALLOW_ALL"
+		if a.o.Unmatched == DenyAll && rule != "unlimited" {
+			x.Fallback = "DENY_ALL"
+		}
+		return x
+	}
+	x.Rule, x.Budget, x.Limit, x.Fill = rule, b.Key, b.Limit, fill.String()
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if bg := a.budgets[b.Key]; bg != nil {
+		sec := fill.Seconds()
+		for bk := range bg.members {
+			x.Shares = append(x.Shares, InstanceShare{Stream: bk.s.id, Bucket: bk.key, Domain: bk.domain, Demand: bk.rate, Share: float64(bk.share) / sec})
+		}
+	}
+	slices.SortFunc(x.Shares, func(p, q InstanceShare) int { return cmp.Compare(p.Stream+p.Bucket, q.Stream+q.Bucket) })
+	return x
+}
