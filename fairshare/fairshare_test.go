@@ -2,6 +2,7 @@ package fairshare
 
 import (
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"testing"
 	"time"
@@ -71,14 +72,21 @@ func TestSmooth(t *testing.T) {
 	}{
 		{0, false, 10, 0, 10},               // the first report: elapsed 0 counts as one interval
 		{0, false, 30, 3 * time.Second, 10}, // a rate
-		{10, true, 30, time.Second, 20},     // halfway
+		{10, true, 30, time.Second, 24},     // a rise: mostly the newest
+		{30, true, 10, time.Second, 12},     // a fall: almost at once
 	} {
 		if got := Smooth(tc.prev, tc.known, tc.count, tc.elapsed, time.Second); got != tc.want {
 			t.Errorf("Smooth(%v, %v, %d, %v) = %v, want %v", tc.prev, tc.known, tc.count, tc.elapsed, got, tc.want)
 		}
 	}
-	if got, want := Demand(10, 2*time.Second), int64(23); got != want {
-		t.Errorf("Demand(10/s, 2s) = %d, want %d", got, want)
+	for _, tc := range []struct {
+		rate float64
+		fill time.Duration
+		want int64
+	}{{10, 2 * time.Second, 20}, {10.2, time.Second, 11}, {0, time.Second, 1}, {math.Inf(1), time.Second, math.MaxInt64 / 2}} {
+		if got := Demand(tc.rate, tc.fill); got != tc.want {
+			t.Errorf("Demand(%v/s, %v) = %d, want %d", tc.rate, tc.fill, got, tc.want)
+		}
 	}
 }
 

@@ -81,7 +81,7 @@ func usages(m *rlqsv3.RateLimitQuotaUsageReports) []rlqs.Usage {
 }
 
 // quotaResponse is the wire form of actions: a token bucket of Tokens per
-// Fill holding at most Tokens, a blanket rule, or abandon_action.
+// Fill holding at most Burst, a blanket rule, or abandon_action.
 func quotaResponse(acts []rlqs.Action) *rlqsv3.RateLimitQuotaResponse {
 	resp := &rlqsv3.RateLimitQuotaResponse{BucketAction: make([]*rlqsv3.RateLimitQuotaResponse_BucketAction, len(acts))}
 	for i, a := range acts {
@@ -93,7 +93,7 @@ func quotaResponse(acts []rlqs.Action) *rlqsv3.RateLimitQuotaResponse {
 				AbandonAction: &rlqsv3.RateLimitQuotaResponse_BucketAction_AbandonAction{}}
 		case rlqs.Assign:
 			strat = &typev3.RateLimitStrategy{Strategy: &typev3.RateLimitStrategy_TokenBucket{TokenBucket: &typev3.TokenBucket{
-				MaxTokens:     uint32(min(a.Tokens, 1<<32-1)),
+				MaxTokens:     uint32(min(a.Burst, 1<<32-1)),
 				TokensPerFill: wrapperspb.UInt32(uint32(min(a.Tokens, 1<<32-1))),
 				FillInterval:  durationpb.New(a.Fill),
 			}}}

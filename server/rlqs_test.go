@@ -96,8 +96,8 @@ func recvBucket(t *testing.T, st quotaStream) (tokens uint32, fill, ttl time.Dur
 	}
 	qa := r.BucketAction[0].GetQuotaAssignmentAction()
 	tb := qa.GetRateLimitStrategy().GetTokenBucket()
-	if tb == nil || tb.GetMaxTokens() != tb.GetTokensPerFill().GetValue() {
-		t.Fatalf("response %v: want a token bucket holding one fill", r)
+	if tb == nil || tb.GetMaxTokens() != (tb.GetTokensPerFill().GetValue()+3)/4 {
+		t.Fatalf("response %v: want a token bucket holding a quarter of a fill", r)
 	}
 	return tb.GetTokensPerFill().GetValue(), tb.GetFillInterval().AsDuration(), qa.GetAssignmentTimeToLive().AsDuration()
 }

@@ -42,6 +42,7 @@ var imports = map[string][]string{
 	"internal/engine":                    {"copylog", "descriptors", "internal/copystore", "internal/store", "tiers"},
 	"internal/gctune":                    nil,
 	"internal/sharestore":                {"fairshare"},
+	"internal/rlqssim":                   nil,
 	"internal/rlqs":                      {"descriptors", "fairshare", "internal/sharestore", "tiers"},
 	"internal/sharestore/redisshare":     {"fairshare", "internal/sharestore"},
 	"internal/sharestore/sharestoretest": {"fairshare", "internal/sharestore"},
@@ -112,7 +113,7 @@ var deny = []struct {
 		// export a store's collector, or gather series (statsmap), depend
 		// on it, and on no gRPC. The
 		// OTLP exporter of internal/tracing speaks gRPC.
-		except: []string{"api/charon/v1", "client", "cmd/charon", "internal/clientcmd", "internal/servertest", "server", "internal/loadgen", "internal/sessionhold", "internal/collect",
+		except: []string{"api/charon/v1", "client", "cmd/charon", "internal/clientcmd", "internal/servertest", "server", "internal/loadgen", "internal/rlqssim", "internal/sessionhold", "internal/collect",
 			"internal/store/resilient", "internal/copystore/memcopy", "internal/redisbackend", "internal/tracing", "internal/statsmap", "internal/xdsconfig"},
 		paths: []string{"google.golang.org/grpc", "google.golang.org/protobuf", "github.com/envoyproxy/go-control-plane",
 			module + "/api/charon/v1"},

@@ -25,7 +25,7 @@ import (
 const (
 	DefaultInterval     = time.Second
 	DefaultTTL          = 3 * time.Second
-	DefaultTolerance    = 0.1
+	DefaultTolerance    = 0.05
 	DefaultUnmatchedTTL = time.Minute
 	DefaultIdleAfter    = time.Minute
 )
@@ -73,7 +73,7 @@ type Kind uint8
 
 // Kinds of Action.
 const (
-	// Assign is a token bucket: Tokens per Fill, at most Tokens stored.
+	// Assign is a token bucket: Tokens per Fill, at most Burst stored.
 	Assign Kind = iota + 1
 	// Allow and Deny are blanket rules.
 	Allow
@@ -87,6 +87,7 @@ type Action struct {
 	Bucket map[string]string
 	Kind   Kind
 	Tokens int64
+	Burst  int64
 	Fill   time.Duration
 	TTL    time.Duration
 }
@@ -267,7 +268,8 @@ func Canonical(id map[string]string) string {
 }
 
 // Report records a report of domain's buckets. A bucket seen for the first
-// time is answered at once: a starting share, or the fallback.
+// time is answered at once: a starting share, or the fallback; so is the
+// first report that gives it a rate.
 func (s *Stream) Report(ctx context.Context, domain string, usages []Usage) error {
 	if domain == "" {
 		return fmt.Errorf("%w: domain is empty", ErrInput)
@@ -292,7 +294,7 @@ func (s *Stream) Report(ctx context.Context, domain string, usages []Usage) erro
 			bk = &bucket{s: s, id: maps.Clone(u.Bucket), key: key, domain: domain}
 			s.buckets[key] = bk
 			a.resolve(bk, tree, now)
-			if bk.budget != nil {
+			if bk.budget != nil && !slices.Contains(fresh, bk.budget) {
 				fresh = append(fresh, bk.budget)
 			}
 		}
@@ -303,6 +305,11 @@ func (s *Stream) Report(ctx context.Context, domain string, usages []Usage) erro
 		// Envoy's first report of a bucket has no elapsed time: its counts
 		// are no rate yet, and the bucket keeps an unknown demand.
 		if u.Elapsed > 0 {
+			if !bk.known && bk.budget != nil && !slices.Contains(fresh, bk.budget) {
+				// Its first rate: split the budget by it now rather than
+				// at the next tick.
+				fresh = append(fresh, bk.budget)
+			}
 			bk.rate = fairshare.Smooth(bk.rate, bk.known, count, u.Elapsed, a.o.Interval)
 			bk.known = true
 		}
@@ -477,7 +484,7 @@ func (a *Allocator) allocate(ctx context.Context, b *budget, now time.Time) {
 			continue // left meanwhile; its lease runs out
 		}
 		bk.share = shares[i]
-		act := Action{Bucket: bk.id, Kind: Assign, Tokens: shares[i], Fill: b.fill, TTL: a.o.TTL}
+		act := Action{Bucket: bk.id, Kind: Assign, Tokens: shares[i], Burst: burst(shares[i]), Fill: b.fill, TTL: a.o.TTL}
 		if shares[i] <= 0 {
 			act = Action{Bucket: bk.id, Kind: Deny, TTL: a.o.TTL}
 		}
@@ -487,6 +494,16 @@ func (a *Allocator) allocate(ctx context.Context, b *budget, now time.Time) {
 		}
 	}
 }
+
+// BurstFraction is the part of a fill's share an assignment's bucket holds.
+// Envoy starts a new, full bucket with every new assignment: a bucket as
+// large as the share would let each change of share spend a whole share at
+// once on top of the refill, and twenty Envoys whose shares change in one
+// interval a whole limit. A quarter of a share bounds that, and still
+// absorbs bursts of a quarter of a fill interval.
+const BurstFraction = 4
+
+func burst(tokens int64) int64 { return max(1, (tokens+BurstFraction-1)/BurstFraction) }
 
 // Run ticks every Interval until ctx ends.
 func (a *Allocator) Run(ctx context.Context) {
