@@ -25,7 +25,7 @@ var imports = map[string][]string{
 	"cmd/charon": {"config", "internal/clientcmd", "internal/copystore/memcopy", "internal/decisionlog", "internal/engine", "internal/gctune",
 		"internal/lyftenv", "internal/redisbackend", "internal/rlqs", "internal/sharestore", "internal/sim", "internal/statsd", "internal/statsmap", "internal/store/memstore", "internal/store/redisstore",
 		"internal/store/resilient", "internal/suggest", "internal/tracing", "internal/xdsconfig", "server"},
-	"internal/clientcmd":                 {"api/charon/v1", "internal/gctune", "internal/loadgen", "internal/offenders", "internal/sessionhold", "internal/tlsconfig", "server"},
+	"internal/clientcmd":                 {"api/charon/v1", "internal/gctune", "internal/loadgen", "internal/offenders", "internal/rlqssim", "internal/sessionhold", "internal/tlsconfig", "server"},
 	"config":                             {"descriptors", "tiers"},
 	"copylog":                            nil,
 	"fairshare":                          nil,
