@@ -73,8 +73,10 @@ func Allocate(limit int64, claims []Claim, now time.Time, tolerance float64) []i
 	// The fair targets over every live instance: the others' demands count,
 	// so that a replica leaves the others' fair shares to them.
 	demands := make([]int64, len(live))
+	at := make([]int, len(claims)) // a claim's position in live
 	for k, i := range live {
 		demands[k] = claims[i].Demand
+		at[i] = k
 	}
 	targets := waterfill(limit, demands, claims, live)
 	// Fit the caller's targets into what the others leave.
@@ -82,7 +84,7 @@ func Allocate(limit int64, claims []Claim, now time.Time, tolerance float64) []i
 	want := make([]int64, len(mine))
 	var sum int64
 	for k, i := range mine {
-		want[k] = targets[slices.Index(live, i)]
+		want[k] = targets[at[i]]
 		sum += want[k]
 	}
 	if sum > room {

@@ -109,6 +109,10 @@ type Allocator struct {
 	budgets map[string]*budget
 	reports map[string]uint64 // per rule
 	errs    uint64
+	// dirty are the budgets to allocate before the next tick (a new
+	// bucket, a first rate); kick tells Run.
+	dirty map[*budget]struct{}
+	kick  chan struct{}
 }
 
 // budget is a budget's local instances.
@@ -124,6 +128,7 @@ type bucket struct {
 	s      *Stream
 	id     map[string]string
 	key    string // canonical bucket id
+	claim  string // its ID in the store: the stream's and the bucket's
 	domain string
 	tree   *descriptors.Tree
 	budget *budget // nil: unmatched (fallback)
@@ -183,7 +188,8 @@ func New(o Options) (*Allocator, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Allocator{o: o, log: log, streams: map[*Stream]struct{}{}, budgets: map[string]*budget{}, reports: map[string]uint64{}}, nil
+	return &Allocator{o: o, log: log, streams: map[*Stream]struct{}{}, budgets: map[string]*budget{}, reports: map[string]uint64{},
+		dirty: map[*budget]struct{}{}, kick: make(chan struct{}, 1)}, nil
 }
 
 // Open starts a stream.
@@ -267,35 +273,34 @@ func Canonical(id map[string]string) string {
 	return sb.String()
 }
 
-// Report records a report of domain's buckets. A bucket seen for the first
-// time is answered at once: a starting share, or the fallback; so is the
-// first report that gives it a rate.
+// Report records a report of domain's buckets. A bucket no rule limits is
+// answered at once (the fallback); a new bucket's budget, or one whose
+// bucket reports its first rate, is allocated by the next Flush (Run's,
+// within a twentieth of an interval) rather than the next tick.
 func (s *Stream) Report(ctx context.Context, domain string, usages []Usage) error {
 	if domain == "" {
 		return fmt.Errorf("%w: domain is empty", ErrInput)
 	}
 	a := s.a
 	now := a.o.Now()
-	var fresh []*budget
 	a.mu.Lock()
+	defer a.mu.Unlock()
 	if s.closed {
-		a.mu.Unlock()
 		return nil
 	}
 	tree := a.o.Tree()
 	for i, u := range usages {
 		if len(u.Bucket) == 0 {
-			a.mu.Unlock()
 			return fmt.Errorf("%w: bucket_quota_usages[%d].bucket_id is empty", ErrInput, i)
 		}
 		key := Canonical(u.Bucket)
 		bk := s.buckets[key]
 		if bk == nil {
-			bk = &bucket{s: s, id: maps.Clone(u.Bucket), key: key, domain: domain}
+			bk = &bucket{s: s, id: maps.Clone(u.Bucket), key: key, claim: s.id + "/" + key, domain: domain}
 			s.buckets[key] = bk
 			a.resolve(bk, tree, now)
-			if bk.budget != nil && !slices.Contains(fresh, bk.budget) {
-				fresh = append(fresh, bk.budget)
+			if bk.budget != nil {
+				a.dirty[bk.budget] = struct{}{}
 			}
 		}
 		count := u.Allowed + u.Denied
@@ -305,10 +310,10 @@ func (s *Stream) Report(ctx context.Context, domain string, usages []Usage) erro
 		// Envoy's first report of a bucket has no elapsed time: its counts
 		// are no rate yet, and the bucket keeps an unknown demand.
 		if u.Elapsed > 0 {
-			if !bk.known && bk.budget != nil && !slices.Contains(fresh, bk.budget) {
+			if !bk.known && bk.budget != nil {
 				// Its first rate: split the budget by it now rather than
 				// at the next tick.
-				fresh = append(fresh, bk.budget)
+				a.dirty[bk.budget] = struct{}{}
 			}
 			bk.rate = fairshare.Smooth(bk.rate, bk.known, count, u.Elapsed, a.o.Interval)
 			bk.known = true
@@ -322,11 +327,27 @@ func (s *Stream) Report(ctx context.Context, domain string, usages []Usage) erro
 		}
 		a.reports[rule]++
 	}
-	a.mu.Unlock()
-	for _, b := range fresh {
-		a.allocate(ctx, b, now)
+	if len(a.dirty) > 0 {
+		select {
+		case a.kick <- struct{}{}:
+		default:
+		}
 	}
 	return nil
+}
+
+// Flush allocates the budgets that reports marked since the last tick (new
+// buckets, first rates). Run calls it shortly after such a report, so that
+// many new streams at once cost one allocation per budget.
+func (a *Allocator) Flush(ctx context.Context) {
+	now := a.o.Now()
+	a.mu.Lock()
+	dirty := slices.Collect(maps.Keys(a.dirty))
+	clear(a.dirty)
+	a.mu.Unlock()
+	for _, b := range dirty {
+		a.allocate(ctx, b, now)
+	}
 }
 
 // resolve matches bk against tree and joins its budget, or queues the
@@ -443,6 +464,7 @@ func (a *Allocator) Tick(ctx context.Context) {
 		}
 	}
 	budgets := slices.Collect(maps.Values(a.budgets))
+	clear(a.dirty)
 	a.mu.Unlock()
 	for _, b := range budgets {
 		a.allocate(ctx, b, now)
@@ -463,7 +485,7 @@ func (a *Allocator) allocate(ctx context.Context, b *budget, now time.Time) {
 		if bk.known {
 			d = fairshare.Demand(bk.rate, b.fill)
 		}
-		mine[i] = sharestore.Demand{ID: bk.s.id + "/" + bk.key, Demand: d}
+		mine[i] = sharestore.Demand{ID: bk.claim, Demand: d}
 	}
 	a.mu.Unlock()
 	if len(members) == 0 {
@@ -505,16 +527,25 @@ const BurstFraction = 4
 
 func burst(tokens int64) int64 { return max(1, (tokens+BurstFraction-1)/BurstFraction) }
 
-// Run ticks every Interval until ctx ends.
+// Run ticks every Interval until ctx ends, and flushes a twentieth of an
+// interval after a report marks a budget.
 func (a *Allocator) Run(ctx context.Context) {
 	t := time.NewTicker(a.o.Interval)
 	defer t.Stop()
+	var flush <-chan time.Time
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 			a.Tick(ctx)
+		case <-a.kick:
+			if flush == nil {
+				flush = time.After(a.o.Interval / 20)
+			}
+		case <-flush:
+			flush = nil
+			a.Flush(ctx)
 		}
 	}
 }

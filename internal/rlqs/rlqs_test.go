@@ -79,6 +79,7 @@ func report(t *testing.T, s *Stream, perSecond uint64, elapsed time.Duration, bu
 	if err := s.Report(context.Background(), "web", []Usage{{Bucket: bucket, Elapsed: elapsed, Allowed: n}}); err != nil {
 		t.Fatal(err)
 	}
+	s.a.Flush(context.Background())
 }
 
 func assign(tokens int64, fill time.Duration) Action {
