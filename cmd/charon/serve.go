@@ -379,7 +379,13 @@ func serve(c serveConfig, args []string, log *slog.Logger) error {
 		if backend != nil {
 			shares = backend.Shares()
 		}
-		if opts.RLQS, err = rlqs.New(c.RLQS.Options(shares, eng.Tree, log)); err != nil {
+		ro := c.RLQS.Options(shares, eng.Tree, log)
+		if backend == nil {
+			// The memory store starts empty: let the assignments of a
+			// previous process run out first.
+			ro.Hold = c.RLQS.TTL
+		}
+		if opts.RLQS, err = rlqs.New(ro); err != nil {
 			return err
 		}
 	}

@@ -65,7 +65,14 @@ type Options struct {
 	// IdleAfter is how long a bucket may report no requests before it is
 	// abandoned (abandon_action), its share reclaimed.
 	IdleAfter time.Duration
-	Logger    *slog.Logger
+	// Hold, when positive, is how long after New no share is assigned: a
+	// store that does not outlive the process (Memory) does not know the
+	// assignments a previous process made, which Envoys keep until their
+	// TTL. Holding for a TTL, Envoys run their last assignments out (then
+	// their expired_assignment_behavior until the next tick) and the
+	// shares never sum above the limit across a restart.
+	Hold   time.Duration
+	Logger *slog.Logger
 }
 
 // Kind is the kind of an Action.
@@ -113,6 +120,8 @@ type Allocator struct {
 	// bucket, a first rate); kick tells Run.
 	dirty map[*budget]struct{}
 	kick  chan struct{}
+	// holdUntil is the end of Options.Hold.
+	holdUntil time.Time
 }
 
 // budget is a budget's local instances.
@@ -189,7 +198,7 @@ func New(o Options) (*Allocator, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	return &Allocator{o: o, log: log, streams: map[*Stream]struct{}{}, budgets: map[string]*budget{}, reports: map[string]uint64{},
-		dirty: map[*budget]struct{}{}, kick: make(chan struct{}, 1)}, nil
+		dirty: map[*budget]struct{}{}, kick: make(chan struct{}, 1), holdUntil: o.Now().Add(o.Hold)}, nil
 }
 
 // Open starts a stream.
@@ -477,6 +486,9 @@ func (a *Allocator) renewMargin() time.Duration { return a.o.Interval + a.o.Inte
 
 // allocate splits budget b among its members and queues what changed.
 func (a *Allocator) allocate(ctx context.Context, b *budget, now time.Time) {
+	if now.Before(a.holdUntil) {
+		return
+	}
 	a.mu.Lock()
 	members := slices.Collect(maps.Keys(b.members))
 	mine := make([]sharestore.Demand, len(members))

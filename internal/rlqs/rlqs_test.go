@@ -272,3 +272,23 @@ func TestRate(t *testing.T) {
 		}
 	}
 }
+
+// TestHoldAfterStart: with a Hold, nothing is assigned until it is over,
+// then the next tick assigns.
+func TestHoldAfterStart(t *testing.T) {
+	f := newFixture(t, Options{Hold: DefaultTTL})
+	s := f.a.Open()
+	report(t, s, 0, 0, search)
+	for i := 1; i <= 3; i++ {
+		f.clk.Advance(time.Second)
+		report(t, s, 50, time.Second, search)
+		f.a.Tick(context.Background())
+		got := s.Pending()
+		if i < 3 && len(got) != 0 {
+			t.Fatalf("%d s after the start, within the hold: sent %+v", i, got)
+		}
+		if i == 3 && (len(got) != 1 || got[0].Kind != Assign) {
+			t.Fatalf("after the hold: sent %+v, want an assignment", got)
+		}
+	}
+}
