@@ -6,6 +6,8 @@ import (
 	"io"
 	"time"
 
+	"google.golang.org/grpc"
+
 	"github.com/charonlimit/charon/internal/rlqssim"
 	"github.com/charonlimit/charon/server"
 )
@@ -57,7 +59,7 @@ func RLQSSim(args []string, stdout, stderr io.Writer) error {
 	}
 	defer cc.Close()
 	fmt.Fprintln(stdout, "# second, allowed in total | per Envoy: allowed/arrived@share (tokens per second; -1: no assignment)")
-	res, err := rlqssim.Run(context.Background(), rlqssim.Options{Conn: cc, Domain: *domain, Bucket: id, Demands: demands,
+	res, err := rlqssim.Run(context.Background(), rlqssim.Options{Conns: []grpc.ClientConnInterface{cc}, Domain: *domain, Bucket: id, Demands: demands,
 		Interval: *interval, Duration: *duration}, stdout)
 	if err != nil {
 		return err

@@ -30,7 +30,8 @@ import (
 
 // Options configure a run.
 type Options struct {
-	Conn   grpc.ClientConnInterface
+	// Conns are the servers: Envoy i streams to Conns[i%len(Conns)].
+	Conns  []grpc.ClientConnInterface
 	Domain string
 	Bucket map[string]string
 	// Demands are the Envoys: each's request rate (per second) at an offset
@@ -133,6 +134,9 @@ func (e *envoy) share(now time.Time) float64 {
 // Run runs the simulation until Duration, writing a line per second to w
 // (nil: none).
 func Run(ctx context.Context, o Options, w io.Writer) (Result, error) {
+	if len(o.Conns) == 0 {
+		return Result{}, fmt.Errorf("rlqssim: no server")
+	}
 	o.Interval = max(o.Interval, time.Second)
 	o.Step = cmpOr(o.Step, 5*time.Millisecond)
 	ctx, cancel := context.WithCancel(ctx)
@@ -145,7 +149,7 @@ func Run(ctx context.Context, o Options, w io.Writer) (Result, error) {
 	for i, d := range o.Demands {
 		e := &envoy{demand: d, started: start, lastReport: start}
 		envoys[i] = e
-		st, err := rlqsv3.NewRateLimitQuotaServiceClient(o.Conn).StreamRateLimitQuotas(ctx)
+		st, err := rlqsv3.NewRateLimitQuotaServiceClient(o.Conns[i%len(o.Conns)]).StreamRateLimitQuotas(ctx)
 		if err != nil {
 			return Result{}, err
 		}

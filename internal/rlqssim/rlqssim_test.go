@@ -13,14 +13,16 @@ import (
 
 	"github.com/charonlimit/charon/config"
 	"github.com/charonlimit/charon/internal/engine"
+	"github.com/charonlimit/charon/internal/redistest"
 	"github.com/charonlimit/charon/internal/rlqs"
 	"github.com/charonlimit/charon/internal/sharestore"
+	"github.com/charonlimit/charon/internal/sharestore/redisshare"
 	"github.com/charonlimit/charon/server"
 )
 
-// startServer serves RLQS for a rule of limit per second, on the memory
-// store, and returns a connection to it.
-func startServer(t *testing.T, limit string) *grpc.ClientConn {
+// startServer serves RLQS for a rule of limit per second, on store (nil:
+// the memory store), and returns a connection to it.
+func startServer(t *testing.T, limit string, store sharestore.Store) grpc.ClientConnInterface {
 	t.Helper()
 	cfg, _, err := config.Load(fstest.MapFS{"web.yaml": {Data: []byte(`
 domain: web
@@ -34,7 +36,10 @@ descriptors:
 	}
 	eng := engine.New(engine.Options{})
 	eng.SetTree(cfg.Tree)
-	a, err := rlqs.New(rlqs.Options{Store: &sharestore.Memory{}, Tree: eng.Tree})
+	if store == nil {
+		store = &sharestore.Memory{}
+	}
+	a, err := rlqs.New(rlqs.Options{Store: store, Tree: eng.Tree})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -66,7 +71,7 @@ func TestSkewedDemand(t *testing.T) {
 		t.Skip("runs for 20 s")
 	}
 	const limit, n = 1000.0, 20
-	cc := startServer(t, "1000")
+	cc := startServer(t, "1000", nil)
 	dur := 20 * time.Second
 	demands := make([]func(time.Duration) float64, n)
 	for i := range demands {
@@ -85,7 +90,7 @@ func TestSkewedDemand(t *testing.T) {
 	if testing.Verbose() {
 		w = os.Stdout
 	}
-	res, err := Run(context.Background(), Options{Conn: cc, Domain: "web", Bucket: map[string]string{"api": "search"},
+	res, err := Run(context.Background(), Options{Conns: []grpc.ClientConnInterface{cc}, Domain: "web", Bucket: map[string]string{"api": "search"},
 		Demands: demands, Duration: dur}, w)
 	if err != nil {
 		t.Fatal(err)
@@ -119,4 +124,64 @@ func TestSkewedDemand(t *testing.T) {
 	if worstShare > 0.10 {
 		t.Errorf("an Envoy with unmet demand got %.1f%% less than its fair share, want at most 10%%", 100*worstShare)
 	}
+}
+
+// skewed is the demand of Envoy i of n: one at 10x the others.
+func skewed(i int) func(time.Duration) float64 {
+	return func(time.Duration) float64 {
+		if i == 0 {
+			return 400
+		}
+		return 40
+	}
+}
+
+// runReplicas runs 20 skewed Envoys split over two servers on one store
+// family (Redis), for 12 s, and checks the allowed total stays within 5% of
+// the limit over every 10 s window after the first second.
+func runReplicas(t *testing.T, a, b sharestore.Store) {
+	const limit = 1000.0
+	conns := []grpc.ClientConnInterface{startServer(t, "1000", a), startServer(t, "1000", b)}
+	demands := make([]func(time.Duration) float64, 20)
+	for i := range demands {
+		demands[i] = skewed(i)
+	}
+	var w *os.File
+	if testing.Verbose() {
+		w = os.Stdout
+	}
+	res, err := Run(context.Background(), Options{Conns: conns, Domain: "web", Bucket: map[string]string{"api": "search"},
+		Demands: demands, Duration: 12 * time.Second}, w)
+	if err != nil {
+		t.Fatal(err)
+	}
+	worst := res.WorstWindow(limit, 1, 10)
+	t.Logf("two replicas: worst 10 s window %.1f%% off the limit", 100*worst)
+	if worst > 0.05 {
+		t.Errorf("two replicas: worst 10 s window %.1f%% off the limit, want within 5%%", 100*worst)
+	}
+	last := res.Seconds[len(res.Seconds)-1]
+	var sum float64
+	for _, s := range last.Share {
+		sum += max(s, 0)
+	}
+	if sum > limit {
+		t.Errorf("shares sum to %v > %v", sum, limit)
+	}
+}
+
+func TestReplicasRedis(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs for 12 s")
+	}
+	n := redistest.Single(t)
+	runReplicas(t, redisshare.New(redistest.Client(t, n)), redisshare.New(redistest.Client(t, n)))
+}
+
+func TestReplicasRedisCluster(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs for 12 s")
+	}
+	nodes := redistest.Cluster(t, 3)
+	runReplicas(t, redisshare.New(redistest.ClusterClient(t, nodes)), redisshare.New(redistest.ClusterClient(t, nodes)))
 }
