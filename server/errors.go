@@ -31,6 +31,10 @@ func grpcError(err error) error {
 		return status.Error(codes.InvalidArgument, in.Error())
 	case errors.Is(err, rlqs.ErrInput):
 		return status.Error(codes.InvalidArgument, err.Error())
+	case errors.Is(err, rlqs.ErrTooManyBuckets):
+		// A filter's bucket matchers that make a bucket per request value
+		// without bound; the stream ends rather than the server's memory.
+		return status.Error(codes.ResourceExhausted, err.Error())
 	case errors.Is(err, engine.ErrStore), errors.Is(err, copystore.ErrUnavailable), errors.Is(err, engine.ErrNoCopyStore),
 		errors.Is(err, errNoConfig):
 		// UNAVAILABLE lets Envoy's failure_mode_deny, or a client's degraded

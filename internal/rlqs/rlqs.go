@@ -40,8 +40,21 @@ const (
 )
 
 // ErrInput is wrapped by the error of a report that cannot be used (an
-// empty domain, an empty bucket id): the stream ends with it.
+// empty domain, an empty bucket id, one over the bounds below): the stream
+// ends with it.
 var ErrInput = errors.New("rlqs: bad report")
+
+// ErrTooManyBuckets ends a stream that reports more than MaxBuckets
+// buckets.
+var ErrTooManyBuckets = errors.New("rlqs: too many buckets on one stream")
+
+// Bounds of a report, as RLS bounds a request (engine.MaxEntries,
+// engine.MaxLen), and of a stream.
+const (
+	MaxEntries = 16
+	MaxLen     = 1024
+	MaxBuckets = 10000
+)
 
 // Options configure an Allocator.
 type Options struct {
@@ -269,6 +282,22 @@ func (a *Allocator) leave(bk *bucket) {
 	bk.budget = nil
 }
 
+// checkBucket refuses an empty bucket id, or one over the bounds.
+func checkBucket(id map[string]string) error {
+	if len(id) == 0 {
+		return errors.New("is empty")
+	}
+	if len(id) > MaxEntries {
+		return fmt.Errorf("has %d entries, at most %d", len(id), MaxEntries)
+	}
+	for k, v := range id {
+		if k == "" || len(k) > MaxLen || len(v) > MaxLen {
+			return fmt.Errorf("has an empty key, or a key or value longer than %d bytes", MaxLen)
+		}
+	}
+	return nil
+}
+
 // Canonical is a bucket id's identity: its entries sorted by key, the order
 // in which they are matched against the descriptor tree.
 func Canonical(id map[string]string) string {
@@ -287,8 +316,8 @@ func Canonical(id map[string]string) string {
 // bucket reports its first rate, is allocated by the next Flush (Run's,
 // within a twentieth of an interval) rather than the next tick.
 func (s *Stream) Report(ctx context.Context, domain string, usages []Usage) error {
-	if domain == "" {
-		return fmt.Errorf("%w: domain is empty", ErrInput)
+	if domain == "" || len(domain) > MaxLen {
+		return fmt.Errorf("%w: domain is empty or longer than %d bytes", ErrInput, MaxLen)
 	}
 	a := s.a
 	now := a.o.Now()
@@ -299,12 +328,15 @@ func (s *Stream) Report(ctx context.Context, domain string, usages []Usage) erro
 	}
 	tree := a.o.Tree()
 	for i, u := range usages {
-		if len(u.Bucket) == 0 {
-			return fmt.Errorf("%w: bucket_quota_usages[%d].bucket_id is empty", ErrInput, i)
+		if err := checkBucket(u.Bucket); err != nil {
+			return fmt.Errorf("%w: bucket_quota_usages[%d].bucket_id %v", ErrInput, i, err)
 		}
 		key := Canonical(u.Bucket)
 		bk := s.buckets[key]
 		if bk == nil {
+			if len(s.buckets) >= MaxBuckets {
+				return fmt.Errorf("%w (%d)", ErrTooManyBuckets, MaxBuckets)
+			}
 			bk = &bucket{s: s, id: maps.Clone(u.Bucket), key: key, claim: s.id + "/" + key, domain: domain}
 			s.buckets[key] = bk
 			a.resolve(bk, tree, now)

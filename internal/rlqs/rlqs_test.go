@@ -3,6 +3,8 @@ package rlqs
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"testing/fstest"
@@ -203,7 +205,8 @@ func TestFallbacksAndAbandon(t *testing.T) {
 	for _, tc := range []struct {
 		domain string
 		usages []Usage
-	}{{"", []Usage{{Bucket: search}}}, {"web", []Usage{{}}}} {
+	}{{"", []Usage{{Bucket: search}}}, {"web", []Usage{{}}}, {"web", []Usage{{Bucket: map[string]string{"": "x"}}}},
+		{"web", []Usage{{Bucket: map[string]string{"k": strings.Repeat("v", MaxLen+1)}}}}} {
 		if err := s.Report(ctx, tc.domain, tc.usages); !errors.Is(err, ErrInput) {
 			t.Errorf("Report(%q, %v) = %v, want ErrInput", tc.domain, tc.usages, err)
 		}
@@ -290,5 +293,17 @@ func TestHoldAfterStart(t *testing.T) {
 		if i == 3 && (len(got) != 1 || got[0].Kind != Assign) {
 			t.Fatalf("after the hold: sent %+v, want an assignment", got)
 		}
+	}
+}
+
+func TestTooManyBuckets(t *testing.T) {
+	f := newFixture(t, Options{})
+	s := f.a.Open()
+	us := make([]Usage, MaxBuckets+1)
+	for i := range us {
+		us[i] = Usage{Bucket: map[string]string{"user": fmt.Sprint(i)}}
+	}
+	if err := s.Report(context.Background(), "web", us); !errors.Is(err, ErrTooManyBuckets) {
+		t.Fatalf("got %v, want ErrTooManyBuckets", err)
 	}
 }
