@@ -380,7 +380,7 @@ func serve(c serveConfig, args []string, log *slog.Logger) error {
 			shares = backend.Shares()
 		}
 		ro := c.RLQS.Options(shares, eng.Tree, log)
-		if backend == nil {
+		if backend == nil && c.RLQS.RestartHold {
 			// The memory store starts empty: let the assignments of a
 			// previous process run out first.
 			ro.Hold = c.RLQS.TTL

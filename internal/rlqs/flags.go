@@ -19,12 +19,15 @@ type Flags struct {
 	Unmatched    string
 	UnmatchedTTL time.Duration
 	IdleAfter    time.Duration
+	// RestartHold assigns nothing for a TTL after start when the store
+	// does not outlive the process (Options.Hold).
+	RestartHold bool
 }
 
 // DefaultFlags are the defaults: served, a 1 s interval, 3 s TTLs.
 func DefaultFlags() Flags {
 	return Flags{On: true, Interval: DefaultInterval, TTL: DefaultTTL, Tolerance: DefaultTolerance, Unmatched: "allow",
-		UnmatchedTTL: DefaultUnmatchedTTL, IdleAfter: DefaultIdleAfter}
+		UnmatchedTTL: DefaultUnmatchedTTL, IdleAfter: DefaultIdleAfter, RestartHold: true}
 }
 
 // Bind declares the flags on fs.
@@ -35,6 +38,7 @@ func (f *Flags) Bind(fs *flag.FlagSet) {
 	fs.Float64Var(&f.Tolerance, "rlqs-tolerance", f.Tolerance, "relative change of a share worth a new assignment (each starts a full token bucket in Envoy)")
 	fs.StringVar(&f.Unmatched, "rlqs-unmatched", f.Unmatched, "answer to a bucket no rule limits: allow or deny (a blanket rule)")
 	fs.DurationVar(&f.UnmatchedTTL, "rlqs-unmatched-ttl", f.UnmatchedTTL, "time to live of the --rlqs-unmatched answer")
+	fs.BoolVar(&f.RestartHold, "rlqs-restart-hold", f.RestartHold, "with --store memory, assign nothing for --rlqs-ttl after start, while Envoys run out the assignments of a previous process")
 	fs.DurationVar(&f.IdleAfter, "rlqs-idle", f.IdleAfter, "abandon a bucket that reports no requests for this long (abandon_action), reclaiming its share")
 }
 
