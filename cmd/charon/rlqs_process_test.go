@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -212,4 +213,55 @@ func atoi(t *testing.T, s string) int64 {
 		t.Fatal(err)
 	}
 	return n
+}
+
+// TestRLQSProcess runs the binary on the memory store: an unknown domain
+// gets the fallback at once, a limited bucket its share once the restart
+// hold (a TTL) is over; with --rlqs-restart-hold=false at once.
+func TestRLQSProcess(t *testing.T) {
+	bin := buildCharon(t)
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "web.yaml"), []byte("domain: web\ndescriptors:\n  - key: api\n    value: search\n    rate_limit: {unit: second, requests_per_unit: 100}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, hold := range []bool{true, false} {
+		p := startServe(t, bin, "--config", dir, fmt.Sprintf("--rlqs-restart-hold=%v", hold))
+		started := time.Now()
+		cc, err := grpc.NewClient(p.grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		st, err := rlqsv3.NewRateLimitQuotaServiceClient(cc).StreamRateLimitQuotas(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		send := func(domain string, bucket map[string]string) {
+			t.Helper()
+			if err := st.Send(&rlqsv3.RateLimitQuotaUsageReports{Domain: domain, BucketQuotaUsages: []*rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage{{
+				BucketId: &rlqsv3.BucketId{Bucket: bucket}, TimeElapsed: durationpb.New(0), NumRequestsAllowed: 1}}}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		send("nope", map[string]string{"api": "search"})
+		r, err := st.Recv()
+		if err != nil || r.GetBucketAction()[0].GetQuotaAssignmentAction().GetRateLimitStrategy().GetBlanketRule().String() != "ALLOW_ALL" {
+			t.Fatalf("hold %v: unknown domain: %v, %v; want ALLOW_ALL", hold, r, err)
+		}
+		send("web", map[string]string{"api": "search"})
+		r, err = st.Recv()
+		if err != nil {
+			t.Fatalf("hold %v: %v\n%s", hold, err, p.stderr.String())
+		}
+		tb := r.GetBucketAction()[0].GetQuotaAssignmentAction().GetRateLimitStrategy().GetTokenBucket()
+		if tb.GetTokensPerFill().GetValue() != 100 {
+			t.Errorf("hold %v: got %v, want 100 tokens per fill", hold, r)
+		}
+		if waited := time.Since(started); hold && waited < 2*time.Second {
+			t.Errorf("assigned %v after the start, within the restart hold", waited)
+		}
+		cancel()
+		cc.Close()
+		p.stop(t)
+	}
 }

@@ -331,7 +331,7 @@ func (s *Stream) Report(ctx context.Context, domain string, usages []Usage) erro
 		if err := checkBucket(u.Bucket); err != nil {
 			return fmt.Errorf("%w: bucket_quota_usages[%d].bucket_id %v", ErrInput, i, err)
 		}
-		key := Canonical(u.Bucket)
+		key := strconv.Quote(domain) + ":" + Canonical(u.Bucket) // one stream may report several domains
 		bk := s.buckets[key]
 		if bk == nil {
 			if len(s.buckets) >= MaxBuckets {

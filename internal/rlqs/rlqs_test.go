@@ -202,6 +202,11 @@ func TestFallbacksAndAbandon(t *testing.T) {
 	if diff := cmp.Diff(want, s.Pending()); diff != "" {
 		t.Errorf("fallbacks (-want +got):\n%s", diff)
 	}
+	// The same bucket id in another domain is another bucket.
+	report(t, s, 0, 0, search)
+	if p := s.Pending(); len(p) != 1 || p[0].Kind != Assign {
+		t.Errorf("search in web after search in elsewhere: %+v, want an assignment", p)
+	}
 	for _, tc := range []struct {
 		domain string
 		usages []Usage
