@@ -507,6 +507,9 @@ func (a *Allocator) Tick(ctx context.Context) {
 	budgets := slices.Collect(maps.Values(a.budgets))
 	clear(a.dirty)
 	a.mu.Unlock()
+	if sw, ok := a.o.Store.(interface{ Sweep(time.Time) }); ok {
+		sw.Sweep(now) // a store in memory forgets the budgets nobody reports
+	}
 	for _, b := range budgets {
 		a.allocate(ctx, b, now)
 	}

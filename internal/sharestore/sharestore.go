@@ -87,6 +87,24 @@ func (m *Memory) Allocate(_ context.Context, now time.Time, b Budget, mine []Dem
 	return shares, nil
 }
 
+// Sweep forgets the expired leases of every budget, and the budgets left
+// with none: those no caller allocates any more (a Charon domain whose
+// Envoys went away) would otherwise stay. The allocator calls it every tick.
+func (m *Memory) Sweep(now time.Time) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for key, recs := range m.budgets {
+		for id, r := range recs {
+			if !now.Before(r.expires) {
+				delete(recs, id)
+			}
+		}
+		if len(recs) == 0 {
+			delete(m.budgets, key)
+		}
+	}
+}
+
 // Len returns the number of budgets with records (for tests and metrics).
 func (m *Memory) Len() int {
 	m.mu.Lock()
