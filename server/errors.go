@@ -7,6 +7,7 @@ import (
 	"github.com/charonlimit/charon/copylog"
 	"github.com/charonlimit/charon/internal/copystore"
 	"github.com/charonlimit/charon/internal/engine"
+	"github.com/charonlimit/charon/internal/rlqs"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -28,6 +29,12 @@ func grpcError(err error) error {
 	switch {
 	case errors.As(err, &in):
 		return status.Error(codes.InvalidArgument, in.Error())
+	case errors.Is(err, rlqs.ErrInput):
+		return status.Error(codes.InvalidArgument, err.Error())
+	case errors.Is(err, rlqs.ErrTooManyBuckets):
+		// A filter's bucket matchers that make a bucket per request value
+		// without bound; the stream ends rather than the server's memory.
+		return status.Error(codes.ResourceExhausted, err.Error())
 	case errors.Is(err, engine.ErrStore), errors.Is(err, copystore.ErrUnavailable), errors.Is(err, engine.ErrNoCopyStore),
 		errors.Is(err, errNoConfig):
 		// UNAVAILABLE lets Envoy's failure_mode_deny, or a client's degraded

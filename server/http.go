@@ -181,6 +181,9 @@ func (s *Server) debugHandler() http.Handler {
 	if s.opts.Candidate != nil {
 		mux.Handle("GET /candidate", guard(authz.DebugExplain, s.opts.Candidate))
 	}
+	if s.opts.RLQS != nil {
+		mux.Handle("GET /rlqs", guard(authz.DebugRLQS, http.HandlerFunc(s.serveRLQS)))
+	}
 	index := "/metrics: Prometheus metrics\n/rlconfig: the configuration in force\n" +
 		"/explain?domain=D&descriptor=k=v,k2=v2: how a request resolves and its pairs' state (JSON)\n"
 	if s.opts.Top != nil {

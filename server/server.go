@@ -15,6 +15,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
@@ -30,6 +31,7 @@ import (
 	"github.com/charonlimit/charon/internal/authz"
 	"github.com/charonlimit/charon/internal/decisionlog"
 	"github.com/charonlimit/charon/internal/offenders"
+	"github.com/charonlimit/charon/internal/rlqs"
 )
 
 // RLSServiceName is the gRPC service name that health checks may ask about.
@@ -171,6 +173,11 @@ type Options struct {
 	Logger  *slog.Logger // nil: discard
 	Metrics *Metrics     // nil: NewMetrics(nil)
 
+	// RLQS, when set, serves envoy.service.rate_limit_quota.v3 with this
+	// pipeline (Serve runs its ticks), its metrics and the debug port's
+	// GET /rlqs.
+	RLQS *rlqs.Allocator
+
 	// Charon configures the charon.v1 service, registered when its Engine
 	// (or Options.Engine) implements CharonEngine.
 	Charon CharonOptions
@@ -184,6 +191,7 @@ type Server struct {
 	metrics  *Metrics
 	rls      *rls
 	charon   *charon // nil: charon.v1 not served
+	rlqs     *rlqsService
 	reloader *Reloader
 	health   *health.Server
 	// applied is the configuration in force (nil before the first);
@@ -317,6 +325,11 @@ func New(opts Options) (*Server, error) {
 	if s.charon != nil {
 		s.charon.candidate = opts.Candidate
 		charonv1.RegisterCharonServer(s.grpc, s.charon)
+	}
+	if opts.RLQS != nil {
+		s.rlqs = &rlqsService{a: opts.RLQS, closing: make(chan struct{})}
+		rlqsv3.RegisterRateLimitQuotaServiceServer(s.grpc, s.rlqs)
+		s.metrics.Registry.Register(rlqsCollector{opts.RLQS})
 	}
 	healthpb.RegisterHealthServer(s.grpc, s.health)
 	reflection.Register(s.grpc)
@@ -467,6 +480,13 @@ func (s *Server) Serve(ctx context.Context) error {
 			s.reloader.Run(watchCtx, s.opts.PollInterval)
 		}()
 	}
+	if s.rlqs != nil {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s.opts.RLQS.Run(watchCtx)
+		}()
+	}
 	s.log.Info("serving", "grpc", s.GRPCAddr(), "http", s.HTTPAddr(), "debug", s.DebugAddr(), "config", s.opts.ConfigDir)
 
 	var err error
@@ -513,6 +533,9 @@ func (s *Server) shutdown() {
 	if s.charon != nil {
 		// Session streams would hold up a graceful stop: end them now.
 		close(s.charon.closing)
+	}
+	if s.rlqs != nil {
+		close(s.rlqs.closing) // Envoys reconnect elsewhere
 	}
 	deadline, cancel := context.WithTimeout(context.Background(), s.opts.ShutdownTimeout)
 	defer cancel()

@@ -26,6 +26,8 @@ import (
 	"github.com/charonlimit/charon/internal/gctune"
 	"github.com/charonlimit/charon/internal/lyftenv"
 	"github.com/charonlimit/charon/internal/redisbackend"
+	"github.com/charonlimit/charon/internal/rlqs"
+	"github.com/charonlimit/charon/internal/sharestore"
 	"github.com/charonlimit/charon/internal/statsd"
 	"github.com/charonlimit/charon/internal/statsmap"
 	"github.com/charonlimit/charon/internal/store/memstore"
@@ -55,6 +57,7 @@ type serveConfig struct {
 	Redis     redisbackend.Flags
 	Tracing   tracing.Flags
 	Decisions decisionlog.Flags
+	RLQS      rlqs.Flags
 	// LyftMetrics adds envoyproxy/ratelimit's metric names, unless
 	// MetricsMapping names a statsd_exporter mapping file to make them
 	// from its statsd stats; StatsdAddr,
@@ -93,6 +96,7 @@ func defaultServeConfig() serveConfig {
 		Redis:          redisbackend.Flags{Options: redisbackend.Options{Timeout: resilient.DefaultTimeout}},
 		Tracing:        tracing.DefaultFlags(),
 		Decisions:      decisionlog.DefaultFlags(),
+		RLQS:           rlqs.DefaultFlags(),
 		LyftMetrics:    true,
 		StatsdFlush:    time.Second,
 		MaxDescriptors: 64,
@@ -114,6 +118,7 @@ func serveFlags(fs *flag.FlagSet, c *serveConfig) {
 	c.Redis.Bind(fs)
 	c.Tracing.Bind(fs)
 	c.Decisions.Bind(fs)
+	c.RLQS.Bind(fs)
 	fs.BoolVar(&c.LyftMetrics, "lyft-metrics", c.LyftMetrics, "also count under envoyproxy/ratelimit's Prometheus names (ratelimit_service_*)")
 	fs.StringVar(&c.MetricsMapping, "metrics-mapping", c.MetricsMapping, "make Prometheus series of envoyproxy/ratelimit's statsd stats with this statsd_exporter mapping `file`, as its PROMETHEUS_MAPPER_YAML does, in place of --lyft-metrics' built-in names")
 	fs.StringVar(&c.StatsdAddr, "statsd-addr", c.StatsdAddr, "send envoyproxy/ratelimit's statsd stats (its names) to this `host:port`")
@@ -235,7 +240,7 @@ func (c *serveConfig) check() error {
 	default:
 		return fmt.Errorf("--store %q: want memory or redis", c.Store)
 	}
-	for _, check := range []func() error{c.Server.Check, c.Tracing.Check, c.Decisions.Check, c.XDS.Check} {
+	for _, check := range []func() error{c.Server.Check, c.Tracing.Check, c.Decisions.Check, c.XDS.Check, c.RLQS.Check} {
 		if err := check(); err != nil {
 			return err
 		}
@@ -383,6 +388,21 @@ func serve(c serveConfig, args []string, log *slog.Logger) error {
 			return fmt.Errorf("--candidate-config %s: %v", c.CandidateConfig, err)
 		}
 		opts.Candidate = cand
+	}
+	if c.RLQS.On {
+		var shares sharestore.Store = &sharestore.Memory{}
+		if backend != nil {
+			shares = backend.Shares()
+		}
+		ro := c.RLQS.Options(shares, eng.Tree, log)
+		if backend == nil && c.RLQS.RestartHold {
+			// The memory store starts empty: let the assignments of a
+			// previous process run out first.
+			ro.Hold = c.RLQS.TTL
+		}
+		if opts.RLQS, err = rlqs.New(ro); err != nil {
+			return err
+		}
 	}
 	if c.ConfigDir == "" && !c.XDS.On() {
 		log.Warn("no --config directory: serving with no configuration, every request is OK")

@@ -188,6 +188,10 @@ func TestParseServeErrors(t *testing.T) {
 		{"xDS backoff factor 0", nil, map[string]string{"CONFIG_TYPE": "GRPC_XDS_SOTW", "XDS_CLIENT_BACKOFF_RANDOM_FACTOR": "0"}},
 		{"xDS TLS CA missing", []string{"--config-xds", "cp:1", "--config-xds-tls-ca", "/nonexistent/ca.pem"}, nil},
 		{"xDS delta", nil, map[string]string{"CONFIG_TYPE": "GRPC_XDS_DELTA"}},
+		{"RLQS TTL not whole seconds", []string{"--rlqs-ttl", "2500ms"}, nil},
+		{"RLQS TTL not above the interval", []string{"--rlqs-ttl", "1s"}, nil},
+		{"RLQS unmatched", nil, map[string]string{"CHARON_RLQS_UNMATCHED": "maybe"}},
+		{"RLQS tolerance", []string{"--rlqs-tolerance", "1.5"}, nil},
 	}
 	for _, tc := range tests {
 		if _, err := parseServe(tc.args, envOf(tc.env), io.Discard); err == nil {

@@ -39,6 +39,8 @@ const (
 	// DebugTop is the debug port's GET /top and the page at /ui/: who is
 	// being limited, by which rule.
 	DebugTop = "/charon.debug/Top"
+	// DebugRLQS is the debug port's GET /rlqs: the quota shares.
+	DebugRLQS = "/charon.debug/RLQS"
 	// DebugPprof is the debug port's /debug/pprof/ profiles.
 	DebugPprof = "/charon.debug/Pprof"
 	// DebugReset is the debug port's POST /reset: it forgets pairs' state.
@@ -53,7 +55,9 @@ var groups = map[string][]string{
 	// read: what changes nothing (server reflection, Explain, the
 	// simulator, the debug port's endpoints but /reset).
 	"read": {"/grpc.reflection.v1.ServerReflection/ServerReflectionInfo", "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo",
-		"/charon.v1.Charon/Explain", Simulator, Usage, DebugIndex, DebugMetrics, DebugRLConfig, DebugExplain, DebugTop, DebugPprof},
+		"/charon.v1.Charon/Explain", Simulator, Usage, DebugIndex, DebugMetrics, DebugRLConfig, DebugExplain, DebugTop, DebugRLQS, DebugPprof},
+	// rlqs: Envoy's rate_limit_quota stream (usage in, quota out).
+	"rlqs": {"/envoy.service.rate_limit_quota.v3.RateLimitQuotaService/StreamRateLimitQuotas"},
 	// reserve: taking and giving back copies of one's own session.
 	"reserve": {"/charon.v1.Charon/Reserve", "/charon.v1.Charon/Release", "/charon.v1.Charon/Transfer",
 		"/charon.v1.Charon/KeepAlive", "/charon.v1.Charon/Session"},
@@ -62,7 +66,7 @@ var groups = map[string][]string{
 }
 
 // Groups are the names a rule's allow list may use besides method names.
-var Groups = []string{"rls", "read", "reserve", "admin", "all"}
+var Groups = []string{"rls", "read", "reserve", "admin", "rlqs", "all"}
 
 // alwaysAllowed methods need no rule: probes do not carry identities.
 var alwaysAllowed = []string{"/grpc.health.v1.Health/Check", "/grpc.health.v1.Health/Watch", "/grpc.health.v1.Health/List"}
@@ -73,7 +77,7 @@ func GroupOf(method string) string {
 	if slices.Contains(alwaysAllowed, method) {
 		return "health"
 	}
-	for _, g := range Groups[:4] {
+	for _, g := range Groups[:len(Groups)-1] {
 		if slices.Contains(groups[g], method) {
 			return g
 		}

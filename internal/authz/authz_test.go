@@ -121,7 +121,8 @@ clients:
 func TestGroupOf(t *testing.T) {
 	for m, want := range map[string]string{rlsM: "rls", reserveM: "reserve", seizeM: "admin", healthM: "health",
 		"/charon.v1.Charon/Request": "rls", "/x.Y/Z": "other",
-		DebugMetrics: "read", DebugPprof: "read", Simulator: "read", DebugReset: "admin"} {
+		DebugMetrics: "read", DebugPprof: "read", Simulator: "read", DebugReset: "admin", DebugRLQS: "read",
+		"/envoy.service.rate_limit_quota.v3.RateLimitQuotaService/StreamRateLimitQuotas": "rlqs"} {
 		if got := GroupOf(m); got != want {
 			t.Errorf("GroupOf(%s) = %s, want %s", m, got, want)
 		}
@@ -136,4 +137,16 @@ func FuzzParse(f *testing.F) {
 			tab.Allowed([]string{"a"}, rlsM)
 		}
 	})
+}
+
+// TestRLQSGroup: the rlqs group allows the RLQS stream and nothing else.
+func TestRLQSGroup(t *testing.T) {
+	tab, err := Parse([]byte("clients:\n  - identity: envoy\n    allow: [rlqs]\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const stream = "/envoy.service.rate_limit_quota.v3.RateLimitQuotaService/StreamRateLimitQuotas"
+	if !tab.Allowed([]string{"envoy"}, stream) || tab.Allowed([]string{"envoy"}, ShouldRateLimit) || tab.Allowed([]string{"other"}, stream) {
+		t.Error("rlqs allows the wrong methods or identities")
+	}
 }

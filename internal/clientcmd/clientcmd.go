@@ -32,6 +32,7 @@ var (
 var Verbs = map[string]func(args []string, stdout, stderr io.Writer) error{
 	"ask": Ask, "explain": Explain, "health": Health, "bench": Bench,
 	"reserve": Reserve, "release": Release, "transfer": Transfer, "seize": Seize, "top": Top,
+	"rlqs-sim": RLQSSim,
 }
 
 // ExitCode is a verb's exit status for err, which it prints to stderr

@@ -20,6 +20,7 @@ import (
 	"github.com/charonlimit/charon/internal/collect"
 	"github.com/charonlimit/charon/internal/copystore/rediscopy"
 	"github.com/charonlimit/charon/internal/periodic"
+	"github.com/charonlimit/charon/internal/sharestore/redisshare"
 	"github.com/charonlimit/charon/internal/store/memstore"
 	"github.com/charonlimit/charon/internal/store/redisstore"
 	"github.com/charonlimit/charon/internal/store/resilient"
@@ -172,6 +173,10 @@ func (b *Backend) Store() *resilient.Store { return b.store }
 // Copies is the copy store (never with a local fallback: a copy operation
 // Redis cannot answer fails UNAVAILABLE).
 func (b *Backend) Copies() *Copies { return b.copies }
+
+// Shares is the store of RLQS leases, on the same client: replicas on one
+// Redis share each rule's budget.
+func (b *Backend) Shares() *redisshare.Store { return redisshare.New(b.client) }
 
 // Register registers both stores' collectors: charon_store_*,
 // charon_redis_late_grants_total and charon_copystore_*.
