@@ -310,9 +310,9 @@ func (s *Store) Reset(_ context.Context, it *store.Item) error {
 }
 
 // Snapshot returns the compact form of every state (pair and global) whose
-// forgetting time is after now, for a state file. It locks one shard at a
-// time: a snapshot taken while decisions run holds each shard's states as
-// of its own instant.
+// forgetting time is after now, for a state file, each shard's from its most
+// recently used to its least. It locks one shard at a time: a snapshot taken
+// while decisions run holds each shard's states as of its own instant.
 func (s *Store) Snapshot(now time.Time) []statefile.Record {
 	var out []statefile.Record
 	t := now.UnixNano()
@@ -346,13 +346,15 @@ func (s *Store) Snapshot(now time.Time) []statefile.Record {
 
 // Restore adds the states of recs that are not to be forgotten by now, as
 // Snapshot returned them (a record's state replaces a state of the same key
-// the store holds), and returns how many it added. Eviction under MaxKeys
-// applies as for any new key. Records whose state tiers cannot read are
-// skipped (statefile.Decode refuses them before).
+// the store holds), and returns how many it added. It adds them from the
+// last to the first, so that the store's least recently used order is the
+// snapshot's; eviction under MaxKeys applies as for any new key. Records
+// whose state tiers cannot read are skipped (statefile.Decode refuses them
+// before).
 func (s *Store) Restore(now time.Time, recs []statefile.Record) int {
 	n := 0
 	t := now.UnixMicro()
-	for i := range recs {
+	for i := len(recs) - 1; i >= 0; i-- {
 		r := &recs[i]
 		if r.Forget <= t || len(r.State) == 0 {
 			continue

@@ -1,6 +1,7 @@
 package memstore_test
 
 import (
+	"context"
 	"math/rand/v2"
 	"path/filepath"
 	"strconv"
@@ -121,5 +122,24 @@ func TestRestoreDropsPassedWindows(t *testing.T) {
 	}
 	if d := storetest.Decide(t, r, later, store.Item{Key: store.Key{Resource: "m", Domain: "a", PolicyID: 1}, Policy: minute, Hits: 1, Min: 1}); !d[0].OK {
 		t.Errorf("the minute's window passed, yet: %+v", d[0])
+	}
+}
+
+// TestRestoreKeepsRecency: a restored store evicts in the order the
+// snapshotted one would have, least recently used first.
+func TestRestoreKeepsRecency(t *testing.T) {
+	s := memstore.New(memstore.Options{Shards: 1, MaxKeys: 3})
+	defer s.Close()
+	for _, d := range []string{"a", "b", "c", "a"} { // least recent: b
+		storetest.Decide(t, s, storetest.T0, item(d))
+	}
+	r := memstore.New(memstore.Options{Shards: 1, MaxKeys: 3})
+	defer r.Close()
+	r.Restore(storetest.T0, s.Snapshot(storetest.T0))
+	storetest.Decide(t, r, storetest.T0, item("d")) // evicts b
+	for _, d := range []string{"a", "c"} {
+		if v, _ := r.Inspect(context.Background(), storetest.T0, &store.Item{Key: item(d).Key, Policy: oneTier}); v.Remaining == oneTier.Tiers[0].Limit {
+			t.Errorf("%s was evicted, want b (the least recently used)", d)
+		}
 	}
 }
