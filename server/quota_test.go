@@ -15,6 +15,9 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/google/go-cmp/cmp"
 	"google.golang.org/protobuf/testing/protocmp"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	charonv1 "github.com/charonlimit/charon/api/charon/v1"
 
 	"github.com/charonlimit/charon/config"
 	"github.com/charonlimit/charon/internal/engine"
@@ -71,7 +74,8 @@ descriptors:
 
 // TestUsageEndpoint: GET /usage on the HTTP port reports, per limit of the
 // descriptor, its period, use, remaining and renewal: the rate limit's and
-// the calendar quota's (renewing at the next midnight in Paris).
+// the calendar quota's (renewing at the next midnight in Paris); the
+// charon.v1 Usage call answers the same.
 func TestUsageEndpoint(t *testing.T) {
 	const text = `domain: api
 descriptors:
@@ -108,5 +112,20 @@ descriptors:
 	}
 	if diff := cmp.Diff(want, got.Limits); diff != "" {
 		t.Errorf("usage (-want +got):\n%s\n%s", diff, body)
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	resp, err := charonv1.NewCharonClient(dial(t, s.GRPCAddr())).Usage(ctx, &charonv1.UsageRequest{Domain: "api",
+		Descriptors: []*charonv1.ExplainRequest_Descriptor{{Entries: []*charonv1.Entry{{Key: "tenant", Value: "acme"}}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantRPC := &charonv1.UsageResponse{At: timestamppb.New(now), Limits: []*charonv1.UsageLimit{
+		{Resource: "api/tenant", Domain: "acme", Kind: "rate", Period: "tiers, 1m0s", Limit: 5, Used: 3, Remaining: 2, Renews: timestamppb.New(renewRate)},
+		{Resource: "api/tenant", Domain: "acme", Kind: "quota", Period: "day", Limit: 100, Used: 3, Remaining: 97, Renews: timestamppb.New(renewQuota)},
+	}}
+	if diff := cmp.Diff(wantRPC, resp, protocmp.Transform()); diff != "" {
+		t.Errorf("Usage call (-want +got):\n%s", diff)
 	}
 }

@@ -130,8 +130,8 @@ func TestTLSPorts(t *testing.T) {
 
 // TestAuthz serves under mutual TLS with an authorization table: the
 // gateway may ask for decisions only, a worker may also reserve, a client
-// the CA vouches for but the table does not name may only check health.
-// Refusals are PermissionDenied and counted by method group.
+// the CA vouches for but the table does not name may only check health; a
+// reader may read its usage, which the gateway may not. Refusals are PermissionDenied and counted by method group.
 func TestAuthz(t *testing.T) {
 	m, srvTLS := mutualTLS(t, "worker.test")
 	table, err := authz.Parse([]byte(`
@@ -140,6 +140,8 @@ clients:
     allow: [rls]
   - identity: spiffe://test/jobs/*
     allow: [rls, reserve]
+  - identity: spiffe://test/reader
+    allow: [read]
 `))
 	if err != nil {
 		t.Fatal(err)
@@ -173,11 +175,17 @@ clients:
 		_, err = st.Recv()
 		return err
 	}
+	usage := func(cc *grpc.ClientConn) error {
+		_, err := charonv1.NewCharonClient(cc).Usage(ctx, &charonv1.UsageRequest{Domain: "c",
+			Descriptors: []*charonv1.ExplainRequest_Descriptor{{Entries: []*charonv1.Entry{{Key: "rate", Value: "x"}}}}})
+		return err
+	}
 	health := func(cc *grpc.ClientConn) error {
 		_, err := healthpb.NewHealthClient(cc).Check(ctx, &healthpb.HealthCheckRequest{})
 		return err
 	}
 	gateway, worker, stranger := conn("spiffe://test/gateway"), conn("spiffe://test/jobs/w1"), conn("spiffe://test/stranger")
+	reader := conn("spiffe://test/reader")
 	for _, c := range []struct {
 		name string
 		cc   *grpc.ClientConn
@@ -192,6 +200,9 @@ clients:
 		{"stranger rls", stranger, rls, false},
 		{"stranger reserve", stranger, reserve, false},
 		{"stranger health", stranger, health, true},
+		{"gateway usage", gateway, usage, false},
+		{"reader usage", reader, usage, true},
+		{"reader rls", reader, rls, false},
 	} {
 		err := c.call(c.cc)
 		switch {
@@ -204,8 +215,11 @@ clients:
 	if got := metricValue(t, s.metrics.authzDenied.WithLabelValues("reserve")); got != 3 {
 		t.Errorf("denied reserves counted %v, want 3", got)
 	}
-	if got := metricValue(t, s.metrics.authzDenied.WithLabelValues("rls")); got != 1 {
-		t.Errorf("denied rls counted %v, want 1", got)
+	if got := metricValue(t, s.metrics.authzDenied.WithLabelValues("rls")); got != 2 {
+		t.Errorf("denied rls counted %v, want 2", got)
+	}
+	if got := metricValue(t, s.metrics.authzDenied.WithLabelValues("read")); got != 1 {
+		t.Errorf("denied reads counted %v, want 1", got)
 	}
 }
 

@@ -1,6 +1,6 @@
 // Command charon is the Charon rate limit service and its tools: serve,
 // config check and diff, suggest, replay, sim, version, and the client verbs of package
-// clientcmd (ask, explain, top, health, bench and the copy verbs). Each verb
+// clientcmd (ask, explain, usage, top, health, bench and the copy verbs). Each verb
 // maps its flags and environment to the Options of the packages that do
 // the work.
 package main
@@ -31,6 +31,7 @@ Usage:
   charon ask --domain D --descriptor k=v   ask a running server for a decision
   charon explain --domain D --descriptor k=v
                                            why a request is limited: its pairs' state
+  charon usage --domain D --descriptor k=v how much of each limit and quota is used, when it renews
   charon top [--addr DEBUG1,DEBUG2] [--domain D]
                                            who is being limited, by which rule, live (debug ports' /top)
   charon suggest --log FILE [--config DIR] [--reject 0.01] [--out DIR]

@@ -28,6 +28,7 @@ import (
 	"github.com/charonlimit/charon/internal/redisbackend"
 	"github.com/charonlimit/charon/internal/rlqs"
 	"github.com/charonlimit/charon/internal/sharestore"
+	"github.com/charonlimit/charon/internal/statefile"
 	"github.com/charonlimit/charon/internal/statsd"
 	"github.com/charonlimit/charon/internal/statsmap"
 	"github.com/charonlimit/charon/internal/store/memstore"
@@ -70,13 +71,18 @@ type serveConfig struct {
 	StatsdFlush    time.Duration
 	MaxDescriptors int
 	MaxKeys        int
-	QuotaMode      bool
-	MergeDomains   bool
-	FixedWindow    bool
-	Overdraft      bool
-	HeapFloorMiB   int
-	LogLevel       string
-	LogFormat      string
+	// StateFile, with the memory store, keeps its states across restarts
+	// (package statefile), snapshotted every StateInterval.
+	StateFile               string
+	StateInterval           time.Duration
+	StateFileDiscardInvalid bool
+	QuotaMode               bool
+	MergeDomains            bool
+	FixedWindow             bool
+	Overdraft               bool
+	HeapFloorMiB            int
+	LogLevel                string
+	LogFormat               string
 }
 
 // defaultConfigDir is the default of --config: empty (no configuration,
@@ -101,6 +107,7 @@ func defaultServeConfig() serveConfig {
 		StatsdFlush:    time.Second,
 		MaxDescriptors: 64,
 		MaxKeys:        memstore.DefaultMaxKeys,
+		StateInterval:  10 * time.Second,
 		HeapFloorMiB:   gctune.DefaultFloorMiB,
 		LogLevel:       "info",
 		LogFormat:      "json",
@@ -126,6 +133,9 @@ func serveFlags(fs *flag.FlagSet, c *serveConfig) {
 	fs.DurationVar(&c.StatsdFlush, "statsd-flush-interval", c.StatsdFlush, "how often buffered statsd stats are sent at the latest")
 	fs.IntVar(&c.MaxDescriptors, "max-descriptors", c.MaxDescriptors, "most descriptors in one request")
 	fs.IntVar(&c.MaxKeys, "max-keys", c.MaxKeys, "most tracked (resource, domain) pairs in memory, least recently used evicted")
+	fs.StringVar(&c.StateFile, "state-file", c.StateFile, "with --store memory, keep the counts across restarts in this `file`: restored at start, written at shutdown, every --state-interval and on SIGUSR1")
+	fs.DurationVar(&c.StateInterval, "state-interval", c.StateInterval, "how often --state-file is written: a crash loses at most this long of counts")
+	fs.BoolVar(&c.StateFileDiscardInvalid, "state-file-discard-invalid", c.StateFileDiscardInvalid, "start with empty state, with a warning, when --state-file is corrupt, truncated or not a state file (else charon refuses to start)")
 	fs.BoolVar(&c.QuotaMode, "quota-mode", c.QuotaMode, "every limit in quota mode: a descriptor over its limit is OVER_LIMIT, the request only when all its descriptors are")
 	loadFlags(fs, c)
 	fs.IntVar(&c.HeapFloorMiB, "heap-floor-mib", c.HeapFloorMiB, "the garbage collector's heap goal is at least this many MiB while the live heap is small; 0: Go's default")
@@ -250,6 +260,10 @@ func (c *serveConfig) check() error {
 		return errors.New("--max-descriptors must be at least 1")
 	case c.MaxKeys < 1:
 		return errors.New("--max-keys must be at least 1")
+	case c.StateFile != "" && c.Store != "memory":
+		return fmt.Errorf("--state-file keeps the memory store's counts: --store %s keeps its own", c.Store)
+	case c.StateInterval <= 0:
+		return errors.New("--state-interval must be positive")
 	case c.StatsdFlush <= 0:
 		return errors.New("--statsd-flush-interval must be positive")
 	case c.HeapFloorMiB < 0 || c.HeapFloorMiB > 1<<20:
@@ -343,6 +357,20 @@ func serve(c serveConfig, args []string, log *slog.Logger) error {
 	} else {
 		mem := memstore.New(local)
 		defer mem.Close()
+		if c.StateFile != "" {
+			keeper, err := statefile.Open(mem, statefile.Options{Path: c.StateFile, Interval: c.StateInterval,
+				DiscardInvalid: c.StateFileDiscardInvalid, SaveOn: []os.Signal{syscall.SIGUSR1}, Logger: log})
+			if err != nil {
+				return fmt.Errorf("--state-file: %v (--state-file-discard-invalid starts empty instead)", err)
+			}
+			// Deferred after the server's own: the last snapshot is taken
+			// once Serve has returned and nothing more is decided.
+			defer func() {
+				if err := keeper.Close(); err != nil {
+					log.Error("state file: the last snapshot failed", "file", c.StateFile, "err", err.Error())
+				}
+			}()
+		}
 		mc := memcopy.New(memcopy.Options{SweepInterval: time.Second})
 		defer mc.Close()
 		eo.Store, eo.Copies = mem, mc

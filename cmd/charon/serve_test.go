@@ -159,6 +159,8 @@ func TestParseServeErrors(t *testing.T) {
 		{"bad number env", nil, map[string]string{"CHARON_MAX_DESCRIPTORS": "many"}},
 		{"zero descriptors", []string{"--max-descriptors", "0"}, nil},
 		{"negative heap floor", []string{"--heap-floor-mib", "-1"}, nil},
+		{"state file on redis", []string{"--store", "redis", "--redis-url", "redis://h:1", "--state-file", "s"}, nil},
+		{"zero state interval", nil, map[string]string{"CHARON_STATE_INTERVAL": "0s"}},
 		{"bad port", nil, map[string]string{"GRPC_PORT": "http"}},
 		{"bad merge", nil, map[string]string{"MERGE_DOMAIN_CONFIG": "perhaps"}},
 		{"bad log level", nil, map[string]string{"LOG_LEVEL": "loud"}},

@@ -52,10 +52,10 @@ var groups = map[string][]string{
 	// rls: rate-limit decisions, Envoy's (over gRPC and HTTP /json) and
 	// charon.v1's bulk Request.
 	"rls": {ShouldRateLimit, "/charon.v1.Charon/Request"},
-	// read: what changes nothing (server reflection, Explain, the
+	// read: what changes nothing (server reflection, Explain, Usage, the
 	// simulator, the debug port's endpoints but /reset).
 	"read": {"/grpc.reflection.v1.ServerReflection/ServerReflectionInfo", "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo",
-		"/charon.v1.Charon/Explain", Simulator, Usage, DebugIndex, DebugMetrics, DebugRLConfig, DebugExplain, DebugTop, DebugRLQS, DebugPprof},
+		"/charon.v1.Charon/Explain", "/charon.v1.Charon/Usage", Simulator, Usage, DebugIndex, DebugMetrics, DebugRLConfig, DebugExplain, DebugTop, DebugRLQS, DebugPprof},
 	// rlqs: Envoy's rate_limit_quota stream (usage in, quota out).
 	"rlqs": {"/envoy.service.rate_limit_quota.v3.RateLimitQuotaService/StreamRateLimitQuotas"},
 	// reserve: taking and giving back copies of one's own session.

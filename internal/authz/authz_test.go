@@ -120,7 +120,7 @@ clients:
 
 func TestGroupOf(t *testing.T) {
 	for m, want := range map[string]string{rlsM: "rls", reserveM: "reserve", seizeM: "admin", healthM: "health",
-		"/charon.v1.Charon/Request": "rls", "/x.Y/Z": "other",
+		"/charon.v1.Charon/Request": "rls", "/charon.v1.Charon/Usage": "read", "/x.Y/Z": "other",
 		DebugMetrics: "read", DebugPprof: "read", Simulator: "read", DebugReset: "admin", DebugRLQS: "read",
 		"/envoy.service.rate_limit_quota.v3.RateLimitQuotaService/StreamRateLimitQuotas": "rlqs"} {
 		if got := GroupOf(m); got != want {

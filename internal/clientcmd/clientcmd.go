@@ -1,6 +1,6 @@
 // Package clientcmd is the command line client of a charon server: the
-// verbs ask, explain, health, bench, reserve, release, transfer, seize and
-// top. Each maps its flags to one call (or a Session stream, or a load run,
+// verbs ask, explain, usage, health, bench, reserve, release, transfer,
+// seize and top. Each maps its flags to one call (or a Session stream, or a load run,
 // or, for top, the debug port's /top of each replica) and prints the answer.
 package clientcmd
 
@@ -30,7 +30,7 @@ var (
 
 // Verbs are the client verbs by name.
 var Verbs = map[string]func(args []string, stdout, stderr io.Writer) error{
-	"ask": Ask, "explain": Explain, "health": Health, "bench": Bench,
+	"ask": Ask, "explain": Explain, "usage": Usage, "health": Health, "bench": Bench,
 	"reserve": Reserve, "release": Release, "transfer": Transfer, "seize": Seize, "top": Top,
 	"rlqs-sim": RLQSSim,
 }

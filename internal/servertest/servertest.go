@@ -19,8 +19,9 @@ import (
 // CopyServer serves charon.v1 and RLS on a free loopback port over one
 // copy-limited resource, domain "c" key "db" with 3 copies per domain, on
 // the memory copy store it returns, and one rate-limited resource, key
-// "banned" (requests_per_unit 0 per minute: every request is OVER_LIMIT);
-// the test's cleanup stops both.
+// "banned" (requests_per_unit 0 per minute: every request is OVER_LIMIT),
+// and one calendar quota, key "plan" (10 a year, UTC); the test's cleanup
+// stops both.
 func CopyServer(t testing.TB) (addr string, copies *memcopy.Store) {
 	t.Helper()
 	copies = memcopy.New(memcopy.Options{})
@@ -31,6 +32,7 @@ func CopyServer(t testing.TB) (addr string, copies *memcopy.Store) {
 	tree, err := descriptors.NewTree([]descriptors.DomainSpec{{Config: descriptors.DomainConfig{Name: "c"}, Nodes: []*descriptors.Node{
 		{Key: "db", Limit: &descriptors.Limit{Copies: &descriptors.Copies{DomainLimit: 3}}},
 		{Key: "banned", Limit: &descriptors.Limit{Policy: &tiers.Policy{Kind: tiers.KindFixedWindow, Window: tiers.FixedWindow{Unit: tiers.UnitMinute}}}},
+		{Key: "plan", Limit: &descriptors.Limit{Quota: &tiers.Policy{Kind: tiers.KindQuota, Quota: tiers.Quota{Limit: 10, Period: tiers.PeriodYear}}}},
 	}}})
 	if err != nil {
 		t.Fatal(err)

@@ -14,7 +14,7 @@ func TestService(t *testing.T) {
 	}
 	want := map[protoreflect.Name]bool{ // name -> streaming
 		"Request": false, "Reserve": false, "Release": false, "Transfer": false,
-		"Seize": false, "KeepAlive": false, "Session": true, "Explain": false,
+		"Seize": false, "KeepAlive": false, "Session": true, "Explain": false, "Usage": false,
 	}
 	if sd.Methods().Len() != len(want) {
 		t.Errorf("%d methods, want %d", sd.Methods().Len(), len(want))
@@ -32,10 +32,10 @@ func TestService(t *testing.T) {
 	if Charon_Session_FullMethodName != "/charon.v1.Charon/Session" {
 		t.Errorf("session method %q", Charon_Session_FullMethodName)
 	}
-	// Every operation of the unary API can travel on a session (Explain,
-	// which changes nothing and holds nothing, need not).
+	// Every operation of the unary API can travel on a session (Explain
+	// and Usage, which change nothing and hold nothing, need not).
 	ops := (&SessionRequest{}).ProtoReflect().Descriptor().Oneofs().ByName("operation")
-	if ops.Fields().Len() != len(want)-2 {
-		t.Errorf("session operations: %d, want %d", ops.Fields().Len(), len(want)-2)
+	if ops.Fields().Len() != len(want)-3 {
+		t.Errorf("session operations: %d, want %d", ops.Fields().Len(), len(want)-3)
 	}
 }

@@ -1917,6 +1917,240 @@ func (x *ExplainResponse) GetAt() *timestamppb.Timestamp {
 	return nil
 }
 
+// UsageRequest names descriptors of one RLS domain, as an ExplainRequest
+// does.
+type UsageRequest struct {
+	state         protoimpl.MessageState       `protogen:"open.v1"`
+	Domain        string                       `protobuf:"bytes,1,opt,name=domain,proto3" json:"domain,omitempty"`
+	Descriptors   []*ExplainRequest_Descriptor `protobuf:"bytes,2,rep,name=descriptors,proto3" json:"descriptors,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UsageRequest) Reset() {
+	*x = UsageRequest{}
+	mi := &file_charon_v1_charon_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UsageRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UsageRequest) ProtoMessage() {}
+
+func (x *UsageRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_charon_v1_charon_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UsageRequest.ProtoReflect.Descriptor instead.
+func (*UsageRequest) Descriptor() ([]byte, []int) {
+	return file_charon_v1_charon_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *UsageRequest) GetDomain() string {
+	if x != nil {
+		return x.Domain
+	}
+	return ""
+}
+
+func (x *UsageRequest) GetDescriptors() []*ExplainRequest_Descriptor {
+	if x != nil {
+		return x.Descriptors
+	}
+	return nil
+}
+
+// UsageResponse has one entry per limit of the request's limited
+// descriptors, in request order (a descriptor with a rate policy and a
+// quota has two).
+type UsageResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The instant of the counts.
+	At            *timestamppb.Timestamp `protobuf:"bytes,1,opt,name=at,proto3" json:"at,omitempty"`
+	Limits        []*UsageLimit          `protobuf:"bytes,2,rep,name=limits,proto3" json:"limits,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UsageResponse) Reset() {
+	*x = UsageResponse{}
+	mi := &file_charon_v1_charon_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UsageResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UsageResponse) ProtoMessage() {}
+
+func (x *UsageResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_charon_v1_charon_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UsageResponse.ProtoReflect.Descriptor instead.
+func (*UsageResponse) Descriptor() ([]byte, []int) {
+	return file_charon_v1_charon_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *UsageResponse) GetAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.At
+	}
+	return nil
+}
+
+func (x *UsageResponse) GetLimits() []*UsageLimit {
+	if x != nil {
+		return x.Limits
+	}
+	return nil
+}
+
+// UsageLimit is one limit of a descriptor and how much of it is used.
+type UsageLimit struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The descriptor's index in the request, its resource and Charon domain.
+	DescriptorIndex int32  `protobuf:"varint,1,opt,name=descriptor_index,json=descriptorIndex,proto3" json:"descriptor_index,omitempty"`
+	Resource        string `protobuf:"bytes,2,opt,name=resource,proto3" json:"resource,omitempty"`
+	Domain          string `protobuf:"bytes,3,opt,name=domain,proto3" json:"domain,omitempty"`
+	// "rate" (the rate policy) or "quota" (the calendar quota).
+	Kind string `protobuf:"bytes,4,opt,name=kind,proto3" json:"kind,omitempty"`
+	// The quota's period ("month"), or the rate policy's algorithm and
+	// current window ("tiers, 1m0s").
+	Period    string `protobuf:"bytes,5,opt,name=period,proto3" json:"period,omitempty"`
+	Limit     int64  `protobuf:"varint,6,opt,name=limit,proto3" json:"limit,omitempty"`
+	Used      int64  `protobuf:"varint,7,opt,name=used,proto3" json:"used,omitempty"`
+	Remaining int64  `protobuf:"varint,8,opt,name=remaining,proto3" json:"remaining,omitempty"`
+	// When remaining next grows: the end of the quota's period, or when the
+	// rate policy gives a hit back (unset: nothing pending, or never).
+	Renews *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=renews,proto3" json:"renews,omitempty"`
+	// A tier of the rate policy is in its cooldown.
+	Cooldown      bool `protobuf:"varint,10,opt,name=cooldown,proto3" json:"cooldown,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UsageLimit) Reset() {
+	*x = UsageLimit{}
+	mi := &file_charon_v1_charon_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UsageLimit) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UsageLimit) ProtoMessage() {}
+
+func (x *UsageLimit) ProtoReflect() protoreflect.Message {
+	mi := &file_charon_v1_charon_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UsageLimit.ProtoReflect.Descriptor instead.
+func (*UsageLimit) Descriptor() ([]byte, []int) {
+	return file_charon_v1_charon_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *UsageLimit) GetDescriptorIndex() int32 {
+	if x != nil {
+		return x.DescriptorIndex
+	}
+	return 0
+}
+
+func (x *UsageLimit) GetResource() string {
+	if x != nil {
+		return x.Resource
+	}
+	return ""
+}
+
+func (x *UsageLimit) GetDomain() string {
+	if x != nil {
+		return x.Domain
+	}
+	return ""
+}
+
+func (x *UsageLimit) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *UsageLimit) GetPeriod() string {
+	if x != nil {
+		return x.Period
+	}
+	return ""
+}
+
+func (x *UsageLimit) GetLimit() int64 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+func (x *UsageLimit) GetUsed() int64 {
+	if x != nil {
+		return x.Used
+	}
+	return 0
+}
+
+func (x *UsageLimit) GetRemaining() int64 {
+	if x != nil {
+		return x.Remaining
+	}
+	return 0
+}
+
+func (x *UsageLimit) GetRenews() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Renews
+	}
+	return nil
+}
+
+func (x *UsageLimit) GetCooldown() bool {
+	if x != nil {
+		return x.Cooldown
+	}
+	return false
+}
+
 // TierState is one burst tier: its configuration and its state.
 type TierState struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
@@ -1941,7 +2175,7 @@ type TierState struct {
 
 func (x *TierState) Reset() {
 	*x = TierState{}
-	mi := &file_charon_v1_charon_proto_msgTypes[22]
+	mi := &file_charon_v1_charon_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1953,7 +2187,7 @@ func (x *TierState) String() string {
 func (*TierState) ProtoMessage() {}
 
 func (x *TierState) ProtoReflect() protoreflect.Message {
-	mi := &file_charon_v1_charon_proto_msgTypes[22]
+	mi := &file_charon_v1_charon_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1966,7 +2200,7 @@ func (x *TierState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TierState.ProtoReflect.Descriptor instead.
 func (*TierState) Descriptor() ([]byte, []int) {
-	return file_charon_v1_charon_proto_rawDescGZIP(), []int{22}
+	return file_charon_v1_charon_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *TierState) GetLimit() int64 {
@@ -2091,7 +2325,7 @@ type Explanation struct {
 
 func (x *Explanation) Reset() {
 	*x = Explanation{}
-	mi := &file_charon_v1_charon_proto_msgTypes[23]
+	mi := &file_charon_v1_charon_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2103,7 +2337,7 @@ func (x *Explanation) String() string {
 func (*Explanation) ProtoMessage() {}
 
 func (x *Explanation) ProtoReflect() protoreflect.Message {
-	mi := &file_charon_v1_charon_proto_msgTypes[23]
+	mi := &file_charon_v1_charon_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2116,7 +2350,7 @@ func (x *Explanation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Explanation.ProtoReflect.Descriptor instead.
 func (*Explanation) Descriptor() ([]byte, []int) {
-	return file_charon_v1_charon_proto_rawDescGZIP(), []int{23}
+	return file_charon_v1_charon_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *Explanation) GetLimited() bool {
@@ -2303,7 +2537,7 @@ type ExplainRequest_Descriptor struct {
 
 func (x *ExplainRequest_Descriptor) Reset() {
 	*x = ExplainRequest_Descriptor{}
-	mi := &file_charon_v1_charon_proto_msgTypes[24]
+	mi := &file_charon_v1_charon_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2315,7 +2549,7 @@ func (x *ExplainRequest_Descriptor) String() string {
 func (*ExplainRequest_Descriptor) ProtoMessage() {}
 
 func (x *ExplainRequest_Descriptor) ProtoReflect() protoreflect.Message {
-	mi := &file_charon_v1_charon_proto_msgTypes[24]
+	mi := &file_charon_v1_charon_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2491,7 +2725,26 @@ const file_charon_v1_charon_proto_rawDesc = "" +
 	"\aentries\x18\x01 \x03(\v2\x10.charon.v1.EntryR\aentries\"y\n" +
 	"\x0fExplainResponse\x12:\n" +
 	"\fexplanations\x18\x01 \x03(\v2\x16.charon.v1.ExplanationR\fexplanations\x12*\n" +
-	"\x02at\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\"\xc3\x03\n" +
+	"\x02at\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\"n\n" +
+	"\fUsageRequest\x12\x16\n" +
+	"\x06domain\x18\x01 \x01(\tR\x06domain\x12F\n" +
+	"\vdescriptors\x18\x02 \x03(\v2$.charon.v1.ExplainRequest.DescriptorR\vdescriptors\"j\n" +
+	"\rUsageResponse\x12*\n" +
+	"\x02at\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\x12-\n" +
+	"\x06limits\x18\x02 \x03(\v2\x15.charon.v1.UsageLimitR\x06limits\"\xaf\x02\n" +
+	"\n" +
+	"UsageLimit\x12)\n" +
+	"\x10descriptor_index\x18\x01 \x01(\x05R\x0fdescriptorIndex\x12\x1a\n" +
+	"\bresource\x18\x02 \x01(\tR\bresource\x12\x16\n" +
+	"\x06domain\x18\x03 \x01(\tR\x06domain\x12\x12\n" +
+	"\x04kind\x18\x04 \x01(\tR\x04kind\x12\x16\n" +
+	"\x06period\x18\x05 \x01(\tR\x06period\x12\x14\n" +
+	"\x05limit\x18\x06 \x01(\x03R\x05limit\x12\x12\n" +
+	"\x04used\x18\a \x01(\x03R\x04used\x12\x1c\n" +
+	"\tremaining\x18\b \x01(\x03R\tremaining\x122\n" +
+	"\x06renews\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\x06renews\x12\x1a\n" +
+	"\bcooldown\x18\n" +
+	" \x01(\bR\bcooldown\"\xc3\x03\n" +
 	"\tTierState\x12\x14\n" +
 	"\x05limit\x18\x01 \x01(\x03R\x05limit\x121\n" +
 	"\x06window\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x06window\x121\n" +
@@ -2537,7 +2790,7 @@ const file_charon_v1_charon_proto_rawDesc = "" +
 	"resetAfter\x12.\n" +
 	"\x04next\x18\x17 \x01(\v2\x1a.google.protobuf.TimestampR\x04next\x12\x1b\n" +
 	"\tnext_tier\x18\x18 \x01(\x05R\bnextTier\x12\x18\n" +
-	"\asummary\x18\x19 \x01(\tR\asummary2\x9f\x04\n" +
+	"\asummary\x18\x19 \x01(\tR\asummary2\xdb\x04\n" +
 	"\x06Charon\x12@\n" +
 	"\aRequest\x12\x19.charon.v1.RequestRequest\x1a\x1a.charon.v1.RequestResponse\x12@\n" +
 	"\aReserve\x12\x19.charon.v1.ReserveRequest\x1a\x1a.charon.v1.ReserveResponse\x12@\n" +
@@ -2546,7 +2799,8 @@ const file_charon_v1_charon_proto_rawDesc = "" +
 	"\x05Seize\x12\x17.charon.v1.SeizeRequest\x1a\x18.charon.v1.SeizeResponse\x12F\n" +
 	"\tKeepAlive\x12\x1b.charon.v1.KeepAliveRequest\x1a\x1c.charon.v1.KeepAliveResponse\x12D\n" +
 	"\aSession\x12\x19.charon.v1.SessionRequest\x1a\x1a.charon.v1.SessionResponse(\x010\x01\x12@\n" +
-	"\aExplain\x12\x19.charon.v1.ExplainRequest\x1a\x1a.charon.v1.ExplainResponseB6Z4github.com/charonlimit/charon/api/charon/v1;charonv1b\x06proto3"
+	"\aExplain\x12\x19.charon.v1.ExplainRequest\x1a\x1a.charon.v1.ExplainResponse\x12:\n" +
+	"\x05Usage\x12\x17.charon.v1.UsageRequest\x1a\x18.charon.v1.UsageResponseB6Z4github.com/charonlimit/charon/api/charon/v1;charonv1b\x06proto3"
 
 var (
 	file_charon_v1_charon_proto_rawDescOnce sync.Once
@@ -2560,7 +2814,7 @@ func file_charon_v1_charon_proto_rawDescGZIP() []byte {
 	return file_charon_v1_charon_proto_rawDescData
 }
 
-var file_charon_v1_charon_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
+var file_charon_v1_charon_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
 var file_charon_v1_charon_proto_goTypes = []any{
 	(*Entry)(nil),                     // 0: charon.v1.Entry
 	(*Resource)(nil),                  // 1: charon.v1.Resource
@@ -2584,32 +2838,35 @@ var file_charon_v1_charon_proto_goTypes = []any{
 	(*SessionResponse)(nil),           // 19: charon.v1.SessionResponse
 	(*ExplainRequest)(nil),            // 20: charon.v1.ExplainRequest
 	(*ExplainResponse)(nil),           // 21: charon.v1.ExplainResponse
-	(*TierState)(nil),                 // 22: charon.v1.TierState
-	(*Explanation)(nil),               // 23: charon.v1.Explanation
-	(*ExplainRequest_Descriptor)(nil), // 24: charon.v1.ExplainRequest.Descriptor
-	(*durationpb.Duration)(nil),       // 25: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),     // 26: google.protobuf.Timestamp
+	(*UsageRequest)(nil),              // 22: charon.v1.UsageRequest
+	(*UsageResponse)(nil),             // 23: charon.v1.UsageResponse
+	(*UsageLimit)(nil),                // 24: charon.v1.UsageLimit
+	(*TierState)(nil),                 // 25: charon.v1.TierState
+	(*Explanation)(nil),               // 26: charon.v1.Explanation
+	(*ExplainRequest_Descriptor)(nil), // 27: charon.v1.ExplainRequest.Descriptor
+	(*durationpb.Duration)(nil),       // 28: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),     // 29: google.protobuf.Timestamp
 }
 var file_charon_v1_charon_proto_depIdxs = []int32{
 	0,  // 0: charon.v1.Resource.entries:type_name -> charon.v1.Entry
 	1,  // 1: charon.v1.RequestRequest.resource:type_name -> charon.v1.Resource
 	2,  // 2: charon.v1.RequestResponse.target:type_name -> charon.v1.Target
-	25, // 3: charon.v1.RequestResponse.tier_window:type_name -> google.protobuf.Duration
-	25, // 4: charon.v1.RequestResponse.retry_after:type_name -> google.protobuf.Duration
-	25, // 5: charon.v1.RequestResponse.reset_after:type_name -> google.protobuf.Duration
+	28, // 3: charon.v1.RequestResponse.tier_window:type_name -> google.protobuf.Duration
+	28, // 4: charon.v1.RequestResponse.retry_after:type_name -> google.protobuf.Duration
+	28, // 5: charon.v1.RequestResponse.reset_after:type_name -> google.protobuf.Duration
 	5,  // 6: charon.v1.CopyContext.groups:type_name -> charon.v1.GroupContext
 	1,  // 7: charon.v1.ReserveRequest.resource:type_name -> charon.v1.Resource
-	25, // 8: charon.v1.ReserveRequest.lease:type_name -> google.protobuf.Duration
-	26, // 9: charon.v1.ReserveResponse.lease_expires:type_name -> google.protobuf.Timestamp
+	28, // 8: charon.v1.ReserveRequest.lease:type_name -> google.protobuf.Duration
+	29, // 9: charon.v1.ReserveResponse.lease_expires:type_name -> google.protobuf.Timestamp
 	2,  // 10: charon.v1.ReserveResponse.target:type_name -> charon.v1.Target
 	6,  // 11: charon.v1.ReserveResponse.context:type_name -> charon.v1.CopyContext
-	25, // 12: charon.v1.TransferRequest.ttl:type_name -> google.protobuf.Duration
-	26, // 13: charon.v1.TransferResponse.expires:type_name -> google.protobuf.Timestamp
-	25, // 14: charon.v1.SeizeRequest.lease:type_name -> google.protobuf.Duration
-	26, // 15: charon.v1.SeizeResponse.lease_expires:type_name -> google.protobuf.Timestamp
+	28, // 12: charon.v1.TransferRequest.ttl:type_name -> google.protobuf.Duration
+	29, // 13: charon.v1.TransferResponse.expires:type_name -> google.protobuf.Timestamp
+	28, // 14: charon.v1.SeizeRequest.lease:type_name -> google.protobuf.Duration
+	29, // 15: charon.v1.SeizeResponse.lease_expires:type_name -> google.protobuf.Timestamp
 	2,  // 16: charon.v1.SeizeResponse.target:type_name -> charon.v1.Target
-	25, // 17: charon.v1.KeepAliveRequest.lease:type_name -> google.protobuf.Duration
-	26, // 18: charon.v1.KeepAliveResponse.lease_expires:type_name -> google.protobuf.Timestamp
+	28, // 17: charon.v1.KeepAliveRequest.lease:type_name -> google.protobuf.Duration
+	29, // 18: charon.v1.KeepAliveResponse.lease_expires:type_name -> google.protobuf.Timestamp
 	3,  // 19: charon.v1.SessionRequest.request:type_name -> charon.v1.RequestRequest
 	7,  // 20: charon.v1.SessionRequest.reserve:type_name -> charon.v1.ReserveRequest
 	9,  // 21: charon.v1.SessionRequest.release:type_name -> charon.v1.ReleaseRequest
@@ -2623,43 +2880,49 @@ var file_charon_v1_charon_proto_depIdxs = []int32{
 	14, // 29: charon.v1.SessionResponse.seize:type_name -> charon.v1.SeizeResponse
 	16, // 30: charon.v1.SessionResponse.keep_alive:type_name -> charon.v1.KeepAliveResponse
 	18, // 31: charon.v1.SessionResponse.error:type_name -> charon.v1.Error
-	24, // 32: charon.v1.ExplainRequest.descriptors:type_name -> charon.v1.ExplainRequest.Descriptor
-	23, // 33: charon.v1.ExplainResponse.explanations:type_name -> charon.v1.Explanation
-	26, // 34: charon.v1.ExplainResponse.at:type_name -> google.protobuf.Timestamp
-	25, // 35: charon.v1.TierState.window:type_name -> google.protobuf.Duration
-	25, // 36: charon.v1.TierState.active:type_name -> google.protobuf.Duration
-	25, // 37: charon.v1.TierState.cooldown:type_name -> google.protobuf.Duration
-	26, // 38: charon.v1.TierState.entered_at:type_name -> google.protobuf.Timestamp
-	26, // 39: charon.v1.TierState.active_until:type_name -> google.protobuf.Timestamp
-	26, // 40: charon.v1.TierState.cooldown_until:type_name -> google.protobuf.Timestamp
-	2,  // 41: charon.v1.Explanation.target:type_name -> charon.v1.Target
-	22, // 42: charon.v1.Explanation.tiers:type_name -> charon.v1.TierState
-	26, // 43: charon.v1.Explanation.window_end:type_name -> google.protobuf.Timestamp
-	25, // 44: charon.v1.Explanation.retry_after:type_name -> google.protobuf.Duration
-	25, // 45: charon.v1.Explanation.reset_after:type_name -> google.protobuf.Duration
-	26, // 46: charon.v1.Explanation.next:type_name -> google.protobuf.Timestamp
-	0,  // 47: charon.v1.ExplainRequest.Descriptor.entries:type_name -> charon.v1.Entry
-	3,  // 48: charon.v1.Charon.Request:input_type -> charon.v1.RequestRequest
-	7,  // 49: charon.v1.Charon.Reserve:input_type -> charon.v1.ReserveRequest
-	9,  // 50: charon.v1.Charon.Release:input_type -> charon.v1.ReleaseRequest
-	11, // 51: charon.v1.Charon.Transfer:input_type -> charon.v1.TransferRequest
-	13, // 52: charon.v1.Charon.Seize:input_type -> charon.v1.SeizeRequest
-	15, // 53: charon.v1.Charon.KeepAlive:input_type -> charon.v1.KeepAliveRequest
-	17, // 54: charon.v1.Charon.Session:input_type -> charon.v1.SessionRequest
-	20, // 55: charon.v1.Charon.Explain:input_type -> charon.v1.ExplainRequest
-	4,  // 56: charon.v1.Charon.Request:output_type -> charon.v1.RequestResponse
-	8,  // 57: charon.v1.Charon.Reserve:output_type -> charon.v1.ReserveResponse
-	10, // 58: charon.v1.Charon.Release:output_type -> charon.v1.ReleaseResponse
-	12, // 59: charon.v1.Charon.Transfer:output_type -> charon.v1.TransferResponse
-	14, // 60: charon.v1.Charon.Seize:output_type -> charon.v1.SeizeResponse
-	16, // 61: charon.v1.Charon.KeepAlive:output_type -> charon.v1.KeepAliveResponse
-	19, // 62: charon.v1.Charon.Session:output_type -> charon.v1.SessionResponse
-	21, // 63: charon.v1.Charon.Explain:output_type -> charon.v1.ExplainResponse
-	56, // [56:64] is the sub-list for method output_type
-	48, // [48:56] is the sub-list for method input_type
-	48, // [48:48] is the sub-list for extension type_name
-	48, // [48:48] is the sub-list for extension extendee
-	0,  // [0:48] is the sub-list for field type_name
+	27, // 32: charon.v1.ExplainRequest.descriptors:type_name -> charon.v1.ExplainRequest.Descriptor
+	26, // 33: charon.v1.ExplainResponse.explanations:type_name -> charon.v1.Explanation
+	29, // 34: charon.v1.ExplainResponse.at:type_name -> google.protobuf.Timestamp
+	27, // 35: charon.v1.UsageRequest.descriptors:type_name -> charon.v1.ExplainRequest.Descriptor
+	29, // 36: charon.v1.UsageResponse.at:type_name -> google.protobuf.Timestamp
+	24, // 37: charon.v1.UsageResponse.limits:type_name -> charon.v1.UsageLimit
+	29, // 38: charon.v1.UsageLimit.renews:type_name -> google.protobuf.Timestamp
+	28, // 39: charon.v1.TierState.window:type_name -> google.protobuf.Duration
+	28, // 40: charon.v1.TierState.active:type_name -> google.protobuf.Duration
+	28, // 41: charon.v1.TierState.cooldown:type_name -> google.protobuf.Duration
+	29, // 42: charon.v1.TierState.entered_at:type_name -> google.protobuf.Timestamp
+	29, // 43: charon.v1.TierState.active_until:type_name -> google.protobuf.Timestamp
+	29, // 44: charon.v1.TierState.cooldown_until:type_name -> google.protobuf.Timestamp
+	2,  // 45: charon.v1.Explanation.target:type_name -> charon.v1.Target
+	25, // 46: charon.v1.Explanation.tiers:type_name -> charon.v1.TierState
+	29, // 47: charon.v1.Explanation.window_end:type_name -> google.protobuf.Timestamp
+	28, // 48: charon.v1.Explanation.retry_after:type_name -> google.protobuf.Duration
+	28, // 49: charon.v1.Explanation.reset_after:type_name -> google.protobuf.Duration
+	29, // 50: charon.v1.Explanation.next:type_name -> google.protobuf.Timestamp
+	0,  // 51: charon.v1.ExplainRequest.Descriptor.entries:type_name -> charon.v1.Entry
+	3,  // 52: charon.v1.Charon.Request:input_type -> charon.v1.RequestRequest
+	7,  // 53: charon.v1.Charon.Reserve:input_type -> charon.v1.ReserveRequest
+	9,  // 54: charon.v1.Charon.Release:input_type -> charon.v1.ReleaseRequest
+	11, // 55: charon.v1.Charon.Transfer:input_type -> charon.v1.TransferRequest
+	13, // 56: charon.v1.Charon.Seize:input_type -> charon.v1.SeizeRequest
+	15, // 57: charon.v1.Charon.KeepAlive:input_type -> charon.v1.KeepAliveRequest
+	17, // 58: charon.v1.Charon.Session:input_type -> charon.v1.SessionRequest
+	20, // 59: charon.v1.Charon.Explain:input_type -> charon.v1.ExplainRequest
+	22, // 60: charon.v1.Charon.Usage:input_type -> charon.v1.UsageRequest
+	4,  // 61: charon.v1.Charon.Request:output_type -> charon.v1.RequestResponse
+	8,  // 62: charon.v1.Charon.Reserve:output_type -> charon.v1.ReserveResponse
+	10, // 63: charon.v1.Charon.Release:output_type -> charon.v1.ReleaseResponse
+	12, // 64: charon.v1.Charon.Transfer:output_type -> charon.v1.TransferResponse
+	14, // 65: charon.v1.Charon.Seize:output_type -> charon.v1.SeizeResponse
+	16, // 66: charon.v1.Charon.KeepAlive:output_type -> charon.v1.KeepAliveResponse
+	19, // 67: charon.v1.Charon.Session:output_type -> charon.v1.SessionResponse
+	21, // 68: charon.v1.Charon.Explain:output_type -> charon.v1.ExplainResponse
+	23, // 69: charon.v1.Charon.Usage:output_type -> charon.v1.UsageResponse
+	61, // [61:70] is the sub-list for method output_type
+	52, // [52:61] is the sub-list for method input_type
+	52, // [52:52] is the sub-list for extension type_name
+	52, // [52:52] is the sub-list for extension extendee
+	0,  // [0:52] is the sub-list for field type_name
 }
 
 func init() { file_charon_v1_charon_proto_init() }
@@ -2694,7 +2957,7 @@ func file_charon_v1_charon_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_charon_v1_charon_proto_rawDesc), len(file_charon_v1_charon_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   25,
+			NumMessages:   28,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -35,6 +35,7 @@ const (
 	Charon_KeepAlive_FullMethodName = "/charon.v1.Charon/KeepAlive"
 	Charon_Session_FullMethodName   = "/charon.v1.Charon/Session"
 	Charon_Explain_FullMethodName   = "/charon.v1.Charon/Explain"
+	Charon_Usage_FullMethodName     = "/charon.v1.Charon/Usage"
 )
 
 // CharonClient is the client API for Charon service.
@@ -78,6 +79,10 @@ type CharonClient interface {
 	// each limited pair's state, changing nothing: why a request is limited
 	// and what happens next.
 	Explain(ctx context.Context, in *ExplainRequest, opts ...grpc.CallOption) (*ExplainResponse, error)
+	// Usage shows, per matched limit of the descriptors (a rate policy, a
+	// calendar quota), how much of it is used and when it renews, changing
+	// nothing: what GET /usage answers on the HTTP port.
+	Usage(ctx context.Context, in *UsageRequest, opts ...grpc.CallOption) (*UsageResponse, error)
 }
 
 type charonClient struct {
@@ -171,6 +176,16 @@ func (c *charonClient) Explain(ctx context.Context, in *ExplainRequest, opts ...
 	return out, nil
 }
 
+func (c *charonClient) Usage(ctx context.Context, in *UsageRequest, opts ...grpc.CallOption) (*UsageResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(UsageResponse)
+	err := c.cc.Invoke(ctx, Charon_Usage_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // CharonServer is the server API for Charon service.
 // All implementations must embed UnimplementedCharonServer
 // for forward compatibility.
@@ -212,6 +227,10 @@ type CharonServer interface {
 	// each limited pair's state, changing nothing: why a request is limited
 	// and what happens next.
 	Explain(context.Context, *ExplainRequest) (*ExplainResponse, error)
+	// Usage shows, per matched limit of the descriptors (a rate policy, a
+	// calendar quota), how much of it is used and when it renews, changing
+	// nothing: what GET /usage answers on the HTTP port.
+	Usage(context.Context, *UsageRequest) (*UsageResponse, error)
 	mustEmbedUnimplementedCharonServer()
 }
 
@@ -245,6 +264,9 @@ func (UnimplementedCharonServer) Session(grpc.BidiStreamingServer[SessionRequest
 }
 func (UnimplementedCharonServer) Explain(context.Context, *ExplainRequest) (*ExplainResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Explain not implemented")
+}
+func (UnimplementedCharonServer) Usage(context.Context, *UsageRequest) (*UsageResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Usage not implemented")
 }
 func (UnimplementedCharonServer) mustEmbedUnimplementedCharonServer() {}
 func (UnimplementedCharonServer) testEmbeddedByValue()                {}
@@ -400,6 +422,24 @@ func _Charon_Explain_Handler(srv interface{}, ctx context.Context, dec func(inte
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Charon_Usage_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(UsageRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(CharonServer).Usage(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Charon_Usage_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(CharonServer).Usage(ctx, req.(*UsageRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Charon_ServiceDesc is the grpc.ServiceDesc for Charon service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -434,6 +474,10 @@ var Charon_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Explain",
 			Handler:    _Charon_Explain_Handler,
+		},
+		{
+			MethodName: "Usage",
+			Handler:    _Charon_Usage_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -13,6 +13,7 @@ import (
 
 	"github.com/charonlimit/charon/internal/lru"
 	"github.com/charonlimit/charon/internal/periodic"
+	"github.com/charonlimit/charon/internal/statefile"
 	"github.com/charonlimit/charon/internal/store"
 	"github.com/charonlimit/charon/tiers"
 )
@@ -81,6 +82,9 @@ type entry struct {
 	// at once).
 	forget int64
 	pinned bool // in use by the call holding the shard's lock
+	// kind is the Kind of the policy the state was last decided under:
+	// what its compact form (a snapshot) needs.
+	kind tiers.Kind
 }
 
 // forgetAt is t in entry.forget's unit (ns); an instant past what it holds
@@ -209,6 +213,7 @@ func (s *Store) Decide(_ context.Context, now time.Time, items []store.Item, out
 		e := &sc.entries[k].Value
 		k++
 		e.pinned = false
+		e.kind = items[i].Policy.Kind
 		e.forget = forgetAt(tiers.ForgetAt(items[i].Policy, &e.state))
 		if sc.shard[2*i+1] >= 0 {
 			g := &sc.entries[k].Value
@@ -302,4 +307,82 @@ func (s *Store) Reset(_ context.Context, it *store.Item) error {
 		sh.Remove(e)
 	}
 	return nil
+}
+
+// Snapshot returns the compact form of every state (pair and global) whose
+// forgetting time is after now, for a state file, each shard's from its most
+// recently used to its least. It locks one shard at a time: a snapshot taken
+// while decisions run holds each shard's states as of its own instant.
+func (s *Store) Snapshot(now time.Time) []statefile.Record {
+	var out []statefile.Record
+	t := now.UnixNano()
+	for i := range s.m.Shards() {
+		sh := s.m.Shard(i)
+		sh.Lock()
+		sh.RemoveIf(func(e *lru.Entry[key, entry]) bool {
+			v := &e.Value
+			if v.forget <= t {
+				return false
+			}
+			r := statefile.Record{Resource: e.Key.Resource, Domain: e.Key.Domain, PolicyID: e.Key.PolicyID, Forget: statefile.Never}
+			if v.forget != math.MaxInt64 {
+				r.Forget = v.forget / 1e3
+			}
+			switch {
+			case e.Key.global && v.global != nil:
+				r.State = v.global.AppendCompact(nil)
+			case !e.Key.global:
+				r.State = v.state.AppendCompact(&tiers.Policy{Kind: v.kind}, nil)
+			default:
+				return false
+			}
+			out = append(out, r)
+			return false
+		})
+		sh.Unlock()
+	}
+	return out
+}
+
+// Restore adds the states of recs that are not to be forgotten by now, as
+// Snapshot returned them (a record's state replaces a state of the same key
+// the store holds), and returns how many it added. It adds them from the
+// last to the first, so that the store's least recently used order is the
+// snapshot's; eviction under MaxKeys applies as for any new key. Records
+// whose state tiers cannot read are skipped (statefile.Decode refuses them
+// before).
+func (s *Store) Restore(now time.Time, recs []statefile.Record) int {
+	n := 0
+	t := now.UnixMicro()
+	for i := len(recs) - 1; i >= 0; i-- {
+		r := &recs[i]
+		if r.Forget <= t || len(r.State) == 0 {
+			continue
+		}
+		k := key{Key: store.Key{Resource: r.Resource, Domain: r.Domain, PolicyID: r.PolicyID}, global: r.Global()}
+		var v entry
+		if k.global {
+			v.global = new(tiers.Global)
+			if v.global.SetCompact(r.State) != nil {
+				continue
+			}
+		} else {
+			v.kind = r.Kind()
+			if v.state.SetCompact(&tiers.Policy{Kind: v.kind}, r.State) != nil {
+				continue
+			}
+		}
+		v.forget = math.MaxInt64
+		if r.Forget != statefile.Never {
+			v.forget = forgetAt(time.UnixMicro(r.Forget))
+		}
+		idx := s.m.Index(k)
+		sh := s.m.Shard(idx)
+		sh.Lock()
+		e := s.lookup(idx, k)
+		e.Value = v
+		sh.Unlock()
+		n++
+	}
+	return n
 }

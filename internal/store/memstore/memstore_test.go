@@ -215,3 +215,39 @@ func BenchmarkDecide(b *testing.B) {
 
 // start spreads the parallel benchmark goroutines over the keys.
 var start atomic.Int64
+
+// TestMillionValuesLiveHeap: a million distinct values through a store
+// bounded to 10,000 keys leave a live heap of about 10,000 pairs, not a
+// million: the store's part of the process's memory under such an attack
+// (docs/performance.md, "Memory under a million values").
+func TestMillionValuesLiveHeap(t *testing.T) {
+	if raceEnabled || testing.Short() {
+		t.Skip("heap figures are meaningless under -race")
+	}
+	const n, maxKeys = 1_000_000, 10_000
+	p := &tiers.Policy{Kind: tiers.KindTiers, Tiers: []tiers.Tier{{Limit: 100, Window: time.Minute, Active: tiers.Unbounded}}}
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	s := memstore.New(memstore.Options{MaxKeys: maxKeys})
+	defer s.Close()
+	items := make([]store.Item, 1)
+	out := make([]tiers.Decision, 1)
+	for i := range n {
+		items[0] = store.Item{Key: store.Key{Resource: "api:user", Domain: "user=" + strconv.Itoa(1_000_000+i), PolicyID: 1}, Policy: p, Hits: 1, Min: 1}
+		if err := s.Decide(context.Background(), storetest.T0, items, out); err != nil {
+			t.Fatal(err)
+		}
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	live := int64(after.HeapAlloc) - int64(before.HeapAlloc)
+	t.Logf("reliability: %d distinct values, --max-keys %d: %d keys, %d evictions, live heap %.1f MiB", n, maxKeys, s.Len(), s.Evictions(), float64(live)/(1<<20))
+	if s.Len() > maxKeys+64 {
+		t.Errorf("%d keys tracked, bound %d", s.Len(), maxKeys)
+	}
+	if live > maxKeys*pairBytes*2 {
+		t.Errorf("live heap %d bytes for %d keys: more than %d per key", live, maxKeys, 2*pairBytes)
+	}
+	runtime.KeepAlive(s)
+}
