@@ -272,3 +272,30 @@ func (l *Logger) run() {
 	}
 	bw.Flush()
 }
+
+// ReadRecords calls f with each record of a decision log (JSON lines, blank
+// lines skipped) and its line number, in order. A line that is not a record
+// (not JSON, or without rls_domain, entries, hits >= 0 and weight >= 0) is an
+// error naming its line, as is an error of f, which stops the reading.
+// Replay and suggest read logs through it.
+func ReadRecords(r io.Reader, f func(line int, rec *Record) error) error {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for n := 1; sc.Scan(); n++ {
+		line := sc.Bytes()
+		if len(strings.TrimSpace(string(line))) == 0 {
+			continue
+		}
+		var rec Record
+		if err := json.Unmarshal(line, &rec); err != nil {
+			return fmt.Errorf("line %d: %v", n, err)
+		}
+		if rec.RLSDomain == "" || len(rec.Entries) == 0 || rec.Hits < 0 || rec.Weight < 0 {
+			return fmt.Errorf("line %d: not a decision (rls_domain, entries, hits and weight are required)", n)
+		}
+		if err := f(n, &rec); err != nil {
+			return fmt.Errorf("line %d: %w", n, err)
+		}
+	}
+	return sc.Err()
+}

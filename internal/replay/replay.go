@@ -14,10 +14,8 @@
 package replay
 
 import (
-	"bufio"
 	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -74,20 +72,8 @@ func Read(logs ...io.Reader) (*Log, error) {
 	runs := map[string]*run{}
 	for f, r := range logs {
 		byName := map[string]int{}
-		sc := bufio.NewScanner(r)
-		sc.Buffer(make([]byte, 64<<10), 1<<20)
-		for n := 1; sc.Scan(); n++ {
-			line := sc.Bytes()
-			if len(strings.TrimSpace(string(line))) == 0 {
-				continue
-			}
-			var rec decisionlog.Record
-			if err := json.Unmarshal(line, &rec); err != nil {
-				return nil, fmt.Errorf("log %d, line %d: %v", f+1, n, err)
-			}
-			if rec.RLSDomain == "" || len(rec.Entries) == 0 || rec.Hits < 0 {
-				return nil, fmt.Errorf("log %d, line %d: not a decision (rls_domain, entries and hits are required)", f+1, n)
-			}
+		err := decisionlog.ReadRecords(r, func(_ int, rp *decisionlog.Record) error {
+			rec := *rp
 			l.Lines++
 			l.Complete = l.Complete && rec.Complete
 			if rec.Weight != 0 && rec.Weight != 1 {
@@ -95,7 +81,7 @@ func Read(logs ...io.Reader) (*Log, error) {
 			}
 			d, err := descriptorOf(&rec)
 			if err != nil {
-				return nil, fmt.Errorf("log %d, line %d: %v", f+1, n, err)
+				return err
 			}
 			i, ok := -1, false
 			if rec.Request != "" {
@@ -123,9 +109,10 @@ func Read(logs ...io.Reader) (*Log, error) {
 			q.Req.Descriptors = append(q.Req.Descriptors, d)
 			q.Recorded = append(q.Recorded, Recorded{Resource: rec.Resource, Result: rec.Result})
 			q.OverLimit = q.OverLimit || rec.OverLimit || rec.Result == decisionlog.ResultRejected && rec.Request == ""
-		}
-		if err := sc.Err(); err != nil {
-			return nil, err
+			return nil
+		})
+		if err != nil {
+			return nil, fmt.Errorf("log %d, %w", f+1, err)
 		}
 	}
 	if l.Lines == 0 {

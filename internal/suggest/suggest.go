@@ -9,9 +9,7 @@
 package suggest
 
 import (
-	"bufio"
 	"cmp"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -93,22 +91,10 @@ type group struct {
 // records are an error naming the line.
 func read(r io.Reader) (map[string]*group, error) {
 	groups := make(map[string]*group)
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for n := 1; sc.Scan(); n++ {
-		line := sc.Bytes()
-		if len(strings.TrimSpace(string(line))) == 0 {
-			continue
-		}
-		var rec decisionlog.Record
-		if err := json.Unmarshal(line, &rec); err != nil {
-			return nil, fmt.Errorf("line %d: %v", n, err)
-		}
-		if rec.RLSDomain == "" || len(rec.Entries) == 0 || rec.Hits < 0 || rec.Weight < 0 {
-			return nil, fmt.Errorf("line %d: not a decision (rls_domain, entries, hits and weight are required)", n)
-		}
+	err := decisionlog.ReadRecords(r, func(_ int, rp *decisionlog.Record) error {
+		rec := *rp
 		if rec.Result == decisionlog.ResultNotLimited {
-			continue
+			return nil
 		}
 		keys := make([]string, len(rec.Entries))
 		vals := make([]string, len(rec.Entries))
@@ -140,11 +126,12 @@ func read(r io.Reader) (map[string]*group, error) {
 		}
 		h := math.Round(float64(max(rec.Hits, 1)) * w)
 		if h > 1<<50 {
-			return nil, fmt.Errorf("line %d: hits times weight is above 2^50", n)
+			return fmt.Errorf("hits times weight is above 2^50")
 		}
 		g.events = append(g.events, event{at: rec.Time.UnixMicro(), domain: domain, hits: int64(h)})
-	}
-	if err := sc.Err(); err != nil {
+		return nil
+	})
+	if err != nil {
 		return nil, err
 	}
 	return groups, nil
