@@ -359,3 +359,20 @@ func TestGlobalShadowAndDomainNotFoundStats(t *testing.T) {
 		t.Errorf("charon_global_shadow_mode_total = %v, want 2", got)
 	}
 }
+
+// TestNotFoundNamesBounded: unknown domains come from requests; past the
+// bound they share one name and are not kept.
+func TestNotFoundNamesBounded(t *testing.T) {
+	var f notFoundNames
+	for i := range 10 * maxNotFoundDomains {
+		f.name(fmt.Sprint("d", i))
+	}
+	kept := 0
+	f.seen.Range(func(any, any) bool { kept++; return true })
+	if kept != maxNotFoundDomains {
+		t.Errorf("%d domains kept, want %d", kept, maxNotFoundDomains)
+	}
+	if got := f.name("d999999"); got != otherNotFound {
+		t.Errorf("a domain past the bound: %q, want %q", got, otherNotFound)
+	}
+}

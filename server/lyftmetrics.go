@@ -191,13 +191,18 @@ func (f *notFoundNames) name(domain string) string {
 	if v, ok := f.seen.Load(domain); ok {
 		return v.(string)
 	}
-	key := domain
-	if f.n.Add(1) > maxNotFoundDomains {
-		key = "~other"
+	// Past the bound nothing more is kept: the domain comes from requests,
+	// so neither the map nor the count may grow with them.
+	if f.n.Load() >= maxNotFoundDomains || f.n.Add(1) > maxNotFoundDomains {
+		return otherNotFound
 	}
-	v, _ := f.seen.LoadOrStore(domain, "ratelimit.service.rate_limit."+statKey(key)+".domain_not_found")
+	v, _ := f.seen.LoadOrStore(domain, "ratelimit.service.rate_limit."+statKey(domain)+".domain_not_found")
 	return v.(string)
 }
+
+// otherNotFound is the domain_not_found stat of the domains past the bound.
+var otherNotFound = "ratelimit.service.rate_limit." + statKey("~other") + ".domain_not_found"
+
 
 // SendStats sends envoyproxy/ratelimit's statsd stats to sink, with its
 // names: ratelimit.service.rate_limit.STATKEY.{total_hits,over_limit,
