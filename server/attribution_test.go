@@ -53,7 +53,7 @@ func attributionRLS(t *testing.T, mode Attribution, headers, lyft bool) (*rls, *
 	now := time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
 	eng := engine.New(engine.Options{Store: st, Now: func() time.Time { return now }})
 	eng.SetTree(cfg.Tree)
-	top := offenders.NewTracker(offenders.Options{})
+	top := offenders.NewTracker(offenders.Options{Epoch: time.Hour})
 	return &rls{engine: eng, metrics: NewMetrics(nil), log: slog.New(slog.NewTextHandler(io.Discard, nil)),
 		attribution: mode, attributionHeaders: headers, dynamicMetadata: lyft, top: top}, top
 }
@@ -208,7 +208,7 @@ func TestAttributionBounded(t *testing.T) {
 // TestTopEndpoint: three heavy tenants among a thousand light ones are the
 // top three rejected values of their rule at /top, and in charon_top_hits.
 func TestTopEndpoint(t *testing.T) {
-	top := offenders.NewTracker(offenders.Options{})
+	top := offenders.NewTracker(offenders.Options{Epoch: time.Hour})
 	s, stop := newTestServer(t, Options{Top: top, TopMetrics: 3, TopMetricsValues: true})
 	defer stop()
 	l := &descriptors.Limit{File: "tenants.yaml", Line: 4}

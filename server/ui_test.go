@@ -63,7 +63,9 @@ func waitJS(t *testing.T, ctx context.Context, expr string) {
 // link to their explain, draws the chart, lists every rule with its rates,
 // switches rule on a click, and fits a phone's width.
 func TestLivePage(t *testing.T) {
-	top := offenders.NewTracker(offenders.Options{})
+	// An epoch of an hour: the observations stay in view however long the
+	// browser takes to start (the default minute would rotate them out).
+	top := offenders.NewTracker(offenders.Options{Epoch: time.Hour})
 	s, stop := newTestServer(t, Options{Top: top})
 	defer stop()
 	tenants := &descriptors.Limit{File: "api.yaml", Line: 12, Name: "per-tenant"}
