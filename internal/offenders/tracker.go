@@ -276,10 +276,14 @@ func (r *rule) view(now time.Time, epoch time.Duration, n int) View {
 		cur, prev := r.cur[i], r.prev[i]
 		items, total := Merge(Part{Items: cur.Items(), Total: cur.Total(), Floor: cur.Floor()},
 			Part{Items: prev.Items(), Total: prev.Total(), Floor: prev.Floor()})
+		floor := cur.Floor() + prev.Floor()
 		if n > 0 && len(items) > n {
+			// A value cut from the list may count up to the last one kept:
+			// the floor bounds every value not listed.
+			floor = max(floor, items[n].Count)
 			items = items[:n]
 		}
-		*w = Window{Items: items, Total: total, Floor: cur.Floor() + prev.Floor()}
+		*w = Window{Items: items, Total: total, Floor: floor}
 	}
 	step := now.UnixNano() / int64(Step)
 	v.Rates = Rates{Step: Step, Seconds: int(Step / time.Second), End: time.Unix(0, (step+1)*int64(Step)).UTC(),

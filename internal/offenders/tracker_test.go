@@ -217,3 +217,18 @@ func TestGeneratedRulesApart(t *testing.T) {
 		t.Fatalf("rule d/user: %+v, want alice alone", v)
 	}
 }
+
+// TestViewFloorBoundsTheCut: with n cutting the list, the floor still
+// bounds every value not listed.
+func TestViewFloorBoundsTheCut(t *testing.T) {
+	tr := NewTracker(Options{})
+	now := time.Unix(1_700_000_000, 0)
+	l := &descriptors.Limit{File: "f", Line: 1}
+	for v, hits := range map[string]uint64{"a": 9, "b": 7, "c": 2} {
+		tr.Observe(now, "d", l, "d/k", v, nil, hits, Rejected)
+	}
+	w := tr.Views(now, "d", "", 1)[0].Rejected
+	if len(w.Items) != 1 || w.Items[0].Value != "a" || w.Floor < 7 {
+		t.Fatalf("top 1: %+v, want a listed and a floor of at least b's 7", w)
+	}
+}
