@@ -56,6 +56,10 @@ type Tracker struct {
 	mu      sync.RWMutex
 	rules   map[ruleKey]*rule
 	dropped atomic.Uint64
+	// fullUntil (Unix ns) is when to look for a stale rule again after the
+	// table was found full with none: until then a new rule is dropped
+	// without taking the write lock (a decision must not queue on it).
+	fullUntil atomic.Int64
 }
 
 // ruleKey identifies a rule: where it is written and, for rules of a
@@ -129,6 +133,10 @@ func (t *Tracker) Observe(now time.Time, domain string, l *descriptors.Limit, re
 	r := t.rules[k]
 	t.mu.RUnlock()
 	if r == nil {
+		if now.UnixNano() < t.fullUntil.Load() {
+			t.dropped.Add(1)
+			return
+		}
 		if r = t.add(now, k, RuleOf(domain, l, resource)); r == nil {
 			t.dropped.Add(1)
 			return
@@ -177,6 +185,9 @@ func (t *Tracker) add(now time.Time, k ruleKey, info Rule) *rule {
 			}
 		}
 		if len(t.rules) >= t.opts.MaxRules {
+			// A rule turns stale after two silent epochs: look again in a
+			// tenth of one.
+			t.fullUntil.Store(now.Add(t.opts.Epoch / 10).UnixNano())
 			return nil
 		}
 	}
