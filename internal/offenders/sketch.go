@@ -61,8 +61,7 @@ func appendStandIn(b []byte, value string, n int) []byte {
 
 // slot is one monitored value, its text inline.
 type slot struct {
-	hash       uint64
-	count, err uint64
+	err        uint64
 	klen, dlen uint8
 	text       [KeyCap + DescCap]byte
 }
