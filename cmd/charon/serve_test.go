@@ -184,7 +184,6 @@ func TestParseServeErrors(t *testing.T) {
 		{"RUNTIME_ROOT and --config-xds", []string{"--config-xds", "cp:18000"}, map[string]string{"RUNTIME_ROOT": "/data"}},
 		{"force start without xDS", []string{"--config-xds-force-start"}, nil},
 		{"xDS address without port", []string{"--config-xds", "cp"}, nil},
-		{"xDS metadata without =", []string{"--config-xds", "cp:1", "--config-xds-node-metadata", "zone:a"}, nil},
 		{"xDS header without :", nil, map[string]string{"CONFIG_TYPE": "GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS": "token"}},
 		{"xDS backoff max below initial", []string{"--config-xds", "cp:1", "--config-xds-backoff-max", "1ms"}, nil},
 		{"xDS backoff factor 0", nil, map[string]string{"CONFIG_TYPE": "GRPC_XDS_SOTW", "XDS_CLIENT_BACKOFF_RANDOM_FACTOR": "0"}},

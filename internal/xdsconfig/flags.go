@@ -38,7 +38,7 @@ type Flags struct {
 func DefaultFlags() Flags {
 	return Flags{
 		NodeID:         DefaultNodeID,
-		NodeMetadata:   Pairs{Sep: "="},
+		NodeMetadata:   Pairs{Sep: "=", Skip: true},
 		Headers:        Pairs{Sep: ":"},
 		Backoff:        DefaultBackoff,
 		MaxRecvMsgSize: DefaultMaxRecvMsgSize,
@@ -115,6 +115,10 @@ func (f *Flags) Options() Options {
 type Pairs struct {
 	Sep string
 	M   map[string]string
+	// Skip passes over an entry without Sep (or without a name), as
+	// envoyproxy/ratelimit does for the node's metadata, instead of
+	// refusing it.
+	Skip bool
 }
 
 func (p *Pairs) String() string {
@@ -136,7 +140,10 @@ func (p *Pairs) Set(s string) error {
 			continue
 		}
 		k, v, ok := strings.Cut(e, p.Sep)
-		if k = strings.TrimSpace(k); !ok || k == "" {
+		if k = strings.TrimSpace(k); (!ok || k == "") && p.Skip {
+			continue
+		}
+		if !ok || k == "" {
 			// Not the entry: a header's may be a secret.
 			return fmt.Errorf("entry %d: want name%svalue", i+1, p.Sep)
 		}
