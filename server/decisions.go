@@ -71,7 +71,13 @@ func logDecisions(l *decisionlog.Logger, now time.Time, req *engine.Request, res
 	all := l.All()
 	var id string
 	if all {
+		// A complete log keeps a request whole or drops it whole (the rate
+		// bound counts requests then): replay finds a dropped request as a
+		// gap in the numbering, never a request missing some descriptors.
 		id = l.NextRequest()
+		if _, ok := l.Keep(true); !ok {
+			return
+		}
 	}
 	for i := range resp.Statuses {
 		st := &resp.Statuses[i]
@@ -84,7 +90,10 @@ func logDecisions(l *decisionlog.Logger, now time.Time, req *engine.Request, res
 		}
 		d := &st.Decision
 		important := st.Code == engine.CodeOverLimit || st.Shadow || d.Burst
-		weight, ok := l.Keep(important)
+		weight, ok := 1.0, true
+		if !all {
+			weight, ok = l.Keep(important)
+		}
 		if !ok {
 			continue
 		}

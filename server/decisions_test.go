@@ -6,13 +6,18 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"testing"
+	"time"
 
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/charonlimit/charon/descriptors"
 	"github.com/charonlimit/charon/internal/decisionlog"
+	"github.com/charonlimit/charon/internal/engine"
+	"github.com/charonlimit/charon/tiers"
 )
 
 // decisionLogServer serves charonTree with a decision log that keeps the
@@ -97,5 +102,33 @@ func TestDecisionLogSamplesUnconfigured(t *testing.T) {
 	recs := finish()
 	if len(recs) != 2 || recs[0].Result != decisionlog.ResultUnconfigured || recs[0].Granted != 1 || recs[1].Entries[0].Value != "/b" {
 		t.Errorf("lines %+v, want two unconfigured grants", recs)
+	}
+}
+
+// TestCompleteLogKeepsRequestsWhole: under a rate bound a complete log keeps
+// a request with all its descriptors or drops it whole, so that replay sees a
+// dropped request as a gap in the numbering.
+func TestCompleteLogKeepsRequestsWhole(t *testing.T) {
+	var buf bytes.Buffer
+	now := time.Unix(1_700_000_000, 0)
+	dl := decisionlog.New(&buf, decisionlog.Options{All: true, Rate: 1, Now: func() time.Time { return now }})
+	req := &engine.Request{Domain: "d", Descriptors: []engine.Descriptor{
+		{Entries: []descriptors.Entry{{Key: "a", Value: "1"}}}, {Entries: []descriptors.Entry{{Key: "b", Value: "2"}}},
+		{Entries: []descriptors.Entry{{Key: "c", Value: "3"}}}}}
+	resp := &engine.Response{Code: engine.CodeOK, Statuses: make([]engine.Status, 3)}
+	for i := range resp.Statuses {
+		resp.Statuses[i] = engine.Status{Code: engine.CodeOK, Limit: &engine.CurrentLimit{RequestsPerUnit: 5, Unit: tiers.UnitSecond}}
+	}
+	logDecisions(dl, now, req, resp) // kept whole
+	logDecisions(dl, now, req, resp) // over the bound of one a second: dropped whole
+	dl.Close()
+	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
+	if len(lines) != 3 {
+		t.Fatalf("%d lines, want the 3 of the first request:\n%s", len(lines), buf.String())
+	}
+	for _, l := range lines {
+		if !strings.Contains(l, `-1"`) {
+			t.Errorf("a line of another request than the first: %s", l)
+		}
 	}
 }

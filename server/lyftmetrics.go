@@ -203,7 +203,6 @@ func (f *notFoundNames) name(domain string) string {
 // otherNotFound is the domain_not_found stat of the domains past the bound.
 var otherNotFound = "ratelimit.service.rate_limit." + statKey("~other") + ".domain_not_found"
 
-
 // SendStats sends envoyproxy/ratelimit's statsd stats to sink, with its
 // names: ratelimit.service.rate_limit.STATKEY.{total_hits,over_limit,
 // near_limit,within_limit,shadow_mode}, ratelimit_server.ShouldRateLimit.
