@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/charonlimit/charon/descriptors"
 	"github.com/charonlimit/charon/tiers"
@@ -213,6 +214,7 @@ func source(l *descriptors.Limit) string { return l.Where() }
 func limitFields(a, b *descriptors.Limit) []FieldChange {
 	var fs []FieldChange
 	fs = field(fs, "limit", DescribePolicy(a.Policy), DescribePolicy(b.Policy))
+	fs = field(fs, "quota", DescribePolicy(a.Quota), DescribePolicy(b.Quota))
 	fs = field(fs, "unlimited", fmt.Sprint(a.Unlimited), fmt.Sprint(b.Unlimited))
 	fs = field(fs, "shadow_mode", fmt.Sprint(a.ShadowMode), fmt.Sprint(b.ShadowMode))
 	fs = field(fs, "quota_mode", fmt.Sprint(a.QuotaMode), fmt.Sprint(b.QuotaMode))
@@ -304,8 +306,13 @@ func DescribeLimit(l *descriptors.Limit) string {
 		s = "unlimited"
 	case l.Copies != nil:
 		s = describeCopies(l.Copies)
+	case l.Policy == nil && l.Quota != nil:
+		s = DescribePolicy(l.Quota)
 	default:
 		s = DescribePolicy(l.Policy)
+		if l.Quota != nil {
+			s += "; " + DescribePolicy(l.Quota)
+		}
 	}
 	if len(l.Overrides) > 0 {
 		s += fmt.Sprintf(" (%d overrides)", len(l.Overrides))
@@ -332,6 +339,15 @@ func DescribePolicy(p *tiers.Policy) string {
 		fmt.Fprintf(&b, "bucket %d, %d per %s", p.Bucket.Capacity, p.Bucket.Refill, fmtDur(p.Bucket.Per))
 	case tiers.KindFixedWindow:
 		fmt.Fprintf(&b, "fixed %d per %s", p.Window.Limit, p.Window.Unit)
+	case tiers.KindQuota:
+		q := &p.Quota
+		fmt.Fprintf(&b, "quota %d per %s", q.Limit, q.Period)
+		if q.Location != nil && q.Location != time.UTC {
+			fmt.Fprintf(&b, " in %s", q.Location)
+		}
+		if !q.Anchor.IsZero() {
+			fmt.Fprintf(&b, " from %s", q.Anchor.UTC().Format(time.RFC3339))
+		}
 	default:
 		if len(p.Tiers) == 0 {
 			b.WriteString("rejects all")

@@ -188,3 +188,14 @@ func randomConfig(r *rand.Rand) string {
 	level("  ", 0)
 	return b.String()
 }
+
+// TestCompareQuota: a calendar quota's change is a change of its rule.
+func TestCompareQuota(t *testing.T) {
+	a := mustLoad(t, "p.yaml", "domain: p\ndescriptors:\n  - key: tenant\n    rate_limit: {unit: second, requests_per_unit: 5}\n    quota: {limit: 100, period: month}\n")
+	b := mustLoad(t, "p.yaml", "domain: p\ndescriptors:\n  - key: tenant\n    rate_limit: {unit: second, requests_per_unit: 5}\n    quota: {limit: 200, period: month, time_zone: Europe/Paris}\n")
+	got := Compare(a, b)
+	if len(got.Rules) != 1 || len(got.Rules[0].Changes) != 1 || got.Rules[0].Changes[0].Field != "quota" ||
+		got.Rules[0].Changes[0].New != "quota 200 per month in Europe/Paris" {
+		t.Fatalf("Compare: %+v, want the quota changed to 200 a month in Paris", got)
+	}
+}
