@@ -175,7 +175,17 @@ func FuzzPostPaidNoOverGrant(f *testing.F) {
 			at += r.Int64N(int64(w/time.Microsecond) / 4)
 			now := t0.Add(time.Duration(at) * time.Microsecond)
 			k := r.Int64N(L + 2)
+			count := func() int64 {
+				if len(s.tiers) == 0 {
+					return 0
+				}
+				return s.tiers[0].hits.count(at+t0.UnixMicro(), Micros(w))
+			}
+			before := count()
 			d := Request(p, &s, nil, now, k, k)
+			if !d.OK && count()-before != k {
+				t.Fatalf("a refusal of %d hits counted %d", k, count()-before)
+			}
 			if d.OK {
 				grants = append(grants, grant{at, d.Granted})
 			}
