@@ -73,9 +73,9 @@ func (p Period) months() int {
 // long across a daylight-saving change; a month-based period anchored on a
 // day that a shorter month lacks starts on that month's last day (an anchor
 // on the 31st renews on February 28th or 29th, then on March 31st). Minutes
-// and hours are 60 s and 3600 s steps from the start of the day (or the
-// anchor), which are the clock's minutes and hours in every zone whose
-// offsets are whole hours apart. Periods before the anchor follow the same
+// and hours are 60 s and 3600 s steps from the origin (the anchor, or
+// midnight of 2001-01-01 on the zone's clock), which are the clock's minutes
+// and hours in every zone whose offsets since then are whole hours apart. Periods before the anchor follow the same
 // rule backwards. A Quota is immutable once in use and safe for concurrent
 // reads; the zero value is not valid (Limit and Period are needed).
 type Quota struct {
