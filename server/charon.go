@@ -300,9 +300,9 @@ func (c *charon) done(method string, err error) error {
 	switch code {
 	case codes.OK:
 	case codes.Unavailable, codes.Internal, codes.Unknown, codes.Aborted:
-		c.log.Warn("charon.v1 call failed", "method", method, "code", code.String(), "err", engine.Truncate(err.Error()))
+		c.log.Warn("charon.v1 call failed", "method", method, "code", code.String(), "err", descriptors.Truncate(err.Error()))
 	default:
-		c.log.Debug("charon.v1 call refused", "method", method, "code", code.String(), "err", engine.Truncate(err.Error()))
+		c.log.Debug("charon.v1 call refused", "method", method, "code", code.String(), "err", descriptors.Truncate(err.Error()))
 	}
 	return gerr
 }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/charonlimit/charon/descriptors"
 	"github.com/charonlimit/charon/internal/decisionlog"
 	"github.com/charonlimit/charon/internal/engine"
 	"github.com/charonlimit/charon/internal/offenders"
@@ -115,7 +116,7 @@ func logDecisions(l *decisionlog.Logger, now time.Time, req *engine.Request, res
 		es := req.Descriptors[i].Entries
 		r.Entries = make([]decisionlog.Entry, len(es))
 		for j, e := range es {
-			r.Entries[j] = decisionlog.Entry{Key: engine.Truncate(e.Key), Value: engine.Truncate(e.Value)}
+			r.Entries[j] = decisionlog.Entry{Key: descriptors.Truncate(e.Key), Value: descriptors.Truncate(e.Value)}
 		}
 		switch {
 		case notLimited:

@@ -155,18 +155,13 @@ func stamp(t time.Time) *timestamppb.Timestamp {
 	return timestamppb.New(t)
 }
 
-// ParseDescriptor parses a descriptor written "k=v,k2=v2" (a value may hold
-// "=", not ","), as the explain endpoint and the command line take it.
-func ParseDescriptor(s string) ([]*charonv1.Entry, error) {
-	var es []*charonv1.Entry
-	for _, part := range strings.Split(s, ",") {
-		k, v, _ := strings.Cut(part, "=")
-		if k == "" {
-			return nil, fmt.Errorf("descriptor entry %q has no key (want k=v,k2=v2)", engine.Truncate(part))
-		}
-		es = append(es, &charonv1.Entry{Key: k, Value: v})
+// protoEntries converts a descriptor's entries to the API's.
+func protoEntries(es []descriptors.Entry) []*charonv1.Entry {
+	out := make([]*charonv1.Entry, len(es))
+	for i, e := range es {
+		out[i] = &charonv1.Entry{Key: e.Key, Value: e.Value}
 	}
-	return es, nil
+	return out
 }
 
 // explainQuery reads ?domain=D&descriptor=k=v,k2=v2 (descriptor repeatable).
@@ -177,11 +172,11 @@ func explainQuery(r *http.Request) (*charonv1.ExplainRequest, error) {
 		return nil, errors.New("domain and descriptor are required: ?domain=D&descriptor=k=v,k2=v2 (descriptor repeatable)")
 	}
 	for _, d := range q["descriptor"] {
-		es, err := ParseDescriptor(d)
+		es, err := descriptors.ParseDescriptor(d)
 		if err != nil {
 			return nil, err
 		}
-		req.Descriptors = append(req.Descriptors, &charonv1.ExplainRequest_Descriptor{Entries: es})
+		req.Descriptors = append(req.Descriptors, &charonv1.ExplainRequest_Descriptor{Entries: protoEntries(es)})
 	}
 	return req, nil
 }
@@ -258,7 +253,7 @@ func (s *Server) serveReset(w http.ResponseWriter, r *http.Request) {
 		httpError(w, err)
 		return
 	}
-	s.log.Info("pair state reset", "domain", engine.Truncate(req.Domain), "descriptor", engine.Truncate(strings.Join(r.URL.Query()["descriptor"], " ")), "pairs", n, "remote", r.RemoteAddr)
+	s.log.Info("pair state reset", "domain", descriptors.Truncate(req.Domain), "descriptor", descriptors.Truncate(strings.Join(r.URL.Query()["descriptor"], " ")), "pairs", n, "remote", r.RemoteAddr)
 	w.Header().Set("Content-Type", "application/json")
 	fmt.Fprintf(w, "{\"reset\": %d}\n", n)
 }

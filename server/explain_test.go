@@ -21,11 +21,11 @@ import (
 func explainReq(domain string, descs ...string) *charonv1.ExplainRequest {
 	r := &charonv1.ExplainRequest{Domain: domain}
 	for _, d := range descs {
-		es, err := ParseDescriptor(d)
+		es, err := descriptors.ParseDescriptor(d)
 		if err != nil {
 			panic(err)
 		}
-		r.Descriptors = append(r.Descriptors, &charonv1.ExplainRequest_Descriptor{Entries: es})
+		r.Descriptors = append(r.Descriptors, &charonv1.ExplainRequest_Descriptor{Entries: protoEntries(es)})
 	}
 	return r
 }

@@ -20,8 +20,8 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 
+	"github.com/charonlimit/charon/descriptors"
 	"github.com/charonlimit/charon/internal/authz"
-	"github.com/charonlimit/charon/internal/engine"
 	"github.com/charonlimit/charon/internal/sim"
 )
 
@@ -143,7 +143,7 @@ func (s *Server) serveJSON(w http.ResponseWriter, r *http.Request) {
 		body = latin1Invalid(body)
 	}
 	if err := protojson.Unmarshal(body, &req); err != nil {
-		http.Error(w, "invalid RateLimitRequest JSON: "+engine.Truncate(err.Error()), http.StatusBadRequest)
+		http.Error(w, "invalid RateLimitRequest JSON: "+descriptors.Truncate(err.Error()), http.StatusBadRequest)
 		return
 	}
 	resp, err := s.rls.ShouldRateLimit(r.Context(), &req)

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/charonlimit/charon/descriptors"
 	"github.com/charonlimit/charon/internal/rlqs"
 )
 
@@ -120,7 +121,7 @@ func quotaResponse(acts []rlqs.Action) *rlqsv3.RateLimitQuotaResponse {
 func (s *Server) serveRLQS(w http.ResponseWriter, r *http.Request) {
 	var v any = s.opts.RLQS.Stats(true)
 	if q := r.URL.Query(); q.Has("bucket") || q.Has("domain") {
-		es, err := ParseDescriptor(q.Get("bucket"))
+		es, err := descriptors.ParseDescriptor(q.Get("bucket"))
 		if err != nil || q.Get("domain") == "" {
 			http.Error(w, "want ?domain=D&bucket=k=v,k2=v2", http.StatusBadRequest)
 			return

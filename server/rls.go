@@ -127,11 +127,11 @@ func (s *rls) fail(req *rlsv3.RateLimitRequest, err error) error {
 	code := status.Code(gerr)
 	switch code {
 	case codes.InvalidArgument:
-		s.log.Debug("invalid request", "domain", engine.Truncate(req.GetDomain()), "descriptors", len(req.GetDescriptors()), "err", engine.Truncate(err.Error()))
+		s.log.Debug("invalid request", "domain", descriptors.Truncate(req.GetDomain()), "descriptors", len(req.GetDescriptors()), "err", descriptors.Truncate(err.Error()))
 	case codes.Unavailable:
-		s.log.Debug("request failed", "domain", engine.Truncate(req.GetDomain()), "code", code.String(), "err", engine.Truncate(err.Error()))
+		s.log.Debug("request failed", "domain", descriptors.Truncate(req.GetDomain()), "code", code.String(), "err", descriptors.Truncate(err.Error()))
 	default:
-		s.log.Warn("request failed", "domain", engine.Truncate(req.GetDomain()), "code", code.String(), "err", engine.Truncate(err.Error()))
+		s.log.Warn("request failed", "domain", descriptors.Truncate(req.GetDomain()), "code", code.String(), "err", descriptors.Truncate(err.Error()))
 	}
 	return gerr
 }

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	charonv1 "github.com/charonlimit/charon/api/charon/v1"
+	"github.com/charonlimit/charon/descriptors"
 	"github.com/charonlimit/charon/internal/engine"
 )
 
@@ -113,7 +114,7 @@ func (c *charon) session(stream grpc.BidiStreamingServer[charonv1.SessionRequest
 		case <-tick.C:
 			if _, err := c.renew(ctx, s); err != nil && ctx.Err() == nil && s.lapsing(time.Now(), c.opts.SessionLease) {
 				c.log.Warn("ending a session whose lease could not be renewed", "resources", len(s.resources), "since", time.Since(s.renewed))
-				return status.Errorf(codes.Unavailable, "session lease could not be renewed, its holds are dropped: %s", engine.Truncate(err.Error()))
+				return status.Errorf(codes.Unavailable, "session lease could not be renewed, its holds are dropped: %s", descriptors.Truncate(err.Error()))
 			}
 		case <-c.closing:
 			return status.Error(codes.Unavailable, "server shutting down")
@@ -136,7 +137,7 @@ func (c *charon) renew(ctx context.Context, s *session) (int, error) {
 		if ctx.Err() == nil {
 			// The holds lapse within SessionLease if this goes on; the
 			// loop ends the stream before they can.
-			c.log.Warn("session lease renewal failed", "resources", len(s.resources), "err", engine.Truncate(err.Error()))
+			c.log.Warn("session lease renewal failed", "resources", len(s.resources), "err", descriptors.Truncate(err.Error()))
 		}
 		return res.Holds, err
 	}
@@ -156,7 +157,7 @@ func (c *charon) endSession(streamCtx context.Context, s *session) {
 		res, err := c.engine.ReleaseSession(ctx, r, s.id)
 		c.metrics.reaped(res.Reaped)
 		if err != nil {
-			c.log.Warn("releasing a session's holds failed; they lapse with their lease", "resource", engine.Truncate(r), "lease", c.opts.SessionLease, "err", engine.Truncate(err.Error()))
+			c.log.Warn("releasing a session's holds failed; they lapse with their lease", "resource", descriptors.Truncate(r), "lease", c.opts.SessionLease, "err", descriptors.Truncate(err.Error()))
 			continue
 		}
 		c.metrics.sessionReleased.Add(float64(res.Holds))

@@ -10,7 +10,7 @@ import (
 
 	charonv1 "github.com/charonlimit/charon/api/charon/v1"
 
-	"github.com/charonlimit/charon/server"
+	"github.com/charonlimit/charon/descriptors"
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
@@ -32,12 +32,21 @@ func (q *queryFlags) declare(verb, what string, stderr io.Writer) *flag.FlagSet 
 	fs := q.verb(verb, stderr)
 	fs.StringVar(&q.domain, "domain", "", "RLS domain")
 	fs.Func("descriptor", "descriptor `k=v,k2=v2` (repeatable)", func(s string) error {
-		es, err := server.ParseDescriptor(s)
-		q.descriptors = append(q.descriptors, es)
+		es, err := descriptors.ParseDescriptor(s)
+		q.descriptors = append(q.descriptors, protoEntries(es))
 		return err
 	})
 	fs.BoolVar(&q.json, "json", false, "print the "+what+" as JSON")
 	return fs
+}
+
+// protoEntries converts a descriptor's entries to the API's.
+func protoEntries(es []descriptors.Entry) []*charonv1.Entry {
+	out := make([]*charonv1.Entry, len(es))
+	for i, e := range es {
+		out[i] = &charonv1.Entry{Key: e.Key, Value: e.Value}
+	}
+	return out
 }
 
 func (q *queryFlags) parse(fs *flag.FlagSet, verb string, args []string) error {

@@ -13,8 +13,8 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	charonv1 "github.com/charonlimit/charon/api/charon/v1"
+	"github.com/charonlimit/charon/descriptors"
 	"github.com/charonlimit/charon/internal/sessionhold"
-	"github.com/charonlimit/charon/server"
 )
 
 // The copy verbs: reserve and seize hold their copies on a Session stream
@@ -43,11 +43,11 @@ func Reserve(args []string, stdout, stderr io.Writer) error {
 	if *domain == "" || *descriptor == "" {
 		return fmt.Errorf("%w: reserve needs --domain and --descriptor", ErrUsage)
 	}
-	es, err := server.ParseDescriptor(*descriptor)
+	es, err := descriptors.ParseDescriptor(*descriptor)
 	if err != nil {
 		return fmt.Errorf("%w: --descriptor: %v", ErrUsage, err)
 	}
-	r := &charonv1.Resource{Domain: *domain, Entries: es}
+	r := &charonv1.Resource{Domain: *domain, Entries: protoEntries(es)}
 	op := &charonv1.SessionRequest{Operation: &charonv1.SessionRequest_Reserve{Reserve: &charonv1.ReserveRequest{
 		Resource: r, Copies: *copies, MinCopies: *minCopies, RequestId: *requestID,
 	}}}

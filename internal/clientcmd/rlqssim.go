@@ -8,8 +8,8 @@ import (
 
 	"google.golang.org/grpc"
 
+	"github.com/charonlimit/charon/descriptors"
 	"github.com/charonlimit/charon/internal/rlqssim"
-	"github.com/charonlimit/charon/server"
 )
 
 // RLQSSim is `charon rlqs-sim`: simulated Envoy rate_limit_quota filters
@@ -32,7 +32,7 @@ func RLQSSim(args []string, stdout, stderr io.Writer) error {
 	if err := ParseFlags(fs, args); err != nil {
 		return err
 	}
-	es, err := server.ParseDescriptor(*bucket)
+	es, err := descriptors.ParseDescriptor(*bucket)
 	if err != nil || *domain == "" || *envoys < 1 || *duration < time.Second {
 		return fmt.Errorf("%w: rlqs-sim needs --domain, --bucket k=v, --envoys >= 1 and --duration >= 1s", ErrUsage)
 	}

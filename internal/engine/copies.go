@@ -125,7 +125,7 @@ func (e *Engine) Reserve(ctx context.Context, r ReserveRequest) (Reservation, er
 	case !ok:
 		dc, known := tree.Domain(r.Domain)
 		if !known || !dc.AllowUnconfigured {
-			return Reservation{}, &FieldError{Field: "resource", Err: fmt.Errorf("%w: no limit matches domain %q and its entries", ErrUnknownResource, Truncate(r.Domain))}
+			return Reservation{}, &FieldError{Field: "resource", Err: fmt.Errorf("%w: no limit matches domain %q and its entries", ErrUnknownResource, descriptors.Truncate(r.Domain))}
 		}
 		resource = descriptors.Escape(r.Domain) + unconfiguredSuffix
 		cl = idx.byResource[resource]
@@ -230,7 +230,7 @@ func (e *Engine) resourceOfID(id, field string, unknown error, checks ...error) 
 	}
 	r, ok := ResourceOf(id)
 	if !ok {
-		return "", &FieldError{Field: field, Err: fmt.Errorf("%w: %q is not an id this service issued", unknown, Truncate(id))}
+		return "", &FieldError{Field: field, Err: fmt.Errorf("%w: %q is not an id this service issued", unknown, descriptors.Truncate(id))}
 	}
 	if err := cmp.Or(checks...); err != nil {
 		return "", err

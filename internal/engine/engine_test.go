@@ -580,19 +580,3 @@ func TestDecideReusesResponse(t *testing.T) {
 		t.Errorf("statuses share one CurrentLimit")
 	}
 }
-
-func TestTruncate(t *testing.T) {
-	long := strings.Repeat("a", MaxQuoted+10)
-	for _, tt := range []struct{ in, want string }{
-		{"", ""},
-		{"short", "short"},
-		{long[:MaxQuoted], long[:MaxQuoted]},
-		{long, long[:MaxQuoted] + "…"},
-		// A rune across the cut is left out whole.
-		{long[:MaxQuoted-1] + "é" + long, long[:MaxQuoted-1] + "…"},
-	} {
-		if got := Truncate(tt.in); got != tt.want {
-			t.Errorf("Truncate(%d bytes) = %q, want %q", len(tt.in), got, tt.want)
-		}
-	}
-}

@@ -106,7 +106,7 @@ func (e *Engine) Request(ctx context.Context, domain string, entries []descripto
 		if known && dc.AllowUnconfigured {
 			return Result{Decision: grantAll(copies), Unlimited: true}, nil
 		}
-		return Result{}, &FieldError{Field: "resource", Err: fmt.Errorf("%w: no limit matches domain %q and its entries", ErrUnknownResource, Truncate(domain))}
+		return Result{}, &FieldError{Field: "resource", Err: fmt.Errorf("%w: no limit matches domain %q and its entries", ErrUnknownResource, descriptors.Truncate(domain))}
 	}
 	l := m.Limit
 	switch {

@@ -4,26 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
-	"unicode/utf8"
 )
-
-// MaxQuoted bounds, in bytes, a request value (or an error quoting one) in
-// an error message or a log line; see Truncate.
-const MaxQuoted = 128
-
-// Truncate returns s cut to at most MaxQuoted bytes, at a rune boundary,
-// followed by "…" when it was cut: request values reach errors and logs
-// through it.
-func Truncate(s string) string {
-	if len(s) <= MaxQuoted {
-		return s
-	}
-	i := MaxQuoted
-	for i > 0 && !utf8.RuneStart(s[i]) {
-		i--
-	}
-	return s[:i] + "…"
-}
 
 // validate reports the first field of req that cannot be decided. It also
 // bounds what a client controls and Envoy passes on, rather than fail the
