@@ -227,7 +227,7 @@ func TestTopEndpoint(t *testing.T) {
 	if code != 200 {
 		t.Fatalf("/top: %d %s", code, body)
 	}
-	var ans TopAnswer
+	var ans offenders.Answer
 	if err := json.Unmarshal([]byte(body), &ans); err != nil {
 		t.Fatal(err)
 	}
@@ -338,7 +338,7 @@ func TestTopThroughDecisions(t *testing.T) {
 		}
 	}
 	body, _ := get(t, "http://"+s.DebugAddr()+"/top?domain=api&rule=per-user&n=5")
-	var ans TopAnswer
+	var ans offenders.Answer
 	if err := json.Unmarshal([]byte(body), &ans); err != nil {
 		t.Fatal(err)
 	}

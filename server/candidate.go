@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	charonv1 "github.com/charonlimit/charon/api/charon/v1"
 	"github.com/charonlimit/charon/internal/engine"
 )
 
@@ -24,18 +25,13 @@ type Candidate interface {
 	prometheus.Collector
 }
 
-// CandidateHeader, in the metadata of a charon.v1 Explain call, asks for
-// the candidate's explanation instead of the live one (charon explain
-// --candidate); on the debug port, /explain?candidate=1 does.
-const CandidateHeader = "charon-candidate"
-
 // errNoCandidate answers an explain of the candidate on a server without one.
 var errNoCandidate = status.Error(codes.FailedPrecondition, "no candidate configuration (charon serve --candidate-config)")
 
 // wantsCandidate reports whether an Explain call asks for the candidate.
 func wantsCandidate(ctx context.Context) bool {
 	md, _ := metadata.FromIncomingContext(ctx)
-	return len(md.Get(CandidateHeader)) > 0
+	return len(md.Get(charonv1.CandidateHeader)) > 0
 }
 
 // candidateExplainer returns the candidate's Explainer, or an error when

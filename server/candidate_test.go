@@ -65,7 +65,7 @@ func TestCandidate(t *testing.T) {
 	if err != nil || live.GetExplanations()[0].GetTiers()[0].GetLimit() != 3 {
 		t.Errorf("live explain: %v %v", live, err)
 	}
-	ctx := metadata.AppendToOutgoingContext(context.Background(), CandidateHeader, "1")
+	ctx := metadata.AppendToOutgoingContext(context.Background(), charonv1.CandidateHeader, "1")
 	under, err := cc.Explain(ctx, req)
 	if err != nil || under.GetExplanations()[0].GetTiers()[0].GetLimit() != 1 {
 		t.Errorf("candidate explain: %v %v", under, err)

@@ -16,20 +16,6 @@ import (
 // is its stand-in (offenders.StandIn).
 const maxTopLabel = 32
 
-// TopAnswer is GET /top's answer: the rules of a domain (or of every
-// domain) with their top rejected and granted values over the recent
-// interval, the rule with the most rejected hits first.
-type TopAnswer struct {
-	At time.Time `json:"at"`
-	// EpochSeconds is the epoch: the windows cover the current and the
-	// previous epoch. K is each sketch's number of values; a value's error
-	// is at most its window's total / K.
-	EpochSeconds int              `json:"epoch_seconds"`
-	K            int              `json:"k"`
-	Dropped      uint64           `json:"dropped"`
-	Rules        []offenders.View `json:"rules"`
-}
-
 // serveTop is GET /top?domain=D&rule=R&n=N on the debug port.
 func (s *Server) serveTop(w http.ResponseWriter, r *http.Request) {
 	t := s.opts.Top
@@ -48,7 +34,7 @@ func (s *Server) serveTop(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	now := time.Now()
-	ans := TopAnswer{At: now.UTC(), EpochSeconds: int(o.Epoch / time.Second), K: o.K, Dropped: t.Dropped(),
+	ans := offenders.Answer{At: now.UTC(), EpochSeconds: int(o.Epoch / time.Second), K: o.K, Dropped: t.Dropped(),
 		Rules: t.Views(now, q.Get("domain"), q.Get("rule"), n)}
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "no-store")

@@ -12,7 +12,6 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	charonv1 "github.com/charonlimit/charon/api/charon/v1"
-	"github.com/charonlimit/charon/server"
 )
 
 // Explain is `charon explain`: why a request would be limited, from the
@@ -37,7 +36,7 @@ func Explain(args []string, stdout, stderr io.Writer) error {
 	for _, cand := range sides {
 		resp, err := rpc(&q.connFlags, func(ctx context.Context, cc *grpc.ClientConn) (*charonv1.ExplainResponse, error) {
 			if cand {
-				ctx = metadata.AppendToOutgoingContext(ctx, server.CandidateHeader, "1")
+				ctx = metadata.AppendToOutgoingContext(ctx, charonv1.CandidateHeader, "1")
 			}
 			return charonv1.NewCharonClient(cc).Explain(ctx, req)
 		})

@@ -16,7 +16,6 @@ import (
 	"time"
 
 	"github.com/charonlimit/charon/internal/offenders"
-	"github.com/charonlimit/charon/server"
 )
 
 // Top is `charon top`: who is being limited, by which rule, from the debug
@@ -74,11 +73,11 @@ func Top(args []string, stdout, stderr io.Writer) error {
 	if len(urls) == 0 {
 		return fmt.Errorf("%w: --addr is empty", ErrUsage)
 	}
-	fetchAll := func() (server.TopAnswer, error) {
-		answers := make([]server.TopAnswer, len(urls))
+	fetchAll := func() (offenders.Answer, error) {
+		answers := make([]offenders.Answer, len(urls))
 		for i, u := range urls {
 			if err := fetchTop(hc, u, token, &answers[i]); err != nil {
-				return server.TopAnswer{}, err
+				return offenders.Answer{}, err
 			}
 		}
 		return MergeTop(answers...), nil
@@ -118,7 +117,7 @@ func Top(args []string, stdout, stderr io.Writer) error {
 	}
 }
 
-func fetchTop(hc *http.Client, u, token string, out *server.TopAnswer) error {
+func fetchTop(hc *http.Client, u, token string, out *offenders.Answer) error {
 	req, err := http.NewRequest("GET", u, nil)
 	if err != nil {
 		return err
@@ -146,12 +145,12 @@ func fetchTop(hc *http.Client, u, token string, out *server.TopAnswer) error {
 // value's count adds the floor of each replica that does not list it, so
 // counts still bound the true ones from above, within the summed errors),
 // and the decision rates are added step by step.
-func MergeTop(answers ...server.TopAnswer) server.TopAnswer {
+func MergeTop(answers ...offenders.Answer) offenders.Answer {
 	if len(answers) == 1 {
 		return answers[0]
 	}
 	type key struct{ domain, rule string }
-	var out server.TopAnswer
+	var out offenders.Answer
 	var order []key
 	views := map[key][]offenders.View{}
 	for _, a := range answers {
@@ -242,7 +241,7 @@ func lastRate(xs []uint64, seconds int) float64 {
 	return float64(xs[len(xs)-2]) / float64(seconds)
 }
 
-func printTop(w io.Writer, ans server.TopAnswer, replicas, n int) {
+func printTop(w io.Writer, ans offenders.Answer, replicas, n int) {
 	fmt.Fprintf(w, "charon top  %s  %d replica(s)  over the last %ds to %ds  (K=%d", ans.At.Format(time.RFC3339), replicas,
 		ans.EpochSeconds, 2*ans.EpochSeconds, ans.K)
 	if ans.Dropped > 0 {

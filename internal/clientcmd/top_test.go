@@ -13,7 +13,6 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/charonlimit/charon/internal/offenders"
-	"github.com/charonlimit/charon/server"
 )
 
 var at = time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
@@ -37,10 +36,10 @@ func view(rule string, floor uint64, rates offenders.Rates, items ...offenders.I
 // does not list gets that replica's floor as count and error; rates add up
 // aligned on their steps.
 func TestMergeTop(t *testing.T) {
-	a := server.TopAnswer{At: at, EpochSeconds: 60, K: 2, Rules: []offenders.View{
+	a := offenders.Answer{At: at, EpochSeconds: 60, K: 2, Rules: []offenders.View{
 		view("api.yaml:3", 10, rates(at, 1, 2, 3), offenders.Item{Value: "alice", Descriptor: "user=alice", Count: 50}, offenders.Item{Value: "bob", Count: 10}),
 	}}
-	b := server.TopAnswer{At: at.Add(time.Second), EpochSeconds: 60, K: 2, Dropped: 1, Rules: []offenders.View{
+	b := offenders.Answer{At: at.Add(time.Second), EpochSeconds: 60, K: 2, Dropped: 1, Rules: []offenders.View{
 		view("api.yaml:3", 0, rates(at.Add(5*time.Second), 7), offenders.Item{Value: "alice", Count: 5}, offenders.Item{Value: "carol", Count: 4}),
 		view("api.yaml:9", 0, rates(at), offenders.Item{Value: "x", Count: 1}),
 	}}
@@ -66,16 +65,16 @@ func TestMergeTop(t *testing.T) {
 // and prints the merged view.
 func TestTopOnce(t *testing.T) {
 	var seen []string
-	replica := func(ans server.TopAnswer) *httptest.Server {
+	replica := func(ans offenders.Answer) *httptest.Server {
 		return httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			seen = append(seen, r.URL.Path+"?"+r.URL.RawQuery+" "+r.Header.Get("Authorization"))
 			json.NewEncoder(w).Encode(ans)
 		}))
 	}
-	a := replica(server.TopAnswer{At: at, EpochSeconds: 60, K: 32, Rules: []offenders.View{
+	a := replica(offenders.Answer{At: at, EpochSeconds: 60, K: 32, Rules: []offenders.View{
 		view("api.yaml:3", 0, rates(at, 10, 0), offenders.Item{Value: "alice", Descriptor: "user=alice", Count: 50})}})
 	defer a.Close()
-	b := replica(server.TopAnswer{At: at, EpochSeconds: 60, K: 32, Rules: []offenders.View{
+	b := replica(offenders.Answer{At: at, EpochSeconds: 60, K: 32, Rules: []offenders.View{
 		view("api.yaml:3", 0, rates(at, 5, 0), offenders.Item{Value: "alice", Count: 30}, offenders.Item{Value: "bob", Count: 3})}})
 	defer b.Close()
 	token := t.TempDir() + "/token"

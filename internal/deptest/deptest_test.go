@@ -26,7 +26,7 @@ var imports = map[string][]string{
 		"internal/lyftenv", "internal/redisbackend", "internal/replay", "internal/rlqs", "internal/sharestore", "internal/sim", "internal/statefile", "internal/statsd", "internal/statsmap", "internal/store/memstore", "internal/store/redisstore",
 		"internal/store/resilient", "internal/suggest", "internal/tracing", "internal/xdsconfig", "server"},
 	"internal/canary":                    {"config", "internal/engine", "internal/store/memstore"},
-	"internal/clientcmd":                 {"api/charon/v1", "descriptors", "internal/gctune", "internal/loadgen", "internal/offenders", "internal/rlqssim", "internal/sessionhold", "internal/tlsconfig", "server"},
+	"internal/clientcmd":                 {"api/charon/v1", "descriptors", "internal/gctune", "internal/loadgen", "internal/offenders", "internal/rlqssim", "internal/sessionhold", "internal/tlsconfig"},
 	"config":                             {"descriptors", "tiers"},
 	"copylog":                            nil,
 	"fairshare":                          nil,

@@ -252,6 +252,21 @@ type View struct {
 	Rates    Rates     `json:"rates"`
 }
 
+// Answer is GET /top's answer (server/top.go), which charon top reads and
+// merges across replicas: the rules of a domain (or of every domain) with
+// their top rejected and granted values over the recent interval, the rule
+// with the most rejected hits first.
+type Answer struct {
+	At time.Time `json:"at"`
+	// EpochSeconds is the epoch: the windows cover the current and the
+	// previous epoch. K is each sketch's number of values; a value's error
+	// is at most its window's total / K.
+	EpochSeconds int    `json:"epoch_seconds"`
+	K            int    `json:"k"`
+	Dropped      uint64 `json:"dropped"`
+	Rules        []View `json:"rules"`
+}
+
 // Views returns the rules of domain ("": every domain) named by name (its
 // Rule, its configured name or its resource; "": every rule), with at most
 // n values per window (n <= 0: all), the
