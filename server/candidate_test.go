@@ -22,7 +22,7 @@ import (
 // changes an answer; its counts show on /metrics and /candidate, and
 // explain answers for it on request.
 func TestCandidate(t *testing.T) {
-	eng, clock := charonEngine(t, nil)
+	eng, clock := charonEngine(t)
 	cfg, _, err := config.Load(fstest.MapFS{"c.yaml": {Data: []byte("domain: c\ndescriptors:\n  - key: rate\n    rate_limit: {unit: second, requests_per_unit: 1}\n")}}, config.Options{})
 	if err != nil {
 		t.Fatal(err)

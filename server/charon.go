@@ -16,18 +16,25 @@ import (
 	"github.com/charonlimit/charon/copylog"
 	"github.com/charonlimit/charon/descriptors"
 	"github.com/charonlimit/charon/internal/engine"
+	"github.com/charonlimit/charon/internal/holds"
 	"github.com/charonlimit/charon/tiers"
 )
 
-// CharonEngine is what the charon.v1 service needs from the decision
-// pipeline; *engine.Engine implements it. Implementations must be safe for
-// concurrent use.
+// CharonEngine is what the charon.v1 service needs from the RLS pipeline;
+// *engine.Engine implements it. Implementations must be safe for concurrent
+// use.
 type CharonEngine interface {
 	Request(ctx context.Context, domain string, entries []descriptors.Entry, copies, min int64) (engine.Result, error)
-	Reserve(ctx context.Context, r engine.ReserveRequest) (engine.Reservation, error)
+}
+
+// Broker is what the copy operations of charon.v1 need from the copy-hold
+// pipeline; *holds.Broker implements it. Implementations must be safe for
+// concurrent use.
+type Broker interface {
+	Reserve(ctx context.Context, r holds.ReserveRequest) (holds.Reservation, error)
 	Release(ctx context.Context, holdID string, copies int64) (copylog.ReleaseResult, error)
-	Transfer(ctx context.Context, holdID string, copies int64, ttl time.Duration) (engine.Transferred, error)
-	Seize(ctx context.Context, transferID, session string, lease time.Duration) (engine.Seized, error)
+	Transfer(ctx context.Context, holdID string, copies int64, ttl time.Duration) (holds.Transferred, error)
+	Seize(ctx context.Context, transferID, session string, lease time.Duration) (holds.Seized, error)
 	KeepAlive(ctx context.Context, holdID string, lease time.Duration) (copylog.KeepAliveResult, error)
 	KeepAliveSession(ctx context.Context, session string, lease time.Duration, resources []string) (copylog.KeepAliveResult, error)
 	ReleaseSession(ctx context.Context, resource, session string) (copylog.SessionResult, error)
@@ -46,10 +53,13 @@ const (
 
 // CharonOptions configure the charon.v1 service. The zero value uses the
 // defaults above and Options.Engine when it implements CharonEngine (the
-// service is not registered otherwise).
+// service is not registered otherwise), with no copy store.
 type CharonOptions struct {
-	// Engine serves the operations; nil: Options.Engine, if it can.
+	// Engine serves Request; nil: Options.Engine, if it can.
 	Engine CharonEngine
+	// Broker serves the copy operations; nil: they fail with
+	// holds.ErrNoCopyStore.
+	Broker Broker
 	// UnaryLease is the lease of a unary Reserve or Seize, and of a
 	// KeepAlive, that names none; MaxLease the longest a caller may ask.
 	UnaryLease, MaxLease time.Duration
@@ -91,6 +101,7 @@ const (
 type charon struct {
 	charonv1.UnimplementedCharonServer
 	engine  CharonEngine
+	holds   Broker
 	opts    CharonOptions
 	metrics *charonMetrics
 	log     *slog.Logger
@@ -103,7 +114,11 @@ type charon struct {
 
 func newCharon(eng CharonEngine, opts CharonOptions, m *Metrics, log *slog.Logger) *charon {
 	opts.defaults()
-	return &charon{engine: eng, opts: opts, metrics: newCharonMetrics(m.Registry, opts.Holds), log: log, closing: make(chan struct{})}
+	b := opts.Broker
+	if b == nil {
+		b = holds.New(holds.Options{})
+	}
+	return &charon{engine: eng, holds: b, opts: opts, metrics: newCharonMetrics(m.Registry, opts.Holds), log: log, closing: make(chan struct{})}
 }
 
 // Request decides a bulk request of a rate-limited resource.
@@ -139,7 +154,7 @@ func (c *charon) reserve(ctx context.Context, req *charonv1.ReserveRequest, sess
 	}
 	er.Domain, er.Entries = resourceOf(req.GetResource())
 	er.Copies, er.Min, er.RequestID = req.GetCopies(), req.GetMinCopies(), req.GetRequestId()
-	res, err := c.engine.Reserve(ctx, er)
+	res, err := c.holds.Reserve(ctx, er)
 	c.metrics.reaped(res.Reaped)
 	if err != nil {
 		return nil, res.Resource, err
@@ -150,16 +165,16 @@ func (c *charon) reserve(ctx context.Context, req *charonv1.ReserveRequest, sess
 
 // holdOptions resolves the session and lease of a new hold: a stream's, or
 // the unary caller's session name and lease (the default when unset).
-func (c *charon) holdOptions(name string, d *durationpb.Duration, session string, lease time.Duration) (engine.ReserveRequest, error) {
+func (c *charon) holdOptions(name string, d *durationpb.Duration, session string, lease time.Duration) (holds.ReserveRequest, error) {
 	if session != "" {
-		return engine.ReserveRequest{Session: session, Lease: lease}, nil
+		return holds.ReserveRequest{Session: session, Lease: lease}, nil
 	}
 	l, err := c.duration(d, "lease", c.opts.UnaryLease)
 	if err != nil {
-		return engine.ReserveRequest{}, err
+		return holds.ReserveRequest{}, err
 	}
 	s, err := unarySession(name)
-	return engine.ReserveRequest{Session: s, Lease: l}, err
+	return holds.ReserveRequest{Session: s, Lease: l}, err
 }
 
 // unarySession is the store's session of a unary caller's session name.
@@ -174,7 +189,7 @@ func unarySession(name string) (string, error) {
 }
 
 // duration is a request's duration field, def when unset; it must lie in
-// [engine.MinLease, MaxLease]. Checking here, where the field is known,
+// [holds.MinLease, MaxLease]. Checking here, where the field is known,
 // names it: the copy store would refuse a sub-microsecond one as a "lease"
 // out of its own, far wider, range.
 func (c *charon) duration(d *durationpb.Duration, field string, def time.Duration) (time.Duration, error) {
@@ -185,8 +200,8 @@ func (c *charon) duration(d *durationpb.Duration, field string, def time.Duratio
 		return 0, &engine.InputError{Field: field, Message: err.Error()}
 	}
 	v := d.AsDuration()
-	if v < engine.MinLease || v > c.opts.MaxLease {
-		return 0, &engine.InputError{Field: field, Message: fmt.Sprintf("%v, want in [%v, %v]", v, engine.MinLease, c.opts.MaxLease)}
+	if v < holds.MinLease || v > c.opts.MaxLease {
+		return 0, &engine.InputError{Field: field, Message: fmt.Sprintf("%v, want in [%v, %v]", v, holds.MinLease, c.opts.MaxLease)}
 	}
 	return v, nil
 }
@@ -198,7 +213,7 @@ func (c *charon) Release(ctx context.Context, req *charonv1.ReleaseRequest) (*ch
 }
 
 func (c *charon) release(ctx context.Context, req *charonv1.ReleaseRequest) (*charonv1.ReleaseResponse, error) {
-	res, err := c.engine.Release(ctx, req.GetHoldId(), req.GetCopies())
+	res, err := c.holds.Release(ctx, req.GetHoldId(), req.GetCopies())
 	c.metrics.reaped(res.Reaped)
 	if err != nil {
 		return nil, err
@@ -217,7 +232,7 @@ func (c *charon) transfer(ctx context.Context, req *charonv1.TransferRequest) (*
 	if err != nil {
 		return nil, err
 	}
-	res, err := c.engine.Transfer(ctx, req.GetHoldId(), req.GetCopies(), ttl)
+	res, err := c.holds.Transfer(ctx, req.GetHoldId(), req.GetCopies(), ttl)
 	c.metrics.reaped(res.Reaped)
 	if err != nil {
 		return nil, err
@@ -237,7 +252,7 @@ func (c *charon) seize(ctx context.Context, req *charonv1.SeizeRequest, session 
 	if err != nil {
 		return nil, "", err
 	}
-	res, err := c.engine.Seize(ctx, req.GetTransferId(), ho.Session, ho.Lease)
+	res, err := c.holds.Seize(ctx, req.GetTransferId(), ho.Session, ho.Lease)
 	c.metrics.reaped(res.Reaped)
 	if err != nil {
 		return nil, res.Resource, err
@@ -265,14 +280,14 @@ func (c *charon) keepAlive(ctx context.Context, req *charonv1.KeepAliveRequest) 
 	var res copylog.KeepAliveResult
 	switch t := req.GetTarget().(type) {
 	case *charonv1.KeepAliveRequest_HoldId:
-		res, err = c.engine.KeepAlive(ctx, t.HoldId, lease)
+		res, err = c.holds.KeepAlive(ctx, t.HoldId, lease)
 	case *charonv1.KeepAliveRequest_Session:
 		var s string
 		if s, err = unarySession(t.Session); err == nil {
 			if s == "" {
 				return nil, &engine.InputError{Field: "session", Message: "empty"}
 			}
-			res, err = c.engine.KeepAliveSession(ctx, s, lease, nil)
+			res, err = c.holds.KeepAliveSession(ctx, s, lease, nil)
 		}
 	default:
 		return nil, &engine.InputError{Field: "target", Message: "neither session nor hold_id"}
@@ -307,7 +322,8 @@ func (c *charon) done(method string, err error) error {
 	return gerr
 }
 
-// resourceOf converts a proto resource to the engine's domain and entries.
+// resourceOf converts a proto resource to the domain and entries that both
+// pipelines (engine, holds) take.
 func resourceOf(r *charonv1.Resource) (string, []descriptors.Entry) {
 	pes := r.GetEntries()
 	es := make([]descriptors.Entry, len(pes))
@@ -350,7 +366,7 @@ func toRequestResponse(r *engine.Result) *charonv1.RequestResponse {
 	return out
 }
 
-func toReserveResponse(r *engine.Reservation) *charonv1.ReserveResponse {
+func toReserveResponse(r *holds.Reservation) *charonv1.ReserveResponse {
 	out := &charonv1.ReserveResponse{
 		Ok: r.OK, Granted: r.Granted, HoldId: r.HoldID, FencingToken: r.Token,
 		Target:          &charonv1.Target{Resource: r.Resource, Domain: r.Domain},

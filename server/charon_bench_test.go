@@ -15,6 +15,7 @@ import (
 	charonv1 "github.com/charonlimit/charon/api/charon/v1"
 	"github.com/charonlimit/charon/internal/copystore/memcopy"
 	"github.com/charonlimit/charon/internal/engine"
+	"github.com/charonlimit/charon/internal/holds"
 	"github.com/charonlimit/charon/internal/store/memstore"
 )
 
@@ -27,9 +28,10 @@ func benchConn(b *testing.B) *grpc.ClientConn {
 	b.Cleanup(func() { copies.Close() })
 	st := memstore.New(memstore.Options{})
 	b.Cleanup(func() { st.Close() })
-	eng := engine.New(engine.Options{Store: st, Copies: copies})
+	eng := engine.New(engine.Options{Store: st})
 	eng.SetTree(charonTree(b))
-	s, err := New(Options{GRPCAddr: "127.0.0.1:0", Engine: eng})
+	broker := holds.New(holds.Options{Copies: copies, Tree: eng.Tree})
+	s, err := New(Options{GRPCAddr: "127.0.0.1:0", Engine: eng, Charon: CharonOptions{Broker: broker}})
 	if err != nil {
 		b.Fatal(err)
 	}

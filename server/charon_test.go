@@ -22,6 +22,7 @@ import (
 	"github.com/charonlimit/charon/internal/copystore"
 	"github.com/charonlimit/charon/internal/copystore/memcopy"
 	"github.com/charonlimit/charon/internal/engine"
+	"github.com/charonlimit/charon/internal/holds"
 	"github.com/charonlimit/charon/internal/store/memstore"
 	"github.com/charonlimit/charon/tiers"
 )
@@ -70,6 +71,7 @@ func charonTree(t testing.TB) *descriptors.Tree {
 type charonFixture struct {
 	srv    *Server
 	eng    *engine.Engine
+	broker *holds.Broker
 	clock  *testClock
 	copies *memcopy.Store
 	c      charonv1.CharonClient
@@ -83,9 +85,13 @@ func newCharonFixture(t *testing.T, copts CharonOptions, copies copystore.Store)
 		t.Cleanup(func() { f.copies.Close() })
 		copies = f.copies
 	}
-	f.eng, f.clock = charonEngine(t, copies)
+	f.eng, f.clock = charonEngine(t)
+	f.broker = charonBroker(f.eng, f.clock, copies)
 	if copts.Engine == nil {
 		copts.Engine = f.eng
+	}
+	if copts.Broker == nil {
+		copts.Broker = f.broker
 	}
 	s, stop := newTestServer(t, Options{Engine: f.eng, Charon: copts})
 	t.Cleanup(stop)
@@ -94,17 +100,22 @@ func newCharonFixture(t *testing.T, copts CharonOptions, copies copystore.Store)
 	return f
 }
 
-// charonEngine is an engine over a memstore and copies (none when nil),
-// with charonTree and a test clock.
-func charonEngine(t *testing.T, copies copystore.Store) (*engine.Engine, *testClock) {
+// charonEngine is an engine over a memstore, with charonTree and a test
+// clock.
+func charonEngine(t *testing.T) (*engine.Engine, *testClock) {
 	t.Helper()
 	clock := &testClock{}
 	clock.ns.Store(time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC).UnixNano())
 	st := memstore.New(memstore.Options{})
 	t.Cleanup(func() { st.Close() })
-	eng := engine.New(engine.Options{Store: st, Now: clock.Now, Copies: copies})
+	eng := engine.New(engine.Options{Store: st, Now: clock.Now})
 	eng.SetTree(charonTree(t))
 	return eng, clock
+}
+
+// charonBroker is the copy operations over copies, on eng's tree and clock.
+func charonBroker(eng *engine.Engine, clock *testClock, copies copystore.Store) *holds.Broker {
+	return holds.New(holds.Options{Copies: copies, Tree: eng.Tree, Now: clock.Now})
 }
 
 func res(domain string, kv ...string) *charonv1.Resource {
@@ -213,7 +224,7 @@ func TestCharonErrorCodes(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.clock.Advance(time.Second)
-	unknown, _ := engine.NewID("c/db")
+	unknown, _ := holds.NewID("c/db")
 
 	// The calls run in order as the table is built; each is refused and
 	// changes nothing.
@@ -401,17 +412,17 @@ func TestSessionCloseSendReleases(t *testing.T) {
 	}
 }
 
-// renewals records the clock each stream renewal of an engine started at.
+// renewals records the clock each stream renewal of a broker started at.
 type renewals struct {
-	*engine.Engine
+	*holds.Broker
 	clock *testClock
 	mu    sync.Mutex
 	last  time.Time
 }
 
 func (r *renewals) KeepAliveSession(ctx context.Context, session string, lease time.Duration, resources []string) (copylog.KeepAliveResult, error) {
-	at := r.clock.Now() // the engine reads it again: at is a lower bound
-	res, err := r.Engine.KeepAliveSession(ctx, session, lease, resources)
+	at := r.clock.Now() // the broker reads it again: at is a lower bound
+	res, err := r.Broker.KeepAliveSession(ctx, session, lease, resources)
 	r.mu.Lock()
 	r.last = at
 	r.mu.Unlock()
@@ -427,8 +438,8 @@ func (r *renewals) renewedAt(t time.Time) bool {
 func TestSessionRenewsLeases(t *testing.T) {
 	lease := 30 * time.Millisecond
 	f := newCharonFixture(t, CharonOptions{SessionLease: lease}, nil)
-	rn := &renewals{Engine: f.eng, clock: f.clock}
-	f.srv.charon.engine = rn // before any stream: no call is in flight
+	rn := &renewals{Broker: f.broker, clock: f.clock}
+	f.srv.charon.holds = rn // before any stream: no call is in flight
 	st, err := f.c.Session(context.Background())
 	if err != nil {
 		t.Fatal(err)
@@ -455,9 +466,9 @@ func TestSessionRenewsLeases(t *testing.T) {
 func TestShutdownEndsSessions(t *testing.T) {
 	copies := memcopy.New(memcopy.Options{})
 	defer copies.Close()
-	eng, _ := charonEngine(t, copies)
+	eng, clock := charonEngine(t)
 	// A session holding up shutdown would take the whole ShutdownTimeout.
-	s, stop := newTestServer(t, Options{Engine: eng, ShutdownTimeout: 2 * time.Minute})
+	s, stop := newTestServer(t, Options{Engine: eng, ShutdownTimeout: 2 * time.Minute, Charon: CharonOptions{Broker: charonBroker(eng, clock, copies)}})
 	c := charonv1.NewCharonClient(dial(t, s.GRPCAddr()))
 	st, err := c.Session(context.Background())
 	if err != nil {
@@ -487,7 +498,7 @@ func TestGRPCErrorCopyCodes(t *testing.T) {
 	}{
 		{copylog.ErrHoldExists, codes.Aborted},
 		{copylog.ErrBadMin, codes.InvalidArgument},
-		{engine.ErrNoCopyStore, codes.Unavailable},
+		{holds.ErrNoCopyStore, codes.Unavailable},
 		{&engine.FieldError{Field: "copies", Err: copylog.ErrOverRelease}, codes.OutOfRange},
 		{errors.New("other"), codes.Internal},
 	} {

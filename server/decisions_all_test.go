@@ -17,7 +17,7 @@ import (
 // for every descriptor, limited or not, the lines of one request sharing
 // its name, with the request's answer, its hits and the decision's time.
 func TestCompleteDecisionLog(t *testing.T) {
-	eng, _ := charonEngine(t, nil)
+	eng, _ := charonEngine(t)
 	var buf bytes.Buffer
 	dl := decisionlog.New(&buf, decisionlog.Options{All: true, Rate: -1})
 	s, stop := newTestServer(t, Options{Engine: eng, DecisionLog: dl})

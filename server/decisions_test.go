@@ -25,7 +25,7 @@ import (
 // lines: Close waits for the log's writer, so a plain buffer serves.
 func decisionLogServer(t *testing.T, sample float64) (s *Server, c rlsv3.RateLimitServiceClient, finish func() []decisionlog.Record) {
 	t.Helper()
-	eng, _ := charonEngine(t, nil)
+	eng, _ := charonEngine(t)
 	var buf bytes.Buffer
 	dl := decisionlog.New(&buf, decisionlog.Options{Sample: sample})
 	s, stop := newTestServer(t, Options{Engine: eng, DecisionLog: dl})

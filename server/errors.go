@@ -7,6 +7,7 @@ import (
 	"github.com/charonlimit/charon/copylog"
 	"github.com/charonlimit/charon/internal/copystore"
 	"github.com/charonlimit/charon/internal/engine"
+	"github.com/charonlimit/charon/internal/holds"
 	"github.com/charonlimit/charon/internal/rlqs"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -35,7 +36,7 @@ func grpcError(err error) error {
 		// A filter's bucket matchers that make a bucket per request value
 		// without bound; the stream ends rather than the server's memory.
 		return status.Error(codes.ResourceExhausted, err.Error())
-	case errors.Is(err, engine.ErrStore), errors.Is(err, copystore.ErrUnavailable), errors.Is(err, engine.ErrNoCopyStore),
+	case errors.Is(err, engine.ErrStore), errors.Is(err, copystore.ErrUnavailable), errors.Is(err, holds.ErrNoCopyStore),
 		errors.Is(err, errNoConfig):
 		// UNAVAILABLE lets Envoy's failure_mode_deny, or a client's degraded
 		// mode, decide; copies never fall back to local state. Before its
@@ -44,7 +45,7 @@ func grpcError(err error) error {
 		return status.Error(codes.Unavailable, err.Error())
 	case errors.Is(err, engine.ErrUnknownResource), errors.Is(err, copylog.ErrUnknownHold), errors.Is(err, copylog.ErrUnknownTransfer):
 		return status.Error(codes.NotFound, err.Error())
-	case errors.Is(err, engine.ErrCopyLimited), errors.Is(err, engine.ErrRateLimited):
+	case errors.Is(err, engine.ErrCopyLimited), errors.Is(err, holds.ErrRateLimited):
 		return status.Error(codes.FailedPrecondition, err.Error())
 	case errors.Is(err, copylog.ErrOverRelease), errors.Is(err, copylog.ErrOverTransfer):
 		return status.Error(codes.OutOfRange, err.Error())

@@ -72,7 +72,7 @@ func TestExplainRPC(t *testing.T) {
 }
 
 func TestDebugExplainAndReset(t *testing.T) {
-	eng, _ := charonEngine(t, nil)
+	eng, _ := charonEngine(t)
 	if _, err := New(Options{Engine: eng, GRPCAddr: "127.0.0.1:0", DebugReset: true}); err == nil || !strings.Contains(err.Error(), "DebugReset") {
 		t.Fatalf("DebugReset without authentication: %v, want a refusal", err)
 	}

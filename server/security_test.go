@@ -148,8 +148,8 @@ clients:
 	}
 	mc := memcopy.New(memcopy.Options{})
 	defer mc.Close()
-	eng, _ := charonEngine(t, mc)
-	s, stop := newTestServer(t, Options{Engine: eng, GRPCTLS: srvTLS, Authz: table})
+	eng, clock := charonEngine(t)
+	s, stop := newTestServer(t, Options{Engine: eng, GRPCTLS: srvTLS, Authz: table, Charon: CharonOptions{Broker: charonBroker(eng, clock, mc)}})
 	defer stop()
 
 	conn := func(san string) *grpc.ClientConn {
@@ -364,7 +364,7 @@ clients:
   - identity: spiffe://test/gateway
     allow: [rls]
 `)
-	eng, _ := charonEngine(t, nil)
+	eng, _ := charonEngine(t)
 	s, stop := newTestServer(t, Options{Engine: eng, GRPCTLS: srvTLS, DebugTLS: srvTLS, Authz: table, Pprof: true, DebugReset: true})
 	clients := map[string]*http.Client{}
 	for _, who := range []string{"reader", "admin", "scraper", "gateway"} {
@@ -428,7 +428,7 @@ clients:
 // at start on one that does not.
 func TestDebugResetTLS(t *testing.T) {
 	m, srvTLS := mutualTLS(t, "unused.test")
-	eng, _ := charonEngine(t, nil)
+	eng, _ := charonEngine(t)
 	s, stop := newTestServer(t, Options{Engine: eng, DebugTLS: srvTLS, DebugReset: true})
 	defer stop()
 	q := "?domain=c&descriptor=" + url.QueryEscape("rate=x")

@@ -23,6 +23,7 @@ import (
 	"github.com/charonlimit/charon/descriptors"
 	"github.com/charonlimit/charon/internal/copystore/memcopy"
 	"github.com/charonlimit/charon/internal/engine"
+	"github.com/charonlimit/charon/internal/holds"
 	"github.com/charonlimit/charon/tiers"
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
@@ -742,9 +743,10 @@ func TestSlowClientsCutOff(t *testing.T) {
 func TestMaxConcurrentStreams(t *testing.T) {
 	copies := memcopy.New(memcopy.Options{})
 	defer copies.Close()
-	eng := engine.New(engine.Options{Copies: copies})
+	eng := engine.New(engine.Options{})
 	eng.SetTree(charonTree(t))
-	s, stop := newTestServer(t, Options{Engine: eng, MaxConcurrentStreams: 1})
+	broker := holds.New(holds.Options{Copies: copies, Tree: eng.Tree})
+	s, stop := newTestServer(t, Options{Engine: eng, MaxConcurrentStreams: 1, Charon: CharonOptions{Broker: broker}})
 	defer stop()
 	cc := dial(t, s.GRPCAddr())
 	health := healthpb.NewHealthClient(cc)

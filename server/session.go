@@ -14,6 +14,7 @@ import (
 	charonv1 "github.com/charonlimit/charon/api/charon/v1"
 	"github.com/charonlimit/charon/descriptors"
 	"github.com/charonlimit/charon/internal/engine"
+	"github.com/charonlimit/charon/internal/holds"
 )
 
 // session is the state of one Session stream. Only the stream's own
@@ -71,7 +72,7 @@ func (c *charon) Session(stream grpc.BidiStreamingServer[charonv1.SessionRequest
 
 func (c *charon) session(stream grpc.BidiStreamingServer[charonv1.SessionRequest, charonv1.SessionResponse]) error {
 	ctx := stream.Context()
-	id, err := engine.NewSessionID()
+	id, err := holds.NewSessionID()
 	if err != nil {
 		return status.Errorf(codes.Internal, "minting a session id: %v", err)
 	}
@@ -131,7 +132,7 @@ func (c *charon) renew(ctx context.Context, s *session) (int, error) {
 		return 0, nil
 	}
 	start := time.Now() // the store's now is no earlier: the leases run at least from here
-	res, err := c.engine.KeepAliveSession(ctx, s.id, c.opts.SessionLease, s.resources)
+	res, err := c.holds.KeepAliveSession(ctx, s.id, c.opts.SessionLease, s.resources)
 	c.metrics.reaped(res.Reaped)
 	if err != nil {
 		if ctx.Err() == nil {
@@ -154,7 +155,7 @@ func (c *charon) endSession(streamCtx context.Context, s *session) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(streamCtx), sessionReleaseTimeout)
 	defer cancel()
 	for _, r := range s.resources {
-		res, err := c.engine.ReleaseSession(ctx, r, s.id)
+		res, err := c.holds.ReleaseSession(ctx, r, s.id)
 		c.metrics.reaped(res.Reaped)
 		if err != nil {
 			c.log.Warn("releasing a session's holds failed; they lapse with their lease", "resource", descriptors.Truncate(r), "lease", c.opts.SessionLease, "err", descriptors.Truncate(err.Error()))

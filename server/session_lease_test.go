@@ -13,13 +13,13 @@ import (
 
 	charonv1 "github.com/charonlimit/charon/api/charon/v1"
 	"github.com/charonlimit/charon/copylog"
-	"github.com/charonlimit/charon/internal/engine"
+	"github.com/charonlimit/charon/internal/holds"
 )
 
-// flakyRenewals is an engine whose stream renewals fail while fail is set;
+// flakyRenewals is a broker whose stream renewals fail while fail is set;
 // it counts the renewals asked of it.
 type flakyRenewals struct {
-	*engine.Engine
+	*holds.Broker
 	fail  atomic.Bool
 	calls atomic.Int64
 }
@@ -29,7 +29,7 @@ func (r *flakyRenewals) KeepAliveSession(ctx context.Context, session string, le
 	if r.fail.Load() {
 		return copylog.KeepAliveResult{}, errDown
 	}
-	return r.Engine.KeepAliveSession(ctx, session, lease, resources)
+	return r.Broker.KeepAliveSession(ctx, session, lease, resources)
 }
 
 // reserveOn reserves copies of c/db for domain a on the stream.
@@ -49,9 +49,9 @@ func reserveOn(t *testing.T, st charonv1.Charon_SessionClient, id uint64, copies
 func renewalStream(t *testing.T, lease time.Duration, fail bool) (*charonFixture, *flakyRenewals, charonv1.Charon_SessionClient) {
 	t.Helper()
 	f := newCharonFixture(t, CharonOptions{SessionLease: lease}, nil)
-	rn := &flakyRenewals{Engine: f.eng}
+	rn := &flakyRenewals{Broker: f.broker}
 	rn.fail.Store(fail)
-	f.srv.charon.engine = rn // before any stream: no call is in flight
+	f.srv.charon.holds = rn // before any stream: no call is in flight
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	t.Cleanup(cancel)
 	st, err := f.c.Session(ctx)
@@ -145,9 +145,9 @@ func TestSessionRenewedAt(t *testing.T) {
 // target on the stream, sets it to when it began.
 func TestSessionRenewalMovesRenewed(t *testing.T) {
 	f := newCharonFixture(t, CharonOptions{}, nil)
-	rn := &flakyRenewals{Engine: f.eng}
+	rn := &flakyRenewals{Broker: f.broker}
 	c := f.srv.charon
-	c.engine = rn // no stream runs: no call is in flight
+	c.holds = rn // no stream runs: no call is in flight
 	ctx := context.Background()
 	long := time.Now().Add(-time.Hour)
 	keepAlive := func(s *session) error {

@@ -24,6 +24,7 @@ import (
 	"github.com/charonlimit/charon/internal/decisionlog"
 	"github.com/charonlimit/charon/internal/engine"
 	"github.com/charonlimit/charon/internal/gctune"
+	"github.com/charonlimit/charon/internal/holds"
 	"github.com/charonlimit/charon/internal/lyftenv"
 	"github.com/charonlimit/charon/internal/redisbackend"
 	"github.com/charonlimit/charon/internal/rlqs"
@@ -334,6 +335,7 @@ func serve(c serveConfig, args []string, log *slog.Logger) error {
 	opts.Load = func(fsys fs.FS) (*config.Config, []config.Warning, error) { return config.Load(fsys, cfgOpts) }
 	eo := engine.Options{MaxDescriptors: c.MaxDescriptors, QuotaMode: c.QuotaMode, FixedWindowOverrides: c.FixedWindow, Overdraft: c.Overdraft}
 	local := memstore.Options{MaxKeys: c.MaxKeys, SweepInterval: 10 * time.Second}
+	var ho holds.Options
 	var backend *redisbackend.Backend
 	if c.Store == "redis" {
 		bo, err := c.Redis.Resolve()
@@ -350,7 +352,7 @@ func serve(c serveConfig, args []string, log *slog.Logger) error {
 		}
 		defer backend.Close()
 		log.Info("store", "kind", "redis", "failure_mode", bo.FailureMode.String(), "timeout", bo.Timeout)
-		eo.Store, eo.Copies, eo.OnSetTree = backend.Store(), backend.Copies(), backend.SetTree
+		eo.Store, eo.OnSetTree, ho.Copies = backend.Store(), backend.SetTree, backend.Copies()
 		opts.Metrics = server.NewMetrics(nil)
 		backend.Register(opts.Metrics.Registry)
 		opts.Charon.Holds = func() float64 { return float64(backend.Copies().Stats().Live.Copies) }
@@ -373,7 +375,7 @@ func serve(c serveConfig, args []string, log *slog.Logger) error {
 		}
 		mc := memcopy.New(memcopy.Options{SweepInterval: time.Second})
 		defer mc.Close()
-		eo.Store, eo.Copies = mem, mc
+		eo.Store, ho.Copies = mem, mc
 		opts.Metrics = server.NewMetrics(func() float64 { return float64(mem.Evictions()) })
 		opts.Metrics.Registry.MustRegister(mc.Collector())
 		opts.Charon.Holds = func() float64 { return float64(mc.Stats().Copies) }
@@ -407,6 +409,8 @@ func serve(c serveConfig, args []string, log *slog.Logger) error {
 	}
 	eng := engine.New(eo)
 	opts.Engine, opts.Charon.Engine = eng, eng
+	ho.Tree = eng.Tree
+	opts.Charon.Broker = holds.New(ho)
 	var candidate *server.Reloader
 	if c.CandidateConfig != "" {
 		cand := canary.New(canary.Options{Engine: eo, MaxKeys: c.MaxKeys})

@@ -83,7 +83,7 @@ type table struct {
 func New(opts Options) *Canary {
 	st := memstore.New(memstore.Options{MaxKeys: opts.MaxKeys})
 	eo := opts.Engine
-	eo.Store, eo.Copies, eo.OnSetTree = st, nil, nil
+	eo.Store, eo.OnSetTree = st, nil
 	c := &Canary{eng: engine.New(eo), store: st}
 	c.resp.New = func() any { return new(engine.Response) }
 	return c

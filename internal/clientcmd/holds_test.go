@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/charonlimit/charon/internal/engine"
+	"github.com/charonlimit/charon/internal/holds"
 	"github.com/charonlimit/charon/internal/servertest"
 )
 
@@ -97,7 +97,7 @@ func TestCopyVerbErrors(t *testing.T) {
 	old := signalContext
 	signalContext = func() (context.Context, context.CancelFunc) { return context.WithCancel(context.Background()) }
 	defer func() { signalContext = old }()
-	unknown, _ := engine.NewID("c/db")
+	unknown, _ := holds.NewID("c/db")
 	for _, tc := range []struct {
 		args []string
 		code int

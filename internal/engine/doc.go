@@ -4,13 +4,12 @@
 // one store call (all or nothing), and answer in request order with the
 // limit, remaining hits and reset time Envoy builds its headers from.
 //
-// The charon.v1 operations live here too: Request, the bulk form of
-// ShouldRateLimit for one rate-limited resource, and the copy operations
-// (Reserve, Release, Transfer, Seize, KeepAlive, ReleaseSession) over
-// Options.Copies, a copystore.Store. Hold and transfer ids name their
-// resource (NewID, ResourceOf), so every operation after Reserve finds its
-// copy log from the id alone. Copy store failures are returned, never
-// answered from local state.
+// Request, the charon.v1 bulk form of ShouldRateLimit for one rate-limited
+// resource, lives here too. The copy operations are a pipeline of their own
+// beside this one, package holds, on the same descriptor tree (Tree); they
+// check a resource and name a bad field with this package's ValidateResource,
+// InputError and FieldError, so that the server maps both pipelines' errors
+// in one table.
 //
 // The engine owns the clock (Options.Now); a store failure is returned
 // wrapped with ErrStore (a remote store's failure mode lives in the store,

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/charonlimit/charon/descriptors"
-	"github.com/charonlimit/charon/internal/copystore"
 	"github.com/charonlimit/charon/internal/store"
 	"github.com/charonlimit/charon/tiers"
 )
@@ -36,9 +35,9 @@ var ErrStore = errors.New("engine: store failed")
 // Engine without Options.Store.
 var ErrNoStore = errors.New("engine: no store")
 
-// Options configure an Engine. The zero value is usable: no store (the copy
-// operations and descriptors that no rate limit applies to still work), the
-// system clock, 64 descriptors per request.
+// Options configure an Engine. The zero value is usable: no store
+// (descriptors that no rate limit applies to still work), the system clock,
+// 64 descriptors per request.
 type Options struct {
 	// Store keeps the rate-limit state; the Engine does not own it. Nil:
 	// deciding a rate-limited descriptor fails with ErrNoStore.
@@ -50,9 +49,6 @@ type Options struct {
 	MaxDescriptors int
 	// MaxHits bounds the hits of one descriptor; 0 means DefaultMaxHits.
 	MaxHits uint64
-	// Copies keeps the copy logs of copy-limited resources; nil: the copy
-	// operations fail with ErrNoCopyStore. The Engine does not own it.
-	Copies copystore.Store
 	// OnSetTree, when set, is called by SetTree once the new tree is in
 	// force (the Redis backend flushes its over-limit cache, and reaps
 	// copy logs only while copy-limited resources are configured).
@@ -88,7 +84,6 @@ type Engine struct {
 	names    nameCache
 	override overrideCache
 	once     sync.Once
-	copies   copystore.Store
 	// onSetTree is Options.OnSetTree.
 	onSetTree func(*descriptors.Tree)
 	// quotaAll and fixedOverrides are Options.QuotaMode and
@@ -96,7 +91,6 @@ type Engine struct {
 	quotaAll, fixedOverrides bool
 	// overdraft is Options.Overdraft.
 	overdraft bool
-	copyIdx   atomic.Pointer[copyIndex]
 }
 
 // scratch holds one request's working buffers, reused through a pool.
@@ -113,7 +107,7 @@ type scratch struct {
 // New returns an Engine with opts and no tree (every request is answered OK,
 // not limited, until SetTree).
 func New(opts Options) *Engine {
-	e := &Engine{store: opts.Store, now: opts.Now, maxDesc: opts.MaxDescriptors, maxHits: opts.MaxHits, copies: opts.Copies,
+	e := &Engine{store: opts.Store, now: opts.Now, maxDesc: opts.MaxDescriptors, maxHits: opts.MaxHits,
 		onSetTree: opts.OnSetTree, quotaAll: opts.QuotaMode, fixedOverrides: opts.FixedWindowOverrides, overdraft: opts.Overdraft}
 	e.once.Do(e.defaults)
 	return e

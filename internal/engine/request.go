@@ -10,19 +10,15 @@ import (
 	"github.com/charonlimit/charon/tiers"
 )
 
-// Errors of the charon.v1 operations; the server maps each to its own gRPC
-// code. They are wrapped with the offending field (see FieldError).
+// Errors of the charon.v1 operations (Request here, the copy operations in
+// package holds); the server maps each to its own gRPC code. They are
+// wrapped with the offending field (see FieldError).
 var (
 	// ErrUnknownResource: the descriptor matches no configured limit and its
 	// RLS domain does not allow unconfigured resources.
 	ErrUnknownResource = errors.New("engine: unknown resource")
 	// ErrCopyLimited: a rate operation (Request) on a copy-limited resource.
 	ErrCopyLimited = errors.New("engine: resource is copy-limited, use Reserve")
-	// ErrRateLimited: a copy operation (Reserve) on a resource that is not
-	// copy-limited.
-	ErrRateLimited = errors.New("engine: resource is not copy-limited, use Request")
-	// ErrNoCopyStore: a copy operation on an Engine without Options.Copies.
-	ErrNoCopyStore = errors.New("engine: no copy store")
 )
 
 // FieldError is an operation's error attributed to a request field, e.g.
@@ -52,9 +48,10 @@ type Result struct {
 	Shadow bool
 }
 
-// validateResource reports the first field of a charon.v1 resource (an RLS
-// domain and one descriptor's entries) that cannot be matched.
-func validateResource(domain string, entries []descriptors.Entry) error {
+// ValidateResource reports the first field of a charon.v1 resource (an RLS
+// domain and one descriptor's entries) that cannot be matched; the copy
+// operations (package holds) check their resource with it too.
+func ValidateResource(domain string, entries []descriptors.Entry) error {
 	switch {
 	case domain == "":
 		return &InputError{Field: "resource.domain", Message: "empty"}
@@ -88,7 +85,7 @@ func validateResource(domain string, entries []descriptors.Entry) error {
 // matches ErrStore.
 func (e *Engine) Request(ctx context.Context, domain string, entries []descriptors.Entry, copies, min int64) (Result, error) {
 	e.once.Do(e.defaults)
-	if err := validateResource(domain, entries); err != nil {
+	if err := ValidateResource(domain, entries); err != nil {
 		return Result{}, err
 	}
 	switch {

@@ -11,6 +11,7 @@ import (
 	"github.com/charonlimit/charon/descriptors"
 	"github.com/charonlimit/charon/internal/copystore/memcopy"
 	"github.com/charonlimit/charon/internal/engine"
+	"github.com/charonlimit/charon/internal/holds"
 	"github.com/charonlimit/charon/internal/store/memstore"
 	"github.com/charonlimit/charon/server"
 	"github.com/charonlimit/charon/tiers"
@@ -28,7 +29,7 @@ func CopyServer(t testing.TB) (addr string, copies *memcopy.Store) {
 	t.Cleanup(func() { copies.Close() })
 	rates := memstore.New(memstore.Options{})
 	t.Cleanup(func() { rates.Close() })
-	eng := engine.New(engine.Options{Copies: copies, Store: rates})
+	eng := engine.New(engine.Options{Store: rates})
 	tree, err := descriptors.NewTree([]descriptors.DomainSpec{{Config: descriptors.DomainConfig{Name: "c"}, Nodes: []*descriptors.Node{
 		{Key: "db", Limit: &descriptors.Limit{Copies: &descriptors.Copies{DomainLimit: 3}}},
 		{Key: "banned", Limit: &descriptors.Limit{Policy: &tiers.Policy{Kind: tiers.KindFixedWindow, Window: tiers.FixedWindow{Unit: tiers.UnitMinute}}}},
@@ -38,7 +39,8 @@ func CopyServer(t testing.TB) (addr string, copies *memcopy.Store) {
 		t.Fatal(err)
 	}
 	eng.SetTree(tree)
-	srv, err := server.New(server.Options{GRPCAddr: "127.0.0.1:0", Engine: eng})
+	broker := holds.New(holds.Options{Copies: copies, Tree: eng.Tree})
+	srv, err := server.New(server.Options{GRPCAddr: "127.0.0.1:0", Engine: eng, Charon: server.CharonOptions{Broker: broker}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package engine
+package holds
 
 import (
 	"cmp"
@@ -6,12 +6,59 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/charonlimit/charon/copylog"
 	"github.com/charonlimit/charon/descriptors"
 	"github.com/charonlimit/charon/internal/copystore"
+	"github.com/charonlimit/charon/internal/engine"
 )
+
+// Errors of the copy operations; the server maps each to its own gRPC code.
+var (
+	// ErrRateLimited: a copy operation (Reserve) on a resource that is not
+	// copy-limited.
+	ErrRateLimited = errors.New("holds: resource is not copy-limited, use Request")
+	// ErrNoCopyStore: a copy operation of a Broker without Options.Copies.
+	ErrNoCopyStore = errors.New("holds: no copy store")
+)
+
+// Options configure a Broker. The zero value is usable: no copy store
+// (every operation fails with ErrNoCopyStore), no tree, the system clock.
+type Options struct {
+	// Copies keeps the copy logs of copy-limited resources; nil: the
+	// operations fail with ErrNoCopyStore. The Broker does not own it.
+	Copies copystore.Store
+	// Tree returns the descriptor tree in force, the RLS pipeline's
+	// (engine.Engine.Tree); nil: nothing is copy-limited.
+	Tree func() *descriptors.Tree
+	// Now is the clock, read once per operation; nil means time.Now.
+	Now func() time.Time
+}
+
+// Broker runs the copy operations of charon.v1 (Reserve, Release,
+// Transfer, Seize, KeepAlive, sessions) over a copy store. Safe for
+// concurrent use. Make one with New.
+type Broker struct {
+	copies copystore.Store
+	tree   func() *descriptors.Tree
+	now    func() time.Time
+	// copyIdx is the index of the last tree seen (copyIndex).
+	copyIdx atomic.Pointer[copyIndex]
+}
+
+// New returns a Broker with opts.
+func New(opts Options) *Broker {
+	b := &Broker{copies: opts.Copies, tree: opts.Tree, now: opts.Now}
+	if b.tree == nil {
+		b.tree = func() *descriptors.Tree { return nil }
+	}
+	if b.now == nil {
+		b.now = time.Now
+	}
+	return b
+}
 
 // unconfiguredSuffix names, after an RLS domain's escaped name and "/", the
 // one unlimited copy log that holds the reserves of resources matching
@@ -37,10 +84,10 @@ type copyLimit struct {
 }
 
 // copyIndex returns the index of the tree in force, building it on first
-// use after SetTree.
-func (e *Engine) copyIndex() *copyIndex {
-	tree := e.tree.Load()
-	if idx := e.copyIdx.Load(); idx != nil && idx.tree == tree {
+// use after the tree changed.
+func (b *Broker) copyIndex() *copyIndex {
+	tree := b.tree()
+	if idx := b.copyIdx.Load(); idx != nil && idx.tree == tree {
 		return idx
 	}
 	idx := &copyIndex{tree: tree, byResource: make(map[string]*copyLimit)}
@@ -58,7 +105,7 @@ func (e *Engine) copyIndex() *copyIndex {
 		idx.resources = append(idx.resources, r)
 	}
 	slices.Sort(idx.resources)
-	e.copyIdx.Store(idx)
+	b.copyIdx.Store(idx)
 	return idx
 }
 
@@ -74,11 +121,11 @@ func CopyConfig(c *descriptors.Copies) *copylog.Config {
 // CopyResources lists the copy-limited resources of the configuration in
 // force (with each allow_unconfigured domain's unlimited copy log), sorted.
 // The caller must not change the slice.
-func (e *Engine) CopyResources() []string {
-	return e.copyIndex().resources
+func (b *Broker) CopyResources() []string {
+	return b.copyIndex().resources
 }
 
-// ReserveRequest is a charon.v1 Reserve, resolved by the engine.
+// ReserveRequest is a charon.v1 Reserve, resolved by the Broker.
 type ReserveRequest struct {
 	// Domain and Entries address the resource as an RLS descriptor does.
 	Domain  string
@@ -102,21 +149,21 @@ type Reservation struct {
 
 // Reserve reserves copies of the copy-limited resource the request's
 // descriptor matches, under a new hold id (NewID of the resource). Errors:
-// *InputError, ErrUnknownResource, ErrRateLimited, ErrNoCopyStore, the
-// store's (copylog's sentinels, or copystore.ErrUnavailable), each wrapped
-// in a *FieldError naming the request field.
-func (e *Engine) Reserve(ctx context.Context, r ReserveRequest) (Reservation, error) {
-	e.once.Do(e.defaults)
-	if err := validateResource(r.Domain, r.Entries); err != nil {
+// *engine.InputError, engine.ErrUnknownResource, ErrRateLimited,
+// ErrNoCopyStore, the store's (copylog's sentinels, or
+// copystore.ErrUnavailable), each wrapped in an *engine.FieldError naming
+// the request field.
+func (b *Broker) Reserve(ctx context.Context, r ReserveRequest) (Reservation, error) {
+	if err := engine.ValidateResource(r.Domain, r.Entries); err != nil {
 		return Reservation{}, err
 	}
 	if err := cmp.Or(checkCopies(r.Copies, 1), checkMin(r.Min, r.Copies), checkLease("lease", r.Lease)); err != nil {
 		return Reservation{}, err
 	}
-	if e.copies == nil {
+	if b.copies == nil {
 		return Reservation{}, ErrNoCopyStore
 	}
-	idx := e.copyIndex()
+	idx := b.copyIndex()
 	tree := idx.tree
 	var resource, domain string
 	var cl *copyLimit
@@ -125,25 +172,25 @@ func (e *Engine) Reserve(ctx context.Context, r ReserveRequest) (Reservation, er
 	case !ok:
 		dc, known := tree.Domain(r.Domain)
 		if !known || !dc.AllowUnconfigured {
-			return Reservation{}, &FieldError{Field: "resource", Err: fmt.Errorf("%w: no limit matches domain %q and its entries", ErrUnknownResource, descriptors.Truncate(r.Domain))}
+			return Reservation{}, &engine.FieldError{Field: "resource", Err: fmt.Errorf("%w: no limit matches domain %q and its entries", engine.ErrUnknownResource, descriptors.Truncate(r.Domain))}
 		}
 		resource = descriptors.Escape(r.Domain) + unconfiguredSuffix
 		cl = idx.byResource[resource]
 	case m.Limit.Copies == nil:
-		return Reservation{}, &FieldError{Field: "resource", Err: fmt.Errorf("%w: %s", ErrRateLimited, m.Resource)}
+		return Reservation{}, &engine.FieldError{Field: "resource", Err: fmt.Errorf("%w: %s", ErrRateLimited, m.Resource)}
 	default:
 		resource, domain = m.Resource, m.Domain
 		cl = idx.byResource[resource]
 	}
 	if cl == nil {
 		// The index and the match come from the same tree: unreachable.
-		return Reservation{}, fmt.Errorf("engine: no copy limit indexed for %s", resource)
+		return Reservation{}, fmt.Errorf("holds: no copy limit indexed for %s", resource)
 	}
 	holdID, err := mintID(resource, "hold")
 	if err != nil {
 		return Reservation{}, err
 	}
-	res, err := e.copies.Reserve(ctx, e.now(), resource, cl.cfg, copylog.ReserveRequest{
+	res, err := b.copies.Reserve(ctx, b.now(), resource, cl.cfg, copylog.ReserveRequest{
 		Domain: domain, Copies: r.Copies, Min: r.Min, HoldID: holdID,
 		RequestID: r.RequestID, Session: r.Session, Lease: r.Lease,
 	})
@@ -172,22 +219,22 @@ func fieldOf(err error, idField string) error {
 	default:
 		return err
 	}
-	return &FieldError{Field: field, Err: err}
+	return &engine.FieldError{Field: field, Err: err}
 }
 
-// checkCopies returns the *InputError of copies outside [lo,
+// checkCopies returns the *engine.InputError of copies outside [lo,
 // copylog.MaxCopies].
 func checkCopies(copies, lo int64) error {
 	if copies < lo || copies > copylog.MaxCopies {
-		return &InputError{Field: "copies", Message: fmt.Sprintf("%d, want in [%d, %d]", copies, lo, copylog.MaxCopies)}
+		return &engine.InputError{Field: "copies", Message: fmt.Sprintf("%d, want in [%d, %d]", copies, lo, copylog.MaxCopies)}
 	}
 	return nil
 }
 
-// checkMin returns the *InputError of a min_copies outside [0, copies].
+// checkMin returns the *engine.InputError of a min_copies outside [0, copies].
 func checkMin(minCopies, copies int64) error {
 	if minCopies < 0 || minCopies > copies {
-		return &InputError{Field: "min_copies", Message: fmt.Sprintf("%d, want in [0, copies %d]", minCopies, copies)}
+		return &engine.InputError{Field: "min_copies", Message: fmt.Sprintf("%d, want in [0, copies %d]", minCopies, copies)}
 	}
 	return nil
 }
@@ -197,11 +244,11 @@ func checkMin(minCopies, copies int64) error {
 // names no request field.
 const MinLease = time.Microsecond
 
-// checkLease returns the *InputError of a lease (or ttl, as field names
+// checkLease returns the *engine.InputError of a lease (or ttl, as field names
 // it) outside [MinLease, copylog.MaxLease].
 func checkLease(field string, lease time.Duration) error {
 	if lease < MinLease || lease > copylog.MaxLease {
-		return &InputError{Field: field, Message: fmt.Sprintf("%v, want in [%v, %v]", lease, MinLease, copylog.MaxLease)}
+		return &engine.InputError{Field: field, Message: fmt.Sprintf("%v, want in [%v, %v]", lease, MinLease, copylog.MaxLease)}
 	}
 	return nil
 }
@@ -220,22 +267,21 @@ func mintID(resource, what string) (string, error) {
 // id this service did not issue (wrapping unknown, copylog.ErrUnknownHold
 // or ErrUnknownTransfer), of checks (the operation's other arguments) and
 // of a missing copy store.
-func (e *Engine) resourceOfID(id, field string, unknown error, checks ...error) (string, error) {
-	e.once.Do(e.defaults)
+func (b *Broker) resourceOfID(id, field string, unknown error, checks ...error) (string, error) {
 	if id == "" {
-		return "", &InputError{Field: field, Message: "empty"}
+		return "", &engine.InputError{Field: field, Message: "empty"}
 	}
 	if len(id) > copylog.MaxIDLen {
-		return "", &InputError{Field: field, Message: fmt.Sprintf("%d bytes, longer than %d", len(id), copylog.MaxIDLen)}
+		return "", &engine.InputError{Field: field, Message: fmt.Sprintf("%d bytes, longer than %d", len(id), copylog.MaxIDLen)}
 	}
 	r, ok := ResourceOf(id)
 	if !ok {
-		return "", &FieldError{Field: field, Err: fmt.Errorf("%w: %q is not an id this service issued", unknown, descriptors.Truncate(id))}
+		return "", &engine.FieldError{Field: field, Err: fmt.Errorf("%w: %q is not an id this service issued", unknown, descriptors.Truncate(id))}
 	}
 	if err := cmp.Or(checks...); err != nil {
 		return "", err
 	}
-	if e.copies == nil {
+	if b.copies == nil {
 		return "", ErrNoCopyStore
 	}
 	return r, nil
@@ -243,8 +289,8 @@ func (e *Engine) resourceOfID(id, field string, unknown error, checks ...error) 
 
 // mintOnID is resourceOfID that also mints the id of a new hold or
 // transfer (what) of the resource.
-func (e *Engine) mintOnID(what, id, field string, unknown error, checks ...error) (resource, newID string, err error) {
-	if resource, err = e.resourceOfID(id, field, unknown, checks...); err != nil {
+func (b *Broker) mintOnID(what, id, field string, unknown error, checks ...error) (resource, newID string, err error) {
+	if resource, err = b.resourceOfID(id, field, unknown, checks...); err != nil {
 		return "", "", err
 	}
 	newID, err = mintID(resource, what)
@@ -254,12 +300,12 @@ func (e *Engine) mintOnID(what, id, field string, unknown error, checks ...error
 // Release gives back copies of the hold (0: all it has). Errors: the hold
 // unknown (copylog.ErrUnknownHold, field hold_id), more than it has
 // (copylog.ErrOverRelease, field copies), a store failure.
-func (e *Engine) Release(ctx context.Context, holdID string, copies int64) (copylog.ReleaseResult, error) {
-	resource, err := e.resourceOfID(holdID, "hold_id", copylog.ErrUnknownHold, checkCopies(copies, 0))
+func (b *Broker) Release(ctx context.Context, holdID string, copies int64) (copylog.ReleaseResult, error) {
+	resource, err := b.resourceOfID(holdID, "hold_id", copylog.ErrUnknownHold, checkCopies(copies, 0))
 	if err != nil {
 		return copylog.ReleaseResult{}, err
 	}
-	res, err := e.copies.Release(ctx, e.now(), resource, holdID, copies)
+	res, err := b.copies.Release(ctx, b.now(), resource, holdID, copies)
 	return res, fieldOf(err, "hold_id")
 }
 
@@ -271,12 +317,12 @@ type Transferred struct {
 
 // Transfer stages copies of the hold (0: all) under a new transfer id for
 // ttl. Errors as Release, with copylog.ErrOverTransfer.
-func (e *Engine) Transfer(ctx context.Context, holdID string, copies int64, ttl time.Duration) (Transferred, error) {
-	resource, transferID, err := e.mintOnID("transfer", holdID, "hold_id", copylog.ErrUnknownHold, checkCopies(copies, 0), checkLease("ttl", ttl))
+func (b *Broker) Transfer(ctx context.Context, holdID string, copies int64, ttl time.Duration) (Transferred, error) {
+	resource, transferID, err := b.mintOnID("transfer", holdID, "hold_id", copylog.ErrUnknownHold, checkCopies(copies, 0), checkLease("ttl", ttl))
 	if err != nil {
 		return Transferred{}, err
 	}
-	res, err := e.copies.Transfer(ctx, e.now(), resource, holdID, copies, ttl, transferID)
+	res, err := b.copies.Transfer(ctx, b.now(), resource, holdID, copies, ttl, transferID)
 	return Transferred{TransferResult: res, Resource: resource}, fieldOf(err, "hold_id")
 }
 
@@ -292,17 +338,17 @@ type Seized struct {
 // Seize turns the staged copies of transferID into a new hold of session
 // (or of its lease alone). Errors: copylog.ErrUnknownTransfer (unknown,
 // lapsed or already seized; field transfer_id), a store failure.
-func (e *Engine) Seize(ctx context.Context, transferID, session string, lease time.Duration) (Seized, error) {
-	resource, holdID, err := e.mintOnID("hold", transferID, "transfer_id", copylog.ErrUnknownTransfer, checkLease("lease", lease))
+func (b *Broker) Seize(ctx context.Context, transferID, session string, lease time.Duration) (Seized, error) {
+	resource, holdID, err := b.mintOnID("hold", transferID, "transfer_id", copylog.ErrUnknownTransfer, checkLease("lease", lease))
 	if err != nil {
 		return Seized{}, err
 	}
-	res, err := e.copies.Seize(ctx, e.now(), resource, transferID, holdID, session, lease)
+	res, err := b.copies.Seize(ctx, b.now(), resource, transferID, holdID, session, lease)
 	out := Seized{SeizeResult: res, Resource: resource}
 	if err != nil {
 		return out, fieldOf(err, "transfer_id")
 	}
-	if cl := e.copyIndex().byResource[resource]; cl != nil {
+	if cl := b.copyIndex().byResource[resource]; cl != nil {
 		for _, g := range cl.cfg.Groups {
 			if slices.Contains(g.Members, res.Domain) {
 				out.CurrentGroups = append(out.CurrentGroups, g.Name)
@@ -314,12 +360,12 @@ func (e *Engine) Seize(ctx context.Context, transferID, session string, lease ti
 
 // KeepAlive extends the lease of one hold to now+lease (never shortening
 // it). Errors as Release.
-func (e *Engine) KeepAlive(ctx context.Context, holdID string, lease time.Duration) (copylog.KeepAliveResult, error) {
-	resource, err := e.resourceOfID(holdID, "hold_id", copylog.ErrUnknownHold, checkLease("lease", lease))
+func (b *Broker) KeepAlive(ctx context.Context, holdID string, lease time.Duration) (copylog.KeepAliveResult, error) {
+	resource, err := b.resourceOfID(holdID, "hold_id", copylog.ErrUnknownHold, checkLease("lease", lease))
 	if err != nil {
 		return copylog.KeepAliveResult{}, err
 	}
-	res, err := e.copies.KeepAlive(ctx, e.now(), resource, "", holdID, lease)
+	res, err := b.copies.KeepAlive(ctx, b.now(), resource, "", holdID, lease)
 	return res, fieldOf(err, "hold_id")
 }
 
@@ -327,24 +373,23 @@ func (e *Engine) KeepAlive(ctx context.Context, holdID string, lease time.Durati
 // given resources (nil: every copy-limited resource of the configuration,
 // CopyResources), and sums the answers: Holds kept alive, the earliest
 // expiry, what reaping released. It stops at the first error.
-func (e *Engine) KeepAliveSession(ctx context.Context, session string, lease time.Duration, resources []string) (copylog.KeepAliveResult, error) {
-	e.once.Do(e.defaults)
+func (b *Broker) KeepAliveSession(ctx context.Context, session string, lease time.Duration, resources []string) (copylog.KeepAliveResult, error) {
 	if session == "" {
-		return copylog.KeepAliveResult{}, &InputError{Field: "session", Message: "empty"}
+		return copylog.KeepAliveResult{}, &engine.InputError{Field: "session", Message: "empty"}
 	}
 	if err := checkLease("lease", lease); err != nil {
 		return copylog.KeepAliveResult{}, err
 	}
-	if e.copies == nil {
+	if b.copies == nil {
 		return copylog.KeepAliveResult{}, ErrNoCopyStore
 	}
 	if resources == nil {
-		resources = e.CopyResources()
+		resources = b.CopyResources()
 	}
 	var out copylog.KeepAliveResult
-	now := e.now()
+	now := b.now()
 	for _, r := range resources {
-		res, err := e.copies.KeepAlive(ctx, now, r, session, "", lease)
+		res, err := b.copies.KeepAlive(ctx, now, r, session, "", lease)
 		if err != nil {
 			return out, fieldOf(err, "session")
 		}
@@ -363,11 +408,10 @@ func (e *Engine) KeepAliveSession(ctx context.Context, session string, lease tim
 
 // ReleaseSession releases every hold of session on resource, as when the
 // session's stream ends.
-func (e *Engine) ReleaseSession(ctx context.Context, resource, session string) (copylog.SessionResult, error) {
-	e.once.Do(e.defaults)
-	if e.copies == nil {
+func (b *Broker) ReleaseSession(ctx context.Context, resource, session string) (copylog.SessionResult, error) {
+	if b.copies == nil {
 		return copylog.SessionResult{}, ErrNoCopyStore
 	}
-	res, err := e.copies.ReleaseSession(ctx, e.now(), resource, session)
+	res, err := b.copies.ReleaseSession(ctx, b.now(), resource, session)
 	return res, fieldOf(err, "session")
 }

@@ -1,4 +1,4 @@
-package engine
+package holds
 
 import (
 	"crypto/rand"

@@ -1,10 +1,9 @@
-package engine
+package holds
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -14,7 +13,8 @@ import (
 	"github.com/charonlimit/charon/copylog"
 	"github.com/charonlimit/charon/descriptors"
 	"github.com/charonlimit/charon/internal/copystore"
-	"github.com/charonlimit/charon/internal/store/memstore"
+	"github.com/charonlimit/charon/internal/engine"
+	"github.com/charonlimit/charon/tiers"
 )
 
 // fakeCopies is a copystore.Store over copylog states in a map; err, when
@@ -77,23 +77,21 @@ func (f *fakeCopies) ReleaseSession(_ context.Context, now time.Time, resource, 
 func (f *fakeCopies) Reap(context.Context, time.Time) error { return nil }
 func (f *fakeCopies) Close() error                          { return nil }
 
-// copyTree has a copy-limited resource with a group, a rate-limited one,
-// and a domain allowing unconfigured resources.
-func copyTree(t *testing.T) *descriptors.Tree {
+// holdTree has a copy-limited resource with a group, a rate-limited one, an
+// unlimited one, and a domain allowing unconfigured resources.
+func holdTree(t *testing.T) *descriptors.Tree {
 	t.Helper()
+	rate := &tiers.Policy{Kind: tiers.KindTiers, Tiers: []tiers.Tier{{Limit: 3, Window: time.Second, Active: tiers.Unbounded}}}
 	tree, err := descriptors.NewTree([]descriptors.DomainSpec{
 		{Config: descriptors.DomainConfig{Name: "c"}, Nodes: []*descriptors.Node{
 			{Key: "db", Limit: &descriptors.Limit{Copies: &descriptors.Copies{
 				DomainLimit: 3, GlobalLimit: 5,
 				Groups: []descriptors.Group{{Name: "team", Limit: 4, Members: []string{"a", "b"}}},
 			}}},
-			{Key: "rate", Limit: &descriptors.Limit{Policy: lyft(3, time.Second)}},
+			{Key: "rate", Limit: &descriptors.Limit{Policy: rate}},
 			{Key: "free", Limit: &descriptors.Limit{Unlimited: true}},
 		}},
 		{Config: descriptors.DomainConfig{Name: "open", AllowUnconfigured: true}},
-		{Config: descriptors.DomainConfig{Name: "kill", IgnoreLimits: true}, Nodes: []*descriptors.Node{
-			{Key: "rate", Limit: &descriptors.Limit{Policy: lyft(1, time.Second)}},
-		}},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -101,128 +99,51 @@ func copyTree(t *testing.T) *descriptors.Tree {
 	return tree
 }
 
-func newCopyEngine(t *testing.T) (*Engine, *fakeCopies, *clock) {
+// entry is the entries of a one-entry descriptor.
+func entry(key, value string) []descriptors.Entry {
+	return []descriptors.Entry{{Key: key, Value: value}}
+}
+
+// newBroker returns a Broker over holdTree and a fake copy store, and the
+// instant its clock reads (a test moves it).
+func newBroker(t *testing.T) (*Broker, *fakeCopies, *time.Time) {
 	t.Helper()
-	clk := newClock()
+	now := time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
 	fc := &fakeCopies{}
-	st := memstore.New(memstore.Options{})
-	t.Cleanup(func() { st.Close() })
-	e := New(Options{Store: st, Now: clk.Now, Copies: fc})
-	e.SetTree(copyTree(t))
-	return e, fc, clk
+	tree := holdTree(t)
+	b := New(Options{Copies: fc, Now: func() time.Time { return now }, Tree: func() *descriptors.Tree { return tree }})
+	return b, fc, &now
 }
 
-func TestIDs(t *testing.T) {
-	for _, r := range []string{"c/db", "x", strings.Repeat("r/é.", 80)} {
-		id, err := NewID(r)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(id) > copylog.MaxIDLen {
-			t.Errorf("id of %d bytes, longer than %d", len(id), copylog.MaxIDLen)
-		}
-		got, ok := ResourceOf(id)
-		if !ok || got != r {
-			t.Errorf("ResourceOf(NewID(%q)) = %q, %v", r, got, ok)
-		}
-		id2, _ := NewID(r)
-		if id2 == id {
-			t.Errorf("two ids of %q are equal", r)
-		}
-	}
-	for _, bad := range []string{"", ".", "abc", "YQ.", "YQ.short", "!!.AAAAAAAAAAAAAAAAAAAAAA", ".AAAAAAAAAAAAAAAAAAAAAA"} {
-		if r, ok := ResourceOf(bad); ok {
-			t.Errorf("ResourceOf(%q) = %q, true; want false", bad, r)
-		}
-	}
-	s, err := NewSessionID()
-	if err != nil || len(s) != 22 {
-		t.Errorf("NewSessionID() = %q, %v", s, err)
-	}
-}
-
-func TestBulkRequest(t *testing.T) {
-	e, _, clk := newCopyEngine(t)
-	ctx := context.Background()
-	r, err := e.Request(ctx, "c", entries("rate", "u"), 5, 2)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !r.Decision.OK || r.Decision.Granted != 3 || r.Match.Resource != "c/rate" || r.Match.Domain != "u" {
-		t.Errorf("first request: got %+v", r)
-	}
-	r, err = e.Request(ctx, "c", entries("rate", "u"), 2, 1)
-	if err != nil || r.Decision.OK || r.Decision.Granted != 0 || r.Decision.RetryAfter <= 0 {
-		t.Errorf("second request: got %+v, %v; want a rejection with retry_after", r.Decision, err)
-	}
-	r, err = e.Request(ctx, "c", entries("rate", "u"), 2, 0)
-	if err != nil || !r.Decision.OK || r.Decision.Granted != 0 {
-		t.Errorf("min 0: got %+v, %v; want ok with 0 granted", r.Decision, err)
-	}
-	clk.Advance(time.Second)
-	if r, _ = e.Request(ctx, "c", entries("rate", "u"), 1, 1); !r.Decision.OK {
-		t.Errorf("after the window: got %+v, want granted", r.Decision)
-	}
-	if r, _ = e.Request(ctx, "c", entries("free", "u"), 7, 7); !r.Decision.OK || r.Decision.Granted != 7 || !r.Unlimited {
-		t.Errorf("unlimited: got %+v", r)
-	}
-	if r, _ = e.Request(ctx, "open", entries("any", "u"), 7, 7); !r.Decision.OK || r.Decision.Granted != 7 || !r.Unlimited {
-		t.Errorf("allow_unconfigured: got %+v", r)
-	}
-	if r, _ = e.Request(ctx, "kill", entries("rate", "u"), 9, 9); !r.Decision.OK || r.Decision.Granted != 9 || !r.Shadow {
-		t.Errorf("ignore_limits: got %+v", r)
-	}
-}
-
-func TestBulkRequestErrors(t *testing.T) {
-	e, _, _ := newCopyEngine(t)
-	fs := &fakeStore{err: errors.New("down")}
-	down := New(Options{Store: fs})
-	down.SetTree(copyTree(t))
-	for _, tc := range []struct {
-		name        string
-		e           *Engine
-		domain      string
-		es          []descriptors.Entry
-		copies, min int64
-		want        error
-		field       string
-	}{
-		{"empty domain", e, "", entries("rate", "u"), 1, 1, nil, "resource.domain"},
-		{"no entries", e, "c", nil, 1, 1, nil, "resource.entries"},
-		{"empty key", e, "c", entries("", "u"), 1, 1, nil, "resource.entries[0].key"},
-		{"zero copies", e, "c", entries("rate", "u"), 0, 0, nil, "copies"},
-		{"min above copies", e, "c", entries("rate", "u"), 1, 2, nil, "min_copies"},
-		{"unknown resource", e, "c", entries("nope", "u"), 1, 1, ErrUnknownResource, "resource"},
-		{"unknown domain", e, "zz", entries("rate", "u"), 1, 1, ErrUnknownResource, "resource"},
-		{"copy-limited", e, "c", entries("db", "a"), 1, 1, ErrCopyLimited, "resource"},
-		{"store down", down, "c", entries("rate", "u"), 1, 1, ErrStore, ""},
-	} {
-		_, err := tc.e.Request(context.Background(), tc.domain, tc.es, tc.copies, tc.min)
-		wantFieldError(t, tc.name, err, tc.want, tc.field)
-	}
-}
-
-// wantFieldError checks that err is not nil, matches want (when not nil)
-// and names field (when not empty) as its prefix.
+// wantFieldError checks that err is an error matching want (when not nil)
+// and naming field (when not empty) in an *engine.InputError or an
+// *engine.FieldError.
 func wantFieldError(t *testing.T, name string, err, want error, field string) {
 	t.Helper()
-	if err == nil {
+	var in *engine.InputError
+	var fe *engine.FieldError
+	got := ""
+	switch {
+	case err == nil:
 		t.Errorf("%s: no error", name)
 		return
+	case errors.As(err, &in):
+		got = in.Field
+	case errors.As(err, &fe):
+		got = fe.Field
 	}
 	if want != nil && !errors.Is(err, want) {
 		t.Errorf("%s: got %v, want %v", name, err, want)
 	}
-	if field != "" && !strings.HasPrefix(err.Error(), field+":") {
-		t.Errorf("%s: error %q does not name field %q", name, err, field)
+	if field != "" && got != field {
+		t.Errorf("%s: error %q names field %q, want %q", name, err, got, field)
 	}
 }
 
 func TestReserveReleaseTransferSeize(t *testing.T) {
-	e, fc, clk := newCopyEngine(t)
+	e, fc, now := newBroker(t)
 	ctx := context.Background()
-	res, err := e.Reserve(ctx, ReserveRequest{Domain: "c", Entries: entries("db", "a"), Copies: 5, Min: 1, Lease: 10 * time.Second})
+	res, err := e.Reserve(ctx, ReserveRequest{Domain: "c", Entries: entry("db", "a"), Copies: 5, Min: 1, Lease: 10 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -235,7 +156,7 @@ func TestReserveReleaseTransferSeize(t *testing.T) {
 	if diff := cmp.Diff([]string{"team"}, res.Groups); diff != "" {
 		t.Errorf("groups (-want +got):\n%s", diff)
 	}
-	rej, err := e.Reserve(ctx, ReserveRequest{Domain: "c", Entries: entries("db", "b"), Copies: 2, Min: 2, Lease: time.Second})
+	rej, err := e.Reserve(ctx, ReserveRequest{Domain: "c", Entries: entry("db", "b"), Copies: 2, Min: 2, Lease: time.Second})
 	if err != nil || rej.OK || rej.LimitedByGroup != "team" {
 		t.Errorf("group-limited reserve: got %+v, %v", rej, err)
 	}
@@ -261,7 +182,7 @@ func TestReserveReleaseTransferSeize(t *testing.T) {
 		t.Errorf("second seize: got %v, want ErrUnknownTransfer", err)
 	}
 	ka, err := e.KeepAliveSession(ctx, "s1", 20*time.Second, nil)
-	if err != nil || ka.Holds != 1 || !ka.Expires.Equal(clk.Now().Add(20*time.Second)) {
+	if err != nil || ka.Holds != 1 || !ka.Expires.Equal(now.Add(20*time.Second)) {
 		t.Errorf("keepalive session: got %+v, %v", ka, err)
 	}
 	ka, err = e.KeepAlive(ctx, sz.HoldID, 30*time.Second)
@@ -278,26 +199,26 @@ func TestReserveReleaseTransferSeize(t *testing.T) {
 }
 
 func TestReserveLeaseLapses(t *testing.T) {
-	e, _, clk := newCopyEngine(t)
+	e, _, now := newBroker(t)
 	ctx := context.Background()
-	res, err := e.Reserve(ctx, ReserveRequest{Domain: "c", Entries: entries("db", "a"), Copies: 3, Lease: 10 * time.Second})
+	res, err := e.Reserve(ctx, ReserveRequest{Domain: "c", Entries: entry("db", "a"), Copies: 3, Lease: 10 * time.Second})
 	if err != nil || !res.OK {
 		t.Fatalf("reserve: %+v, %v", res, err)
 	}
-	clk.Advance(10 * time.Second)
+	*now = now.Add(10 * time.Second)
 	if _, err := e.Release(ctx, res.HoldID, 0); !errors.Is(err, copylog.ErrUnknownHold) {
 		t.Errorf("release after the lease: got %v, want ErrUnknownHold", err)
 	}
-	again, err := e.Reserve(ctx, ReserveRequest{Domain: "c", Entries: entries("db", "a"), Copies: 3, Lease: time.Second})
+	again, err := e.Reserve(ctx, ReserveRequest{Domain: "c", Entries: entry("db", "a"), Copies: 3, Lease: time.Second})
 	if err != nil || again.Granted != 3 {
 		t.Errorf("reserve after the lapse: got %+v, %v", again, err)
 	}
 }
 
 func TestUnconfiguredReserve(t *testing.T) {
-	e, _, _ := newCopyEngine(t)
+	e, _, _ := newBroker(t)
 	ctx := context.Background()
-	res, err := e.Reserve(ctx, ReserveRequest{Domain: "open", Entries: entries("x", "y"), Copies: 1000, Lease: time.Second})
+	res, err := e.Reserve(ctx, ReserveRequest{Domain: "open", Entries: entry("x", "y"), Copies: 1000, Lease: time.Second})
 	if err != nil || !res.OK || res.Granted != 1000 || res.Resource != "open"+unconfiguredSuffix {
 		t.Fatalf("unconfigured reserve: %+v, %v", res, err)
 	}
@@ -310,19 +231,18 @@ func TestUnconfiguredReserve(t *testing.T) {
 }
 
 func TestCopyErrors(t *testing.T) {
-	e, fc, _ := newCopyEngine(t)
+	e, fc, _ := newBroker(t)
 	ctx := context.Background()
-	res, err := e.Reserve(ctx, ReserveRequest{Domain: "c", Entries: entries("db", "a"), Copies: 2, Lease: time.Minute})
+	res, err := e.Reserve(ctx, ReserveRequest{Domain: "c", Entries: entry("db", "a"), Copies: 2, Lease: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}
 	unknownHold, _ := NewID("c/db")
 	noStore := New(Options{})
-	noStore.SetTree(copyTree(t))
 	// reserve reserves copies of c's key for domain a.
 	reserve := func(key string, copies int64, lease time.Duration) func() error {
 		return func() error {
-			_, err := e.Reserve(ctx, ReserveRequest{Domain: "c", Entries: entries(key, "a"), Copies: copies, Lease: lease})
+			_, err := e.Reserve(ctx, ReserveRequest{Domain: "c", Entries: entry(key, "a"), Copies: copies, Lease: lease})
 			return err
 		}
 	}
@@ -334,7 +254,7 @@ func TestCopyErrors(t *testing.T) {
 	}{
 		{"reserve rate-limited", reserve("rate", 1, time.Second), ErrRateLimited, "resource"},
 		{"reserve unlimited", reserve("free", 1, time.Second), ErrRateLimited, "resource"},
-		{"reserve unknown", reserve("nope", 1, time.Second), ErrUnknownResource, "resource"},
+		{"reserve unknown", reserve("nope", 1, time.Second), engine.ErrUnknownResource, "resource"},
 		{"reserve zero copies", reserve("db", 0, time.Second), nil, "copies"},
 		{"reserve no lease", reserve("db", 1, 0), nil, "lease"},
 		{"release over", func() error { _, err := e.Release(ctx, res.HoldID, 3); return err }, copylog.ErrOverRelease, "copies"},
@@ -356,11 +276,6 @@ func TestCopyErrors(t *testing.T) {
 	} {
 		wantFieldError(t, tc.name, tc.f(), tc.want, tc.field)
 	}
-	// Copy limits of the rate path stay as they were: RLS answers OK.
-	resp, err := e.ShouldRateLimit(ctx, &Request{Domain: "c", Descriptors: []Descriptor{desc("db", "a")}})
-	if err != nil || resp.Code != CodeOK || resp.Statuses[0].Limit != nil {
-		t.Errorf("RLS on a copy-limited resource: %+v, %v", resp, err)
-	}
 }
 
 // TestLeaseBounds: a lease or ttl outside [MinLease, copylog.MaxLease] is an
@@ -370,25 +285,25 @@ func TestLeaseBounds(t *testing.T) {
 	ctx := context.Background()
 	for _, op := range []struct {
 		name, field string
-		f           func(e *Engine, holdID, transferID string, d time.Duration) error
+		f           func(e *Broker, holdID, transferID string, d time.Duration) error
 	}{
-		{"reserve", "lease", func(e *Engine, _, _ string, d time.Duration) error {
-			_, err := e.Reserve(ctx, ReserveRequest{Domain: "c", Entries: entries("db", "b"), Copies: 1, Lease: d})
+		{"reserve", "lease", func(e *Broker, _, _ string, d time.Duration) error {
+			_, err := e.Reserve(ctx, ReserveRequest{Domain: "c", Entries: entry("db", "b"), Copies: 1, Lease: d})
 			return err
 		}},
-		{"transfer", "ttl", func(e *Engine, holdID, _ string, d time.Duration) error {
+		{"transfer", "ttl", func(e *Broker, holdID, _ string, d time.Duration) error {
 			_, err := e.Transfer(ctx, holdID, 1, d)
 			return err
 		}},
-		{"seize", "lease", func(e *Engine, _, transferID string, d time.Duration) error {
+		{"seize", "lease", func(e *Broker, _, transferID string, d time.Duration) error {
 			_, err := e.Seize(ctx, transferID, "s", d)
 			return err
 		}},
-		{"keepalive", "lease", func(e *Engine, holdID, _ string, d time.Duration) error {
+		{"keepalive", "lease", func(e *Broker, holdID, _ string, d time.Duration) error {
 			_, err := e.KeepAlive(ctx, holdID, d)
 			return err
 		}},
-		{"keepalive session", "lease", func(e *Engine, _, _ string, d time.Duration) error {
+		{"keepalive session", "lease", func(e *Broker, _, _ string, d time.Duration) error {
 			_, err := e.KeepAliveSession(ctx, "s", d, nil)
 			return err
 		}},
@@ -405,8 +320,8 @@ func TestLeaseBounds(t *testing.T) {
 			{copylog.MaxLease + time.Microsecond, false},
 		} {
 			name := fmt.Sprintf("%s %v", op.name, tc.d)
-			e, _, _ := newCopyEngine(t)
-			hold, err := e.Reserve(ctx, ReserveRequest{Domain: "c", Entries: entries("db", "a"), Copies: 2, Session: "s", Lease: time.Minute})
+			e, _, _ := newBroker(t)
+			hold, err := e.Reserve(ctx, ReserveRequest{Domain: "c", Entries: entry("db", "a"), Copies: 2, Session: "s", Lease: time.Minute})
 			if err != nil || !hold.OK {
 				t.Fatalf("%s: reserve: %+v, %v", name, hold, err)
 			}
@@ -421,7 +336,7 @@ func TestLeaseBounds(t *testing.T) {
 				}
 				continue
 			}
-			var in *InputError
+			var in *engine.InputError
 			if !errors.As(err, &in) || in.Field != op.field {
 				t.Errorf("%s: got %v, want an *InputError of field %q", name, err, op.field)
 			}
