@@ -49,6 +49,7 @@ const (
 	modeAbort   = 5
 	modeRelease = 6
 	modeSeal    = 7
+	modeUndo    = 8
 )
 
 // Script statuses.
@@ -85,6 +86,10 @@ type Store struct {
 	// late counts the calls applied after their callers gave up: given
 	// back (compensate), or whose refund failed.
 	late struct{ given, failed atomic.Uint64 }
+	// undone counts the slots of calls spanning Cluster slots whose grants
+	// were given back because another slot rejected (oneTrip), and those
+	// whose undo failed.
+	undone struct{ given, failed atomic.Uint64 }
 	// refunds queues the late calls' refunds for the refunder, off the
 	// dispatchers' path (nil without dispatchers).
 	refunds chan [][]any
@@ -250,6 +255,9 @@ func (s *Store) Decide(ctx context.Context, now time.Time, items []store.Item, o
 				return werr
 			}
 		}
+	}
+	if undoable(items) {
+		return s.oneTrip(ctx, c, items, t, out)
 	}
 	return s.twoStep(ctx, c, items, t, out)
 }
