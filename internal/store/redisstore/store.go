@@ -211,8 +211,9 @@ func (s *Store) Close() error {
 
 // Decide implements store.Store with one script call (one round trip) when
 // all the items' keys are in one Cluster slot (always on a single node or
-// with Sentinel), and with the two-step of the package documentation
-// otherwise. With ClockRedis (the default) now is ignored and the script
+// with Sentinel), with one script call per slot (and a give-back when a
+// slot rejects: oneTrip) when the items' grants can be given back exactly,
+// and with the two-step of the package documentation otherwise. With ClockRedis (the default) now is ignored and the script
 // reads the Redis master's clock.
 //
 // On an error the call may or may not have been committed (a script that
