@@ -38,6 +38,10 @@
 -- keys, decide without writing); 4 finish and commit; 5 finish and abort
 -- (refunds and post-paid debits only); 6 release the locks; 7 seal: extend the locks to lockTTL
 -- if the token still holds them all (before a commit).
+-- Mode 8 undo (undo, below): per item, give back the hits (ARGV's hits)
+-- a mode 2 call granted to the item's group at now (the instant that call
+-- answered; lockTTL 1 when that now was the caller's), no lock keys;
+-- flags 4: that grant entered the tier (Burst).
 -- Reply: big-endian doubles: status (0 done, 1 a key is locked, 2 a lock
 -- was lost), now (µs), then per item: flags (1 OK, 2 Burst, 4
 -- LimitedByHard, 8 LimitedByGlobal), Granted, Tier, TierHits, DomainHits,
@@ -1450,6 +1454,106 @@ local function single(KEYS, ARGV, now, maxttl, pos)
   return rone(now, d, d.granted)
 end
 
+-- ---------------------------------------------------------------------------
+-- Undo (mode 8): a Cluster call spanning slots decides every slot at once
+-- (mode 2) and, when a slot rejects, gives back exactly what the slots that
+-- granted committed (Store.oneTrip). Only the grants it can give back
+-- exactly come here: a fixed window's count, and a tier active for ever
+-- with no hard or global limit (a plain rate_limit); the Go side sends the
+-- other calls spanning slots to the two-step.
+
+-- unbucket: remove up to n hits from the bucket of log l (buckets of width
+-- b) that a grant at t added them to, and drop it when it empties. On
+-- Redis's clock (never going back on a master) that bucket starts at
+-- floor(t, b): ladd joins a newer bucket only when the newest starts after
+-- t's, and buckets made since start later. On a caller's clock (tests,
+-- replays, which send no call between the grant and its undo) the grant
+-- joined the newest bucket when it started at or after floor(t, b). A
+-- bucket no longer there (pruned, or emptied by a refund) gives nothing.
+local function unbucket(l, t, b, n, caller)
+  local at, j = floormul(t, b), nil
+  if caller then
+    if l[E] >= l[H] and l[2 * l[E] + 2] >= at then j = l[E] end
+  else
+    for i = l[E], l[H], -1 do
+      local x = l[2 * i + 2]
+      if x == at then j = i end
+      if x <= at then break end
+    end
+  end
+  if not j then return end
+  local k = 2 * j + 3
+  local x = min(n, l[k])
+  l[k], l[SUM] = l[k] - x, l[SUM] - x
+  if l[k] > 0 then return end
+  for i = j, l[E] - 1 do
+    l[2 * i + 2], l[2 * i + 3] = l[2 * i + 4], l[2 * i + 5]
+  end
+  l[E] = l[E] - 1
+  if l[H] > l[E] then lreset(l) end
+end
+
+-- unfixed: take n back from the count at key when it is the count of t's
+-- window (the grant's), in place (DECRBY keeps the key's expiry); a count
+-- it empties is deleted, as save does.
+local function unfixed(key, p, t, n)
+  if n <= 0 or p.len <= 0 then return end
+  local blob = redis.call('GET', key)
+  local c = blob and tonumber(blob)
+  if not c or c <= 0 then return end
+  local start = floormul(t, p.len)
+  if cwin(key, start, p.len, t) ~= start then return end
+  if c <= n then redis.call('DEL', key) else redis.call('DECRBY', key, n) end
+end
+
+-- untier: take back n hits granted at t from the one tier's log and the
+-- second log; entered (the grant entered the tier, which a tier active for
+-- ever is only once) leaves it again when no hit is left in it. The state
+-- keeps its key's expiry unless forget_tiers now says sooner; a state left
+-- as a fresh one is deleted.
+local function untier(key, p, t, n, entered, maxttl, caller)
+  local v = raw(redis.call('GET', key), 5)
+  if not v then return end
+  local s = decraw(v, 0)
+  if s.nt < 1 then return end
+  local ts, tr = s.t[1], p.T[1]
+  lprune(ts.hits, t, tr.win)
+  lprune(s.sec, t, SEC)
+  if n > 0 then
+    unbucket(ts.hits, t, tr.width, n, caller)
+    unbucket(s.sec, t, p.hw, n, caller)
+  end
+  if entered and ts.hits[E] < ts.hits[H] then ts.inn = false end
+  if not ts.inn and s.sec[E] < s.sec[H] then
+    redis.call('DEL', key)
+    return
+  end
+  local at = forget_tiers(p, s) or t
+  local ms = redis.call('PEXPIRETIME', key)
+  if at ~= INF and (ms < 0 or ceildiv(at, 1000) < ms) then ms = ceildiv(at, 1000) end
+  if ms < 0 then ms = floormul(t, 1000) / 1000 + maxttl end
+  redis.call('SET', key, encstate(s), 'PXAT', sfmt('%d', ms))
+end
+
+-- undo: mode 8, at the now of the grants it gives back (caller: that now
+-- was the caller's, header field lockTTL 1); on either clock a fixed
+-- window's count is told by its expiry (cwin, as under a caller's clock:
+-- now is past).
+local function undo(KEYS, ARGV, now, maxttl, caller, n, pos)
+  CALLER, NOW = true, now
+  for i = 1, n do
+    local sk, gk, pi, hits, mn, f
+    sk, gk, pi, hits, mn, f, pos = sunpack('>dddddd', ARGV[1], pos)
+    local p = policy(ARGV[2 + pi])
+    if p.kind == 2 then
+      unfixed(KEYS[sk], p, now, hits)
+    elseif p.kind == 0 and p.one and p.T[1].act == INF and not p.od then
+      untier(KEYS[sk], p, now, hits, fmod(idiv(f, 4), 2) == 1, maxttl, caller)
+    end
+  end
+  return rhead(0, now)
+end
+
 -- bind: the Lua libraries, at the first call.
 local function bind()
   fmod, mpack, munpack = math.fmod, cmsgpack.pack, cmsgpack.unpack
@@ -1463,6 +1567,7 @@ local function fdecide(KEYS, ARGV, clock)
   if not fmod then bind() end
   local mode, now, maxttl, lockttl, nk, n, pos = sunpack('>dddddd', ARGV[1])
   local token = ARGV[2]
+  if mode == 8 then return undo(KEYS, ARGV, now, maxttl, lockttl == 1, n, pos) end
 
   if mode >= 2 then
     if mode == 6 then

@@ -111,6 +111,12 @@ func randPolicy(r *rand.Rand) *tiers.Policy {
 // decisions of the first (the reference) from the others.
 func trace(t *testing.T, seed uint64, steps int, stores []store.Store, names []string) {
 	t.Helper()
+	traceWith(t, seed, steps, stores, names, randPolicy)
+}
+
+// traceWith is trace with the trace's policies drawn by gen.
+func traceWith(t *testing.T, seed uint64, steps int, stores []store.Store, names []string, gen func(*rand.Rand) *tiers.Policy) {
+	t.Helper()
 	r := rand.New(rand.NewPCG(seed, 99))
 	type res struct {
 		name string
@@ -118,7 +124,7 @@ func trace(t *testing.T, seed uint64, steps int, stores []store.Store, names []s
 	}
 	var resources []res
 	for i := range 1 + r.IntN(4) {
-		resources = append(resources, res{fmt.Sprint("r", i), randPolicy(r)})
+		resources = append(resources, res{fmt.Sprint("r", i), gen(r)})
 	}
 	// span is the longest finite window or period of the trace's policies
 	// (at least 20 s): jumps of up to span reach the end of a long window,
@@ -218,4 +224,54 @@ func TestDifferentialCluster(t *testing.T) {
 		rs := testStore(t, c, Options{Clock: ClockCaller})
 		trace(t, seed, 30, []store.Store{&m, rs}, []string{"model", "redis-cluster"})
 	}
+}
+
+// undoablePolicy returns a random policy of randPolicy's that a call
+// spanning Cluster slots decides in one round trip (undoable): fixed
+// windows, one tier active for ever, post-paid policies of any kind, all
+// without a global limit.
+func undoablePolicy(r *rand.Rand) *tiers.Policy {
+	for {
+		p := randPolicy(r)
+		if r.IntN(3) == 0 && p.Kind == tiers.KindTiers && len(p.Tiers) > 0 {
+			// One tier active for ever, as a Lyft rate_limit (randPolicy
+			// seldom draws one).
+			p.Tiers = p.Tiers[:1]
+			p.Tiers[0].Active = tiers.Unbounded
+			p.HardLimit, p.GlobalLimit = 0, 0
+			q, err := tiers.Normalize(*p)
+			if err != nil || tiers.Validate(&q) != nil {
+				continue
+			}
+			p = &q
+		}
+		if undoable([]store.Item{{Policy: p, Hits: 1, Min: 1}}) {
+			return p
+		}
+	}
+}
+
+// TestDifferentialClusterOneTrip replays random traces of the policies
+// whose calls spanning slots take one round trip per slot (undoable)
+// against the reference store: every call that a slot rejects after others
+// granted is given back by an undo before Decide returns, so the next call
+// must find exactly the reference's state. It fails unless undos were made.
+func TestDifferentialClusterOneTrip(t *testing.T) {
+	_, c := clusterClient(t)
+	traces := 300
+	if testing.Short() {
+		traces = 60
+	}
+	var given, failed uint64
+	for seed := range uint64(traces) {
+		var m storetest.Model
+		rs := testStore(t, c, Options{Clock: ClockCaller})
+		traceWith(t, seed, 40, []store.Store{&m, rs}, []string{"model", "redis-cluster"}, undoablePolicy)
+		g, f := rs.Undone()
+		given, failed = given+g, failed+f
+	}
+	if given == 0 || failed != 0 {
+		t.Fatalf("%d slots given back, %d failed: want some given back, none failed", given, failed)
+	}
+	t.Logf("%d slots given back", given)
 }

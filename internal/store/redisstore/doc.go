@@ -113,7 +113,19 @@
 // # Calls spanning Cluster slots
 //
 // A call whose keys are in several slots keeps the all-or-nothing contract
-// with a two-step described at Store.twoStep: lock and predict per slot,
+// in one round trip per slot when every grant it may make can be given back
+// exactly (undoable: fixed windows, one tier active for ever without hard
+// or global limit, post-paid items, refunds): every slot decides and
+// applies at once, and when a slot rejects, the slots that granted give
+// back what they committed with a second script call (mode 8, undo in
+// decide.lua), described at Store.oneTrip. TestDifferentialClusterOneTrip
+// holds the result equal to store.Apply call after call, TestClusterConcurrent
+// keeps every hit exact under concurrent calls on both clocks, and
+// TestOneTripMasterKilled and TestOneTripUndoFails say what a failed
+// give-back leaves. Store.Undone counts the give-backs.
+//
+// Other calls spanning slots
+// take a two-step described at Store.twoStep: lock and predict per slot,
 // then commit or abort every slot. Each step sends its scripts to all the
 // slots at once, so the call costs two round trips (three when its
 // prepares were slow and it seals its locks) and two scripts per slot; a

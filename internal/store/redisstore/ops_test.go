@@ -311,15 +311,46 @@ func TestRedisClockFixed(t *testing.T) {
 	}
 }
 
-// TestClusterTwoStepConcurrent runs calls spanning two slots concurrently
-// with one-slot calls on the same hot key, on a 3-master Cluster: the hot
-// key grants exactly its limit, and the other key of the two-slot calls
-// loses exactly the hits of the granted ones.
-func TestClusterTwoStepConcurrent(t *testing.T) {
+// TestClusterConcurrent runs calls spanning two slots concurrently with
+// one-slot calls on the same hot key, on a 3-master Cluster: the hot key
+// grants exactly its limit, and the other key of the two-slot calls loses
+// exactly the hits of the granted ones. With plain limits the calls
+// spanning slots take one round trip per slot (oneTrip), and those the hot
+// key rejects give back what the other key granted (on the caller's clock
+// and on Redis'); with a hard limit they take the two-step.
+func TestClusterConcurrent(t *testing.T) {
 	_, c := clusterClient(t)
-	s := testStore(t, c, Options{Clock: ClockCaller})
-	hot := &tiers.Policy{Kind: tiers.KindTiers, Tiers: []tiers.Tier{{Limit: 40, Window: time.Hour, Active: tiers.Unbounded}}}
-	big := &tiers.Policy{Kind: tiers.KindTiers, Tiers: []tiers.Tier{{Limit: 1000, Window: time.Hour, Active: tiers.Unbounded}}}
+	plain := func(limit int64) *tiers.Policy {
+		return &tiers.Policy{Kind: tiers.KindTiers, Tiers: []tiers.Tier{{Limit: limit, Window: time.Hour, Active: tiers.Unbounded}}}
+	}
+	hard := func(limit int64) *tiers.Policy {
+		p := plain(limit)
+		p.HardLimit = 10000
+		return p
+	}
+	fixed := func(limit int64) *tiers.Policy {
+		return &tiers.Policy{Kind: tiers.KindFixedWindow, Window: tiers.FixedWindow{Limit: limit, Unit: tiers.UnitHour}}
+	}
+	for _, tc := range []struct {
+		name    string
+		pol     func(int64) *tiers.Policy
+		clock   Clock
+		oneTrip bool
+	}{
+		{"two-step", hard, ClockCaller, false},
+		{"one trip", plain, ClockCaller, true},
+		{"one trip, Redis clock", plain, ClockRedis, true},
+		{"one trip, fixed windows", fixed, ClockCaller, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			testClusterConcurrent(t, c, tc.pol, tc.clock, tc.oneTrip)
+		})
+	}
+}
+
+func testClusterConcurrent(t *testing.T, c *redis.ClusterClient, pol func(int64) *tiers.Policy, clock Clock, oneTrip bool) {
+	s := testStore(t, c, Options{Clock: clock})
+	hot, big := pol(40), pol(1000)
 	a, b := item(hot, "hot", "a", 1), item(big, "other", "b", 1)
 	ka, _ := stateKey(s.prefix, &a)
 	kb, _ := stateKey(s.prefix, &b)
@@ -384,6 +415,10 @@ func TestClusterTwoStepConcurrent(t *testing.T) {
 	})
 	if err != nil || len(locks) > 0 {
 		t.Fatalf("lock keys left: %v (%v)", locks, err)
+	}
+	given, failed := s.Undone()
+	if oneTrip != (given > 0) || failed > 0 {
+		t.Fatalf("%d slots given back, %d failed: want some given back (one trip: %v), none failed", given, failed, oneTrip)
 	}
 }
 
@@ -527,7 +562,8 @@ func readF64(b []byte) int64 {
 // half committed.
 func TestClusterTwoStepLockLapse(t *testing.T) {
 	nodes, c := clusterClient(t)
-	one := &tiers.Policy{Kind: tiers.KindTiers, Tiers: []tiers.Tier{{Limit: 1, Window: time.Hour, Active: tiers.Unbounded}}}
+	// A hard limit keeps the calls spanning slots on the two-step (undoable).
+	one := &tiers.Policy{Kind: tiers.KindTiers, HardLimit: 1000, Tiers: []tiers.Tier{{Limit: 1, Window: time.Hour, Active: tiers.Unbounded}}}
 	prefix := newPrefix()
 	// The intruder has its own client, so its call does not wait behind
 	// the hooked pipeline.
@@ -632,7 +668,8 @@ func TestClusterTwoStepSlotsAtOnce(t *testing.T) {
 	nodes, c := clusterClient(t)
 	other := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{nodes[0].Addr()}})
 	t.Cleanup(func() { other.Close() })
-	p := &tiers.Policy{Kind: tiers.KindTiers, Tiers: []tiers.Tier{{Limit: 5, Window: time.Hour, Active: tiers.Unbounded}}}
+	// A hard limit keeps the calls spanning slots on the two-step (undoable).
+	p := &tiers.Policy{Kind: tiers.KindTiers, HardLimit: 1000, Tiers: []tiers.Tier{{Limit: 5, Window: time.Hour, Active: tiers.Unbounded}}}
 	for _, seal := range []bool{false, true} {
 		h := &barrier{n: 3, seen: map[int64]int{}, ch: map[int64]chan struct{}{}}
 		c.AddHook(h)
@@ -839,12 +876,20 @@ func TestClusterTwoStepReleasesFailedPrepare(t *testing.T) {
 // goroutine that makes it, through c's hooks) and no seal step however slow
 // the machine, and two items of a one-tier limit of 5 whose keys ka and kb
 // are in different slots.
+// twoSlots: a store on a Cluster, another client, and two items a and b of
+// keys ka and kb in two slots, whose calls take the two-step (a hard
+// limit: not undoable).
 func twoSlots(t *testing.T) (c, other *redis.ClusterClient, s *Store, a, b store.Item, ka, kb string) {
+	t.Helper()
+	return slotsOf(t, &tiers.Policy{Kind: tiers.KindTiers, HardLimit: 1000, Tiers: []tiers.Tier{{Limit: 5, Window: time.Hour, Active: tiers.Unbounded}}})
+}
+
+// slotsOf is twoSlots with items of policy p.
+func slotsOf(t *testing.T, p *tiers.Policy) (c, other *redis.ClusterClient, s *Store, a, b store.Item, ka, kb string) {
 	t.Helper()
 	nodes, c := clusterClient(t)
 	other = redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{nodes[0].Addr()}})
 	t.Cleanup(func() { other.Close() })
-	p := &tiers.Policy{Kind: tiers.KindTiers, Tiers: []tiers.Tier{{Limit: 5, Window: time.Hour, Active: tiers.Unbounded}}}
 	s = testStore(t, c, Options{Clock: ClockCaller, Pipelines: -1})
 	s.sealAfter = time.Minute
 	a, b = item(p, "ra", "a", 1), item(p, "rb", "b", 1)

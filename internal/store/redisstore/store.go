@@ -49,6 +49,7 @@ const (
 	modeAbort   = 5
 	modeRelease = 6
 	modeSeal    = 7
+	modeUndo    = 8
 )
 
 // Script statuses.
@@ -85,6 +86,10 @@ type Store struct {
 	// late counts the calls applied after their callers gave up: given
 	// back (compensate), or whose refund failed.
 	late struct{ given, failed atomic.Uint64 }
+	// undone counts the slots of calls spanning Cluster slots whose grants
+	// were given back because another slot rejected (oneTrip), and those
+	// whose undo failed.
+	undone struct{ given, failed atomic.Uint64 }
 	// refunds queues the late calls' refunds for the refunder, off the
 	// dispatchers' path (nil without dispatchers).
 	refunds chan [][]any
@@ -206,8 +211,9 @@ func (s *Store) Close() error {
 
 // Decide implements store.Store with one script call (one round trip) when
 // all the items' keys are in one Cluster slot (always on a single node or
-// with Sentinel), and with the two-step of the package documentation
-// otherwise. With ClockRedis (the default) now is ignored and the script
+// with Sentinel), with one script call per slot (and a give-back when a
+// slot rejects: oneTrip) when the items' grants can be given back exactly,
+// and with the two-step of the package documentation otherwise. With ClockRedis (the default) now is ignored and the script
 // reads the Redis master's clock.
 //
 // On an error the call may or may not have been committed (a script that
@@ -250,6 +256,9 @@ func (s *Store) Decide(ctx context.Context, now time.Time, items []store.Item, o
 				return werr
 			}
 		}
+	}
+	if undoable(items) {
+		return s.oneTrip(ctx, c, items, t, out)
 	}
 	return s.twoStep(ctx, c, items, t, out)
 }

@@ -1,0 +1,290 @@
+package redisstore
+
+import (
+	"context"
+	"slices"
+
+	"github.com/charonlimit/charon/internal/store"
+	"github.com/charonlimit/charon/tiers"
+)
+
+// undoable reports whether a call spanning Cluster slots can take oneTrip:
+// whether every grant a slot commits can be given back exactly when
+// another slot rejects. Refund items always apply, and post-paid items are
+// committed whatever the others answer (store.Apply, step 3), so neither
+// is given back; a take of a fixed window is a count (given back in the
+// same window), and a take of one tier active for ever with no hard or
+// global limit (a plain rate_limit) adds hits to two logs (given back from
+// the buckets they were added to). Nothing else can be given back exactly:
+// a token bucket's debit is absorbed by its capacity once it refills to
+// it, so what a refund must give back depends on the calls made since; a
+// walk through burst tiers may enter tiers whose phases a later call sees;
+// a global limit's room is shared with the resource's other groups, which
+// a post-paid group of the call would see committed or not. Those calls
+// take the two-step.
+func undoable(items []store.Item) bool {
+	for i := range items {
+		it := &items[i]
+		if it.Refund {
+			continue
+		}
+		p := it.Policy
+		if p.GlobalLimit > 0 {
+			return false
+		}
+		if p.Overdraft {
+			continue
+		}
+		switch p.Kind {
+		case tiers.KindFixedWindow:
+		case tiers.KindTiers:
+			if len(p.Tiers) > 1 || p.HardLimit > 0 || (len(p.Tiers) == 1 && p.Tiers[0].Active != tiers.Unbounded) {
+				return false
+			}
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// oneTrip decides a call whose keys span Cluster slots, all or nothing, in
+// one round trip per slot when every slot grants:
+//
+//  1. Every slot decides and applies its items at once (one script call
+//     per slot, all sent together through the dispatchers), as a call of
+//     one slot does: store.Apply over the slot's items, answering busy
+//     with nothing written when a two-step call of another process holds
+//     one of its keys (such a slot is sent again after a short wait, the
+//     others keep what they did).
+//  2. If no slot rejected a non-shadow group, the call is granted: done.
+//     Otherwise store.Apply over all the items answers what every slot
+//     answered (the groups of different slots share nothing), but commits
+//     nothing besides the refunds and the post-paid groups, which every
+//     slot applied anyway: the slots that had no rejection of their own
+//     committed their other groups' grants, which a second script call per
+//     such slot gives back exactly (undo in decide.lua: the same count
+//     or buckets, at the instant they were added).
+//
+// Between the two round trips the keys of the slots that granted look
+// fuller than they are (a call deciding on them then may be refused where
+// the call's rejection would have left room): a request is never granted
+// more than the limits allow, and once the undo lands the rejected call
+// has consumed nothing. When an undo fails (its master died, a timeout),
+// the call's answer stands (it is refused, which it is); the hits it was
+// to give back stay counted until they leave their window (Undone counts
+// the failure).
+//
+// On an error of a slot's first step the call fails with that error; the
+// slots that answered and committed are given back in the background (the
+// failed slot's script may have run: its grants are given back by the
+// dispatcher when its late reply comes, as any call's whose caller gave
+// up).
+func (s *Store) oneTrip(ctx context.Context, c *call, items []store.Item, now int64, out []tiers.Decision) error {
+	c.slots = c.slots[:0]
+	for _, sl := range c.slot {
+		if !slices.Contains(c.slots, sl) {
+			c.slots = append(c.slots, sl)
+		}
+	}
+	slices.Sort(c.slots)
+	sc := s.slotCalls(c)
+	defer sc.done(s)
+	for _, sub := range sc.subs {
+		sub.st = statusBusy // to be sent
+	}
+	for attempt := 0; ; attempt++ {
+		sc.run(func(k int, sub *call) {
+			if sub.st == statusBusy {
+				sub.st, sub.used, sub.err = s.exec(ctx, sub, items, int(c.slots[k]), modeChecked, now, "", out)
+				if isTryAgain(sub.err) {
+					// It did not run: send it again, as a busy slot.
+					sub.st, sub.err = statusBusy, nil
+				}
+			}
+		})
+		var err error
+		busy := false
+		for _, sub := range sc.subs {
+			if sub.err != nil && err == nil {
+				err = sub.err
+			}
+			busy = busy || (sub.err == nil && sub.st == statusBusy)
+		}
+		if err == nil && !busy {
+			break
+		}
+		if err == nil {
+			err = wait(ctx, attempt)
+		}
+		if err != nil {
+			s.undoLater(c, sc, items, out)
+			return err
+		}
+	}
+	if !rejected(c, items, out, -1) {
+		return nil
+	}
+	bg, cancel := context.WithTimeout(context.WithoutCancel(ctx), lateReplyWait)
+	defer cancel()
+	sc.run(func(k int, sub *call) {
+		sl := int(c.slots[k])
+		if rejected(c, items, out, sl) {
+			return // its own Apply committed nothing but what stays
+		}
+		args := undoArgs(s, c, items, sl, sub.used, out)
+		if args == nil {
+			return
+		}
+		for a := 0; ; a++ {
+			sub.args = args
+			_, sub.err = s.fcall(bg, sub)
+			if !isTryAgain(sub.err) || wait(bg, a) != nil {
+				break
+			}
+		}
+		if sub.err != nil {
+			s.undone.failed.Add(1)
+		} else {
+			s.undone.given.Add(1)
+		}
+		sub.args = nil
+	})
+	return nil
+}
+
+// rejected reports whether a non-shadow group of the items of slot sel
+// (-1: of every slot) was rejected, store.Apply's test for committing
+// nothing but refunds and post-paid groups. A group is the take items of
+// one key, led by the first; its members share its answer.
+func rejected(c *call, items []store.Item, out []tiers.Decision, sel int) bool {
+	for i := range items {
+		if items[i].Refund || items[i].Shadow || out[i].OK || (sel >= 0 && int(c.slot[i]) != sel) {
+			continue
+		}
+		if leaderOf(c, items, i) == i {
+			return true
+		}
+	}
+	return false
+}
+
+// leaderOf returns the first take item sharing item i's state key.
+func leaderOf(c *call, items []store.Item, i int) int {
+	for j := 0; j < i; j++ {
+		if !items[j].Refund && c.skey[j] == c.skey[i] {
+			return j
+		}
+	}
+	return i
+}
+
+// undoArgs returns the FCALL (mode undo) that gives back what the groups
+// of slot sel committed when the slot decided at used (µs): per group that
+// is not post-paid and was granted, its members' grants summed (and
+// whether it entered its tier), at the group's state key. It is nil when
+// there is nothing to give back. It allocates: a rejected call's path.
+func undoArgs(s *Store, c *call, items []store.Item, sel int, used int64, out []tiers.Decision) []any {
+	var keys []string
+	var pols []*encoded
+	var h []byte
+	n := 0
+	for i := range items {
+		it := &items[i]
+		if it.Refund || int(c.slot[i]) != sel || it.Policy.Overdraft || leaderOf(c, items, i) != i || !out[i].OK {
+			continue
+		}
+		var granted int64
+		for j := i; j < len(items); j++ {
+			if !items[j].Refund && c.skey[j] == c.skey[i] {
+				granted += out[j].Granted
+			}
+		}
+		if granted == 0 && !out[i].Burst {
+			continue
+		}
+		keys = append(keys, c.skey[i])
+		p := slices.Index(pols, c.enc[i])
+		if p < 0 {
+			p = len(pols)
+			pols = append(pols, c.enc[i])
+		}
+		var f int64
+		if out[i].Burst {
+			f |= 4
+		}
+		for _, v := range []int64{int64(len(keys)), 0, int64(p + 1), granted, 0, f} {
+			h = appendF64(h, v)
+		}
+		n++
+	}
+	if n == 0 {
+		return nil
+	}
+	var caller int64
+	if s.caller {
+		caller = 1
+	}
+	hdr := appendF64(nil, modeUndo)
+	for _, v := range []int64{used, s.maxTTL, caller, int64(len(keys)), int64(n)} {
+		hdr = appendF64(hdr, v)
+	}
+	hdr = append(hdr, h...)
+	args := []any{fcallName, funcNameArg, len(keys)}
+	for _, k := range keys {
+		args = append(args, k)
+	}
+	args = append(args, hdr, "")
+	for _, e := range pols {
+		args = append(args, e.arg)
+	}
+	return args
+}
+
+// undoLater gives back, in the background and within lateReplyWait, what
+// the slots of a failed oneTrip call that answered committed (every slot
+// whose own Apply rejected nothing: the call answers an error, its caller
+// decides by its failure mode). It copies what it sends: sc goes back to
+// the pool.
+func (s *Store) undoLater(c *call, sc *slotCalls, items []store.Item, out []tiers.Decision) {
+	var cmds [][]any
+	for k, sub := range sc.subs {
+		if sub.err != nil || sub.st != statusDone {
+			continue
+		}
+		sl := int(c.slots[k])
+		if rejected(c, items, out, sl) {
+			continue
+		}
+		if args := undoArgs(s, c, items, sl, sub.used, out); args != nil {
+			cmds = append(cmds, args)
+		}
+	}
+	if len(cmds) == 0 {
+		return
+	}
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), lateReplyWait)
+		defer cancel()
+		pipe := s.c.Pipeline()
+		for _, args := range cmds {
+			_ = pipe.Do(ctx, args...)
+		}
+		cmders, _ := pipe.Exec(ctx)
+		for _, cmd := range cmders {
+			if cmd.Err() != nil {
+				s.undone.failed.Add(1)
+			} else {
+				s.undone.given.Add(1)
+			}
+		}
+	}()
+}
+
+// Undone reports how many slots of Cluster calls spanning slots gave back
+// their grants because another slot rejected (or failed), and how many of
+// those undos failed (their hits stay counted until they leave their
+// window).
+func (s *Store) Undone() (given, failed uint64) {
+	return s.undone.given.Load(), s.undone.failed.Load()
+}
