@@ -10,6 +10,7 @@ import (
 
 	"github.com/charonlimit/charon/copylog"
 	"github.com/charonlimit/charon/descriptors"
+	"github.com/charonlimit/charon/internal/redisconn"
 	"github.com/charonlimit/charon/internal/redistest"
 	"github.com/charonlimit/charon/internal/store"
 	"github.com/charonlimit/charon/internal/store/resilient"
@@ -26,7 +27,7 @@ func TestMain(m *testing.M) {
 func open(t *testing.T) *Backend {
 	t.Helper()
 	n := redistest.Single(t)
-	b, err := Open(Options{URL: "redis://" + n.Addr()})
+	b, err := Open(Options{Conn: redisconn.Options{URL: "redis://" + n.Addr()}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -173,7 +174,7 @@ func TestSetTree(t *testing.T) {
 // once Redis is gone, and stops when asked.
 func TestRunReportsServing(t *testing.T) {
 	n := redistest.Single(t)
-	b, err := Open(Options{URL: "redis://" + n.Addr(), FailureMode: resilient.ModeUnavailable})
+	b, err := Open(Options{Conn: redisconn.Options{URL: "redis://" + n.Addr()}, FailureMode: resilient.ModeUnavailable})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/charonlimit/charon/internal/redisconn"
 	"github.com/charonlimit/charon/internal/redistest"
 	"github.com/charonlimit/charon/internal/store"
 	"github.com/charonlimit/charon/tiers"
@@ -23,11 +24,7 @@ import (
 // pair holds none afterwards, and its whole limit is granted.
 func TestLateGrantGivenBack(t *testing.T) {
 	n := redistest.Single(t)
-	s, err := New(Options{URL: "redis://" + n.Addr(), Clock: ClockCaller})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := openStore(t, redisconn.Options{URL: "redis://" + n.Addr()}, Options{Clock: ClockCaller})
 	now := time.Now()
 	out := make([]tiers.Decision, 1)
 	lateCall(t, s, now)()

@@ -13,6 +13,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/charonlimit/charon/internal/redisconn"
 	"github.com/charonlimit/charon/internal/redistest"
 	"github.com/charonlimit/charon/internal/store"
 	"github.com/charonlimit/charon/internal/store/storetest"
@@ -394,15 +395,10 @@ func TestSentinelFailover(t *testing.T) {
 		t.Skip("failover takes seconds")
 	}
 	set := redistest.Sentinel(t)
-	s, err := New(Options{
+	s := openStore(t, redisconn.Options{
 		URL:         fmt.Sprintf("redis-sentinel://%s/%s", set.Sentinel.Addr(), set.MasterName),
 		DialTimeout: 200 * time.Millisecond, ReadTimeout: 200 * time.Millisecond, WriteTimeout: 200 * time.Millisecond,
-		KeyPrefix: newPrefix(),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	}, Options{})
 	if d := storetest.Decide(t, s, time.Time{}, item(lyft, "s", "d", 1))[0]; !d.OK {
 		t.Fatalf("through sentinel: %+v", d)
 	}

@@ -61,11 +61,10 @@ const (
 // maxAttempts bounds the retries of a call that finds its keys locked.
 const maxAttempts = 200
 
-// Store is the Redis store. Safe for concurrent use; create it with New or
+// Store is the Redis store. Safe for concurrent use; create it with
 // NewWithClient.
 type Store struct {
 	c       redis.UniversalClient
-	owns    bool
 	cluster bool
 	prefix  string
 	caller  bool // Clock == ClockCaller
@@ -136,10 +135,6 @@ type call struct {
 // A *redis.ClusterClient (or opts.Cluster) makes the store split calls by
 // slot and use the two-step for calls spanning slots.
 func NewWithClient(c redis.UniversalClient, opts Options) (*Store, error) {
-	return newStore(c, false, opts)
-}
-
-func newStore(c redis.UniversalClient, owns bool, opts Options) (*Store, error) {
 	o, err := opts.withDefaults()
 	if err != nil {
 		return nil, err
@@ -147,7 +142,6 @@ func newStore(c redis.UniversalClient, owns bool, opts Options) (*Store, error) 
 	_, isCluster := c.(*redis.ClusterClient)
 	s := &Store{
 		c:         c,
-		owns:      owns,
 		cluster:   isCluster || o.Cluster,
 		prefix:    o.KeyPrefix,
 		caller:    o.Clock == ClockCaller,
@@ -182,18 +176,14 @@ func (s *Store) Client() redis.UniversalClient { return s.c }
 
 // Close implements store.Store: Decide fails with store.ErrClosed afterwards
 // (calls waiting for a pipeline too), the dispatchers stop once their batch
-// in flight is answered, a client made by New is closed, and the refunds
-// of the late replies read meanwhile are sent (on a client the caller
-// keeps) or counted as failed.
+// in flight is answered, and the refunds of the late replies read meanwhile
+// are sent (the caller closes the client afterwards; on a closed client
+// they fail and are counted as failed). It returns nil.
 func (s *Store) Close() error {
 	if s.closed.Swap(true) {
 		return nil
 	}
 	close(s.stop)
-	var err error
-	if s.owns {
-		err = s.c.Close()
-	}
 	s.wg.Wait()
 	if s.refunds != nil {
 		// No dispatcher is left to queue one: the refunder sends what
@@ -201,7 +191,7 @@ func (s *Store) Close() error {
 		close(s.refunds)
 	}
 	s.rwg.Wait()
-	return err
+	return nil
 }
 
 // Decide implements store.Store with one script call (one round trip) when

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/charonlimit/charon/internal/redisconn"
 	"github.com/charonlimit/charon/internal/redistest"
 	"github.com/charonlimit/charon/internal/store"
 	"github.com/charonlimit/charon/internal/store/redisstore"
@@ -26,10 +27,7 @@ func TestClusterReshardUnderLoad(t *testing.T) {
 		t.Skip("starts a Redis Cluster")
 	}
 	nodes := redistest.Cluster(t, 3)
-	remote, err := redisstore.New(redisstore.Options{Cluster: true, ClusterAddrs: redistest.Addrs(nodes), Clock: redisstore.ClockCaller})
-	if err != nil {
-		t.Fatal(err)
-	}
+	remote := clusterStore(t, nodes, redisstore.Options{Clock: redisstore.ClockCaller})
 	st := resilient.New(remote, resilient.Options{Timeout: time.Second, CacheSize: -1})
 	defer st.Close()
 
@@ -95,10 +93,7 @@ func TestClusterReshardExactCounts(t *testing.T) {
 
 func reshardExact(t *testing.T, deadline time.Duration, twoStep bool) {
 	nodes := redistest.Cluster(t, 3)
-	remote, err := redisstore.New(redisstore.Options{Cluster: true, ClusterAddrs: redistest.Addrs(nodes)})
-	if err != nil {
-		t.Fatal(err)
-	}
+	remote := clusterStore(t, nodes, redisstore.Options{})
 	st := resilient.New(remote, resilient.Options{Mode: resilient.ModeUnavailable, Timeout: 10 * time.Second, CacheSize: -1})
 	defer st.Close()
 	const limit, resources, domains = 40, 30, 4
@@ -186,6 +181,23 @@ func reshardExact(t *testing.T, deadline time.Duration, twoStep bool) {
 			t.Errorf("pair %d granted %d in all, want %d: a call was lost or applied twice", p, g, limit)
 		}
 	}
+}
+
+// clusterStore opens a client of the Cluster nodes (package redisconn, as a
+// process does) and a Redis store over it; the client is closed when the
+// test ends, after the store.
+func clusterStore(t *testing.T, nodes []*redistest.Node, opts redisstore.Options) *redisstore.Store {
+	t.Helper()
+	c, err := redisconn.Open(redisconn.Options{ClusterAddrs: redistest.Addrs(nodes)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	s, err := redisstore.NewWithClient(c, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
 }
 
 // load calls work(w, i) for i = 0, 1, ... on each of 8 workers w until

@@ -1,4 +1,4 @@
-package redisstore
+package redisconn
 
 import (
 	"errors"
@@ -59,8 +59,50 @@ func TestParseURL(t *testing.T) {
 	if err != nil || o.PoolSize != 7 || o.ReadTimeout != time.Millisecond || !o.ContextTimeoutEnabled {
 		t.Errorf("ClientOptions: %+v, %v", o, err)
 	}
-	if _, err := New(Options{URL: "redis://h:1", KeyPrefix: "a{b"}); err == nil {
-		t.Error("a key prefix with a brace was accepted")
+}
+
+// TestUnixURL: a unix:// URL names a socket, with its DB and credentials;
+// Options override the URL's; a Cluster over a socket is refused.
+func TestUnixURL(t *testing.T) {
+	o, err := ClientOptions(Options{URL: "unix://u:pw@/run/redis.sock?db=3", PoolSize: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(o.Addrs) != 1 || o.Addrs[0] != "/run/redis.sock" || o.DB != 3 || o.Username != "u" || o.Password != "pw" ||
+		o.PoolSize != 4 || o.IsClusterMode || o.Dialer == nil {
+		t.Errorf("unix URL: %+v", o)
+	}
+	o, err = ClientOptions(Options{URL: "unix:///run/redis.sock", Username: "v", Password: "other"})
+	if err != nil || o.Username != "v" || o.Password != "other" {
+		t.Errorf("credentials over a unix URL's: %+v %v", o, err)
+	}
+	if _, err := ClientOptions(Options{URL: "unix:///run/redis.sock", Cluster: true}); !errors.Is(err, ErrBadURL) {
+		t.Errorf("a Cluster over a unix socket: %v, want ErrBadURL", err)
+	}
+	if _, err := ParseURL("unix://u:s3cret@/run/x.sock?nope=1"); !errors.Is(err, ErrBadURL) || strings.Contains(err.Error(), "s3cret") {
+		t.Errorf("bad unix URL: %v; want ErrBadURL without the password", err)
+	}
+}
+
+// TestRetries: commands are not retried unless asked, by Options or by
+// the URL's max_retries; a dial is tried once.
+func TestRetries(t *testing.T) {
+	for _, tc := range []struct {
+		o    Options
+		want int
+	}{
+		{Options{URL: "redis://h:1"}, -1},
+		{Options{URL: "redis-cluster://h:1"}, -1},
+		{Options{URL: "redis://h:1?max_retries=2"}, 2},
+		{Options{URL: "redis://h:1?max_retries=2", MaxRetries: 5}, 5},
+	} {
+		o, err := ClientOptions(tc.o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if o.MaxRetries != tc.want || o.DialerRetries != 1 {
+			t.Errorf("%+v: MaxRetries %d, DialerRetries %d; want %d, 1", tc.o, o.MaxRetries, o.DialerRetries, tc.want)
+		}
 	}
 }
 
