@@ -88,7 +88,7 @@
 // layouts (msgpack tiers and global states) read as fresh states
 // (TestEarlierLayout): the sliding windows of a store shared across such an
 // upgrade start afresh once. FuzzBlobInts fuzzes Inspect's decoder of them.
-// TestScriptCost, TestScriptCostBench (with CHARON_COST_ROUNDS set) and
+// BenchmarkScriptCost, TestScriptCostBench (with CHARON_COST_ROUNDS set) and
 // BenchmarkDecide report Redis' time per decision (INFO commandstats: the
 // FCALLs' time over the decisions, a batch making several).
 //

@@ -83,13 +83,15 @@ type Store struct {
 	rwg  sync.WaitGroup // the refunder
 	// late counts the calls applied after their callers gave up: given
 	// back (compensate), or whose refund failed.
-	late struct{ given, failed atomic.Uint64 }
+	late struct{ given, failed, lost atomic.Uint64 }
 	// refunds queues the late calls' refunds for the refunder, off the
 	// dispatchers' path (nil without dispatchers).
 	refunds chan [][]any
 	// replies counts the calls the dispatchers sent whose replies came
 	// back, their callers waiting or not.
 	replies atomic.Uint64
+	// busy is the work pending after its callers returned (Settle).
+	busy pending
 }
 
 // LateGrants reports how many calls Redis applied after their callers had
@@ -99,6 +101,12 @@ type Store struct {
 func (s *Store) LateGrants() (givenBack, failed uint64) {
 	return s.late.given.Load(), s.late.failed.Load()
 }
+
+// LateLost reports how many calls whose callers had given up got no reply:
+// the dispatcher's wait for it ended (lateReplyWait past the latest
+// deadline of its batch) or the connection failed. Applied or not, nothing
+// was given back.
+func (s *Store) LateLost() uint64 { return s.late.lost.Load() }
 
 // Replies reports how many calls sent by the dispatchers Redis answered,
 // those whose callers had given up included: evidence that Redis is up
@@ -625,7 +633,7 @@ func (s *Store) releaseLater(sc *slotCalls, token string) {
 	if len(cmds) == 0 {
 		return
 	}
-	go func() {
+	s.background(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), lateReplyWait)
 		defer cancel()
 		pipe := s.c.Pipeline()
@@ -633,7 +641,7 @@ func (s *Store) releaseLater(sc *slotCalls, token string) {
 			_ = pipe.Do(ctx, args...)
 		}
 		_, _ = pipe.Exec(ctx)
-	}()
+	})
 }
 
 // slotCalls holds one call per slot of a two-step call c, for the scripts

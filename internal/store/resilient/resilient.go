@@ -412,6 +412,25 @@ func (s *Store) Probe(ctx context.Context) error {
 	return err
 }
 
+// Settler is implemented by a remote whose calls leave work pending after
+// they return: the Redis store reads the replies of calls whose callers
+// gave up, and gives back what they granted.
+type Settler interface {
+	Settle(ctx context.Context) error
+}
+
+// Settle returns once the remote has nothing pending (a Settler's Settle),
+// at once for a remote that is not a Settler, or with ctx's error. The
+// wrapper itself leaves nothing pending: the failure mode answers before
+// Decide returns. A test calls it, after stopping its calls, to wait for
+// the store instead of for a duration.
+func (s *Store) Settle(ctx context.Context) error {
+	if st, ok := s.remote.(Settler); ok {
+		return st.Settle(ctx)
+	}
+	return nil
+}
+
 // Mode returns the failure mode.
 func (s *Store) Mode() Mode { return s.mode }
 
