@@ -31,7 +31,7 @@ func (f *Flags) Bind(fs *flag.FlagSet) {
 	fs.StringVar(&f.URL, "redis-url", f.URL, "Redis `URL` for --store redis: redis://, rediss://, redis-sentinel://, redis-cluster://, unix:// (env CHARON_REDIS_URL)")
 	fs.BoolVar(&f.Cluster, "redis-cluster", f.Cluster, "treat the hosts of a redis:// or rediss:// --redis-url as Cluster seeds (env CHARON_REDIS_CLUSTER)")
 	fs.IntVar(&f.PoolSize, "redis-pool-size", f.PoolSize, "Redis connections per node; 0: 10 per CPU (env CHARON_REDIS_POOL_SIZE)")
-	fs.DurationVar(&f.Options.Timeout, "redis-timeout", f.Options.Timeout, "time limit of a Redis decision when the caller sends no gRPC deadline (with one, Redis is waited for until 2ms before it); then the failure mode decides (env CHARON_REDIS_TIMEOUT)")
+	fs.DurationVar(&f.Options.Timeout, "redis-timeout", f.Options.Timeout, "time limit of a Redis decision when the caller sends no gRPC deadline (with one, Redis is waited for until a quarter of the time left, at least 2ms, before it); then the failure mode decides (env CHARON_REDIS_TIMEOUT)")
 	fs.Var(&f.Options.FailureMode, "failure-mode", "what decides while Redis fails: local, open, closed or unavailable (env CHARON_FAILURE_MODE)")
 	fs.StringVar(&f.Username, "redis-username", f.Username, "Redis ACL user name (env CHARON_REDIS_USERNAME)")
 	fs.StringVar(&f.PasswordFile, "redis-password-file", f.PasswordFile, "read the Redis password from this `file` (a mounted Secret); also CHARON_REDIS_PASSWORD or REDIS_AUTH (env CHARON_REDIS_PASSWORD_FILE)")

@@ -1,10 +1,14 @@
 package redisconn
 
 import (
+	"context"
 	"errors"
+	"net"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/charonlimit/charon/internal/redistest"
 )
 
 func TestParseURL(t *testing.T) {
@@ -131,5 +135,35 @@ func TestParseURLHidesPassword(t *testing.T) {
 		if msg := err.Error(); strings.Contains(msg, "s3cr") || strings.Contains(msg, "s3/cret") || strings.Contains(msg, "s3%2Fcret") {
 			t.Errorf("%q: error shows the password: %s", raw, msg)
 		}
+	}
+}
+
+// TestRefusedAtOnce: a dial that nothing answers fails with ErrRefused
+// after one attempt, with no go-redis retry.
+func TestRefusedAtOnce(t *testing.T) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := lis.Addr().String()
+	lis.Close() // nothing listens there now
+	c, err := Open(Options{URL: "redis://" + addr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	h := &redistest.Hook{}
+	c.AddHook(h)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	err = c.Ping(ctx).Err()
+	if !IsRefused(err) {
+		t.Fatalf("ping of a closed port: %v, want ErrRefused", err)
+	}
+	if ctx.Err() != nil {
+		t.Error("the ping waited for its deadline")
+	}
+	if dials, failed := h.Dials(); dials != 1 || failed != 1 {
+		t.Errorf("%d dials (%d failed), want one that failed", dials, failed)
 	}
 }
