@@ -366,6 +366,17 @@ func metricValue(exposition, name string) float64 {
 	return -1
 }
 
+// eventually polls cond until it holds, and fails the test when it does not
+// within 30 s (slack for a machine many times slower than an idle one).
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for end := time.Now().Add(30 * time.Second); !cond(); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(end) {
+			t.Fatalf("not within 30 s: %s", what)
+		}
+	}
+}
+
 // TestRedisKilledUnderLoad kills Redis under load: every RPC is answered
 // before the caller's deadline as the failure mode says (the server bounds a
 // Redis decision by --redis-timeout, 10 ms; callers allow 5 s), the process
@@ -421,18 +432,19 @@ func TestRedisKilledUnderLoad(t *testing.T) {
 				wg.Wait()
 			}()
 
-			time.Sleep(300 * time.Millisecond)
+			eventually(t, "200 calls before Redis is killed", func() bool { return calls.Load() >= 200 })
 			r.Kill()
-			time.Sleep(1500 * time.Millisecond)
+			// The breaker opens on the failures of the calls under load.
+			eventually(t, "the breaker opened", func() bool {
+				return metricValue(get(t, "http://"+p.debugAddr+"/metrics"), "charon_store_breaker_state") == 1
+			})
 			p.alive(t)
 			if mode == "unavailable" {
-				h, err := p.health.Check(context.Background(), &healthpb.HealthCheckRequest{Service: "envoy.service.ratelimit.v3.RateLimitService"})
-				if err != nil || h.Status != healthpb.HealthCheckResponse_NOT_SERVING {
-					t.Errorf("health while Redis is down in mode unavailable: %v, %v; want NOT_SERVING", h, err)
-				}
-				if unavail.Load() == 0 {
-					t.Errorf("no UNAVAILABLE answer while Redis was down")
-				}
+				eventually(t, "NOT_SERVING while Redis is down in mode unavailable", func() bool {
+					h, err := p.health.Check(context.Background(), &healthpb.HealthCheckRequest{Service: "envoy.service.ratelimit.v3.RateLimitService"})
+					return err == nil && h.Status == healthpb.HealthCheckResponse_NOT_SERVING
+				})
+				eventually(t, "an UNAVAILABLE answer while Redis is down", func() bool { return unavail.Load() > 0 })
 			}
 			r.Restart(t, rargs...)
 			back := time.Now()
@@ -465,7 +477,8 @@ func TestRedisKilledUnderLoad(t *testing.T) {
 				}
 				serving = time.Since(back)
 			}
-			time.Sleep(200 * time.Millisecond)
+			after := calls.Load() + 200
+			eventually(t, "200 calls after Redis is back", func() bool { return calls.Load() >= after })
 			stopLoad.Store(true)
 			wg.Wait()
 			p.alive(t)

@@ -274,8 +274,8 @@ func TestLyftRedisTLSFiles(t *testing.T) {
 			t.Errorf("REDIS_TLS=%q: %v", tc.redisTLS, err)
 			continue
 		}
-		if c.Redis.URL != tc.url || (o.TLSConfig != nil) != tc.tls {
-			t.Errorf("REDIS_TLS=%q: got URL %s, TLS %t; want %s, TLS %t", tc.redisTLS, c.Redis.URL, o.TLSConfig != nil, tc.url, tc.tls)
+		if c.Redis.URL != tc.url || (o.Conn.TLSConfig != nil) != tc.tls {
+			t.Errorf("REDIS_TLS=%q: got URL %s, TLS %t; want %s, TLS %t", tc.redisTLS, c.Redis.URL, o.Conn.TLSConfig != nil, tc.url, tc.tls)
 		}
 	}
 }
@@ -301,8 +301,8 @@ func TestServeRedisPasswordSources(t *testing.T) {
 			t.Fatal(err)
 		}
 		o, err := c.Redis.Resolve()
-		if err != nil || o.Password != tc.want {
-			t.Errorf("%v: password %q, %v; want %q", tc.args, o.Password, err, tc.want)
+		if err != nil || o.Conn.Password != tc.want {
+			t.Errorf("%v: password %q, %v; want %q", tc.args, o.Conn.Password, err, tc.want)
 		}
 	}
 }

@@ -27,13 +27,13 @@ import (
 	"github.com/charonlimit/charon/internal/holds"
 	"github.com/charonlimit/charon/internal/lyftenv"
 	"github.com/charonlimit/charon/internal/redisbackend"
+	"github.com/charonlimit/charon/internal/redisconn"
 	"github.com/charonlimit/charon/internal/rlqs"
 	"github.com/charonlimit/charon/internal/sharestore"
 	"github.com/charonlimit/charon/internal/statefile"
 	"github.com/charonlimit/charon/internal/statsd"
 	"github.com/charonlimit/charon/internal/statsmap"
 	"github.com/charonlimit/charon/internal/store/memstore"
-	"github.com/charonlimit/charon/internal/store/redisstore"
 	"github.com/charonlimit/charon/internal/store/resilient"
 	"github.com/charonlimit/charon/internal/tracing"
 	"github.com/charonlimit/charon/internal/xdsconfig"
@@ -342,7 +342,7 @@ func serve(c serveConfig, args []string, log *slog.Logger) error {
 		if err != nil {
 			return err
 		}
-		if u, err := redisstore.ParseURL(c.Redis.URL); err == nil && u.Password != "" &&
+		if u, err := redisconn.ParseURL(c.Redis.URL); err == nil && u.Password != "" &&
 			slices.ContainsFunc(args, func(a string) bool { return strings.Contains(a, u.Password) }) {
 			log.Warn("the Redis password in --redis-url shows in ps and /proc: use --redis-password-file, CHARON_REDIS_PASSWORD or REDIS_AUTH")
 		}

@@ -8,6 +8,7 @@ import (
 	"go/parser"
 	"go/token"
 	"io"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
@@ -23,7 +24,7 @@ var imports = map[string][]string{
 	"api/charon/v1": nil,
 	"client":        {"api/charon/v1"},
 	"cmd/charon": {"config", "internal/canary", "internal/clientcmd", "internal/copystore/memcopy", "internal/decisionlog", "internal/engine", "internal/gctune", "internal/holds",
-		"internal/lyftenv", "internal/redisbackend", "internal/replay", "internal/rlqs", "internal/sharestore", "internal/sim", "internal/statefile", "internal/statsd", "internal/statsmap", "internal/store/memstore", "internal/store/redisstore",
+		"internal/lyftenv", "internal/redisbackend", "internal/redisconn", "internal/replay", "internal/rlqs", "internal/sharestore", "internal/sim", "internal/statefile", "internal/statsd", "internal/statsmap", "internal/store/memstore",
 		"internal/store/resilient", "internal/suggest", "internal/tracing", "internal/xdsconfig", "server"},
 	"internal/canary":                    {"config", "internal/engine", "internal/store/memstore"},
 	"internal/clientcmd":                 {"api/charon/v1", "descriptors", "internal/gctune", "internal/loadgen", "internal/offenders", "internal/rlqssim", "internal/sessionhold", "internal/tlsconfig"},
@@ -61,7 +62,8 @@ var imports = map[string][]string{
 	"internal/statsmap":                  nil,
 	"internal/tracing":                   nil,
 	"internal/redisbackend": {"descriptors", "internal/collect", "internal/copystore", "internal/copystore/rediscopy", "internal/tlsconfig",
-		"internal/periodic", "internal/sharestore/redisshare", "internal/store/memstore", "internal/store/redisstore", "internal/store/resilient"},
+		"internal/periodic", "internal/redisconn", "internal/sharestore/redisshare", "internal/store/memstore", "internal/store/redisstore", "internal/store/resilient"},
+	"internal/redisconn":         nil,
 	"internal/redisfunc":         nil,
 	"internal/redistest":         nil,
 	"internal/sessionhold":       {"api/charon/v1"},
@@ -95,6 +97,17 @@ var impure = []string{"crypto/rand", "io", "log", "log/slog", "math/rand", "math
 
 // clockCalls are the calls of package time that read the clock or wait.
 var clockCalls = []string{"After", "AfterFunc", "NewTicker", "NewTimer", "Now", "Since", "Sleep", "Tick", "Until"}
+
+// connOwner is the one package that opens Redis connections and reads Redis
+// URLs; the stores take the client it opens. Test support (redistest) opens
+// plain clients of the servers it starts.
+const connOwner = "internal/redisconn"
+
+var connExempt = []string{connOwner, "internal/redistest"}
+
+// redisConnCalls are go-redis' functions that make a client or read a URL.
+var redisConnCalls = []string{"NewClient", "NewUniversalClient", "NewClusterClient", "NewFailoverClient",
+	"NewFailoverClusterClient", "NewRing", "NewSentinelClient", "ParseURL", "ParseClusterURL", "ParseFailoverURL"}
 
 // deny lists, for packages of the module, import paths (and their
 // subpackages) that must not be among their dependencies, direct or not.
@@ -169,8 +182,14 @@ func TestDeps(t *testing.T) {
 		t.Error(v)
 	}
 	for _, p := range pkgs {
-		if rel, ok := relative(p.ImportPath); ok && slices.Contains(pure, rel) {
+		rel, ok := relative(p.ImportPath)
+		if ok && slices.Contains(pure, rel) {
 			for _, v := range impureCode(p) {
+				t.Error(v)
+			}
+		}
+		if ok && !slices.Contains(connExempt, rel) {
+			for _, v := range redisConnCode(p) {
 				t.Error(v)
 			}
 		}
@@ -295,6 +314,55 @@ func violations(pkgs []pkg) []string {
 	}
 	slices.Sort(out)
 	return slices.Compact(out)
+}
+
+// redisConnCode finds, in p's Go files (tests aside), calls of go-redis that
+// make a client or read a Redis URL: connOwner's alone.
+func redisConnCode(p pkg) []string {
+	var out []string
+	fset := token.NewFileSet()
+	for _, name := range p.GoFiles {
+		f, err := parser.ParseFile(fset, filepath.Join(p.Dir, name), nil, 0)
+		if err != nil {
+			out = append(out, err.Error())
+			continue
+		}
+		redisName := ""
+		for _, imp := range f.Imports {
+			if imp.Path.Value == `"github.com/redis/go-redis/v9"` {
+				redisName = "redis"
+				if imp.Name != nil {
+					redisName = imp.Name.Name
+				}
+			}
+		}
+		if redisName == "" {
+			continue
+		}
+		ast.Inspect(f, func(n ast.Node) bool {
+			if x, ok := n.(*ast.SelectorExpr); ok {
+				if id, ok := x.X.(*ast.Ident); ok && id.Name == redisName && slices.Contains(redisConnCalls, x.Sel.Name) {
+					out = append(out, fmt.Sprintf("%v: redis.%s outside %s, which owns Redis connections: take its client", fset.Position(x.Pos()), x.Sel.Name, connOwner))
+				}
+			}
+			return true
+		})
+	}
+	return out
+}
+
+// TestRedisConnRuleCatches: a package other than connOwner that opens a
+// go-redis client is reported.
+func TestRedisConnRuleCatches(t *testing.T) {
+	dir := t.TempDir()
+	src := "package x\n\nimport r \"github.com/redis/go-redis/v9\"\n\nvar c = r.NewClient(&r.Options{})\n"
+	if err := os.WriteFile(filepath.Join(dir, "x.go"), []byte(src), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	got := strings.Join(redisConnCode(pkg{ImportPath: module + "/internal/x", Dir: dir, GoFiles: []string{"x.go"}}), "\n")
+	if !strings.Contains(got, "redis.NewClient outside "+connOwner) {
+		t.Errorf("violations %q, want redis.NewClient reported", got)
+	}
 }
 
 // impureCode finds, in p's Go files (tests aside), go statements and calls of

@@ -6,6 +6,7 @@ import (
 	"os"
 	"strings"
 
+	"github.com/charonlimit/charon/internal/redisconn"
 	"github.com/charonlimit/charon/internal/tlsconfig"
 )
 
@@ -30,7 +31,7 @@ func (f *Flags) Bind(fs *flag.FlagSet) {
 	fs.StringVar(&f.URL, "redis-url", f.URL, "Redis `URL` for --store redis: redis://, rediss://, redis-sentinel://, redis-cluster://, unix:// (env CHARON_REDIS_URL)")
 	fs.BoolVar(&f.Cluster, "redis-cluster", f.Cluster, "treat the hosts of a redis:// or rediss:// --redis-url as Cluster seeds (env CHARON_REDIS_CLUSTER)")
 	fs.IntVar(&f.PoolSize, "redis-pool-size", f.PoolSize, "Redis connections per node; 0: 10 per CPU (env CHARON_REDIS_POOL_SIZE)")
-	fs.DurationVar(&f.Options.Timeout, "redis-timeout", f.Options.Timeout, "time limit of a Redis decision when the caller sends no gRPC deadline (with one, Redis is waited for until 2ms before it); then the failure mode decides (env CHARON_REDIS_TIMEOUT)")
+	fs.DurationVar(&f.Options.Timeout, "redis-timeout", f.Options.Timeout, "time limit of a Redis decision when the caller sends no gRPC deadline (with one, Redis is waited for until a quarter of the time left, at least 2ms, before it); then the failure mode decides (env CHARON_REDIS_TIMEOUT)")
 	fs.Var(&f.Options.FailureMode, "failure-mode", "what decides while Redis fails: local, open, closed or unavailable (env CHARON_FAILURE_MODE)")
 	fs.StringVar(&f.Username, "redis-username", f.Username, "Redis ACL user name (env CHARON_REDIS_USERNAME)")
 	fs.StringVar(&f.PasswordFile, "redis-password-file", f.PasswordFile, "read the Redis password from this `file` (a mounted Secret); also CHARON_REDIS_PASSWORD or REDIS_AUTH (env CHARON_REDIS_PASSWORD_FILE)")
@@ -42,15 +43,15 @@ func (f *Flags) Bind(fs *flag.FlagSet) {
 // flag at fault.
 func (f *Flags) Resolve() (Options, error) {
 	o := f.Options
-	o.URL, o.Cluster, o.PoolSize, o.Username, o.Password = f.URL, f.Cluster, f.PoolSize, f.Username, f.Password
+	o.Conn = redisconn.Options{URL: f.URL, Cluster: f.Cluster, PoolSize: f.PoolSize, Username: f.Username, Password: f.Password}
 	switch {
-	case o.URL == "":
+	case f.URL == "":
 		return o, errors.New("--store redis needs --redis-url")
-	case o.PoolSize < 0:
+	case f.PoolSize < 0:
 		return o, errors.New("--redis-pool-size must not be negative")
 	case o.Timeout <= 0:
 		return o, errors.New("--redis-timeout must be positive")
-	case strings.HasPrefix(o.URL, "unix://") && o.Cluster:
+	case strings.HasPrefix(f.URL, "unix://") && f.Cluster:
 		return o, errors.New("--redis-cluster with a unix socket")
 	}
 	if f.PasswordFile != "" {
@@ -58,7 +59,7 @@ func (f *Flags) Resolve() (Options, error) {
 		if err != nil {
 			return o, errors.New("--redis-password-file: " + err.Error())
 		}
-		if o.Password = strings.TrimRight(string(b), "\r\n"); o.Password == "" {
+		if o.Conn.Password = strings.TrimRight(string(b), "\r\n"); o.Conn.Password == "" {
 			return o, errors.New("--redis-password-file " + f.PasswordFile + ": empty")
 		}
 	}
@@ -66,7 +67,7 @@ func (f *Flags) Resolve() (Options, error) {
 	if err != nil {
 		return o, errors.New("--redis-tls-*: " + err.Error())
 	}
-	o.TLSConfig = cfg
+	o.Conn.TLSConfig = cfg
 	if err := Check(o); err != nil {
 		return o, errors.New("--redis-url: " + err.Error())
 	}

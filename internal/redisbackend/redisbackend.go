@@ -2,12 +2,9 @@ package redisbackend
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -20,6 +17,7 @@ import (
 	"github.com/charonlimit/charon/internal/collect"
 	"github.com/charonlimit/charon/internal/copystore/rediscopy"
 	"github.com/charonlimit/charon/internal/periodic"
+	"github.com/charonlimit/charon/internal/redisconn"
 	"github.com/charonlimit/charon/internal/sharestore/redisshare"
 	"github.com/charonlimit/charon/internal/store/memstore"
 	"github.com/charonlimit/charon/internal/store/redisstore"
@@ -31,22 +29,11 @@ import (
 // resource anyway).
 const SweepInterval = time.Second
 
-// Options configure a Backend. URL is required.
+// Options configure a Backend. Conn.URL is required.
 type Options struct {
-	// URL is the Redis URL (redis://, rediss://, redis-sentinel://,
-	// redis-cluster://, their rediss- forms, unix://); see
-	// redisstore.Options.URL.
-	URL string
-	// Cluster treats the hosts of a redis:// or rediss:// URL as Cluster
-	// seeds.
-	Cluster bool
-	// Username and Password override the URL's.
-	Username, Password string
-	// PoolSize is the connections per node (0: go-redis' default).
-	PoolSize int
-	// TLSConfig, when set, is the TLS of every connection (and turns TLS
-	// on for any URL).
-	TLSConfig *tls.Config
+	// Conn names the Redis deployment and how to connect to it (URL forms,
+	// credentials, TLS, pool): see redisconn.Options.
+	Conn redisconn.Options
 	// Timeout, FailureMode and Local configure the rate-limit store's
 	// resilient wrapper (Timeout, Mode, Local).
 	Timeout     time.Duration
@@ -62,46 +49,10 @@ type Options struct {
 
 // Check validates o without connecting.
 func Check(o Options) error {
-	_, err := clientOptions(o)
-	return err
-}
-
-// clientOptions are the go-redis options of o.
-func clientOptions(o Options) (*redis.UniversalOptions, error) {
-	if o.URL == "" {
-		return nil, errors.New("redisbackend: no Redis URL")
+	if o.Conn.URL == "" {
+		return errors.New("redisbackend: no Redis URL")
 	}
-	if !strings.HasPrefix(o.URL, "unix://") {
-		return redisstore.ClientOptions(redisstore.Options{URL: o.URL, Cluster: o.Cluster, Username: o.Username,
-			Password: o.Password, PoolSize: o.PoolSize, TLSConfig: o.TLSConfig})
-	}
-	if o.Cluster {
-		return nil, errors.New("redisbackend: a Cluster over a unix socket")
-	}
-	p, err := redis.ParseURL(o.URL)
-	if err != nil {
-		return nil, errors.New(redisstore.RedactURL(err.Error(), o.URL))
-	}
-	sock := p.Addr
-	u := &redis.UniversalOptions{Addrs: []string{sock}, DB: p.DB, Username: p.Username,
-		Password: p.Password, PoolSize: p.PoolSize, ContextTimeoutEnabled: true, DialerRetries: 1,
-		Dialer: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			var d net.Dialer
-			return d.DialContext(ctx, "unix", sock)
-		}}
-	if o.Username != "" {
-		u.Username = o.Username
-	}
-	if o.Password != "" {
-		u.Password = o.Password
-	}
-	if o.PoolSize > 0 {
-		u.PoolSize = o.PoolSize
-	}
-	if o.TLSConfig != nil {
-		u.TLSConfig = o.TLSConfig
-	}
-	return u, nil
+	return o.Conn.Check()
 }
 
 // Backend is the Redis state of one process: one client, the rate-limit
@@ -125,7 +76,10 @@ type Backend struct {
 // stores. A Redis that does not answer a first ping within a second is
 // logged, not an error: the failure mode decides until it answers.
 func Open(o Options) (*Backend, error) {
-	u, err := clientOptions(o)
+	if err := Check(o); err != nil {
+		return nil, err
+	}
+	c, err := redisconn.Open(o.Conn)
 	if err != nil {
 		return nil, err
 	}
@@ -133,14 +87,13 @@ func Open(o Options) (*Backend, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	c := redis.NewUniversalClient(u)
 	if o.Tracing {
 		if err := redisotel.InstrumentTracing(c); err != nil {
 			c.Close()
 			return nil, err
 		}
 	}
-	rs, err := redisstore.NewWithClient(c, redisstore.Options{Cluster: o.Cluster})
+	rs, err := redisstore.NewWithClient(c, redisstore.Options{Cluster: o.Conn.Cluster})
 	if err != nil {
 		c.Close()
 		return nil, err

@@ -2,6 +2,7 @@ package redisbackend
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -10,6 +11,7 @@ import (
 
 	"github.com/charonlimit/charon/copylog"
 	"github.com/charonlimit/charon/descriptors"
+	"github.com/charonlimit/charon/internal/redisconn"
 	"github.com/charonlimit/charon/internal/redistest"
 	"github.com/charonlimit/charon/internal/store"
 	"github.com/charonlimit/charon/internal/store/resilient"
@@ -26,7 +28,7 @@ func TestMain(m *testing.M) {
 func open(t *testing.T) *Backend {
 	t.Helper()
 	n := redistest.Single(t)
-	b, err := Open(Options{URL: "redis://" + n.Addr()})
+	b, err := Open(Options{Conn: redisconn.Options{URL: "redis://" + n.Addr()}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -173,7 +175,7 @@ func TestSetTree(t *testing.T) {
 // once Redis is gone, and stops when asked.
 func TestRunReportsServing(t *testing.T) {
 	n := redistest.Single(t)
-	b, err := Open(Options{URL: "redis://" + n.Addr(), FailureMode: resilient.ModeUnavailable})
+	b, err := Open(Options{Conn: redisconn.Options{URL: "redis://" + n.Addr()}, FailureMode: resilient.ModeUnavailable})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -217,4 +219,59 @@ func TestRunSweeps(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// TestRefusedIsDown: with Redis killed (by PID), refused and reset
+// connections are Redis' answer that it is down: each of 50 sequential
+// calls allowing 10 s is answered by the failure mode long before its
+// deadline (none waited for it: no timeout is counted), and go-redis
+// dials at most twice per call, once per pool (a pipeline tries go-redis'
+// pipeline pool, then its main pool, at once): no refused dial retried
+// after a backoff, no command retried on a new connection (go-redis' retries
+// would make it 4 attempts of 2 dials). The breaker opens on those answers.
+func TestRefusedIsDown(t *testing.T) {
+	n := redistest.Single(t)
+	b, err := Open(Options{Conn: redisconn.Options{URL: "redis://" + n.Addr()}, FailureMode: resilient.ModeOpen, Timeout: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	h := &redistest.Hook{}
+	b.client.AddHook(h)
+	p := &tiers.Policy{Kind: tiers.KindTiers, Tiers: []tiers.Tier{{Limit: 1, Window: time.Minute, Active: tiers.Unbounded}}}
+	out := make([]tiers.Decision, 1)
+	decide := func(domain string) error {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		items := []store.Item{{Key: store.Key{Resource: "r", Domain: domain, PolicyID: 1}, Policy: p, Hits: 1, Min: 1}}
+		err := b.Store().Decide(ctx, time.Now(), items, out)
+		if ctx.Err() != nil {
+			t.Fatalf("a call on %s waited for its deadline", domain)
+		}
+		return err
+	}
+	if err := decide("warm"); err != nil || !out[0].OK || b.Store().Stats().Remote != 1 {
+		t.Fatalf("before the kill: %v %+v, %+v", err, out[0], b.Store().Stats())
+	}
+	n.Kill()
+	for i := range 50 {
+		before, _ := h.Dials()
+		// A domain of its own: an answer of Redis would grant it, as the
+		// open mode does; the counters tell them apart.
+		if err := decide(fmt.Sprint("d", i)); err != nil || !out[0].OK {
+			t.Fatalf("call %d with Redis killed: %v %+v, want the open mode's grant", i, err, out[0])
+		}
+		if after, _ := h.Dials(); after-before > 2 {
+			t.Errorf("call %d dialled %d times: a refused dial was retried", i, after-before)
+		}
+	}
+	st := b.Store().Stats()
+	if st.Open != 50 || st.Remote != 1 || st.Timeouts != 0 {
+		t.Errorf("stats %+v: want 50 calls answered by the open mode, none remote after the kill, no timeout", st)
+	}
+	if st.Breaker != resilient.BreakerOpen {
+		t.Errorf("breaker %v after 50 refused calls, want open", st.Breaker)
+	}
+	dials, failed := h.Dials()
+	t.Logf("50 calls with Redis killed: %d dials, %d failed; %d remote errors before the breaker opened", dials, failed, st.RemoteErrors)
 }

@@ -136,24 +136,8 @@ func TestFunctionReloadedAndEmptyKeyKept(t *testing.T) {
 }
 
 // countHook records the name of every command the client sends.
-type countHook struct{ cmds *[]string }
-
-func (h countHook) DialHook(next redis.DialHook) redis.DialHook { return next }
-
-func (h countHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		*h.cmds = append(*h.cmds, cmd.Name())
-		return next(ctx, cmd)
-	}
-}
-
-func (h countHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		for _, c := range cmds {
-			*h.cmds = append(*h.cmds, c.Name())
-		}
-		return next(ctx, cmds)
-	}
+func countHook(cmds *[]string) *redistest.Hook {
+	return &redistest.Hook{Each: func(cmd redis.Cmder) { *cmds = append(*cmds, cmd.Name()) }}
 }
 
 // TestOneFCallPerOperation: every operation, granted, rejected or failing on
@@ -164,7 +148,7 @@ func TestOneFCallPerOperation(t *testing.T) {
 	n := redistest.Single(t)
 	c := redistest.Client(t, n)
 	var cmds []string
-	c.AddHook(countHook{&cmds})
+	c.AddHook(countHook(&cmds))
 	s := New(c, Options{})
 	ctx := context.Background()
 	if err := s.Load(ctx); err != nil {
@@ -303,7 +287,7 @@ func TestSweepVisitsTheIndexOnly(t *testing.T) {
 		}
 	}
 	var cmds []string
-	c.AddHook(countHook{&cmds})
+	c.AddHook(countHook(&cmds))
 	st, err := s.Sweep(ctx, t0.Add(2*time.Second))
 	if err != nil {
 		t.Fatal(err)

@@ -18,8 +18,8 @@ import (
 )
 
 // The measurements below log what Redis spends on a decision. They check
-// nothing but that the calls succeed, and all but TestScriptCost run only
-// with CHARON_COST_ROUNDS set.
+// nothing but that the calls succeed, and run only with CHARON_COST_ROUNDS
+// set (BenchmarkScriptCost only as a benchmark).
 
 // costRounds returns CHARON_COST_ROUNDS, the number of rounds of a
 // measurement, and skips the test, saying why, when it is not set.
@@ -132,23 +132,39 @@ func decideRandom(t *testing.T, s *Store, items []store.Item, round, calls, work
 	}
 }
 
-// TestScriptCost logs Redis's own time per decide call (INFO commandstats)
-// over 3,000 calls of one item on 500 keys.
-func TestScriptCost(t *testing.T) {
-	n, c := singleClient(t)
-	s := testStore(t, c, Options{})
+// BenchmarkScriptCost decides one item per call on 500 keys, one call at a
+// time, and reports Redis's own time per decide call (INFO commandstats) as
+// redis-µs/op beside the round trip's ns/op.
+func BenchmarkScriptCost(b *testing.B) {
+	n := redistest.Single(b)
+	s := testStore(b, redistest.Client(b, n), Options{})
 	if err := s.Load(context.Background()); err != nil {
-		t.Fatal(err)
+		b.Fatal(err)
 	}
 	p := &tiers.Policy{Kind: tiers.KindTiers, Tiers: []tiers.Tier{{Limit: 100, Window: time.Second, Active: tiers.Unbounded}}}
-	for i := range 3000 {
-		out := make([]tiers.Decision, 1)
-		items := []store.Item{{Key: store.Key{Resource: "cost", Domain: fmt.Sprint("u", i%500), PolicyID: 1}, Policy: p, Hits: 1, Min: 1}}
-		if err := s.Decide(context.Background(), time.Time{}, items, out); err != nil {
-			t.Fatal(err)
+	items := make([]store.Item, 500)
+	for i := range items {
+		items[i] = store.Item{Key: store.Key{Resource: "cost", Domain: fmt.Sprint("u", i), PolicyID: 1}, Policy: p, Hits: 1, Min: 1}
+	}
+	if _, err := redistest.CLI(n.Port, "config", "resetstat"); err != nil {
+		b.Fatal(err)
+	}
+	out := make([]tiers.Decision, 1)
+	b.ReportAllocs()
+	b.ResetTimer()
+	calls := 0
+	for ; b.Loop(); calls++ {
+		i := calls % len(items)
+		if err := s.Decide(context.Background(), time.Time{}, items[i:i+1], out); err != nil {
+			b.Fatal(err)
 		}
 	}
-	t.Logf("Redis time per decision: %.2f µs", mustFcallMicros(t, n.Port, 3000))
+	b.StopTimer()
+	us, ok := fcallMicros(n.Port, calls)
+	if !ok {
+		b.Fatal("no FCALL in INFO commandstats")
+	}
+	b.ReportMetric(us, "redis-µs/op")
 }
 
 // TestScriptCostBench logs Redis's own time per decision (INFO commandstats)

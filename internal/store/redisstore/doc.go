@@ -26,7 +26,7 @@
 // Concurrent calls are pipelined: each FCALL (every script call of a
 // Decide, the two-step's included) goes to a queue served by
 // Options.Pipelines dispatcher goroutines (DefaultPipelines, or
-// DefaultClusterPipelines on a Cluster; started by New, stopped by Close). A dispatcher takes every call queued while its
+// DefaultClusterPipelines on a Cluster; started by NewWithClient, stopped by Close). A dispatcher takes every call queued while its
 // previous pipeline was in flight (up to 128; no timer, so a lone call
 // goes at once) and answers each caller. On a single Redis (or Sentinel)
 // two or more calls go as one FCALL of the library's batch function
@@ -88,7 +88,7 @@
 // layouts (msgpack tiers and global states) read as fresh states
 // (TestEarlierLayout): the sliding windows of a store shared across such an
 // upgrade start afresh once. FuzzBlobInts fuzzes Inspect's decoder of them.
-// TestScriptCost, TestScriptCostBench (with CHARON_COST_ROUNDS set) and
+// BenchmarkScriptCost, TestScriptCostBench (with CHARON_COST_ROUNDS set) and
 // BenchmarkDecide report Redis' time per decision (INFO commandstats: the
 // FCALLs' time over the decisions, a batch making several).
 //
@@ -140,4 +140,12 @@
 // Decide returns store.ErrClosed after Close, store.ErrBadItem for items it
 // cannot decide (nothing is sent), and otherwise the Redis error, wrapped:
 // a call whose reply was lost may have run.
+//
+// # Connections and quiescence
+//
+// The store takes a go-redis client (NewWithClient) and never closes it:
+// package redisconn opens Charon's, from a URL, with its credentials, TLS
+// and the way a connection fails. Settle waits until no late reply and no
+// refund of one is pending (a test's way to wait for the store, not for a
+// duration).
 package redisstore

@@ -12,6 +12,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/charonlimit/charon/internal/redisconn"
 	"github.com/charonlimit/charon/internal/redistest"
 	"github.com/charonlimit/charon/internal/store"
 	"github.com/charonlimit/charon/tiers"
@@ -23,14 +24,12 @@ import (
 // pair holds none afterwards, and its whole limit is granted.
 func TestLateGrantGivenBack(t *testing.T) {
 	n := redistest.Single(t)
-	s, err := New(Options{URL: "redis://" + n.Addr(), Clock: ClockCaller})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := openStore(t, redisconn.Options{URL: "redis://" + n.Addr()}, Options{Clock: ClockCaller})
 	now := time.Now()
 	out := make([]tiers.Decision, 1)
-	lateCall(t, s, now)()
+	release := lateCall(t, s, now)
+	unsettled(t, s, "the late call is in flight")
+	release()
 	waitLateGrants(t, s, 1)
 	it := item(lyft, "r", "late", 1)
 	v, err := s.Inspect(context.Background(), now, &it)
@@ -109,10 +108,8 @@ type holdRefund struct {
 	release chan struct{}
 }
 
-func (h *holdRefund) DialHook(next redis.DialHook) redis.DialHook          { return next }
-func (h *holdRefund) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
-func (h *holdRefund) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
+func (h *holdRefund) hook() *redistest.Hook {
+	return &redistest.Hook{Pipeline: func(ctx context.Context, cmds []redis.Cmder, next redis.ProcessPipelineHook) error {
 		for _, cmd := range cmds {
 			if args := cmd.Args(); len(args) > 3 && strings.Contains(fmt.Sprint(args[3]), h.key) {
 				if h.seen.Add(1) == 2 {
@@ -123,7 +120,7 @@ func (h *holdRefund) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.P
 			}
 		}
 		return next(ctx, cmds)
-	}
+	}}
 }
 
 // TestRefundOffTheDispatcher: the refund of a late reply takes its own
@@ -135,7 +132,7 @@ func TestRefundOffTheDispatcher(t *testing.T) {
 	c := redis.NewClient(&redis.Options{Addr: n.Addr()})
 	defer c.Close()
 	h := &holdRefund{key: "late", held: make(chan struct{}), release: make(chan struct{})}
-	c.AddHook(h)
+	c.AddHook(h.hook())
 	s, err := NewWithClient(c, Options{Clock: ClockCaller})
 	if err != nil {
 		t.Fatal(err)
@@ -155,6 +152,7 @@ func TestRefundOffTheDispatcher(t *testing.T) {
 	if err != nil || !out[0].OK {
 		t.Errorf("a call queued while the refund was held up: %v %+v; want it answered", err, out[0])
 	}
+	unsettled(t, s, "the late call's refund is held")
 	if got := s.Replies(); got < 3 {
 		t.Errorf("Replies() = %d, want at least 3 (warm-up, the late call, the next one)", got)
 	}
@@ -173,7 +171,7 @@ func lateCall(t *testing.T, s *Store, now time.Time) (release func()) {
 		t.Fatalf("warm-up: %v %+v", err, out[0])
 	}
 	var g gate
-	s.c.AddHook(&g)
+	s.c.AddHook(g.hook())
 	g.arm()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -195,23 +193,28 @@ func lateCall(t *testing.T, s *Store, now time.Time) (release func()) {
 	return release
 }
 
-// waitLateGrants waits until s has counted a late grant, given back or
-// not, and wants given of them given back and none failed.
+// waitLateGrants waits until s has settled (Settle: the late reply read,
+// its refund sent) and wants given late grants given back and none failed.
 func waitLateGrants(t *testing.T, s *Store, given uint64) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		g, failed := s.LateGrants()
-		if g+failed > 0 {
-			if g != given || failed != 0 {
-				t.Fatalf("late grants given back %d, failed %d; want %d and 0", g, failed, given)
-			}
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("no late grant was counted")
-		}
-		time.Sleep(10 * time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := s.Settle(ctx); err != nil {
+		t.Fatalf("Settle: %v", err)
+	}
+	if g, failed := s.LateGrants(); g != given || failed != 0 {
+		t.Fatalf("late grants given back %d, failed %d once settled; want %d and 0", g, failed, given)
+	}
+}
+
+// unsettled fails the test when s has nothing pending: Settle with a
+// context already done must return its error.
+func unsettled(t *testing.T, s *Store, what string) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := s.Settle(ctx); !errors.Is(err, context.Canceled) {
+		t.Errorf("Settle while %s: %v, want the context's error (something is pending)", what, err)
 	}
 }
 

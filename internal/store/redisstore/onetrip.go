@@ -241,11 +241,11 @@ func undoArgs(s *Store, c *call, items []store.Item, sel int, used int64, out []
 	return args
 }
 
-// undoLater gives back, in the background and within lateReplyWait, what
-// the slots of a failed oneTrip call that answered committed (every slot
-// whose own Apply rejected nothing: the call answers an error, its caller
-// decides by its failure mode). It copies what it sends: sc goes back to
-// the pool.
+// undoLater gives back, in the background (Settle waits for it) and within
+// lateReplyWait, what the slots of a failed oneTrip call that answered
+// committed (every slot whose own Apply rejected nothing: the call answers
+// an error, its caller decides by its failure mode). It copies what it
+// sends: sc goes back to the pool.
 func (s *Store) undoLater(c *call, sc *slotCalls, items []store.Item, out []tiers.Decision) {
 	var cmds [][]any
 	for k, sub := range sc.subs {
@@ -263,7 +263,7 @@ func (s *Store) undoLater(c *call, sc *slotCalls, items []store.Item, out []tier
 	if len(cmds) == 0 {
 		return
 	}
-	go func() {
+	s.background(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), lateReplyWait)
 		defer cancel()
 		pipe := s.c.Pipeline()
@@ -278,7 +278,7 @@ func (s *Store) undoLater(c *call, sc *slotCalls, items []store.Item, out []tier
 				s.undone.given.Add(1)
 			}
 		}
-	}()
+	})
 }
 
 // Undone reports how many slots of Cluster calls spanning slots gave back

@@ -52,7 +52,7 @@ func hitsOf(t *testing.T, s *Store, it store.Item) int64 {
 func TestOneTripScripts(t *testing.T) {
 	c, s, a, b, ka, kb := oneTripPair(t)
 	h := &modeHook{seen: map[string]int{}}
-	c.AddHook(h)
+	c.AddHook(h.hook())
 	out := make([]tiers.Decision, 2)
 	if err := s.Decide(context.Background(), storetest.T0, []store.Item{a, b}, out); err != nil {
 		t.Fatal(err)
@@ -96,13 +96,13 @@ func TestOneTripScripts(t *testing.T) {
 // ran): the rejected call's hit is counted until it leaves its window.
 func TestOneTripUndoFails(t *testing.T) {
 	c, s, a, b, ka, _ := oneTripPair(t)
-	c.AddHook(&fcallHook{process: func(ctx context.Context, cmd redis.Cmder, m int64, k string, next redis.ProcessHook) error {
+	c.AddHook((&fcallHook{process: func(ctx context.Context, cmd redis.Cmder, m int64, k string, next redis.ProcessHook) error {
 		if m == modeUndo && k == ka {
 			cmd.SetErr(errInjected)
 			return errInjected
 		}
 		return next(ctx, cmd)
-	}})
+	}}).hook())
 	out := make([]tiers.Decision, 2)
 	if err := s.Decide(context.Background(), storetest.T0, []store.Item{a, b}, out); err != nil {
 		t.Fatalf("Decide: %v, want the rejection", err)
@@ -154,7 +154,7 @@ func TestOneTripMasterKilled(t *testing.T) {
 	}
 	b.Hits, b.Min = 1, 1
 	var killed atomic.Bool
-	c.AddHook(&fcallHook{process: func(ctx context.Context, cmd redis.Cmder, m int64, k string, next redis.ProcessHook) error {
+	c.AddHook((&fcallHook{process: func(ctx context.Context, cmd redis.Cmder, m int64, k string, next redis.ProcessHook) error {
 		if m == modeUndo && k == ka && killed.CompareAndSwap(false, true) {
 			for _, n := range nodes {
 				if n.Addr() == ma.Options().Addr {
@@ -163,7 +163,7 @@ func TestOneTripMasterKilled(t *testing.T) {
 			}
 		}
 		return next(ctx, cmd)
-	}})
+	}}).hook())
 	out := make([]tiers.Decision, 2)
 	start := time.Now()
 	if err := s.Decide(ctx, storetest.T0, []store.Item{a, b}, out); err != nil {

@@ -13,6 +13,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/charonlimit/charon/internal/redisconn"
 	"github.com/charonlimit/charon/internal/redistest"
 	"github.com/charonlimit/charon/internal/store"
 	"github.com/charonlimit/charon/internal/store/storetest"
@@ -29,33 +30,32 @@ type counter struct {
 	batches int
 }
 
-func (c *counter) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (c *counter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		// A call of the batch function counts as the FCALLs it makes.
-		if a := cmd.Args(); len(a) > 3 && a[1] == batchNameArg {
-			hdr := a[3+a[2].(int)].([]byte)
-			for range f64at(hdr, 0) {
-				c.add("fcall")
+func (c *counter) hook() *redistest.Hook {
+	return &redistest.Hook{
+		Process: func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
+			// A call of the batch function counts as the FCALLs it makes.
+			if a := cmd.Args(); len(a) > 3 && a[1] == batchNameArg {
+				hdr := a[3+a[2].(int)].([]byte)
+				for range f64at(hdr, 0) {
+					c.add("fcall")
+				}
+				c.mu.Lock()
+				c.batches++
+				c.mu.Unlock()
+				return next(ctx, cmd)
 			}
-			c.mu.Lock()
-			c.batches++
-			c.mu.Unlock()
-			return next(ctx, cmd)
-		}
-		c.add(cmd.Name())
-		return next(ctx, cmd)
-	}
-}
-func (c *counter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		c.mu.Lock()
-		c.pipes++
-		c.mu.Unlock()
-		for _, cmd := range cmds {
 			c.add(cmd.Name())
-		}
-		return next(ctx, cmds)
+			return next(ctx, cmd)
+		},
+		Pipeline: func(ctx context.Context, cmds []redis.Cmder, next redis.ProcessPipelineHook) error {
+			c.mu.Lock()
+			c.pipes++
+			c.mu.Unlock()
+			for _, cmd := range cmds {
+				c.add(cmd.Name())
+			}
+			return next(ctx, cmds)
+		},
 	}
 }
 func (c *counter) add(name string) {
@@ -104,7 +104,7 @@ func item(p *tiers.Policy, res, dom string, hits int64) store.Item {
 func TestOneCommandPerDecide(t *testing.T) {
 	_, c := singleClient(t)
 	var cnt counter
-	c.AddHook(&cnt)
+	c.AddHook(cnt.hook())
 	for _, pipelines := range []int{0, -1} {
 		wantPipes := 1
 		if pipelines < 0 {
@@ -141,7 +141,7 @@ func TestFunctionReload(t *testing.T) {
 	n, args := redistest.SingleArgs(t)
 	c := redistest.Client(t, n)
 	var cnt counter
-	c.AddHook(&cnt)
+	c.AddHook(cnt.hook())
 	s := testStore(t, c, Options{Clock: ClockCaller})
 	if err := s.Load(context.Background()); err != nil {
 		t.Fatalf("Load: %v", err)
@@ -188,7 +188,7 @@ func TestPingLoadsFunction(t *testing.T) {
 	n := redistest.Single(t)
 	c := redistest.Client(t, n)
 	var cnt counter
-	c.AddHook(&cnt)
+	c.AddHook(cnt.hook())
 	s := testStore(t, c, Options{Clock: ClockCaller})
 	ctx := context.Background()
 	if out, err := redistest.CLI(n.Port, "function", "flush"); err != nil {
@@ -429,15 +429,10 @@ func TestSentinelFailover(t *testing.T) {
 		t.Skip("failover takes seconds")
 	}
 	set := redistest.Sentinel(t)
-	s, err := New(Options{
+	s := openStore(t, redisconn.Options{
 		URL:         fmt.Sprintf("redis-sentinel://%s/%s", set.Sentinel.Addr(), set.MasterName),
 		DialTimeout: 200 * time.Millisecond, ReadTimeout: 200 * time.Millisecond, WriteTimeout: 200 * time.Millisecond,
-		KeyPrefix: newPrefix(),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	}, Options{})
 	if d := storetest.Decide(t, s, time.Time{}, item(lyft, "s", "d", 1))[0]; !d.OK {
 		t.Fatalf("through sentinel: %+v", d)
 	}
@@ -510,25 +505,12 @@ type stealer struct {
 	steal func()
 }
 
-func (h *stealer) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (h *stealer) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		h.before([]redis.Cmder{cmd})
-		return next(ctx, cmd)
-	}
-}
-func (h *stealer) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		h.before(cmds)
-		return next(ctx, cmds)
-	}
-}
-func (h *stealer) before(cmds []redis.Cmder) {
-	for _, cmd := range cmds {
+func (h *stealer) hook() *redistest.Hook {
+	return &redistest.Hook{Each: func(cmd redis.Cmder) {
 		if mode, _, ok := fcallMode(cmd); ok && mode == modeSeal {
 			h.once.Do(h.steal)
 		}
-	}
+	}}
 }
 
 // fcallMode returns the mode of a decide FCALL (the first number of its
@@ -585,7 +567,7 @@ func TestClusterTwoStepLockLapse(t *testing.T) {
 			stolen = errors.New("the intruder was not granted")
 		}
 	}}
-	c.AddHook(h)
+	c.AddHook(h.hook())
 	s := testStore(t, c, Options{Clock: ClockCaller, KeyPrefix: prefix})
 	s.sealAfter = 0 // as if the prepares took long: the call seals
 	ka, _ := stateKey(prefix, &a)
@@ -622,9 +604,8 @@ type barrier struct {
 	once     sync.Once
 }
 
-func (h *barrier) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (h *barrier) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
+func (h *barrier) hook() *redistest.Hook {
+	return &redistest.Hook{Process: func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
 		if m, _, ok := fcallMode(cmd); ok && (m == modePrepare || m == modeSeal || m == modeCommit) {
 			if m == modeCommit && h.onCommit != nil {
 				h.once.Do(h.onCommit)
@@ -632,10 +613,7 @@ func (h *barrier) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 			h.wait(m)
 		}
 		return next(ctx, cmd)
-	}
-}
-func (h *barrier) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
+	}}
 }
 
 func (h *barrier) wait(mode int64) {
@@ -672,7 +650,7 @@ func TestClusterTwoStepSlotsAtOnce(t *testing.T) {
 	p := &tiers.Policy{Kind: tiers.KindTiers, HardLimit: 1000, Tiers: []tiers.Tier{{Limit: 5, Window: time.Hour, Active: tiers.Unbounded}}}
 	for _, seal := range []bool{false, true} {
 		h := &barrier{n: 3, seen: map[int64]int{}, ch: map[int64]chan struct{}{}}
-		c.AddHook(h)
+		c.AddHook(h.hook())
 		// No dispatchers: each script is sent by the goroutine that makes it.
 		s := testStore(t, c, Options{Clock: ClockCaller, Pipelines: -1})
 		// A seal step, or none however slow the machine.
@@ -740,9 +718,8 @@ type modeHook struct {
 	before func(mode int64, key string)
 }
 
-func (h *modeHook) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (h *modeHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
+func (h *modeHook) hook() *redistest.Hook {
+	return &redistest.Hook{Process: func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
 		if m, k, ok := fcallMode(cmd); ok {
 			h.mu.Lock()
 			h.seen[fmt.Sprint(m, " ", k)]++
@@ -752,10 +729,7 @@ func (h *modeHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 			}
 		}
 		return next(ctx, cmd)
-	}
-}
-func (h *modeHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
+	}}
 }
 
 // TestClusterTwoStepBusyAgain: a two-step call that finds one slot's key
@@ -784,7 +758,7 @@ func TestClusterTwoStepBusyAgain(t *testing.T) {
 			other.Del(ctx, lockKey(s.prefix, ka))
 		}
 	}
-	c.AddHook(h)
+	c.AddHook(h.hook())
 	out := make([]tiers.Decision, 2)
 	if err := s.Decide(ctx, storetest.T0, []store.Item{a, b}, out); err != nil {
 		t.Fatal(err)
@@ -809,23 +783,22 @@ type fcallHook struct {
 	before  func(mode int64, key string)
 }
 
-func (h *fcallHook) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (h *fcallHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		if m, k, ok := fcallMode(cmd); ok && h.process != nil {
-			return h.process(ctx, cmd, m, k, next)
-		}
-		return next(ctx, cmd)
-	}
-}
-func (h *fcallHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		for _, cmd := range cmds {
-			if m, k, ok := fcallMode(cmd); ok && h.before != nil {
-				h.before(m, k)
+func (h *fcallHook) hook() *redistest.Hook {
+	return &redistest.Hook{
+		Process: func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
+			if m, k, ok := fcallMode(cmd); ok && h.process != nil {
+				return h.process(ctx, cmd, m, k, next)
 			}
-		}
-		return next(ctx, cmds)
+			return next(ctx, cmd)
+		},
+		Pipeline: func(ctx context.Context, cmds []redis.Cmder, next redis.ProcessPipelineHook) error {
+			for _, cmd := range cmds {
+				if m, k, ok := fcallMode(cmd); ok && h.before != nil {
+					h.before(m, k)
+				}
+			}
+			return next(ctx, cmds)
+		},
 	}
 }
 
@@ -850,17 +823,16 @@ func failAfter(fail func(mode int64, key string) bool) *fcallHook {
 // locks too, so that they do not block the key for the whole lease.
 func TestClusterTwoStepReleasesFailedPrepare(t *testing.T) {
 	c, other, s, a, b, ka, kb := twoSlots(t)
-	c.AddHook(failAfter(func(mode int64, key string) bool { return mode == modePrepare && key == ka }))
+	c.AddHook(failAfter(func(mode int64, key string) bool { return mode == modePrepare && key == ka }).hook())
 	out := make([]tiers.Decision, 2)
 	if err := s.Decide(context.Background(), storetest.T0, []store.Item{a, b}, out); !errors.Is(err, errInjected) {
 		t.Fatalf("Decide: %v, want the injected error", err)
 	}
-	// The release goes in the background, within lateReplyWait.
+	// The release goes in the background: the store settles once it is done.
+	settle(t, s)
 	for _, k := range []string{ka, kb} {
-		for end := time.Now().Add(30 * time.Second); other.Exists(context.Background(), lockKey(s.prefix, k)).Val() != 0; time.Sleep(10 * time.Millisecond) {
-			if time.Now().After(end) {
-				t.Fatalf("the lock of %s is still there (%v to live)", k, other.PTTL(context.Background(), lockKey(s.prefix, k)).Val())
-			}
+		if other.Exists(context.Background(), lockKey(s.prefix, k)).Val() != 0 {
+			t.Errorf("the lock of %s is still there (%v to live)", k, other.PTTL(context.Background(), lockKey(s.prefix, k)).Val())
 		}
 	}
 	// Nothing was written: both keys still have their five hits.
@@ -940,7 +912,7 @@ func TestClusterTryAgainRetried(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h, left := tryAgain(3, func(mode int64, key string) bool { return mode == tc.mode && key == tc.key })
-			c.AddHook(h)
+			c.AddHook(h.hook())
 			defer left.Store(0) // the hook stays; it matches no more
 			out := make([]tiers.Decision, len(tc.items))
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -990,7 +962,7 @@ func replayOnce(match func(mode int64, key string) bool) *fcallHook {
 // call's: the call commits, and leaves no lock behind.
 func TestClusterReplayedPrepare(t *testing.T) {
 	c, other, s, a, b, ka, _ := twoSlots(t)
-	c.AddHook(replayOnce(func(mode int64, key string) bool { return mode == modePrepare && key == ka }))
+	c.AddHook(replayOnce(func(mode int64, key string) bool { return mode == modePrepare && key == ka }).hook())
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	out := make([]tiers.Decision, 2)
@@ -1024,7 +996,7 @@ func TestClusterTwoStepFailureDoesNotWaitForRelease(t *testing.T) {
 			<-release
 		}
 	}
-	c.AddHook(&fcallHook{
+	c.AddHook((&fcallHook{
 		process: func(ctx context.Context, cmd redis.Cmder, m int64, k string, next redis.ProcessHook) error {
 			hold(m, k)
 			err := next(ctx, cmd)
@@ -1035,7 +1007,7 @@ func TestClusterTwoStepFailureDoesNotWaitForRelease(t *testing.T) {
 			return err
 		},
 		before: hold,
-	})
+	}).hook())
 	var releaseOnce sync.Once
 	unhold := func() { releaseOnce.Do(func() { close(release) }) }
 	defer unhold()
@@ -1056,12 +1028,22 @@ func TestClusterTwoStepFailureDoesNotWaitForRelease(t *testing.T) {
 	case <-time.After(20 * time.Second):
 		t.Fatal("a's locks were never released")
 	}
+	unsettled(t, s, "the release of a's locks is held")
 	unhold()
+	settle(t, s)
 	for _, k := range []string{ka, kb} {
-		for end := time.Now().Add(30 * time.Second); other.Exists(context.Background(), lockKey(s.prefix, k)).Val() != 0; time.Sleep(10 * time.Millisecond) {
-			if time.Now().After(end) {
-				t.Fatalf("the lock of %s is still there", k)
-			}
+		if other.Exists(context.Background(), lockKey(s.prefix, k)).Val() != 0 {
+			t.Errorf("the lock of %s is still there", k)
 		}
+	}
+}
+
+// settle waits, with a generous deadline, until s has nothing pending.
+func settle(t *testing.T, s *Store) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := s.Settle(ctx); err != nil {
+		t.Fatalf("Settle: %v", err)
 	}
 }

@@ -204,6 +204,10 @@ func (s *Store) run(d *dispatcher) {
 		}
 		d.sent = append(d.sent, sent)
 	}
+	// The batch is pending until its replies are read and the refunds of
+	// the late ones queued (Settle).
+	s.busy.add(1)
+	defer s.busy.add(-1)
 	if live >= 2 && !s.cluster {
 		s.runBatch(ctx, d)
 	} else if live > 0 {
@@ -211,7 +215,16 @@ func (s *Store) run(d *dispatcher) {
 	}
 	var late [][]any
 	for i, r := range d.batch {
-		if !d.sent[i] || r.err != nil {
+		if !d.sent[i] {
+			continue
+		}
+		if r.err != nil {
+			var re redis.Error
+			if r.state.Load() == reqAbandoned && !errors.As(r.err, &re) && !errors.Is(r.err, store.ErrReplied) {
+				// Its caller gave up and no reply came: it may have
+				// been applied, and cannot be given back.
+				s.late.lost.Add(1)
+			}
 			continue
 		}
 		s.replies.Add(1)
@@ -226,10 +239,12 @@ func (s *Store) run(d *dispatcher) {
 		// The refunds go on the refunder's own round trip: the calls
 		// queued behind this batch must not wait for it. When the
 		// refunder is that far behind, the dispatcher sends them itself.
+		s.busy.add(1)
 		select {
 		case s.refunds <- late:
 		default:
 			s.compensate(late)
+			s.busy.add(-1)
 		}
 	}
 }
@@ -244,6 +259,7 @@ func (s *Store) refunder() {
 	defer s.rwg.Done()
 	for calls := range s.refunds {
 		s.compensate(calls)
+		s.busy.add(-1)
 	}
 }
 

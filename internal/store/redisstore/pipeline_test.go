@@ -27,7 +27,7 @@ import (
 func TestPipelinedConcurrent(t *testing.T) {
 	_, c := singleClient(t)
 	var cnt counter
-	c.AddHook(&cnt)
+	c.AddHook(cnt.hook())
 	s := testStore(t, c, Options{Clock: ClockCaller})
 	defer s.Close()
 	if err := s.Load(context.Background()); err != nil {
@@ -119,10 +119,8 @@ func (g *gate) arm() {
 	g.mu.Unlock()
 }
 
-func (g *gate) DialHook(next redis.DialHook) redis.DialHook          { return next }
-func (g *gate) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
-func (g *gate) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
+func (g *gate) hook() *redistest.Hook {
+	return &redistest.Hook{Pipeline: func(ctx context.Context, cmds []redis.Cmder, next redis.ProcessPipelineHook) error {
 		g.mu.Lock()
 		armed := g.armed
 		g.armed = false
@@ -133,7 +131,7 @@ func (g *gate) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Process
 			<-release
 		}
 		return next(ctx, cmds)
-	}
+	}}
 }
 
 // TestPipelineCancelledCaller holds a dispatcher's pipeline in flight: its
@@ -144,7 +142,7 @@ func (g *gate) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Process
 func TestPipelineCancelledCaller(t *testing.T) {
 	_, c := singleClient(t)
 	var g gate
-	c.AddHook(&g)
+	c.AddHook(g.hook())
 	s := testStore(t, c, Options{Clock: ClockCaller, Pipelines: 1})
 	defer s.Close()
 	storetest.Decide(t, s, storetest.T0, item(lyft, "a", "x", 1)) // loads the function

@@ -8,6 +8,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/charonlimit/charon/internal/redisconn"
 	"github.com/charonlimit/charon/internal/redistest"
 	"github.com/charonlimit/charon/internal/store"
 	"github.com/charonlimit/charon/internal/store/storetest"
@@ -46,6 +47,18 @@ func testStore(t testing.TB, c redis.UniversalClient, opts Options) *Store {
 	return s
 }
 
+// openStore opens a client of conn (package redisconn: as a process does)
+// and a store over it, both closed when the test ends.
+func openStore(t testing.TB, conn redisconn.Options, opts Options) *Store {
+	t.Helper()
+	c, err := redisconn.Open(conn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return testStore(t, c, opts)
+}
+
 func TestConformanceSingle(t *testing.T) {
 	_, c := singleClient(t)
 	storetest.Run(t, func(t *testing.T) store.Store { return testStore(t, c, Options{Clock: ClockCaller}) })
@@ -57,3 +70,14 @@ func TestConformanceCluster(t *testing.T) {
 }
 
 var _ = context.Background
+
+// TestKeyPrefixBrace: a key prefix holding a brace would move keys out of
+// their hash slot; the store refuses it.
+func TestKeyPrefixBrace(t *testing.T) {
+	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
+	defer c.Close()
+	if s, err := NewWithClient(c, Options{KeyPrefix: "a{b"}); err == nil {
+		s.Close()
+		t.Error("a key prefix with a brace was accepted")
+	}
+}

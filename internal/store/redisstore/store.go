@@ -62,11 +62,10 @@ const (
 // maxAttempts bounds the retries of a call that finds its keys locked.
 const maxAttempts = 200
 
-// Store is the Redis store. Safe for concurrent use; create it with New or
+// Store is the Redis store. Safe for concurrent use; create it with
 // NewWithClient.
 type Store struct {
 	c       redis.UniversalClient
-	owns    bool
 	cluster bool
 	prefix  string
 	caller  bool // Clock == ClockCaller
@@ -85,7 +84,7 @@ type Store struct {
 	rwg  sync.WaitGroup // the refunder
 	// late counts the calls applied after their callers gave up: given
 	// back (compensate), or whose refund failed.
-	late struct{ given, failed atomic.Uint64 }
+	late struct{ given, failed, lost atomic.Uint64 }
 	// undone counts the slots of calls spanning Cluster slots whose grants
 	// were given back because another slot rejected (oneTrip), and those
 	// whose undo failed.
@@ -96,6 +95,8 @@ type Store struct {
 	// replies counts the calls the dispatchers sent whose replies came
 	// back, their callers waiting or not.
 	replies atomic.Uint64
+	// busy is the work pending after its callers returned (Settle).
+	busy pending
 }
 
 // LateGrants reports how many calls Redis applied after their callers had
@@ -105,6 +106,12 @@ type Store struct {
 func (s *Store) LateGrants() (givenBack, failed uint64) {
 	return s.late.given.Load(), s.late.failed.Load()
 }
+
+// LateLost reports how many calls whose callers had given up got no reply:
+// the dispatcher's wait for it ended (lateReplyWait past the latest
+// deadline of its batch) or the connection failed. Applied or not, nothing
+// was given back.
+func (s *Store) LateLost() uint64 { return s.late.lost.Load() }
 
 // Replies reports how many calls sent by the dispatchers Redis answered,
 // those whose callers had given up included: evidence that Redis is up
@@ -141,10 +148,6 @@ type call struct {
 // A *redis.ClusterClient (or opts.Cluster) makes the store split calls by
 // slot and use the two-step for calls spanning slots.
 func NewWithClient(c redis.UniversalClient, opts Options) (*Store, error) {
-	return newStore(c, false, opts)
-}
-
-func newStore(c redis.UniversalClient, owns bool, opts Options) (*Store, error) {
 	o, err := opts.withDefaults()
 	if err != nil {
 		return nil, err
@@ -152,7 +155,6 @@ func newStore(c redis.UniversalClient, owns bool, opts Options) (*Store, error) 
 	_, isCluster := c.(*redis.ClusterClient)
 	s := &Store{
 		c:         c,
-		owns:      owns,
 		cluster:   isCluster || o.Cluster,
 		prefix:    o.KeyPrefix,
 		caller:    o.Clock == ClockCaller,
@@ -187,18 +189,14 @@ func (s *Store) Client() redis.UniversalClient { return s.c }
 
 // Close implements store.Store: Decide fails with store.ErrClosed afterwards
 // (calls waiting for a pipeline too), the dispatchers stop once their batch
-// in flight is answered, a client made by New is closed, and the refunds
-// of the late replies read meanwhile are sent (on a client the caller
-// keeps) or counted as failed.
+// in flight is answered, and the refunds of the late replies read meanwhile
+// are sent (the caller closes the client afterwards; on a closed client
+// they fail and are counted as failed). It returns nil.
 func (s *Store) Close() error {
 	if s.closed.Swap(true) {
 		return nil
 	}
 	close(s.stop)
-	var err error
-	if s.owns {
-		err = s.c.Close()
-	}
 	s.wg.Wait()
 	if s.refunds != nil {
 		// No dispatcher is left to queue one: the refunder sends what
@@ -206,7 +204,7 @@ func (s *Store) Close() error {
 		close(s.refunds)
 	}
 	s.rwg.Wait()
-	return err
+	return nil
 }
 
 // Decide implements store.Store with one script call (one round trip) when
@@ -644,7 +642,7 @@ func (s *Store) releaseLater(sc *slotCalls, token string) {
 	if len(cmds) == 0 {
 		return
 	}
-	go func() {
+	s.background(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), lateReplyWait)
 		defer cancel()
 		pipe := s.c.Pipeline()
@@ -652,7 +650,7 @@ func (s *Store) releaseLater(sc *slotCalls, token string) {
 			_ = pipe.Do(ctx, args...)
 		}
 		_, _ = pipe.Exec(ctx)
-	}()
+	})
 }
 
 // slotCalls holds one call per slot of a two-step call c, for the scripts

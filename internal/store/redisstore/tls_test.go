@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/charonlimit/charon/internal/redisconn"
 	"github.com/charonlimit/charon/internal/redistest"
 	"github.com/charonlimit/charon/internal/store/storetest"
 	"github.com/charonlimit/charon/internal/tlsconfig"
@@ -27,12 +28,7 @@ func TestTLS(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		s, err := New(Options{URL: "rediss://" + n.Addr(), TLSConfig: cfg, KeyPrefix: newPrefix(),
-			DialTimeout: 5 * time.Second})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { s.Close() })
+		s := openStore(t, redisconn.Options{URL: "rediss://" + n.Addr(), TLSConfig: cfg, DialTimeout: 5 * time.Second}, Options{})
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		return s, s.Ping(ctx)

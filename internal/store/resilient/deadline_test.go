@@ -13,12 +13,12 @@ import (
 )
 
 // TestRemoteDeadline: a caller with a deadline has the remote wait until
-// Margin before it, whatever Timeout says; a caller without one gets
-// Timeout.
+// the margin before it (the larger of Margin and MarginShare of the time
+// left), whatever Timeout says; a caller without one gets Timeout.
 func TestRemoteDeadline(t *testing.T) {
 	f := newFake()
 	f.set(answer)
-	s := resilient.New(f, resilient.Options{Timeout: 10 * time.Millisecond, Margin: 3 * time.Millisecond})
+	s := resilient.New(f, resilient.Options{Timeout: 10 * time.Millisecond, Margin: 3 * time.Millisecond, MarginShare: -1})
 	defer s.Close()
 	deadline := time.Now().Add(time.Hour)
 	ctx, cancel := context.WithDeadline(context.Background(), deadline)
@@ -30,6 +30,20 @@ func TestRemoteDeadline(t *testing.T) {
 	if got, want := time.Unix(0, f.deadline.Load()), deadline.Add(-3*time.Millisecond); !got.Equal(want) {
 		t.Errorf("remote deadline %v, want the caller's less the margin, %v", got, want)
 	}
+	// With the default share, a quarter of the time left.
+	f4 := newFake()
+	f4.set(answer)
+	s4 := resilient.New(f4, resilient.Options{})
+	defer s4.Close()
+	t1 := time.Now()
+	if err := s4.Decide(ctx, t0, []store.Item{take(simple, "a", 1)}, out); err != nil {
+		t.Fatal(err)
+	}
+	t2 := time.Now()
+	got4 := time.Unix(0, f4.deadline.Load())
+	if lo, hi := deadline.Add(-deadline.Sub(t1)/4), deadline.Add(-deadline.Sub(t2)/4); got4.Before(lo.Add(-time.Microsecond)) || got4.After(hi.Add(time.Microsecond)) {
+		t.Errorf("remote deadline %v, want a quarter of the time left before the caller's, in [%v, %v]", got4, lo, hi)
+	}
 	before := time.Now()
 	if err := s.Decide(context.Background(), t0, []store.Item{take(simple, "a", 1)}, out); err != nil {
 		t.Fatal(err)
@@ -39,13 +53,13 @@ func TestRemoteDeadline(t *testing.T) {
 	if got.Before(before.Add(10*time.Millisecond)) || got.After(after.Add(10*time.Millisecond)) {
 		t.Errorf("remote deadline %v without a caller's deadline, want Timeout (10ms) after the call [%v, %v]", got, before, after)
 	}
-	// Little time left: the margin is at most a quarter of it.
+	// Little time left: the margin is kept whole.
 	deadline = time.Now().Add(4 * time.Millisecond)
 	ctx2, cancel2 := context.WithDeadline(context.Background(), deadline)
 	defer cancel2()
-	_ = s.Decide(ctx2, t0, []store.Item{take(simple, "a", 1)}, out)
-	if got := time.Unix(0, f.deadline.Load()); !got.Before(deadline) || got.Before(deadline.Add(-time.Millisecond)) {
-		t.Errorf("remote deadline %v, want within the last quarter of the 4ms left before %v", got, deadline)
+	_ = s.Decide(ctx2, t0, []store.Item{take(simple, "b", 1)}, out)
+	if got, want := time.Unix(0, f.deadline.Load()), deadline.Add(-3*time.Millisecond); !got.Equal(want) {
+		t.Errorf("remote deadline %v, want the caller's less the whole margin, %v", got, want)
 	}
 }
 

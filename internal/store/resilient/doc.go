@@ -4,8 +4,14 @@
 //
 // # Deadline and circuit breaker
 //
-// Every remote Decide runs under a deadline (Options.Timeout, 10 ms by
-// default; Envoy's own RPC timeout is 20 ms). The remote must honour its
+// Every remote Decide runs under a deadline: the caller's, less a margin
+// kept for the failure mode's answer (the larger of Options.Margin and
+// Options.MarginShare of the time left: at Envoy's 20 ms, 15 ms for the
+// remote), or Options.Timeout (DefaultTimeout) when the caller has none. The
+// share is what holds on a machine whose cores are all busy, where the
+// answering goroutine waits for a core after the remote's deadline fires; a
+// fixed 2 ms did not. Settle waits until the remote has nothing pending (a
+// test's way to wait for it). The remote must honour its
 // context's deadline, as go-redis does: the wrapper does not abandon a call
 // running in another goroutine. A circuit breaker counts the remote's
 // failures: after Options.FailureThreshold consecutive failures, or when at

@@ -17,6 +17,7 @@ import (
 const (
 	DefaultTimeout          = 100 * time.Millisecond
 	DefaultMargin           = 2 * time.Millisecond
+	DefaultMarginShare      = 0.25
 	DefaultFailureThreshold = 5
 	DefaultFailureRate      = 0.5
 	DefaultRateMinCalls     = 20
@@ -34,14 +35,22 @@ type Options struct {
 	// Timeout bounds a remote call whose caller's context has no deadline;
 	// 0 means DefaultTimeout, negative means none. A caller with a deadline
 	// (Envoy sends 20 ms, a direct caller may allow seconds) has the remote
-	// wait until Margin before it, so a burst that queues calls inside the
-	// process does not send them to the failure mode while the remote still
-	// answers in time.
+	// wait until the margin before it, so a burst that queues calls inside
+	// the process does not send them to the failure mode while the remote
+	// still answers in time.
 	Timeout time.Duration
-	// Margin is the time kept before the caller's deadline for the failure
-	// mode to answer: the remote call's deadline is the caller's minus
-	// Margin (at most a quarter of the time left); 0 means DefaultMargin.
-	Margin time.Duration
+	// Margin and MarginShare keep time before the caller's deadline for the
+	// failure mode to answer: the remote call's deadline is the caller's
+	// minus the larger of Margin and MarginShare of the time left (Envoy's
+	// 20 ms: the remote gets 15 ms, the failure mode 5 ms). The share is
+	// what holds on a loaded machine, where the goroutine that answers may
+	// wait several milliseconds for a core after the remote's deadline;
+	// Margin is its floor for short deadlines. A caller with less than
+	// Margin left is answered by the failure mode at once. 0 means
+	// DefaultMargin and DefaultMarginShare; a negative MarginShare keeps
+	// Margin alone.
+	Margin      time.Duration
+	MarginShare float64
 	// FailureThreshold is the number of consecutive remote failures that
 	// opens the breaker; 0 means DefaultFailureThreshold.
 	FailureThreshold int
@@ -87,6 +96,7 @@ type Store struct {
 	mode    Mode
 	timeout time.Duration
 	margin  time.Duration
+	share   float64 // of the time left kept before the caller's deadline
 	// answers counts the remote's answers: a call that times out while it
 	// grew (or while the remote's Replies grew) was slow, not evidence of
 	// an outage.
@@ -133,6 +143,14 @@ func New(remote Remote, opts Options) *Store {
 	s.margin = opts.Margin
 	if s.margin <= 0 {
 		s.margin = DefaultMargin
+	}
+	switch s.share = opts.MarginShare; {
+	case s.share == 0:
+		s.share = DefaultMarginShare
+	case s.share < 0:
+		s.share = 0
+	case s.share > 1:
+		s.share = 1
 	}
 	if s.cooloff <= 0 {
 		s.cooloff = DefaultCoolOff
@@ -273,13 +291,12 @@ func (s *Store) seen() uint64 {
 	return n
 }
 
-// callRemote asks the remote until Margin before the caller's deadline, or
-// for Timeout when the caller has none.
+// callRemote asks the remote until the margin before the caller's deadline
+// (remoteDeadline), or for Timeout when the caller has none.
 func (s *Store) callRemote(ctx context.Context, now time.Time, items []store.Item, out []tiers.Decision) error {
 	if d, ok := ctx.Deadline(); ok {
-		left := time.Until(d)
 		var cancel context.CancelFunc
-		ctx, cancel = context.WithDeadline(ctx, d.Add(-min(s.margin, left/4)))
+		ctx, cancel = context.WithDeadline(ctx, s.remoteDeadline(d, time.Now()))
 		defer cancel()
 	} else if s.timeout > 0 {
 		var cancel context.CancelFunc
@@ -287,6 +304,14 @@ func (s *Store) callRemote(ctx context.Context, now time.Time, items []store.Ite
 		defer cancel()
 	}
 	return s.remote.Decide(ctx, now, items, out)
+}
+
+// remoteDeadline is the deadline of a remote call whose caller's deadline is
+// d, at instant t: d less the larger of the margin and its share of the
+// time left.
+func (s *Store) remoteDeadline(d, t time.Time) time.Time {
+	left := d.Sub(t)
+	return d.Add(-max(s.margin, time.Duration(s.share*float64(left))))
 }
 
 // fallback decides items as the failure mode says; cause is why the remote
@@ -410,6 +435,25 @@ func (s *Store) Probe(ctx context.Context) error {
 		s.remoteErrors.Add(1)
 	}
 	return err
+}
+
+// Settler is implemented by a remote whose calls leave work pending after
+// they return: the Redis store reads the replies of calls whose callers
+// gave up, and gives back what they granted.
+type Settler interface {
+	Settle(ctx context.Context) error
+}
+
+// Settle returns once the remote has nothing pending (a Settler's Settle),
+// at once for a remote that is not a Settler, or with ctx's error. The
+// wrapper itself leaves nothing pending: the failure mode answers before
+// Decide returns. A test calls it, after stopping its calls, to wait for
+// the store instead of for a duration.
+func (s *Store) Settle(ctx context.Context) error {
+	if st, ok := s.remote.(Settler); ok {
+		return st.Settle(ctx)
+	}
+	return nil
 }
 
 // Mode returns the failure mode.

@@ -1,10 +1,14 @@
-package redisstore
+package redisconn
 
 import (
+	"context"
 	"errors"
+	"net"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/charonlimit/charon/internal/redistest"
 )
 
 func TestParseURL(t *testing.T) {
@@ -59,8 +63,50 @@ func TestParseURL(t *testing.T) {
 	if err != nil || o.PoolSize != 7 || o.ReadTimeout != time.Millisecond || !o.ContextTimeoutEnabled {
 		t.Errorf("ClientOptions: %+v, %v", o, err)
 	}
-	if _, err := New(Options{URL: "redis://h:1", KeyPrefix: "a{b"}); err == nil {
-		t.Error("a key prefix with a brace was accepted")
+}
+
+// TestUnixURL: a unix:// URL names a socket, with its DB and credentials;
+// Options override the URL's; a Cluster over a socket is refused.
+func TestUnixURL(t *testing.T) {
+	o, err := ClientOptions(Options{URL: "unix://u:pw@/run/redis.sock?db=3", PoolSize: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(o.Addrs) != 1 || o.Addrs[0] != "/run/redis.sock" || o.DB != 3 || o.Username != "u" || o.Password != "pw" ||
+		o.PoolSize != 4 || o.IsClusterMode || o.Dialer == nil {
+		t.Errorf("unix URL: %+v", o)
+	}
+	o, err = ClientOptions(Options{URL: "unix:///run/redis.sock", Username: "v", Password: "other"})
+	if err != nil || o.Username != "v" || o.Password != "other" {
+		t.Errorf("credentials over a unix URL's: %+v %v", o, err)
+	}
+	if _, err := ClientOptions(Options{URL: "unix:///run/redis.sock", Cluster: true}); !errors.Is(err, ErrBadURL) {
+		t.Errorf("a Cluster over a unix socket: %v, want ErrBadURL", err)
+	}
+	if _, err := ParseURL("unix://u:s3cret@/run/x.sock?nope=1"); !errors.Is(err, ErrBadURL) || strings.Contains(err.Error(), "s3cret") {
+		t.Errorf("bad unix URL: %v; want ErrBadURL without the password", err)
+	}
+}
+
+// TestRetries: commands are not retried unless asked, by Options or by
+// the URL's max_retries; a dial is tried once.
+func TestRetries(t *testing.T) {
+	for _, tc := range []struct {
+		o    Options
+		want int
+	}{
+		{Options{URL: "redis://h:1"}, -1},
+		{Options{URL: "redis-cluster://h:1"}, -1},
+		{Options{URL: "redis://h:1?max_retries=2"}, 2},
+		{Options{URL: "redis://h:1?max_retries=2", MaxRetries: 5}, 5},
+	} {
+		o, err := ClientOptions(tc.o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if o.MaxRetries != tc.want || o.DialerRetries != 1 {
+			t.Errorf("%+v: MaxRetries %d, DialerRetries %d; want %d, 1", tc.o, o.MaxRetries, o.DialerRetries, tc.want)
+		}
 	}
 }
 
@@ -89,5 +135,35 @@ func TestParseURLHidesPassword(t *testing.T) {
 		if msg := err.Error(); strings.Contains(msg, "s3cr") || strings.Contains(msg, "s3/cret") || strings.Contains(msg, "s3%2Fcret") {
 			t.Errorf("%q: error shows the password: %s", raw, msg)
 		}
+	}
+}
+
+// TestRefusedAtOnce: a dial that nothing answers fails with ErrRefused
+// after one attempt, with no go-redis retry.
+func TestRefusedAtOnce(t *testing.T) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := lis.Addr().String()
+	lis.Close() // nothing listens there now
+	c, err := Open(Options{URL: "redis://" + addr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	h := &redistest.Hook{}
+	c.AddHook(h)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	err = c.Ping(ctx).Err()
+	if !IsRefused(err) {
+		t.Fatalf("ping of a closed port: %v, want ErrRefused", err)
+	}
+	if ctx.Err() != nil {
+		t.Error("the ping waited for its deadline")
+	}
+	if dials, failed := h.Dials(); dials != 1 || failed != 1 {
+		t.Errorf("%d dials (%d failed), want one that failed", dials, failed)
 	}
 }

@@ -1,0 +1,181 @@
+package main
+
+import (
+	"context"
+	"net"
+	"os"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/charonlimit/charon/internal/redistest"
+)
+
+// faultProxy forwards TCP connections to target until told otherwise: in
+// hole mode every byte either way is swallowed (a Redis that stopped
+// answering, connections left open: a black hole), in slow mode every
+// chunk is held for delay first.
+type faultProxy struct {
+	addr  string
+	mode  atomic.Int32 // proxyPass, proxyHole, proxySlow
+	delay time.Duration
+}
+
+const (
+	proxyPass int32 = iota
+	proxyHole
+	proxySlow
+)
+
+func newFaultProxy(t *testing.T, target string, delay time.Duration) *faultProxy {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fp := &faultProxy{addr: lis.Addr().String(), delay: delay}
+	var (
+		wg    sync.WaitGroup
+		mu    sync.Mutex
+		conns []net.Conn
+	)
+	t.Cleanup(func() {
+		lis.Close()
+		mu.Lock()
+		for _, c := range conns {
+			c.Close()
+		}
+		mu.Unlock()
+		wg.Wait()
+	})
+	pipe := func(dst, src net.Conn) {
+		defer wg.Done()
+		defer dst.Close()
+		defer src.Close()
+		buf := make([]byte, 64<<10)
+		for {
+			n, err := src.Read(buf)
+			if n > 0 {
+				switch fp.mode.Load() {
+				case proxyHole:
+					continue
+				case proxySlow:
+					time.Sleep(fp.delay)
+				}
+				if _, werr := dst.Write(buf[:n]); werr != nil {
+					return
+				}
+			}
+			if err != nil {
+				return
+			}
+		}
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			c, err := lis.Accept()
+			if err != nil {
+				return
+			}
+			r, err := net.Dial("tcp", target)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			mu.Lock()
+			conns = append(conns, c, r)
+			mu.Unlock()
+			wg.Add(2)
+			go pipe(r, c)
+			go pipe(c, r)
+		}
+	}()
+	return fp
+}
+
+// TestRedisFaultDeadlines (make reliability only: CHARON_RELIABILITY=1)
+// measures how many of Envoy's 20 ms calls end in the caller's own
+// DeadlineExceeded while Redis does not answer in time, the failure mode
+// deciding: Redis blackholed and back in turn (a black hole's first calls
+// wait for their margin, then the breaker answers at once; the probe closes
+// it when Redis is back), and Redis 2 × 40 ms away (every call waits for
+// its margin: the breaker stays closed, as Redis answers, late). Run it with
+// every core busy (scripts/test-stress.sh's hogs) for the figure that
+// matters; a first part with Redis healthy is the control (the calls the
+// machine alone makes late). CHARON_FAULT_SECONDS (default 30) is each
+// part's length.
+func TestRedisFaultDeadlines(t *testing.T) {
+	if os.Getenv("CHARON_RELIABILITY") == "" {
+		t.Skip("make reliability runs it (CHARON_RELIABILITY=1)")
+	}
+	secs, _ := strconv.Atoi(os.Getenv("CHARON_FAULT_SECONDS"))
+	if secs <= 0 {
+		secs = 30
+	}
+	bin := buildCharon(t)
+	cfg := writeRedisConfig(t)
+	for _, fault := range []string{"healthy", "blackholed", "slowed"} {
+		t.Run(fault, func(t *testing.T) {
+			r := redistest.Single(t)
+			fp := newFaultProxy(t, r.Addr(), 40*time.Millisecond)
+			p := startServe(t, bin, "--config", cfg, "--store", "redis", "--redis-url", "redis://"+fp.addr, "--failure-mode", "local")
+			var (
+				stop               atomic.Bool
+				calls, late, other atomic.Int64
+				first              atomic.Value
+				wg                 sync.WaitGroup
+			)
+			for w := range 4 {
+				wg.Go(func() {
+					for i := 0; !stop.Load(); i++ {
+						ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+						_, err := p.ask(ctx, "load", "v"+strconv.Itoa(w*1000+i%1000))
+						cancel()
+						calls.Add(1)
+						switch status.Code(err) {
+						case codes.OK:
+						case codes.DeadlineExceeded:
+							late.Add(1)
+						default:
+							other.Add(1)
+							first.CompareAndSwap(nil, err.Error())
+						}
+					}
+				})
+			}
+			end := time.Now().Add(time.Duration(secs) * time.Second)
+			switch fault {
+			case "healthy":
+				time.Sleep(time.Until(end)) // the measurement's length
+			case "slowed":
+				fp.mode.Store(proxySlow)
+				time.Sleep(time.Until(end))
+			default:
+				for time.Now().Before(end) {
+					fp.mode.Store(proxyHole)
+					time.Sleep(1500 * time.Millisecond) // the fault's length
+					fp.mode.Store(proxyPass)
+					time.Sleep(1500 * time.Millisecond)
+				}
+			}
+			stop.Store(true)
+			wg.Wait()
+			m := get(t, "http://"+p.debugAddr+"/metrics")
+			timeouts := metricValue(m, "charon_store_remote_timeouts_total")
+			local := metricValue(m, `charon_store_calls_total{path="local"}`)
+			t.Logf("reliability: Redis %s, callers allowing 20 ms, mode local: %d calls, %d DeadlineExceeded (%.3f%%), %d other errors; %.0f answered by the failure mode, %.0f of them after waiting for the margin (remote timeouts), %.0f breaker openings",
+				fault, calls.Load(), late.Load(), 100*float64(late.Load())/float64(max(calls.Load(), 1)), other.Load(),
+				local, timeouts, metricValue(m, "charon_store_breaker_opens_total"))
+			if other.Load() != 0 {
+				t.Errorf("%d calls failed otherwise than by the caller's deadline; first: %v", other.Load(), first.Load())
+			}
+		})
+	}
+}
