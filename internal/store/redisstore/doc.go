@@ -5,10 +5,14 @@
 //
 // # One function call per decision
 //
-// Decide calls decide.lua, an embedded Redis 7 function library (FCALL;
-// Redis 7.0 or later is required). Its library and function names carry a
-// hash of the code (charon_<hash>, charon_decide_<hash>), so processes of
-// different versions sharing one Redis each call their own code; the
+// Decide calls the decide library, an embedded Redis 7 function library
+// (FCALL; Redis 7.0 or later is required), written in four files that are
+// one Lua chunk (function.go): tiers.lua ports package tiers, state.lua
+// the stored forms, fastpaths.lua the fast paths (below), apply.lua
+// store.Apply with the two-step's lock modes and the batch function. Its
+// library and function names carry a hash of the code (charon_<hash>,
+// charon_decide_<hash>), so processes of different versions sharing one
+// Redis each call their own code; the
 // libraries of old versions stay loaded until FUNCTION DELETE. When Redis
 // answers that it does not have the function (after a restart without
 // persistence, a FUNCTION FLUSH, a new Cluster master), Decide loads it

@@ -19,7 +19,7 @@ import (
 	"github.com/charonlimit/charon/tiers"
 )
 
-// The fast paths of decide.lua, each opened by one line of code: a test
+// The fast paths of the decide library, each opened by one line of code: a test
 // cuts the line off (makes it "if false then") to get the general decision
 // on the same calls.
 const (
@@ -34,7 +34,7 @@ const (
 func loadWithout(t *testing.T, c redis.UniversalClient, cut string) string {
 	t.Helper()
 	if !strings.Contains(decideLua, cut) {
-		t.Fatalf("decide.lua has no %q to cut off", cut)
+		t.Fatalf("the decide library has no %q to cut off", cut)
 	}
 	ref := strings.Replace(decideLua, cut, "if false then", 1)
 	refVersion := libHash(ref)
@@ -63,7 +63,7 @@ func stored(t *testing.T, c redis.UniversalClient, key string) (string, int64) {
 }
 
 // f64s appends vs to b as big-endian doubles: a header, or a reply, of
-// decide.lua.
+// the decide library.
 func f64s(b []byte, vs ...int64) []byte {
 	for _, v := range vs {
 		b = appendF64(b, v)
@@ -103,7 +103,7 @@ func onEach(t *testing.T, c redis.UniversalClient, fns []string, key string, h [
 	return replies, states, expiry
 }
 
-// TestOneTierPath demands of the one-tier path (one1 in decide.lua) the
+// TestOneTierPath demands of the one-tier path (one1 in fastpaths.lua) the
 // same answers, stored states and expiry times as the general decision on
 // the same calls: the library is loaded a second time with that path cut
 // off, and random calls of one item, mostly of one-tier policies, go to
@@ -203,7 +203,7 @@ func TestOneTierPath(t *testing.T) {
 }
 
 // TestFixedPath demands of the fixed-window path for a call of one item
-// (fixed1 in decide.lua, which counts in place) the same answers, stored
+// (fixed1 in fastpaths.lua, which counts in place) the same answers, stored
 // counts and expiry times as the general decision on the same calls, which
 // reads the count back (load): random calls of one item, with rejections,
 // minimums, shadow items and refunds, windows rolling over, time going
@@ -268,7 +268,7 @@ func TestFixedPath(t *testing.T) {
 }
 
 // TestManyPath demands of the path for several one-tier or fixed-window
-// items (many in decide.lua) the same answers, stored states and expiry times as the
+// items (many in fastpaths.lua) the same answers, stored states and expiry times as the
 // general decision: the library is loaded a second time with that path cut
 // off, and random calls of two to four items (mostly one-tier policies on
 // distinct keys; sometimes a shared key, a refund, a shadow item, another
@@ -602,7 +602,7 @@ func TestCountInts(t *testing.T) {
 
 // TestPeekPath demands of the prepare path for one item (a two-step's slot
 // holding one take item on a fixed window or one tier: fixed0 and one1 with
-// peek in decide.lua) the same answers as the general prediction, the state
+// peek in fastpaths.lua) the same answers as the general prediction, the state
 // left as it was and the key locked: random histories of one-item decisions
 // go to two keys alike, and a prepare of a random item, then its release,
 // to each key, one through each library.
