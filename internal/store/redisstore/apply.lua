@@ -66,12 +66,6 @@ local function rone(now, d, granted)
   return spack('>ddddddddddd', 0, now, dflags(d), granted, d.tier, d.th, d.dh, d.rh, d.rem, d.retry, d.reset)
 end
 
-local function statekind(p)
-  if p.kind == 4 then return 4 end
-  if p.kind > 2 then return 3 end
-  return p.kind
-end
-
 -- The decision of the fast path (a call of one take item), made once.
 local D = newd()
 

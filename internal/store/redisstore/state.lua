@@ -253,6 +253,13 @@ local function save(key, s, now, maxttl)
   redis.call('SET', key, encstate(s), 'PXAT', sfmt('%d', ms))
 end
 
+-- statekind: the kind of the state a policy p keeps (decstate's kind).
+local function statekind(p)
+  if p.kind == 4 then return 4 end
+  if p.kind > 2 then return 3 end
+  return p.kind
+end
+
 -- load: the state at key for a policy p (kind 9: a global state); a fixed
 -- window's count is of the window cwin finds at NOW.
 local function load(key, p, kind)

@@ -294,7 +294,8 @@ end
 
 -- next_event: the earliest instant after t at which the state's meaning
 -- changes (an entry plus its active period, plus its cooldown, a bucket
--- leaving its window), or nil.
+-- of an active tier or of a per-second log leaving its window), or nil
+-- (tiers/burst.go, nextEvent).
 local function next_event(p, s, g, t)
   local best = nil
   for i = 1, min(p.n, s.nt) do
@@ -304,7 +305,9 @@ local function next_event(p, s, g, t)
       local e = ts.ent + tr.act
       best = earlier(best, e, t)
       best = earlier(best, e + tr.cool, t)
-      best = earlier(best, lnext(ts.hits, t, tr.win), t)
+      -- Only an active tier's hits matter: no tier is entered without
+      -- traffic.
+      if t < e then best = earlier(best, lnext(ts.hits, t, tr.win), t) end
     end
   end
   best = earlier(best, lnext(s.sec, t, SEC), t)
