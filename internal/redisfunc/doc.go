@@ -1,5 +1,5 @@
 // Package redisfunc loads the Redis 7 function libraries Charon's Redis
-// stores decide with (the rate-limit store's decide.lua, the copy store's
+// stores decide with (the rate-limit store's decide library, the copy store's
 // copies.lua) and runs their calls, once for both stores:
 //
 //   - a Library is named after a hash of its code (New), so processes of

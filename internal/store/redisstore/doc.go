@@ -5,10 +5,14 @@
 //
 // # One function call per decision
 //
-// Decide calls decide.lua, an embedded Redis 7 function library (FCALL;
-// Redis 7.0 or later is required). Its library and function names carry a
-// hash of the code (charon_<hash>, charon_decide_<hash>), so processes of
-// different versions sharing one Redis each call their own code; the
+// Decide calls the decide library, an embedded Redis 7 function library
+// (FCALL; Redis 7.0 or later is required), written in four files that are
+// one Lua chunk (function.go): tiers.lua ports package tiers, state.lua
+// the stored forms, fastpaths.lua the fast paths (below), apply.lua
+// store.Apply with the two-step's lock modes and the batch function. Its
+// library and function names carry a hash of the code (charon_<hash>,
+// charon_decide_<hash>), so processes of different versions sharing one
+// Redis each call their own code; the
 // libraries of old versions stay loaded until FUNCTION DELETE. When Redis
 // answers that it does not have the function (after a restart without
 // persistence, a FUNCTION FLUSH, a new Cluster master), Decide loads it
@@ -50,29 +54,59 @@
 //
 // # Cost
 //
-// What a decision costs Redis is its Lua work, so the function keeps it
-// small: a call of one take item (the common case, and the commit of a
-// Cluster two-step's slot that holds one item) takes a fast path, one
-// Request with no peek and no grouping (the prepare of such a slot, on a
-// fixed window or one tier, a peek of the same code that writes nothing:
-// TestPeekPath), and when its policy is one tier
-// with no hard or global limit (every plain rate_limit) a one-tier path
-// that decides a grant on the stored state and writes the new one with no
-// table per call (TestOneTierPath holds it equal to the general code;
-// TestOneTierCost, with CHARON_COST_ROUNDS set, measures what it saves,
-// alternating rounds with and without it: 20 to 35% of Redis' time per
-// FCALL, about a sixth to a quarter of the server's CPU per call);
-// the call's numbers and the reply
-// are big-endian doubles read and written with Redis' struct library (no
-// table); policies travel as ARGV, msgpack arrays of integers encoded once
-// per *tiers.Policy on the Go side (a cache keyed by pointer) and decoded
-// once by the library (a cache keyed by their encoding); the scratch
-// tables of a decision are made once, at load. A tiers or global state is
-// one string of big-endian doubles, a header (each log's hits and number
-// of records) and then the logs' 16-byte records (start, count): doubles
-// hold a µs timestamp exactly, and the one-tier path reads only the header
-// and the records it needs (the expired ones at a log's head, the newest)
-// and makes the new state in one concatenation. Inside Redis' Lua every
+// What a decision costs Redis is its Lua work, so the library keeps it
+// small. The general code (general in apply.lua: store.Apply's steps over
+// tables of items, groups and states) decides any call; a fast path is
+// that code written out for one common call, with the same answers, states
+// and expiry times. Each is opened by one line that a test cuts off (makes
+// "if false then") to hold the path equal to the general code on random
+// calls, and each stays only while TestFastPathCost (CHARON_COST_ROUNDS
+// set) measures that it saves at least 20% of Redis' time per call: the
+// library and a copy without the path alternate, ABBA, on the path's
+// workload, and the saving is the median of the rounds' savings of Redis'
+// CPU per FCALL (docs/performance.md has the figures, and those of INFO
+// commandstats' time per FCALL):
+//
+//   - single (apply.lua): a call of one take item, the common call and
+//     the commit of a Cluster two-step's slot holding one item. It
+//     specialises store.Apply for one item, which reduces to one
+//     tiers.Request (no Peek, no grouping), and leads to the one-tier and
+//     fixed paths. TestSinglePath. Saving on a policy those paths do not
+//     take (one tier with a hard limit): 29%.
+//   - one-tier (one1 in fastpaths.lua): such a call on one tier with no
+//     hard or global limit (every plain rate_limit). It specialises
+//     tiers.Request (decideTiers, applyTiers, ForgetAt and the state's
+//     encoding written out for one tier): it decides a grant on the stored
+//     string and makes the new one in one concatenation, no table per
+//     call; anything else (a rejection, a tier in cooldown, more tiers)
+//     goes on to decide with the string already read. TestOneTierPath.
+//     Saving: 41%.
+//   - fixed (fixed1): such a call on a fixed window. It specialises
+//     tiers.Request (decideFixed) counting in place: one INCRBY, taking
+//     back what it does not grant. TestFixedPath. Saving: 39%.
+//   - peek (one1 with peek, and fixed0): a two-step's prepare of a slot
+//     holding one take item on one tier or a fixed window. It specialises
+//     store.Apply's prediction, tiers.Peek, writing nothing but the lock.
+//     TestPeekPath. Saving: 46% (one tier), 42% (fixed window).
+//   - many (fastpaths.lua): a call of several take items on distinct keys,
+//     each one tier or a fixed window, all granted (Envoy's several plain
+//     descriptors). It specialises store.Apply, which reduces to one
+//     tiers.Request per item (no refund, each item its own group, no global
+//     room shared, every Peek granting): one1 and fixed1 decide each item,
+//     the writes held until every item is granted (else the general code
+//     decides, nothing written). TestManyPath. Saving: 53% (three one-tier
+//     items), 59% (three fixed windows).
+//
+// The call's numbers and the reply are big-endian doubles read and written
+// with Redis' struct library (no table); policies travel as ARGV, msgpack
+// arrays of integers encoded once per *tiers.Policy on the Go side (a
+// cache keyed by pointer) and decoded once by the library (a cache keyed
+// by their encoding); the scratch tables of a decision are made once, at
+// load. A tiers or global state is one string of big-endian doubles, a
+// header (each log's hits and number of records) and then the logs'
+// 16-byte records (start, count): doubles hold a µs timestamp exactly, and
+// the one-tier path reads only the header and the records it needs (the
+// expired ones at a log's head, the newest). Inside Redis' Lua every
 // string a call makes costs a pass over its bytes (Lua hashes them), so a
 // state's cost is its bytes times the copies a call makes of them: the
 // reply of GET, the kept records, the new state. A fixed window's state is
@@ -81,16 +115,28 @@
 // (which reads the count), takes back what it does not grant, and writes
 // an expiry only when a count starts a window; the key's expiry tells
 // which window a count is of, read (PEXPIRETIME) only when a key being
-// alive does not tell it (TestFixedPath holds this path equal to the
-// general code; fixed-window states of the earlier msgpack layout are read
-// and replaced, TestFixedEarlierLayout). Token bucket states, four
-// numbers, are msgpack arrays. Blobs of earlier
-// layouts (msgpack tiers and global states) read as fresh states
+// alive does not tell it (fixed-window states of the earlier msgpack
+// layout are read and replaced, TestFixedEarlierLayout). Token bucket
+// states, four numbers, are msgpack arrays. Blobs of earlier layouts
+// (msgpack tiers and global states) read as fresh states
 // (TestEarlierLayout): the sliding windows of a store shared across such an
 // upgrade start afresh once. FuzzBlobInts fuzzes Inspect's decoder of them.
 // BenchmarkScriptCost, TestScriptCostBench (with CHARON_COST_ROUNDS set) and
 // BenchmarkDecide report Redis' time per decision (INFO commandstats: the
 // FCALLs' time over the decisions, a batch making several).
+//
+// # Differential tests, per part
+//
+// The library is held equal to the Go code it ports part by part:
+// TestTiersPart runs the tiers part alone (tiers.lua and state.lua with a
+// test harness function, testdata/tiers_harness.lua) against package
+// tiers, operation by operation on the same states; TestApplyPart runs
+// random multi-item traces through the store against store.Apply over
+// tiers (storetest.Model) and memstore, with a second Redis whose library
+// has every fast path cut off, so that the general code is checked on
+// every call and not only on those the fast paths leave to it
+// (TestApplyPartCluster: the same over a Cluster); the fast paths have
+// theirs (above).
 //
 // # Clock
 //
@@ -118,7 +164,7 @@
 // or global limit, post-paid items, refunds): every slot decides and
 // applies at once, and when a slot rejects, the slots that granted give
 // back what they committed with a second script call (mode 8, undo in
-// decide.lua), described at Store.oneTrip. TestDifferentialClusterOneTrip
+// apply.lua), described at Store.oneTrip. TestDifferentialClusterOneTrip
 // holds the result equal to store.Apply call after call, TestClusterConcurrent
 // keeps every hit exact under concurrent calls on both clocks, and
 // TestOneTripMasterKilled and TestOneTripUndoFails say what a failed

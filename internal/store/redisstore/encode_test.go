@@ -9,7 +9,7 @@ import (
 	"github.com/charonlimit/charon/tiers"
 )
 
-// TestEncodePolicy pins the msgpack form of policies that decide.lua
+// TestEncodePolicy pins the msgpack form of policies that state.lua
 // decodes (decpol): a change here is a change of the function's input and
 // must be made on both sides.
 func TestEncodePolicy(t *testing.T) {
@@ -41,7 +41,7 @@ func TestEncodePolicy(t *testing.T) {
 }
 
 // TestStateKey pins the key layout (keys.go): the hash tags decide which
-// keys share a Cluster slot, and decide.lua's callers rely on them.
+// keys share a Cluster slot, and the decide library's callers rely on them.
 func TestStateKey(t *testing.T) {
 	for _, tc := range []struct {
 		globalLimit   int64

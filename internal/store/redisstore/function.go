@@ -8,8 +8,28 @@ import (
 	"github.com/charonlimit/charon/internal/redisfunc"
 )
 
-//go:embed decide.lua
-var decideLua string
+// The decide library's code is in four files, split where the Go code it
+// ports splits: tiers.lua (package tiers: hit logs, phases, decide, refund
+// and forget per algorithm), state.lua (the stored forms of policies and
+// states, load and save), fastpaths.lua (the general code written out for
+// common calls) and apply.lua (store.Apply over a call's items, the lock
+// modes, the replies, the batch function). They are one Lua chunk,
+// concatenated in that order after the "#!lua" line: each file uses only
+// what the files before it define, and the library's hash covers them all.
+var (
+	//go:embed tiers.lua
+	tiersLua string
+	//go:embed state.lua
+	stateLua string
+	//go:embed fastpaths.lua
+	fastpathsLua string
+	//go:embed apply.lua
+	applyLua string
+
+	// decideLua is the library's code as written (with redisfunc's
+	// Placeholder).
+	decideLua = "#!lua name=charon_" + redisfunc.Placeholder + "\n" + tiersLua + stateLua + fastpathsLua + applyLua
+)
 
 // The decide function is a Redis 7 function library (FUNCTION LOAD), named
 // after a hash of its code so that processes of different versions sharing

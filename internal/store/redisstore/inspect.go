@@ -92,7 +92,7 @@ func (s *Store) Reset(ctx context.Context, it *store.Item) error {
 	return nil
 }
 
-// isCount reports whether str is a fixed window's count as decide.lua
+// isCount reports whether str is a fixed window's count as the decide library
 // writes it: a decimal integer.
 func isCount(str string) bool {
 	if str == "" || len(str) > 19 {
@@ -110,7 +110,7 @@ func isCount(str string) bool {
 // fixed window's count str at a key expiring at expiry (since the epoch, or
 // negative when the key has none) for windows of length l: the count is
 // that of the window containing now when the expiry is after that window's
-// start, of a later window when it is past that window's end (decide.lua's
+// start, of a later window when it is past that window's end (state.lua's
 // cwin), else the state is fresh.
 func countInts(str string, expiry time.Duration, now time.Time, l time.Duration) ([]int64, error) {
 	n, err := strconv.ParseInt(str, 10, 64)
@@ -133,17 +133,17 @@ func countInts(str string, expiry time.Duration, now time.Time, l time.Duration)
 // floorTo returns the largest multiple of w (> 0) not above x.
 func floorTo(x, w int64) int64 { return x - ((x%w)+w)%w }
 
-// errBlob is a state blob that decide.lua does not write.
+// errBlob is a state blob that the decide library does not write.
 var errBlob = errors.New("not a state blob")
 
-// The tags of decide.lua's tiers and global states, strings of big-endian
+// The tags of the decide library's tiers and global states, strings of big-endian
 // doubles.
 const (
 	tagTiers  = 5
 	tagGlobal = 11
 )
 
-// blobInts decodes a state blob as decide.lua writes it into the compact
+// blobInts decodes a state blob as the decide library writes it into the compact
 // form of package tiers (State.SetCompact, Global.SetCompact). A tiers
 // state (tag 5: n, the second log's hits and m, then per tier in, entered,
 // hits and m, then the logs' records) or a global state (tag 11: hits, m,
@@ -152,7 +152,7 @@ const (
 // earlier layout, is a msgpack array holding that form as it is (a count,
 // the current fixed-window layout, is read by countInts). A missing key
 // (nil), or a blob of an earlier layout (a msgpack array tagged 0, 4, 9 or
-// 10), is an empty array: a fresh state, as decide.lua reads it.
+// 10), is an empty array: a fresh state, as the decide library reads it.
 func blobInts(v any) ([]int64, error) {
 	if v == nil {
 		return nil, nil

@@ -63,7 +63,7 @@ func undoable(items []store.Item) bool {
 //     nothing besides the refunds and the post-paid groups, which every
 //     slot applied anyway: the slots that had no rejection of their own
 //     committed their other groups' grants, which a second script call per
-//     such slot gives back exactly (undo in decide.lua: the same count
+//     such slot gives back exactly (undo in apply.lua: the same count
 //     or buckets, at the instant they were added).
 //
 // Between the two round trips the keys of the slots that granted look

@@ -19,24 +19,39 @@ import (
 	"github.com/charonlimit/charon/tiers"
 )
 
-// The fast paths of decide.lua, each opened by one line of code: a test
-// cuts the line off (makes it "if false then") to get the general decision
-// on the same calls.
+// The fast paths of the decide library (doc.go lists them), each opened by
+// one line of code: a test cuts the line off (makes it "if false then") to
+// get the general decision on the same calls.
 const (
+	singleCut  = "if n == 1 and (mode <= 2 or mode == 4) then"
 	oneTierCut = "if p.one and gk == 0 then"
-	manyCut    = "if n > 1 and n <= 64 and mode <= 2 then"
 	fixedCut   = "if p.kind == 2 and gk == 0 then"
 	peekCut    = "if n == 1 and mode == 3 then"
+	manyCut    = "if n > 1 and n <= 64 and mode <= 2 then"
 )
 
-// loadWithout loads the library into c, and a second library with the line
-// cut cut off, and returns the second one's function name.
-func loadWithout(t *testing.T, c redis.UniversalClient, cut string) string {
+// fastPathCuts is every fast path's line.
+var fastPathCuts = []string{singleCut, oneTierCut, fixedCut, peekCut, manyCut}
+
+// without returns the library's code as written (decideLua) with the lines
+// cuts cut off.
+func without(t testing.TB, cuts ...string) string {
 	t.Helper()
-	if !strings.Contains(decideLua, cut) {
-		t.Fatalf("decide.lua has no %q to cut off", cut)
+	code := decideLua
+	for _, cut := range cuts {
+		if strings.Count(code, cut) != 1 {
+			t.Fatalf("the decide library has no single %q to cut off", cut)
+		}
+		code = strings.Replace(code, cut, "if false then", 1)
 	}
-	ref := strings.Replace(decideLua, cut, "if false then", 1)
+	return code
+}
+
+// loadWithout loads the library into c, and a second library with the lines
+// cuts cut off, and returns the second one's function name.
+func loadWithout(t testing.TB, c redis.UniversalClient, cuts ...string) string {
+	t.Helper()
+	ref := without(t, cuts...)
 	refVersion := libHash(ref)
 	for _, code := range []string{libraryCode, strings.ReplaceAll(ref, "@V@", refVersion)} {
 		if err := c.FunctionLoadReplace(context.Background(), code).Err(); err != nil {
@@ -44,6 +59,19 @@ func loadWithout(t *testing.T, c redis.UniversalClient, cut string) string {
 		}
 	}
 	return "charon_decide_" + refVersion
+}
+
+// generalOnly starts a redis-server whose decide library, under the names
+// the store calls, has every fast path cut off: a store on it decides
+// every call with the general code (store.Apply's port).
+func generalOnly(t *testing.T) *redis.Client {
+	t.Helper()
+	_, c := singleClient(t)
+	code := strings.ReplaceAll(without(t, fastPathCuts...), "@V@", lib.Version)
+	if err := c.FunctionLoadReplace(context.Background(), code).Err(); err != nil {
+		t.Fatal(err)
+	}
+	return c
 }
 
 // stored returns the state stored at key ("" for none) and its expiry time
@@ -63,7 +91,7 @@ func stored(t *testing.T, c redis.UniversalClient, key string) (string, int64) {
 }
 
 // f64s appends vs to b as big-endian doubles: a header, or a reply, of
-// decide.lua.
+// the decide library.
 func f64s(b []byte, vs ...int64) []byte {
 	for _, v := range vs {
 		b = appendF64(b, v)
@@ -103,7 +131,81 @@ func onEach(t *testing.T, c redis.UniversalClient, fns []string, key string, h [
 	return replies, states, expiry
 }
 
-// TestOneTierPath demands of the one-tier path (one1 in decide.lua) the
+// TestSinglePath demands of the path for a call of one take item (single
+// in apply.lua, with the one-tier and fixed-window paths it leads to) the
+// same answers, stored states and expiry times as the general decision on
+// the same calls: the library is loaded a second time with that path cut
+// off, and random calls of one item (policies of every kind, global
+// limits, minimums, shadow items and refunds) go to both, on keys of their
+// own.
+func TestSinglePath(t *testing.T) {
+	_, c := singleClient(t)
+	ctx := context.Background()
+	fns := []string{funcName, loadWithout(t, c, singleCut)}
+	r := rand.New(rand.NewPCG(29, 37))
+	start := time.Now().Add(time.Hour).UnixMicro()
+	calls, granted := 0, 0
+	for trace := range 200 {
+		p := randPolicy(r)
+		now := start + r.Int64N(int64(time.Hour/time.Microsecond))
+		arg := encodePolicy(p, time.UnixMicro(now)).arg
+		var gk int64
+		if p.GlobalLimit > 0 {
+			gk = 2
+		}
+		for step := range 40 {
+			now += r.Int64N(300_000)
+			if r.IntN(10) == 0 {
+				now += r.Int64N(10_000_000)
+			}
+			hits, mn := randTake(r, 4, 150, 6)
+			var f int64
+			switch r.IntN(10) {
+			case 0:
+				f = 1 // refund
+			case 1:
+				f = 2 // shadow
+			}
+			h := f64s(nil, modeDecide, now, 3_600_000, 1000, 1+gk/2, 1, 1, gk, 1, hits, mn, f)
+			var replies []string
+			var states [2][]string
+			var expiry [2][]int64
+			for k, fn := range fns {
+				keys := []string{fmt.Sprintf("single:%d:%d", k, trace)}
+				if gk > 0 {
+					keys = append(keys, fmt.Sprintf("single:%d:%d:g", k, trace))
+				}
+				args := []any{"fcall", fn, len(keys)}
+				for _, key := range keys {
+					args = append(args, key)
+				}
+				rep, err := c.Do(ctx, append(args, string(h), "", arg)...).Text()
+				if err != nil {
+					t.Fatalf("trace %d step %d: %s: %v", trace, step, fn, err)
+				}
+				replies = append(replies, rep)
+				for _, key := range keys {
+					st, exp := stored(t, c, key)
+					states[k], expiry[k] = append(states[k], st), append(expiry[k], exp)
+				}
+			}
+			calls++
+			if rd := (&reader{b: replies[1][16:]}); rd.num()&1 != 0 && f != 1 {
+				granted++
+			}
+			if replies[0] != replies[1] || !slices.Equal(states[0], states[1]) || !slices.Equal(expiry[0], expiry[1]) {
+				t.Fatalf("trace %d step %d: policy %+v, now %d, hits %d, min %d, flags %d:\nreply %x\n  ref %x\nstates %x\n   ref %x\nexpiry %d, ref %d",
+					trace, step, *p, now, hits, mn, f, replies[0], replies[1], states[0], states[1], expiry[0], expiry[1])
+			}
+		}
+	}
+	if granted < calls/4 {
+		t.Errorf("%d calls, %d granted: the path is barely exercised", calls, granted)
+	}
+	t.Logf("%d calls, %d granted", calls, granted)
+}
+
+// TestOneTierPath demands of the one-tier path (one1 in fastpaths.lua) the
 // same answers, stored states and expiry times as the general decision on
 // the same calls: the library is loaded a second time with that path cut
 // off, and random calls of one item, mostly of one-tier policies, go to
@@ -203,7 +305,7 @@ func TestOneTierPath(t *testing.T) {
 }
 
 // TestFixedPath demands of the fixed-window path for a call of one item
-// (fixed1 in decide.lua, which counts in place) the same answers, stored
+// (fixed1 in fastpaths.lua, which counts in place) the same answers, stored
 // counts and expiry times as the general decision on the same calls, which
 // reads the count back (load): random calls of one item, with rejections,
 // minimums, shadow items and refunds, windows rolling over, time going
@@ -268,7 +370,7 @@ func TestFixedPath(t *testing.T) {
 }
 
 // TestManyPath demands of the path for several one-tier or fixed-window
-// items (many in decide.lua) the same answers, stored states and expiry times as the
+// items (many in fastpaths.lua) the same answers, stored states and expiry times as the
 // general decision: the library is loaded a second time with that path cut
 // off, and random calls of two to four items (mostly one-tier policies on
 // distinct keys; sometimes a shared key, a refund, a shadow item, another
@@ -602,7 +704,7 @@ func TestCountInts(t *testing.T) {
 
 // TestPeekPath demands of the prepare path for one item (a two-step's slot
 // holding one take item on a fixed window or one tier: fixed0 and one1 with
-// peek in decide.lua) the same answers as the general prediction, the state
+// peek in fastpaths.lua) the same answers as the general prediction, the state
 // left as it was and the key locked: random histories of one-item decisions
 // go to two keys alike, and a prepare of a random item, then its release,
 // to each key, one through each library.

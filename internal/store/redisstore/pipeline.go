@@ -432,7 +432,7 @@ func (s *Store) compensate(calls [][]any) {
 	}
 }
 
-// Header layout of ARGV[1] (decide.lua): six doubles (mode, now, maxTTL,
+// Header layout of ARGV[1] (apply.lua): six doubles (mode, now, maxTTL,
 // lockTTL, nk, n), then six per item (state key, global key, policy, hits,
 // min, flags). A reply: status and now, then nine doubles per item, of
 // which the second is Granted.

@@ -206,7 +206,7 @@ func TestPipelineCancelledCaller(t *testing.T) {
 	}
 }
 
-// TestBatchFunction demands of the batch function (fbatch in decide.lua)
+// TestBatchFunction demands of the batch function (fbatch in apply.lua)
 // the replies and stored states of the same calls made one FCALL at a
 // time: random batches of calls of one to three items (one-tier, two-tier,
 // fixed-window and token-bucket policies, refunds, items that cannot be

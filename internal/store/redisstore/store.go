@@ -40,7 +40,7 @@ const busyAgain = 3
 // call live from its prepare, or from its seal.
 const sealFactor = 10
 
-// Script modes (decide.lua).
+// Script modes (apply.lua).
 const (
 	modeDecide  = 1
 	modeChecked = 2

@@ -191,14 +191,19 @@ func traceWith(t *testing.T, seed uint64, steps int, stores []store.Store, names
 	}
 }
 
-// TestDifferential replays random traces (random policies of every kind,
-// admission or post-paid, checks of 0 hits, windows and periods from milliseconds to days, copies, minimums,
+// TestApplyPart is the differential test of the apply part (apply.lua,
+// store.Apply over a call's items): it replays random traces (random
+// policies of every kind, admission or post-paid, checks of 0 hits,
+// windows and periods from milliseconds to days, copies, minimums,
 // refunds, shadow and multi-item calls, µs times, jumps of up to the
-// longest period, a clock going back a little) against the reference
-// store (tiers and store.Apply), the memory store and the Redis store, at
-// the same now.
-func TestDifferential(t *testing.T) {
+// longest period, a clock going back a little) against the reference store
+// (tiers and store.Apply), the memory store, the Redis store, and a Redis
+// store whose library has every fast path cut off (generalOnly), at the
+// same now. The tiers part has its own (TestTiersPart), and so has each
+// fast path (paths_test.go).
+func TestApplyPart(t *testing.T) {
 	_, c := singleClient(t)
+	general := generalOnly(t)
 	traces, steps := 1500, 30
 	if testing.Short() {
 		traces = 200
@@ -207,13 +212,14 @@ func TestDifferential(t *testing.T) {
 		var m storetest.Model
 		mem := memstore.New(memstore.Options{})
 		rs := testStore(t, c, Options{Clock: ClockCaller})
-		trace(t, seed, steps, []store.Store{&m, mem, rs}, []string{"model", "memstore", "redis"})
+		gs := testStore(t, general, Options{Clock: ClockCaller})
+		trace(t, seed, steps, []store.Store{&m, mem, rs, gs}, []string{"model", "memstore", "redis", "redis-general"})
 	}
 }
 
-// TestDifferentialCluster does the same against a 3-master Cluster, where
+// TestApplyPartCluster does the same against a 3-master Cluster, where
 // calls spanning slots take the two-step.
-func TestDifferentialCluster(t *testing.T) {
+func TestApplyPartCluster(t *testing.T) {
 	_, c := clusterClient(t)
 	traces := 300
 	if testing.Short() {

@@ -1,0 +1,208 @@
+package redisstore
+
+import (
+	"context"
+	"math/rand/v2"
+	"os"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/charonlimit/charon/internal/redisfunc"
+	"github.com/charonlimit/charon/tiers"
+)
+
+// The tiers part of the decide library (tiers.lua) is held equal to
+// package tiers on its own, below the store: testdata/tiers_harness.lua,
+// appended to tiers.lua and state.lua (the policies' decoding), registers
+// a function that applies one Request, Peek or Refund to states passed in
+// their compact form and answers the decision, ForgetAt and the new
+// states, which TestTiersPart compares with the Go code's. The apply part
+// (apply.lua, store.Apply over a call's items) has its own differential
+// test, TestApplyPart (apply_test.go), and each fast path its own
+// (paths_test.go).
+
+// Operations of the tiers harness.
+const (
+	opRequest = 1
+	opPeek    = 2
+	opRefund  = 3
+)
+
+// loadTiersHarness loads the tiers harness library into c and returns its
+// function's name.
+func loadTiersHarness(t *testing.T, c redis.UniversalClient) string {
+	t.Helper()
+	h, err := os.ReadFile("testdata/tiers_harness.lua")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lib := redisfunc.New("#!lua name=charon_tiers_" + redisfunc.Placeholder + "\n" + tiersLua + stateLua + string(h))
+	if err := lib.Load(context.Background(), c); err != nil {
+		t.Fatal(err)
+	}
+	return lib.Function("charon_tiers_")
+}
+
+// f64Ints appends vs to b as big-endian doubles (a compact form).
+func f64Ints(b []byte, vs []int64) []byte {
+	for _, v := range vs {
+		b = appendF64(b, v)
+	}
+	return b
+}
+
+// forgetMicros is a ForgetAt as the harness answers it: -1 for the zero
+// time, math.MaxInt64 (+Inf) for Forever, else µs.
+func forgetMicros(at time.Time) int64 {
+	switch {
+	case at.IsZero():
+		return -1
+	case at.Equal(tiers.Forever):
+		return 1<<63 - 1
+	}
+	return at.UnixMicro()
+}
+
+// TestTiersPart replays random traces of Request, Peek and Refund
+// (policies of every kind from randPolicy and randQuota, admission or
+// post-paid, global limits shared by two domains, minimums, checks of 0
+// hits, µs times, jumps of up to the longest period, a clock going back a
+// little) against package tiers and against the tiers part through its
+// harness, both starting each step from the Go side's states, and demands
+// the same decision, the same ForgetAt of the state (of a quota's state
+// when the step changed it) and of the global, and the same new states.
+func TestTiersPart(t *testing.T) {
+	_, c := singleClient(t)
+	fn := loadTiersHarness(t, c)
+	ctx := context.Background()
+	traces, steps := 1500, 40
+	if testing.Short() {
+		traces = 200
+	}
+	ops := 0
+	for seed := range uint64(traces) {
+		r := rand.New(rand.NewPCG(seed, 31))
+		now := time.Date(2031+r.IntN(20), time.Month(1+r.IntN(12)), 1+r.IntN(28), r.IntN(24), 0, 0, 0, time.UTC)
+		var p *tiers.Policy
+		if r.IntN(8) == 0 {
+			p = randQuota(t, r, now)
+		} else {
+			p = randPolicy(r)
+		}
+		span := 20 * time.Second
+		for _, d := range []time.Duration{p.Bucket.Per, p.Window.Unit.Length()} {
+			span = max(span, d)
+		}
+		for _, tr := range p.Tiers {
+			for _, d := range []time.Duration{tr.Window, tr.Active, tr.Cooldown} {
+				if d != tiers.Unbounded {
+					span = max(span, d)
+				}
+			}
+		}
+		if p.Kind == tiers.KindQuota {
+			span = 40 * 24 * time.Hour
+		}
+		// Two domains' states; the global, when the policy has one, is
+		// shared by both.
+		states := make([]tiers.State, 2)
+		var g *tiers.Global
+		if p.GlobalLimit > 0 {
+			g = new(tiers.Global)
+		}
+		for step := range steps {
+			switch r.IntN(10) {
+			case 0: // same instant
+			case 1:
+				now = now.Add(randDur(r, time.Second, 20*time.Second))
+			case 2:
+				now = now.Add(-randDur(r, time.Microsecond, 5*time.Millisecond))
+			case 3:
+				now = now.Add(randDur(r, time.Second, span))
+			default:
+				now = now.Add(randDur(r, time.Microsecond, 400*time.Millisecond))
+			}
+			s := &states[r.IntN(2)]
+			op := opRequest
+			switch r.IntN(6) {
+			case 0:
+				op = opPeek
+			case 1:
+				op = opRefund
+			}
+			k := int64(1 + r.IntN(4))
+			switch r.IntN(8) {
+			case 0:
+				k = 1 + r.Int64N(150)
+			case 1:
+				k = 0
+			}
+			m := r.Int64N(k + 1)
+			if r.IntN(10) == 0 {
+				m = k + 1
+			}
+
+			h := f64s(nil, int64(op), now.UnixMicro(), k, m)
+			gv := ""
+			if g != nil {
+				gv = string(f64Ints(nil, g.AppendCompact(nil)))
+			}
+			before := s.AppendCompact(p, nil)
+			rep, err := c.Do(ctx, "fcall", fn, 0, string(h), encodePolicy(p, now).arg, string(f64Ints(nil, before)), gv).Text()
+			if err != nil {
+				t.Fatalf("seed %d step %d: %v", seed, step, err)
+			}
+			ops++
+
+			var want tiers.Decision
+			switch op {
+			case opRequest:
+				want = tiers.Request(p, s, g, now, k, m)
+			case opPeek:
+				want = tiers.Peek(p, s, g, now, k, m)
+			case opRefund:
+				tiers.Refund(p, s, g, now, k)
+			}
+			rd := &reader{b: rep}
+			got := decision(p, rd)
+			if op == opRefund {
+				got = tiers.Decision{}
+			}
+			type after struct {
+				Decision       tiers.Decision
+				Forget, Global int64
+				State, GState  []int64
+			}
+			w := after{Decision: want, Forget: forgetMicros(tiers.ForgetAt(p, s)), Global: -1, State: s.AppendCompact(p, nil)}
+			gt := after{Decision: got, Forget: rd.num(), Global: rd.num()}
+			n := rd.num()
+			for range n {
+				gt.State = append(gt.State, rd.num())
+			}
+			if g != nil {
+				w.Global, w.GState = forgetMicros(g.ForgetAt()), g.AppendCompact(nil)
+				for rd.err == nil && len(rd.b) > 0 {
+					gt.GState = append(gt.GState, rd.num())
+				}
+			}
+			if p.Kind == tiers.KindQuota && slices.Equal(before, w.State) {
+				// The library knows a quota's periods around now only (its
+				// boundary table): it computes ForgetAt of the states it
+				// writes, of the period holding now.
+				gt.Forget = w.Forget
+			}
+			if rd.err != nil || len(rd.b) > 0 {
+				t.Fatalf("seed %d step %d: malformed reply %x", seed, step, rep)
+			}
+			if diff := cmp.Diff(w, gt); diff != "" {
+				t.Fatalf("seed %d step %d: policy %+v, op %d at %v, copies %d, min %d, state %v:\n(-tiers +tiers.lua)\n%s",
+					seed, step, *p, op, now, k, m, before, diff)
+			}
+		}
+	}
+	t.Logf("%d operations", ops)
+}
