@@ -109,6 +109,16 @@ func (p *parser) limit(ls leafSpec, path *ypath, line int) *descriptors.Limit {
 			o.Overdraft = od
 		}
 	}
+	if e, set := ls["pace"]; set {
+		if l.Policy == nil || l.Unlimited {
+			p.errf(e.k, path.k("pace"), "applies only to a rate_limit, tiers, token_bucket or quota that limits")
+			ok = false
+		} else if d, dok := p.pace(e, path.k("pace")); dok {
+			l.Pace = d
+		} else {
+			ok = false
+		}
+	}
 	if l.Policy != nil && !p.validate(g.k, path, g.name, l.Policy) {
 		ok = false
 	}
@@ -136,7 +146,7 @@ func (p *parser) limit(ls leafSpec, path *ypath, line int) *descriptors.Limit {
 func (p *parser) quotaOnly(ls leafSpec, qg given, path *ypath) *descriptors.Limit {
 	ok := true
 	for _, g := range ls.pick(amendKeys...) {
-		if g.name != "overdraft" {
+		if g.name != "overdraft" && g.name != "pace" {
 			p.errf(g.k, path.k(g.name), "needs a rate policy on the same descriptor (rate_limit, tiers or token_bucket)")
 			ok = false
 		}
@@ -147,11 +157,17 @@ func (p *parser) quotaOnly(ls leafSpec, qg given, path *ypath) *descriptors.Limi
 		ok = ok && vok
 		od = v
 	}
+	var pace time.Duration
+	if e, set := ls["pace"]; set {
+		d, dok := p.pace(e, path.k("pace"))
+		ok = ok && dok
+		pace = d
+	}
 	q, qok := p.quota(qg, path, od)
 	if !ok || !qok {
 		return nil
 	}
-	return &descriptors.Limit{Quota: q}
+	return &descriptors.Limit{Quota: q, Pace: pace}
 }
 
 // quota parses a calendar quota: {limit, period, time_zone, anchor}.
