@@ -28,6 +28,10 @@ var ErrReplied = errors.New("store: the remote answered with an error")
 // policy, hits below 1, or a minimum outside [1, hits]. Nothing is changed.
 var ErrBadItem = errors.New("store: bad item")
 
+// ErrCannotReserve is returned by a Reserver wrapping a store that is not
+// one, or that cannot reserve at the moment.
+var ErrCannotReserve = errors.New("store: cannot reserve")
+
 // Key names the state of one (resource, domain) pair under one policy set.
 // A policy change (a new PolicyID) starts from fresh state; the old state
 // expires. The global state of a resource (its hits over all domains) is
@@ -111,4 +115,24 @@ type Inspector interface {
 	// as the first. The resource's global state is kept (it is every
 	// domain's).
 	Reset(ctx context.Context, it *Item) error
+}
+
+// Reserver is a Store that can decide a request at a later instant: what
+// pacing does (a request held until its grant, rather than rejected).
+// The memory, Redis and resilient stores implement it; over a store that
+// is not one, nothing is paced.
+//
+// A reservation is nothing but a decision at a later instant: the hits it
+// grants are stamped now+after, so every later request sees them (a
+// sliding window counts a hit at every instant before it too, a bucket or a
+// fixed window never accrues backwards) and queues behind them, and a
+// request decided at an earlier instant afterwards is counted late, never
+// early (tiers' time going backwards). A reservation is given back with a
+// refund Reserved at the same instant, which gives back the newest hits of
+// the current tier (tiers.Refund): not necessarily those of the
+// reservation, the same number of them.
+type Reserver interface {
+	// Reserve is Decide as at now+after (after >= 0). A store on another
+	// clock than the caller's (Redis's own) adds after to its own now.
+	Reserve(ctx context.Context, now time.Time, after time.Duration, items []Item, out []tiers.Decision) error
 }

@@ -265,6 +265,13 @@ func pinned(e *lru.Entry[key, entry]) bool { return e.Value.pinned }
 
 var _ store.Inspector = (*Store)(nil)
 
+var _ store.Reserver = (*Store)(nil)
+
+// Reserve implements store.Reserver: Decide at now+after.
+func (s *Store) Reserve(ctx context.Context, now time.Time, after time.Duration, items []store.Item, out []tiers.Decision) error {
+	return s.Decide(ctx, now.Add(after), items, out)
+}
+
 // Inspect implements store.Inspector, under the locks of the pair's shards.
 func (s *Store) Inspect(_ context.Context, now time.Time, it *store.Item) (tiers.View, error) {
 	if s.closed.Load() {

@@ -16,7 +16,7 @@
 -- KEYS: the call's state keys and global keys (KEYS[1..nk]); in the lock
 -- modes, KEYS[nk+i] is the lock key of KEYS[i].
 -- ARGV[1]: big-endian doubles (struct '>d', exact for integers below 2^53,
---   and read without making a table): mode, now (µs; -1: use Redis TIME),
+--   and read without making a table): mode, now (µs; -1: use Redis TIME; below -1: TIME plus -(now+1) µs),
 --   maxTTL (ms), lockTTL (ms), nk, n (items), then per item: state key
 --   index, global key index (0: none), policy index, hits, min, flags
 --   (1 refund, 2 shadow).
@@ -1508,13 +1508,21 @@ local function fdecide(KEYS, ARGV, clock)
   if not CALLER then
     -- The clock of the Redis master: every process agrees on it. Functions
     -- are replicated by their effects, so reading it is allowed. The calls
-    -- of a batch are one atomic step, read at one instant.
+    -- of a batch are one atomic step, read at one instant. A now below -1
+    -- is a reservation (Go's Store.Reserve): the instant -(now+1) µs after
+    -- the master's, added once the shared instant is read. That instant is
+    -- not the master's present, so a count alive now need not be of its
+    -- window: cwin reads its expiry, as under the caller's clock.
+    local off = 0
+    if now < -1 then off = -(now + 1) end
     now = clock and clock.t
     if not now then
       local tm = redis.call('TIME')
       now = tonumber(tm[1]) * SEC + tonumber(tm[2])
       if clock then clock.t = now end
     end
+    now = now + off
+    CALLER = off > 0
   end
   NOW = now
 

@@ -221,6 +221,32 @@ func (s *Store) Decide(ctx context.Context, now time.Time, items []store.Item, o
 	if s.caller {
 		t = now.UnixMicro()
 	}
+	return s.decideAt(ctx, now, t, items, out)
+}
+
+var _ store.Reserver = (*Store)(nil)
+
+// Reserve implements store.Reserver: Decide as at now+after. With
+// ClockRedis the script adds after to the Redis master's clock (the script's
+// now argument -1-µs, see decide.lua); with ClockCaller it decides at
+// now+after. after is counted in whole microseconds.
+func (s *Store) Reserve(ctx context.Context, now time.Time, after time.Duration, items []store.Item, out []tiers.Decision) error {
+	if err := store.CheckDecide(s.closed.Load(), items, out); err != nil || len(items) == 0 {
+		return err
+	}
+	us := max(after.Microseconds(), 0)
+	at := now.Add(time.Duration(us) * time.Microsecond)
+	t := -1 - us
+	if s.caller {
+		t = at.UnixMicro()
+	}
+	return s.decideAt(ctx, at, t, items, out)
+}
+
+// decideAt is Decide at now (the policies' encoding instant) and t, the
+// script's now: µs on the caller's clock, -1 for Redis's, or below -1 for
+// Redis's plus -(t+1) µs.
+func (s *Store) decideAt(ctx context.Context, now time.Time, t int64, items []store.Item, out []tiers.Decision) error {
 	c := s.calls.Get().(*call)
 	defer s.put(c)
 	c.prepare(s, items, now)

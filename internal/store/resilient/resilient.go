@@ -520,6 +520,62 @@ func (s *Store) Reset(ctx context.Context, it *store.Item) error {
 	return nil
 }
 
+var _ store.Reserver = (*Store)(nil)
+
+// Reserve implements store.Reserver by asking the remote, as Decide does
+// (until Margin before the caller's deadline), but never from the
+// over-limit cache (the answer is at a later instant) and without moving
+// the breaker (a reservation is a second call for the same request). When
+// the remote cannot answer (breaker open, an error), ModeLocal reserves on
+// the local store; the other modes return the error, and the request is
+// answered as first decided. A remote that is not a store.Reserver
+// returns store.ErrCannotReserve.
+func (s *Store) Reserve(ctx context.Context, now time.Time, after time.Duration, items []store.Item, out []tiers.Decision) error {
+	if err := store.CheckDecide(s.closed.Load(), items, out); err != nil || len(items) == 0 {
+		return err
+	}
+	rs, ok := s.remote.(store.Reserver)
+	if !ok {
+		return store.ErrCannotReserve
+	}
+	refunds := s.cache != nil && hasRefund(items)
+	if refunds {
+		s.cache.forgetRefunds(items)
+	}
+	err := ErrBreakerOpen
+	if s.br.closed() {
+		err = s.reserveRemote(ctx, rs, now, after, items, out)
+		if err == nil {
+			if refunds {
+				s.cache.forgetRefunds(items)
+			}
+			return nil
+		}
+		if errors.Is(err, store.ErrBadItem) || ctx.Err() != nil {
+			return fmt.Errorf("resilient: %w", err)
+		}
+	}
+	if s.mode == ModeLocal {
+		return s.local.Reserve(ctx, now, after, items, out)
+	}
+	return fmt.Errorf("resilient: %w: %w", store.ErrCannotReserve, err)
+}
+
+// reserveRemote is callRemote for Reserve.
+func (s *Store) reserveRemote(ctx context.Context, rs store.Reserver, now time.Time, after time.Duration, items []store.Item, out []tiers.Decision) error {
+	if d, ok := ctx.Deadline(); ok {
+		left := time.Until(d)
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, d.Add(-min(s.margin, left/4)))
+		defer cancel()
+	} else if s.timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, s.timeout)
+		defer cancel()
+	}
+	return rs.Reserve(ctx, now, after, items, out)
+}
+
 // bound gives ctx the Timeout when it has no deadline.
 func (s *Store) bound(ctx context.Context) (context.Context, context.CancelFunc) {
 	if _, ok := ctx.Deadline(); ok || s.timeout < 0 {
