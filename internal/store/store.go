@@ -117,22 +117,16 @@ type Inspector interface {
 	Reset(ctx context.Context, it *Item) error
 }
 
-// Reserver is a Store that can decide a request at a later instant: what
-// pacing does (a request held until its grant, rather than rejected).
-// The memory, Redis and resilient stores implement it; over a store that
-// is not one, nothing is paced.
-//
-// A reservation is nothing but a decision at a later instant: the hits it
-// grants are stamped now+after, so every later request sees them (a
-// sliding window counts a hit at every instant before it too, a bucket or a
-// fixed window never accrues backwards) and queues behind them, and a
-// request decided at an earlier instant afterwards is counted late, never
-// early (tiers' time going backwards). A reservation is given back with a
-// refund Reserved at the same instant, which gives back the newest hits of
-// the current tier (tiers.Refund): not necessarily those of the
-// reservation, the same number of them.
+// Reserver is a Store that can pace: decide now a request to be granted at
+// a later instant, the request being held until then (package tiers,
+// reserve.go, says how each algorithm reserves and why the limit then holds
+// on the instants requests are answered at). The memory, Redis and
+// resilient stores implement it.
 type Reserver interface {
-	// Reserve is Decide as at now+after (after >= 0). A store on another
-	// clock than the caller's (Redis's own) adds after to its own now.
+	// Reserve is Decide for the instant now+after (after >= 0), as
+	// ApplyReserve describes: its takes are reserved for that instant, and
+	// its refund items give back a reservation made for it (a paced
+	// request that stopped waiting). A store on another clock than the
+	// caller's (Redis's own) reserves for its own now plus after.
 	Reserve(ctx context.Context, now time.Time, after time.Duration, items []Item, out []tiers.Decision) error
 }

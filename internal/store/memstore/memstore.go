@@ -169,6 +169,11 @@ func itemKeys(it *store.Item) (state, global key) {
 // Decide implements store.Store. The context is not consulted: the call
 // never blocks on anything but the shard locks.
 func (s *Store) Decide(_ context.Context, now time.Time, items []store.Item, out []tiers.Decision) error {
+	return s.decide(now, now, items, out)
+}
+
+// decide is Decide at now for the instant at (store.ApplyReserve).
+func (s *Store) decide(now, at time.Time, items []store.Item, out []tiers.Decision) error {
 	if err := store.CheckDecide(s.closed.Load(), items, out); err != nil {
 		return err
 	}
@@ -205,7 +210,7 @@ func (s *Store) Decide(_ context.Context, now time.Time, items []store.Item, out
 			sc.globals = append(sc.globals, nil)
 		}
 	}
-	_, err := store.Apply(now, items, sc.states, sc.globals, out)
+	_, err := store.ApplyReserve(now, at, items, sc.states, sc.globals, out)
 	// Recompute the forgetting times of everything the call may have changed;
 	// a new, untouched key keeps the zero time and goes at the next sweep.
 	k := 0
@@ -267,9 +272,10 @@ var _ store.Inspector = (*Store)(nil)
 
 var _ store.Reserver = (*Store)(nil)
 
-// Reserve implements store.Reserver: Decide at now+after.
-func (s *Store) Reserve(ctx context.Context, now time.Time, after time.Duration, items []store.Item, out []tiers.Decision) error {
-	return s.Decide(ctx, now.Add(after), items, out)
+// Reserve implements store.Reserver: store.ApplyReserve at (now,
+// now+after), under the locks Decide takes.
+func (s *Store) Reserve(_ context.Context, now time.Time, after time.Duration, items []store.Item, out []tiers.Decision) error {
+	return s.decide(now, now.Add(max(after, 0)), items, out)
 }
 
 // Inspect implements store.Inspector, under the locks of the pair's shards.

@@ -28,6 +28,17 @@ var _ store.Store = (*Model)(nil)
 
 // Decide implements store.Store.
 func (m *Model) Decide(_ context.Context, now time.Time, items []store.Item, out []tiers.Decision) error {
+	return m.decide(now, now, items, out)
+}
+
+var _ store.Reserver = (*Model)(nil)
+
+// Reserve implements store.Reserver: store.ApplyReserve.
+func (m *Model) Reserve(_ context.Context, now time.Time, after time.Duration, items []store.Item, out []tiers.Decision) error {
+	return m.decide(now, now.Add(max(after, 0)), items, out)
+}
+
+func (m *Model) decide(now, at time.Time, items []store.Item, out []tiers.Decision) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if err := store.CheckDecide(m.closed, items, out); err != nil {
@@ -56,7 +67,7 @@ func (m *Model) Decide(_ context.Context, now time.Time, items []store.Item, out
 			globals[i] = g
 		}
 	}
-	_, err := store.Apply(now, items, states, globals, out)
+	_, err := store.ApplyReserve(now, at, items, states, globals, out)
 	return err
 }
 
