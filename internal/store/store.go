@@ -124,9 +124,12 @@ type Inspector interface {
 // resilient stores implement it.
 type Reserver interface {
 	// Reserve is Decide for the instant now+after (after >= 0), as
-	// ApplyReserve describes: its takes are reserved for that instant, and
-	// its refund items give back a reservation made for it (a paced
-	// request that stopped waiting). A store on another clock than the
-	// caller's (Redis's own) reserves for its own now plus after.
-	Reserve(ctx context.Context, now time.Time, after time.Duration, items []Item, out []tiers.Decision) error
+	// ApplyReserve describes: its takes are reserved for that instant,
+	// which it returns on the store's clock (a store on another clock than
+	// the caller's, Redis's own, reserves for its own now plus after).
+	Reserve(ctx context.Context, now time.Time, after time.Duration, items []Item, out []tiers.Decision) (time.Time, error)
+	// GiveBack gives back, at now, the reservation made for at (an instant
+	// Reserve returned) of items, a paced request that stopped waiting:
+	// ApplyReserve of items with Refund set.
+	GiveBack(ctx context.Context, now, at time.Time, items []Item) error
 }

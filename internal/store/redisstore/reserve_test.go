@@ -10,11 +10,12 @@ import (
 )
 
 // TestReserveRedisClock: on Redis's clock a reservation decides at the
-// master's instant plus after (the script's now below -1), so a hit
-// reserved past the window is granted, takes the slot of every later
-// request, and is given back by a refund reserved at the same instant.
-// The windows are long (10s, a minute) so that the milliseconds between
-// calls do not matter.
+// master's instant plus after (the offset after the items, decide.lua's
+// "Pacing"), so a hit reserved past the window is granted, takes the slot
+// of every later request, and is given back by a refund reserved for the
+// same instant; a fixed window's next window is never reserved. The
+// windows are long (10s, a minute) so that the milliseconds between calls
+// do not matter.
 func TestReserveRedisClock(t *testing.T) {
 	for _, name := range []string{"single", "cluster"} {
 		t.Run(name, func(t *testing.T) {
@@ -36,16 +37,16 @@ func testReserve(t *testing.T, s *Store) {
 	for _, p := range []*tiers.Policy{sliding, fixed} {
 		t.Run(p.Kind.String(), func(t *testing.T) {
 			it := []store.Item{{Key: store.Key{Resource: "r", Domain: "d" + p.Kind.String(), PolicyID: 1}, Policy: p, Hits: 1, Min: 1}}
-			refund := []store.Item{{Key: it[0].Key, Policy: p, Hits: 1, Refund: true}}
 			out := make([]tiers.Decision, 1)
 			now := time.Now() // ignored on Redis's clock
+			var reserved time.Time
 			decide := func(what string, after time.Duration, items []store.Item, want bool) tiers.Decision {
 				t.Helper()
 				var err error
 				if after < 0 {
 					err = s.Decide(ctx, now, items, out)
 				} else {
-					err = s.Reserve(ctx, now, after, items, out)
+					reserved, err = s.Reserve(ctx, now, after, items, out)
 				}
 				if err != nil {
 					t.Fatalf("%s: %v", what, err)
@@ -65,11 +66,23 @@ func testReserve(t *testing.T, s *Store) {
 				}
 			}
 			at := d.RetryAfter + 100*time.Millisecond
+			if p == fixed {
+				if r := decide("reserve the next window", at, it, false); r.RetryAfter != tiers.Unbounded {
+					t.Fatalf("a fixed window's next window reserved: %+v", r)
+				}
+				return
+			}
 			decide("reserve past the window", at, it, true)
 			decide("now, behind the reservation", -1, it, false)
-			decide("the same instant again", at, it, false)
-			decide("give it back", at, refund, true)
-			decide("reserve again", at, it, true)
+			first := reserved
+			decide("the same wait again", at, it, false)
+			if err := s.GiveBack(ctx, now, first, it); err != nil {
+				t.Fatalf("give back: %v", err)
+			}
+			decide("reserve again, once given back", at, it, true)
+			if !reserved.After(first) {
+				t.Fatalf("reserved for %v, then %v: Redis's clock went back", first, reserved)
+			}
 		})
 	}
 }

@@ -530,39 +530,61 @@ var _ store.Reserver = (*Store)(nil)
 // the local store; the other modes return the error, and the request is
 // answered as first decided. A remote that is not a store.Reserver
 // returns store.ErrCannotReserve.
-func (s *Store) Reserve(ctx context.Context, now time.Time, after time.Duration, items []store.Item, out []tiers.Decision) error {
+func (s *Store) Reserve(ctx context.Context, now time.Time, after time.Duration, items []store.Item, out []tiers.Decision) (time.Time, error) {
 	if err := store.CheckDecide(s.closed.Load(), items, out); err != nil || len(items) == 0 {
-		return err
+		return time.Time{}, err
 	}
 	rs, ok := s.remote.(store.Reserver)
 	if !ok {
-		return store.ErrCannotReserve
-	}
-	refunds := s.cache != nil && hasRefund(items)
-	if refunds {
-		s.cache.forgetRefunds(items)
+		return time.Time{}, store.ErrCannotReserve
 	}
 	err := ErrBreakerOpen
 	if s.br.closed() {
-		err = s.reserveRemote(ctx, rs, now, after, items, out)
+		var at time.Time
+		at, err = s.reserveRemote(ctx, func(ctx context.Context) (time.Time, error) { return rs.Reserve(ctx, now, after, items, out) })
 		if err == nil {
-			if refunds {
-				s.cache.forgetRefunds(items)
-			}
-			return nil
+			return at, nil
 		}
-		if errors.Is(err, store.ErrBadItem) || ctx.Err() != nil {
-			return fmt.Errorf("resilient: %w", err)
+		if errors.Is(err, store.ErrBadItem) || errors.Is(err, store.ErrCannotReserve) || ctx.Err() != nil {
+			return time.Time{}, fmt.Errorf("resilient: %w", err)
 		}
 	}
 	if s.mode == ModeLocal {
 		return s.local.Reserve(ctx, now, after, items, out)
 	}
-	return fmt.Errorf("resilient: %w: %w", store.ErrCannotReserve, err)
+	return time.Time{}, fmt.Errorf("resilient: %w: %w", store.ErrCannotReserve, err)
 }
 
-// reserveRemote is callRemote for Reserve.
-func (s *Store) reserveRemote(ctx context.Context, rs store.Reserver, now time.Time, after time.Duration, items []store.Item, out []tiers.Decision) error {
+// GiveBack implements store.Reserver: on the remote, where Reserve
+// reserved, or on the local store in ModeLocal when the remote cannot
+// answer (the reservation may have been local, and giving back what the
+// local store never held only ever grants more there, never more than the
+// remote).
+func (s *Store) GiveBack(ctx context.Context, now, at time.Time, items []store.Item) error {
+	rs, ok := s.remote.(store.Reserver)
+	if !ok {
+		return store.ErrCannotReserve
+	}
+	if s.cache != nil {
+		back, _ := store.GiveBackItems(items)
+		s.cache.forgetRefunds(back)
+	}
+	err := ErrBreakerOpen
+	if s.br.closed() {
+		_, err = s.reserveRemote(ctx, func(ctx context.Context) (time.Time, error) { return time.Time{}, rs.GiveBack(ctx, now, at, items) })
+		if err == nil || ctx.Err() != nil {
+			return err
+		}
+	}
+	if s.mode == ModeLocal {
+		return s.local.GiveBack(ctx, now, at, items)
+	}
+	return err
+}
+
+// reserveRemote runs f, a call to the remote, under the deadline Decide's
+// remote calls get.
+func (s *Store) reserveRemote(ctx context.Context, f func(context.Context) (time.Time, error)) (time.Time, error) {
 	if d, ok := ctx.Deadline(); ok {
 		left := time.Until(d)
 		var cancel context.CancelFunc
@@ -573,7 +595,7 @@ func (s *Store) reserveRemote(ctx context.Context, rs store.Reserver, now time.T
 		ctx, cancel = context.WithTimeout(ctx, s.timeout)
 		defer cancel()
 	}
-	return rs.Reserve(ctx, now, after, items, out)
+	return f(ctx)
 }
 
 // bound gives ctx the Timeout when it has no deadline.

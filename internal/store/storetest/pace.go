@@ -57,27 +57,21 @@ func testPaceTraces(t *testing.T, s store.Store) {
 			if !w.at.After(now) {
 				continue
 			}
-			back := slices.Clone(w.items)
-			for j := range back {
-				back[j].Refund = true
-			}
-			got, want := make([]tiers.Decision, len(back)), make([]tiers.Decision, len(back))
-			if err := rs.Reserve(ctx, now, w.at.Sub(now), back, got); err != nil {
+			if err := rs.GiveBack(ctx, now, w.at, w.items); err != nil {
 				t.Fatalf("step %d: give back: %v", step, err)
 			}
-			if err := m.Reserve(ctx, now, w.at.Sub(now), back, want); err != nil {
+			if err := m.GiveBack(ctx, now, w.at, w.items); err != nil {
 				t.Fatal(err)
 			}
-			compare(step, "give back", back, got, want)
 			gaveBack++
 			continue
 		}
 		n := 1 + rng.IntN(2)
 		items := make([]store.Item, n)
 		for i := range items {
-			p := policies[rng.IntN(len(policies))]
+			pi := rng.IntN(len(policies))
 			hits := int64(1 + rng.IntN(3))
-			items[i] = take(p, fmt.Sprint("r", p.Kind, len(p.Tiers), p.HardLimit, p.GlobalLimit), fmt.Sprint("d", rng.IntN(2)), hits)
+			items[i] = take(policies[pi], fmt.Sprint("r", pi), fmt.Sprint("d", rng.IntN(2)), hits)
 		}
 		got, want := make([]tiers.Decision, n), make([]tiers.Decision, n)
 		if err := s.Decide(ctx, now, items, got); err != nil {
@@ -101,10 +95,14 @@ func testPaceTraces(t *testing.T, s store.Store) {
 		if rng.IntN(4) == 0 {
 			wait += time.Duration(rng.IntN(300)) * time.Millisecond
 		}
-		if err := rs.Reserve(ctx, now, wait, items, got); err != nil {
+		at, err := rs.Reserve(ctx, now, wait, items, got)
+		if err != nil {
 			t.Fatalf("step %d: reserve: %v", step, err)
 		}
-		if err := m.Reserve(ctx, now, wait, items, want); err != nil {
+		if want := now.Add(wait); !at.Equal(want) {
+			t.Fatalf("step %d: reserved for %v, want %v", step, at, want)
+		}
+		if _, err := m.Reserve(ctx, now, wait, items, want); err != nil {
 			t.Fatal(err)
 		}
 		compare(step, fmt.Sprintf("reserve +%v", wait), items, got, want)
@@ -154,7 +152,7 @@ func testPaceConcurrent(t *testing.T, s store.Store) {
 					return
 				}
 				wait += out[0].RetryAfter
-				if err := rs.Reserve(context.Background(), T0, wait, it, out); err != nil {
+				if _, err := rs.Reserve(context.Background(), T0, wait, it, out); err != nil {
 					errs <- err
 					return
 				}
