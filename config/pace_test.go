@@ -19,7 +19,8 @@ descriptors:
   - key: bucket
     token_bucket: {capacity: 5, refill: 1, per: 1s}
     pace: 10s
-  - key: plan
+  - key: planned
+    rate_limit: {unit: second, requests_per_unit: 10}
     quota: {limit: 100, period: day}
     pace: 1s
 `
@@ -30,7 +31,7 @@ descriptors:
 	for _, tc := range []struct {
 		key  string
 		want time.Duration
-	}{{"plain", 0}, {"paced", 200 * time.Millisecond}, {"bucket", 10 * time.Second}, {"plan", time.Second}} {
+	}{{"plain", 0}, {"paced", 200 * time.Millisecond}, {"bucket", 10 * time.Second}, {"planned", time.Second}} {
 		m, ok := cfg.Tree.Match("api", []descriptors.Entry{{Key: tc.key, Value: "x"}})
 		if !ok || m.Limit == nil {
 			t.Fatalf("%s: no match", tc.key)
@@ -58,6 +59,10 @@ descriptors:
 		{"no policy", "domain: api\ndescriptors:\n  - key: a\n    pace: 1s\n", "api.yaml:4: descriptors[0].pace: needs a policy"},
 		{"unlimited", "domain: api\ndescriptors:\n  - key: a\n    rate_limit: {unlimited: true}\n    pace: 1s\n", "api.yaml:5: descriptors[0].pace: applies only to"},
 		{"copies", "domain: api\ndescriptors:\n  - key: a\n    copies: {domain_limit: 2}\n    pace: 1s\n", "api.yaml:5: descriptors[0].pace: applies only to"},
+		{"quota alone", "domain: api\ndescriptors:\n  - key: a\n    quota: {limit: 5, period: day}\n    pace: 1s\n", "api.yaml:5: descriptors[0].pace: needs a rate policy"},
+		{"fixed window", "domain: api\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: 1, algorithm: fixed_window}\n    pace: 1s\n", "api.yaml:5: descriptors[0].pace: cannot pace: a fixed window"},
+		{"tier stack", "domain: api\ndescriptors:\n  - key: a\n    tiers: [{limit: 1, window: 1s}, {limit: 2, window: 1s, active: 5s, cooldown: 5s}]\n    pace: 1s\n", "api.yaml:5: descriptors[0].pace: cannot pace: a stack of several tiers"},
+		{"post-paid", "domain: api\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: 1}\n    overdraft: true\n    pace: 1s\n", "api.yaml:6: descriptors[0].pace: cannot pace: a post-paid"},
 	} {
 		_, _, err := load(t, Options{}, "api.yaml", tc.text)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {

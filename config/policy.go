@@ -122,6 +122,21 @@ func (p *parser) limit(ls leafSpec, path *ypath, line int) *descriptors.Limit {
 	if l.Policy != nil && !p.validate(g.k, path, g.name, l.Policy) {
 		ok = false
 	}
+	if e, set := ls["pace"]; set && ok && l.Pace > 0 {
+		// Only what package tiers can reserve exactly (tiers.CanPace): the
+		// descriptor's policy and every override's.
+		pols := []*tiers.Policy{l.Policy}
+		for _, o := range l.Overrides {
+			pols = append(pols, o)
+		}
+		for _, pol := range pols {
+			if err := tiers.CanPace(pol); err != nil {
+				p.errf(e.k, path.k("pace"), "%s", strings.TrimPrefix(err.Error(), "tiers: "))
+				ok = false
+				break
+			}
+		}
+	}
 	if qg, set := ls[quotaKey]; set {
 		if l.Copies != nil {
 			p.errf(qg.k, path.k(quotaKey), "a copy-limited resource has no quota")
@@ -146,7 +161,7 @@ func (p *parser) limit(ls leafSpec, path *ypath, line int) *descriptors.Limit {
 func (p *parser) quotaOnly(ls leafSpec, qg given, path *ypath) *descriptors.Limit {
 	ok := true
 	for _, g := range ls.pick(amendKeys...) {
-		if g.name != "overdraft" && g.name != "pace" {
+		if g.name != "overdraft" {
 			p.errf(g.k, path.k(g.name), "needs a rate policy on the same descriptor (rate_limit, tiers or token_bucket)")
 			ok = false
 		}
@@ -157,17 +172,12 @@ func (p *parser) quotaOnly(ls leafSpec, qg given, path *ypath) *descriptors.Limi
 		ok = ok && vok
 		od = v
 	}
-	var pace time.Duration
-	if e, set := ls["pace"]; set {
-		d, dok := p.pace(e, path.k("pace"))
-		ok = ok && dok
-		pace = d
-	}
+
 	q, qok := p.quota(qg, path, od)
 	if !ok || !qok {
 		return nil
 	}
-	return &descriptors.Limit{Quota: q, Pace: pace}
+	return &descriptors.Limit{Quota: q}
 }
 
 // quota parses a calendar quota: {limit, period, time_zone, anchor}.

@@ -62,9 +62,10 @@ type Limit struct {
 	// Copies is set for a copy-limited resource.
 	Copies *Copies
 	// Pace is the longest a request over the limit may be held and then
-	// granted instead of rejected (pace: in the configuration), 0 for none.
+	// granted instead of rejected (pace: in the configuration), 0 for none:
+	// the engine reserves its grant and answers it then (tiers.Reserve).
 	// It is how answers are given, not how hits are counted: it is not part
-	// of ID.
+	// of ID. Only a policy tiers.CanPace allows carries it.
 	Pace time.Duration
 	// Quota is the descriptor's calendar quota (a tiers.KindQuota policy),
 	// nil when it has none: a request must pass it and Policy (when set),

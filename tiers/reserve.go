@@ -2,6 +2,7 @@ package tiers
 
 import (
 	"errors"
+	"fmt"
 	"time"
 )
 
@@ -47,21 +48,21 @@ var ErrCannotPace = errors.New("tiers: cannot pace")
 // (A quota beside a paced policy is reserved within its period.)
 func CanPace(p *Policy) error {
 	if p == nil {
-		return errors.Join(ErrCannotPace, errors.New("no policy"))
+		return fmt.Errorf("%w: no policy", ErrCannotPace)
 	}
 	if p.Overdraft {
-		return errors.Join(ErrCannotPace, errors.New("a post-paid (overdraft) policy counts usage after the fact"))
+		return fmt.Errorf("%w: a post-paid (overdraft) policy counts usage after the fact", ErrCannotPace)
 	}
 	switch p.Kind {
 	case KindTiers:
 		if numTiers(p) != 1 {
-			return errors.Join(ErrCannotPace, errors.New("a stack of several tiers cannot keep a reservation across a burst; pace one tier or a token bucket"))
+			return fmt.Errorf("%w: a stack of several tiers cannot keep a reservation across a burst (pace one tier or a token bucket)", ErrCannotPace)
 		}
 		return nil
 	case KindTokenBucket:
 		return nil
 	}
-	return errors.Join(ErrCannotPace, errors.New("a fixed window's wait is always to its next window, which it cannot reserve while counting the current one"))
+	return fmt.Errorf("%w: a fixed window's or calendar quota's wait is always to its next window, which it cannot reserve while counting the current one", ErrCannotPace)
 }
 
 // Reserve decides at now a request of copies hits (at least min) to be
