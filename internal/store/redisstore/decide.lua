@@ -1648,8 +1648,9 @@ local function fdecide(KEYS, ARGV, clock)
       NOW = now
     end
   end
+  if RES > 0 then return general(KEYS, ARGV, mode, now, maxttl, lockttl, nk, n, pos) end
 
-  if n == 1 and (mode <= 2 or mode == 4) and RES == 0 then
+  if n == 1 and (mode <= 2 or mode == 4) then
     local r = single(KEYS, ARGV, now, maxttl, pos)
     if r then
       -- A commit (its token holds every lock, checked above) decides as
@@ -1662,7 +1663,7 @@ local function fdecide(KEYS, ARGV, clock)
       return r
     end
   end
-  if n == 1 and mode == 3 and RES == 0 then
+  if n == 1 and mode == 3 then
     -- A prepare of one take item with no global key granted on a fixed
     -- window or a one tier: lock, and answer the peek (general's answer).
     local sk, gk, pi, hits, mn, f = sunpack('>dddddd', ARGV[1], pos)
@@ -1679,7 +1680,7 @@ local function fdecide(KEYS, ARGV, clock)
       end
     end
   end
-  if n > 1 and n <= 64 and mode <= 2 and RES == 0 then
+  if n > 1 and n <= 64 and mode <= 2 then
     local r = many(KEYS, ARGV, now, maxttl, n, pos)
     if r then return r end
   end
