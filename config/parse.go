@@ -405,6 +405,22 @@ func decimal(s string) (int64, bool) {
 	return v, true
 }
 
+// MaxPace bounds a descriptor's pace: how long a request may be held.
+const MaxPace = 10 * time.Second
+
+// pace reads a descriptor's pace: a duration in (0, MaxPace].
+func (p *parser) pace(e given, path *ypath) (time.Duration, bool) {
+	d, ok := p.duration(e.v, path, true)
+	if !ok {
+		return 0, false
+	}
+	if d > MaxPace {
+		p.errf(e.v, path, "must be at most %s", MaxPace)
+		return 0, false
+	}
+	return d, true
+}
+
 // duration reads a Go duration ("1s", "5m", "24h") or "unbounded"; the
 // length of a window (window true) must be finite and above 0.
 func (p *parser) duration(n *yaml.Node, path *ypath, window bool) (time.Duration, bool) {
@@ -476,7 +492,7 @@ func (p *parser) descriptors(n *yaml.Node, path *ypath, depth int) []*pnode {
 // a conflict names them; amendKeys are the keys that amend that policy.
 var (
 	policyKeys = []string{"rate_limit", "tiers", "token_bucket", "copies"}
-	amendKeys  = []string{"hard_limit", "global_limit", "overrides", "overdraft"}
+	amendKeys  = []string{"hard_limit", "global_limit", "overrides", "overdraft", "pace"}
 	// quotaKey gives a descriptor a calendar quota, beside its policy or
 	// instead of one.
 	quotaKey = "quota"

@@ -109,8 +109,33 @@ func (p *parser) limit(ls leafSpec, path *ypath, line int) *descriptors.Limit {
 			o.Overdraft = od
 		}
 	}
+	if e, set := ls["pace"]; set {
+		if l.Policy == nil || l.Unlimited {
+			p.errf(e.k, path.k("pace"), "applies only to a rate_limit, tiers, token_bucket or quota that limits")
+			ok = false
+		} else if d, dok := p.pace(e, path.k("pace")); dok {
+			l.Pace = d
+		} else {
+			ok = false
+		}
+	}
 	if l.Policy != nil && !p.validate(g.k, path, g.name, l.Policy) {
 		ok = false
+	}
+	if e, set := ls["pace"]; set && ok && l.Pace > 0 {
+		// Only what package tiers can reserve exactly (tiers.CanPace): the
+		// descriptor's policy and every override's.
+		pols := []*tiers.Policy{l.Policy}
+		for _, o := range l.Overrides {
+			pols = append(pols, o)
+		}
+		for _, pol := range pols {
+			if err := tiers.CanPace(pol); err != nil {
+				p.errf(e.k, path.k("pace"), "%s", strings.TrimPrefix(err.Error(), "tiers: "))
+				ok = false
+				break
+			}
+		}
 	}
 	if qg, set := ls[quotaKey]; set {
 		if l.Copies != nil {
@@ -147,6 +172,7 @@ func (p *parser) quotaOnly(ls leafSpec, qg given, path *ypath) *descriptors.Limi
 		ok = ok && vok
 		od = v
 	}
+
 	q, qok := p.quota(qg, path, od)
 	if !ok || !qok {
 		return nil

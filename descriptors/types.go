@@ -1,6 +1,8 @@
 package descriptors
 
 import (
+	"time"
+
 	"strconv"
 
 	"github.com/charonlimit/charon/tiers"
@@ -59,6 +61,12 @@ type Limit struct {
 	Overrides map[string]*tiers.Policy
 	// Copies is set for a copy-limited resource.
 	Copies *Copies
+	// Pace is the longest a request over the limit may be held and then
+	// granted instead of rejected (pace: in the configuration), 0 for none:
+	// the engine reserves its grant and answers it then (tiers.Reserve).
+	// It is how answers are given, not how hits are counted: it is not part
+	// of ID. Only a policy tiers.CanPace allows carries it.
+	Pace time.Duration
 	// Quota is the descriptor's calendar quota (a tiers.KindQuota policy),
 	// nil when it has none: a request must pass it and Policy (when set),
 	// all or nothing. Its state is keyed by QuotaID, so that a change of

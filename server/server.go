@@ -255,6 +255,9 @@ func New(opts Options) (*Server, error) {
 	}
 	s.storeOK.Store(true)
 	s.configReady.Store(!opts.WaitForConfig)
+	if pe, ok := opts.Engine.(pacer); ok {
+		s.metrics.registerPace(pe.Pace())
+	}
 	s.rls = &rls{engine: opts.Engine, metrics: s.metrics, log: s.log, responseHeaders: opts.ResponseHeaders,
 		headerNames: opts.HeaderNames, shadowMode: opts.ShadowMode, dynamicMetadata: opts.DynamicMetadata, decisions: opts.DecisionLog,
 		ready:       &s.configReady,

@@ -238,6 +238,12 @@ func debitTiers(p *Policy, s *State, g *Global, t int64, c0 int, cnt0 int64, res
 
 // applyTiers commits the walk res that started at tier c0 holding cnt0 hits.
 func applyTiers(p *Policy, s *State, g *Global, t int64, c0 int, cnt0 int64, res *walker) {
+	applyTiersAt(p, s, g, t, t, c0, cnt0, res)
+}
+
+// applyTiersAt is applyTiers for a walk at t committed at the earlier
+// instant now (a reservation): the logs are pruned at now.
+func applyTiersAt(p *Policy, s *State, g *Global, now, t int64, c0 int, cnt0 int64, res *walker) {
 	n := numTiers(p)
 	if len(s.tiers) < n {
 		grown := make([]tierState, n)
@@ -247,7 +253,7 @@ func applyTiers(p *Policy, s *State, g *Global, t int64, c0 int, cnt0 int64, res
 	addTo := func(i int, hits int64) {
 		tr := &p.Tiers[i-1]
 		win := Micros(tr.Window)
-		s.tiers[i-1].hits.add(t, win, tierWidth(tr.Limit, win, s.exact), hits)
+		s.tiers[i-1].hits.addAt(now, t, win, tierWidth(tr.Limit, win, s.exact), hits)
 	}
 	if res.mask == 0 {
 		addTo(c0, res.n)
@@ -271,9 +277,9 @@ func applyTiers(p *Policy, s *State, g *Global, t int64, c0 int, cnt0 int64, res
 			}
 		}
 	}
-	s.second.add(t, second, secondWidth(p.HardLimit, s.exact), res.n)
+	s.second.addAt(now, t, second, secondWidth(p.HardLimit, s.exact), res.n)
 	if g != nil {
-		g.second.add(t, second, secondWidth(p.GlobalLimit, g.exact), res.n)
+		g.second.addAt(now, t, second, secondWidth(p.GlobalLimit, g.exact), res.n)
 	}
 }
 

@@ -117,10 +117,17 @@ func (l *hitLog) reset() {
 // A hit at or before the newest bucket's start joins that bucket (time that
 // goes backwards is counted late, never early).
 func (l *hitLog) add(t, w, b, n int64) {
+	l.addAt(t, t, w, b, n)
+}
+
+// addAt is add for a hit granted now at the later instant t (a
+// reservation, reserve.go): the log is pruned at now, so that what the
+// present still counts stays counted.
+func (l *hitLog) addAt(now, t, w, b, n int64) {
 	if n <= 0 {
 		return
 	}
-	l.prune(t, w)
+	l.prune(min(now, t), w)
 	at := floorDiv(t, b) * b
 	l.sum += n
 	if k := len(l.e); k > l.h && l.e[k-1].at >= at {
@@ -167,6 +174,38 @@ func (l *hitLog) removeNewest(t, w, n int64) int64 {
 			l.e = l.e[:k]
 		}
 	}
+	if l.h == len(l.e) {
+		l.reset()
+	}
+	return done
+}
+
+// removeAt removes up to n hits counted at now from the bucket that hits
+// granted at t went into (the first starting at or after t's bucket: a hit
+// joins a newer bucket when one exists), then from newer buckets, and
+// returns how many it removed: the give-back of a reservation at t.
+func (l *hitLog) removeAt(now, t, w, b, n int64) int64 {
+	l.prune(now, w)
+	at := floorDiv(t, b) * b
+	var done int64
+	for i := l.h; i < len(l.e) && done < n; i++ {
+		if l.e[i].at < at {
+			continue
+		}
+		take := min(n-done, l.e[i].n)
+		l.e[i].n -= take
+		l.sum -= take
+		done += take
+	}
+	// Drop the emptied buckets, keeping the starts strictly increasing.
+	k := l.h
+	for i := l.h; i < len(l.e); i++ {
+		if l.e[i].n > 0 {
+			l.e[k] = l.e[i]
+			k++
+		}
+	}
+	l.e = l.e[:k]
 	if l.h == len(l.e) {
 		l.reset()
 	}

@@ -71,6 +71,8 @@ type serveConfig struct {
 	StatsdProtocol statsd.Protocol
 	StatsdFlush    time.Duration
 	MaxDescriptors int
+	// PaceMaxWaiting bounds the requests pacing holds at once.
+	PaceMaxWaiting int
 	MaxKeys        int
 	// StateFile, with the memory store, keeps its states across restarts
 	// (package statefile), snapshotted every StateInterval.
@@ -107,6 +109,7 @@ func defaultServeConfig() serveConfig {
 		LyftMetrics:    true,
 		StatsdFlush:    time.Second,
 		MaxDescriptors: 64,
+		PaceMaxWaiting: engine.DefaultPaceMaxWaiting,
 		MaxKeys:        memstore.DefaultMaxKeys,
 		StateInterval:  10 * time.Second,
 		HeapFloorMiB:   gctune.DefaultFloorMiB,
@@ -133,6 +136,7 @@ func serveFlags(fs *flag.FlagSet, c *serveConfig) {
 	fs.Var(&c.StatsdProtocol, "statsd-protocol", "send the statsd stats over `udp` (the default) or tcp (newline-separated lines on one connection, redialled; dropped rather than waited for while it is down)")
 	fs.DurationVar(&c.StatsdFlush, "statsd-flush-interval", c.StatsdFlush, "how often buffered statsd stats are sent at the latest")
 	fs.IntVar(&c.MaxDescriptors, "max-descriptors", c.MaxDescriptors, "most descriptors in one request")
+	fs.IntVar(&c.PaceMaxWaiting, "pace-max-waiting", c.PaceMaxWaiting, "most requests held at once by pace: (a descriptor's wait instead of a rejection); beyond, a request is rejected as without pace; 0: pacing off")
 	fs.IntVar(&c.MaxKeys, "max-keys", c.MaxKeys, "most tracked (resource, domain) pairs in memory, least recently used evicted")
 	fs.StringVar(&c.StateFile, "state-file", c.StateFile, "with --store memory, keep the counts across restarts in this `file`: restored at start, written at shutdown, every --state-interval and on SIGUSR1")
 	fs.DurationVar(&c.StateInterval, "state-interval", c.StateInterval, "how often --state-file is written: a crash loses at most this long of counts")
@@ -259,6 +263,8 @@ func (c *serveConfig) check() error {
 	switch {
 	case c.MaxDescriptors < 1:
 		return errors.New("--max-descriptors must be at least 1")
+	case c.PaceMaxWaiting < 0:
+		return errors.New("--pace-max-waiting must be at least 0 (0: pacing off)")
 	case c.MaxKeys < 1:
 		return errors.New("--max-keys must be at least 1")
 	case c.StateFile != "" && c.Store != "memory":
@@ -333,7 +339,11 @@ func serve(c serveConfig, args []string, log *slog.Logger) error {
 	}
 	cfgOpts := c.loadOptions()
 	opts.Load = func(fsys fs.FS) (*config.Config, []config.Warning, error) { return config.Load(fsys, cfgOpts) }
-	eo := engine.Options{MaxDescriptors: c.MaxDescriptors, QuotaMode: c.QuotaMode, FixedWindowOverrides: c.FixedWindow, Overdraft: c.Overdraft}
+	eo := engine.Options{MaxDescriptors: c.MaxDescriptors, QuotaMode: c.QuotaMode, FixedWindowOverrides: c.FixedWindow, Overdraft: c.Overdraft,
+		PaceMaxWaiting: c.PaceMaxWaiting}
+	if c.PaceMaxWaiting == 0 {
+		eo.PaceMaxWaiting = -1
+	}
 	local := memstore.Options{MaxKeys: c.MaxKeys, SweepInterval: 10 * time.Second}
 	var ho holds.Options
 	var backend *redisbackend.Backend

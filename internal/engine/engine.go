@@ -70,6 +70,17 @@ type Options struct {
 	// (tiers.Policy.Overdraft), as config.Options.OverdraftDefault does for
 	// the configured ones (--overdraft).
 	Overdraft bool
+	// PaceMaxWaiting bounds the requests held at once by pacing (pace: on
+	// a descriptor; pace.go); 0 means DefaultPaceMaxWaiting, negative
+	// turns pacing off.
+	PaceMaxWaiting int
+	// PaceMargin is the time a paced request keeps before its caller's
+	// deadline; 0 means DefaultPaceMargin.
+	PaceMargin time.Duration
+	// Sleep holds a paced request for d, returning early with ctx's error
+	// when ctx ends; nil means a timer on the wall clock. Tests with an
+	// injected Now inject it too.
+	Sleep func(ctx context.Context, d time.Duration) error
 }
 
 // Engine decides requests. Safe for concurrent use. The zero value is
@@ -91,16 +102,23 @@ type Engine struct {
 	quotaAll, fixedOverrides bool
 	// overdraft is Options.Overdraft.
 	overdraft bool
+	// Pacing: Options.PaceMaxWaiting, PaceMargin and Sleep, and the counts.
+	paceMax    int
+	paceMargin time.Duration
+	sleep      func(ctx context.Context, d time.Duration) error
+	paceStats  PaceStats
 }
 
 // scratch holds one request's working buffers, reused through a pool.
 type scratch struct {
 	matches []descriptors.Match
 	itemOf  []int
-	quotaOf []int      // the item of a descriptor's calendar quota, or -1
-	modes   []itemMode // per item
+	quotaOf []int           // the item of a descriptor's calendar quota, or -1
+	modes   []itemMode      // per item
+	pace    []time.Duration // per item: its descriptor's Limit.Pace
 	items   []store.Item
 	out     []tiers.Decision
+	paceOut []tiers.Decision // a reservation's decisions
 	buf     []byte
 }
 
@@ -108,7 +126,8 @@ type scratch struct {
 // not limited, until SetTree).
 func New(opts Options) *Engine {
 	e := &Engine{store: opts.Store, now: opts.Now, maxDesc: opts.MaxDescriptors, maxHits: opts.MaxHits,
-		onSetTree: opts.OnSetTree, quotaAll: opts.QuotaMode, fixedOverrides: opts.FixedWindowOverrides, overdraft: opts.Overdraft}
+		onSetTree: opts.OnSetTree, quotaAll: opts.QuotaMode, fixedOverrides: opts.FixedWindowOverrides, overdraft: opts.Overdraft,
+		paceMax: opts.PaceMaxWaiting, paceMargin: opts.PaceMargin, sleep: opts.Sleep}
 	e.once.Do(e.defaults)
 	return e
 }
@@ -126,6 +145,15 @@ func (e *Engine) defaults() {
 		e.maxHits = DefaultMaxHits
 	}
 	e.scratch.New = func() any { return new(scratch) }
+	if e.paceMax == 0 {
+		e.paceMax = DefaultPaceMaxWaiting
+	}
+	if e.paceMargin <= 0 {
+		e.paceMargin = DefaultPaceMargin
+	}
+	if e.sleep == nil {
+		e.sleep = sleepCtx
+	}
 }
 
 // SetTree swaps in a new descriptor tree atomically; requests in flight
@@ -195,7 +223,7 @@ func (e *Engine) Decide(ctx context.Context, req *Request, resp *Response) error
 	sc.itemOf = grow(sc.itemOf, n)
 	sc.quotaOf = grow(sc.quotaOf, n)
 
-	sc.items, sc.modes = sc.items[:0], sc.modes[:0]
+	sc.items, sc.modes, sc.pace = sc.items[:0], sc.modes[:0], sc.pace[:0]
 	for i := range req.Descriptors {
 		m := &sc.matches[i]
 		sc.itemOf[i], sc.quotaOf[i] = -1, -1
@@ -216,6 +244,7 @@ func (e *Engine) Decide(ctx context.Context, req *Request, resp *Response) error
 			// store.Apply's all-or-nothing covers it and the rate policy.
 			sc.quotaOf[i] = len(sc.items)
 			sc.modes = append(sc.modes, mode)
+			sc.pace = append(sc.pace, l.Pace)
 			sc.items = append(sc.items, store.Item{
 				Key:    store.Key{Resource: m.Resource, Domain: m.Domain, PolicyID: l.QuotaID},
 				Policy: l.Quota, Hits: hits, Min: hits, Refund: d.Refund,
@@ -227,6 +256,7 @@ func (e *Engine) Decide(ctx context.Context, req *Request, resp *Response) error
 		}
 		sc.itemOf[i] = len(sc.items)
 		sc.modes = append(sc.modes, mode)
+		sc.pace = append(sc.pace, l.Pace)
 		sc.items = append(sc.items, store.Item{
 			Key:    store.Key{Resource: m.Resource, Domain: m.Domain, PolicyID: l.ID},
 			Policy: m.Policy,
@@ -237,13 +267,25 @@ func (e *Engine) Decide(ctx context.Context, req *Request, resp *Response) error
 		})
 	}
 	sc.out = grow(sc.out, len(sc.items))
+	var paced time.Duration
 	if len(sc.items) > 0 {
 		if err := e.decide(ctx, now, sc.items, sc.out); err != nil {
 			return err
 		}
+		if wait := e.paceWait(ctx, now, sc); wait > 0 {
+			// Paced: answered after the wait, with the reservation's
+			// decisions, at the instant they were decided for.
+			waited, err := e.pace(ctx, now, wait, sc)
+			if err != nil {
+				return err
+			}
+			if waited {
+				now, paced = now.Add(wait), wait
+			}
+		}
 	}
 
-	resp.Code, resp.UnknownDomain, resp.Now = CodeOK, !known, now
+	resp.Code, resp.UnknownDomain, resp.Now, resp.Paced = CodeOK, !known, now, paced
 	quotas, quotasOver := 0, 0
 	resp.Statuses = grow(resp.Statuses, n)
 	if cap(resp.limits) < n {

@@ -110,6 +110,10 @@ type Response struct {
 	// Now is the instant the request was decided at, on the Engine's
 	// clock.
 	Now time.Time
+	// Paced is how long the request was held before its grant (pace: in
+	// the configuration), 0 when it was answered at once; Now is then the
+	// instant it was granted at, the wait after the instant it came.
+	Paced time.Duration
 	// UnknownDomain is set when the request's domain has no configuration
 	// (envoyproxy/ratelimit's domain_not_found).
 	UnknownDomain bool

@@ -50,6 +50,43 @@ import (
 // Apply does not allocate. It returns an error wrapping ErrBadItem, before
 // changing anything, when an item cannot be decided.
 func Apply(now time.Time, items []Item, states []*tiers.State, globals []*tiers.Global, out []tiers.Decision) (committed bool, err error) {
+	return apply(now, now, false, items, states, globals, out)
+}
+
+// ApplyReserve is Apply for a paced request held until the later instant
+// at: every tiers.Peek and tiers.Request above is tiers.PeekReserve and
+// tiers.Reserve at (now, at) (at not after now: Peek and Request at now),
+// and every refund tiers.RefundReserved at (now, at), giving back a
+// reservation made for at.
+func ApplyReserve(now, at time.Time, items []Item, states []*tiers.State, globals []*tiers.Global, out []tiers.Decision) (committed bool, err error) {
+	return apply(now, at, true, items, states, globals, out)
+}
+
+// peek, request and refund are tiers' Peek, Request and Refund at now, or
+// with res their reservations for at.
+func peek(p *tiers.Policy, s *tiers.State, g *tiers.Global, now, at time.Time, res bool, k, m int64) tiers.Decision {
+	if res {
+		return tiers.PeekReserve(p, s, g, now, at, k, m)
+	}
+	return tiers.Peek(p, s, g, now, k, m)
+}
+
+func request(p *tiers.Policy, s *tiers.State, g *tiers.Global, now, at time.Time, res bool, k, m int64) tiers.Decision {
+	if res {
+		return tiers.Reserve(p, s, g, now, at, k, m)
+	}
+	return tiers.Request(p, s, g, now, k, m)
+}
+
+func refund(p *tiers.Policy, s *tiers.State, g *tiers.Global, now, at time.Time, res bool, hits int64) {
+	if res {
+		tiers.RefundReserved(p, s, g, now, at, hits)
+		return
+	}
+	tiers.Refund(p, s, g, now, hits)
+}
+
+func apply(now, at time.Time, res bool, items []Item, states []*tiers.State, globals []*tiers.Global, out []tiers.Decision) (committed bool, err error) {
 	if err := Check(items, out); err != nil {
 		return false, err
 	}
@@ -61,8 +98,8 @@ func Apply(now time.Time, items []Item, states []*tiers.State, globals []*tiers.
 		if !it.Refund {
 			continue
 		}
-		tiers.Refund(it.Policy, states[i], globals[i], now, it.Hits)
-		d := tiers.Peek(it.Policy, states[i], globals[i], now, 1, 1)
+		refund(it.Policy, states[i], globals[i], now, at, res, it.Hits)
+		d := peek(it.Policy, states[i], globals[i], now, at, res, 1, 1)
 		d.Granted, d.OK = 0, true
 		out[i] = d
 	}
@@ -81,7 +118,7 @@ func Apply(now time.Time, items []Item, states []*tiers.State, globals []*tiers.
 	if groups == 1 {
 		i := first
 		hits, min := groupSums(items, states, i)
-		out[i] = tiers.Request(items[i].Policy, states[i], globals[i], now, hits, min)
+		out[i] = request(items[i].Policy, states[i], globals[i], now, at, res, hits, min)
 		split(items, states, i, out)
 		return out[i].OK || items[i].Shadow || items[i].Policy.Overdraft, nil
 	}
@@ -95,7 +132,7 @@ func Apply(now time.Time, items []Item, states []*tiers.State, globals []*tiers.
 			continue
 		}
 		hits, min := groupSums(items, states, i)
-		d := tiers.Peek(items[i].Policy, states[i], globals[i], now, hits, min)
+		d := peek(items[i].Policy, states[i], globals[i], now, at, res, hits, min)
 		if d.OK && globals[i] != nil && d.GlobalLimit > 0 {
 			var s int64
 			for k := 0; k < i; k++ {
@@ -128,7 +165,7 @@ func Apply(now time.Time, items []Item, states []*tiers.State, globals []*tiers.
 			if !items[i].Refund && leader(items, states, i) == i {
 				if items[i].Policy.Overdraft {
 					hits, min := groupSums(items, states, i)
-					out[i] = tiers.Request(items[i].Policy, states[i], globals[i], now, hits, min)
+					out[i] = request(items[i].Policy, states[i], globals[i], now, at, res, hits, min)
 				}
 				split(items, states, i, out)
 			}
@@ -144,7 +181,7 @@ func Apply(now time.Time, items []Item, states []*tiers.State, globals []*tiers.
 			continue
 		}
 		hits, min := groupSums(items, states, i)
-		out[i] = tiers.Request(items[i].Policy, states[i], globals[i], now, hits, min)
+		out[i] = request(items[i].Policy, states[i], globals[i], now, at, res, hits, min)
 		split(items, states, i, out)
 	}
 	return true, nil
@@ -226,4 +263,15 @@ func split(items []Item, states []*tiers.State, i int, out []tiers.Decision) {
 		out[j] = d
 		out[j].Granted = items[j].Min + e
 	}
+}
+
+// GiveBackItems returns a copy of a reservation's items with Refund set,
+// and room for their decisions: what a Reserver's GiveBack applies.
+func GiveBackItems(items []Item) ([]Item, []tiers.Decision) {
+	back := make([]Item, len(items))
+	copy(back, items)
+	for i := range back {
+		back[i].Refund, back[i].Shadow = true, false
+	}
+	return back, make([]tiers.Decision, len(items))
 }

@@ -28,6 +28,10 @@ var ErrReplied = errors.New("store: the remote answered with an error")
 // policy, hits below 1, or a minimum outside [1, hits]. Nothing is changed.
 var ErrBadItem = errors.New("store: bad item")
 
+// ErrCannotReserve is returned by a Reserver wrapping a store that is not
+// one, or that cannot reserve at the moment.
+var ErrCannotReserve = errors.New("store: cannot reserve")
+
 // Key names the state of one (resource, domain) pair under one policy set.
 // A policy change (a new PolicyID) starts from fresh state; the old state
 // expires. The global state of a resource (its hits over all domains) is
@@ -111,4 +115,21 @@ type Inspector interface {
 	// as the first. The resource's global state is kept (it is every
 	// domain's).
 	Reset(ctx context.Context, it *Item) error
+}
+
+// Reserver is a Store that can pace: decide now a request to be granted at
+// a later instant, the request being held until then (package tiers,
+// reserve.go, says how each algorithm reserves and why the limit then holds
+// on the instants requests are answered at). The memory, Redis and
+// resilient stores implement it.
+type Reserver interface {
+	// Reserve is Decide for the instant now+after (after >= 0), as
+	// ApplyReserve describes: its takes are reserved for that instant,
+	// which it returns on the store's clock (a store on another clock than
+	// the caller's, Redis's own, reserves for its own now plus after).
+	Reserve(ctx context.Context, now time.Time, after time.Duration, items []Item, out []tiers.Decision) (time.Time, error)
+	// GiveBack gives back, at now, the reservation made for at (an instant
+	// Reserve returned) of items, a paced request that stopped waiting:
+	// ApplyReserve of items with Refund set.
+	GiveBack(ctx context.Context, now, at time.Time, items []Item) error
 }

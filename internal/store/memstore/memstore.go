@@ -169,6 +169,11 @@ func itemKeys(it *store.Item) (state, global key) {
 // Decide implements store.Store. The context is not consulted: the call
 // never blocks on anything but the shard locks.
 func (s *Store) Decide(_ context.Context, now time.Time, items []store.Item, out []tiers.Decision) error {
+	return s.decide(now, time.Time{}, items, out)
+}
+
+// decide is Decide at now, or with at store.ApplyReserve for at.
+func (s *Store) decide(now, at time.Time, items []store.Item, out []tiers.Decision) error {
 	if err := store.CheckDecide(s.closed.Load(), items, out); err != nil {
 		return err
 	}
@@ -205,7 +210,12 @@ func (s *Store) Decide(_ context.Context, now time.Time, items []store.Item, out
 			sc.globals = append(sc.globals, nil)
 		}
 	}
-	_, err := store.Apply(now, items, sc.states, sc.globals, out)
+	var err error
+	if at.IsZero() {
+		_, err = store.Apply(now, items, sc.states, sc.globals, out)
+	} else {
+		_, err = store.ApplyReserve(now, at, items, sc.states, sc.globals, out)
+	}
 	// Recompute the forgetting times of everything the call may have changed;
 	// a new, untouched key keeps the zero time and goes at the next sweep.
 	k := 0
@@ -264,6 +274,21 @@ func (s *Store) lookup(i int, k key) *lru.Entry[key, entry] {
 func pinned(e *lru.Entry[key, entry]) bool { return e.Value.pinned }
 
 var _ store.Inspector = (*Store)(nil)
+
+var _ store.Reserver = (*Store)(nil)
+
+// Reserve implements store.Reserver: store.ApplyReserve at (now,
+// now+after), under the locks Decide takes.
+func (s *Store) Reserve(_ context.Context, now time.Time, after time.Duration, items []store.Item, out []tiers.Decision) (time.Time, error) {
+	at := now.Add(max(after, 0))
+	return at, s.decide(now, at, items, out)
+}
+
+// GiveBack implements store.Reserver.
+func (s *Store) GiveBack(_ context.Context, now, at time.Time, items []store.Item) error {
+	back, out := store.GiveBackItems(items)
+	return s.decide(now, at, back, out)
+}
 
 // Inspect implements store.Inspector, under the locks of the pair's shards.
 func (s *Store) Inspect(_ context.Context, now time.Time, it *store.Item) (tiers.View, error) {

@@ -251,3 +251,33 @@ func TestMillionValuesLiveHeap(t *testing.T) {
 	}
 	runtime.KeepAlive(s)
 }
+
+// BenchmarkPace compares a rejected decision alone with the same decision
+// followed by its reservation and the reservation's give-back (what a paced
+// request that gives up costs the store: two more calls; one that is
+// granted costs the reservation alone).
+func BenchmarkPace(b *testing.B) {
+	p := &tiers.Policy{Kind: tiers.KindTiers, Tiers: []tiers.Tier{{Limit: 1, Window: time.Hour, Active: tiers.Unbounded}}}
+	for _, mode := range []string{"plain", "reserve+giveback"} {
+		b.Run(mode, func(b *testing.B) {
+			s := memstore.New(memstore.Options{})
+			defer s.Close()
+			ctx := context.Background()
+			it := []store.Item{{Key: store.Key{Resource: "r", Domain: "d", PolicyID: 1}, Policy: p, Hits: 1, Min: 1}}
+			out := make([]tiers.Decision, 1)
+			t0 := storetest.T0
+			_ = s.Decide(ctx, t0, it, out)
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := range b.N {
+				now := t0.Add(time.Duration(i) * time.Microsecond)
+				_ = s.Decide(ctx, now, it, out)
+				if mode == "plain" {
+					continue
+				}
+				at, _ := s.Reserve(ctx, now, out[0].RetryAfter+time.Hour, it, out)
+				_ = s.GiveBack(ctx, now, at, it)
+			}
+		})
+	}
+}

@@ -13,10 +13,12 @@
 -- KEYS: the call's state keys and global keys (KEYS[1..nk]); in the lock
 -- modes, KEYS[nk+i] is the lock key of KEYS[i].
 -- ARGV[1]: big-endian doubles (struct '>d', exact for integers below 2^53,
---   and read without making a table): mode, now (µs; -1: use Redis TIME),
---   maxTTL (ms), lockTTL (ms), nk, n (items), then per item: state key
---   index, global key index (0: none), policy index, hits, min, flags
---   (1 refund, 2 shadow).
+--   and read without making a table): mode, now (µs; -1: use Redis TIME;
+--   below -1: TIME plus -(now+1) µs), maxTTL (ms), lockTTL (ms), nk, n
+--   (items), then per item: state key index, global key index (0: none),
+--   policy index, hits, min, flags (1 refund, 2 shadow). Pacing: the items
+--   may be followed by one more double, a reservation's offset in µs (see
+--   "Pacing" in tiers.lua and fdecide; absent: 0).
 -- ARGV[2]: the lock token (lock modes) or "".
 -- ARGV[3..]: policies, msgpack arrays of their compact form (Go's
 --   tiers.Policy.AppendCompact, which derives the widths, units and
@@ -364,6 +366,7 @@ local function fdecide(KEYS, ARGV, clock)
   if not fmod then bind() end
   local mode, now, maxttl, lockttl, nk, n, pos = sunpack('>dddddd', ARGV[1])
   local token = ARGV[2]
+  RES, PRUNE = 0, nil
   if mode == 8 then return undo(KEYS, ARGV, now, maxttl, lockttl == 1, n, pos) end
 
   if mode >= 2 then
@@ -410,15 +413,38 @@ local function fdecide(KEYS, ARGV, clock)
   if not CALLER then
     -- The clock of the Redis master: every process agrees on it. Functions
     -- are replicated by their effects, so reading it is allowed. The calls
-    -- of a batch are one atomic step, read at one instant.
+    -- of a batch are one atomic step, read at one instant. A now below -1
+    -- is a reservation (Go's Store.Reserve): the instant -(now+1) µs after
+    -- the master's, added once the shared instant is read. That instant is
+    -- not the master's present, so a count alive now need not be of its
+    -- window: cwin reads its expiry, as under the caller's clock.
+    local off = 0
+    if now < -1 then off = -(now + 1) end
     now = clock and clock.t
     if not now then
       local tm = redis.call('TIME')
       now = tonumber(tm[1]) * SEC + tonumber(tm[2])
       if clock then clock.t = now end
     end
+    now = now + off
+    CALLER = off > 0
   end
   NOW = now
+  -- Pacing: a reservation decides at its present plus RES, pruning at the
+  -- present, on the general path (the fast paths below do not reserve),
+  -- and reads a fixed window's expiry as under the caller's clock.
+  -- The double after the items: an offset x > 0 (reserve for now + x) or
+  -- an instant -x (give back the reservation made for it).
+  if #ARGV[1] >= 48 * (n + 1) + 8 then
+    local x = sunpack('>d', ARGV[1], 48 * (n + 1) + 1)
+    if x ~= 0 then
+      local at = now + x
+      if x < 0 then at = -x end
+      RES, PRUNE, now, CALLER = 1, now, at, true
+      NOW = now
+    end
+  end
+  if RES > 0 then return general(KEYS, ARGV, mode, now, maxttl, lockttl, nk, n, pos) end
 
   if n == 1 and (mode <= 2 or mode == 4) then
     local r = single(KEYS, ARGV, now, maxttl, pos)

@@ -142,6 +142,8 @@ type call struct {
 	st   int
 	used int64
 	err  error
+	// off is a reservation's offset in µs (Store.Reserve), 0 for none.
+	off int64
 }
 
 // NewWithClient returns a Store over c, which the caller keeps and closes.
@@ -225,9 +227,87 @@ func (s *Store) Decide(ctx context.Context, now time.Time, items []store.Item, o
 	if s.caller {
 		t = now.UnixMicro()
 	}
+	return s.decideAt(ctx, now, t, 0, items, out)
+}
+
+var _ store.Reserver = (*Store)(nil)
+
+// Reserve implements store.Reserver: Decide for the instant now+after, in
+// whole microseconds. The script reads its present as Decide does (the
+// Redis master's clock, or now under ClockCaller) and is told the offset
+// after the items (apply.lua's fdecide, tiers.lua's "Pacing"). On Redis's clock a call whose
+// keys span Cluster slots is not reserved (store.ErrCannotReserve): each
+// slot's script reads its own clock, so its items would be reserved for
+// different instants.
+func (s *Store) Reserve(ctx context.Context, now time.Time, after time.Duration, items []store.Item, out []tiers.Decision) (time.Time, error) {
+	if err := store.CheckDecide(s.closed.Load(), items, out); err != nil || len(items) == 0 {
+		return time.Time{}, err
+	}
+	off := max(after.Microseconds(), 1)
+	if s.caller {
+		t := now.UnixMicro()
+		return time.UnixMicro(t + off), s.decideAt(ctx, now, t, off, items, out)
+	}
+	used, err := s.reserveRedis(ctx, now, off, items, out)
+	return time.UnixMicro(used), err
+}
+
+// GiveBack implements store.Reserver: the items' refunds for the instant
+// at (the script's offset is then -at µs: an instant, not an offset).
+func (s *Store) GiveBack(ctx context.Context, now, at time.Time, items []store.Item) error {
+	back, out := store.GiveBackItems(items)
+	if err := store.CheckDecide(s.closed.Load(), back, out); err != nil || len(back) == 0 {
+		return err
+	}
+	t := int64(-1)
+	if s.caller {
+		t = now.UnixMicro()
+	}
+	return s.decideAt(ctx, now, t, -at.UnixMicro(), back, out)
+}
+
+// reserveRedis is Reserve on Redis's clock: one script call, whose answer's
+// instant is the one reserved for.
+func (s *Store) reserveRedis(ctx context.Context, now time.Time, off int64, items []store.Item, out []tiers.Decision) (int64, error) {
 	c := s.calls.Get().(*call)
 	defer s.put(c)
 	c.prepare(s, items, now)
+	c.off = off
+	mode := modeDecide
+	if s.cluster {
+		for i := range items {
+			if c.slot[i] != c.slot[0] {
+				return 0, fmt.Errorf("redisstore: %w: keys in several Cluster slots on Redis's clock", store.ErrCannotReserve)
+			}
+		}
+		mode = modeChecked
+	}
+	for attempt := 0; ; attempt++ {
+		st, used, err := s.exec(ctx, c, items, -1, mode, -1, "", out)
+		if err == nil && st == statusDone {
+			return used, nil
+		}
+		if err != nil && !isTryAgain(err) {
+			return 0, err
+		}
+		if werr := wait(ctx, attempt); werr != nil {
+			if err != nil {
+				return 0, err
+			}
+			return 0, werr
+		}
+	}
+}
+
+// decideAt is Decide at now (the policies' encoding instant) and t, the
+// script's now (µs on the caller's clock, -1 for Redis's), reserving for
+// off µs later when off > 0, giving back a reservation for the instant
+// -off µs when off < 0.
+func (s *Store) decideAt(ctx context.Context, now time.Time, t, off int64, items []store.Item, out []tiers.Decision) error {
+	c := s.calls.Get().(*call)
+	defer s.put(c)
+	c.prepare(s, items, now)
+	c.off = off
 	one := true
 	if s.cluster {
 		for i := range items {
@@ -255,7 +335,10 @@ func (s *Store) Decide(ctx context.Context, now time.Time, items []store.Item, o
 			}
 		}
 	}
-	if undoable(items) {
+	// A reservation or its give-back (off != 0) takes the two-step: an undo
+	// prunes at the instant it gives back at, which for a reservation is
+	// later than the present.
+	if off == 0 && undoable(items) {
 		return s.oneTrip(ctx, c, items, t, out)
 	}
 	return s.twoStep(ctx, c, items, t, out)
@@ -269,6 +352,7 @@ func (s *Store) put(c *call) {
 	clear(c.pols)
 	clear(c.args)
 	c.skey, c.gkey, c.enc, c.keys, c.pols, c.args = c.skey[:0], c.gkey[:0], c.enc[:0], c.keys[:0], c.pols[:0], c.args[:0]
+	c.off = 0
 	s.calls.Put(c)
 }
 
@@ -353,6 +437,9 @@ func (s *Store) exec(ctx context.Context, c *call, items []store.Item, sel int, 
 			f |= 2
 		}
 		h = appendF64(h, f)
+	}
+	if c.off != 0 {
+		h = appendF64(h, c.off)
 	}
 	c.hdr = h
 	// Boxing a []byte allocates: the box of the last header is reused when
@@ -600,7 +687,14 @@ func (s *Store) twoStep(ctx context.Context, c *call, items []store.Item, now in
 			for a := 0; ; a++ {
 				// A commit or abort that met TRYAGAIN did not run: its
 				// locks still hold the keys, so it can go again.
-				st, _, sub.err = s.exec(bg, sub, items, int(c.slots[k]), mode, sub.used, token, out)
+				// A reservation's script answers its decision instant, the
+				// present plus off (or -off): the commit sends back the
+				// present, which on the caller's clock is now.
+				used := sub.used
+				if sub.off != 0 {
+					used = now
+				}
+				st, _, sub.err = s.exec(bg, sub, items, int(c.slots[k]), mode, used, token, out)
 				if !isTryAgain(sub.err) || wait(bg, a) != nil {
 					break
 				}
@@ -665,7 +759,7 @@ func (s *Store) slotCalls(c *call) *slotCalls {
 	sc := &slotCalls{subs: make([]*call, len(c.slots))}
 	for k := range sc.subs {
 		sub := s.calls.Get().(*call)
-		sub.skey, sub.gkey, sub.slot, sub.enc = c.skey, c.gkey, c.slot, c.enc
+		sub.skey, sub.gkey, sub.slot, sub.enc, sub.off = c.skey, c.gkey, c.slot, c.enc, c.off
 		sc.subs[k] = sub
 	}
 	return sc

@@ -95,8 +95,14 @@ local function loldest(l, t, w)
   return nil
 end
 
--- prune: drop the buckets no longer counted at t.
+-- Pacing (tiers/reserve.go): RES, 1 for a reservation or its give-back (0:
+-- none), and PRUNE, its present, the latest instant a log may be pruned at
+-- (nil: none), set per call by fdecide.
+local RES, PRUNE = 0, nil
+
+-- prune: drop the buckets no longer counted at t (at most PRUNE).
 local function lprune(l, t, w)
+  if PRUNE and PRUNE < t then t = PRUNE end
   local lim, h, e, sum = t - w, l[H], l[E], l[SUM]
   while h <= e and l[2 * h + 2] <= lim do
     sum = sum - l[2 * h + 3]
@@ -635,12 +641,112 @@ local function forget_fixed(p, s)
 end
 
 -- ---------------------------------------------------------------------------
+-- Pacing (tiers/reserve.go): tiers.Reserve and tiers.RefundReserved, for a
+-- call made at now (PRUNE) for the instant t (NOW). Self-contained: decide
+-- and refund call them when RES > 0.
+
+-- rclosed: tiers' closed decision, a refusal no wait changes.
+local function rclosed(d)
+  dreset(d)
+  d.retry, d.reset = INF, INF
+  return d
+end
+
+-- lremove_at: removeAt (tiers/state.go), the hits granted at t out of the
+-- bucket they went into (the first starting at or after t's) and newer
+-- ones, up to n; the emptied buckets go.
+local function lremove_at(l, now, t, w, b, n)
+  lprune(l, now, w)
+  local at, done, h, e = floormul(t, b), 0, l[H], l[E]
+  for i = h, e do
+    local j = 2 * i + 2
+    if done < n and l[j] >= at then
+      local take = min(n - done, l[j + 1])
+      l[j + 1], l[SUM], done = l[j + 1] - take, l[SUM] - take, done + take
+    end
+  end
+  local k = h
+  for i = h, e do
+    local j = 2 * i + 2
+    if l[j + 1] > 0 then
+      l[2 * k + 2], l[2 * k + 3] = l[j], l[j + 1]
+      k = k + 1
+    end
+  end
+  l[E] = k - 1
+  if l[H] > l[E] then lreset(l) end
+  return done
+end
+
+local function reserve_tiers(p, s, gs, now, t, k, m, commit, d)
+  if p.n ~= 1 then return rclosed(d) end
+  local ts = s.t[1]
+  local fresh = (not ts or not ts.inn) and p.T[1].act == INF
+  if not fresh and (phase(p, s, 1, now) ~= 1 or phase(p, s, 1, t) ~= 1) then return rclosed(d) end
+  -- decide_tiers commits at t through ladd, which prunes at PRUNE.
+  return decide_tiers(p, s, gs, t, k, m, commit, d)
+end
+
+local function reserve_bucket(p, s, now, t, k, m, commit, d)
+  decide_bucket(p, s, t, k, m, false, d)
+  if not d.ok then return d end
+  -- The balance at t after the grant, carried back to now.
+  local b = balance(p, s, t) - d.granted * p.unit - p.r * (t - now)
+  if b < -p.capU then return rclosed(d) end
+  if commit and d.granted > 0 then
+    s.used, s.val, s.at = true, b, max(s.at, now)
+    s.dirty = true
+  end
+  return d
+end
+
+local function reserve_fixed(p, s, now, t, k, m, commit, d)
+  local _, _, e = fwin(p, s, now)
+  if t >= e then return rclosed(d) end
+  decide_fixed(p, s, now, k, m, commit, d)
+  if not d.ok then return rclosed(d) end
+  return d
+end
+
+local function reserve(p, s, gs, t, k, m, commit, d)
+  local now = PRUNE
+  if t <= now then
+    -- Not later than the present (a give-back's peek): a plain decision.
+    if p.kind == 0 then return decide_tiers(p, s, gs, now, k, m, commit, d) end
+    if p.kind == 1 then return decide_bucket(p, s, now, k, m, commit, d) end
+    if p.kind == 2 or p.kind == 4 then return decide_fixed(p, s, now, k, m, commit, d) end
+    return rclosed(d)
+  end
+  if p.od then return rclosed(d) end
+  if p.kind == 0 then return reserve_tiers(p, s, gs, now, t, k, m, commit, d) end
+  if p.kind == 1 then return reserve_bucket(p, s, now, t, k, m, commit, d) end
+  if p.kind == 2 or p.kind == 4 then return reserve_fixed(p, s, now, t, k, m, commit, d) end
+  return rclosed(d)
+end
+
+local function refund_reserved(p, s, gs, t, hits)
+  local now = PRUNE
+  if p.kind == 1 then return end -- a bucket keeps the credits spent
+  if p.kind ~= 0 then return refund_fixed(p, s, now, hits) end
+  if hits <= 0 or p.n < 1 or s.nt < 1 then return end
+  local tr = p.T[1]
+  local done = lremove_at(s.t[1].hits, now, t, tr.win, tr.width, hits)
+  lremove_at(s.sec, now, t, SEC, p.hw, done)
+  s.dirty = true
+  if gs then
+    lremove_at(gs.log, now, t, SEC, p.gw, done)
+    gs.dirty = true
+  end
+end
+
+-- ---------------------------------------------------------------------------
 -- tiers.Peek / tiers.Request, tiers.Refund, tiers.ForgetAt.
 
 -- decide: the decision on k hits, at least m, written to d (as from
 -- newd); commit applies a grant to the states.
 local function decide(p, s, gs, t, k, m, commit, d)
   k, m = clamp(k), clamp(m)
+  if RES > 0 then return reserve(p, s, gs, t, k, m, commit, d) end
   if p.kind == 0 then return decide_tiers(p, s, gs, t, k, m, commit, d) end
   if p.kind == 1 then return decide_bucket(p, s, t, k, m, commit, d) end
   if p.kind == 2 or p.kind == 4 then return decide_fixed(p, s, t, k, m, commit, d) end
@@ -651,6 +757,7 @@ end
 
 local function refund(p, s, gs, t, hits)
   hits = clamp(hits)
+  if RES > 0 then return refund_reserved(p, s, gs, t, hits) end
   if p.kind == 0 then refund_tiers(p, s, gs, t, hits)
   elseif p.kind == 1 then refund_bucket(p, s, t, hits)
   elseif p.kind == 2 or p.kind == 4 then refund_fixed(p, s, t, hits) end

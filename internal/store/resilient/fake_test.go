@@ -57,6 +57,22 @@ func (f *fakeRemote) Decide(ctx context.Context, now time.Time, items []store.It
 	return f.mem.Decide(ctx, now, items, out)
 }
 
+// Reserve and GiveBack make the fake a store.Reserver, behaving as
+// Decide does.
+func (f *fakeRemote) Reserve(ctx context.Context, now time.Time, after time.Duration, items []store.Item, out []tiers.Decision) (time.Time, error) {
+	if err := f.behave(ctx); err != nil {
+		return time.Time{}, err
+	}
+	return f.mem.Reserve(ctx, now, after, items, out)
+}
+
+func (f *fakeRemote) GiveBack(ctx context.Context, now, at time.Time, items []store.Item) error {
+	if err := f.behave(ctx); err != nil {
+		return err
+	}
+	return f.mem.GiveBack(ctx, now, at, items)
+}
+
 func (f *fakeRemote) Ping(ctx context.Context) error {
 	f.pings.Add(1)
 	if d, ok := ctx.Deadline(); ok {

@@ -564,6 +564,84 @@ func (s *Store) Reset(ctx context.Context, it *store.Item) error {
 	return nil
 }
 
+var _ store.Reserver = (*Store)(nil)
+
+// Reserve implements store.Reserver by asking the remote, as Decide does
+// (until Margin before the caller's deadline), but never from the
+// over-limit cache (the answer is at a later instant) and without moving
+// the breaker (a reservation is a second call for the same request). When
+// the remote cannot answer (breaker open, an error), ModeLocal reserves on
+// the local store; the other modes return the error, and the request is
+// answered as first decided. A remote that is not a store.Reserver
+// returns store.ErrCannotReserve.
+func (s *Store) Reserve(ctx context.Context, now time.Time, after time.Duration, items []store.Item, out []tiers.Decision) (time.Time, error) {
+	if err := store.CheckDecide(s.closed.Load(), items, out); err != nil || len(items) == 0 {
+		return time.Time{}, err
+	}
+	rs, ok := s.remote.(store.Reserver)
+	if !ok {
+		return time.Time{}, store.ErrCannotReserve
+	}
+	err := ErrBreakerOpen
+	if s.br.closed() {
+		var at time.Time
+		at, err = s.reserveRemote(ctx, func(ctx context.Context) (time.Time, error) { return rs.Reserve(ctx, now, after, items, out) })
+		if err == nil {
+			return at, nil
+		}
+		if errors.Is(err, store.ErrBadItem) || errors.Is(err, store.ErrCannotReserve) || ctx.Err() != nil {
+			return time.Time{}, fmt.Errorf("resilient: %w", err)
+		}
+	}
+	if s.mode == ModeLocal {
+		return s.local.Reserve(ctx, now, after, items, out)
+	}
+	return time.Time{}, fmt.Errorf("resilient: %w: %w", store.ErrCannotReserve, err)
+}
+
+// GiveBack implements store.Reserver: on the remote, where Reserve
+// reserved, or on the local store in ModeLocal when the remote cannot
+// answer (the reservation may have been local, and giving back what the
+// local store never held only ever grants more there, never more than the
+// remote).
+func (s *Store) GiveBack(ctx context.Context, now, at time.Time, items []store.Item) error {
+	rs, ok := s.remote.(store.Reserver)
+	if !ok {
+		return store.ErrCannotReserve
+	}
+	if s.cache != nil {
+		back, _ := store.GiveBackItems(items)
+		s.cache.forgetRefunds(back)
+	}
+	err := ErrBreakerOpen
+	if s.br.closed() {
+		_, err = s.reserveRemote(ctx, func(ctx context.Context) (time.Time, error) { return time.Time{}, rs.GiveBack(ctx, now, at, items) })
+		if err == nil || ctx.Err() != nil {
+			return err
+		}
+	}
+	if s.mode == ModeLocal {
+		return s.local.GiveBack(ctx, now, at, items)
+	}
+	return err
+}
+
+// reserveRemote runs f, a call to the remote, under the deadline Decide's
+// remote calls get.
+func (s *Store) reserveRemote(ctx context.Context, f func(context.Context) (time.Time, error)) (time.Time, error) {
+	if d, ok := ctx.Deadline(); ok {
+		left := time.Until(d)
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, d.Add(-min(s.margin, left/4)))
+		defer cancel()
+	} else if s.timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, s.timeout)
+		defer cancel()
+	}
+	return f(ctx)
+}
+
 // bound gives ctx the Timeout when it has no deadline.
 func (s *Store) bound(ctx context.Context) (context.Context, context.CancelFunc) {
 	if _, ok := ctx.Deadline(); ok || s.timeout < 0 {

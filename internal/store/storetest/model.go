@@ -28,6 +28,24 @@ var _ store.Store = (*Model)(nil)
 
 // Decide implements store.Store.
 func (m *Model) Decide(_ context.Context, now time.Time, items []store.Item, out []tiers.Decision) error {
+	return m.decide(now, time.Time{}, items, out)
+}
+
+var _ store.Reserver = (*Model)(nil)
+
+// Reserve implements store.Reserver: store.ApplyReserve.
+func (m *Model) Reserve(_ context.Context, now time.Time, after time.Duration, items []store.Item, out []tiers.Decision) (time.Time, error) {
+	at := now.Add(max(after, 0))
+	return at, m.decide(now, at, items, out)
+}
+
+// GiveBack implements store.Reserver.
+func (m *Model) GiveBack(_ context.Context, now, at time.Time, items []store.Item) error {
+	back, out := store.GiveBackItems(items)
+	return m.decide(now, at, back, out)
+}
+
+func (m *Model) decide(now, at time.Time, items []store.Item, out []tiers.Decision) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if err := store.CheckDecide(m.closed, items, out); err != nil {
@@ -56,7 +74,12 @@ func (m *Model) Decide(_ context.Context, now time.Time, items []store.Item, out
 			globals[i] = g
 		}
 	}
-	_, err := store.Apply(now, items, states, globals, out)
+	var err error
+	if at.IsZero() {
+		_, err = store.Apply(now, items, states, globals, out)
+	} else {
+		_, err = store.ApplyReserve(now, at, items, states, globals, out)
+	}
 	return err
 }
 

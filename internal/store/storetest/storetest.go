@@ -48,6 +48,8 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"InspectAndReset", testInspect},
 		{"PostPaid", testPostPaid},
 		{"RandomTracesPostPaid", testRandomTracesPostPaid},
+		{"PaceTracesMatchModel", testPaceTraces},
+		{"PaceConcurrent", testPaceConcurrent},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

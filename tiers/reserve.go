@@ -1,0 +1,200 @@
+package tiers
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Pacing: a request the policy rejects now but would grant a little later
+// may be held until then and granted instead of rejected. The hits of such a
+// request are reserved now, at the later instant at: later requests see them
+// and queue behind them, and the request is answered at at. A reservation is
+// decided at now so that the limit holds on the instants requests are
+// answered at, not only on the instants their hits are stamped with:
+//
+//   - KindTiers (a policy of one tier, with or without hard and global
+//     limits): the walk is made at at, over every hit the logs hold (a log
+//     counts a hit stamped after t at every t before it), and its hits are
+//     stamped at; the logs are pruned at now, never at at, so that what the
+//     present counts stays counted. Every hit is then stamped at or after
+//     the instant it is answered at, and the last hit committed into any
+//     window of answers saw all the others: no window of W holds more than
+//     L answers. The tier must be active at now (or, active for ever, never
+//     entered) and still at at: a reservation never enters or leaves a tier.
+//   - KindTokenBucket: granted when the balance at at covers the hits; the
+//     balance is then set at now to what it is to be at at after the grant,
+//     less the refill until at: it may fall below 0, a debt the wait repays
+//     (as a reservation of golang.org/x/time/rate does), bounded by the
+//     capacity (a longer debt is refused). A request before at sees only
+//     what remains once the reservation is served.
+//   - KindFixedWindow, KindQuota: only within the window (period) holding
+//     now, where a reservation is a grant at now. A window's count cannot
+//     hold the next window's hits and the current one's at once, so a
+//     request the window rejects, whose wait is always to the next window,
+//     is never reserved.
+//
+// Post-paid policies (Overdraft) and stacks of several tiers are never
+// reserved: a burst of a later request into a higher tier would not count
+// hits reserved in a lower one. CanPace says which policies pace.
+
+// ErrCannotPace is wrapped by CanPace's error.
+var ErrCannotPace = errors.New("tiers: cannot pace")
+
+// CanPace reports whether p's rejections can be paced: nil for a policy of
+// one tier (a rate_limit), with or without hard and global limits, and for
+// a token bucket; an error wrapping ErrCannotPace saying why for a stack of
+// several tiers, a fixed window, a calendar quota and a post-paid policy.
+// (A quota beside a paced policy is reserved within its period.)
+func CanPace(p *Policy) error {
+	if p == nil {
+		return fmt.Errorf("%w: no policy", ErrCannotPace)
+	}
+	if p.Overdraft {
+		return fmt.Errorf("%w: a post-paid (overdraft) policy counts usage after the fact", ErrCannotPace)
+	}
+	switch p.Kind {
+	case KindTiers:
+		if numTiers(p) != 1 {
+			return fmt.Errorf("%w: a stack of several tiers cannot keep a reservation across a burst (pace one tier or a token bucket)", ErrCannotPace)
+		}
+		return nil
+	case KindTokenBucket:
+		return nil
+	}
+	return fmt.Errorf("%w: a fixed window's or calendar quota's wait is always to its next window, which it cannot reserve while counting the current one", ErrCannotPace)
+}
+
+// Reserve decides at now a request of copies hits (at least min) to be
+// granted at the later instant at, and commits the reservation into s and g
+// (pacing: see above). It answers what Request answers at at, when the
+// reservation is granted; when at is refused by the rules above it answers
+// a rejection with RetryAfter Unbounded (no later instant can be reserved
+// either); a rejection at at has its RetryAfter counted from at. at not
+// after now is Request at now. A rejection changes nothing.
+func Reserve(p *Policy, s *State, g *Global, now, at time.Time, copies, min int64) Decision {
+	return reserve(p, s, g, now.UnixMicro(), at.UnixMicro(), copies, min, true)
+}
+
+// PeekReserve returns what Reserve would, changing nothing.
+func PeekReserve(p *Policy, s *State, g *Global, now, at time.Time, copies, min int64) Decision {
+	return reserve(p, s, g, now.UnixMicro(), at.UnixMicro(), copies, min, false)
+}
+
+func reserve(p *Policy, s *State, g *Global, now, t, k, m int64, commit bool) Decision {
+	if t <= now {
+		return decide(p, s, g, now, k, m, commit)
+	}
+	if p == nil || s == nil || p.Overdraft {
+		return closed()
+	}
+	k, m = clampCopies(k), clampCopies(m)
+	var d Decision
+	switch p.Kind {
+	case KindTiers:
+		d = reserveTiers(p, s, g, now, t, k, m, commit)
+	case KindTokenBucket:
+		d = reserveBucket(p, s, now, t, k, m, commit)
+	case KindFixedWindow, KindQuota:
+		if sameWindow(p, s, now, t) {
+			d = decideFixed(p, s, now, k, m, commit)
+			if !d.OK {
+				d = closed()
+			}
+		} else {
+			d = closed()
+		}
+	default:
+		return closed()
+	}
+	p.FillLimits(&d)
+	return d
+}
+
+// reserveTiers is reserve for a policy of one tier.
+func reserveTiers(p *Policy, s *State, g *Global, now, t, k, m int64, commit bool) Decision {
+	if numTiers(p) != 1 {
+		return closed()
+	}
+	// The tier active at now and at t, or never entered and active for ever.
+	fresh := (len(s.tiers) == 0 || !s.tiers[0].in) && p.Tiers[0].Active == Unbounded
+	if !fresh && (phase(p, s, 1, now) != active || phase(p, s, 1, t) != active) {
+		return closed()
+	}
+	d := decideTiers(p, s, g, t, k, m, false)
+	if !d.OK || !commit || d.Granted == 0 {
+		return d
+	}
+	var w walker
+	w.init(p, s, g, t)
+	c0, cnt0 := w.c, w.cnt
+	w.run(k)
+	applyTiersAt(p, s, g, now, t, c0, cnt0, &w)
+	return d
+}
+
+// reserveBucket is reserve for a token bucket.
+func reserveBucket(p *Policy, s *State, now, t, k, m int64, commit bool) Decision {
+	unit, r, capU, ok := bucketUnits(&p.Bucket)
+	if !ok {
+		return closed()
+	}
+	d := decideBucket(p, s, t, k, m, false)
+	if !d.OK {
+		return d
+	}
+	// The balance at t after the grant, carried back to now: between now
+	// and t the wait repays the debt, and at t the bucket holds what it
+	// would had the hits been taken at t (a bucket full before t has lost
+	// what overflowed, so the reservation cannot keep it).
+	b := balance(s, t, r, capU) - d.Granted*unit - r*(t-now)
+	if b < -capU {
+		return closed()
+	}
+	if commit && d.Granted > 0 {
+		s.used, s.val, s.at = true, b, max(s.at, now)
+	}
+	return d
+}
+
+// sameWindow reports whether t falls in the window (period) counted at now.
+func sameWindow(p *Policy, s *State, now, t int64) bool {
+	start, length, _ := fixedWindow(p, s, now)
+	return t < start+length
+}
+
+// RefundReserved gives back, at now, up to hits of a reservation made for
+// the instant at (a paced request that gave up waiting): for KindTiers the
+// hits stamped at at (or, when they joined a newer bucket, that bucket's)
+// leave the tier's and the per-second logs; a window (reserved within the
+// window holding now) gets its count back, as Refund at now; a token bucket
+// keeps the credits spent (see below). hits <= 0, a nil p or a nil s change
+// nothing.
+func RefundReserved(p *Policy, s *State, g *Global, now, at time.Time, hits int64) {
+	if p == nil || s == nil {
+		return
+	}
+	n, t, hits := now.UnixMicro(), at.UnixMicro(), clampCopies(hits)
+	switch p.Kind {
+	case KindTokenBucket:
+		// Nothing: the balance is one number, carried back from the
+		// latest reservation's instant, and the credits a later
+		// reservation counted on may be ones that, without this one,
+		// the full bucket would have lost: giving them back could grant
+		// more than the bucket holds.
+		return
+	case KindFixedWindow, KindQuota:
+		Refund(p, s, g, now, hits)
+		return
+	}
+	if hits <= 0 || numTiers(p) < 1 || len(s.tiers) < 1 {
+		return
+	}
+	tr := &p.Tiers[0]
+	win := Micros(tr.Window)
+	done := s.tiers[0].hits.removeAt(n, t, win, tierWidth(tr.Limit, win, s.exact), hits)
+	s.second.removeAt(n, t, second, secondWidth(p.HardLimit, s.exact), done)
+	if g != nil {
+		g.second.removeAt(n, t, second, secondWidth(p.GlobalLimit, g.exact), done)
+	}
+}

@@ -1,0 +1,300 @@
+package tiers
+
+import (
+	"errors"
+	"slices"
+	"testing"
+	"time"
+)
+
+// answer is a grant as a client sees it: n hits answered at the instant at
+// (a reservation's instant for a paced request), by domain dom.
+type answer struct {
+	at, n int64
+	dom   int
+	seq   int // the request's arrival order
+	paced bool
+	gone  bool // cancelled while waiting: given back, never answered
+}
+
+// pacer replays a random trace of plain and paced requests over two domains
+// sharing a Global, as the engine would: a rejected request whose wait is
+// within pace is reserved at the instant of its grant (trying again at the
+// wait a refused reservation answers, a few times), and some waits are
+// cancelled before their instant, giving the reservation back.
+func pacer(t *testing.T, r *bytesource, p *Policy, exact bool, sameSize bool) []answer {
+	t.Helper()
+	states := [2]*State{{exact: exact}, {exact: exact}}
+	g := &Global{exact: exact}
+	pace := int64(1+r.next()%30) * 100_000
+	now := int64(1_000_000_000)
+	var out []answer
+	k0 := int64(1 + r.next()%3)
+	for seq := 0; !r.empty() && seq < 400; seq++ {
+		now += int64(r.next()%8) * 25_000
+		op := r.next()
+		dom := op % 2
+		k := k0
+		if !sameSize {
+			k = int64(1 + (op/2)%3)
+		}
+		s := states[dom]
+		if op%7 == 6 && !sameSize {
+			// Cancel the oldest wait of this domain still pending.
+			for i := range out {
+				a := &out[i]
+				if a.dom == dom && a.paced && !a.gone && a.at > now {
+					RefundReserved(p, s, g, time.UnixMicro(now), time.UnixMicro(a.at), a.n)
+					a.gone = true
+					break
+				}
+			}
+			continue
+		}
+		d := Request(p, s, g, time.UnixMicro(now), k, k)
+		if d.OK {
+			out = append(out, answer{at: now, n: d.Granted, dom: dom, seq: seq})
+			continue
+		}
+		wait := Micros(d.RetryAfter)
+		for try := 0; try < 4 && wait > 0 && wait <= pace; try++ {
+			at := now + wait
+			peek := PeekReserve(p, s, g, time.UnixMicro(now), time.UnixMicro(at), k, k)
+			rd := Reserve(p, s, g, time.UnixMicro(now), time.UnixMicro(at), k, k)
+			if peek != rd {
+				t.Fatalf("seq %d: PeekReserve %+v, Reserve %+v", seq, peek, rd)
+			}
+			if rd.OK {
+				out = append(out, answer{at: at, n: rd.Granted, dom: dom, seq: seq, paced: true})
+				break
+			}
+			if rd.RetryAfter == Unbounded {
+				break
+			}
+			wait += Micros(rd.RetryAfter)
+		}
+	}
+	return out
+}
+
+// checkAnswers checks the limits of p on the instants hits were answered
+// at: no window of a tier (active for ever) holds more than its limit per
+// domain, no second more than the hard limit per domain nor the global
+// limit over both, and a token bucket never gives more than its capacity
+// plus its refill over any span.
+func checkAnswers(t *testing.T, p *Policy, as []answer) {
+	t.Helper()
+	var live []answer
+	for _, a := range as {
+		if !a.gone {
+			live = append(live, a)
+		}
+	}
+	slices.SortStableFunc(live, func(a, b answer) int { return int(a.at - b.at) })
+	within := func(w int64, dom int, limit int64, what string) {
+		for i, a := range live {
+			var n int64
+			for _, b := range live[i:] {
+				if b.at-a.at >= w {
+					break
+				}
+				if dom < 0 || b.dom == dom {
+					n += b.n
+				}
+			}
+			if (dom < 0 || a.dom == dom) && n > limit {
+				t.Fatalf("%s: %d hits answered in the %dµs from %d, limit %d; policy %+v; answers %+v", what, n, w, a.at, limit, p, live)
+			}
+		}
+	}
+	switch p.Kind {
+	case KindTiers:
+		for dom := range 2 {
+			if tr := p.Tiers[0]; tr.Active == Unbounded {
+				within(Micros(tr.Window), dom, tr.Limit, "tier")
+			}
+			if p.HardLimit > 0 {
+				within(second, dom, p.HardLimit, "hard limit")
+			}
+		}
+		if p.GlobalLimit > 0 {
+			within(second, -1, p.GlobalLimit, "global limit")
+		}
+	case KindTokenBucket:
+		per := Micros(p.Bucket.Per)
+		for dom := range 2 {
+			for i, a := range live {
+				var n int64
+				for _, b := range live[i:] {
+					if b.dom == dom {
+						n += b.n
+					}
+					if a.dom == dom && n*per > p.Bucket.Capacity*per+p.Bucket.Refill*(b.at-a.at) {
+						t.Fatalf("bucket: %d hits answered in [%d, %d]; policy %+v; answers %+v", n, a.at, b.at, p.Bucket, live)
+					}
+				}
+			}
+		}
+	}
+}
+
+// genPaced draws a policy that CanPace: one tier (active for ever, or for
+// a while with a cooldown), optional hard and global limits; or a bucket.
+func genPaced(r *bytesource, big bool) *Policy {
+	if r.next()%4 == 0 {
+		return &Policy{Kind: KindTokenBucket, Bucket: TokenBucket{
+			Capacity: int64(1 + r.next()%8), Refill: int64(1 + r.next()%4), Per: time.Duration(1+r.next()%10) * 100 * time.Millisecond,
+		}}
+	}
+	tr := Tier{Limit: int64(1 + r.next()%8), Window: time.Duration(1+r.next()%20) * 100 * time.Millisecond, Active: Unbounded}
+	if big && r.next()%2 == 1 {
+		tr.Limit = int64(60 + r.next())
+	}
+	if r.next()%4 == 0 {
+		tr.Active = tr.Window * time.Duration(1+r.next()%3)
+		tr.Cooldown = time.Duration(r.next()%4) * 300 * time.Millisecond
+	}
+	p := &Policy{Tiers: []Tier{tr}}
+	if r.next()%3 == 0 {
+		p.HardLimit = int64(1 + r.next()%12)
+	}
+	if r.next()%3 == 0 {
+		p.GlobalLimit = int64(1 + r.next()%16)
+	}
+	return p
+}
+
+// FuzzPace: paced grants never exceed a limit on the instants they are
+// answered at (exact logs, and the bucketed ones with limits above 64),
+// and requests of one size are answered in the order they came, per
+// domain, when no wait is cancelled.
+func FuzzPace(f *testing.F) {
+	f.Add([]byte{1, 2, 3, 0, 0, 0, 9, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 0, 0, 0, 0, 0, 0, 0, 0, 0})
+	f.Add([]byte{0, 3, 2, 5, 1, 0, 20, 1, 1, 0, 0, 1, 1, 0, 0, 1, 1, 0, 0, 1, 1, 0, 0, 1, 1, 0, 0, 6, 6, 13, 13, 1, 1})
+	f.Add([]byte{2, 1, 4, 0, 3, 2, 1, 1, 1, 1, 1, 1, 1, 1, 6, 6, 6, 6, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		for _, big := range []bool{false, true} {
+			r := &bytesource{b: data}
+			p := genPaced(r, big)
+			if err := Validate(p); err != nil {
+				return
+			}
+			same := r.next()%2 == 0
+			as := pacer(t, r, p, !big, same)
+			checkAnswers(t, p, as)
+			if !same {
+				continue
+			}
+			last := [2]int64{}
+			for _, a := range as {
+				if a.at < last[a.dom] {
+					t.Fatalf("request %d answered at %d, before an earlier request's %d; policy %+v", a.seq, a.at, last[a.dom], p)
+				}
+				last[a.dom] = a.at
+			}
+		}
+	})
+}
+
+// TestPaceBurst: a burst of twice the limit, every request paced with a
+// generous wait, is granted in full, in order, spread over the next window,
+// never more than the limit in any window.
+func TestPaceBurst(t *testing.T) {
+	p := &Policy{Tiers: []Tier{{Limit: 5, Window: time.Second, Active: Unbounded}}}
+	s := &State{}
+	now := time.Unix(1000, 0)
+	var as []answer
+	for i := range 10 {
+		at := now.Add(time.Duration(i) * time.Millisecond)
+		d := Request(p, s, nil, at, 1, 1)
+		if d.OK {
+			as = append(as, answer{at: at.UnixMicro(), n: 1, seq: i})
+			continue
+		}
+		rd := Reserve(p, s, nil, at, at.Add(d.RetryAfter), 1, 1)
+		if !rd.OK {
+			t.Fatalf("request %d: reservation at +%v refused: %+v", i, d.RetryAfter, rd)
+		}
+		as = append(as, answer{at: at.Add(d.RetryAfter).UnixMicro(), n: 1, seq: i, paced: true})
+	}
+	checkAnswers(t, p, as)
+	for i, a := range as {
+		want := now.Add(time.Duration(i) * time.Millisecond)
+		if i >= 5 {
+			want = now.Add(time.Duration(i-5)*time.Millisecond + time.Second)
+		}
+		if a.at != want.UnixMicro() {
+			t.Errorf("request %d answered at %v, want %v", i, time.UnixMicro(a.at).Sub(now), want.Sub(now))
+		}
+	}
+}
+
+// TestReserveRules: what is never reserved.
+func TestReserveRules(t *testing.T) {
+	now := time.Unix(1000, 0)
+	later := now.Add(500 * time.Millisecond)
+	stack := &Policy{Tiers: []Tier{{Limit: 1, Window: time.Second, Active: Unbounded}, {Limit: 2, Window: time.Second, Active: Unbounded}}}
+	fixed := &Policy{Kind: KindFixedWindow, Window: FixedWindow{Limit: 1, Unit: UnitSecond}}
+	post := &Policy{Tiers: []Tier{{Limit: 1, Window: time.Second, Active: Unbounded}}, Overdraft: true}
+	phased := &Policy{Tiers: []Tier{{Limit: 1, Window: 200 * time.Millisecond, Active: 400 * time.Millisecond, Cooldown: time.Second}}}
+	for _, tc := range []struct {
+		name string
+		p    *Policy
+		at   time.Time
+	}{
+		{"a stack of tiers", stack, later},
+		{"a fixed window's next window", fixed, now.Add(time.Second)},
+		{"post-paid", post, later},
+		{"past the tier's active period", phased, later},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := &State{}
+			Request(tc.p, s, nil, now.Add(-100*time.Millisecond), 1, 1)
+			before := cloneState(s)
+			d := Reserve(tc.p, s, nil, now, tc.at, 1, 1)
+			if d.OK || d.RetryAfter != Unbounded {
+				t.Errorf("got %+v, want a refusal with RetryAfter Unbounded", d)
+			}
+			if !cmpState(before, s) {
+				t.Errorf("a refusal changed the state")
+			}
+		})
+	}
+	for _, p := range []*Policy{stack, fixed, post} {
+		if err := CanPace(p); !errors.Is(err, ErrCannotPace) {
+			t.Errorf("CanPace(%v): got %v, want ErrCannotPace", p.Kind, err)
+		}
+	}
+	if err := CanPace(phased); err != nil {
+		t.Errorf("CanPace(one tier): %v", err)
+	}
+}
+
+// TestReservePruning: a reservation does not prune what the present still
+// counts. Limit 2 per second: hits at 0 and 0.5 s; a reservation at 1.4 s
+// (after the first hit left) must leave the hit at 0.5 counted at 0.6 s,
+// so a request then is rejected.
+func TestReservePruning(t *testing.T) {
+	p := &Policy{Tiers: []Tier{{Limit: 2, Window: time.Second, Active: Unbounded}}}
+	s := &State{}
+	t0 := time.Unix(1000, 0)
+	Request(p, s, nil, t0, 1, 1)
+	Request(p, s, nil, t0.Add(500*time.Millisecond), 1, 1)
+	now := t0.Add(600 * time.Millisecond)
+	if d := Reserve(p, s, nil, now, t0.Add(1400*time.Millisecond), 1, 1); !d.OK {
+		t.Fatalf("reservation refused: %+v", d)
+	}
+	if d := Request(p, s, nil, now, 1, 1); d.OK {
+		t.Fatalf("a request at 0.6 s granted beside the hit at 0.5 s and the reservation: %+v", d)
+	}
+	// Giving the reservation back frees exactly its slot.
+	RefundReserved(p, s, nil, now, t0.Add(1400*time.Millisecond), 1)
+	if d := Request(p, s, nil, t0.Add(1100*time.Millisecond), 1, 1); !d.OK {
+		t.Fatalf("after the give-back, a request at 1.1 s is refused: %+v", d)
+	}
+}
+
+func cmpState(a, b *State) bool {
+	return len(a.tiers) == len(b.tiers) && a.second.sum == b.second.sum && a.val == b.val && a.at == b.at &&
+		(len(a.tiers) == 0 || a.tiers[0].hits.sum == b.tiers[0].hits.sum)
+}
