@@ -107,6 +107,7 @@ type scratch struct {
 	entries []*lru.Entry[key, entry]
 	states  []*tiers.State
 	globals []*tiers.Global
+	plan    store.Plan
 }
 
 // New returns a Store with opts.
@@ -205,7 +206,8 @@ func (s *Store) Decide(_ context.Context, now time.Time, items []store.Item, out
 			sc.globals = append(sc.globals, nil)
 		}
 	}
-	_, err := store.Apply(now, items, sc.states, sc.globals, out)
+	sc.plan.Make(items)
+	_, err := store.Apply(now, &sc.plan, items, sc.states, sc.globals, out)
 	// Recompute the forgetting times of everything the call may have changed;
 	// a new, untouched key keeps the zero time and goes at the next sweep.
 	k := 0

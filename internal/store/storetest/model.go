@@ -56,7 +56,9 @@ func (m *Model) Decide(_ context.Context, now time.Time, items []store.Item, out
 			globals[i] = g
 		}
 	}
-	_, err := store.Apply(now, items, states, globals, out)
+	var plan store.Plan
+	plan.Make(items)
+	_, err := store.Apply(now, &plan, items, states, globals, out)
 	return err
 }
 
