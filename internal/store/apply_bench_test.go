@@ -73,3 +73,28 @@ func BenchmarkApply(b *testing.B) {
 		benchApply(b, []store.Item{take(glob, "api", "u1"), take(glob, "api", "u2"), take(glob, "api", "u1"), take(one, "user=u1", "d")}, time.Millisecond)
 	})
 }
+
+// BenchmarkPlan is Plan.Make alone, for the calls of BenchmarkApply: what
+// grouping a call costs once per Decide.
+func BenchmarkPlan(b *testing.B) {
+	one := &tiers.Policy{Tiers: []tiers.Tier{{Limit: 100, Window: time.Second, Active: tiers.Unbounded}}}
+	glob := &tiers.Policy{GlobalLimit: 1000, Tiers: []tiers.Tier{{Limit: 100, Window: time.Second, Active: tiers.Unbounded}}}
+	take := func(p *tiers.Policy, res, dom string) store.Item {
+		return store.Item{Key: store.Key{Resource: res, Domain: dom, PolicyID: 1}, Policy: p, Hits: 1, Min: 1}
+	}
+	for _, c := range []struct {
+		name  string
+		items []store.Item
+	}{
+		{"three", []store.Item{take(one, "user=u1", "d"), take(one, "tenant=t1", "d"), take(one, "api=a/user=u1", "d")}},
+		{"grouped", []store.Item{take(glob, "api", "u1"), take(glob, "api", "u2"), take(glob, "api", "u1"), take(one, "user=u1", "d")}},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			var p store.Plan
+			b.ReportAllocs()
+			for b.Loop() {
+				p.Make(c.items)
+			}
+		})
+	}
+}
