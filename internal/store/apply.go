@@ -9,31 +9,33 @@ import (
 
 // Apply is the Decide procedure, written once. The caller resolves, for
 // every item, states[i], the state of items[i].Key (items with the same Key
-// share one pointer), and globals[i], the global state of (Resource,
-// PolicyID) or nil when items[i].Policy.GlobalLimit is 0 (items of one
-// resource share one pointer), and holds whatever makes them exclusive for
-// the call. Apply writes one decision per item to out and reports whether the
-// takes were committed.
+// share one pointer, items of different Keys do not), and globals[i], the
+// global state of (Resource, PolicyID) or nil when items[i].Policy.GlobalLimit
+// is 0 (items of one resource share one pointer), makes plan, the items'
+// Plan (plan.Make(items)), and holds whatever makes the states exclusive for
+// the call. Apply writes one decision per item to out and reports whether
+// the takes were committed.
 //
 // The procedure, which every store must reproduce exactly:
 //
 //  1. Every refund item, in order: tiers.Refund(Hits), then out[i] is the
 //     tiers.Peek of one hit, with Granted 0 and OK true.
-//  2. The other items are grouped by state: a group is the items sharing a
-//     Key, led by the first of them, and asks for the sum of its members'
-//     Hits and Min. In leader order, each group's answer d is tiers.Peek of
-//     that sum. When d is granted and the policy has a global limit G, d's
-//     grant is cut to G − g0 − S, where g0 = d.ResourceHits − d.Granted is
-//     the resource's count before the request and S the predicted grants of
-//     the earlier granted groups sharing that global state; if that leaves
-//     fewer than the group's Min, d becomes a rejection (OK false, Granted
-//     0, LimitedByGlobal true, Remaining the room left, at least 0;
-//     RetryAfter and ResetAfter tiers.Unbounded when Min + S exceeds G, so
-//     that the request can never fit, else one second, the global count's
-//     window, after which the hits counted now have left it; the other
-//     fields as Peek gave them). Because tiers grants hit by hit and groups
-//     of different states meet only in the global count, this predicts
-//     exactly what committing the groups one after another would answer.
+//  2. The other items are grouped as plan says: a group is the items
+//     sharing a Key, led by the first of them, and asks for the sum of its
+//     members' Hits and Min. In leader order, each group's answer d is
+//     tiers.Peek of that sum. When d is granted and the policy has a global
+//     limit G, d's grant is cut to G − g0 − S, where g0 = d.ResourceHits −
+//     d.Granted is the resource's count before the request and S the
+//     predicted grants of the earlier granted groups sharing that global
+//     state; if that leaves fewer than the group's Min, d becomes a
+//     rejection (OK false, Granted 0, LimitedByGlobal true, Remaining the
+//     room left, at least 0; RetryAfter and ResetAfter tiers.Unbounded when
+//     Min + S exceeds G, so that the request can never fit, else one
+//     second, the global count's window, after which the hits counted now
+//     have left it; the other fields as Peek gave them). Because tiers
+//     grants hit by hit and groups of different states meet only in the
+//     global count, this predicts exactly what committing the groups one
+//     after another would answer.
 //  3. If a non-shadow group is rejected, nothing is committed but the
 //     post-paid groups (Policy.Overdraft: their hits are debited whatever
 //     the answer), each committed in leader order with tiers.Request of its
@@ -48,9 +50,10 @@ import (
 // first served. Rejected members get Granted 0.
 //
 // Apply does not allocate. It returns an error wrapping ErrBadItem, before
-// changing anything, when an item cannot be decided.
-func Apply(now time.Time, items []Item, states []*tiers.State, globals []*tiers.Global, out []tiers.Decision) (committed bool, err error) {
-	return apply(now, now, false, items, states, globals, out)
+// changing anything, when an item cannot be decided or plan is not of as
+// many items.
+func Apply(now time.Time, plan *Plan, items []Item, states []*tiers.State, globals []*tiers.Global, out []tiers.Decision) (committed bool, err error) {
+	return apply(now, now, false, plan, items, states, globals, out)
 }
 
 // ApplyReserve is Apply for a paced request held until the later instant
@@ -58,8 +61,8 @@ func Apply(now time.Time, items []Item, states []*tiers.State, globals []*tiers.
 // tiers.Reserve at (now, at) (at not after now: Peek and Request at now),
 // and every refund tiers.RefundReserved at (now, at), giving back a
 // reservation made for at.
-func ApplyReserve(now, at time.Time, items []Item, states []*tiers.State, globals []*tiers.Global, out []tiers.Decision) (committed bool, err error) {
-	return apply(now, at, true, items, states, globals, out)
+func ApplyReserve(now, at time.Time, plan *Plan, items []Item, states []*tiers.State, globals []*tiers.Global, out []tiers.Decision) (committed bool, err error) {
+	return apply(now, at, true, plan, items, states, globals, out)
 }
 
 // peek, request and refund are tiers' Peek, Request and Refund at now, or
@@ -86,12 +89,12 @@ func refund(p *tiers.Policy, s *tiers.State, g *tiers.Global, now, at time.Time,
 	tiers.Refund(p, s, g, now, hits)
 }
 
-func apply(now, at time.Time, res bool, items []Item, states []*tiers.State, globals []*tiers.Global, out []tiers.Decision) (committed bool, err error) {
+func apply(now, at time.Time, res bool, plan *Plan, items []Item, states []*tiers.State, globals []*tiers.Global, out []tiers.Decision) (committed bool, err error) {
 	if err := Check(items, out); err != nil {
 		return false, err
 	}
-	if len(states) < len(items) || len(globals) < len(items) || len(out) < len(items) {
-		return false, fmt.Errorf("%w: %d items, %d states, %d globals, %d decisions", ErrBadItem, len(items), len(states), len(globals), len(out))
+	if len(states) < len(items) || len(globals) < len(items) || plan.Len() != len(items) {
+		return false, fmt.Errorf("%w: %d items, %d states, %d globals, a plan of %d", ErrBadItem, len(items), len(states), len(globals), plan.Len())
 	}
 	for i := range items {
 		it := &items[i]
@@ -104,39 +107,31 @@ func apply(now, at time.Time, res bool, items []Item, states []*tiers.State, glo
 		out[i] = d
 	}
 
-	// One group: tiers.Request answers exactly what Peek would and commits
-	// nothing when it rejects, so the prediction pass is not needed.
-	groups, first := 0, -1
-	for i := range items {
-		if !items[i].Refund && leader(items, states, i) == i {
-			groups++
-			if first < 0 {
-				first = i
-			}
-		}
-	}
-	if groups == 1 {
-		i := first
-		hits, min := groupSums(items, states, i)
-		out[i] = request(items[i].Policy, states[i], globals[i], now, at, res, hits, min)
-		split(items, states, i, out)
-		return out[i].OK || items[i].Shadow || items[i].Policy.Overdraft, nil
-	}
-	if groups == 0 {
+	switch plan.Groups() {
+	case 0:
 		return true, nil
+	case 1:
+		// One group: tiers.Request answers exactly what Peek would and
+		// commits nothing when it rejects, so the prediction pass is not
+		// needed.
+		i := plan.First()
+		hits, min := plan.Sums(i)
+		out[i] = request(items[i].Policy, states[i], globals[i], now, at, res, hits, min)
+		split(plan, items, i, out)
+		return out[i].OK || plan.Shadow(i) || plan.PostPaid(i), nil
 	}
 
 	rejected := false
 	for i := range items {
-		if items[i].Refund || leader(items, states, i) != i {
+		if !plan.Leads(i) {
 			continue
 		}
-		hits, min := groupSums(items, states, i)
+		hits, min := plan.Sums(i)
 		d := peek(items[i].Policy, states[i], globals[i], now, at, res, hits, min)
-		if d.OK && globals[i] != nil && d.GlobalLimit > 0 {
+		if g := plan.Global(i); d.OK && g >= 0 && d.GlobalLimit > 0 {
 			var s int64
-			for k := 0; k < i; k++ {
-				if globals[k] == globals[i] && !items[k].Refund && leader(items, states, k) == k && out[k].OK {
+			for k := g; k < i; k++ {
+				if plan.Leads(k) && plan.Global(k) == g && out[k].OK {
 					s += out[k].Granted
 				}
 			}
@@ -156,33 +151,33 @@ func apply(now, at time.Time, res bool, items []Item, states []*tiers.State, glo
 			}
 		}
 		out[i] = d
-		if !d.OK && !items[i].Shadow {
+		if !d.OK && !plan.Shadow(i) {
 			rejected = true
 		}
 	}
 	if rejected {
 		for i := range items {
-			if !items[i].Refund && leader(items, states, i) == i {
-				if items[i].Policy.Overdraft {
-					hits, min := groupSums(items, states, i)
+			if plan.Leads(i) {
+				if plan.PostPaid(i) {
+					hits, min := plan.Sums(i)
 					out[i] = request(items[i].Policy, states[i], globals[i], now, at, res, hits, min)
 				}
-				split(items, states, i, out)
+				split(plan, items, i, out)
 			}
 		}
 		return false, nil
 	}
 	for i := range items {
-		if items[i].Refund || leader(items, states, i) != i {
+		if !plan.Leads(i) {
 			continue
 		}
-		if items[i].Shadow && !out[i].OK && !items[i].Policy.Overdraft {
-			split(items, states, i, out)
+		if plan.Shadow(i) && !out[i].OK && !plan.PostPaid(i) {
+			split(plan, items, i, out)
 			continue
 		}
-		hits, min := groupSums(items, states, i)
+		hits, min := plan.Sums(i)
 		out[i] = request(items[i].Policy, states[i], globals[i], now, at, res, hits, min)
-		split(items, states, i, out)
+		split(plan, items, i, out)
 	}
 	return true, nil
 }
@@ -219,45 +214,20 @@ func CheckDecide(closed bool, items []Item, out []tiers.Decision) error {
 	return Check(items, out)
 }
 
-// leader returns the first take item sharing item i's state.
-func leader(items []Item, states []*tiers.State, i int) int {
-	for j := 0; j < i; j++ {
-		if states[j] == states[i] && !items[j].Refund {
-			return j
-		}
-	}
-	return i
-}
-
-// groupSums returns the summed hits and minimums of the group led by i.
-func groupSums(items []Item, states []*tiers.State, i int) (hits, min int64) {
-	for j := i; j < len(items); j++ {
-		if states[j] == states[i] && !items[j].Refund {
-			hits += items[j].Hits
-			min += items[j].Min
-		}
-	}
-	return hits, min
-}
-
-// split copies the group answer out[i] to its members, sharing its grant.
-func split(items []Item, states []*tiers.State, i int, out []tiers.Decision) {
+// split copies the answer out[i] of the group i leads to its members,
+// sharing its grant.
+func split(plan *Plan, items []Item, i int, out []tiers.Decision) {
 	d := out[i]
 	if !d.OK {
-		for j := i; j < len(items); j++ {
-			if states[j] == states[i] && !items[j].Refund {
-				out[j] = d
-				out[j].Granted = 0
-			}
+		for j := i; j >= 0; j = plan.Next(j) {
+			out[j] = d
+			out[j].Granted = 0
 		}
 		return
 	}
-	_, groupMin := groupSums(items, states, i)
+	_, groupMin := plan.Sums(i)
 	extra := d.Granted - groupMin
-	for j := i; j < len(items); j++ {
-		if states[j] != states[i] || items[j].Refund {
-			continue
-		}
+	for j := i; j >= 0; j = plan.Next(j) {
 		e := min(items[j].Hits-items[j].Min, extra)
 		extra -= e
 		out[j] = d

@@ -107,6 +107,7 @@ type scratch struct {
 	entries []*lru.Entry[key, entry]
 	states  []*tiers.State
 	globals []*tiers.Global
+	plan    store.Plan
 }
 
 // New returns a Store with opts.
@@ -210,11 +211,12 @@ func (s *Store) decide(now, at time.Time, items []store.Item, out []tiers.Decisi
 			sc.globals = append(sc.globals, nil)
 		}
 	}
+	sc.plan.Make(items)
 	var err error
 	if at.IsZero() {
-		_, err = store.Apply(now, items, sc.states, sc.globals, out)
+		_, err = store.Apply(now, &sc.plan, items, sc.states, sc.globals, out)
 	} else {
-		_, err = store.ApplyReserve(now, at, items, sc.states, sc.globals, out)
+		_, err = store.ApplyReserve(now, at, &sc.plan, items, sc.states, sc.globals, out)
 	}
 	// Recompute the forgetting times of everything the call may have changed;
 	// a new, untouched key keeps the zero time and goes at the next sweep.

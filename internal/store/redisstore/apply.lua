@@ -16,9 +16,13 @@
 --   and read without making a table): mode, now (µs; -1: use Redis TIME;
 --   below -1: TIME plus -(now+1) µs), maxTTL (ms), lockTTL (ms), nk, n
 --   (items), then per item: state key index, global key index (0: none),
---   policy index, hits, min, flags (1 refund, 2 shadow). Pacing: the items
---   may be followed by one more double, a reservation's offset in µs (see
---   "Pacing" in tiers.lua and fdecide; absent: 0).
+--   policy index, hits, min, flags (1 refund, 2 shadow); then the call's
+--   store.Plan, per item: the index of its group's leader (0: a refund) and
+--   of the leader of the first group sharing its global state (0: none).
+--   Only the general code reads the plan; the fast paths take calls whose
+--   items are each their own group. Pacing: the plan may be followed by one
+--   more double, a reservation's offset in µs (see "Pacing" in tiers.lua
+--   and fdecide; absent: 0).
 -- ARGV[2]: the lock token (lock modes) or "".
 -- ARGV[3..]: policies, msgpack arrays of their compact form (Go's
 --   tiers.Policy.AppendCompact, which derives the widths, units and
@@ -122,19 +126,18 @@ local function general(KEYS, ARGV, mode, now, maxttl, lockttl, nk, n, pos)
     return nil
   end
 
-  -- Groups: the take items sharing a state key, led by the first of them,
-  -- asking for the sum of their hits and minimums (store.Apply).
-  local lead, gh, gm, first = {}, {}, {}, {}
+  -- Groups, as the call's plan (store.Plan) says: lead[i] the leader of
+  -- item i's group (nil for a refund), glob[i] the leader of the first
+  -- group sharing its global state (0: none); a group asks for the sum of
+  -- its members' hits and minimums.
+  local lead, glob, gh, gm = {}, {}, {}, {}
   for i = 1, n do
-    local it = items[i]
-    if not it.refund then
-      local l = first[it.sk]
-      if not l then
-        l = i
-        first[it.sk] = i
-        gh[i], gm[i] = 0, 0
-      end
-      lead[i] = l
+    local l, g
+    l, g, pos = sunpack('>dd', ARGV[1], pos)
+    if l > 0 then
+      local it = items[i]
+      if l == i then gh[i], gm[i] = 0, 0 end
+      lead[i], glob[i] = l, g
       gh[l] = gh[l] + it.hits
       gm[l] = gm[l] + it.min
     end
@@ -162,11 +165,11 @@ local function general(KEYS, ARGV, mode, now, maxttl, lockttl, nk, n, pos)
     if not it.refund and lead[i] == i then
       local p = it.p
       local d = decide(p, st[it.sk], gstate(it), now, gh[i], gm[i], false, newd())
-      if d.ok and it.gk > 0 and p.kind == 0 and p.glob > 0 then
+      local g = glob[i]
+      if d.ok and g > 0 and p.kind == 0 and p.glob > 0 then
         local s = 0
-        for k = 1, i - 1 do
-          local o = items[k]
-          if o.gk == it.gk and not o.refund and lead[k] == k and out[k].ok then s = s + out[k].granted end
+        for k = g, i - 1 do
+          if lead[k] == k and glob[k] == g and out[k].ok then s = s + out[k].granted end
         end
         local room = p.glob - (d.rh - d.granted) - s
         if room < d.granted then
@@ -433,10 +436,11 @@ local function fdecide(KEYS, ARGV, clock)
   -- Pacing: a reservation decides at its present plus RES, pruning at the
   -- present, on the general path (the fast paths below do not reserve),
   -- and reads a fixed window's expiry as under the caller's clock.
-  -- The double after the items: an offset x > 0 (reserve for now + x) or
-  -- an instant -x (give back the reservation made for it).
-  if #ARGV[1] >= 48 * (n + 1) + 8 then
-    local x = sunpack('>d', ARGV[1], 48 * (n + 1) + 1)
+  -- The double after the items (six doubles each) and the plan (two per
+  -- item): an offset x > 0 (reserve for now + x) or an instant -x (give
+  -- back the reservation made for it).
+  if #ARGV[1] >= 64 * n + 56 then
+    local x = sunpack('>d', ARGV[1], 64 * n + 49)
     if x ~= 0 then
       local at = now + x
       if x < 0 then at = -x end

@@ -219,12 +219,13 @@ func fastPathCosts() []fastPathCost {
 	// fixed-window path takes it.
 	hard := pol(&tiers.Policy{Kind: tiers.KindTiers, HardLimit: 100_000, Tiers: []tiers.Tier{{Limit: 1000, Window: time.Second, Active: tiers.Unbounded}}})
 	fixed := pol(&tiers.Policy{Kind: tiers.KindFixedWindow, Window: tiers.FixedWindow{Limit: 1000, Unit: tiers.UnitSecond}})
-	one := string(f64s(nil, modeDecide, -1, 3_600_000, 1000, 1, 1, 1, 0, 1, 1, 1, 0))
-	prepare := string(f64s(nil, modePrepare, -1, 3_600_000, 1000, 1, 1, 1, 0, 1, 1, 1, 0))
+	one := string(withPlan(f64s(nil, modeDecide, -1, 3_600_000, 1000, 1, 1, 1, 0, 1, 1, 1, 0)))
+	prepare := string(withPlan(f64s(nil, modePrepare, -1, 3_600_000, 1000, 1, 1, 1, 0, 1, 1, 1, 0)))
 	three := f64s(nil, modeDecide, -1, 3_600_000, 1000, 3, 3)
 	for i := range int64(3) {
 		three = f64s(three, i+1, 0, i+1, 1, 1, 0)
 	}
+	three = withPlan(three)
 	single := func(h string, p any) func(fn, prefix string, d int) []any {
 		return func(fn, prefix string, d int) []any {
 			return []any{"fcall", fn, 1, fmt.Sprint(prefix, "u", d), h, "", p}

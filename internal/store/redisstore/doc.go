@@ -56,7 +56,11 @@
 //
 // What a decision costs Redis is its Lua work, so the library keeps it
 // small. The general code (general in apply.lua: store.Apply's steps over
-// tables of items, groups and states) decides any call; a fast path is
+// tables of items, groups and states) decides any call, with the groups
+// the call's store.Plan makes: Decide makes the plan once and sends it
+// after the items (per item its group's leader and the leader of the first
+// group sharing its global state), so the Lua derives no group, and the
+// Cluster paths below read the same plan; a fast path is
 // that code written out for one common call, with the same answers, states
 // and expiry times. Each is opened by one line that a test cuts off (makes
 // "if false then") to hold the path equal to the general code on random

@@ -55,7 +55,7 @@ func TestCompensationOnlyGivesBackGrants(t *testing.T) {
 		for i, f := range flags {
 			h = f64s(h, int64(i+1), 0, 1, 5, 2, f)
 		}
-		return h
+		return withPlan(h)
 	}
 	reply := func(status, now int64, granted ...int64) string {
 		b := f64s(nil, status, now)
@@ -83,6 +83,10 @@ func TestCompensationOnlyGivesBackGrants(t *testing.T) {
 		at := hdrFields + itemFields*i
 		if g := [3]int64{f64at(h, at+3), f64at(h, at+4), f64at(h, at+5)}; g != want {
 			t.Errorf("item %d: hits, min, flags %v, want %v", i, g, want)
+		}
+		at = hdrFields + itemFields*2 + planFields*i
+		if g := [2]int64{f64at(h, at), f64at(h, at+1)}; g != [2]int64{} {
+			t.Errorf("item %d: plan (leader, global leader) %v, want a refund's (0, 0)", i, g)
 		}
 	}
 	for name, c := range map[string][]any{

@@ -122,14 +122,14 @@ func (s *Store) oneTrip(ctx context.Context, c *call, items []store.Item, now in
 			return err
 		}
 	}
-	if !rejected(c, items, out, -1) {
+	if !rejected(c, out, -1) {
 		return nil
 	}
 	bg, cancel := context.WithTimeout(context.WithoutCancel(ctx), lateReplyWait)
 	defer cancel()
 	sc.run(func(k int, sub *call) {
 		sl := int(c.slots[k])
-		if rejected(c, items, out, sl) {
+		if rejected(c, out, sl) {
 			return // its own Apply committed nothing but what stays
 		}
 		args := undoArgs(s, c, items, sl, sub.used, out)
@@ -155,28 +155,15 @@ func (s *Store) oneTrip(ctx context.Context, c *call, items []store.Item, now in
 
 // rejected reports whether a non-shadow group of the items of slot sel
 // (-1: of every slot) was rejected, store.Apply's test for committing
-// nothing but refunds and post-paid groups. A group is the take items of
-// one key, led by the first; its members share its answer.
-func rejected(c *call, items []store.Item, out []tiers.Decision, sel int) bool {
-	for i := range items {
-		if items[i].Refund || items[i].Shadow || out[i].OK || (sel >= 0 && int(c.slot[i]) != sel) {
-			continue
-		}
-		if leaderOf(c, items, i) == i {
+// nothing but refunds and post-paid groups. A group (c.plan) is the take
+// items of one key, led by the first; its members share its answer.
+func rejected(c *call, out []tiers.Decision, sel int) bool {
+	for i := range c.plan.Len() {
+		if c.plan.Leads(i) && !c.plan.Shadow(i) && !out[i].OK && (sel < 0 || int(c.slot[i]) == sel) {
 			return true
 		}
 	}
 	return false
-}
-
-// leaderOf returns the first take item sharing item i's state key.
-func leaderOf(c *call, items []store.Item, i int) int {
-	for j := 0; j < i; j++ {
-		if !items[j].Refund && c.skey[j] == c.skey[i] {
-			return j
-		}
-	}
-	return i
 }
 
 // undoArgs returns the FCALL (mode undo) that gives back what the groups
@@ -190,15 +177,12 @@ func undoArgs(s *Store, c *call, items []store.Item, sel int, used int64, out []
 	var h []byte
 	n := 0
 	for i := range items {
-		it := &items[i]
-		if it.Refund || int(c.slot[i]) != sel || it.Policy.Overdraft || leaderOf(c, items, i) != i || !out[i].OK {
+		if !c.plan.Leads(i) || int(c.slot[i]) != sel || c.plan.PostPaid(i) || !out[i].OK {
 			continue
 		}
 		var granted int64
-		for j := i; j < len(items); j++ {
-			if !items[j].Refund && c.skey[j] == c.skey[i] {
-				granted += out[j].Granted
-			}
+		for j := i; j >= 0; j = c.plan.Next(j) {
+			granted += out[j].Granted
 		}
 		if granted == 0 && !out[i].Burst {
 			continue
@@ -253,7 +237,7 @@ func (s *Store) undoLater(c *call, sc *slotCalls, items []store.Item, out []tier
 			continue
 		}
 		sl := int(c.slots[k])
-		if rejected(c, items, out, sl) {
+		if rejected(c, out, sl) {
 			continue
 		}
 		if args := undoArgs(s, c, items, sl, sub.used, out); args != nil {

@@ -99,6 +99,32 @@ func f64s(b []byte, vs ...int64) []byte {
 	return b
 }
 
+// withPlan appends to h, a header of the decide library's items, their
+// plan (store.Plan, as exec encodes it) for the key indices they name:
+// items of one state key index share a state, items of one global key
+// index a global state.
+func withPlan(h []byte) []byte {
+	n := int(f64at(h, hdrFields-1))
+	items := make([]store.Item, n)
+	global := &tiers.Policy{GlobalLimit: 1}
+	for i := range items {
+		at := hdrFields + itemFields*i
+		sk, gk, f := f64at(h, at), f64at(h, at+1), f64at(h, at+5)
+		it := &items[i]
+		it.Key, it.Policy = store.Key{Resource: fmt.Sprint("s", sk)}, &tiers.Policy{}
+		if gk > 0 {
+			it.Key, it.Policy = store.Key{Resource: fmt.Sprint("g", gk), Domain: fmt.Sprint(sk)}, global
+		}
+		it.Refund = f&flagRefund != 0
+	}
+	var plan store.Plan
+	plan.Make(items)
+	for i := range items {
+		h = f64s(h, int64(plan.Leader(i)+1), int64(plan.Global(i)+1))
+	}
+	return h
+}
+
 // randTake draws a call's hits, 1 to few and now and then (one in odds)
 // 0 to many-1, and its minimum, 0 to hits and now and then one more than
 // hits (a minimum no call can meet).
@@ -166,7 +192,7 @@ func TestSinglePath(t *testing.T) {
 			case 1:
 				f = 2 // shadow
 			}
-			h := f64s(nil, modeDecide, now, 3_600_000, 1000, 1+gk/2, 1, 1, gk, 1, hits, mn, f)
+			h := withPlan(f64s(nil, modeDecide, now, 3_600_000, 1000, 1+gk/2, 1, 1, gk, 1, hits, mn, f))
 			var replies []string
 			var states [2][]string
 			var expiry [2][]int64
@@ -287,7 +313,7 @@ func TestOneTierPath(t *testing.T) {
 			if r.IntN(10) == 0 {
 				maxTTL = 1 + r.Int64N(3000)
 			}
-			h := f64s(nil, modeDecide, now, maxTTL, 1000, 1, 1, 1, 0, 1, hits, mn, f)
+			h := withPlan(f64s(nil, modeDecide, now, maxTTL, 1000, 1, 1, 1, 0, 1, hits, mn, f))
 			arg := encodePolicy(p, time.Time{}).arg
 			replies, states, expiry := onEach(t, c, fns, fmt.Sprint("onetier:", trace), h, arg)
 			calls++
@@ -348,7 +374,7 @@ func TestFixedPath(t *testing.T) {
 			case 1:
 				f = 2 // shadow
 			}
-			h := f64s(nil, modeDecide, now, maxTTL, 1000, 1, 1, 1, 0, 1, hits, mn, f)
+			h := withPlan(f64s(nil, modeDecide, now, maxTTL, 1000, 1, 1, 1, 0, 1, hits, mn, f))
 			replies, states, expiry := onEach(t, c, fns, fmt.Sprint("fixed:", trace), h, arg)
 			calls++
 			if rd := (&reader{b: replies[1][16:]}); rd.num()&1 != 0 {
@@ -433,6 +459,7 @@ func TestManyPath(t *testing.T) {
 				}
 				h = f64s(h, sk, 0, pi, hits, hits, f)
 			}
+			h = withPlan(h)
 			var replies []string
 			var states [2][]string
 			var expiry [2][]int64
@@ -625,7 +652,7 @@ func TestCountExpiresAtOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	fixed := &tiers.Policy{Kind: tiers.KindFixedWindow, Window: tiers.FixedWindow{Limit: 5, Unit: tiers.UnitMinute}}
-	h := f64s(nil, modeDecide, -1, 3_600_000, 1000, 2, 2, 1, 0, 1, 1, 1, 0, 2, 0, 7, 1, 1, 0)
+	h := withPlan(f64s(nil, modeDecide, -1, 3_600_000, 1000, 2, 2, 1, 0, 1, 1, 1, 0, 2, 0, 7, 1, 1, 0))
 	err := c.Do(ctx, "fcall", funcName, 2, "expire:count", "expire:other", string(h), "", encodePolicy(fixed, time.Time{}).arg).Err()
 	if err == nil {
 		t.Fatal("a call whose second item has no policy succeeded")
@@ -738,7 +765,7 @@ func TestPeekPath(t *testing.T) {
 			}
 			if r.IntN(2) == 0 {
 				// History: the same decision on both keys.
-				h := f64s(nil, modeDecide, now, 3_600_000, 1000, 1, 1, 1, 0, 1, hits, mn, 0)
+				h := withPlan(f64s(nil, modeDecide, now, 3_600_000, 1000, 1, 1, 1, 0, 1, hits, mn, 0))
 				for _, k := range keys {
 					if err := c.Do(ctx, "fcall", funcName, 1, k, string(h), "", arg).Err(); err != nil {
 						t.Fatal(err)
@@ -746,7 +773,7 @@ func TestPeekPath(t *testing.T) {
 				}
 				continue
 			}
-			h := f64s(nil, modePrepare, now, 3_600_000, 5000, 1, 1, 1, 0, 1, hits, mn, f)
+			h := withPlan(f64s(nil, modePrepare, now, 3_600_000, 5000, 1, 1, 1, 0, 1, hits, mn, f))
 			var replies, states []string
 			for i, k := range keys {
 				before, _ := stored(t, c, k)

@@ -434,11 +434,12 @@ func (s *Store) compensate(calls [][]any) {
 
 // Header layout of ARGV[1] (apply.lua): six doubles (mode, now, maxTTL,
 // lockTTL, nk, n), then six per item (state key, global key, policy, hits,
-// min, flags). A reply: status and now, then nine doubles per item, of
-// which the second is Granted.
+// min, flags), then the plan, two per item (leader, global leader). A
+// reply: status and now, then nine doubles per item, of which the second
+// is Granted.
 const (
-	hdrFields, itemFields, replyHead, replyItem = 6, 6, 2, 9
-	flagRefund                                  = 1
+	hdrFields, itemFields, planFields, replyHead, replyItem = 6, 6, 2, 2, 9
+	flagRefund                                              = 1
 )
 
 func f64at(b []byte, i int) int64 {
@@ -471,7 +472,7 @@ func compensation(args []any, res string) []any {
 	rb := []byte(res)
 	mode, n := f64at(hdr, 0), int(f64at(hdr, 5))
 	if (mode != modeDecide && mode != modeChecked) || f64at(rb, 0) != statusDone ||
-		len(hdr) != 8*(hdrFields+itemFields*n) || len(rb) < 8*(replyHead+replyItem*n) {
+		len(hdr) != 8*(hdrFields+(itemFields+planFields)*n) || len(rb) < 8*(replyHead+replyItem*n) {
 		return nil
 	}
 	h := make([]byte, len(hdr))
@@ -487,6 +488,10 @@ func compensation(args []any, res string) []any {
 		putF64at(h, at+3, granted)
 		putF64at(h, at+4, 0)
 		putF64at(h, at+5, f64at(h, at+5)|flagRefund)
+		// Refunds belong to no group: the plan of refunds is all zeros.
+		at = hdrFields + itemFields*n + planFields*i
+		putF64at(h, at, 0)
+		putF64at(h, at+1, 0)
 		some = some || granted > 0
 	}
 	if !some {

@@ -261,6 +261,7 @@ func TestBatchFunction(t *testing.T) {
 				h = f64s(h, int64(i+1), 0, int64(i+1), hits, hits, f)
 				argv = append(argv, encodePolicy(pols[r.IntN(len(pols))], time.Time{}).arg)
 			}
+			h = withPlan(h)
 			if j == bad {
 				h = h[:20] // malformed: the call fails
 			}
@@ -332,7 +333,7 @@ func TestBatchFunction(t *testing.T) {
 	}
 
 	// On Redis's clock the calls of a batch decide at one instant.
-	h := f64s(nil, modeDecide, -1, 3_600_000, 1000, 1, 1, 1, 0, 1, 1, 1, 0)
+	h := withPlan(f64s(nil, modeDecide, -1, 3_600_000, 1000, 1, 1, 1, 0, 1, 1, 1, 0))
 	hdr := appendF64(nil, 3)
 	args := []any{"fcall", batchName, 3, "clock:a", "clock:b", "clock:c"}
 	for range 3 {
@@ -368,7 +369,7 @@ func TestBatchLoadsFunction(t *testing.T) {
 	if out, err := redistest.CLI(n.Port, "function", "flush"); err != nil {
 		t.Fatalf("FUNCTION FLUSH: %v %s", err, out)
 	}
-	h := f64s(nil, modeDecide, storetest.T0.UnixMicro(), 3_600_000, 1000, 1, 1, 1, 0, 1, 1, 1, 0)
+	h := withPlan(f64s(nil, modeDecide, storetest.T0.UnixMicro(), 3_600_000, 1000, 1, 1, 1, 0, 1, 1, 1, 0))
 	d := &dispatcher{sent: []bool{true, true}}
 	for _, k := range []string{"reload:a", "reload:b"} {
 		d.batch = append(d.batch, &request{args: []any{fcallName, funcNameArg, 1, k, h, "", encodePolicy(lyft, time.Time{}).arg}})

@@ -126,9 +126,12 @@ type call struct {
 	skey, gkey []string // per item: state key, global key ("": none)
 	slot       []uint16 // per item: the slot of its keys
 	enc        []*encoded
+	plan       *store.Plan // the items' grouping: &own, or a two-step's call's
+	own        store.Plan
 	// per script call
 	keys  []string
 	kix   []int // per item: index of its state key in keys, -1 not in this call
+	loc   []int // per item: its index among the items of this call (from 1), 0 not in it
 	gix   []int
 	pols  []*encoded
 	pix   []int
@@ -353,11 +356,15 @@ func (s *Store) put(c *call) {
 	clear(c.args)
 	c.skey, c.gkey, c.enc, c.keys, c.pols, c.args = c.skey[:0], c.gkey[:0], c.enc[:0], c.keys[:0], c.pols[:0], c.args[:0]
 	c.off = 0
+	c.plan = nil
 	s.calls.Put(c)
 }
 
-// prepare computes the keys, slots and policy encodings of the items.
+// prepare computes the keys, slots and policy encodings of the items, and
+// their plan.
 func (c *call) prepare(s *Store, items []store.Item, now time.Time) {
+	c.own.Make(items)
+	c.plan = &c.own
 	c.skey, c.gkey, c.slot, c.enc = c.skey[:0], c.gkey[:0], c.slot[:0], c.enc[:0]
 	for i := range items {
 		it := &items[i]
@@ -378,16 +385,18 @@ func (c *call) prepare(s *Store, items []store.Item, now time.Time) {
 // status and the now (µs) it used.
 func (s *Store) exec(ctx context.Context, c *call, items []store.Item, sel int, mode int, now int64, token string, out []tiers.Decision) (int, int64, error) {
 	c.keys, c.pols = c.keys[:0], c.pols[:0]
-	c.kix, c.gix, c.pix = c.kix[:0], c.gix[:0], c.pix[:0]
+	c.kix, c.gix, c.pix, c.loc = c.kix[:0], c.gix[:0], c.pix[:0], c.loc[:0]
 	n := 0
 	for i := range items {
 		if sel >= 0 && int(c.slot[i]) != sel {
+			c.loc = append(c.loc, 0)
 			c.kix = append(c.kix, -1)
 			c.gix = append(c.gix, -1)
 			c.pix = append(c.pix, -1)
 			continue
 		}
 		n++
+		c.loc = append(c.loc, n)
 		c.kix = append(c.kix, c.keyIndex(c.skey[i]))
 		g := -1
 		if c.gkey[i] != "" {
@@ -438,6 +447,24 @@ func (s *Store) exec(ctx context.Context, c *call, items []store.Item, sel int, 
 		}
 		h = appendF64(h, f)
 	}
+	// The plan, for the general code: a group's items, and the groups
+	// sharing a global state, share a slot (keys.go), so every leader of
+	// the call's items is one of them.
+	for i := range items {
+		if c.kix[i] < 0 {
+			continue
+		}
+		var lead, glob int64
+		if l := c.plan.Leader(i); l >= 0 {
+			lead = int64(c.loc[l])
+		}
+		if g := c.plan.Global(i); g >= 0 {
+			glob = int64(c.loc[g])
+		}
+		h = appendF64(appendF64(h, lead), glob)
+	}
+	// A reservation's offset, or a give-back's instant (-µs), after the
+	// plan (apply.lua's fdecide, "Pacing").
 	if c.off != 0 {
 		h = appendF64(h, c.off)
 	}
@@ -632,24 +659,7 @@ func (s *Store) twoStep(ctx context.Context, c *call, items []store.Item, now in
 			}
 			continue
 		}
-		// As in store.Apply, a group (the take items of one key) is shadow
-		// when its first item is, and its members share its answer.
-		commit := true
-		for i := range items {
-			if items[i].Refund || items[i].Shadow || out[i].OK {
-				continue
-			}
-			lead := true
-			for j := 0; j < i; j++ {
-				if !items[j].Refund && c.skey[j] == c.skey[i] {
-					lead = false
-					break
-				}
-			}
-			if lead {
-				commit = false
-			}
-		}
+		commit := !rejected(c, out, -1)
 		mode := modeAbort
 		if commit && prepared >= s.sealAfter {
 			// Fencing after slow prepares: commit only if the token still
@@ -759,7 +769,7 @@ func (s *Store) slotCalls(c *call) *slotCalls {
 	sc := &slotCalls{subs: make([]*call, len(c.slots))}
 	for k := range sc.subs {
 		sub := s.calls.Get().(*call)
-		sub.skey, sub.gkey, sub.slot, sub.enc, sub.off = c.skey, c.gkey, c.slot, c.enc, c.off
+		sub.skey, sub.gkey, sub.slot, sub.enc, sub.plan, sub.off = c.skey, c.gkey, c.slot, c.enc, c.plan, c.off
 		sc.subs[k] = sub
 	}
 	return sc
@@ -795,7 +805,7 @@ func (sc *slotCalls) prepared() (busy bool, err error) {
 // done gives the calls back, without the per-item slices they share.
 func (sc *slotCalls) done(s *Store) {
 	for _, sub := range sc.subs {
-		sub.skey, sub.gkey, sub.slot, sub.enc = nil, nil, nil, nil
+		sub.skey, sub.gkey, sub.slot, sub.enc, sub.plan = nil, nil, nil, nil, nil
 		sub.st, sub.used, sub.err = 0, 0, nil
 		s.put(sub)
 	}

@@ -4,6 +4,7 @@ import (
 	"hash/maphash"
 	"math"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -30,6 +31,7 @@ type cache struct {
 	seed  maphash.Seed
 	epoch atomic.Uint64 // bumped by Flush: calls begun before it do not insert
 	gens  [genSlots]atomic.Uint32
+	plans sync.Pool // *store.Plan: a call's grouping, for lookup and insert
 
 	hits, misses, evictions atomic.Uint64
 }
@@ -43,34 +45,47 @@ type centry struct {
 }
 
 func newCache(size int) *cache {
-	return &cache{m: lru.New[store.Key, centry](cacheShards, (size+cacheShards-1)/cacheShards, store.Key.Hash), seed: maphash.MakeSeed()}
+	c := &cache{m: lru.New[store.Key, centry](cacheShards, (size+cacheShards-1)/cacheShards, store.Key.Hash), seed: maphash.MakeSeed()}
+	c.plans.New = func() any { return new(store.Plan) }
+	return c
 }
+
+// plan returns items' plan, to give back with putPlan once the call is
+// done with it.
+func (c *cache) plan(items []store.Item) *store.Plan {
+	p := c.plans.Get().(*store.Plan)
+	p.Make(items)
+	return p
+}
+
+func (c *cache) putPlan(p *store.Plan) { c.plans.Put(p) }
 
 func (c *cache) gen(k *store.Key) *atomic.Uint32 {
 	h := maphash.String(c.seed, k.Resource) ^ k.PolicyID*0xbf58476d1ce4e5b9
 	return &c.gens[(h^h>>31)%genSlots]
 }
 
-// lookup answers items at now from the cache when every item is a cached
-// rejection valid at now for the same minimum, writing the decisions to out.
-// The items hold no refund. A post-paid item of some hits is never answered
-// here: its hits must be debited whatever the answer. It counts a hit or a
-// miss.
-func (c *cache) lookup(now time.Time, items []store.Item, out []tiers.Decision) bool {
+// lookup answers items at now from the cache when every group of plan (the
+// items' Plan) is a cached rejection valid at now for the same minimum,
+// writing the decisions to out. The items hold no refund. A post-paid group
+// of some hits is never answered here: its hits must be debited whatever
+// the answer. It counts a hit or a miss.
+func (c *cache) lookup(now time.Time, plan *store.Plan, items []store.Item, out []tiers.Decision) bool {
 	t := now.UnixMicro()
 	for i := range items {
-		if items[i].Policy.Overdraft && items[i].Hits > 0 {
+		if hits, _ := plan.Sums(i); plan.Leads(i) && plan.PostPaid(i) && hits > 0 {
 			c.misses.Add(1)
 			return false
 		}
 	}
 	for i := range items {
-		if l := leaderOf(items, i); l != i {
+		if l := plan.Leader(i); l != i {
 			out[i] = out[l]
 			continue
 		}
 		it := &items[i]
-		if !c.get(t, &it.Key, groupMin(items, i), it.Policy.GlobalLimit > 0, &out[i]) {
+		_, min := plan.Sums(i)
+		if !c.get(t, &it.Key, min, it.Policy.GlobalLimit > 0, &out[i]) {
 			c.misses.Add(1)
 			return false
 		}
@@ -105,12 +120,13 @@ func (c *cache) get(t int64, k *store.Key, min int64, global bool, d *tiers.Deci
 	return true
 }
 
-// insert remembers the rejections the remote answered for items at now,
-// unless Flush was called since epoch was read. A granted item may have
+// insert remembers the rejections the remote answered for the groups of
+// plan (the items' Plan) at now, unless Flush was called since epoch was
+// read. A granted item may have
 // taken hits, which can only delay its pair's grant for a larger minimum: its
 // entry, if any, is dropped so that no RetryAfter is answered too early, and
 // with a global limit the entries of its resource are invalidated.
-func (c *cache) insert(epoch uint64, now time.Time, items []store.Item, out []tiers.Decision) {
+func (c *cache) insert(epoch uint64, now time.Time, plan *store.Plan, items []store.Item, out []tiers.Decision) {
 	t := now.UnixMicro()
 	for i := range items {
 		it, d := &items[i], &out[i]
@@ -124,10 +140,10 @@ func (c *cache) insert(epoch uint64, now time.Time, items []store.Item, out []ti
 			}
 			continue
 		}
-		if it.Shadow || d.RetryAfter <= 0 || leaderOf(items, i) != i {
+		if !plan.Leads(i) || plan.Shadow(i) || d.RetryAfter <= 0 {
 			continue
 		}
-		if d.LimitedByGlobal && sharesGlobal(items, i) {
+		if d.LimitedByGlobal && plan.SharesGlobal(i) {
 			// The room the global limit left may have gone to this
 			// request's other pairs of the resource (store.Apply's cut):
 			// a rejection of the request, not of the pair alone.
@@ -137,7 +153,8 @@ func (c *cache) insert(epoch uint64, now time.Time, items []store.Item, out []ti
 		if d.RetryAfter != tiers.Unbounded {
 			until = t + d.RetryAfter.Microseconds()
 		}
-		c.put(epoch, t, until, &it.Key, groupMin(items, i), c.gen(&it.Key).Load(), d)
+		_, min := plan.Sums(i)
+		c.put(epoch, t, until, &it.Key, min, c.gen(&it.Key).Load(), d)
 	}
 }
 
@@ -190,45 +207,6 @@ func (c *cache) flush() {
 
 // size returns the number of cached rejections.
 func (c *cache) size() int { return c.m.Len() }
-
-// leaderOf returns the first take item sharing item i's key (store.Apply's
-// group leader).
-func leaderOf(items []store.Item, i int) int {
-	for j := 0; j < i; j++ {
-		if !items[j].Refund && items[j].Key == items[i].Key {
-			return j
-		}
-	}
-	return i
-}
-
-// sharesGlobal reports whether items holds a take of another pair of item
-// i's global state (its resource and policy, a global limit).
-func sharesGlobal(items []store.Item, i int) bool {
-	it := &items[i]
-	if it.Policy.GlobalLimit == 0 {
-		return false
-	}
-	for j := range items {
-		o := &items[j]
-		if !o.Refund && o.Key.Resource == it.Key.Resource && o.Key.PolicyID == it.Key.PolicyID && o.Key != it.Key {
-			return true
-		}
-	}
-	return false
-}
-
-// groupMin returns the summed Min of the group led by i: the minimum the
-// remote decided the group's rejection for.
-func groupMin(items []store.Item, i int) int64 {
-	var m int64
-	for j := i; j < len(items); j++ {
-		if !items[j].Refund && items[j].Key == items[i].Key {
-			m += items[j].Min
-		}
-	}
-	return m
-}
 
 func hasRefund(items []store.Item) bool {
 	for i := range items {

@@ -159,6 +159,34 @@ func TestCacheGlobalRefund(t *testing.T) {
 	}
 }
 
+// TestCacheGlobalCut: a rejection by the global limit is cached only when
+// no other group of the request shares the global state (store.Plan): when
+// one does, the room may have gone to it (store.Apply's cut), and the pair
+// alone may be granted at once. A pair of the resource whose policy has no
+// global limit shares nothing.
+func TestCacheGlobalCut(t *testing.T) {
+	f := newFake()
+	s := resilient.New(f, resilient.Options{})
+	defer s.Close()
+	storetest.Decide(t, s, t0, take(global, "x", 3)) // room left: 1
+	got := storetest.Decide(t, s, t0, take(global, "a", 1), take(global, "b", 1))
+	if !got[0].OK || got[1].OK || !got[1].LimitedByGlobal || got[1].RetryAfter <= 0 {
+		t.Fatalf("a, b: %+v, want a granted (predicted, not committed) and b cut by the global limit", got)
+	}
+	if d := storetest.Decide(t, s, t0, take(global, "b", 1))[0]; !d.OK || f.calls.Load() != 3 {
+		t.Errorf("b alone after the cut: %+v after %d remote calls, want the remote's grant", d, f.calls.Load())
+	}
+	// The room is gone: b rejected beside a pair without a global limit is
+	// cached.
+	got = storetest.Decide(t, s, t0, take(simple, "c", 1), take(global, "b", 1))
+	if got[1].OK || !got[1].LimitedByGlobal {
+		t.Fatalf("c, b: %+v, want b rejected by the global limit", got)
+	}
+	if d := storetest.Decide(t, s, t0, take(global, "b", 1))[0]; d.OK || f.calls.Load() != 4 {
+		t.Errorf("b alone: %+v after %d remote calls, want its cached rejection (4 calls)", d, f.calls.Load())
+	}
+}
+
 func TestCacheTimeBackwards(t *testing.T) {
 	s, f, _ := exhausted(t, resilient.Options{})
 	calls := f.calls.Load()

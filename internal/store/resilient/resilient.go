@@ -207,12 +207,15 @@ func (s *Store) Decide(ctx context.Context, now time.Time, items []store.Item, o
 		return err
 	}
 	var epoch uint64
+	var plan *store.Plan
 	refunds := false
 	if s.cache != nil {
 		epoch = s.cache.epoch.Load()
+		plan = s.cache.plan(items)
+		defer s.cache.putPlan(plan)
 		if refunds = hasRefund(items); refunds {
 			s.cache.forgetRefunds(items)
-		} else if s.cache.lookup(now, items, out) {
+		} else if s.cache.lookup(now, plan, items, out) {
 			s.cached.Add(1)
 			return nil
 		}
@@ -234,7 +237,7 @@ func (s *Store) Decide(ctx context.Context, now time.Time, items []store.Item, o
 				// from an answer the refund came after.
 				s.cache.forgetRefunds(items)
 			}
-			s.cache.insert(epoch, now, items, out)
+			s.cache.insert(epoch, now, plan, items, out)
 		}
 		return nil
 	case errors.Is(err, store.ErrBadItem):

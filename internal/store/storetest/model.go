@@ -74,11 +74,13 @@ func (m *Model) decide(now, at time.Time, items []store.Item, out []tiers.Decisi
 			globals[i] = g
 		}
 	}
+	var plan store.Plan
+	plan.Make(items)
 	var err error
 	if at.IsZero() {
-		_, err = store.Apply(now, items, states, globals, out)
+		_, err = store.Apply(now, &plan, items, states, globals, out)
 	} else {
-		_, err = store.ApplyReserve(now, at, items, states, globals, out)
+		_, err = store.ApplyReserve(now, at, &plan, items, states, globals, out)
 	}
 	return err
 }
