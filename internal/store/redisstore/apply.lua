@@ -399,8 +399,11 @@ local function fdecide(KEYS, ARGV, clock)
         if v and v ~= token then return rhead(1, 0) end
       end
     elseif mode <= 3 then
-      -- Another call holds a lock on one of the keys between its two steps.
-      for i = 1, nk do
+      -- Another call holds a lock on one of the keys between its two steps
+      -- (fxbatch checked it already: clock.free).
+      local m = nk
+      if clock and clock.free then m = 0 end
+      for i = 1, m do
         if redis.call('EXISTS', KEYS[nk + i]) == 1 then return rhead(1, 0) end
       end
     else
@@ -530,5 +533,67 @@ local function fbatch(KEYS, ARGV)
   return table.concat(OUT, '', 1, 2 * nc)
 end
 
+-- fxbatch: fbatch on a Redis Cluster master, for the calls of a pipeline
+-- whose slots it serves (each call's keys in one slot, the calls' in
+-- several): registered with the flag allow-cross-slot-keys, which lets a
+-- function touch keys of several slots of its node as long as they are
+-- not declared (an FCALL's declared keys must share one slot), so the
+-- keys come in ARGV. ARGV[1]: big-endian doubles: the number of calls, the
+-- number of keys of all the calls, then per call its numbers of keys and
+-- of arguments; ARGV[2..] the calls' keys one after another, then their
+-- arguments. A call is made only if its slot is this node's, stable: a
+-- first EXISTS of its lock keys (mode 2; of all its keys in the other
+-- modes) fails when a key is not here (the slot moved, or is migrating and
+-- not every key is here, or the cluster is down), and then the call is not
+-- made and answers an error starting with NOTRUN, for the caller to send it
+-- as its own FCALL, which follows the redirection. In mode 2 that EXISTS
+-- is the lock check (a lock found: busy). Otherwise as fbatch.
+local XNOTRUN = 'NOTRUN '
+local function fxbatch(KEYS, ARGV)
+  if not fmod then bind() end
+  local nc, tk, pos = sunpack('>dd', ARGV[1])
+  local ko, ao = 1, 1 + tk
+  CLOCK.t = nil
+  for j = 1, nc do
+    local nk, na
+    nk, na, pos = sunpack('>dd', ARGV[1], pos)
+    local K, A = SUBK[j], SUBA[j]
+    if not K then
+      K, A = {}, {}
+      SUBK[j], SUBA[j] = K, A
+    end
+    for i = 1, nk do K[i] = ARGV[ko + i] end
+    for i = nk + 1, #K do K[i] = nil end
+    for i = 1, na do A[i] = ARGV[ao + i] end
+    for i = na + 1, #A do A[i] = nil end
+    local mode, _, _, _, sk = sunpack('>ddddd', A[1])
+    local from = 1
+    if mode == 2 then from = sk + 1 end
+    local e = 0
+    if nk >= from then e = redis.pcall('EXISTS', tunpack(K, from, nk)) end
+    local ok, r
+    if type(e) == 'table' then
+      ok, r = false, XNOTRUN .. tostring(e.err)
+    elseif mode == 2 and e > 0 then
+      ok, r = true, rhead(1, 0)
+    else
+      CLOCK.free = mode == 2
+      ok, r = pcall(fdecide, K, A, CLOCK)
+      CLOCK.free = nil
+    end
+    if ok then
+      OUT[2 * j - 1] = spack('>d', #r)
+    else
+      if type(r) == 'table' then r = r.err end
+      r = tostring(r)
+      OUT[2 * j - 1] = spack('>d', -#r)
+    end
+    OUT[2 * j] = r
+    ko, ao = ko + nk, ao + na
+  end
+  return table.concat(OUT, '', 1, 2 * nc)
+end
+
 redis.register_function{ function_name = 'charon_decide_@V@', callback = fdecide }
 redis.register_function{ function_name = 'charon_batch_@V@', callback = fbatch }
+redis.register_function{ function_name = 'charon_xbatch_@V@', callback = fxbatch, flags = { 'allow-cross-slot-keys' } }

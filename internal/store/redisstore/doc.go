@@ -40,9 +40,21 @@
 // code failed without failing the others (TestBatchFunction): Redis pays
 // for one command and one function call per batch instead of per call
 // (about 6% of its time per decision with three fixed windows). On a
-// Cluster, whose keys of a batch would span slots, they go as one go-redis
-// pipeline of FCALLs, split by node by go-redis. Either way Redis and the
-// Go side pay one read and one write per batch. A pipeline lives until the latest deadline of
+// Cluster (runNodes) the calls are grouped by the master serving their
+// slot (the client's slot map) and each master with two or more gets one
+// FCALL of charon_xbatch_<hash>, registered with allow-cross-slot-keys:
+// a function may touch keys of several slots of its node, but an FCALL's
+// declared keys must share one slot (CROSSSLOT), so the keys travel in
+// ARGV. A call whose slot the master does not serve, or serves while it
+// migrates, is not made: the batch function first checks its lock keys
+// (EXISTS, which is also the Cluster's lock check) and that check fails
+// before anything is written; such calls, and those of a batch Redis
+// refused as a whole, go again as their own FCALLs through the Cluster
+// client, which follows MOVED and ASK (TestNodeBatch, with a slot moved
+// behind the client's back and one migrating; TestNodeBatchNodeDown). The
+// masters' batches go at once; the others (one call for a master) go as a
+// go-redis pipeline of FCALLs. Either way Redis and the Go side pay one
+// read and one write per batch. A pipeline lives until the latest deadline of
 // its callers (none when one has none; go-redis' read and write timeouts
 // still apply). A caller whose context ends gets its error at once (its
 // FCALL may still run, as with any call that times out); a call whose

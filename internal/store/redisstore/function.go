@@ -41,10 +41,12 @@ var (
 	libraryCode = lib.Code
 	funcName    = lib.Function("charon_decide_")
 	batchName   = lib.Function("charon_batch_")
+	xbatchName  = lib.Function("charon_xbatch_")
 	// The command's first arguments, boxed once.
 	fcallName    any = "fcall"
 	funcNameArg  any = funcName
 	batchNameArg any = batchName
+	xbatchArg    any = xbatchName
 	// libHash is the version a library's code gets.
 	libHash = redisfunc.Hash
 )

@@ -12,7 +12,6 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/charonlimit/charon/internal/redisfunc"
 	"github.com/charonlimit/charon/internal/store"
 )
 
@@ -153,6 +152,11 @@ type dispatcher struct {
 	retry []int
 	args  []any
 	hdr   []byte
+	idx   []int
+	// A Cluster's batch (runNodes): per master, its requests' batch; and
+	// the requests sent as their own FCALLs.
+	nodes  []*nodeBatch
+	single []int
 }
 
 // run sends the batch's live requests and sets their replies. On a single
@@ -208,9 +212,12 @@ func (s *Store) run(d *dispatcher) {
 	// the late ones queued (Settle).
 	s.busy.add(1)
 	defer s.busy.add(-1)
-	if live >= 2 && !s.cluster {
+	switch {
+	case live >= 2 && !s.cluster:
 		s.runBatch(ctx, d)
-	} else if live > 0 {
+	case live >= 2 && s.nodes != nil:
+		s.runNodes(ctx, d)
+	case live > 0:
 		s.runPipeline(ctx, d)
 	}
 	var late [][]any
@@ -266,48 +273,13 @@ func (s *Store) refunder() {
 // runPipeline sends the sent requests of d as one pipeline of FCALLs and
 // sets their replies.
 func (s *Store) runPipeline(ctx context.Context, d *dispatcher) {
-	d.cmds, d.retry = d.cmds[:0], d.retry[:0]
-	pipe := s.c.Pipeline()
-	for i, r := range d.batch {
-		var cmd *redis.Cmd
+	d.idx = d.idx[:0]
+	for i := range d.batch {
 		if d.sent[i] {
-			cmd = redis.NewCmd(ctx, r.args...)
-			_ = pipe.Process(ctx, cmd)
-		}
-		d.cmds = append(d.cmds, cmd)
-	}
-	_, _ = pipe.Exec(ctx)
-	for i, cmd := range d.cmds {
-		if cmd != nil && redisfunc.IsNotFound(cmd.Err()) {
-			d.retry = append(d.retry, i)
+			d.idx = append(d.idx, i)
 		}
 	}
-	if len(d.retry) > 0 {
-		if err := s.Load(ctx); err != nil {
-			for _, i := range d.retry {
-				d.batch[i].err = err
-				d.cmds[i] = nil
-			}
-		} else {
-			pipe := s.c.Pipeline()
-			for _, i := range d.retry {
-				d.cmds[i] = redis.NewCmd(ctx, d.batch[i].args...)
-				_ = pipe.Process(ctx, d.cmds[i])
-			}
-			_, _ = pipe.Exec(ctx)
-		}
-	}
-	for i, cmd := range d.cmds {
-		if cmd == nil {
-			continue
-		}
-		res, err := cmd.Text()
-		if err != nil {
-			d.batch[i].err = wrapReply(err)
-			continue
-		}
-		d.batch[i].res = res
-	}
+	s.pipeline(ctx, d, d.idx)
 }
 
 // runBatch sends the sent requests of d as one FCALL of the batch function
@@ -320,7 +292,13 @@ func (s *Store) runBatch(ctx context.Context, d *dispatcher) {
 		return err
 	})
 	if err == nil {
-		err = d.splitBatch(res)
+		d.idx = d.idx[:0]
+		for i := range d.batch {
+			if d.sent[i] {
+				d.idx = append(d.idx, i)
+			}
+		}
+		err = d.splitBatch(res, d.idx)
 	}
 	if err != nil {
 		for i, r := range d.batch {
@@ -377,14 +355,13 @@ func wrapReply(err error) error {
 // errBatchReply is a batch reply that does not hold one reply per call.
 var errBatchReply = errors.New("malformed batch reply")
 
-// splitBatch sets the reply, or the error, of each sent request of d from
-// res, the batch function's reply.
-func (d *dispatcher) splitBatch(res string) error {
+// splitBatch sets the reply, or the error, of the requests d.batch[i] for i
+// in idx from res, the reply of the batch function (or of the Cluster
+// node's, which may answer errNotRun).
+func (d *dispatcher) splitBatch(res string, idx []int) error {
 	rest := res
-	for i, r := range d.batch {
-		if !d.sent[i] {
-			continue
-		}
+	for _, i := range idx {
+		r := d.batch[i]
 		if len(rest) < 8 {
 			return errBatchReply
 		}
@@ -394,7 +371,10 @@ func (d *dispatcher) splitBatch(res string) error {
 		if l > int64(len(rest)) {
 			return errBatchReply
 		}
-		if n < 0 {
+		if n < 0 && strings.HasPrefix(rest[:l], notRunPrefix) {
+			// Not made: the node does not serve its slot (fxbatch).
+			r.err = errNotRun
+		} else if n < 0 {
 			// The call's own error inside the batch function (its pcall):
 			// Redis answered.
 			r.err = fmt.Errorf("redisstore: %w: %s", store.ErrReplied, rest[:l])

@@ -427,14 +427,14 @@ func TestSplitBatch(t *testing.T) {
 		return d
 	}
 	d := newD()
-	if err := d.splitBatch(part("first", false) + part("boom", true)); err != nil {
+	if err := d.splitBatch(part("first", false)+part("boom", true), []int{0, 2}); err != nil {
 		t.Fatal(err)
 	}
 	if d.batch[0].res != "first" || d.batch[0].err != nil || d.batch[2].err == nil || !strings.Contains(d.batch[2].err.Error(), "boom") || d.batch[1].res != "" {
 		t.Errorf("split: %+v %+v %+v", d.batch[0], d.batch[1], d.batch[2])
 	}
 	for _, bad := range []string{"", part("first", false), part("first", false) + part("x", false) + "extra", part("first", false) + "\x00\x00"} {
-		if err := newD().splitBatch(bad); !errors.Is(err, errBatchReply) {
+		if err := newD().splitBatch(bad, []int{0, 2}); !errors.Is(err, errBatchReply) {
 			t.Errorf("%q: %v, want errBatchReply", bad, err)
 		}
 	}
@@ -464,7 +464,7 @@ func TestRepliedErrors(t *testing.T) {
 	d.sent = []bool{true, true}
 	msg := "WRONGTYPE Operation against a key holding the wrong kind of value"
 	reply := string(appendF64(nil, -int64(len(msg)))) + msg + string(appendF64(nil, 2)) + "ok"
-	if err := d.splitBatch(reply); err != nil {
+	if err := d.splitBatch(reply, []int{0, 1}); err != nil {
 		t.Fatal(err)
 	}
 	if !errors.Is(d.batch[0].err, store.ErrReplied) || d.batch[1].err != nil || d.batch[1].res != "ok" {

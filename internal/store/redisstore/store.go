@@ -67,10 +67,13 @@ const maxAttempts = 200
 type Store struct {
 	c       redis.UniversalClient
 	cluster bool
-	prefix  string
-	caller  bool // Clock == ClockCaller
-	maxTTL  int64
-	lease   int64 // ms: the locks' life from a prepare or a seal (sealFactor × LockTTL)
+	// nodes is c as a Cluster client (nil otherwise): the dispatchers
+	// send each master's calls as one FCALL (runNodes).
+	nodes  *redis.ClusterClient
+	prefix string
+	caller bool // Clock == ClockCaller
+	maxTTL int64
+	lease  int64 // ms: the locks' life from a prepare or a seal (sealFactor × LockTTL)
 	// sealAfter: a two-step call whose prepares took this long (LockTTL)
 	// seals its locks before it commits.
 	sealAfter time.Duration
@@ -157,9 +160,10 @@ func NewWithClient(c redis.UniversalClient, opts Options) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	_, isCluster := c.(*redis.ClusterClient)
+	cc, isCluster := c.(*redis.ClusterClient)
 	s := &Store{
 		c:         c,
+		nodes:     cc,
 		cluster:   isCluster || o.Cluster,
 		prefix:    o.KeyPrefix,
 		caller:    o.Clock == ClockCaller,
@@ -384,6 +388,26 @@ func (c *call) prepare(s *Store, items []store.Item, now time.Time) {
 // when it answers, writes their decisions to out. It returns the script's
 // status and the now (µs) it used.
 func (s *Store) exec(ctx context.Context, c *call, items []store.Item, sel int, mode int, now int64, token string, out []tiers.Decision) (int, int64, error) {
+	c.command(s, items, sel, mode, now, token)
+	res, err := s.fcall(ctx, c)
+	if err != nil {
+		return 0, 0, err
+	}
+	if mode == modeSeal || mode == modeRelease {
+		// The reply is a status, with no decisions.
+		r := reader{b: res}
+		st := r.num()
+		if r.err != nil {
+			return 0, 0, errReply
+		}
+		return int(st), 0, nil
+	}
+	return c.read(res, items, out)
+}
+
+// command sets c.args to the FCALL of the decide function for the items
+// of slot sel (-1: all items) in mode.
+func (c *call) command(s *Store, items []store.Item, sel int, mode int, now int64, token string) {
 	c.keys, c.pols = c.keys[:0], c.pols[:0]
 	c.kix, c.gix, c.pix, c.loc = c.kix[:0], c.gix[:0], c.pix[:0], c.loc[:0]
 	n := 0
@@ -483,20 +507,6 @@ func (s *Store) exec(ctx context.Context, c *call, items []store.Item, sel int, 
 	for _, e := range c.pols {
 		c.args = append(c.args, e.arg)
 	}
-	res, err := s.fcall(ctx, c)
-	if err != nil {
-		return 0, 0, err
-	}
-	if mode == modeSeal || mode == modeRelease {
-		// The reply is a status, with no decisions.
-		r := reader{b: res}
-		st := r.num()
-		if r.err != nil {
-			return 0, 0, errReply
-		}
-		return int(st), 0, nil
-	}
-	return c.read(res, items, out)
 }
 
 func (c *call) keyIndex(k string) int {
