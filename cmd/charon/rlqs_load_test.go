@@ -17,6 +17,8 @@ import (
 	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 )
 
@@ -51,39 +53,51 @@ func TestRLQSLoad(t *testing.T) {
 		t.Fatal(err)
 	}
 	profile := os.Getenv("CHARON_RLQS_PROFILE")
-	p := startServe(t, bin, "--config", dir, "--max-concurrent-streams", "2000", fmt.Sprintf("--pprof=%v", profile != ""))
+	p := startServeEnv(t, bin, []string{"GRPC_GO_LOG_SEVERITY_LEVEL=info", "GRPC_GO_LOG_VERBOSITY_LEVEL=2"}, "--config", dir, "--max-concurrent-streams", "2000", fmt.Sprintf("--pprof=%v", profile != ""))
 	t.Logf("load average at the start: %s", loadAvg(t))
 	conns := make([]*grpc.ClientConn, (n+999)/1000)
 	for i := range conns {
-		cc, err := grpc.NewClient(p.grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		// Fixed windows: no BDP pings, which a starved server may count
+		// against its keepalive policy.
+		cc, err := grpc.NewClient(p.grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+			grpc.WithInitialWindowSize(1<<20), grpc.WithInitialConnWindowSize(16<<20))
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { cc.Close() })
 		conns[i] = cc
 	}
-	// The reports are built once: a stream's first (elapsed 0), then the
-	// one it sends every second; gRPC only marshals them.
+	// The reports are marshalled once: a stream's first (elapsed 0), then
+	// the one it sends every second. The load generator sends them as they
+	// are and scans the responses for their bucket ids (loadCodec), so that
+	// its CPU goes to gRPC rather than to protobuf maps.
 	ids := make([]*rlqsv3.BucketId, loadBuckets)
 	for k := range ids {
 		ids[k] = &rlqsv3.BucketId{Bucket: map[string]string{"user": fmt.Sprint("u", k)}}
 	}
-	reportOf := func(i int, elapsed time.Duration) *rlqsv3.RateLimitQuotaUsageReports {
+	reportOf := func(i int, elapsed time.Duration) *loadFrame {
 		us := make([]*rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage, loadBuckets)
 		for k := range us {
 			us[k] = &rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage{BucketId: ids[k], TimeElapsed: durationpb.New(elapsed), NumRequestsAllowed: uint64(10 + i%7)}
 		}
-		return &rlqsv3.RateLimitQuotaUsageReports{Domain: "web", BucketQuotaUsages: us}
+		b, err := proto.Marshal(&rlqsv3.RateLimitQuotaUsageReports{Domain: "web", BucketQuotaUsages: us})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return &loadFrame{b: b}
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var actions, responses atomic.Int64
+	var ended atomic.Int64 // streams the server ended
+	var endErr atomic.Value
 	var measuring atomic.Bool
 	streams := make([]*loadStream, n)
 	var wg sync.WaitGroup
 	start := time.Now()
 	for i := range n {
-		st, err := rlqsv3.NewRateLimitQuotaServiceClient(conns[i%len(conns)]).StreamRateLimitQuotas(ctx)
+		st, err := conns[i%len(conns)].NewStream(ctx, &rlqsv3.RateLimitQuotaService_ServiceDesc.Streams[0],
+			rlqsv3.RateLimitQuotaService_StreamRateLimitQuotas_FullMethodName, grpc.ForceCodec(loadCodec{}))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -92,23 +106,26 @@ func TestRLQSLoad(t *testing.T) {
 		wg.Add(2)
 		go func() {
 			defer wg.Done()
+			var f loadFrame
 			for {
-				r, err := st.Recv()
-				if err != nil {
+				if err := st.RecvMsg(&f); err != nil {
+					if ctx.Err() == nil {
+						ended.Add(1)
+						endErr.CompareAndSwap(nil, err.Error())
+					}
 					return
 				}
 				now := time.Now().UnixNano()
 				responses.Add(1)
-				actions.Add(int64(len(r.GetBucketAction())))
-				for _, a := range r.GetBucketAction() {
-					k, _ := strconv.Atoi(strings.TrimPrefix(a.GetBucketId().GetBucket()["user"], "u"))
+				n := forEachBucket(f.b, func(k int) {
 					if k < 0 || k >= loadBuckets {
-						continue
+						return
 					}
 					if prev := ls.last[k].Swap(now); prev != 0 && measuring.Load() && now-prev > ls.maxGap.Load() {
 						ls.maxGap.Store(now - prev)
 					}
-				}
+				})
+				actions.Add(int64(n))
 			}
 		}()
 		go func() {
@@ -123,7 +140,7 @@ func TestRLQSLoad(t *testing.T) {
 					return
 				case <-tk.C:
 				}
-				if st.Send(m) != nil {
+				if st.SendMsg(m) != nil {
 					return
 				}
 				tk.Reset(time.Second)
@@ -145,7 +162,8 @@ func TestRLQSLoad(t *testing.T) {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%d of %d buckets never got an assignment", missing, n*loadBuckets)
+			t.Fatalf("%d of %d buckets never got an assignment; %d streams ended (%v); charon serve's log:\n%s",
+				missing, n*loadBuckets, ended.Load(), endErr.Load(), logHead(p.stderr.String()))
 		}
 	}
 	t.Logf("%d streams opened in %v; every bucket assigned after %v", n, opened.Round(time.Millisecond), time.Since(start).Round(time.Millisecond))
@@ -189,6 +207,9 @@ func TestRLQSLoad(t *testing.T) {
 		}
 	}
 	t.Logf("longest time between two assignments of one bucket: %v", worst.Round(time.Millisecond))
+	if n := ended.Load(); n > 0 {
+		t.Errorf("%d streams ended: %v; charon serve's log:\n%s", n, endErr.Load(), logHead(p.stderr.String()))
+	}
 	if late > 0 {
 		t.Errorf("%d of %d streams had a bucket whose assignment was not renewed within its TTL (%v); the longest gap %v", late, n, ttl, worst)
 	}
@@ -204,6 +225,66 @@ func TestRLQSLoad(t *testing.T) {
 	p.alive(t)
 }
 
+// loadFrame is a message as bytes on the wire.
+type loadFrame struct{ b []byte }
+
+// loadCodec passes loadFrames through: the load generator's reports are
+// marshalled once, and its responses scanned by forEachBucket.
+type loadCodec struct{}
+
+func (loadCodec) Marshal(v any) ([]byte, error) { return v.(*loadFrame).b, nil }
+func (loadCodec) Unmarshal(data []byte, v any) error {
+	f := v.(*loadFrame)
+	f.b = append(f.b[:0], data...)
+	return nil
+}
+func (loadCodec) Name() string { return "proto" }
+
+// forEachBucket calls fn with K for each bucket action of a marshalled
+// RateLimitQuotaResponse whose bucket id is {user: uK}, and returns how many
+// bucket actions it holds: field 1 (bucket_action), its field 1
+// (bucket_id), its field 1 (a bucket map entry), its field 2 (the value).
+func forEachBucket(b []byte, fn func(k int)) (n int) {
+	for action := range protoFields(b, 1) {
+		n++
+		for id := range protoFields(action, 1) {
+			for entry := range protoFields(id, 1) {
+				for v := range protoFields(entry, 2) {
+					if k, err := strconv.Atoi(strings.TrimPrefix(string(v), "u")); err == nil {
+						fn(k)
+					}
+				}
+			}
+		}
+	}
+	return n
+}
+
+// protoFields yields the length-delimited fields numbered num of a message.
+func protoFields(b []byte, num protowire.Number) func(yield func([]byte) bool) {
+	return func(yield func([]byte) bool) {
+		for len(b) > 0 {
+			n, typ, l := protowire.ConsumeTag(b)
+			if l < 0 {
+				return
+			}
+			b = b[l:]
+			if l = protowire.ConsumeFieldValue(n, typ, b); l < 0 {
+				return
+			}
+			field := b[:l]
+			b = b[l:]
+			if n != num || typ != protowire.BytesType {
+				continue
+			}
+			v, _ := protowire.ConsumeBytes(field)
+			if !yield(v) {
+				return
+			}
+		}
+	}
+}
+
 // procCPU is a process' user+system CPU seconds from /proc.
 func procCPU(t *testing.T, pid int) float64 {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
@@ -216,6 +297,18 @@ func procCPU(t *testing.T, pid int) float64 {
 	return (ut + st) / 100 // USER_HZ
 }
 
+// logHead is the start of a log, without the repeats of gRPC's complaint
+// about each stream of a closed connection.
+func logHead(log string) string {
+	var b strings.Builder
+	for line := range strings.Lines(log) {
+		if !strings.Contains(line, "failed to write status") && b.Len() < 4000 {
+			b.WriteString(line)
+		}
+	}
+	return b.String()
+}
+
 // loadAvg is the machine's 1, 5 and 15 minute load averages.
 func loadAvg(t *testing.T) string {
 	b, err := os.ReadFile("/proc/loadavg")
@@ -223,4 +316,28 @@ func loadAvg(t *testing.T) string {
 		t.Fatal(err)
 	}
 	return strings.Join(strings.Fields(string(b))[:3], " ")
+}
+
+// TestLoadScan: the load generator's scan of a response finds every bucket
+// action and the buckets {user: uK} among them.
+func TestLoadScan(t *testing.T) {
+	action := func(bucket map[string]string, abandon bool) *rlqsv3.RateLimitQuotaResponse_BucketAction {
+		a := &rlqsv3.RateLimitQuotaResponse_BucketAction{BucketId: &rlqsv3.BucketId{Bucket: bucket}}
+		if abandon {
+			a.BucketAction = &rlqsv3.RateLimitQuotaResponse_BucketAction_AbandonAction_{AbandonAction: &rlqsv3.RateLimitQuotaResponse_BucketAction_AbandonAction{}}
+		} else {
+			a.BucketAction = &rlqsv3.RateLimitQuotaResponse_BucketAction_QuotaAssignmentAction_{QuotaAssignmentAction: &rlqsv3.RateLimitQuotaResponse_BucketAction_QuotaAssignmentAction{
+				AssignmentTimeToLive: durationpb.New(3 * time.Second)}}
+		}
+		return a
+	}
+	b, err := proto.Marshal(&rlqsv3.RateLimitQuotaResponse{BucketAction: []*rlqsv3.RateLimitQuotaResponse_BucketAction{
+		action(map[string]string{"user": "u3"}, false), action(map[string]string{"api": "x"}, false), action(map[string]string{"user": "u7"}, true)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ks []int
+	if n := forEachBucket(b, func(k int) { ks = append(ks, k) }); n != 3 || fmt.Sprint(ks) != "[3 7]" {
+		t.Errorf("forEachBucket: %d actions, buckets %v; want 3, [3 7]", n, ks)
+	}
 }
