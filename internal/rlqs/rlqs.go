@@ -170,8 +170,8 @@ type budget struct {
 	members map[*bucket]struct{}
 
 	// stale is set when the budget must be split again rather than its
-	// leases renewed: a member joined or left, or a demand moved beyond
-	// the tolerance since the last split. queued is set while the budget
+	// leases renewed: a member joined or left, or a demand changed since
+	// the last split. queued is set while the budget
 	// is in Allocator.dirty.
 	stale, queued atomic.Bool
 
@@ -480,7 +480,11 @@ func (s *Stream) Report(ctx context.Context, domain string, usages []Usage) erro
 					// Its first rate: split the budget by it now rather
 					// than at the next tick.
 					a.markDirty(b)
-				} else if moved(fairshare.Demand(rate, b.fill), bk.used.Load(), a.o.Tolerance) {
+				} else if fairshare.Demand(rate, b.fill) != bk.used.Load() {
+					// Any change of a demand, in whole tokens: the tolerance
+					// already keeps held shares within it of their targets
+					// (fairshare), and a second tolerance here would let the
+					// shares lag by both, the budget not handed out.
 					b.stale.Store(true)
 				}
 			}
@@ -491,15 +495,6 @@ func (s *Stream) Report(ctx context.Context, domain string, usages []Usage) erro
 		bk.reports.Add(1)
 	}
 	return nil
-}
-
-// moved reports whether a demand moved from used, the demand of the last
-// split, by more than the tolerance: worth splitting the budget again.
-func moved(demand, used int64, tolerance float64) bool {
-	if used < 0 {
-		return true
-	}
-	return math.Abs(float64(demand-used)) > tolerance*float64(used)
 }
 
 // Flush allocates the budgets that reports marked since the last tick (new
@@ -625,7 +620,7 @@ func Rate(p *tiers.Policy) (limit int64, fill time.Duration, ok bool) {
 
 // Tick re-resolves buckets against a new tree, abandons idle buckets and
 // those no rule limits any more, renews fallbacks, and allocates every
-// budget: one whose members and demands did not move beyond the tolerance
+// budget: one whose members and demands did not change since its last split
 // has its leases renewed at the shares they hold, when the store can
 // (sharestore.Renewer), rather than being split again. Each stream is woken
 // once, when every budget is done.

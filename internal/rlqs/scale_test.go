@@ -53,9 +53,8 @@ func (c *counting) counts() (splits, renewals int) {
 }
 
 // TestSplitOnlyWhenDemandsMove: a tick splits a budget again only when a
-// demand moved beyond the tolerance since the last split; otherwise it
-// renews the leases at the shares held, and the assignments are re-sent
-// only when due.
+// demand changed since the last split; otherwise it renews the leases at
+// the shares held, and the assignments are re-sent only when due.
 func TestSplitOnlyWhenDemandsMove(t *testing.T) {
 	st := &counting{}
 	f := newFixture(t, Options{Store: st})
@@ -77,7 +76,7 @@ func TestSplitOnlyWhenDemandsMove(t *testing.T) {
 	b.Pending()
 	splits0, renewals0 := st.counts()
 	for range 4 {
-		second(90, 30) // steady: within the tolerance
+		second(90, 30) // steady
 	}
 	splits, renewals := st.counts()
 	if splits != splits0 || renewals != renewals0+4 {
