@@ -125,39 +125,82 @@ func waterfill(budget int64, demands []int64, claims []Claim, idx []int) []int64
 	if n == 0 || budget <= 0 {
 		return out
 	}
-	order := make([]int, n)
-	for k := range order {
-		order[k] = k
+	type needOf struct {
+		need int64
+		k    int
 	}
-	need := func(k int) int64 {
-		if demands[k] < 0 {
-			return math.MaxInt64
+	order := make([]needOf, n)
+	for k, d := range demands {
+		if d < 0 {
+			d = math.MaxInt64
 		}
-		return demands[k]
+		order[k] = needOf{d, k}
 	}
-	slices.SortFunc(order, func(a, b int) int {
-		return cmp.Or(cmp.Compare(need(a), need(b)), cmp.Compare(claims[idx[a]].ID, claims[idx[b]].ID))
-	})
+	// By need alone: the order of equal needs does not matter, since when
+	// one of them fits in an equal split of what is left, so do the others
+	// (left-need over rest-1 is then at least left over rest).
+	slices.SortFunc(order, func(a, b needOf) int { return cmp.Compare(a.need, b.need) })
 	left := budget
-	for j, k := range order {
+	for j, o := range order {
 		rest := int64(n - j)
-		if need(k) <= left/rest {
-			out[k] = need(k)
-			left -= out[k]
+		if o.need <= left/rest {
+			out[o.k] = o.need
+			left -= o.need
 			continue
 		}
 		// Everyone from here on needs more than an equal split: split what
 		// is left, the remainder one token each in ID order.
-		tail := slices.Clone(order[j:])
-		slices.SortFunc(tail, func(a, b int) int { return cmp.Compare(claims[idx[a]].ID, claims[idx[b]].ID) })
 		each, extra := left/rest, left%rest
-		for t, k := range tail {
-			out[k] = each
-			if int64(t) < extra {
+		tail := make([]int, 0, len(order)-j)
+		for _, o := range order[j:] {
+			out[o.k] = each
+			tail = append(tail, o.k)
+		}
+		if extra > 0 {
+			smallest(tail, int(extra), func(a, b int) bool { return claims[idx[a]].ID < claims[idx[b]].ID })
+			for _, k := range tail[:extra] {
 				out[k]++
 			}
 		}
 		break
 	}
 	return out
+}
+
+// smallest reorders v so that its first n elements are its n smallest by
+// less (distinct keys), in no particular order: a quickselect, expected
+// linear where a sort of a budget's thousands of IDs is not.
+func smallest(v []int, n int, less func(a, b int) bool) {
+	lo, hi := 0, len(v) // the n-th smallest is within v[lo:hi]
+	for hi-lo > 1 {
+		// Median of three as the pivot, moved to the end.
+		m := lo + (hi-lo)/2
+		if less(v[m], v[lo]) {
+			v[m], v[lo] = v[lo], v[m]
+		}
+		if less(v[hi-1], v[lo]) {
+			v[hi-1], v[lo] = v[lo], v[hi-1]
+		}
+		if less(v[m], v[hi-1]) {
+			v[m], v[hi-1] = v[hi-1], v[m]
+		}
+		p := v[hi-1]
+		i := lo
+		for j := lo; j < hi-1; j++ {
+			if less(v[j], p) {
+				v[i], v[j] = v[j], v[i]
+				i++
+			}
+		}
+		v[i], v[hi-1] = v[hi-1], v[i]
+		// v[lo:i] < p = v[i] < v[i+1:hi]
+		switch {
+		case i == n || i+1 == n:
+			return
+		case i > n:
+			hi = i
+		default:
+			lo = i + 1
+		}
+	}
 }

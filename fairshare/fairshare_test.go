@@ -184,3 +184,18 @@ func checkInvariants(t *testing.T, limit int64, cs []Claim, got []int64, tol flo
 		t.Errorf("a demand is unmet but only %d of %d is handed out", sum, limit)
 	}
 }
+
+// TestSmallest: the first n elements are the n smallest, for every n.
+func TestSmallest(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 4))
+	for range 2000 {
+		v := r.Perm(r.IntN(40) + 1)
+		n := r.IntN(len(v) + 1)
+		smallest(v, n, func(a, b int) bool { return a < b })
+		for _, x := range v[:n] {
+			if x >= n {
+				t.Fatalf("n %d: %v holds %d among the first", n, v, x)
+			}
+		}
+	}
+}

@@ -10,9 +10,16 @@
 // Every Interval, Tick splits each budget among the streams that report it
 // with fairshare.Allocate, through a sharestore.Store (in memory, or Redis
 // for replicas sharing one budget), and queues on each stream the
-// assignments that changed beyond the tolerance or are due to be renewed. A
-// bucket seen for the first time is allocated at once, so a new Envoy gets a
-// starting share within its first report.
+// assignments that changed beyond the tolerance or are due to be renewed,
+// waking each stream once, so that its actions go out in one response. A
+// budget whose members and demands did not change since its last split has
+// its leases renewed instead, when the store can (sharestore.Renewer): with
+// thousands of streams, most ticks split nothing. A bucket seen for the
+// first time is allocated at once, so a new Envoy gets a starting share
+// within its first report.
+//
+// A report of known buckets takes only its stream's lock: thousands of
+// streams must not queue on one mutex (see docs/performance.md, RLQS).
 //
 // The clock is Options.Now; Tick may be called by hand (tests) instead of
 // Run.

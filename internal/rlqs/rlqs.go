@@ -3,6 +3,7 @@ package rlqs
 import (
 	"context"
 	"crypto/rand"
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -13,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/charonlimit/charon/descriptors"
@@ -120,6 +122,13 @@ type Usage struct {
 }
 
 // Allocator runs the pipeline. Create it with New; safe for concurrent use.
+//
+// Locks, taken in this order: a stream's (its buckets, their sent
+// assignments, its pending actions), the allocator's (the streams, the
+// budgets, the resolution cache), a budget's (its members). A report of
+// known buckets takes only its stream's lock, so thousands of streams
+// reporting at once do not queue on one lock. A budget's alloc lock
+// serialises its allocations and is taken before any stream's lock.
 type Allocator struct {
 	o   Options
 	log *slog.Logger
@@ -127,22 +136,49 @@ type Allocator struct {
 	mu      sync.Mutex
 	streams map[*Stream]struct{}
 	budgets map[string]*budget
-	reports map[string]uint64 // per rule
-	errs    uint64
+	reports map[string]*atomic.Uint64 // per rule
 	// dirty are the budgets to allocate before the next tick (a new
 	// bucket, a first rate); kick tells Run.
-	dirty map[*budget]struct{}
+	dirty []*budget
 	kick  chan struct{}
+	// cache resolves lookup keys (see appendLookup) against cacheTree.
+	cache     map[string]resolution
+	cacheTree *descriptors.Tree
 	// holdUntil is the end of Options.Hold.
 	holdUntil time.Time
+	errs      atomic.Uint64
 }
+
+// resolution is what a bucket id resolves to; see budgetOf.
+type resolution struct {
+	b    sharestore.Budget
+	rule string
+	fill time.Duration
+	ok   bool
+}
+
+// maxCache bounds the resolution cache; past it, the cache starts over.
+const maxCache = 1 << 16
 
 // budget is a budget's local instances.
 type budget struct {
-	b       sharestore.Budget
-	rule    string
-	fill    time.Duration
+	b    sharestore.Budget
+	rule string
+	fill time.Duration
+
+	mu      sync.Mutex
 	members map[*bucket]struct{}
+
+	// stale is set when the budget must be split again rather than its
+	// leases renewed: a member joined or left, or a demand changed since
+	// the last split. queued is set while the budget
+	// is in Allocator.dirty.
+	stale, queued atomic.Bool
+
+	// Under alloc: the allocation's scratch space.
+	alloc   sync.Mutex
+	list    []*bucket
+	demands []sharestore.Demand
 }
 
 // bucket is one bucket of one stream.
@@ -152,30 +188,44 @@ type bucket struct {
 	key    string // canonical bucket id
 	claim  string // its ID in the store: the stream's and the bucket's
 	domain string
-	tree   *descriptors.Tree
-	budget *budget // nil: unmatched (fallback)
-	fall   Kind    // the fallback sent when unmatched
 
-	rate       float64
-	known      bool
-	active     time.Time // last report with requests
-	share      int64
-	sent       Action
-	sentAt     time.Time
-	everSent   bool
-	allocating bool
+	// Under s.mu.
+	tree      *descriptors.Tree
+	budget    *budget // nil: unmatched (fallback)
+	fall      Kind    // the fallback sent when unmatched
+	reports   *atomic.Uint64
+	active    time.Time // last report with requests
+	sent      Action
+	sentAt    time.Time
+	everSent  bool
+	pendingAt int // 1 + its index in s.pending; 0: none
+
+	// Written under s.mu, read by allocations without it.
+	rate  atomic.Uint64 // math.Float64bits of the smoothed rate
+	known atomic.Bool
+	// share is the latest share; used the demand of the last split.
+	share atomic.Int64
+	used  atomic.Int64
 }
+
+func (bk *bucket) rateNow() float64 { return math.Float64frombits(bk.rate.Load()) }
 
 // Stream is one Envoy's stream. Report and Close are called by the stream's
 // reader; Pending by its writer, when Notify fires.
 type Stream struct {
-	a         *Allocator
-	id        string
-	buckets   map[string]*bucket // under a.mu
-	pending   []Action           // under a.mu
-	pendingOf []*bucket          // the bucket of each pending action
-	notify    chan struct{}
+	a      *Allocator
+	id     string
+	notify chan struct{}
+
+	mu        sync.Mutex
+	buckets   map[string]*bucket // by lookup key
+	pending   []Action
+	pendingOf []*bucket // the bucket of each pending action
+	spare     []Action  // the slice Pending returned last, reused after it
 	closed    bool
+	// Report's scratch space.
+	kbuf  []byte
+	kkeys []string
 }
 
 // New returns an Allocator.
@@ -210,8 +260,9 @@ func New(o Options) (*Allocator, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Allocator{o: o, log: log, streams: map[*Stream]struct{}{}, budgets: map[string]*budget{}, reports: map[string]uint64{},
-		dirty: map[*budget]struct{}{}, kick: make(chan struct{}, 1), holdUntil: o.Now().Add(o.Hold)}, nil
+	return &Allocator{o: o, log: log, streams: map[*Stream]struct{}{}, budgets: map[string]*budget{},
+		reports: map[string]*atomic.Uint64{}, kick: make(chan struct{}, 1), cache: map[string]resolution{},
+		holdUntil: o.Now().Add(o.Hold)}, nil
 }
 
 // Open starts a stream.
@@ -228,12 +279,18 @@ func (a *Allocator) Open() *Stream {
 // Notify fires when the stream has pending actions.
 func (s *Stream) Notify() <-chan struct{} { return s.notify }
 
-// Pending returns and clears the stream's pending actions.
+// Pending returns and clears the stream's pending actions. The slice is
+// the caller's until its next call of Pending, which reuses it.
 func (s *Stream) Pending() []Action {
-	s.a.mu.Lock()
-	defer s.a.mu.Unlock()
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	p := s.pending
-	s.pending, s.pendingOf = nil, nil
+	for _, bk := range s.pendingOf {
+		bk.pendingAt = 0
+	}
+	clear(s.pendingOf)
+	clear(s.spare) // drop the bucket ids of the actions sent before
+	s.pending, s.pendingOf, s.spare = s.spare[:0], s.pendingOf[:0], p
 	return p
 }
 
@@ -241,45 +298,76 @@ func (s *Stream) Pending() []Action {
 // counting their shares until their leases expire.
 func (s *Stream) Close() {
 	a := s.a
-	a.mu.Lock()
-	defer a.mu.Unlock()
+	s.mu.Lock()
 	for _, bk := range s.buckets {
 		a.leave(bk)
 	}
 	s.buckets = nil
 	s.closed = true
+	s.mu.Unlock()
+	a.mu.Lock()
 	delete(a.streams, s)
+	a.mu.Unlock()
 }
 
-// queue adds an action for the stream; under a.mu.
-func (s *Stream) queue(bk *bucket, act Action, now time.Time) {
+// queue adds an action for the stream, under s.mu, and reports whether it
+// is the first pending one: the caller then wakes the writer (wake), at
+// once or, for a tick, once every budget is allocated, so that a stream
+// gets one response per tick.
+func (s *Stream) queue(bk *bucket, act Action, now time.Time) (first bool) {
 	bk.sent, bk.sentAt, bk.everSent = act, now, true
 	// A bucket's newer action replaces one not sent yet: Envoy acts on the
 	// last anyway.
-	for i, p := range s.pendingOf {
-		if p == bk {
-			s.pending[i] = act
-			return
-		}
+	if bk.pendingAt > 0 {
+		s.pending[bk.pendingAt-1] = act
+		return false
 	}
 	s.pending = append(s.pending, act)
 	s.pendingOf = append(s.pendingOf, bk)
+	bk.pendingAt = len(s.pending)
+	return len(s.pending) == 1
+}
+
+// wake tells the stream's writer it has pending actions.
+func (s *Stream) wake() {
 	select {
 	case s.notify <- struct{}{}:
 	default:
 	}
 }
 
-// leave removes bk from its budget; under a.mu.
+// leave removes bk from its budget; under bk.s.mu.
 func (a *Allocator) leave(bk *bucket) {
-	if bk.budget == nil {
+	b := bk.budget
+	if b == nil {
 		return
 	}
-	delete(bk.budget.members, bk)
-	if len(bk.budget.members) == 0 {
-		delete(a.budgets, bk.budget.b.Key)
-	}
 	bk.budget = nil
+	a.mu.Lock()
+	b.mu.Lock()
+	delete(b.members, bk)
+	empty := len(b.members) == 0
+	b.mu.Unlock()
+	if empty && a.budgets[b.b.Key] == b {
+		delete(a.budgets, b.b.Key)
+	}
+	a.mu.Unlock()
+	b.stale.Store(true)
+}
+
+// markDirty has the budget split by the next Flush.
+func (a *Allocator) markDirty(b *budget) {
+	b.stale.Store(true)
+	if b.queued.Swap(true) {
+		return
+	}
+	a.mu.Lock()
+	a.dirty = append(a.dirty, b)
+	a.mu.Unlock()
+	select {
+	case a.kick <- struct{}{}:
+	default:
+	}
 }
 
 // checkBucket refuses an empty bucket id, or one over the bounds.
@@ -311,6 +399,28 @@ func Canonical(id map[string]string) string {
 	return sb.String()
 }
 
+// appendLookup appends the lookup key of domain's bucket id to buf: the
+// domain and the entries sorted by key, each length-prefixed. It identifies
+// a bucket as Canonical does, without quoting, so that a report of known
+// buckets allocates nothing; keys is scratch space.
+func appendLookup(buf []byte, keys []string, domain string, id map[string]string) ([]byte, []string) {
+	keys = keys[:0]
+	for k := range id {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	buf = binary.AppendUvarint(buf, uint64(len(domain)))
+	buf = append(buf, domain...)
+	for _, k := range keys {
+		v := id[k]
+		buf = binary.AppendUvarint(buf, uint64(len(k)))
+		buf = append(buf, k...)
+		buf = binary.AppendUvarint(buf, uint64(len(v)))
+		buf = append(buf, v...)
+	}
+	return buf, keys
+}
+
 // Report records a report of domain's buckets. A bucket no rule limits is
 // answered at once (the fallback); a new bucket's budget, or one whose
 // bucket reports its first rate, is allocated by the next Flush (Run's,
@@ -321,27 +431,38 @@ func (s *Stream) Report(ctx context.Context, domain string, usages []Usage) erro
 	}
 	a := s.a
 	now := a.o.Now()
-	a.mu.Lock()
-	defer a.mu.Unlock()
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	if s.closed {
 		return nil
 	}
-	tree := a.o.Tree()
+	var tree *descriptors.Tree
+	treeRead, answered := false, false
+	defer func() {
+		if answered {
+			s.wake()
+		}
+	}()
 	for i, u := range usages {
 		if err := checkBucket(u.Bucket); err != nil {
 			return fmt.Errorf("%w: bucket_quota_usages[%d].bucket_id %v", ErrInput, i, err)
 		}
-		key := strconv.Quote(domain) + ":" + Canonical(u.Bucket) // one stream may report several domains
-		bk := s.buckets[key]
+		s.kbuf, s.kkeys = appendLookup(s.kbuf[:0], s.kkeys, domain, u.Bucket) // one stream may report several domains
+		bk := s.buckets[string(s.kbuf)]
 		if bk == nil {
 			if len(s.buckets) >= MaxBuckets {
 				return fmt.Errorf("%w (%d)", ErrTooManyBuckets, MaxBuckets)
 			}
+			key := strconv.Quote(domain) + ":" + Canonical(u.Bucket)
 			bk = &bucket{s: s, id: maps.Clone(u.Bucket), key: key, claim: s.id + "/" + key, domain: domain}
-			s.buckets[key] = bk
-			a.resolve(bk, tree, now)
+			bk.used.Store(fairshare.Unknown)
+			s.buckets[string(s.kbuf)] = bk
+			if !treeRead {
+				tree, treeRead = a.o.Tree(), true
+			}
+			answered = a.resolve(bk, string(s.kbuf), tree, now) || answered
 			if bk.budget != nil {
-				a.dirty[bk.budget] = struct{}{}
+				a.markDirty(bk.budget)
 			}
 		}
 		count := u.Allowed + u.Denied
@@ -351,28 +472,27 @@ func (s *Stream) Report(ctx context.Context, domain string, usages []Usage) erro
 		// Envoy's first report of a bucket has no elapsed time: its counts
 		// are no rate yet, and the bucket keeps an unknown demand.
 		if u.Elapsed > 0 {
-			if !bk.known && bk.budget != nil {
-				// Its first rate: split the budget by it now rather than
-				// at the next tick.
-				a.dirty[bk.budget] = struct{}{}
+			rate := fairshare.Smooth(bk.rateNow(), bk.known.Load(), count, u.Elapsed, a.o.Interval)
+			bk.rate.Store(math.Float64bits(rate))
+			first := !bk.known.Swap(true)
+			if b := bk.budget; b != nil {
+				if first {
+					// Its first rate: split the budget by it now rather
+					// than at the next tick.
+					a.markDirty(b)
+				} else if fairshare.Demand(rate, b.fill) != bk.used.Load() {
+					// Any change of a demand, in whole tokens: the tolerance
+					// already keeps held shares within it of their targets
+					// (fairshare), and a second tolerance here would let the
+					// shares lag by both, the budget not handed out.
+					b.stale.Store(true)
+				}
 			}
-			bk.rate = fairshare.Smooth(bk.rate, bk.known, count, u.Elapsed, a.o.Interval)
-			bk.known = true
 		}
 		if count > 0 {
 			bk.active = now
 		}
-		rule := "unmatched"
-		if bk.budget != nil {
-			rule = bk.budget.rule
-		}
-		a.reports[rule]++
-	}
-	if len(a.dirty) > 0 {
-		select {
-		case a.kick <- struct{}{}:
-		default:
-		}
+		bk.reports.Add(1)
 	}
 	return nil
 }
@@ -383,38 +503,66 @@ func (s *Stream) Report(ctx context.Context, domain string, usages []Usage) erro
 func (a *Allocator) Flush(ctx context.Context) {
 	now := a.o.Now()
 	a.mu.Lock()
-	dirty := slices.Collect(maps.Keys(a.dirty))
-	clear(a.dirty)
+	dirty := a.dirty
+	a.dirty = nil
 	a.mu.Unlock()
+	var woken []*Stream
 	for _, b := range dirty {
-		a.allocate(ctx, b, now)
+		b.queued.Store(false)
+		woken = a.allocate(ctx, b, now, false, woken)
+	}
+	for _, s := range woken {
+		s.wake()
 	}
 }
 
-// resolve matches bk against tree and joins its budget, or queues the
-// fallback; under a.mu.
-func (a *Allocator) resolve(bk *bucket, tree *descriptors.Tree, now time.Time) {
+// resolve matches bk (its lookup key lookup) against tree and joins its
+// budget, or queues the fallback and reports true; under bk.s.mu.
+func (a *Allocator) resolve(bk *bucket, lookup string, tree *descriptors.Tree, now time.Time) (queued bool) {
 	bk.tree = tree
-	b, rule, fill, ok := budgetOf(tree, bk.domain, bk.id)
+	a.mu.Lock()
+	if tree != a.cacheTree || len(a.cache) >= maxCache {
+		clear(a.cache)
+		a.cacheTree = tree
+	}
+	r, ok := a.cache[lookup]
 	if !ok {
+		r.b, r.rule, r.fill, r.ok = budgetOf(tree, bk.domain, bk.id)
+		a.cache[lookup] = r
+	}
+	counter := "unmatched"
+	if r.ok {
+		counter = r.rule
+	}
+	bk.reports = a.reports[counter]
+	if bk.reports == nil {
+		bk.reports = new(atomic.Uint64)
+		a.reports[counter] = bk.reports
+	}
+	if !r.ok {
+		a.mu.Unlock()
 		bk.fall = Allow
 		if a.o.Unmatched == DenyAll {
 			bk.fall = Deny
 		}
-		if rule == "unlimited" {
+		if r.rule == "unlimited" {
 			bk.fall = Allow
 		}
-		bk.s.queue(bk, Action{Bucket: bk.id, Kind: bk.fall, TTL: a.o.UnmatchedTTL}, now)
-		return
+		return bk.s.queue(bk, Action{Bucket: bk.id, Kind: bk.fall, TTL: a.o.UnmatchedTTL}, now)
 	}
-	bg := a.budgets[b.Key]
+	bg := a.budgets[r.b.Key]
 	if bg == nil {
-		bg = &budget{b: b, rule: rule, fill: fill, members: map[*bucket]struct{}{}}
-		a.budgets[b.Key] = bg
+		bg = &budget{b: r.b, rule: r.rule, fill: r.fill, members: map[*bucket]struct{}{}}
+		a.budgets[r.b.Key] = bg
 	}
+	bg.mu.Lock()
 	bg.members[bk] = struct{}{}
+	bg.mu.Unlock()
+	a.mu.Unlock()
+	bg.stale.Store(true)
 	bk.budget = bg
 	bk.active = now
+	return false
 }
 
 // budgetOf resolves a bucket id: its budget, its rule's name (the
@@ -472,96 +620,148 @@ func Rate(p *tiers.Policy) (limit int64, fill time.Duration, ok bool) {
 
 // Tick re-resolves buckets against a new tree, abandons idle buckets and
 // those no rule limits any more, renews fallbacks, and allocates every
-// budget.
+// budget: one whose members and demands did not change since its last split
+// has its leases renewed at the shares they hold, when the store can
+// (sharestore.Renewer), rather than being split again. Each stream is woken
+// once, when every budget is done.
 func (a *Allocator) Tick(ctx context.Context) {
 	now := a.o.Now()
-	a.mu.Lock()
 	tree := a.o.Tree()
-	for s := range a.streams {
-		for key, bk := range s.buckets {
-			if bk.tree != tree {
-				old := bk.budget
-				a.leave(bk)
-				a.resolve(bk, tree, now)
-				if old != nil && bk.budget == nil {
-					// The rule is gone: the bucket is abandoned; reported
-					// again, it gets the fallback.
-					s.queue(bk, Action{Bucket: bk.id, Kind: Abandon}, now)
-					delete(s.buckets, key)
-					continue
-				}
-			}
-			if bk.budget == nil {
-				if now.Sub(bk.sentAt) >= a.o.UnmatchedTTL-a.renewMargin() {
-					s.queue(bk, Action{Bucket: bk.id, Kind: bk.fall, TTL: a.o.UnmatchedTTL}, now)
-				}
-				continue
-			}
-			if now.Sub(bk.active) >= a.o.IdleAfter {
-				a.leave(bk)
-				s.queue(bk, Action{Bucket: bk.id, Kind: Abandon}, now)
-				delete(s.buckets, key)
-			}
+	a.mu.Lock()
+	streams := slices.Collect(maps.Keys(a.streams))
+	a.mu.Unlock()
+	var woken []*Stream
+	for _, s := range streams {
+		if s.tick(tree, now) {
+			woken = append(woken, s)
 		}
 	}
+	a.mu.Lock()
 	budgets := slices.Collect(maps.Values(a.budgets))
-	clear(a.dirty)
 	a.mu.Unlock()
 	if sw, ok := a.o.Store.(interface{ Sweep(time.Time) }); ok {
 		sw.Sweep(now) // a store in memory forgets the budgets nobody reports
 	}
 	for _, b := range budgets {
-		a.allocate(ctx, b, now)
+		woken = a.allocate(ctx, b, now, true, woken)
 	}
+	for _, s := range woken {
+		s.wake()
+	}
+}
+
+// tick is Tick's work on one stream's buckets; it reports whether it
+// queued the first pending action.
+func (s *Stream) tick(tree *descriptors.Tree, now time.Time) (queued bool) {
+	a := s.a
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for key, bk := range s.buckets {
+		if bk.tree != tree {
+			old := bk.budget
+			a.leave(bk)
+			queued = a.resolve(bk, key, tree, now) || queued
+			if old != nil && bk.budget == nil {
+				// The rule is gone: the bucket is abandoned; reported
+				// again, it gets the fallback.
+				queued = s.queue(bk, Action{Bucket: bk.id, Kind: Abandon}, now) || queued
+				delete(s.buckets, key)
+				continue
+			}
+		}
+		if bk.budget == nil {
+			if now.Sub(bk.sentAt) >= a.o.UnmatchedTTL-a.renewMargin() {
+				queued = s.queue(bk, Action{Bucket: bk.id, Kind: bk.fall, TTL: a.o.UnmatchedTTL}, now) || queued
+			}
+			continue
+		}
+		if now.Sub(bk.active) >= a.o.IdleAfter {
+			a.leave(bk)
+			queued = s.queue(bk, Action{Bucket: bk.id, Kind: Abandon}, now) || queued
+			delete(s.buckets, key)
+		}
+	}
+	return queued
 }
 
 // renewMargin is how long before its expiry an assignment is sent again:
 // an interval and a half, so that one late tick does not let it lapse.
 func (a *Allocator) renewMargin() time.Duration { return a.o.Interval + a.o.Interval/2 }
 
-// allocate splits budget b among its members and queues what changed.
-func (a *Allocator) allocate(ctx context.Context, b *budget, now time.Time) {
+// allocate splits budget b among its members, or renews their leases (see
+// Tick), and queues what changed or is due to be renewed; it appends to
+// woken the streams that got their first pending action. Flush (tick false)
+// allocates only a stale budget.
+func (a *Allocator) allocate(ctx context.Context, b *budget, now time.Time, tick bool, woken []*Stream) []*Stream {
 	if now.Before(a.holdUntil) {
-		return
+		return woken
 	}
-	a.mu.Lock()
-	members := slices.Collect(maps.Keys(b.members))
-	mine := make([]sharestore.Demand, len(members))
-	for i, bk := range members {
-		d := fairshare.Unknown
-		if bk.known {
-			d = fairshare.Demand(bk.rate, b.fill)
-		}
-		mine[i] = sharestore.Demand{ID: bk.claim, Demand: d}
+	b.alloc.Lock()
+	defer b.alloc.Unlock()
+	stale := b.stale.Swap(false)
+	if !stale && !tick {
+		return woken
 	}
-	a.mu.Unlock()
+	b.mu.Lock()
+	b.list = slices.AppendSeq(b.list[:0], maps.Keys(b.members))
+	b.mu.Unlock()
+	members := b.list
+	defer clear(members) // drop the pointers: buckets may go away
 	if len(members) == 0 {
-		return
+		return woken
 	}
-	shares, err := a.o.Store.Allocate(ctx, now, b.b, mine, a.o.TTL, a.o.Tolerance)
-	a.mu.Lock()
-	defer a.mu.Unlock()
+	var shares []int64
+	var err error
+	renewed := false
+	if rn, ok := a.o.Store.(sharestore.Renewer); ok && !stale {
+		b.demands = b.demands[:0]
+		for _, bk := range members {
+			b.demands = append(b.demands, sharestore.Demand{ID: bk.claim, Demand: bk.used.Load()})
+		}
+		shares, renewed, err = rn.Renew(ctx, now, b.b, b.demands, a.o.TTL)
+	}
+	if !renewed && err == nil {
+		b.demands = b.demands[:0]
+		for _, bk := range members {
+			d := fairshare.Unknown
+			if bk.known.Load() {
+				d = fairshare.Demand(bk.rateNow(), b.fill)
+			}
+			b.demands = append(b.demands, sharestore.Demand{ID: bk.claim, Demand: d})
+		}
+		shares, err = a.o.Store.Allocate(ctx, now, b.b, b.demands, a.o.TTL, a.o.Tolerance)
+	}
 	if err != nil {
 		// Nothing is renewed: the assignments run to their TTL, then Envoy
-		// applies its expired_assignment_behavior.
-		a.errs++
+		// applies its expired_assignment_behavior. The next tick splits
+		// the budget again.
+		b.stale.Store(true)
+		a.errs.Add(1)
 		a.log.Warn("rlqs: allocating", "rule", b.rule, "err", err.Error())
-		return
+		return woken
 	}
+	due := a.o.TTL - a.renewMargin()
 	for i, bk := range members {
-		if bk.budget != b {
-			continue // left meanwhile; its lease runs out
+		if !renewed {
+			bk.used.Store(b.demands[i].Demand)
 		}
-		bk.share = shares[i]
+		bk.share.Store(shares[i])
 		act := Action{Bucket: bk.id, Kind: Assign, Tokens: shares[i], Burst: burst(shares[i]), Fill: b.fill, TTL: a.o.TTL}
 		if shares[i] <= 0 {
 			act = Action{Bucket: bk.id, Kind: Deny, TTL: a.o.TTL}
 		}
-		same := bk.everSent && bk.sent.Kind == act.Kind && bk.sent.Tokens == act.Tokens && bk.sent.Fill == act.Fill
-		if !same || now.Sub(bk.sentAt) >= a.o.TTL-a.renewMargin() {
-			bk.s.queue(bk, act, now)
+		s := bk.s
+		s.mu.Lock()
+		// A bucket that left meanwhile is skipped: its lease runs out.
+		if bk.budget == b {
+			same := bk.everSent && bk.sent.Kind == act.Kind && bk.sent.Tokens == act.Tokens && bk.sent.Fill == act.Fill
+			if (!same || now.Sub(bk.sentAt) >= due) && s.queue(bk, act, now) {
+				woken = append(woken, s)
+			}
 		}
+		s.mu.Unlock()
 	}
+	return woken
 }
 
 // BurstFraction is the part of a fill's share an assignment's bucket holds.

@@ -50,20 +50,22 @@ func (a *Allocator) Stats(shares bool) Stats {
 		r.Budgets++
 		sec := b.fill.Seconds()
 		r.Limit += float64(b.b.Limit) / sec
+		b.mu.Lock()
 		for bk := range b.members {
 			r.Instances++
-			r.Demand += bk.rate
-			r.Assigned += float64(bk.share) / sec
+			r.Demand += bk.rateNow()
+			r.Assigned += float64(bk.share.Load()) / sec
 			if shares {
 				r.Shares = append(r.Shares, InstanceShare{Stream: bk.s.id, Bucket: bk.key, Domain: bk.domain,
-					Demand: bk.rate, Share: float64(bk.share) / sec})
+					Demand: bk.rateNow(), Share: float64(bk.share.Load()) / sec})
 			}
 		}
+		b.mu.Unlock()
 	}
 	for rule, n := range a.reports {
-		get(rule).Reports = n
+		get(rule).Reports = n.Load()
 	}
-	st := Stats{Streams: len(a.streams), StoreErrors: a.errs}
+	st := Stats{Streams: len(a.streams), StoreErrors: a.errs.Load()}
 	for _, r := range byRule {
 		slices.SortFunc(r.Shares, func(x, y InstanceShare) int { return cmp.Compare(x.Stream+x.Bucket, y.Stream+y.Bucket) })
 		st.Rules = append(st.Rules, *r)
@@ -104,9 +106,11 @@ func (a *Allocator) Explain(domain string, id map[string]string) Explanation {
 	defer a.mu.Unlock()
 	if bg := a.budgets[b.Key]; bg != nil {
 		sec := fill.Seconds()
+		bg.mu.Lock()
 		for bk := range bg.members {
-			x.Shares = append(x.Shares, InstanceShare{Stream: bk.s.id, Bucket: bk.key, Domain: bk.domain, Demand: bk.rate, Share: float64(bk.share) / sec})
+			x.Shares = append(x.Shares, InstanceShare{Stream: bk.s.id, Bucket: bk.key, Domain: bk.domain, Demand: bk.rateNow(), Share: float64(bk.share.Load()) / sec})
 		}
+		bg.mu.Unlock()
 	}
 	slices.SortFunc(x.Shares, func(p, q InstanceShare) int { return cmp.Compare(p.Stream+p.Bucket, q.Stream+q.Bucket) })
 	return x

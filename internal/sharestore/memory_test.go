@@ -33,3 +33,9 @@ func TestMemorySweep(t *testing.T) {
 		t.Fatalf("budgets after the lease: %d, want 0", m.Len())
 	}
 }
+
+func TestMemoryRenew(t *testing.T) {
+	sharestoretest.RunRenewer(t, func(t *testing.T) (sharestore.Store, sharestoretest.Clock) {
+		return &sharestore.Memory{}, &sharestoretest.FakeClock{T: time.Unix(1_700_000_000, 0)}
+	})
+}

@@ -48,11 +48,37 @@ type Store interface {
 	Allocate(ctx context.Context, now time.Time, b Budget, mine []Demand, ttl time.Duration, tolerance float64) ([]int64, error)
 }
 
+// Renewer is a Store that can extend the leases of the caller's instances
+// at the shares they hold, without splitting the budget again, when nothing
+// but the passing of time has changed it since the caller's last Allocate:
+// the caller lists the same instances with the demands it passed then.
+//
+// Renew returns the shares held, in the order of mine, and ok true, having
+// extended their leases until now+ttl; or ok false, changing nothing, when
+// the budget holds anything else (another instance's lease, live or
+// expired; a missing or expired lease of mine; another demand or limit):
+// then the caller runs Allocate. Since the shares held are those of an
+// Allocate over exactly these instances and this limit, they still sum to at
+// most the limit.
+type Renewer interface {
+	Renew(ctx context.Context, now time.Time, b Budget, mine []Demand, ttl time.Duration) (shares []int64, ok bool, err error)
+}
+
 // Memory is a Store of one process. The zero value is ready; safe for
 // concurrent use.
 type Memory struct {
 	mu      sync.Mutex
-	budgets map[string]map[string]record
+	budgets map[string]*memBudget
+}
+
+// memBudget is a budget's records and the limit of its last allocation.
+// settled is set when that allocation's records were all its caller's, and
+// cleared when a record expires or another caller allocates: Renew only
+// renews a settled budget, so room freed since the split is split again.
+type memBudget struct {
+	limit   int64
+	recs    map[string]record
+	settled bool
 }
 
 type record struct {
@@ -65,13 +91,15 @@ func (m *Memory) Allocate(_ context.Context, now time.Time, b Budget, mine []Dem
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.budgets == nil {
-		m.budgets = map[string]map[string]record{}
+		m.budgets = map[string]*memBudget{}
 	}
-	recs := m.budgets[b.Key]
-	if recs == nil {
-		recs = map[string]record{}
-		m.budgets[b.Key] = recs
+	mb := m.budgets[b.Key]
+	if mb == nil {
+		mb = &memBudget{recs: map[string]record{}}
+		m.budgets[b.Key] = mb
 	}
+	mb.limit = b.Limit
+	recs := mb.recs
 	shares := Run(now, b.Limit, recs2claims(recs), mine, tolerance)
 	for id, r := range recs {
 		if !now.Before(r.expires) {
@@ -81,10 +109,39 @@ func (m *Memory) Allocate(_ context.Context, now time.Time, b Budget, mine []Dem
 	for i, d := range mine {
 		recs[d.ID] = record{demand: d.Demand, held: shares[i], expires: now.Add(ttl)}
 	}
+	mb.settled = len(recs) == len(mine)
 	if len(recs) == 0 {
 		delete(m.budgets, b.Key)
 	}
 	return shares, nil
+}
+
+// Renew implements Renewer: it checks every record before it extends any,
+// so a refusal changes nothing.
+func (m *Memory) Renew(_ context.Context, now time.Time, b Budget, mine []Demand, ttl time.Duration) ([]int64, bool, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	mb := m.budgets[b.Key]
+	if mb == nil || !mb.settled || mb.limit != b.Limit || len(mb.recs) != len(mine) {
+		return nil, false, nil
+	}
+	shares := make([]int64, len(mine))
+	for i, d := range mine {
+		r, ok := mb.recs[d.ID]
+		if !ok || r.demand != d.Demand || !now.Before(r.expires) {
+			return nil, false, nil
+		}
+		shares[i] = r.held
+	}
+	// len(recs) == len(mine) and every ID of mine has a record: the records
+	// are exactly mine (IDs are unique within a budget).
+	exp := now.Add(ttl)
+	for _, d := range mine {
+		r := mb.recs[d.ID]
+		r.expires = exp
+		mb.recs[d.ID] = r
+	}
+	return shares, true, nil
 }
 
 // Sweep forgets the expired leases of every budget, and the budgets left
@@ -93,10 +150,12 @@ func (m *Memory) Allocate(_ context.Context, now time.Time, b Budget, mine []Dem
 func (m *Memory) Sweep(now time.Time) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	for key, recs := range m.budgets {
+	for key, mb := range m.budgets {
+		recs := mb.recs
 		for id, r := range recs {
 			if !now.Before(r.expires) {
 				delete(recs, id)
+				mb.settled = false
 			}
 		}
 		if len(recs) == 0 {

@@ -95,6 +95,107 @@ func Run(t *testing.T, newStores func(t *testing.T) (a, b sharestore.Store, clk 
 	})
 }
 
+// RunRenewer runs the suite of a sharestore.Renewer: Renew extends the
+// leases of an unchanged budget at the shares held, and refuses, changing
+// nothing, whenever the budget changed since the caller's split.
+func RunRenewer(t *testing.T, newStore func(t *testing.T) (sharestore.Store, Clock)) {
+	ctx := context.Background()
+	const ttl = 2 * time.Second
+	split := func(t *testing.T, s sharestore.Store, clk Clock, bud sharestore.Budget, mine []sharestore.Demand) []int64 {
+		t.Helper()
+		got, err := s.Allocate(ctx, clk.Now(), bud, mine, ttl, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
+	renew := func(t *testing.T, s sharestore.Store, clk Clock, bud sharestore.Budget, mine []sharestore.Demand) ([]int64, bool) {
+		t.Helper()
+		got, ok, err := s.(sharestore.Renewer).Renew(ctx, clk.Now(), bud, mine, ttl)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return got, ok
+	}
+	t.Run("RenewExtendsTheLeases", func(t *testing.T) {
+		s, clk := newStore(t)
+		bud := sharestore.Budget{Key: "r:10:" + t.Name(), Limit: 100}
+		mine := []sharestore.Demand{{ID: "a", Demand: 30}, {ID: "b", Demand: 500}}
+		want := split(t, s, clk, bud, mine)
+		for i := range 4 { // twice the TTL: only renewals keep the leases
+			clk.Advance(ttl / 2)
+			got, ok := renew(t, s, clk, bud, mine)
+			if !ok || fmt.Sprint(got) != fmt.Sprint(want) {
+				t.Fatalf("renewal %d: %v, %v; want %v, true", i, got, ok, want)
+			}
+		}
+		// The leases run: a newcomer waits for them.
+		got := split(t, s, clk, bud, []sharestore.Demand{{ID: "c", Demand: 500}})
+		if got[0] != 0 {
+			t.Errorf("a newcomer got %v beside renewed leases of %v", got, want)
+		}
+	})
+	t.Run("RenewRefusesAChangedBudget", func(t *testing.T) {
+		for _, tc := range []struct {
+			name   string
+			change func(t *testing.T, s sharestore.Store, clk Clock, bud *sharestore.Budget, mine *[]sharestore.Demand)
+		}{
+			{"another demand", func(t *testing.T, s sharestore.Store, clk Clock, bud *sharestore.Budget, mine *[]sharestore.Demand) {
+				(*mine)[0].Demand++
+			}},
+			{"an instance fewer", func(t *testing.T, s sharestore.Store, clk Clock, bud *sharestore.Budget, mine *[]sharestore.Demand) {
+				*mine = (*mine)[1:]
+			}},
+			{"another limit", func(t *testing.T, s sharestore.Store, clk Clock, bud *sharestore.Budget, mine *[]sharestore.Demand) {
+				bud.Limit = 90
+			}},
+			{"another caller's lease", func(t *testing.T, s sharestore.Store, clk Clock, bud *sharestore.Budget, mine *[]sharestore.Demand) {
+				split(t, s, clk, *bud, []sharestore.Demand{{ID: "x", Demand: 5}})
+			}},
+			{"the leases expired", func(t *testing.T, s sharestore.Store, clk Clock, bud *sharestore.Budget, mine *[]sharestore.Demand) {
+				clk.Advance(ttl)
+			}},
+			{"a lease expired and was forgotten", func(t *testing.T, s sharestore.Store, clk Clock, bud *sharestore.Budget, mine *[]sharestore.Demand) {
+				// "gone" stopped reporting: once its lease ends, the room
+				// it leaves must be split, not the old shares renewed.
+				split(t, s, clk, *bud, append([]sharestore.Demand{{ID: "gone", Demand: 500}}, *mine...))
+				clk.Advance(ttl / 2)
+				split(t, s, clk, *bud, *mine)
+				clk.Advance(ttl / 2)
+				if sw, ok := s.(interface{ Sweep(time.Time) }); ok {
+					sw.Sweep(clk.Now())
+				}
+			}},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				s, clk := newStore(t)
+				bud := sharestore.Budget{Key: "r:11:" + t.Name(), Limit: 100}
+				mine := []sharestore.Demand{{ID: "a", Demand: 30}, {ID: "b", Demand: 500}}
+				split(t, s, clk, bud, mine)
+				tc.change(t, s, clk, &bud, &mine)
+				if got, ok := renew(t, s, clk, bud, mine); ok {
+					t.Fatalf("renewed %v after %s", got, tc.name)
+				}
+			})
+		}
+	})
+	t.Run("ARefusalChangesNothing", func(t *testing.T) {
+		s, clk := newStore(t)
+		bud := sharestore.Budget{Key: "r:12:" + t.Name(), Limit: 100}
+		split(t, s, clk, bud, []sharestore.Demand{{ID: "a", Demand: 500}})
+		clk.Advance(ttl / 2)
+		// Refused (another demand): a's lease is not extended, so it is
+		// reclaimed at its first expiry.
+		if _, ok := renew(t, s, clk, bud, []sharestore.Demand{{ID: "a", Demand: 400}}); ok {
+			t.Fatal("renewed with another demand")
+		}
+		clk.Advance(ttl / 2)
+		if got := split(t, s, clk, bud, []sharestore.Demand{{ID: "b", Demand: 500}}); got[0] != 100 {
+			t.Errorf("after a's lease: b gets %v, want [100]", got)
+		}
+	})
+}
+
 func sum(v []int64) (s int64) {
 	for _, x := range v {
 		s += x
