@@ -687,17 +687,32 @@ local function reserve_tiers(p, s, gs, now, t, k, m, commit, d)
   return decide_tiers(p, s, gs, t, k, m, commit, d)
 end
 
+-- A bucket's reservation also keeps s.ahead, the latest instant reserved,
+-- and s.room, what a give-back may restore (tiers/reserve.go).
 local function reserve_bucket(p, s, now, t, k, m, commit, d)
   decide_bucket(p, s, t, k, m, false, d)
   if not d.ok then return d end
   -- The balance at t after the grant, carried back to now.
-  local b = balance(p, s, t) - d.granted * p.unit - p.r * (t - now)
+  local bt = balance(p, s, t)
+  local b = bt - d.granted * p.unit - p.r * (t - now)
   if b < -p.capU then return rclosed(d) end
   if commit and d.granted > 0 then
+    if now >= s.ahead then s.room = p.capU end
+    s.room, s.ahead = min(s.room, p.capU - bt), max(s.ahead, t)
     s.used, s.val, s.at = true, b, max(s.at, now)
     s.dirty = true
   end
   return d
+end
+
+local function refund_reserved_bucket(p, s, now, t, hits)
+  if hits <= 0 or not s.used or t <= now then return end
+  local give = min(hits, p.cap) * p.unit
+  if t < s.ahead then give = min(give, s.room) end
+  if give <= 0 then return end
+  s.room = max(0, s.room - give)
+  s.val, s.at = min(p.capU, balance(p, s, now) + give), max(s.at, now)
+  s.dirty = true
 end
 
 local function reserve_fixed(p, s, now, t, k, m, commit, d)
@@ -726,7 +741,7 @@ end
 
 local function refund_reserved(p, s, gs, t, hits)
   local now = PRUNE
-  if p.kind == 1 then return end -- a bucket keeps the credits spent
+  if p.kind == 1 then return refund_reserved_bucket(p, s, now, t, hits) end
   if p.kind ~= 0 then return refund_fixed(p, s, now, hits) end
   if hits <= 0 or p.n < 1 or s.nt < 1 then return end
   local tr = p.T[1]
