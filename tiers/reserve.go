@@ -54,11 +54,11 @@ import (
 //     less only when the one number cannot say which instant is free (in
 //     the example a request at 1s could take R1's credit and R2 still
 //     fit, but a balance granting it would grant beside R2 at 2s too).
-//   - KindFixedWindow, KindQuota: only within the window (period) holding
-//     now, where a reservation is a grant at now. A window's count cannot
-//     hold the next window's hits and the current one's at once, so a
-//     request the window rejects, whose wait is always to the next window,
-//     is never reserved.
+//   - KindFixedWindow, KindQuota: within the window (period) holding now,
+//     a reservation is a grant at now; in the next window it is counted in
+//     a second count, the state's ahead, which becomes that window's count
+//     when it comes (its requests queue behind the reserved hits). A wait
+//     is always to the next window: one past it is refused.
 //
 // Post-paid policies (Overdraft) and stacks of several tiers are never
 // reserved: a burst of a later request into a higher tier would not count
@@ -68,10 +68,10 @@ import (
 var ErrCannotPace = errors.New("tiers: cannot pace")
 
 // CanPace reports whether p's rejections can be paced: nil for a policy of
-// one tier (a rate_limit), with or without hard and global limits, and for
-// a token bucket; an error wrapping ErrCannotPace saying why for a stack of
-// several tiers, a fixed window, a calendar quota and a post-paid policy.
-// (A quota beside a paced policy is reserved within its period.)
+// one tier (a rate_limit), with or without hard and global limits, a token
+// bucket, a fixed window and a calendar quota; an error wrapping
+// ErrCannotPace saying why for a stack of several tiers and a post-paid
+// policy.
 func CanPace(p *Policy) error {
 	if p == nil {
 		return fmt.Errorf("%w: no policy", ErrCannotPace)
@@ -85,10 +85,10 @@ func CanPace(p *Policy) error {
 			return fmt.Errorf("%w: a stack of several tiers cannot keep a reservation across a burst (pace one tier or a token bucket)", ErrCannotPace)
 		}
 		return nil
-	case KindTokenBucket:
+	case KindTokenBucket, KindFixedWindow, KindQuota:
 		return nil
 	}
-	return fmt.Errorf("%w: a fixed window's or calendar quota's wait is always to its next window, which it cannot reserve while counting the current one", ErrCannotPace)
+	return fmt.Errorf("%w: unknown kind %v", ErrCannotPace, p.Kind)
 }
 
 // Reserve decides at now a request of copies hits (at least min) to be
@@ -124,14 +124,7 @@ func reserve(p *Policy, s *State, g *Global, now, t, k, m int64, commit bool) De
 	case p.Kind == KindTokenBucket:
 		d = reserveBucket(p, s, now, t, k, m, commit)
 	case p.Kind == KindFixedWindow, p.Kind == KindQuota:
-		if sameWindow(p, s, now, t) {
-			d = decideFixed(p, s, now, k, m, commit)
-			if !d.OK {
-				d = closed()
-			}
-		} else {
-			d = closed()
-		}
+		d = reserveFixed(p, s, now, t, k, m, commit)
 	default:
 		return closed()
 	}
@@ -213,10 +206,35 @@ func refundReservedBucket(p *Policy, s *State, now, t, hits int64) {
 	s.val, s.at = min(capU, b+give), max(s.at, now)
 }
 
-// sameWindow reports whether t falls in the window (period) counted at now.
-func sameWindow(p *Policy, s *State, now, t int64) bool {
-	start, length, _ := fixedWindow(p, s, now)
-	return t < start+length
+// reserveFixed is reserve for a fixed window or a calendar quota: within
+// the window (period) holding now, a grant at now; in the next one, a
+// grant counted in s.ahead, that window's count once it comes. A
+// rejection is a refusal: the wait is to a window after the next.
+func reserveFixed(p *Policy, s *State, now, t, k, m int64, commit bool) Decision {
+	start, length, cnt := fixedWindow(p, s, now)
+	if t < start+length {
+		if d := decideFixed(p, s, now, k, m, commit); d.OK {
+			return d
+		}
+		return closed()
+	}
+	if end, _ := nextWindow(p, start+length); t >= end {
+		return closed()
+	}
+	// The next window's count: the state's ahead when it is now's window.
+	next := State{used: true, at: start + length}
+	if s.used && s.at == start {
+		next.val = s.ahead
+	}
+	d := decideFixed(p, &next, t, k, m, commit)
+	if !d.OK {
+		return closed()
+	}
+	if commit && d.Granted > 0 {
+		setWindow(s, start, cnt)
+		s.ahead = next.val
+	}
+	return d
 }
 
 // RefundReserved gives back, at now, up to hits of a reservation made for
@@ -236,6 +254,13 @@ func RefundReserved(p *Policy, s *State, g *Global, now, at time.Time, hits int6
 		refundReservedBucket(p, s, n, t, hits)
 		return
 	case KindFixedWindow, KindQuota:
+		if start, length, _ := fixedWindow(p, s, n); t >= start+length {
+			// Reserved in the next window.
+			if hits > 0 && s.used && s.at == start {
+				s.ahead = max(0, s.ahead-hits)
+			}
+			return
+		}
 		Refund(p, s, g, now, hits)
 		return
 	}

@@ -46,7 +46,7 @@ func pacer(t *testing.T, r *bytesource, p *Policy, exact bool, sameSize bool) []
 				if a.dom == dom && a.paced && !a.gone && a.at > now {
 					RefundReserved(p, s, g, time.UnixMicro(now), time.UnixMicro(a.at), a.n)
 					a.gone = true
-					if exact || p.Kind == KindTokenBucket {
+					if exact || p.Kind != KindTiers {
 						probe(t, p, states, g, out, now, pace)
 					}
 					break
@@ -54,7 +54,7 @@ func pacer(t *testing.T, r *bytesource, p *Policy, exact bool, sameSize bool) []
 			}
 			continue
 		}
-		if seq%16 == 0 && (exact || p.Kind == KindTokenBucket) {
+		if seq%16 == 0 && (exact || p.Kind != KindTiers) {
 			// (Bucketed logs forget a hit up to a bucket's width early,
 			// tiers/doc.go's lenient bound: a probe would find it.)
 			probe(t, p, states, g, out, now, pace)
@@ -94,8 +94,11 @@ func pacer(t *testing.T, r *bytesource, p *Policy, exact bool, sameSize bool) []
 func probe(t *testing.T, p *Policy, states [2]*State, g *Global, as []answer, now, pace int64) {
 	t.Helper()
 	k := p.Bucket.Capacity
-	if p.Kind == KindTiers {
+	switch p.Kind {
+	case KindTiers:
 		k = p.Tiers[0].Limit
+	case KindFixedWindow:
+		k = p.Window.Limit
 	}
 	for dom, s := range states {
 		for i := range int64(5) {
@@ -163,6 +166,21 @@ func checkAnswers(t *testing.T, p *Policy, as []answer) {
 		if p.GlobalLimit > 0 {
 			within(second, -1, p.GlobalLimit, "global limit")
 		}
+	case KindFixedWindow:
+		// Per domain, no window of the unit answers more than the limit.
+		l := unitMicros(p.Window.Unit)
+		for dom := range 2 {
+			n := map[int64]int64{}
+			for _, a := range live {
+				if a.dom != dom {
+					continue
+				}
+				w := floorDiv(a.at, l)
+				if n[w] += a.n; n[w] > p.Window.Limit {
+					t.Fatalf("fixed window: %d hits answered in the window from %d, limit %d; answers %+v", n[w], w*l, p.Window.Limit, live)
+				}
+			}
+		}
 	case KindTokenBucket:
 		// A bucket that starts full, refilled between answers and drawn
 		// by them (in credits times per: exact), never goes below 0: no
@@ -188,8 +206,16 @@ func checkAnswers(t *testing.T, p *Policy, as []answer) {
 }
 
 // genPaced draws a policy that CanPace: one tier (active for ever, or for
-// a while with a cooldown), optional hard and global limits; or a bucket.
+// a while with a cooldown), optional hard and global limits; a bucket; or
+// a fixed window of a second.
 func genPaced(r *bytesource, big bool) *Policy {
+	if r.next()%5 == 0 {
+		w := FixedWindow{Limit: int64(1 + r.next()%8), Unit: UnitSecond}
+		if big && r.next()%2 == 1 {
+			w.Limit = int64(60 + r.next())
+		}
+		return &Policy{Kind: KindFixedWindow, Window: w}
+	}
 	if r.next()%4 == 0 {
 		return &Policy{Kind: KindTokenBucket, Bucket: TokenBucket{
 			Capacity: int64(1 + r.next()%8), Refill: int64(1 + r.next()%4), Per: time.Duration(1+r.next()%10) * 100 * time.Millisecond,
@@ -292,7 +318,7 @@ func TestReserveRules(t *testing.T) {
 		at   time.Time
 	}{
 		{"a stack of tiers", stack, later},
-		{"a fixed window's next window", fixed, now.Add(time.Second)},
+		{"a fixed window's window after the next", fixed, now.Add(2 * time.Second)},
 		{"post-paid", post, later},
 		{"past the tier's active period", phased, later},
 	} {
@@ -309,13 +335,15 @@ func TestReserveRules(t *testing.T) {
 			}
 		})
 	}
-	for _, p := range []*Policy{stack, fixed, post} {
+	for _, p := range []*Policy{stack, post} {
 		if err := CanPace(p); !errors.Is(err, ErrCannotPace) {
 			t.Errorf("CanPace(%v): got %v, want ErrCannotPace", p.Kind, err)
 		}
 	}
-	if err := CanPace(phased); err != nil {
-		t.Errorf("CanPace(one tier): %v", err)
+	for _, p := range []*Policy{phased, fixed} {
+		if err := CanPace(p); err != nil {
+			t.Errorf("CanPace(%v): %v", p.Kind, err)
+		}
 	}
 }
 
@@ -404,4 +432,51 @@ func TestBucketGiveBack(t *testing.T) {
 			t.Fatalf("a reservation already due was given back")
 		}
 	})
+}
+
+// TestPaceBurstFixed: a fixed window of 5 a second; a burst of 10 in its
+// last 100 ms: 5 granted at once, 5 reserved in the next window (its count
+// starts with them: a request there is refused), all at its start; a
+// cancelled one frees its place for the next request.
+func TestPaceBurstFixed(t *testing.T) {
+	p := &Policy{Kind: KindFixedWindow, Window: FixedWindow{Limit: 5, Unit: UnitSecond}}
+	s := &State{}
+	now := time.Unix(1000, 900_000_000)
+	var as []answer
+	for i := range 10 {
+		at := now.Add(time.Duration(i) * time.Millisecond)
+		d := Request(p, s, nil, at, 1, 1)
+		if d.OK {
+			as = append(as, answer{at: at.UnixMicro(), n: 1, seq: i})
+			continue
+		}
+		if i < 5 || d.RetryAfter != time.Duration(100-i)*time.Millisecond {
+			t.Fatalf("request %d: %+v", i, d)
+		}
+		rd := Reserve(p, s, nil, at, at.Add(d.RetryAfter), 1, 1)
+		if !rd.OK || rd.Remaining != int64(9-i) || rd.ResetAfter != time.Second {
+			t.Fatalf("request %d: reservation in the next window: %+v", i, rd)
+		}
+		as = append(as, answer{at: at.Add(d.RetryAfter).UnixMicro(), n: 1, seq: i, paced: true})
+	}
+	checkAnswers(t, p, as)
+	for i, a := range as[5:] {
+		if a.at != time.Unix(1001, 0).UnixMicro() {
+			t.Errorf("request %d answered at %v", i+5, time.UnixMicro(a.at))
+		}
+	}
+	later := time.Unix(1000, 950_000_000)
+	if d := Reserve(p, s, nil, later, time.Unix(1001, 0), 1, 1); d.OK {
+		t.Fatalf("a sixth hit reserved in the next window: %+v", d)
+	}
+	RefundReserved(p, s, nil, later, time.Unix(1001, 0), 1)
+	if d := Reserve(p, s, nil, later, time.Unix(1001, 0), 1, 1); !d.OK {
+		t.Fatalf("the place given back is not reserved again: %+v", d)
+	}
+	if d := Request(p, s, nil, time.Unix(1001, 500_000), 1, 1); d.OK {
+		t.Fatalf("a request in the next window beside its 5 reserved hits: %+v", d)
+	}
+	if at, want := ForgetAt(p, s), time.Unix(1002, 0); !at.Equal(want) {
+		t.Fatalf("ForgetAt %v, want %v (the end of the window reserved in)", at, want)
+	}
 }

@@ -432,7 +432,8 @@ local function fdecide(KEYS, ARGV, clock)
   NOW = now
   -- Pacing: a reservation decides at its present plus RES, pruning at the
   -- present, on the general path (the fast paths below do not reserve),
-  -- and reads a fixed window's expiry as under the caller's clock.
+  -- and reads a fixed window's count as of the present (NOW), by its
+  -- expiry as under the caller's clock.
   -- The double after the items: an offset x > 0 (reserve for now + x) or
   -- an instant -x (give back the reservation made for it).
   if #ARGV[1] >= 48 * (n + 1) + 8 then
@@ -441,7 +442,6 @@ local function fdecide(KEYS, ARGV, clock)
       local at = now + x
       if x < 0 then at = -x end
       RES, PRUNE, now, CALLER = 1, now, at, true
-      NOW = now
     end
   end
   if RES > 0 then return general(KEYS, ARGV, mode, now, maxttl, lockttl, nk, n, pos) end

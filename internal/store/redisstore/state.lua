@@ -244,7 +244,7 @@ local function save(key, s, now, maxttl)
   -- entered); it expires at now, which on Redis's clock deletes it at once,
   -- and under a caller's clock keeps the flag exact while that clock is
   -- ahead of Redis's.
-  if s.kind == 2 and s.val <= 0 then
+  if s.kind == 2 and s.val <= 0 and s.ahead <= 0 then
     -- A count of 0 is no count: fixed1 reads a key it creates as one.
     redis.call('DEL', key)
     return

@@ -44,7 +44,7 @@ func loadTiersHarness(t *testing.T, c redis.UniversalClient) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	lib := redisfunc.New("#!lua name=charon_tiers_" + redisfunc.Placeholder + "\n" + tiersLua + stateLua + string(h))
+	lib := redisfunc.New("#!lua name=charon_tiers_" + redisfunc.Placeholder + "\n" + tiersLua + paceLua + stateLua + string(h))
 	if err := lib.Load(context.Background(), c); err != nil {
 		t.Fatal(err)
 	}
