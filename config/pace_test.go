@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/charonlimit/charon/descriptors"
+	"github.com/charonlimit/charon/tiers"
 )
 
 func TestLoadPace(t *testing.T) {
@@ -40,6 +41,24 @@ descriptors:
 			t.Errorf("%s: got Pace %v, want %v", tc.key, m.Limit.Pace, tc.want)
 		}
 	}
+	// A fixed window paces, by its algorithm or server-wide.
+	for _, tc := range []struct {
+		name string
+		opts Options
+		rl   string
+	}{
+		{"algorithm", Options{}, "{unit: second, requests_per_unit: 5, algorithm: fixed_window}"},
+		{"--fixed-window", Options{FixedWindowDefault: true}, "{unit: second, requests_per_unit: 5}"},
+	} {
+		c, _, err := load(t, tc.opts, "api.yaml", "domain: api\ndescriptors:\n  - key: a\n    rate_limit: "+tc.rl+"\n    pace: 2s\n")
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		m, _ := c.Tree.Match("api", []descriptors.Entry{{Key: "a"}})
+		if m.Limit.Policy.Kind != tiers.KindFixedWindow || m.Limit.Pace != 2*time.Second {
+			t.Errorf("%s: got %v paced %v, want a fixed window paced 2s", tc.name, m.Limit.Policy.Kind, m.Limit.Pace)
+		}
+	}
 	// Pacing is how answers are given, not how hits are counted: the
 	// state is the same with and without it.
 	a, _, _ := load(t, Options{}, "api.yaml", "domain: api\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: 10}\n")
@@ -60,7 +79,6 @@ descriptors:
 		{"unlimited", "domain: api\ndescriptors:\n  - key: a\n    rate_limit: {unlimited: true}\n    pace: 1s\n", "api.yaml:5: descriptors[0].pace: applies only to"},
 		{"copies", "domain: api\ndescriptors:\n  - key: a\n    copies: {domain_limit: 2}\n    pace: 1s\n", "api.yaml:5: descriptors[0].pace: applies only to"},
 		{"quota alone", "domain: api\ndescriptors:\n  - key: a\n    quota: {limit: 5, period: day}\n    pace: 1s\n", "api.yaml:5: descriptors[0].pace: needs a rate policy"},
-		{"fixed window", "domain: api\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: 1, algorithm: fixed_window}\n    pace: 1s\n", "api.yaml:5: descriptors[0].pace: cannot pace: a fixed window"},
 		{"tier stack", "domain: api\ndescriptors:\n  - key: a\n    tiers: [{limit: 1, window: 1s}, {limit: 2, window: 1s, active: 5s, cooldown: 5s}]\n    pace: 1s\n", "api.yaml:5: descriptors[0].pace: cannot pace: a stack of several tiers"},
 		{"post-paid", "domain: api\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: 1}\n    overdraft: true\n    pace: 1s\n", "api.yaml:6: descriptors[0].pace: cannot pace: a post-paid"},
 	} {

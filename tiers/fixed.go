@@ -67,6 +67,9 @@ func ParseUnit(s string) (u Unit, ok bool) {
 //
 // A calendar quota (KindQuota) is counted the same way over its periods
 // (Quota.Bounds); length is then the length of the period returned.
+//
+// The hits reserved in the window after the state's (s.ahead, reserve.go)
+// are that window's count once it holds t.
 func fixedWindow(p *Policy, s *State, t int64) (start, length, count int64) {
 	if p.Kind == KindQuota {
 		var end int64
@@ -77,6 +80,11 @@ func fixedWindow(p *Policy, s *State, t int64) (start, length, count int64) {
 			}
 			return s.at, end - start, s.val
 		}
+		if s.used && s.ahead > 0 {
+			if _, e := p.Quota.bounds(s.at); e == start {
+				return start, end - start, s.ahead
+			}
+		}
 		return start, end - start, 0
 	}
 	length = unitMicros(p.Window.Unit)
@@ -84,7 +92,20 @@ func fixedWindow(p *Policy, s *State, t int64) (start, length, count int64) {
 	if s.used && s.at >= start {
 		return s.at, length, s.val
 	}
+	if s.used && s.ahead > 0 && s.at+length == start {
+		return start, length, s.ahead
+	}
 	return start, length, 0
+}
+
+// setWindow sets s to count cnt in the window starting at start (the
+// window fixedWindow returned): the hits reserved ahead of the state's
+// window are in cnt once start is past it.
+func setWindow(s *State, start, cnt int64) {
+	if s.at != start {
+		s.ahead = 0
+	}
+	s.used, s.at, s.val = true, start, cnt
 }
 
 // windowLimit returns the limit of a fixed window or quota policy, and
@@ -111,7 +132,7 @@ func decideFixed(p *Policy, s *State, t, k, m int64, commit bool) Decision {
 		d.Remaining = max(0, lim-cnt-n)
 		d.ResetAfter = reset
 		if commit && n > 0 {
-			s.used, s.at, s.val = true, start, cnt+n
+			setWindow(s, start, cnt+n)
 		}
 		return d
 	}
@@ -121,7 +142,7 @@ func decideFixed(p *Policy, s *State, t, k, m int64, commit bool) Decision {
 		// Post-paid: the k hits are counted all the same.
 		d.Remaining = 0
 		if commit && k > 0 {
-			s.used, s.at, s.val = true, start, min(cnt+k, maxCount)
+			setWindow(s, start, min(cnt+k, maxCount))
 		}
 	}
 	if need := needed(k, m); need > k || need > lim {
@@ -138,19 +159,34 @@ func refundFixed(p *Policy, s *State, t, hits int64) {
 		return
 	}
 	start, _, cnt := fixedWindow(p, s, t)
-	if !s.used || s.at != start {
+	if cnt <= 0 {
 		return
 	}
-	s.val = max(0, cnt-hits)
+	setWindow(s, start, max(0, cnt-hits))
 }
 
 func forgetFixed(p *Policy, s *State) (int64, bool) {
-	if _, known := windowLimit(p); !known || !s.used || s.val <= 0 {
+	if _, known := windowLimit(p); !known || !s.used || (s.val <= 0 && s.ahead <= 0) {
 		return 0, false
 	}
+	end := s.at + unitMicros(p.Window.Unit)
 	if p.Kind == KindQuota {
-		_, end := p.Quota.bounds(s.at)
-		return end, true
+		_, end = p.Quota.bounds(s.at)
 	}
-	return s.at + unitMicros(p.Window.Unit), true
+	if s.ahead > 0 {
+		// Kept until the window reserved in ends.
+		end, _ = nextWindow(p, end)
+	}
+	return end, true
+}
+
+// nextWindow returns the end of the window (period) starting at start,
+// and its length.
+func nextWindow(p *Policy, start int64) (end, length int64) {
+	if p.Kind == KindQuota {
+		s, e := p.Quota.bounds(start)
+		return e, e - s
+	}
+	length = unitMicros(p.Window.Unit)
+	return start + length, length
 }

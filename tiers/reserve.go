@@ -28,11 +28,37 @@ import (
 //     (as a reservation of golang.org/x/time/rate does), bounded by the
 //     capacity (a longer debt is refused). A request before at sees only
 //     what remains once the reservation is served.
-//   - KindFixedWindow, KindQuota: only within the window (period) holding
-//     now, where a reservation is a grant at now. A window's count cannot
-//     hold the next window's hits and the current one's at once, so a
-//     request the window rejects, whose wait is always to the next window,
-//     is never reserved.
+//
+//     A give-back cannot simply add the credits back. The balance is one
+//     number, every grant taken from it as min(balance, capacity less the
+//     refill until its instant) less its hits, the min being what a full
+//     bucket loses. A reservation R2 made while R1 was pending may have
+//     seen the bucket full at its instant; without R1 the bucket would
+//     have been full sooner, losing R1's credits. Capacity 2, refill 1/s:
+//     at 0 take 1; R1, 1 credit at 1s (the bucket full then); R2, 2
+//     credits at 2s (full again). R1 given back at 0.25s with its credit
+//     added: at 2s the balance shows 1 credit beside R2's 2, 3 credits
+//     answered at one instant. Had R1 never been made the balance would
+//     be the same as with it: nothing can come back.
+//
+//     Exactly: a give-back of R restores its hits unless a reservation
+//     made after R, for a later instant than R's, would lose them; such a
+//     reservation leaves room for at most its headroom (capacity less the
+//     balance it saw at its instant) before the min clips it. So the state
+//     keeps ahead, the latest instant reserved, and room, the least
+//     headroom of the reservations made since nothing was pending (every
+//     give-back to come is of one of them), less what give-backs restored
+//     since: a reservation for ahead or later gets all its hits back, an
+//     earlier one at most room. Never more than the balance a run without
+//     R would have (FuzzPace checks it against a model of the answers);
+//     less only when the one number cannot say which instant is free (in
+//     the example a request at 1s could take R1's credit and R2 still
+//     fit, but a balance granting it would grant beside R2 at 2s too).
+//   - KindFixedWindow, KindQuota: within the window (period) holding now,
+//     a reservation is a grant at now; in the next window it is counted in
+//     a second count, the state's ahead, which becomes that window's count
+//     when it comes (its requests queue behind the reserved hits). A wait
+//     is always to the next window: one past it is refused.
 //
 // Post-paid policies (Overdraft) and stacks of several tiers are never
 // reserved: a burst of a later request into a higher tier would not count
@@ -42,10 +68,10 @@ import (
 var ErrCannotPace = errors.New("tiers: cannot pace")
 
 // CanPace reports whether p's rejections can be paced: nil for a policy of
-// one tier (a rate_limit), with or without hard and global limits, and for
-// a token bucket; an error wrapping ErrCannotPace saying why for a stack of
-// several tiers, a fixed window, a calendar quota and a post-paid policy.
-// (A quota beside a paced policy is reserved within its period.)
+// one tier (a rate_limit), with or without hard and global limits, a token
+// bucket, a fixed window and a calendar quota; an error wrapping
+// ErrCannotPace saying why for a stack of several tiers and a post-paid
+// policy.
 func CanPace(p *Policy) error {
 	if p == nil {
 		return fmt.Errorf("%w: no policy", ErrCannotPace)
@@ -59,10 +85,10 @@ func CanPace(p *Policy) error {
 			return fmt.Errorf("%w: a stack of several tiers cannot keep a reservation across a burst (pace one tier or a token bucket)", ErrCannotPace)
 		}
 		return nil
-	case KindTokenBucket:
+	case KindTokenBucket, KindFixedWindow, KindQuota:
 		return nil
 	}
-	return fmt.Errorf("%w: a fixed window's or calendar quota's wait is always to its next window, which it cannot reserve while counting the current one", ErrCannotPace)
+	return fmt.Errorf("%w: unknown kind %v", ErrCannotPace, p.Kind)
 }
 
 // Reserve decides at now a request of copies hits (at least min) to be
@@ -85,25 +111,20 @@ func reserve(p *Policy, s *State, g *Global, now, t, k, m int64, commit bool) De
 	if t <= now {
 		return decide(p, s, g, now, k, m, commit)
 	}
-	if p == nil || s == nil || p.Overdraft {
+	if p == nil || s == nil {
 		return closed()
 	}
 	k, m = clampCopies(k), clampCopies(m)
 	var d Decision
-	switch p.Kind {
-	case KindTiers:
+	switch {
+	case p.Overdraft:
+		d = closed()
+	case p.Kind == KindTiers:
 		d = reserveTiers(p, s, g, now, t, k, m, commit)
-	case KindTokenBucket:
+	case p.Kind == KindTokenBucket:
 		d = reserveBucket(p, s, now, t, k, m, commit)
-	case KindFixedWindow, KindQuota:
-		if sameWindow(p, s, now, t) {
-			d = decideFixed(p, s, now, k, m, commit)
-			if !d.OK {
-				d = closed()
-			}
-		} else {
-			d = closed()
-		}
+	case p.Kind == KindFixedWindow, p.Kind == KindQuota:
+		d = reserveFixed(p, s, now, t, k, m, commit)
 	default:
 		return closed()
 	}
@@ -147,29 +168,82 @@ func reserveBucket(p *Policy, s *State, now, t, k, m int64, commit bool) Decisio
 	// and t the wait repays the debt, and at t the bucket holds what it
 	// would had the hits been taken at t (a bucket full before t has lost
 	// what overflowed, so the reservation cannot keep it).
-	b := balance(s, t, r, capU) - d.Granted*unit - r*(t-now)
+	bt := balance(s, t, r, capU)
+	b := bt - d.Granted*unit - r*(t-now)
 	if b < -capU {
 		return closed()
 	}
 	if commit && d.Granted > 0 {
+		if now >= s.ahead {
+			// Nothing is pending: no give-back can come before this one.
+			s.room = capU
+		}
+		s.room = min(s.room, capU-bt)
+		s.ahead = max(s.ahead, t)
 		s.used, s.val, s.at = true, b, max(s.at, now)
 	}
 	return d
 }
 
-// sameWindow reports whether t falls in the window (period) counted at now.
-func sameWindow(p *Policy, s *State, now, t int64) bool {
-	start, length, _ := fixedWindow(p, s, now)
-	return t < start+length
+// refundReservedBucket gives back, at now, up to hits of a reservation for
+// t: all of them when no reservation pending is for a later instant than
+// t, else at most the room (see doc.go, "Pacing"), which each give-back
+// uses up. A reservation already due (t not after now) gives nothing back.
+func refundReservedBucket(p *Policy, s *State, now, t, hits int64) {
+	unit, r, capU, ok := bucketUnits(&p.Bucket)
+	if !ok || hits <= 0 || !s.used || t <= now {
+		return
+	}
+	give := min(hits, p.Bucket.Capacity) * unit
+	if t < s.ahead {
+		give = min(give, s.room)
+	}
+	if give <= 0 {
+		return
+	}
+	s.room = max(0, s.room-give)
+	b := balance(s, now, r, capU)
+	s.val, s.at = min(capU, b+give), max(s.at, now)
+}
+
+// reserveFixed is reserve for a fixed window or a calendar quota: within
+// the window (period) holding now, a grant at now; in the next one, a
+// grant counted in s.ahead, that window's count once it comes. A
+// rejection is a refusal: the wait is to a window after the next.
+func reserveFixed(p *Policy, s *State, now, t, k, m int64, commit bool) Decision {
+	start, length, cnt := fixedWindow(p, s, now)
+	if t < start+length {
+		if d := decideFixed(p, s, now, k, m, commit); d.OK {
+			return d
+		}
+		return closed()
+	}
+	if end, _ := nextWindow(p, start+length); t >= end {
+		return closed()
+	}
+	// The next window's count: the state's ahead when it is now's window.
+	next := State{used: true, at: start + length}
+	if s.used && s.at == start {
+		next.val = s.ahead
+	}
+	d := decideFixed(p, &next, t, k, m, commit)
+	if !d.OK {
+		return closed()
+	}
+	if commit && d.Granted > 0 {
+		setWindow(s, start, cnt)
+		s.ahead = next.val
+	}
+	return d
 }
 
 // RefundReserved gives back, at now, up to hits of a reservation made for
 // the instant at (a paced request that gave up waiting): for KindTiers the
 // hits stamped at at (or, when they joined a newer bucket, that bucket's)
-// leave the tier's and the per-second logs; a window (reserved within the
-// window holding now) gets its count back, as Refund at now; a token bucket
-// keeps the credits spent (see below). hits <= 0, a nil p or a nil s change
-// nothing.
+// leave the tier's and the per-second logs; a window gets its count back
+// (that of the window holding at); a token bucket gets back what a run
+// without the reservation would hold (see above). hits <= 0, a nil p or a
+// nil s change nothing.
 func RefundReserved(p *Policy, s *State, g *Global, now, at time.Time, hits int64) {
 	if p == nil || s == nil {
 		return
@@ -177,13 +251,16 @@ func RefundReserved(p *Policy, s *State, g *Global, now, at time.Time, hits int6
 	n, t, hits := now.UnixMicro(), at.UnixMicro(), clampCopies(hits)
 	switch p.Kind {
 	case KindTokenBucket:
-		// Nothing: the balance is one number, carried back from the
-		// latest reservation's instant, and the credits a later
-		// reservation counted on may be ones that, without this one,
-		// the full bucket would have lost: giving them back could grant
-		// more than the bucket holds.
+		refundReservedBucket(p, s, n, t, hits)
 		return
 	case KindFixedWindow, KindQuota:
+		if start, length, _ := fixedWindow(p, s, n); t >= start+length {
+			// Reserved in the next window.
+			if hits > 0 && s.used && s.at == start {
+				s.ahead = max(0, s.ahead-hits)
+			}
+			return
+		}
 		Refund(p, s, g, now, hits)
 		return
 	}

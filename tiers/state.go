@@ -38,6 +38,14 @@ type State struct {
 	at   int64
 	val  int64
 
+	// Pacing (reserve.go). KindTokenBucket: ahead is the latest instant a
+	// reservation was made for, and room the units a give-back may still
+	// restore while one made since nothing was outstanding is pending.
+	// KindFixedWindow, KindQuota: ahead is the count reserved in the
+	// window after at's. Both 0 when nothing was reserved.
+	ahead int64
+	room  int64
+
 	// exact keeps every log as exact timestamps whatever the limit (tests
 	// compare it with the bucketed representation).
 	exact bool

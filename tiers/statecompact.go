@@ -17,7 +17,11 @@ var ErrBadCompact = errors.New("tiers: malformed compact state")
 //	                 (n the highest tier ever entered): entered (0 or 1),
 //	                 entry instant, log
 //	KindTokenBucket,
-//	KindFixedWindow: kind, used (0 or 1), instant, value
+//	KindFixedWindow,
+//	KindQuota:       kind, used (0 or 1), instant, value, and when a
+//	                 reservation left them non-zero (reserve.go): a
+//	                 bucket's latest reserved instant and room, a
+//	                 window's count reserved in the next window and 0
 //
 // where a log is m, then m pairs (bucket start, hits). Instants are in µs.
 func (s *State) AppendCompact(p *Policy, dst []int64) []int64 {
@@ -27,7 +31,11 @@ func (s *State) AppendCompact(p *Policy, dst []int64) []int64 {
 		if s.used {
 			used = 1
 		}
-		return append(dst, used, s.at, s.val)
+		dst = append(dst, used, s.at, s.val)
+		if s.ahead != 0 || s.room != 0 {
+			dst = append(dst, s.ahead, s.room)
+		}
+		return dst
 	}
 	dst = s.second.appendCompact(dst)
 	n := 0
@@ -56,10 +64,13 @@ func (s *State) SetCompact(p *Policy, v []int64) error {
 		return nil
 	}
 	if p.Kind != KindTiers {
-		if len(v) != 4 {
+		if len(v) != 4 && len(v) != 6 {
 			return ErrBadCompact
 		}
 		s.used, s.at, s.val = v[1] == 1, v[2], v[3]
+		if len(v) == 6 {
+			s.ahead, s.room = v[4], v[5]
+		}
 		return nil
 	}
 	r := compactReader{v: v, i: 1}

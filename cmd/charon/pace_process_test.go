@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"slices"
@@ -30,9 +31,12 @@ descriptors:
 // answered in the first second after the burst was sent (an answer can only
 // come after its grant's instant, so this holds on a busy machine too),
 // five of them paced, none waiting at the end; on the memory store, a single
-// Redis and a Redis Cluster. That no window holds more than the limit is
-// proven on the instants of the grants themselves by package tiers, the
-// store suite and the engine's tests.
+// Redis and a Redis Cluster, with the sliding window and with
+// --fixed-window. Under --fixed-window the grants' instants, as the
+// decision log records them (a paced one's is its reservation's, on the
+// store's clock), are in two windows, five in each. That no window holds
+// more than the limit is proven on the instants of the grants themselves
+// by package tiers, the store suite and the engine's tests.
 func TestPaceBurstEveryStore(t *testing.T) {
 	bin := buildCharon(t)
 	dir := t.TempDir()
@@ -52,56 +56,119 @@ func TestPaceBurstEveryStore(t *testing.T) {
 		}},
 	}
 	for _, st := range stores {
-		t.Run(st.name, func(t *testing.T) {
-			p := startServe(t, bin, append([]string{"--config", dir, "--redis-timeout", "5s"}, st.args(t)...)...)
-			req := &rlsv3.RateLimitRequest{Domain: "api", Descriptors: []*ratelimitv3.RateLimitDescriptor{{
-				Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: "user", Value: "alice"}},
-			}}}
-			const n = 10
-			var mu sync.Mutex
-			var after []time.Duration
-			var wg sync.WaitGroup
-			start := time.Now()
-			for range n {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-					defer cancel()
-					resp, err := p.rls.ShouldRateLimit(ctx, req)
-					if err != nil {
-						t.Errorf("ShouldRateLimit: %v\n%s", err, p.stderr.String())
-						return
-					}
-					if resp.OverallCode != rlsv3.RateLimitResponse_OK {
-						t.Errorf("a paced request answered %v", resp)
-						return
-					}
-					mu.Lock()
-					after = append(after, time.Since(start))
-					mu.Unlock()
-				}()
+		for _, fixed := range []bool{false, true} {
+			name := st.name
+			if fixed {
+				name += "/fixed-window"
 			}
-			wg.Wait()
-			if t.Failed() {
+			t.Run(name, func(t *testing.T) { paceBurst(t, bin, dir, fixed, st.args(t)) })
+		}
+	}
+}
+
+// paceBurst sends the burst of TestPaceBurstEveryStore to a server started
+// with args.
+func paceBurst(t *testing.T, bin, dir string, fixed bool, args []string) {
+	log := filepath.Join(t.TempDir(), "decisions.jsonl")
+	args = append([]string{"--config", dir, "--redis-timeout", "5s"}, args...)
+	if fixed {
+		args = append(args, "--fixed-window", "--decision-log", log, "--decision-log-all", "--decision-log-rate", "-1")
+	}
+	p := startServe(t, bin, args...)
+	req := &rlsv3.RateLimitRequest{Domain: "api", Descriptors: []*ratelimitv3.RateLimitDescriptor{{
+		Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: "user", Value: "alice"}},
+	}}}
+	const n = 10
+	var mu sync.Mutex
+	var after []time.Duration
+	var wg sync.WaitGroup
+	start := time.Now()
+	for range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			resp, err := p.rls.ShouldRateLimit(ctx, req)
+			if err != nil {
+				t.Errorf("ShouldRateLimit: %v\n%s", err, p.stderr.String())
 				return
 			}
-			slices.Sort(after)
-			early := 0
-			for _, a := range after {
-				if a < time.Second {
-					early++
-				}
+			if resp.OverallCode != rlsv3.RateLimitResponse_OK {
+				t.Errorf("a paced request answered %v", resp)
+				return
 			}
-			if early > 5 {
-				t.Fatalf("%d of %d answers came within a second of the burst, limit 5: %v", early, n, after)
+			mu.Lock()
+			after = append(after, time.Since(start))
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	if t.Failed() {
+		return
+	}
+	slices.Sort(after)
+	early := 0
+	for _, a := range after {
+		if a < time.Second {
+			early++
+		}
+	}
+	if early > 5 && !fixed { // a fixed window's next one may start sooner than a second
+		t.Fatalf("%d of %d answers came within a second of the burst, limit 5: %v", early, n, after)
+	}
+	metrics := get(t, "http://"+p.debugAddr+"/metrics")
+	for _, want := range []string{"charon_pace_granted_total 5", "charon_pace_waiting 0", "charon_pace_full_total 0"} {
+		if !strings.Contains(metrics, want+"\n") {
+			t.Errorf("/metrics lacks %q", want)
+		}
+	}
+	if fixed {
+		grantWindows(t, log, n, 5)
+	}
+}
+
+// grantWindows reads the decision log at path until it holds n grants and
+// checks that they fall in two windows of a second, at most limit in each:
+// judged on the instants the grants were made at, not on when they came.
+func grantWindows(t *testing.T, path string, n, limit int) {
+	t.Helper()
+	var at []time.Time
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		at = at[:0]
+		b, _ := os.ReadFile(path)
+		for _, line := range strings.Split(string(b), "\n") {
+			var r struct {
+				Time    time.Time `json:"time"`
+				Result  string    `json:"result"`
+				Granted int       `json:"granted"`
 			}
-			metrics := get(t, "http://"+p.debugAddr+"/metrics")
-			for _, want := range []string{"charon_pace_granted_total 5", "charon_pace_waiting 0", "charon_pace_full_total 0"} {
-				if !strings.Contains(metrics, want+"\n") {
-					t.Errorf("/metrics lacks %q", want)
-				}
+			if line == "" || json.Unmarshal([]byte(line), &r) != nil || r.Result != "granted" {
+				continue
 			}
-		})
+			for range r.Granted {
+				at = append(at, r.Time)
+			}
+		}
+		if len(at) >= n || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if len(at) != n {
+		t.Fatalf("the decision log holds %d grants, want %d", len(at), n)
+	}
+	per := map[int64]int{}
+	for _, a := range at {
+		per[a.Unix()]++
+	}
+	if len(per) != 2 {
+		t.Errorf("grants in %d windows of a second, want 2: %v", len(per), at)
+	}
+	for w, c := range per {
+		if c > limit {
+			t.Errorf("%d grants in the window from %v, limit %d: %v", c, time.Unix(w, 0), limit, at)
+		}
 	}
 }

@@ -275,12 +275,12 @@ func (e *Engine) Decide(ctx context.Context, req *Request, resp *Response) error
 		if wait := e.paceWait(ctx, now, sc); wait > 0 {
 			// Paced: answered after the wait, with the reservation's
 			// decisions, at the instant they were decided for.
-			waited, err := e.pace(ctx, now, wait, sc)
+			at, waited, err := e.pace(ctx, now, wait, sc)
 			if err != nil {
 				return err
 			}
 			if waited {
-				now, paced = now.Add(wait), wait
+				now, paced = at, wait
 			}
 		}
 	}

@@ -106,19 +106,20 @@ func (e *Engine) paceAllows(ctx context.Context, now time.Time, wait time.Durati
 }
 
 // pace reserves sc's items for now+wait, holds the request until then and
-// writes the reservation's decisions to sc.out. It reports false, with
-// sc.out unchanged, when the request is not held (no Reserver, too many
-// waiting, the store refused); an error when the caller went away while
-// waiting (the reservation given back) or the store failed.
-func (e *Engine) pace(ctx context.Context, now time.Time, wait time.Duration, sc *scratch) (bool, error) {
+// writes the reservation's decisions to sc.out; it returns the instant of
+// the grant on the store's clock (Reserver.Reserve's). It reports false,
+// with sc.out unchanged, when the request is not held (no Reserver, too
+// many waiting, the store refused); an error when the caller went away
+// while waiting (the reservation given back) or the store failed.
+func (e *Engine) pace(ctx context.Context, now time.Time, wait time.Duration, sc *scratch) (time.Time, bool, error) {
 	rs, ok := e.store.(store.Reserver)
 	if !ok {
-		return false, nil
+		return time.Time{}, false, nil
 	}
 	if e.paceStats.waiting.Add(1) > int64(e.paceMax) {
 		e.paceStats.waiting.Add(-1)
 		e.paceStats.full.Add(1)
-		return false, nil
+		return time.Time{}, false, nil
 	}
 	defer e.paceStats.waiting.Add(-1)
 	out := sc.paceOut[:0]
@@ -131,14 +132,14 @@ func (e *Engine) pace(ctx context.Context, now time.Time, wait time.Duration, sc
 		if err != nil {
 			// Not reserved (a store that cannot, or failed): answered as
 			// first decided.
-			return false, nil
+			return time.Time{}, false, nil
 		}
 		next, granted := time.Duration(0), true
 		for i := range sc.items {
 			if !out[i].OK && !sc.items[i].Shadow {
 				granted = false
 				if out[i].RetryAfter == tiers.Unbounded {
-					return false, nil
+					return time.Time{}, false, nil
 				}
 				next = max(next, out[i].RetryAfter)
 			}
@@ -147,18 +148,18 @@ func (e *Engine) pace(ctx context.Context, now time.Time, wait time.Duration, sc
 			break
 		}
 		if try+1 == paceTries || next <= 0 || !e.paceAllows(ctx, now, wait+next, sc) {
-			return false, nil
+			return time.Time{}, false, nil
 		}
 		wait += next
 	}
 	if err := e.sleep(ctx, wait-e.now().Sub(now)); err != nil {
 		e.paceStats.cancelled.Add(1)
 		e.giveBack(ctx, at, sc.items, out)
-		return false, err
+		return time.Time{}, false, err
 	}
 	copy(sc.out, out)
 	e.paceStats.granted.Add(1)
-	return true, nil
+	return at, true, nil
 }
 
 // giveBack gives back the hits the reservation for at granted (a caller

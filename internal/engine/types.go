@@ -112,7 +112,8 @@ type Response struct {
 	Now time.Time
 	// Paced is how long the request was held before its grant (pace: in
 	// the configuration), 0 when it was answered at once; Now is then the
-	// instant it was granted at, the wait after the instant it came.
+	// instant it was granted at, the wait after the instant it came, on
+	// the store's clock (Redis's own, by default, for the Redis store).
 	Paced time.Duration
 	// UnknownDomain is set when the request's domain has no configuration
 	// (envoyproxy/ratelimit's domain_not_found).

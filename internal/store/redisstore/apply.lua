@@ -438,7 +438,8 @@ local function fdecide(KEYS, ARGV, clock)
   NOW = now
   -- Pacing: a reservation decides at its present plus RES, pruning at the
   -- present, on the general path (the fast paths below do not reserve),
-  -- and reads a fixed window's expiry as under the caller's clock.
+  -- and reads a fixed window's count as of the present (NOW), by its
+  -- expiry as under the caller's clock.
   -- The double after the items (six doubles each) and the plan (two per
   -- item): an offset x > 0 (reserve for now + x) or an instant -x (give
   -- back the reservation made for it).
@@ -448,7 +449,6 @@ local function fdecide(KEYS, ARGV, clock)
       local at = now + x
       if x < 0 then at = -x end
       RES, PRUNE, now, CALLER = 1, now, at, true
-      NOW = now
     end
   end
   if RES > 0 then return general(KEYS, ARGV, mode, now, maxttl, lockttl, nk, n, pos) end

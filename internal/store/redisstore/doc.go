@@ -6,8 +6,9 @@
 // # One function call per decision
 //
 // Decide calls the decide library, an embedded Redis 7 function library
-// (FCALL; Redis 7.0 or later is required), written in four files that are
-// one Lua chunk (function.go): tiers.lua ports package tiers, state.lua
+// (FCALL; Redis 7.0 or later is required), written in five files that are
+// one Lua chunk (function.go): tiers.lua ports package tiers, pace.lua its
+// reservations (tiers/reserve.go), state.lua
 // the stored forms, fastpaths.lua the fast paths (below), apply.lua
 // store.Apply with the two-step's lock modes and the batch function. Its
 // library and function names carry a hash of the code (charon_<hash>,

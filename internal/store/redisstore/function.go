@@ -8,9 +8,10 @@ import (
 	"github.com/charonlimit/charon/internal/redisfunc"
 )
 
-// The decide library's code is in four files, split where the Go code it
+// The decide library's code is in five files, split where the Go code it
 // ports splits: tiers.lua (package tiers: hit logs, phases, decide, refund
-// and forget per algorithm), state.lua (the stored forms of policies and
+// and forget per algorithm), pace.lua (its reservations, tiers/reserve.go),
+// state.lua (the stored forms of policies and
 // states, load and save), fastpaths.lua (the general code written out for
 // common calls) and apply.lua (store.Apply over a call's items, the lock
 // modes, the replies, the batch function). They are one Lua chunk,
@@ -19,6 +20,8 @@ import (
 var (
 	//go:embed tiers.lua
 	tiersLua string
+	//go:embed pace.lua
+	paceLua string
 	//go:embed state.lua
 	stateLua string
 	//go:embed fastpaths.lua
@@ -28,7 +31,7 @@ var (
 
 	// decideLua is the library's code as written (with redisfunc's
 	// Placeholder).
-	decideLua = "#!lua name=charon_" + redisfunc.Placeholder + "\n" + tiersLua + stateLua + fastpathsLua + applyLua
+	decideLua = "#!lua name=charon_" + redisfunc.Placeholder + "\n" + tiersLua + paceLua + stateLua + fastpathsLua + applyLua
 )
 
 // The decide function is a Redis 7 function library (FUNCTION LOAD), named

@@ -20,7 +20,7 @@ func TestLibraryFiles(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(files) < 4 {
+	if len(files) < 5 {
 		t.Fatalf("the library's files: %v", files)
 	}
 	for _, f := range append(files, more...) {
@@ -35,7 +35,7 @@ func TestLibraryFiles(t *testing.T) {
 			t.Errorf("%s does not end with a newline", f)
 		}
 	}
-	for _, part := range []string{tiersLua, stateLua, fastpathsLua, applyLua} {
+	for _, part := range []string{tiersLua, paceLua, stateLua, fastpathsLua, applyLua} {
 		if !strings.Contains(decideLua, part) {
 			t.Fatal("decideLua misses a file")
 		}

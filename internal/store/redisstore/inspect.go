@@ -174,7 +174,7 @@ func blobInts(v any) ([]int64, error) {
 		if x, b, ok = msgpackInt(b); !ok {
 			return nil, errBlob
 		}
-		if i == 0 && x != int64(tiers.KindTokenBucket) && x != int64(tiers.KindFixedWindow) && x != tiers.ClosedCompact && (x != tiers.QuotaCompact || n != 4) {
+		if i == 0 && x != int64(tiers.KindTokenBucket) && x != int64(tiers.KindFixedWindow) && x != tiers.ClosedCompact && (x != tiers.QuotaCompact || (n != 4 && n != 6)) {
 			return nil, nil // an earlier layout (tags 0, 4 of other lengths, 9, 10)
 		}
 		out = append(out, x)

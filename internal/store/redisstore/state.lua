@@ -123,7 +123,7 @@ end
 local function newstate(kind)
   -- Every field in the constructor: no table grows afterwards.
   return { kind = kind, dirty = false, p = false, t = false, nt = 0, sec = false, log = false,
-           used = false, at = 0, val = 0 }
+           used = false, at = 0, val = 0, ahead = 0, room = 0 }
 end
 
 -- decraw: the tiers or global state of v (raw's answer).
@@ -160,7 +160,7 @@ end
 local function decstate(blob, kind)
   if RAW[kind] then return decraw(raw(blob, RAW[kind]), kind) end
   local s, v = newstate(kind), unblob(blob, kind)
-  if v then s.used, s.at, s.val = v[2] == 1, v[3], v[4] end
+  if v then s.used, s.at, s.val, s.ahead, s.room = v[2] == 1, v[3], v[4], v[5] or 0, v[6] or 0 end
   return s
 end
 
@@ -175,12 +175,14 @@ local function encstate(s)
     local b, m = lbytes(s.log)
     return spack('>ddd', 11, s.log[SUM], m) .. b
   end
-  if s.kind == 2 then return sfmt('%d', s.val) end
+  if s.kind == 2 and s.ahead == 0 then return sfmt('%d', s.val) end
   if s.kind ~= 0 then
-    local o = O
+    -- Pacing's two numbers (tiers.lua) follow when either is set.
+    local o, n = O, 4
     o[1], o[2], o[3], o[4] = s.kind, s.used and 1 or 0, s.at, s.val
-    for i = 5, on do o[i] = nil end
-    on = 4
+    if s.ahead ~= 0 or s.room ~= 0 then o[5], o[6], n = s.ahead, s.room, 6 end
+    for i = n + 1, on do o[i] = nil end
+    on = n
     return mpack(o)
   end
   -- Tiers never entered after the last entered one are not written: they
@@ -242,7 +244,7 @@ local function save(key, s, now, maxttl)
   -- entered); it expires at now, which on Redis's clock deletes it at once,
   -- and under a caller's clock keeps the flag exact while that clock is
   -- ahead of Redis's.
-  if s.kind == 2 and s.val <= 0 then
+  if s.kind == 2 and s.val <= 0 and s.ahead <= 0 then
     -- A count of 0 is no count: fixed1 reads a key it creates as one.
     redis.call('DEL', key)
     return

@@ -578,13 +578,27 @@ local function pwin(p, t)
 end
 
 -- fwin: the start, count and end of the window counted at t.
+-- The hits reserved in the window after the state's (s.ahead, pace.lua)
+-- are that window's count once it holds t.
 local function fwin(p, s, t)
   local start, e = pwin(p, t)
   if s.used and s.at >= start then
     if s.at ~= start then start, e = pwin(p, s.at) end
     return s.at, s.val, e
   end
+  if s.used and s.ahead > 0 then
+    local _, x = pwin(p, s.at)
+    if x == start then return start, s.ahead, e end
+  end
   return start, 0, e
+end
+
+-- setwin: the state counts cnt in the window starting at start (fwin's);
+-- the hits reserved ahead of the state's window are in cnt once past it.
+local function setwin(s, start, cnt)
+  if s.at ~= start then s.ahead = 0 end
+  s.used, s.at, s.val = true, start, cnt
+  s.dirty = true
 end
 
 local function decide_fixed(p, s, t, k, m, commit, d)
@@ -603,10 +617,7 @@ local function decide_fixed(p, s, t, k, m, commit, d)
     d.th = cnt + n
     d.rem = max(0, lim - cnt - n)
     d.reset = reset
-    if commit and n > 0 then
-      s.used, s.at, s.val = true, start, cnt + n
-      s.dirty = true
-    end
+    if commit and n > 0 then setwin(s, start, cnt + n) end
     return d
   end
   d.th = cnt
@@ -614,10 +625,7 @@ local function decide_fixed(p, s, t, k, m, commit, d)
   if p.od then
     -- Post-paid: the k hits are counted all the same.
     d.rem = 0
-    if commit and k > 0 then
-      s.used, s.at, s.val = true, start, min(cnt + k, MAXCOUNT)
-      s.dirty = true
-    end
+    if commit and k > 0 then setwin(s, start, min(cnt + k, MAXCOUNT)) end
   end
   local need = max(m, 1)
   if k == 0 then need = 0 end
@@ -629,115 +637,21 @@ end
 local function refund_fixed(p, s, t, hits)
   if hits <= 0 then return end
   local start, cnt = fwin(p, s, t)
-  if not s.used or s.at ~= start then return end
-  s.val = max(0, cnt - hits)
-  s.dirty = true
+  if cnt <= 0 then return end
+  setwin(s, start, max(0, cnt - hits))
 end
 
 local function forget_fixed(p, s)
-  if not s.used or s.val <= 0 then return nil end
+  if not s.used or (s.val <= 0 and s.ahead <= 0) then return nil end
   local _, e = pwin(p, s.at)
+  -- Kept until the window reserved in ends.
+  if s.ahead > 0 then _, e = pwin(p, e) end
   return e
 end
 
--- ---------------------------------------------------------------------------
--- Pacing (tiers/reserve.go): tiers.Reserve and tiers.RefundReserved, for a
--- call made at now (PRUNE) for the instant t (NOW). Self-contained: decide
--- and refund call them when RES > 0.
-
--- rclosed: tiers' closed decision, a refusal no wait changes.
-local function rclosed(d)
-  dreset(d)
-  d.retry, d.reset = INF, INF
-  return d
-end
-
--- lremove_at: removeAt (tiers/state.go), the hits granted at t out of the
--- bucket they went into (the first starting at or after t's) and newer
--- ones, up to n; the emptied buckets go.
-local function lremove_at(l, now, t, w, b, n)
-  lprune(l, now, w)
-  local at, done, h, e = floormul(t, b), 0, l[H], l[E]
-  for i = h, e do
-    local j = 2 * i + 2
-    if done < n and l[j] >= at then
-      local take = min(n - done, l[j + 1])
-      l[j + 1], l[SUM], done = l[j + 1] - take, l[SUM] - take, done + take
-    end
-  end
-  local k = h
-  for i = h, e do
-    local j = 2 * i + 2
-    if l[j + 1] > 0 then
-      l[2 * k + 2], l[2 * k + 3] = l[j], l[j + 1]
-      k = k + 1
-    end
-  end
-  l[E] = k - 1
-  if l[H] > l[E] then lreset(l) end
-  return done
-end
-
-local function reserve_tiers(p, s, gs, now, t, k, m, commit, d)
-  if p.n ~= 1 then return rclosed(d) end
-  local ts = s.t[1]
-  local fresh = (not ts or not ts.inn) and p.T[1].act == INF
-  if not fresh and (phase(p, s, 1, now) ~= 1 or phase(p, s, 1, t) ~= 1) then return rclosed(d) end
-  -- decide_tiers commits at t through ladd, which prunes at PRUNE.
-  return decide_tiers(p, s, gs, t, k, m, commit, d)
-end
-
-local function reserve_bucket(p, s, now, t, k, m, commit, d)
-  decide_bucket(p, s, t, k, m, false, d)
-  if not d.ok then return d end
-  -- The balance at t after the grant, carried back to now.
-  local b = balance(p, s, t) - d.granted * p.unit - p.r * (t - now)
-  if b < -p.capU then return rclosed(d) end
-  if commit and d.granted > 0 then
-    s.used, s.val, s.at = true, b, max(s.at, now)
-    s.dirty = true
-  end
-  return d
-end
-
-local function reserve_fixed(p, s, now, t, k, m, commit, d)
-  local _, _, e = fwin(p, s, now)
-  if t >= e then return rclosed(d) end
-  decide_fixed(p, s, now, k, m, commit, d)
-  if not d.ok then return rclosed(d) end
-  return d
-end
-
-local function reserve(p, s, gs, t, k, m, commit, d)
-  local now = PRUNE
-  if t <= now then
-    -- Not later than the present (a give-back's peek): a plain decision.
-    if p.kind == 0 then return decide_tiers(p, s, gs, now, k, m, commit, d) end
-    if p.kind == 1 then return decide_bucket(p, s, now, k, m, commit, d) end
-    if p.kind == 2 or p.kind == 4 then return decide_fixed(p, s, now, k, m, commit, d) end
-    return rclosed(d)
-  end
-  if p.od then return rclosed(d) end
-  if p.kind == 0 then return reserve_tiers(p, s, gs, now, t, k, m, commit, d) end
-  if p.kind == 1 then return reserve_bucket(p, s, now, t, k, m, commit, d) end
-  if p.kind == 2 or p.kind == 4 then return reserve_fixed(p, s, now, t, k, m, commit, d) end
-  return rclosed(d)
-end
-
-local function refund_reserved(p, s, gs, t, hits)
-  local now = PRUNE
-  if p.kind == 1 then return end -- a bucket keeps the credits spent
-  if p.kind ~= 0 then return refund_fixed(p, s, now, hits) end
-  if hits <= 0 or p.n < 1 or s.nt < 1 then return end
-  local tr = p.T[1]
-  local done = lremove_at(s.t[1].hits, now, t, tr.win, tr.width, hits)
-  lremove_at(s.sec, now, t, SEC, p.hw, done)
-  s.dirty = true
-  if gs then
-    lremove_at(gs.log, now, t, SEC, p.gw, done)
-    gs.dirty = true
-  end
-end
+-- Pacing (tiers/reserve.go): reserve and refund_reserved, which decide
+-- and refund call when RES > 0, are defined in pace.lua, after this file.
+local reserve, refund_reserved
 
 -- ---------------------------------------------------------------------------
 -- tiers.Peek / tiers.Request, tiers.Refund, tiers.ForgetAt.

@@ -30,6 +30,10 @@ const (
 	opRequest = 1
 	opPeek    = 2
 	opRefund  = 3
+	// Pacing: tiers.Reserve, PeekReserve and RefundReserved.
+	opReserve  = 4
+	opPeekRes  = 5
+	opGiveBack = 6
 )
 
 // loadTiersHarness loads the tiers harness library into c and returns its
@@ -40,7 +44,7 @@ func loadTiersHarness(t *testing.T, c redis.UniversalClient) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	lib := redisfunc.New("#!lua name=charon_tiers_" + redisfunc.Placeholder + "\n" + tiersLua + stateLua + string(h))
+	lib := redisfunc.New("#!lua name=charon_tiers_" + redisfunc.Placeholder + "\n" + tiersLua + paceLua + stateLua + string(h))
 	if err := lib.Load(context.Background(), c); err != nil {
 		t.Fatal(err)
 	}
@@ -84,6 +88,7 @@ func TestTiersPart(t *testing.T) {
 		traces = 200
 	}
 	ops := 0
+	backs := map[tiers.Kind]int{} // give-backs that changed a state
 	for seed := range uint64(traces) {
 		r := rand.New(rand.NewPCG(seed, 31))
 		now := time.Date(2031+r.IntN(20), time.Month(1+r.IntN(12)), 1+r.IntN(28), r.IntN(24), 0, 0, 0, time.UTC)
@@ -110,6 +115,13 @@ func TestTiersPart(t *testing.T) {
 		// Two domains' states; the global, when the policy has one, is
 		// shared by both.
 		states := make([]tiers.State, 2)
+		// Per state, the reservations granted (their instants and hits),
+		// for the give-backs.
+		type reserved struct {
+			at   time.Time
+			hits int64
+		}
+		pending := make([][]reserved, 2)
 		var g *tiers.Global
 		if p.GlobalLimit > 0 {
 			g = new(tiers.Global)
@@ -126,13 +138,28 @@ func TestTiersPart(t *testing.T) {
 			default:
 				now = now.Add(randDur(r, time.Microsecond, 400*time.Millisecond))
 			}
-			s := &states[r.IntN(2)]
+			si := r.IntN(2)
+			s := &states[si]
 			op := opRequest
-			switch r.IntN(6) {
+			switch r.IntN(10) {
 			case 0:
 				op = opPeek
 			case 1:
 				op = opRefund
+			case 2, 3:
+				op = opReserve
+			case 4:
+				op = opPeekRes
+			case 5:
+				if len(pending[si]) > 0 {
+					op = opGiveBack
+				}
+			}
+			// A reservation's instant: up to a second or an eighth of the
+			// span ahead (a window's next one), at times now itself.
+			at := now.Add(randDur(r, time.Microsecond, max(time.Second, span/8)))
+			if r.IntN(12) == 0 {
+				at = now
 			}
 			k := int64(1 + r.IntN(4))
 			switch r.IntN(8) {
@@ -146,7 +173,15 @@ func TestTiersPart(t *testing.T) {
 				m = k + 1
 			}
 
+			if op == opGiveBack {
+				i := r.IntN(len(pending[si]))
+				at, k = pending[si][i].at, pending[si][i].hits
+				pending[si] = slices.Delete(pending[si], i, i+1)
+			}
 			h := f64s(nil, int64(op), now.UnixMicro(), k, m)
+			if op >= opReserve {
+				h = f64s(h, at.UnixMicro())
+			}
 			gv := ""
 			if g != nil {
 				gv = string(f64Ints(nil, g.AppendCompact(nil)))
@@ -166,10 +201,19 @@ func TestTiersPart(t *testing.T) {
 				want = tiers.Peek(p, s, g, now, k, m)
 			case opRefund:
 				tiers.Refund(p, s, g, now, k)
+			case opReserve:
+				want = tiers.Reserve(p, s, g, now, at, k, m)
+				if want.OK && want.Granted > 0 {
+					pending[si] = append(pending[si], reserved{at, want.Granted})
+				}
+			case opPeekRes:
+				want = tiers.PeekReserve(p, s, g, now, at, k, m)
+			case opGiveBack:
+				tiers.RefundReserved(p, s, g, now, at, k)
 			}
 			rd := &reader{b: rep}
 			got := decision(p, rd)
-			if op == opRefund {
+			if op == opRefund || op == opGiveBack {
 				got = tiers.Decision{}
 			}
 			type after struct {
@@ -189,6 +233,9 @@ func TestTiersPart(t *testing.T) {
 					gt.GState = append(gt.GState, rd.num())
 				}
 			}
+			if op == opGiveBack && !slices.Equal(before, w.State) {
+				backs[p.Kind]++
+			}
 			if p.Kind == tiers.KindQuota && slices.Equal(before, w.State) {
 				// The library knows a quota's periods around now only (its
 				// boundary table): it computes ForgetAt of the states it
@@ -204,5 +251,8 @@ func TestTiersPart(t *testing.T) {
 			}
 		}
 	}
-	t.Logf("%d operations", ops)
+	t.Logf("%d operations; give-backs that changed a state, by kind: %v", ops, backs)
+	if !testing.Short() && backs[tiers.KindTokenBucket] < 20 {
+		t.Fatalf("%d bucket give-backs gave something back: too few to test them", backs[tiers.KindTokenBucket])
+	}
 }

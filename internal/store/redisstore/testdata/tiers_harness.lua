@@ -5,8 +5,9 @@
 -- Global.AppendCompact) and answers what the tiers part makes of them, so
 -- that TestTiersPart compares it with package tiers' Go code.
 --
--- ARGV[1]: big-endian doubles: op (1 Request, 2 Peek, 3 Refund), now (µs),
---   copies (a refund's hits), min.
+-- ARGV[1]: big-endian doubles: op (1 Request, 2 Peek, 3 Refund; pacing:
+--   4 Reserve, 5 PeekReserve, 6 RefundReserved), now (µs), copies (a
+--   refund's hits), min, and for ops 4 to 6 the reservation's instant.
 -- ARGV[2]: the policy (encode.go).
 -- ARGV[3]: the state's compact form, big-endian doubles.
 -- ARGV[4]: the global's compact form, or "" for none.
@@ -56,7 +57,7 @@ local function fromcompact(p, v)
   s.p = p
   if #v == 0 then v = { 0, 0, 0 } end
   if s.kind ~= 0 then
-    if #v == 4 then s.used, s.at, s.val = v[2] == 1, v[3], v[4] end
+    if #v >= 4 then s.used, s.at, s.val, s.ahead, s.room = v[2] == 1, v[3], v[4], v[5] or 0, v[6] or 0 end
     return s
   end
   local i
@@ -78,6 +79,10 @@ local function tocompact(o, s, kind)
     o[#o + 1] = s.used and 1 or 0
     o[#o + 1] = s.at
     o[#o + 1] = s.val
+    if s.ahead ~= 0 or s.room ~= 0 then
+      o[#o + 1] = s.ahead
+      o[#o + 1] = s.room
+    end
     return
   end
   wlog(o, s.sec)
@@ -96,6 +101,12 @@ end
 local function ftiers(KEYS, ARGV)
   if not fmod then bind() end
   local op, now, k, m = sunpack('>dddd', ARGV[1])
+  local at = now
+  if op >= 4 then
+    -- Pacing: decided at now (PRUNE) for the instant at (fdecide's offset).
+    at = sunpack('>d', ARGV[1], 33)
+    RES, PRUNE = 1, now
+  end
   local p = policy(ARGV[2])
   local v = doubles(ARGV[3])
   local kind = v[1] or 0
@@ -107,11 +118,12 @@ local function ftiers(KEYS, ARGV)
     gs.log = rlog(gv, 2)
   end
   local d = newd()
-  if op == 3 then
-    refund(p, s, gs, now, k)
+  if op == 3 or op == 6 then
+    refund(p, s, gs, at, k)
   else
-    decide(p, s, gs, now, k, m, op == 1, d)
+    decide(p, s, gs, at, k, m, op == 1 or op == 4, d)
   end
+  RES, PRUNE = 0, nil
   local f = 0
   if d.ok then f = f + 1 end
   if d.burst then f = f + 2 end
