@@ -170,9 +170,10 @@ func TestRedisFaultDeadlines(t *testing.T) {
 			m := get(t, "http://"+p.debugAddr+"/metrics")
 			timeouts := metricValue(m, "charon_store_remote_timeouts_total")
 			local := metricValue(m, `charon_store_calls_total{path="local"}`)
-			t.Logf("reliability: Redis %s, callers allowing 20 ms, mode local: %d calls, %d DeadlineExceeded (%.3f%%), %d other errors; %.0f answered by the failure mode, %.0f of them after waiting for the margin (remote timeouts), %.0f breaker openings",
+			stuck := metricValue(m, "charon_store_not_sent_stuck_total")
+			t.Logf("reliability: Redis %s, callers allowing 20 ms, mode local: %d calls, %d DeadlineExceeded (%.3f%%), %d other errors; %.0f answered by the failure mode, %.0f of them after waiting for the margin (remote timeouts, %.0f of which queued behind an unanswered batch), %.0f not sent otherwise, %.0f breaker openings",
 				fault, calls.Load(), late.Load(), 100*float64(late.Load())/float64(max(calls.Load(), 1)), other.Load(),
-				local, timeouts, metricValue(m, "charon_store_breaker_opens_total"))
+				local, timeouts, stuck, metricValue(m, "charon_store_not_sent_total")-stuck, metricValue(m, "charon_store_breaker_opens_total"))
 			if other.Load() != 0 {
 				t.Errorf("%d calls failed otherwise than by the caller's deadline; first: %v", other.Load(), first.Load())
 			}

@@ -18,6 +18,14 @@ var ErrClosed = errors.New("store: closed")
 // it says nothing about the remote's health.
 var ErrNotSent = errors.New("store: not sent before the deadline")
 
+// ErrStuck is returned (wrapped, with ErrNotSent and the context's error) by
+// a remote store's Decide for a call that was not sent because everything
+// that sends calls was waiting for the remote to answer calls sent before
+// this one was queued: nothing was changed, and unlike a plain ErrNotSent it
+// is evidence that the remote is not answering, as a timeout is (the caller
+// waited its whole deadline behind the remote's silence).
+var ErrStuck = errors.New("store: queued behind calls the remote has not answered")
+
 // ErrReplied is returned (wrapped) by a remote store's Decide when the remote
 // answered the call with an error of its own about the call's data (a key
 // holding something else, a script error on a state): the call failed, but

@@ -68,11 +68,12 @@ func (s *Store) send(ctx context.Context, c *call) (string, error) {
 	}
 	r.args, r.ctx = c.args, ctx
 	r.state.Store(reqQueued)
+	mark := s.stall.mark()
 	select {
 	case s.q <- r:
 	case <-ctx.Done():
 		r.args, r.ctx = nil, nil
-		return "", fmt.Errorf("redisstore: %w: %w", store.ErrNotSent, ctx.Err())
+		return "", s.notSent(ctx, mark)
 	case <-s.stop:
 		r.args, r.ctx = nil, nil
 		return "", store.ErrClosed
@@ -86,7 +87,7 @@ func (s *Store) send(ctx context.Context, c *call) (string, error) {
 		if r.state.CompareAndSwap(reqQueued, reqAbandoned) {
 			// Still in the queue: the dispatcher will not send it.
 			c.detach()
-			return "", fmt.Errorf("redisstore: %w: %w", store.ErrNotSent, ctx.Err())
+			return "", s.notSent(ctx, mark)
 		}
 		if r.state.CompareAndSwap(reqSent, reqAbandoned) {
 			// Sent: if it is applied, the dispatcher gives back what it
@@ -133,7 +134,9 @@ func (s *Store) dispatch() {
 				break fill
 			}
 		}
+		s.stall.begin()
 		s.run(&d)
+		s.stall.end()
 		for _, r := range d.batch {
 			r.done <- struct{}{}
 		}

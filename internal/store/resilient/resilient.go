@@ -112,7 +112,7 @@ type Store struct {
 	closeErr  error
 
 	remoteCalls, cached, localCalls, openCalls, closedCalls, unavailCalls atomic.Uint64
-	remoteErrors, timeouts, slow, notSent                                 atomic.Uint64
+	remoteErrors, timeouts, slow, notSent, stuck                          atomic.Uint64
 }
 
 var _ store.Store = (*Store)(nil)
@@ -253,10 +253,20 @@ func (s *Store) Decide(ctx context.Context, now time.Time, items []store.Item, o
 		// The caller went away: nothing is known about the remote.
 		return fmt.Errorf("resilient: %w", err)
 	case errors.Is(err, store.ErrNotSent):
-		// The deadline passed while the call was queued in this process:
-		// work beyond what the remote takes, not a remote failure.
 		s.notSent.Add(1)
-		return s.fallback(ctx, now, items, out, err)
+		if !errors.Is(err, store.ErrStuck) {
+			// The deadline passed while the call was queued in this
+			// process: work beyond what the remote takes, not a remote
+			// failure.
+			return s.fallback(ctx, now, items, out, err)
+		}
+		// Queued behind calls the remote has not answered: its silence
+		// held this call as it holds a call that times out, and counts
+		// as such (unless the remote answered meanwhile), so that a
+		// remote that stopped answering opens the breaker in the first
+		// deadline of calls, not only on the few calls of the batch in
+		// flight.
+		s.stuck.Add(1)
 	}
 	s.remoteErrors.Add(1)
 	if errors.Is(err, context.DeadlineExceeded) {
@@ -478,8 +488,12 @@ type Stats struct {
 	RemoteErrors, Timeouts, Slow uint64
 	// NotSent counts calls whose deadline passed while they were queued in
 	// this process, before reaching the remote (answered by the failure
-	// mode, not counted against the breaker nor in RemoteErrors).
-	NotSent uint64
+	// mode). Stuck counts those among them that waited behind calls the
+	// remote had not answered (store.ErrStuck): they are counted as
+	// timeouts too (RemoteErrors, Timeouts, Slow) and by the breaker as
+	// timeouts are; the others are not counted against the breaker nor in
+	// RemoteErrors.
+	NotSent, Stuck uint64
 	// Breaker is the breaker's state now, BreakerOpens how many times it
 	// opened.
 	Breaker      BreakerState
@@ -506,6 +520,7 @@ func (s *Store) Stats() Stats {
 		Timeouts:     s.timeouts.Load(),
 		Slow:         s.slow.Load(),
 		NotSent:      s.notSent.Load(),
+		Stuck:        s.stuck.Load(),
 		Breaker:      BreakerState(s.br.state.Load()),
 		BreakerOpens: s.br.opens.Load(),
 	}
