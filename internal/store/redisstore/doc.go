@@ -49,7 +49,10 @@
 // context ended before its batch was sent is not sent (store.ErrNotSent),
 // and is stuck (store.ErrStuck, evidence that Redis is not answering) when
 // every dispatcher had a batch in flight, sent before the call was queued,
-// all the while. When Redis answers
+// all the while. Release makes every waiting call give up at once (the
+// resilient wrapper's breaker does when it opens); the dispatchers still
+// read the replies of the released calls and give back their grants.
+// When Redis answers
 // "Function not found" inside a pipeline, the dispatcher loads the
 // function and sends those calls again. Pipelines < 0 turns the
 // dispatchers off: each call then sends its FCALL on its own pooled

@@ -1,7 +1,6 @@
 package redisstore
 
 import (
-	"context"
 	"fmt"
 	"sync/atomic"
 
@@ -18,6 +17,9 @@ type stuckWatch struct {
 	dispatchers int32         // the store's dispatchers (set once by NewWithClient)
 	started     atomic.Uint64 // batches the dispatchers started
 	inflight    atomic.Int32  // dispatchers with a batch in flight
+	// release is closed by Release (and replaced): the calls waiting
+	// then give up. nil until a call or Release makes the first.
+	release atomic.Pointer[chan struct{}]
 }
 
 // begin and end bracket a dispatcher's batch in flight.
@@ -39,11 +41,45 @@ func (w *stuckWatch) stuck(mark uint64) bool {
 	return w.dispatchers > 0 && w.inflight.Load() >= w.dispatchers && w.started.Load() == mark
 }
 
-// notSent is the error of a call whose context ended before a dispatcher
-// sent it; mark is the watch's when the call was queued.
-func (s *Store) notSent(ctx context.Context, mark uint64) error {
-	if s.stall.stuck(mark) {
-		return fmt.Errorf("redisstore: %w: %w: %w", store.ErrNotSent, store.ErrStuck, ctx.Err())
+// released returns the channel the next Release closes.
+func (w *stuckWatch) released() <-chan struct{} {
+	for {
+		if p := w.release.Load(); p != nil {
+			return *p
+		}
+		ch := make(chan struct{})
+		w.release.CompareAndSwap(nil, &ch)
 	}
-	return fmt.Errorf("redisstore: %w: %w", store.ErrNotSent, ctx.Err())
+}
+
+// Release makes every call now waiting for a dispatcher, or for the reply
+// of a batch in flight, give up at once as if its context had ended, with
+// an error wrapping store.ErrReleased (and store.ErrNotSent for those not
+// sent): nothing waits for Redis' reply any longer but the dispatcher,
+// which still reads it and gives back what a released call was granted
+// (Settle waits for that). Calls made afterwards wait as usual. The
+// resilient wrapper calls it when its breaker opens, so that the calls in
+// flight get the failure mode's answer then, not at their deadlines. A
+// store without dispatchers (Options.Pipelines < 0) releases nothing.
+func (s *Store) Release() {
+	next := make(chan struct{})
+	for {
+		old := s.stall.release.Load()
+		if s.stall.release.CompareAndSwap(old, &next) {
+			if old != nil {
+				close(*old)
+			}
+			return
+		}
+	}
+}
+
+// notSent is the error of a call that gave up (cause: its context's error,
+// or store.ErrReleased) before a dispatcher sent it; mark is the watch's
+// when the call was queued.
+func (s *Store) notSent(cause error, mark uint64) error {
+	if s.stall.stuck(mark) {
+		return fmt.Errorf("redisstore: %w: %w: %w", store.ErrNotSent, store.ErrStuck, cause)
+	}
+	return fmt.Errorf("redisstore: %w: %w", store.ErrNotSent, cause)
 }

@@ -22,7 +22,10 @@
 // waited behind calls the remote had not answered (store.ErrStuck): that
 // is counted as a timeout, so that a remote that stops answering opens the
 // breaker within the first deadline of the calls queued behind the ones on
-// the wire, not only on the few on the wire. Decisions never probe the
+// the wire, not only on the few on the wire. When the breaker opens, a remote
+// that is a Releaser (the Redis store) releases the calls still waiting for
+// it, which the failure mode then answers at once instead of at their
+// deadlines. Decisions never probe the
 // remote: after the cool-off (Options.CoolOff) Probe pings it (the Remote's
 // Ping, under its own, longer deadline, Options.ProbeTimeout), and the first
 // ping that succeeds closes the breaker. The owner calls Probe several times

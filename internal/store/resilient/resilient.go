@@ -102,10 +102,13 @@ type Store struct {
 	// an outage.
 	answers atomic.Uint64
 	replies Replier // the remote, when it counts its replies
-	cooloff time.Duration
-	now     func() time.Time
-	br      breaker
-	cache   *cache // nil: off
+	// releaser is the remote, when its waiting calls can be released
+	// (the breaker's opening does).
+	releaser Releaser
+	cooloff  time.Duration
+	now      func() time.Time
+	br       breaker
+	cache    *cache // nil: off
 
 	closed    atomic.Bool
 	closeOnce sync.Once
@@ -137,6 +140,7 @@ func New(remote Remote, opts Options) *Store {
 	}
 	s := &Store{remote: remote, mode: opts.Mode, timeout: opts.Timeout, cooloff: opts.CoolOff, now: opts.Now}
 	s.replies, _ = remote.(Replier)
+	s.releaser, _ = remote.(Releaser)
 	if s.timeout == 0 {
 		s.timeout = DefaultTimeout
 	}
@@ -252,6 +256,10 @@ func (s *Store) Decide(ctx context.Context, now time.Time, items []store.Item, o
 	case errors.Is(ctx.Err(), context.Canceled):
 		// The caller went away: nothing is known about the remote.
 		return fmt.Errorf("resilient: %w", err)
+	case errors.Is(err, store.ErrReleased):
+		// The breaker opened while this call waited (Releaser): the
+		// failure that opened it was counted.
+		return s.fallback(ctx, now, items, out, err)
 	case errors.Is(err, store.ErrNotSent):
 		s.notSent.Add(1)
 		if !errors.Is(err, store.ErrStuck) {
@@ -279,8 +287,22 @@ func (s *Store) Decide(ctx context.Context, now time.Time, items []store.Item, o
 			return s.fallback(ctx, now, items, out, err)
 		}
 	}
-	s.br.failure(s.now().UnixNano())
+	if s.br.failure(s.now().UnixNano()) && s.releaser != nil {
+		// The calls still waiting for the remote get the failure mode's
+		// answer now, as the calls after them do, not at their deadlines.
+		s.releaser.Release()
+	}
 	return s.fallback(ctx, now, items, out, err)
+}
+
+// Releaser is implemented by a remote whose waiting calls can be told to
+// stop waiting: the Redis store's calls queued behind, or sent in, a batch
+// Redis has not answered. When the breaker opens the wrapper releases
+// them, and they return an error wrapping store.ErrReleased, which the
+// failure mode answers at once. The remote keeps what it needs to give
+// back what a released call was granted.
+type Releaser interface {
+	Release()
 }
 
 // Replier is implemented by a remote that counts the replies it read,
@@ -484,7 +506,8 @@ type Stats struct {
 	// RemoteErrors counts failed remote calls and failed probe pings,
 	// Timeouts the calls among them that hit the deadline, Slow those
 	// timeouts while the remote answered other calls (not counted against
-	// the breaker). Calls and pings the caller canceled are not counted.
+	// the breaker). Calls and pings the caller canceled are not counted,
+	// nor calls released when the breaker opened (Releaser).
 	RemoteErrors, Timeouts, Slow uint64
 	// NotSent counts calls whose deadline passed while they were queued in
 	// this process, before reaching the remote (answered by the failure

@@ -71,10 +71,10 @@ func (w *swallower) hook() *redistest.Hook {
 // flight on the only dispatcher. The calls queued behind it are not sent
 // before their deadlines, and each is evidence of the outage (it waited
 // behind Redis' silence): the breaker opens at the threshold's third such
-// call, before the call in flight has timed out, and a later call, whose
-// caller allows a minute, is answered by the failure mode without being
-// queued. Once Redis answers again, a probe closes the breaker and Redis
-// decides. The breaker runs on an injected clock; nothing here depends on
+// call, before the call in flight has timed out, and releases that call
+// (its caller allows a minute) to the failure mode; a later call is
+// answered by the failure mode without being queued. Once Redis answers
+// again, a probe closes the breaker and Redis decides. The breaker runs on an injected clock; nothing here depends on
 // how long a call took.
 func TestStuckCallsOpenTheBreaker(t *testing.T) {
 	if testing.Short() {
@@ -131,29 +131,31 @@ func TestStuckCallsOpenTheBreaker(t *testing.T) {
 			t.Fatalf("after stuck call %d: %+v; want the breaker open only at the third (threshold 3)", i, st)
 		}
 	}
+	// The opening released the call in flight, whose caller allows a
+	// minute and whose reply is still swallowed: the failure mode answers
+	// it now.
+	if err := <-inFlight; err != nil {
+		t.Fatalf("the call in flight: %v, want the local answer", err)
+	}
+	if st := s.Stats(); st.Local != 4 || st.Timeouts != 3 || st.BreakerOpens != 1 {
+		t.Errorf("after the call in flight was released: %+v; want it answered locally, not counted as a timeout", st)
+	}
 	cmds, pipes := h.Sent()
 	if err := decide(long(), "c"); err != nil {
 		t.Fatal(err)
 	}
 	st := s.Stats()
-	if st.Local != 4 || st.Stuck != 3 || st.NotSent != 3 || st.Timeouts != 3 || st.Breaker != resilient.BreakerOpen {
+	if st.Local != 5 || st.Stuck != 3 || st.NotSent != 3 || st.Timeouts != 3 || st.Breaker != resilient.BreakerOpen {
 		t.Errorf("a call while the breaker is open: %+v; want answered locally at once, not queued for Redis", st)
 	}
 	if c2, p2 := h.Sent(); c2 != cmds || p2 != pipes {
 		t.Errorf("the client sent %d commands and %d pipelines meanwhile, want none", c2-cmds, p2-pipes)
 	}
 
-	// Redis answers again: the call in flight fails (counted nowhere by
-	// the open breaker) and is answered locally; a probe after the
-	// cool-off closes the breaker.
+	// Redis answers again (the swallowed call fails: no reply to give
+	// back); a probe after the cool-off closes the breaker.
 	w.on.Store(false)
 	close(w.release)
-	if err := <-inFlight; err != nil {
-		t.Fatalf("the call in flight: %v, want the local answer", err)
-	}
-	if st := s.Stats(); st.Local != 5 || st.BreakerOpens != 1 {
-		t.Errorf("after the call in flight failed: %+v; want it answered locally, the breaker opened once", st)
-	}
 	clk.Advance(resilient.DefaultCoolOff)
 	if err := s.Probe(context.Background()); err != nil {
 		t.Fatalf("probe: %v", err)
@@ -168,5 +170,8 @@ func TestStuckCallsOpenTheBreaker(t *testing.T) {
 	defer cancel()
 	if err := s.Settle(ctx); err != nil {
 		t.Fatal(err)
+	}
+	if lost := remote.LateLost(); lost != 1 {
+		t.Errorf("%d released calls lost, want 1 (a's, whose reply never came)", lost)
 	}
 }
