@@ -18,6 +18,21 @@ var ErrClosed = errors.New("store: closed")
 // it says nothing about the remote's health.
 var ErrNotSent = errors.New("store: not sent before the deadline")
 
+// ErrStuck is returned (wrapped, with ErrNotSent and the context's error) by
+// a remote store's Decide for a call that was not sent because everything
+// that sends calls was waiting for the remote to answer calls sent before
+// this one was queued: nothing was changed, and unlike a plain ErrNotSent it
+// is evidence that the remote is not answering, as a timeout is (the caller
+// waited its whole deadline behind the remote's silence).
+var ErrStuck = errors.New("store: queued behind calls the remote has not answered")
+
+// ErrReleased is returned (wrapped) by a remote store's Decide for a call
+// its owner released (the Redis store's Release: the resilient wrapper's
+// breaker opened while the call waited): the call stopped waiting for the
+// remote, which may still apply it (as a call that times out); the remote
+// store gives back what such a call was granted when the reply comes.
+var ErrReleased = errors.New("store: released while waiting for the remote")
+
 // ErrReplied is returned (wrapped) by a remote store's Decide when the remote
 // answered the call with an error of its own about the call's data (a key
 // holding something else, a script error on a state): the call failed, but

@@ -59,7 +59,13 @@
 // its callers (none when one has none; go-redis' read and write timeouts
 // still apply). A caller whose context ends gets its error at once (its
 // FCALL may still run, as with any call that times out); a call whose
-// context ended before its batch was sent is not sent. When Redis answers
+// context ended before its batch was sent is not sent (store.ErrNotSent),
+// and is stuck (store.ErrStuck, evidence that Redis is not answering) when
+// every dispatcher had a batch in flight, sent before the call was queued,
+// all the while. Release makes every waiting call give up at once (the
+// resilient wrapper's breaker does when it opens); the dispatchers still
+// read the replies of the released calls and give back their grants.
+// When Redis answers
 // "Function not found" inside a pipeline, the dispatcher loads the
 // function and sends those calls again. Pipelines < 0 turns the
 // dispatchers off: each call then sends its FCALL on its own pooled

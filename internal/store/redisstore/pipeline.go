@@ -56,9 +56,9 @@ const (
 const lateReplyWait = time.Second
 
 // send hands the FCALL c.args to a dispatcher and waits for its reply,
-// the caller's context or Close. A caller that stops waiting detaches its
-// request and the buffers the command points into (c.args, c.hdr), so
-// that c can be reused while the dispatcher still sends them.
+// the caller's context, Release or Close. A caller that stops waiting
+// detaches its request and the buffers the command points into (c.args,
+// c.hdr), so that c can be reused while the dispatcher still sends them.
 func (s *Store) send(ctx context.Context, c *call) (string, error) {
 	r := c.req
 	if r == nil {
@@ -67,41 +67,49 @@ func (s *Store) send(ctx context.Context, c *call) (string, error) {
 	}
 	r.args, r.ctx = c.args, ctx
 	r.state.Store(reqQueued)
+	mark, rel := s.stall.mark(), s.stall.released()
 	select {
 	case s.q <- r:
 	case <-ctx.Done():
 		r.args, r.ctx = nil, nil
-		return "", fmt.Errorf("redisstore: %w: %w", store.ErrNotSent, ctx.Err())
+		return "", s.notSent(ctx.Err(), mark)
+	case <-rel:
+		r.args, r.ctx = nil, nil
+		return "", s.notSent(store.ErrReleased, mark)
 	case <-s.stop:
 		r.args, r.ctx = nil, nil
 		return "", store.ErrClosed
 	}
+	var cause error
 	select {
 	case <-r.done:
 		res, err := r.res, r.err
 		r.args, r.ctx, r.res, r.err = nil, nil, "", nil
 		return res, err
 	case <-ctx.Done():
-		if r.state.CompareAndSwap(reqQueued, reqAbandoned) {
-			// Still in the queue: the dispatcher will not send it.
-			c.detach()
-			return "", fmt.Errorf("redisstore: %w: %w", store.ErrNotSent, ctx.Err())
-		}
-		if r.state.CompareAndSwap(reqSent, reqAbandoned) {
-			// Sent: if it is applied, the dispatcher gives back what it
-			// granted when its reply comes (compensate).
-			c.detach()
-			return "", fmt.Errorf("redisstore: %w", ctx.Err())
-		}
-		// Answered as the caller gave up: the answer stands.
-		<-r.done
-		res, err := r.res, r.err
-		r.args, r.ctx, r.res, r.err = nil, nil, "", nil
-		return res, err
+		cause = ctx.Err()
+	case <-rel:
+		cause = store.ErrReleased
 	case <-s.stop:
 		c.detach()
 		return "", store.ErrClosed
 	}
+	if r.state.CompareAndSwap(reqQueued, reqAbandoned) {
+		// Still in the queue: the dispatcher will not send it.
+		c.detach()
+		return "", s.notSent(cause, mark)
+	}
+	if r.state.CompareAndSwap(reqSent, reqAbandoned) {
+		// Sent: if it is applied, the dispatcher gives back what it
+		// granted when its reply comes (compensate).
+		c.detach()
+		return "", fmt.Errorf("redisstore: %w", cause)
+	}
+	// Answered as the caller gave up: the answer stands.
+	<-r.done
+	res, err := r.res, r.err
+	r.args, r.ctx, r.res, r.err = nil, nil, "", nil
+	return res, err
 }
 
 // detach leaves c's request and command buffers to the dispatcher.
@@ -132,7 +140,9 @@ func (s *Store) dispatch() {
 				break fill
 			}
 		}
+		s.stall.begin()
 		s.run(&d)
+		s.stall.end()
 		for _, r := range d.batch {
 			r.done <- struct{}{}
 		}

@@ -100,6 +100,9 @@ type Store struct {
 	replies atomic.Uint64
 	// busy is the work pending after its callers returned (Settle).
 	busy pending
+	// stall tells the calls not sent whether Redis' silence held them
+	// (stuck.go).
+	stall stuckWatch
 }
 
 // LateGrants reports how many calls Redis applied after their callers had
@@ -183,6 +186,7 @@ func NewWithClient(c redis.UniversalClient, opts Options) (*Store, error) {
 	if pipelines > 0 {
 		s.q = make(chan *request, maxBatch*pipelines)
 		s.refunds = make(chan [][]any, refundQueue)
+		s.stall.dispatchers = int32(pipelines)
 		s.wg.Add(pipelines)
 		s.rwg.Add(1)
 		for range pipelines {

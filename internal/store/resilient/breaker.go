@@ -67,10 +67,10 @@ func (b *breaker) success(now int64) {
 // breaker is open (a call that was in flight when it opened) is not
 // counted: it is evidence of the outage the breaker already knows of, and
 // counted it would reopen the breaker at the first failure after a probe
-// closes it.
-func (b *breaker) failure(now int64) {
+// closes it. It reports whether this failure opened the breaker.
+func (b *breaker) failure(now int64) (opened bool) {
 	if !b.closed() {
-		return
+		return false
 	}
 	n := b.consecutive.Add(1)
 	calls, fails := b.count(now, true)
@@ -82,9 +82,11 @@ func (b *breaker) failure(now int64) {
 			b.resetWindow(now)
 			b.opens.Add(1)
 			b.set(BreakerOpen)
+			opened = true
 		}
 		b.mu.Unlock()
 	}
+	return opened
 }
 
 // close closes the breaker after a successful probe at now.

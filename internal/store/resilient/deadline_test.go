@@ -117,6 +117,51 @@ func TestNotSentIsNotAFailure(t *testing.T) {
 	}
 }
 
+// TestStuckIsAFailure: a call not sent because it waited behind calls the
+// remote has not answered (store.ErrStuck) counts as a timeout: with no
+// answer meanwhile toward the breaker, which opens at the threshold; with
+// an answer meanwhile as slow. Either way it is counted as not sent.
+func TestStuckIsAFailure(t *testing.T) {
+	f := &replier{fakeRemote: newFake()}
+	f.set(stuck)
+	s := resilient.New(f, resilient.Options{Mode: resilient.ModeUnavailable, FailureThreshold: 2, FailureRate: -1, CacheSize: -1})
+	defer s.Close()
+	out := make([]tiers.Decision, 1)
+	err := s.Decide(context.Background(), t0, []store.Item{take(simple, "a", 1)}, out)
+	if !errors.Is(err, resilient.ErrUnavailable) || !errors.Is(err, store.ErrStuck) {
+		t.Errorf("Decide: %v; want ErrUnavailable wrapping ErrStuck", err)
+	}
+	if st := s.Stats(); st.Breaker != resilient.BreakerClosed || st.NotSent != 1 || st.Stuck != 1 || st.Timeouts != 1 || st.RemoteErrors != 1 {
+		t.Errorf("after one stuck call: %+v; want it counted as not sent, stuck and a timeout, the breaker closed (threshold 2)", st)
+	}
+	// The remote answers another call meanwhile: a stuck call is slow.
+	f2 := &replierAt{replier: &replier{fakeRemote: newFake()}}
+	f2.set(stuck)
+	s2 := resilient.New(f2, resilient.Options{Mode: resilient.ModeUnavailable, FailureThreshold: 1, FailureRate: -1, CacheSize: -1})
+	defer s2.Close()
+	_ = s2.Decide(context.Background(), t0, []store.Item{take(simple, "b", 1)}, out)
+	if st := s2.Stats(); st.Breaker != resilient.BreakerClosed || st.Stuck != 1 || st.Slow != 1 {
+		t.Errorf("a stuck call while the remote answered another: %+v; want it slow, the breaker closed (threshold 1)", st)
+	}
+	// No answer: the second stuck call opens the breaker; the next call
+	// does not reach the remote.
+	_ = s.Decide(context.Background(), t0, []store.Item{take(simple, "c", 1)}, out)
+	calls := f.calls.Load()
+	_ = s.Decide(context.Background(), t0, []store.Item{take(simple, "d", 1)}, out)
+	if st := s.Stats(); st.Breaker != resilient.BreakerOpen || st.BreakerOpens != 1 || st.Stuck != 2 || st.NotSent != 2 || st.Unavailable != 3 || f.calls.Load() != calls {
+		t.Errorf("after two stuck calls and another: %+v, remote calls %d then %d; want the breaker open after the second, the third not sent to the remote", st, calls, f.calls.Load())
+	}
+}
+
+// replierAt is a replier whose replies grow at every call, as if the
+// remote answered another caller while this one waited.
+type replierAt struct{ *replier }
+
+func (r *replierAt) Decide(ctx context.Context, now time.Time, items []store.Item, out []tiers.Decision) error {
+	r.replies.Add(1)
+	return r.replier.Decide(ctx, now, items, out)
+}
+
 // replier is a fake remote that counts replies its callers did not see,
 // as the Redis store's dispatchers do for late replies.
 type replier struct {

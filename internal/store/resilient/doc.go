@@ -17,7 +17,15 @@
 // failures: after Options.FailureThreshold consecutive failures, or when at
 // least Options.FailureRate of the calls in an Options.RateWindow failed (with
 // at least Options.RateMinCalls calls), it opens; calls then go straight to
-// the failure mode and do not pay the deadline. Decisions never probe the
+// the failure mode and do not pay the deadline. A call the remote did not
+// send before its deadline (store.ErrNotSent) is not counted, unless it
+// waited behind calls the remote had not answered (store.ErrStuck): that
+// is counted as a timeout, so that a remote that stops answering opens the
+// breaker within the first deadline of the calls queued behind the ones on
+// the wire, not only on the few on the wire. When the breaker opens, a remote
+// that is a Releaser (the Redis store) releases the calls still waiting for
+// it, which the failure mode then answers at once instead of at their
+// deadlines. Decisions never probe the
 // remote: after the cool-off (Options.CoolOff) Probe pings it (the Remote's
 // Ping, under its own, longer deadline, Options.ProbeTimeout), and the first
 // ping that succeeds closes the breaker. The owner calls Probe several times

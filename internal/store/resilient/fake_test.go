@@ -22,6 +22,7 @@ const (
 	gate                  // signal entered, wait for release, then answer
 	notSent               // return store.ErrNotSent at once (queued past the deadline)
 	gateFail              // signal entered, wait for release, then return errRemote
+	stuck                 // return store.ErrNotSent with store.ErrStuck at once (queued behind unanswered calls)
 )
 
 // fakeRemote is a remote store whose behaviour, for decisions and pings
@@ -88,6 +89,8 @@ func (f *fakeRemote) behave(ctx context.Context) error {
 		return errRemote
 	case notSent:
 		return fmt.Errorf("remote: %w: %w", store.ErrNotSent, context.DeadlineExceeded)
+	case stuck:
+		return fmt.Errorf("remote: %w: %w: %w", store.ErrNotSent, store.ErrStuck, context.DeadlineExceeded)
 	case hang:
 		<-ctx.Done()
 		return ctx.Err()

@@ -15,6 +15,7 @@ import (
 //	charon_store_remote_timeouts_total         remote calls that hit their deadline
 //	charon_store_remote_slow_total             of those, timeouts while Redis answered other calls (not counted by the breaker)
 //	charon_store_not_sent_total                calls whose deadline passed while queued for Redis in this process
+//	charon_store_not_sent_stuck_total          of those, calls queued behind calls Redis had not answered (counted as timeouts)
 //	charon_store_breaker_state                 0 closed, 1 open
 //	charon_store_breaker_opens_total           times the circuit breaker opened
 //	charon_store_overlimit_cache_hits_total    decisions answered by the over-limit cache
@@ -33,6 +34,7 @@ func NewCollector(stats func() Stats) prometheus.Collector {
 		counter("remote_timeouts_total", "Remote store calls that hit their deadline (the caller's less a margin, or the store timeout).", func(s Stats) uint64 { return s.Timeouts }),
 		counter("remote_slow_total", "Remote store timeouts while the remote answered other calls: slow, not down; not counted by the breaker.", func(s Stats) uint64 { return s.Slow }),
 		counter("not_sent_total", "Store calls whose deadline passed while queued in this process, before reaching the remote; answered by the failure mode.", func(s Stats) uint64 { return s.NotSent }),
+		counter("not_sent_stuck_total", "Of the calls not sent, those queued behind calls the remote had not answered: counted as timeouts, and by the breaker.", func(s Stats) uint64 { return s.Stuck }),
 		collect.Metric[Stats]{Name: "breaker_state", Help: "Circuit breaker in front of the remote store: 0 closed, 1 open.",
 			Value: func(s Stats) float64 { return float64(s.Breaker) }},
 		counter("breaker_opens_total", "Times the circuit breaker in front of the remote store opened.", func(s Stats) uint64 { return s.BreakerOpens }),

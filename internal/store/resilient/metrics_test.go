@@ -14,7 +14,7 @@ import (
 
 func TestCollectorExportsStats(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	st := resilient.Stats{Remote: 10, Cached: 4, Local: 3, RemoteErrors: 2, Timeouts: 1, Slow: 8, NotSent: 9,
+	st := resilient.Stats{Remote: 10, Cached: 4, Local: 3, RemoteErrors: 2, Timeouts: 1, Slow: 8, NotSent: 9, Stuck: 11,
 		Breaker: resilient.BreakerOpen, BreakerOpens: 5, CacheHits: 4, CacheMisses: 12, CacheSize: 7, CacheEvictions: 6}
 	reg.MustRegister(resilient.NewCollector(func() resilient.Stats { return st }))
 	fams, err := reg.Gather()
@@ -45,6 +45,7 @@ func TestCollectorExportsStats(t *testing.T) {
 		"charon_store_remote_timeouts_total":           1,
 		"charon_store_remote_slow_total":               8,
 		"charon_store_not_sent_total":                  9,
+		"charon_store_not_sent_stuck_total":            11,
 		"charon_store_breaker_state":                   1,
 		"charon_store_breaker_opens_total":             5,
 		"charon_store_overlimit_cache_hits_total":      4,

@@ -102,17 +102,20 @@ type Store struct {
 	// an outage.
 	answers atomic.Uint64
 	replies Replier // the remote, when it counts its replies
-	cooloff time.Duration
-	now     func() time.Time
-	br      breaker
-	cache   *cache // nil: off
+	// releaser is the remote, when its waiting calls can be released
+	// (the breaker's opening does).
+	releaser Releaser
+	cooloff  time.Duration
+	now      func() time.Time
+	br       breaker
+	cache    *cache // nil: off
 
 	closed    atomic.Bool
 	closeOnce sync.Once
 	closeErr  error
 
 	remoteCalls, cached, localCalls, openCalls, closedCalls, unavailCalls atomic.Uint64
-	remoteErrors, timeouts, slow, notSent                                 atomic.Uint64
+	remoteErrors, timeouts, slow, notSent, stuck                          atomic.Uint64
 }
 
 var _ store.Store = (*Store)(nil)
@@ -137,6 +140,7 @@ func New(remote Remote, opts Options) *Store {
 	}
 	s := &Store{remote: remote, mode: opts.Mode, timeout: opts.Timeout, cooloff: opts.CoolOff, now: opts.Now}
 	s.replies, _ = remote.(Replier)
+	s.releaser, _ = remote.(Releaser)
 	if s.timeout == 0 {
 		s.timeout = DefaultTimeout
 	}
@@ -255,11 +259,25 @@ func (s *Store) Decide(ctx context.Context, now time.Time, items []store.Item, o
 	case errors.Is(ctx.Err(), context.Canceled):
 		// The caller went away: nothing is known about the remote.
 		return fmt.Errorf("resilient: %w", err)
-	case errors.Is(err, store.ErrNotSent):
-		// The deadline passed while the call was queued in this process:
-		// work beyond what the remote takes, not a remote failure.
-		s.notSent.Add(1)
+	case errors.Is(err, store.ErrReleased):
+		// The breaker opened while this call waited (Releaser): the
+		// failure that opened it was counted.
 		return s.fallback(ctx, now, items, out, err)
+	case errors.Is(err, store.ErrNotSent):
+		s.notSent.Add(1)
+		if !errors.Is(err, store.ErrStuck) {
+			// The deadline passed while the call was queued in this
+			// process: work beyond what the remote takes, not a remote
+			// failure.
+			return s.fallback(ctx, now, items, out, err)
+		}
+		// Queued behind calls the remote has not answered: its silence
+		// held this call as it holds a call that times out, and counts
+		// as such (unless the remote answered meanwhile), so that a
+		// remote that stopped answering opens the breaker in the first
+		// deadline of calls, not only on the few calls of the batch in
+		// flight.
+		s.stuck.Add(1)
 	}
 	s.remoteErrors.Add(1)
 	if errors.Is(err, context.DeadlineExceeded) {
@@ -272,8 +290,22 @@ func (s *Store) Decide(ctx context.Context, now time.Time, items []store.Item, o
 			return s.fallback(ctx, now, items, out, err)
 		}
 	}
-	s.br.failure(s.now().UnixNano())
+	if s.br.failure(s.now().UnixNano()) && s.releaser != nil {
+		// The calls still waiting for the remote get the failure mode's
+		// answer now, as the calls after them do, not at their deadlines.
+		s.releaser.Release()
+	}
 	return s.fallback(ctx, now, items, out, err)
+}
+
+// Releaser is implemented by a remote whose waiting calls can be told to
+// stop waiting: the Redis store's calls queued behind, or sent in, a batch
+// Redis has not answered. When the breaker opens the wrapper releases
+// them, and they return an error wrapping store.ErrReleased, which the
+// failure mode answers at once. The remote keeps what it needs to give
+// back what a released call was granted.
+type Releaser interface {
+	Release()
 }
 
 // Replier is implemented by a remote that counts the replies it read,
@@ -477,12 +509,17 @@ type Stats struct {
 	// RemoteErrors counts failed remote calls and failed probe pings,
 	// Timeouts the calls among them that hit the deadline, Slow those
 	// timeouts while the remote answered other calls (not counted against
-	// the breaker). Calls and pings the caller canceled are not counted.
+	// the breaker). Calls and pings the caller canceled are not counted,
+	// nor calls released when the breaker opened (Releaser).
 	RemoteErrors, Timeouts, Slow uint64
 	// NotSent counts calls whose deadline passed while they were queued in
 	// this process, before reaching the remote (answered by the failure
-	// mode, not counted against the breaker nor in RemoteErrors).
-	NotSent uint64
+	// mode). Stuck counts those among them that waited behind calls the
+	// remote had not answered (store.ErrStuck): they are counted as
+	// timeouts too (RemoteErrors, Timeouts, Slow) and by the breaker as
+	// timeouts are; the others are not counted against the breaker nor in
+	// RemoteErrors.
+	NotSent, Stuck uint64
 	// Breaker is the breaker's state now, BreakerOpens how many times it
 	// opened.
 	Breaker      BreakerState
@@ -509,6 +546,7 @@ func (s *Store) Stats() Stats {
 		Timeouts:     s.timeouts.Load(),
 		Slow:         s.slow.Load(),
 		NotSent:      s.notSent.Load(),
+		Stuck:        s.stuck.Load(),
 		Breaker:      BreakerState(s.br.state.Load()),
 		BreakerOpens: s.br.opens.Load(),
 	}
