@@ -1,6 +1,7 @@
 package resilient
 
 import (
+	"context"
 	"testing"
 	"time"
 )
@@ -31,5 +32,30 @@ func TestRemoteDeadlineMargin(t *testing.T) {
 				tc.margin, tc.share, tc.left, tc.left-got.Sub(t0), tc.want)
 		}
 		s.Close()
+	}
+}
+
+// TestReserveRemoteMargin: a reservation's call to the remote keeps the
+// same time before the caller's deadline as Decide's (a quarter of a
+// second when a second is left, not the 2 ms floor).
+func TestReserveRemoteMargin(t *testing.T) {
+	s := New(nil, Options{})
+	defer s.Close()
+	d := time.Now().Add(time.Second)
+	ctx, cancel := context.WithDeadline(context.Background(), d)
+	defer cancel()
+	var got time.Time
+	before := time.Now()
+	if _, err := s.reserveRemote(ctx, func(ctx context.Context) (time.Time, error) {
+		got, _ = ctx.Deadline()
+		return time.Time{}, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	after := time.Now()
+	// The call read the time somewhere between before and after.
+	lo, hi := max(2*time.Millisecond, d.Sub(after)/4), max(2*time.Millisecond, d.Sub(before)/4)
+	if kept := d.Sub(got); kept < lo || kept > hi {
+		t.Errorf("the remote's deadline is %v before the caller's, want a quarter of the time left, in [%v, %v]", kept, lo, hi)
 	}
 }

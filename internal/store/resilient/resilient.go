@@ -671,9 +671,8 @@ func (s *Store) GiveBack(ctx context.Context, now, at time.Time, items []store.I
 // remote calls get.
 func (s *Store) reserveRemote(ctx context.Context, f func(context.Context) (time.Time, error)) (time.Time, error) {
 	if d, ok := ctx.Deadline(); ok {
-		left := time.Until(d)
 		var cancel context.CancelFunc
-		ctx, cancel = context.WithDeadline(ctx, d.Add(-min(s.margin, left/4)))
+		ctx, cancel = context.WithDeadline(ctx, s.remoteDeadline(d, time.Now()))
 		defer cancel()
 	} else if s.timeout > 0 {
 		var cancel context.CancelFunc
