@@ -36,11 +36,11 @@ const UseDefault time.Duration = -1
 // message over the server's gRPC receive limit (4 MiB by default) ends the
 // whole Session stream, and with it every hold of the Client, so the client
 // refuses an oversized request itself, as a client error. The server accepts
-// a domain and at most 16 entries (engine.MaxEntries) whose key and value are
-// at most 1024 bytes each (engine.MaxLen): with their protobuf framing, at
-// most 1027 + 16 × (2 × 1027 + 3) = 33,939 bytes of resource, plus under 60
-// bytes of other fields. 64 KiB is well above any valid operation and far
-// below the server's limit.
+// a domain and at most 16 entries (descriptors.MaxEntries) whose key and
+// value are at most 1024 bytes each (descriptors.MaxLen): with their
+// protobuf framing, at most 1027 + 16 × (2 × 1027 + 3) = 33,939 bytes of
+// resource, plus under 60 bytes of other fields. 64 KiB is well above any
+// valid operation and far below the server's limit.
 const maxRequestSize = 64 << 10
 
 // checkSize refuses a request over maxRequestSize.

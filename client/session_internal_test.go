@@ -11,7 +11,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	charonv1 "github.com/charonlimit/charon/api/charon/v1"
-	"github.com/charonlimit/charon/internal/engine"
+	"github.com/charonlimit/charon/descriptors"
 )
 
 // sendRecorder is a Session stream that records what is sent.
@@ -129,13 +129,13 @@ func TestWriterSkipsAbandonedCalls(t *testing.T) {
 }
 
 // TestMaxRequestSizeAboveValidOperations: the largest operations the
-// server accepts (engine.MaxEntries entries, engine.MaxLen bytes each, the
-// widest integers) are well under the client's bound, so the bound refuses
+// server accepts (descriptors.MaxEntries entries, descriptors.MaxLen bytes
+// each, the widest integers) are well under the client's bound, so the bound refuses
 // only what the server would refuse too.
 func TestMaxRequestSizeAboveValidOperations(t *testing.T) {
-	long := strings.Repeat("x", engine.MaxLen)
+	long := strings.Repeat("x", descriptors.MaxLen)
 	r := &charonv1.Resource{Domain: long}
-	for range engine.MaxEntries {
+	for range descriptors.MaxEntries {
 		r.Entries = append(r.Entries, &charonv1.Entry{Key: long, Value: long})
 	}
 	lease := 1<<63 - 1 // the longest time.Duration

@@ -56,6 +56,16 @@
 // that is not the matched leaf does nothing. Keys without request values
 // are precomputed.
 //
+// # Input
+//
+// A request's descriptors are bounded (MaxEntries, MaxLen) and checked
+// here, so that every pipeline matching them names a bad field the same way:
+// ValidateResource checks a charon.v1 resource, an *InputError names the
+// field of bad input, a *FieldError attributes an operation's error to a
+// field, and ErrUnknownResource is a resource matching no limit. The RLS
+// pipeline (internal/engine) and the copy operations (internal/holds) both
+// answer with them, and the server maps them to gRPC codes in one table.
+//
 // # Cost
 //
 // Match does not allocate when the Charon domain is empty or a single value

@@ -183,7 +183,7 @@ func unarySession(name string) (string, error) {
 		return "", nil
 	}
 	if n := copylog.MaxIDLen - len(unarySessionPrefix); len(name) > n {
-		return "", &engine.InputError{Field: "session", Message: fmt.Sprintf("%d bytes, longer than %d", len(name), n)}
+		return "", &descriptors.InputError{Field: "session", Message: fmt.Sprintf("%d bytes, longer than %d", len(name), n)}
 	}
 	return unarySessionPrefix + name, nil
 }
@@ -197,11 +197,11 @@ func (c *charon) duration(d *durationpb.Duration, field string, def time.Duratio
 		return def, nil
 	}
 	if err := d.CheckValid(); err != nil {
-		return 0, &engine.InputError{Field: field, Message: err.Error()}
+		return 0, &descriptors.InputError{Field: field, Message: err.Error()}
 	}
 	v := d.AsDuration()
 	if v < holds.MinLease || v > c.opts.MaxLease {
-		return 0, &engine.InputError{Field: field, Message: fmt.Sprintf("%v, want in [%v, %v]", v, holds.MinLease, c.opts.MaxLease)}
+		return 0, &descriptors.InputError{Field: field, Message: fmt.Sprintf("%v, want in [%v, %v]", v, holds.MinLease, c.opts.MaxLease)}
 	}
 	return v, nil
 }
@@ -285,12 +285,12 @@ func (c *charon) keepAlive(ctx context.Context, req *charonv1.KeepAliveRequest) 
 		var s string
 		if s, err = unarySession(t.Session); err == nil {
 			if s == "" {
-				return nil, &engine.InputError{Field: "session", Message: "empty"}
+				return nil, &descriptors.InputError{Field: "session", Message: "empty"}
 			}
 			res, err = c.holds.KeepAliveSession(ctx, s, lease, nil)
 		}
 	default:
-		return nil, &engine.InputError{Field: "target", Message: "neither session nor hold_id"}
+		return nil, &descriptors.InputError{Field: "target", Message: "neither session nor hold_id"}
 	}
 	c.metrics.reaped(res.Reaped)
 	if err != nil {

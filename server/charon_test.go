@@ -499,7 +499,7 @@ func TestGRPCErrorCopyCodes(t *testing.T) {
 		{copylog.ErrHoldExists, codes.Aborted},
 		{copylog.ErrBadMin, codes.InvalidArgument},
 		{holds.ErrNoCopyStore, codes.Unavailable},
-		{&engine.FieldError{Field: "copies", Err: copylog.ErrOverRelease}, codes.OutOfRange},
+		{&descriptors.FieldError{Field: "copies", Err: copylog.ErrOverRelease}, codes.OutOfRange},
 		{errors.New("other"), codes.Internal},
 	} {
 		if got := status.Code(grpcError(tc.err)); got != tc.code {

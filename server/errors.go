@@ -5,6 +5,7 @@ import (
 	"errors"
 
 	"github.com/charonlimit/charon/copylog"
+	"github.com/charonlimit/charon/descriptors"
 	"github.com/charonlimit/charon/internal/copystore"
 	"github.com/charonlimit/charon/internal/engine"
 	"github.com/charonlimit/charon/internal/holds"
@@ -26,7 +27,7 @@ func grpcError(err error) error {
 	if err == nil {
 		return nil
 	}
-	var in *engine.InputError
+	var in *descriptors.InputError
 	switch {
 	case errors.As(err, &in):
 		return status.Error(codes.InvalidArgument, in.Error())
@@ -43,7 +44,7 @@ func grpcError(err error) error {
 		// first configuration the server answers as envoyproxy/ratelimit's
 		// closed port would (it does not listen until then).
 		return status.Error(codes.Unavailable, err.Error())
-	case errors.Is(err, engine.ErrUnknownResource), errors.Is(err, copylog.ErrUnknownHold), errors.Is(err, copylog.ErrUnknownTransfer):
+	case errors.Is(err, descriptors.ErrUnknownResource), errors.Is(err, copylog.ErrUnknownHold), errors.Is(err, copylog.ErrUnknownTransfer):
 		return status.Error(codes.NotFound, err.Error())
 	case errors.Is(err, engine.ErrCopyLimited), errors.Is(err, holds.ErrRateLimited):
 		return status.Error(codes.FailedPrecondition, err.Error())

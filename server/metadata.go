@@ -16,7 +16,7 @@ import (
 // one's value winning.
 //
 // Request bytes are written as the engine counts them: a value over
-// engine.MaxLen bytes as its stand-in (engine.BoundValue), and bytes that
+// descriptors.MaxLen bytes as its stand-in (engine.BoundValue), and bytes that
 // are not UTF-8 as %XX (validLabel), since a protobuf string must be UTF-8:
 // a response that cannot be marshalled would fail the call, and Envoy would
 // grant it.

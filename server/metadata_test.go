@@ -10,6 +10,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/charonlimit/charon/descriptors"
 	"github.com/charonlimit/charon/internal/engine"
 )
 
@@ -32,7 +33,7 @@ func metadataOf(t *testing.T, domain, key, value string) (entry, dom string) {
 }
 
 // TestDynamicMetadataHostileBytes: request bytes that are not UTF-8, or a
-// value over engine.MaxLen, never fail the call: they are written %XX, and
+// value over descriptors.MaxLen, never fail the call: they are written %XX, and
 // under the engine's stand-in.
 func TestDynamicMetadataHostileBytes(t *testing.T) {
 	long := strings.Repeat("v", 5000)
@@ -68,7 +69,7 @@ func FuzzDynamicMetadata(f *testing.F) {
 		if !utf8.ValidString(entry) || !utf8.ValidString(dom) {
 			t.Errorf("not UTF-8: %q, %q", entry, dom)
 		}
-		if max := 3 * (len(key) + 1 + engine.MaxLen); len(entry) > max {
+		if max := 3 * (len(key) + 1 + descriptors.MaxLen); len(entry) > max {
 			t.Errorf("entry of %d bytes, more than %d", len(entry), max)
 		}
 	})

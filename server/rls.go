@@ -188,7 +188,7 @@ func toEngineRequest(req *rlsv3.RateLimitRequest) (*engine.Request, error) {
 func toOverride(i int, l *ratelimitv3.RateLimitDescriptor_RateLimitOverride) (*engine.Override, error) {
 	u, ok := overrideUnits[l.GetUnit()]
 	if !ok {
-		return nil, &engine.InputError{
+		return nil, &descriptors.InputError{
 			Field:   fmt.Sprintf("descriptors[%d].limit.unit", i),
 			Message: fmt.Sprintf("unit %s is not supported", l.GetUnit()),
 		}
@@ -196,7 +196,7 @@ func toOverride(i int, l *ratelimitv3.RateLimitDescriptor_RateLimitOverride) (*e
 	o := &engine.Override{RequestsPerUnit: l.GetRequestsPerUnit(), Unit: u}
 	if m := l.GetUnitMultiplier(); m != nil {
 		if m.GetValue() == 0 {
-			return nil, &engine.InputError{
+			return nil, &descriptors.InputError{
 				Field:   fmt.Sprintf("descriptors[%d].limit.unit_multiplier", i),
 				Message: "must be at least 1 when set",
 			}

@@ -67,7 +67,7 @@ func (f *fakeEngine) ShouldRateLimit(ctx context.Context, req *engine.Request) (
 		}
 		switch v {
 		case "bad":
-			return nil, &engine.InputError{Field: "descriptors[0].entries[0].value", Message: "bad"}
+			return nil, &descriptors.InputError{Field: "descriptors[0].entries[0].value", Message: "bad"}
 		case "boom":
 			return nil, errors.New("boom")
 		case "nil":
@@ -245,7 +245,7 @@ func TestConvertRequest(t *testing.T) {
 	} {
 		r := &rlsv3.RateLimitRequest{Domain: "d", Descriptors: []*ratelimitv3.RateLimitDescriptor{desc("a", "1"), {Entries: desc("b", "2").Entries, Limit: tc.o}}}
 		_, err := toEngineRequest(r)
-		var in *engine.InputError
+		var in *descriptors.InputError
 		if !errors.As(err, &in) || in.Field != tc.field {
 			t.Errorf("%s: got %v, want InputError on %s", tc.name, err, tc.field)
 		}

@@ -13,7 +13,6 @@ import (
 
 	charonv1 "github.com/charonlimit/charon/api/charon/v1"
 	"github.com/charonlimit/charon/descriptors"
-	"github.com/charonlimit/charon/internal/engine"
 	"github.com/charonlimit/charon/internal/holds"
 )
 
@@ -224,7 +223,7 @@ func (c *charon) sessionOp(ctx context.Context, s *session, req *charonv1.Sessio
 			out.Result = &charonv1.SessionResponse_KeepAlive{KeepAlive: r}
 		}
 	default:
-		err = &engine.InputError{Field: "operation", Message: "missing"}
+		err = &descriptors.InputError{Field: "operation", Message: "missing"}
 	}
 	if gerr := c.done(method, err); gerr != nil {
 		st := status.Convert(gerr)

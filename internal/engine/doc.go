@@ -6,10 +6,10 @@
 //
 // Request, the charon.v1 bulk form of ShouldRateLimit for one rate-limited
 // resource, lives here too. The copy operations are a pipeline of their own
-// beside this one, package holds, on the same descriptor tree (Tree); they
-// check a resource and name a bad field with this package's ValidateResource,
-// InputError and FieldError, so that the server maps both pipelines' errors
-// in one table.
+// beside this one, package holds, on the same descriptor tree (Tree). Both
+// check a resource and name a bad field with package descriptors'
+// ValidateResource, InputError and FieldError, so that the server maps both
+// pipelines' errors in one table and holds needs nothing of this package.
 //
 // The engine owns the clock (Options.Now); a store failure is returned
 // wrapped with ErrStore (a remote store's failure mode lives in the store,

@@ -14,13 +14,10 @@ import (
 	"github.com/charonlimit/charon/tiers"
 )
 
-// Defaults and fixed bounds of a request.
+// Defaults of a request. Its fixed bounds, the same for a charon.v1
+// resource, are package descriptors' (MaxEntries, MaxLen).
 const (
 	DefaultMaxDescriptors = 64
-	// MaxEntries bounds the entries of one descriptor.
-	MaxEntries = 16
-	// MaxLen bounds, in bytes, the domain and every key and value.
-	MaxLen = 1024
 	// DefaultMaxHits bounds the hits of one descriptor.
 	DefaultMaxHits = math.MaxUint32
 )
@@ -169,8 +166,8 @@ func (e *Engine) SetTree(t *descriptors.Tree) {
 // Tree returns the tree in force.
 func (e *Engine) Tree() *descriptors.Tree { return e.tree.Load() }
 
-// ShouldRateLimit decides req. Bad input yields an *InputError naming the
-// field before any state is touched; a store failure an error matching
+// ShouldRateLimit decides req. Bad input yields a *descriptors.InputError
+// naming the field before any state is touched; a store failure an error matching
 // ErrStore. The answer is otherwise always OK or OVER_LIMIT.
 func (e *Engine) ShouldRateLimit(ctx context.Context, req *Request) (*Response, error) {
 	var resp *Response

@@ -103,13 +103,13 @@ func newEngine(t *testing.T, st store.Store, c *clock) *Engine {
 }
 
 func TestValidation(t *testing.T) {
-	long := strings.Repeat("x", MaxLen+1)
+	long := strings.Repeat("x", descriptors.MaxLen+1)
 	many := make([]Descriptor, DefaultMaxDescriptors+1)
 	for i := range many {
 		many[i] = desc("user", "u")
 	}
 	tooManyEntries := Descriptor{}
-	for range MaxEntries + 1 {
+	for range descriptors.MaxEntries + 1 {
 		tooManyEntries.Entries = append(tooManyEntries.Entries, descriptors.Entry{Key: "k", Value: "v"})
 	}
 	tests := []struct {
@@ -133,9 +133,9 @@ func TestValidation(t *testing.T) {
 			fs := &fakeStore{}
 			e := newEngine(t, fs, newClock())
 			resp, err := e.ShouldRateLimit(context.Background(), tt.req)
-			var in *InputError
+			var in *descriptors.InputError
 			if !errors.As(err, &in) {
-				t.Fatalf("err = %v (response %+v), want an *InputError", err, resp)
+				t.Fatalf("err = %v (response %+v), want a *descriptors.InputError", err, resp)
 			}
 			if in.Field != tt.wantField {
 				t.Errorf("Field = %q, want %q (message %q)", in.Field, tt.wantField, in.Message)
@@ -148,22 +148,22 @@ func TestValidation(t *testing.T) {
 	t.Run("max hits option", func(t *testing.T) {
 		e := New(Options{Store: &fakeStore{}, MaxHits: 10})
 		_, err := e.ShouldRateLimit(context.Background(), &Request{Domain: "test", Hits: 11, Descriptors: []Descriptor{desc("user", "u")}})
-		var in *InputError
+		var in *descriptors.InputError
 		if !errors.As(err, &in) || in.Field != "hits_addend" {
-			t.Fatalf("err = %v, want an *InputError on hits_addend", err)
+			t.Fatalf("err = %v, want a *descriptors.InputError on hits_addend", err)
 		}
 	})
 }
 
 // TestClientValuesBounded: what a client controls through Envoy (a header's
 // value, a descriptor's hits_addend) never fails the request, which Envoy
-// would grant whole under failure_mode_deny: false. A value over MaxLen is
-// decided under a bounded stand-in: one per value, the same in every call;
-// a hits_addend over the most hits asks for the most.
+// would grant whole under failure_mode_deny: false. A value over
+// descriptors.MaxLen is decided under a bounded stand-in: one per value, the
+// same in every call; a hits_addend over the most hits asks for the most.
 func TestClientValuesBounded(t *testing.T) {
 	fs := &fakeStore{}
 	e := newEngine(t, fs, newClock())
-	long := strings.Repeat("x", MaxLen+100)
+	long := strings.Repeat("x", descriptors.MaxLen+100)
 	other := long[:len(long)-1] + "y" // the same first MaxLen bytes
 	domains := func(vals ...string) []string {
 		t.Helper()
@@ -190,13 +190,13 @@ func TestClientValuesBounded(t *testing.T) {
 	if got[0] != got[2] {
 		t.Errorf("one long value, two state keys: %q and %q", got[0], got[2])
 	}
-	for _, n := range []int{0, 1, MaxLen} {
+	for _, n := range []int{0, 1, descriptors.MaxLen} {
 		if v := strings.Repeat("x", n); BoundValue(v) != v {
 			t.Errorf("a value of %d bytes was changed", n)
 		}
 	}
-	if b := BoundValue(long); len(b) != MaxLen || !strings.HasPrefix(long, b[:MaxLen-33]) {
-		t.Errorf("BoundValue of %d bytes: %d bytes, want MaxLen keeping the value's prefix", len(long), len(b))
+	if b := BoundValue(long); len(b) != descriptors.MaxLen || !strings.HasPrefix(long, b[:descriptors.MaxLen-33]) {
+		t.Errorf("BoundValue of %d bytes: %d bytes, want descriptors.MaxLen keeping the value's prefix", len(long), len(b))
 	}
 	if again := domains(long); again[0] != got[0] {
 		t.Errorf("the same long value in another request: state key %q, want %q", again[0], got[0])

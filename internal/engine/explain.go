@@ -62,7 +62,7 @@ type QuotaExplanation struct {
 // Explain resolves req exactly as ShouldRateLimit would and reads, without
 // changing anything, the state of each limited descriptor's pair. It needs a
 // store that is a store.Inspector (the memory and Redis stores are); a store
-// failure matches ErrStore. Bad input yields an *InputError as for
+// failure matches ErrStore. Bad input yields a *descriptors.InputError as for
 // ShouldRateLimit.
 func (e *Engine) Explain(ctx context.Context, req *Request) ([]Explanation, error) {
 	e.once.Do(e.defaults)

@@ -10,26 +10,10 @@ import (
 	"github.com/charonlimit/charon/tiers"
 )
 
-// Errors of the charon.v1 operations (Request here, the copy operations in
-// package holds); the server maps each to its own gRPC code. They are
-// wrapped with the offending field (see FieldError).
-var (
-	// ErrUnknownResource: the descriptor matches no configured limit and its
-	// RLS domain does not allow unconfigured resources.
-	ErrUnknownResource = errors.New("engine: unknown resource")
-	// ErrCopyLimited: a rate operation (Request) on a copy-limited resource.
-	ErrCopyLimited = errors.New("engine: resource is copy-limited, use Reserve")
-)
-
-// FieldError is an operation's error attributed to a request field, e.g.
-// "hold_id" or "copies"; Err is the cause (errors.Is sees through).
-type FieldError struct {
-	Field string
-	Err   error
-}
-
-func (e *FieldError) Error() string { return e.Field + ": " + e.Err.Error() }
-func (e *FieldError) Unwrap() error { return e.Err }
+// ErrCopyLimited is wrapped, in a *descriptors.FieldError of field
+// "resource", by the error of a rate operation (Request) on a copy-limited
+// resource; the server maps it to its own gRPC code.
+var ErrCopyLimited = errors.New("engine: resource is copy-limited, use Reserve")
 
 // Result is the answer to a bulk Request.
 type Result struct {
@@ -48,53 +32,25 @@ type Result struct {
 	Shadow bool
 }
 
-// ValidateResource reports the first field of a charon.v1 resource (an RLS
-// domain and one descriptor's entries) that cannot be matched; the copy
-// operations (package holds) check their resource with it too.
-func ValidateResource(domain string, entries []descriptors.Entry) error {
-	switch {
-	case domain == "":
-		return &InputError{Field: "resource.domain", Message: "empty"}
-	case len(domain) > MaxLen:
-		return &InputError{Field: "resource.domain", Message: fmt.Sprintf("%d bytes, longer than %d", len(domain), MaxLen)}
-	case len(entries) == 0:
-		return &InputError{Field: "resource.entries", Message: "empty"}
-	case len(entries) > MaxEntries:
-		return &InputError{Field: "resource.entries", Message: fmt.Sprintf("%d entries, more than %d", len(entries), MaxEntries)}
-	}
-	for j := range entries {
-		en := &entries[j]
-		switch {
-		case en.Key == "":
-			return &InputError{Field: fmt.Sprintf("resource.entries[%d].key", j), Message: "empty"}
-		case len(en.Key) > MaxLen:
-			return &InputError{Field: fmt.Sprintf("resource.entries[%d].key", j), Message: fmt.Sprintf("%d bytes, longer than %d", len(en.Key), MaxLen)}
-		case len(en.Value) > MaxLen:
-			return &InputError{Field: fmt.Sprintf("resource.entries[%d].value", j), Message: fmt.Sprintf("%d bytes, longer than %d", len(en.Value), MaxLen)}
-		}
-	}
-	return nil
-}
-
 // Request is the bulk form of ShouldRateLimit for one rate-limited resource:
 // it grants the largest n in [min, copies] the policy allows (min 0 accepts
 // none), or nothing, through the same store and clock. A copy-limited
 // resource is ErrCopyLimited; a resource matching no limit is
-// ErrUnknownResource unless the RLS domain has allow_unconfigured (then
-// every copy is granted). Bad input is an *InputError; a store failure
-// matches ErrStore.
+// descriptors.ErrUnknownResource unless the RLS domain has
+// allow_unconfigured (then every copy is granted). Bad input is a
+// *descriptors.InputError; a store failure matches ErrStore.
 func (e *Engine) Request(ctx context.Context, domain string, entries []descriptors.Entry, copies, min int64) (Result, error) {
 	e.once.Do(e.defaults)
-	if err := ValidateResource(domain, entries); err != nil {
+	if err := descriptors.ValidateResource(domain, entries); err != nil {
 		return Result{}, err
 	}
 	switch {
 	case copies < 1:
-		return Result{}, &InputError{Field: "copies", Message: fmt.Sprintf("%d, want at least 1", copies)}
+		return Result{}, &descriptors.InputError{Field: "copies", Message: fmt.Sprintf("%d, want at least 1", copies)}
 	case uint64(copies) > e.maxHits:
-		return Result{}, &InputError{Field: "copies", Message: fmt.Sprintf("%d, more than %d", copies, e.maxHits)}
+		return Result{}, &descriptors.InputError{Field: "copies", Message: fmt.Sprintf("%d, more than %d", copies, e.maxHits)}
 	case min < 0 || min > copies:
-		return Result{}, &InputError{Field: "min_copies", Message: fmt.Sprintf("%d, want in [0, copies %d]", min, copies)}
+		return Result{}, &descriptors.InputError{Field: "min_copies", Message: fmt.Sprintf("%d, want in [0, copies %d]", min, copies)}
 	}
 	tree := e.tree.Load()
 	dc, known := tree.Domain(domain)
@@ -103,12 +59,12 @@ func (e *Engine) Request(ctx context.Context, domain string, entries []descripto
 		if known && dc.AllowUnconfigured {
 			return Result{Decision: grantAll(copies), Unlimited: true}, nil
 		}
-		return Result{}, &FieldError{Field: "resource", Err: fmt.Errorf("%w: no limit matches domain %q and its entries", ErrUnknownResource, descriptors.Truncate(domain))}
+		return Result{}, &descriptors.FieldError{Field: "resource", Err: fmt.Errorf("%w: no limit matches domain %q and its entries", descriptors.ErrUnknownResource, descriptors.Truncate(domain))}
 	}
 	l := m.Limit
 	switch {
 	case l.Copies != nil:
-		return Result{Match: m}, &FieldError{Field: "resource", Err: fmt.Errorf("%w: %s", ErrCopyLimited, m.Resource)}
+		return Result{Match: m}, &descriptors.FieldError{Field: "resource", Err: fmt.Errorf("%w: %s", ErrCopyLimited, m.Resource)}
 	case l.Unlimited:
 		return Result{Decision: grantAll(copies), Match: m, Unlimited: true}, nil
 	case m.Policy == nil && l.Quota == nil:

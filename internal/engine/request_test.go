@@ -95,8 +95,8 @@ func TestBulkRequestErrors(t *testing.T) {
 		{"empty key", e, "c", entries("", "u"), 1, 1, nil, "resource.entries[0].key"},
 		{"zero copies", e, "c", entries("rate", "u"), 0, 0, nil, "copies"},
 		{"min above copies", e, "c", entries("rate", "u"), 1, 2, nil, "min_copies"},
-		{"unknown resource", e, "c", entries("nope", "u"), 1, 1, ErrUnknownResource, "resource"},
-		{"unknown domain", e, "zz", entries("rate", "u"), 1, 1, ErrUnknownResource, "resource"},
+		{"unknown resource", e, "c", entries("nope", "u"), 1, 1, descriptors.ErrUnknownResource, "resource"},
+		{"unknown domain", e, "zz", entries("rate", "u"), 1, 1, descriptors.ErrUnknownResource, "resource"},
 		{"copy-limited", e, "c", entries("db", "a"), 1, 1, ErrCopyLimited, "resource"},
 		{"store down", down, "c", entries("rate", "u"), 1, 1, ErrStore, ""},
 	} {

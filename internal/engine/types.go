@@ -121,11 +121,3 @@ type Response struct {
 	Statuses      []Status
 	limits        []CurrentLimit
 }
-
-// InputError is a request that cannot be decided; Field names the culprit,
-// e.g. "descriptors[2].entries[0].key".
-type InputError struct {
-	Field, Message string
-}
-
-func (e *InputError) Error() string { return e.Field + ": " + e.Message }

@@ -4,35 +4,37 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+
+	"github.com/charonlimit/charon/descriptors"
 )
 
 // validate reports the first field of req that cannot be decided. It also
 // bounds what a client controls and Envoy passes on, rather than fail the
 // request (an error is a grant behind Envoy's usual failure_mode_deny:
-// false): a value longer than MaxLen becomes BoundValue's stand-in, and a
-// descriptor's hits_addend above the most hits is that most.
+// false): a value longer than descriptors.MaxLen becomes BoundValue's
+// stand-in, and a descriptor's hits_addend above the most hits is that most.
 func (e *Engine) validate(req *Request) error {
 	switch {
 	case req == nil:
-		return &InputError{Field: "request", Message: "missing"}
+		return &descriptors.InputError{Field: "request", Message: "missing"}
 	case req.Domain == "":
-		return &InputError{Field: "domain", Message: "empty"}
-	case len(req.Domain) > MaxLen:
-		return &InputError{Field: "domain", Message: fmt.Sprintf("%d bytes, longer than %d", len(req.Domain), MaxLen)}
+		return &descriptors.InputError{Field: "domain", Message: "empty"}
+	case len(req.Domain) > descriptors.MaxLen:
+		return &descriptors.InputError{Field: "domain", Message: fmt.Sprintf("%d bytes, longer than %d", len(req.Domain), descriptors.MaxLen)}
 	case len(req.Descriptors) == 0:
-		return &InputError{Field: "descriptors", Message: "empty"}
+		return &descriptors.InputError{Field: "descriptors", Message: "empty"}
 	case len(req.Descriptors) > e.maxDesc:
-		return &InputError{Field: "descriptors", Message: fmt.Sprintf("%d descriptors, more than %d", len(req.Descriptors), e.maxDesc)}
+		return &descriptors.InputError{Field: "descriptors", Message: fmt.Sprintf("%d descriptors, more than %d", len(req.Descriptors), e.maxDesc)}
 	case uint64(req.Hits) > e.maxHits:
-		return &InputError{Field: "hits_addend", Message: fmt.Sprintf("%d, more than %d", req.Hits, e.maxHits)}
+		return &descriptors.InputError{Field: "hits_addend", Message: fmt.Sprintf("%d, more than %d", req.Hits, e.maxHits)}
 	}
 	for i := range req.Descriptors {
 		d := &req.Descriptors[i]
 		switch {
 		case len(d.Entries) == 0:
-			return &InputError{Field: fmt.Sprintf("descriptors[%d].entries", i), Message: "empty"}
-		case len(d.Entries) > MaxEntries:
-			return &InputError{Field: fmt.Sprintf("descriptors[%d].entries", i), Message: fmt.Sprintf("%d entries, more than %d", len(d.Entries), MaxEntries)}
+			return &descriptors.InputError{Field: fmt.Sprintf("descriptors[%d].entries", i), Message: "empty"}
+		case len(d.Entries) > descriptors.MaxEntries:
+			return &descriptors.InputError{Field: fmt.Sprintf("descriptors[%d].entries", i), Message: fmt.Sprintf("%d entries, more than %d", len(d.Entries), descriptors.MaxEntries)}
 		}
 		if d.HasHits && d.Hits > e.maxHits {
 			d.Hits = e.maxHits
@@ -41,29 +43,29 @@ func (e *Engine) validate(req *Request) error {
 			en := &d.Entries[j]
 			switch {
 			case en.Key == "":
-				return &InputError{Field: fmt.Sprintf("descriptors[%d].entries[%d].key", i, j), Message: "empty"}
-			case len(en.Key) > MaxLen:
-				return &InputError{Field: fmt.Sprintf("descriptors[%d].entries[%d].key", i, j), Message: fmt.Sprintf("%d bytes, longer than %d", len(en.Key), MaxLen)}
+				return &descriptors.InputError{Field: fmt.Sprintf("descriptors[%d].entries[%d].key", i, j), Message: "empty"}
+			case len(en.Key) > descriptors.MaxLen:
+				return &descriptors.InputError{Field: fmt.Sprintf("descriptors[%d].entries[%d].key", i, j), Message: fmt.Sprintf("%d bytes, longer than %d", len(en.Key), descriptors.MaxLen)}
 			}
 			en.Value = BoundValue(en.Value)
 		}
 		if o := d.Override; o != nil && o.Unit.Length() == 0 {
-			return &InputError{Field: fmt.Sprintf("descriptors[%d].limit.unit", i), Message: fmt.Sprintf("unknown unit %d", o.Unit)}
+			return &descriptors.InputError{Field: fmt.Sprintf("descriptors[%d].limit.unit", i), Message: fmt.Sprintf("unknown unit %d", o.Unit)}
 		}
 	}
 	return nil
 }
 
-// BoundValue returns v when it is at most MaxLen bytes long, else a
-// stand-in of MaxLen bytes: v's first MaxLen-33 bytes, "#" and 32 hex
-// digits of its SHA-256. The stand-in keeps v's prefix (a wildcard value
+// BoundValue returns v when it is at most descriptors.MaxLen bytes long,
+// else a stand-in of MaxLen bytes: v's first MaxLen-33 bytes, "#" and 32
+// hex digits of its SHA-256. The stand-in keeps v's prefix (a wildcard value
 // such as "files/*" still matches it), and distinct long values keep
 // distinct counters in every process (the hash is of the whole value).
 func BoundValue(v string) string {
-	if len(v) <= MaxLen {
+	if len(v) <= descriptors.MaxLen {
 		return v
 	}
 	sum := sha256.Sum256([]byte(v))
-	keep := MaxLen - 1 - 2*16
+	keep := descriptors.MaxLen - 1 - 2*16
 	return v[:keep] + "#" + hex.EncodeToString(sum[:16])
 }

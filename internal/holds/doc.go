@@ -9,8 +9,8 @@
 // operation after Reserve finds its copy log from the id alone, on any
 // replica. Copy store failures are returned, never answered from local
 // state. A resource is checked, and a bad field named, as engine.Request
-// does it (engine.ValidateResource, engine.InputError, engine.FieldError,
-// engine.ErrUnknownResource): the server maps both pipelines' errors in one
-// table. The Broker owns its clock (Options.Now); it imports no gRPC and no
-// copy store implementation.
+// does it, with package descriptors' ValidateResource, InputError,
+// FieldError and ErrUnknownResource: the server maps both pipelines' errors
+// in one table. The Broker owns its clock (Options.Now); it imports no gRPC,
+// no copy store implementation and not internal/engine.
 package holds

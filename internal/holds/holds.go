@@ -12,7 +12,6 @@ import (
 	"github.com/charonlimit/charon/copylog"
 	"github.com/charonlimit/charon/descriptors"
 	"github.com/charonlimit/charon/internal/copystore"
-	"github.com/charonlimit/charon/internal/engine"
 )
 
 // Errors of the copy operations; the server maps each to its own gRPC code.
@@ -149,12 +148,12 @@ type Reservation struct {
 
 // Reserve reserves copies of the copy-limited resource the request's
 // descriptor matches, under a new hold id (NewID of the resource). Errors:
-// *engine.InputError, engine.ErrUnknownResource, ErrRateLimited,
+// *descriptors.InputError, descriptors.ErrUnknownResource, ErrRateLimited,
 // ErrNoCopyStore, the store's (copylog's sentinels, or
-// copystore.ErrUnavailable), each wrapped in an *engine.FieldError naming
+// copystore.ErrUnavailable), each wrapped in a *descriptors.FieldError naming
 // the request field.
 func (b *Broker) Reserve(ctx context.Context, r ReserveRequest) (Reservation, error) {
-	if err := engine.ValidateResource(r.Domain, r.Entries); err != nil {
+	if err := descriptors.ValidateResource(r.Domain, r.Entries); err != nil {
 		return Reservation{}, err
 	}
 	if err := cmp.Or(checkCopies(r.Copies, 1), checkMin(r.Min, r.Copies), checkLease("lease", r.Lease)); err != nil {
@@ -172,12 +171,12 @@ func (b *Broker) Reserve(ctx context.Context, r ReserveRequest) (Reservation, er
 	case !ok:
 		dc, known := tree.Domain(r.Domain)
 		if !known || !dc.AllowUnconfigured {
-			return Reservation{}, &engine.FieldError{Field: "resource", Err: fmt.Errorf("%w: no limit matches domain %q and its entries", engine.ErrUnknownResource, descriptors.Truncate(r.Domain))}
+			return Reservation{}, &descriptors.FieldError{Field: "resource", Err: fmt.Errorf("%w: no limit matches domain %q and its entries", descriptors.ErrUnknownResource, descriptors.Truncate(r.Domain))}
 		}
 		resource = descriptors.Escape(r.Domain) + unconfiguredSuffix
 		cl = idx.byResource[resource]
 	case m.Limit.Copies == nil:
-		return Reservation{}, &engine.FieldError{Field: "resource", Err: fmt.Errorf("%w: %s", ErrRateLimited, m.Resource)}
+		return Reservation{}, &descriptors.FieldError{Field: "resource", Err: fmt.Errorf("%w: %s", ErrRateLimited, m.Resource)}
 	default:
 		resource, domain = m.Resource, m.Domain
 		cl = idx.byResource[resource]
@@ -219,22 +218,22 @@ func fieldOf(err error, idField string) error {
 	default:
 		return err
 	}
-	return &engine.FieldError{Field: field, Err: err}
+	return &descriptors.FieldError{Field: field, Err: err}
 }
 
-// checkCopies returns the *engine.InputError of copies outside [lo,
+// checkCopies returns the *descriptors.InputError of copies outside [lo,
 // copylog.MaxCopies].
 func checkCopies(copies, lo int64) error {
 	if copies < lo || copies > copylog.MaxCopies {
-		return &engine.InputError{Field: "copies", Message: fmt.Sprintf("%d, want in [%d, %d]", copies, lo, copylog.MaxCopies)}
+		return &descriptors.InputError{Field: "copies", Message: fmt.Sprintf("%d, want in [%d, %d]", copies, lo, copylog.MaxCopies)}
 	}
 	return nil
 }
 
-// checkMin returns the *engine.InputError of a min_copies outside [0, copies].
+// checkMin returns the *descriptors.InputError of a min_copies outside [0, copies].
 func checkMin(minCopies, copies int64) error {
 	if minCopies < 0 || minCopies > copies {
-		return &engine.InputError{Field: "min_copies", Message: fmt.Sprintf("%d, want in [0, copies %d]", minCopies, copies)}
+		return &descriptors.InputError{Field: "min_copies", Message: fmt.Sprintf("%d, want in [0, copies %d]", minCopies, copies)}
 	}
 	return nil
 }
@@ -244,11 +243,11 @@ func checkMin(minCopies, copies int64) error {
 // names no request field.
 const MinLease = time.Microsecond
 
-// checkLease returns the *engine.InputError of a lease (or ttl, as field names
+// checkLease returns the *descriptors.InputError of a lease (or ttl, as field names
 // it) outside [MinLease, copylog.MaxLease].
 func checkLease(field string, lease time.Duration) error {
 	if lease < MinLease || lease > copylog.MaxLease {
-		return &engine.InputError{Field: field, Message: fmt.Sprintf("%v, want in [%v, %v]", lease, MinLease, copylog.MaxLease)}
+		return &descriptors.InputError{Field: field, Message: fmt.Sprintf("%v, want in [%v, %v]", lease, MinLease, copylog.MaxLease)}
 	}
 	return nil
 }
@@ -269,14 +268,14 @@ func mintID(resource, what string) (string, error) {
 // of a missing copy store.
 func (b *Broker) resourceOfID(id, field string, unknown error, checks ...error) (string, error) {
 	if id == "" {
-		return "", &engine.InputError{Field: field, Message: "empty"}
+		return "", &descriptors.InputError{Field: field, Message: "empty"}
 	}
 	if len(id) > copylog.MaxIDLen {
-		return "", &engine.InputError{Field: field, Message: fmt.Sprintf("%d bytes, longer than %d", len(id), copylog.MaxIDLen)}
+		return "", &descriptors.InputError{Field: field, Message: fmt.Sprintf("%d bytes, longer than %d", len(id), copylog.MaxIDLen)}
 	}
 	r, ok := ResourceOf(id)
 	if !ok {
-		return "", &engine.FieldError{Field: field, Err: fmt.Errorf("%w: %q is not an id this service issued", unknown, descriptors.Truncate(id))}
+		return "", &descriptors.FieldError{Field: field, Err: fmt.Errorf("%w: %q is not an id this service issued", unknown, descriptors.Truncate(id))}
 	}
 	if err := cmp.Or(checks...); err != nil {
 		return "", err
@@ -375,7 +374,7 @@ func (b *Broker) KeepAlive(ctx context.Context, holdID string, lease time.Durati
 // expiry, what reaping released. It stops at the first error.
 func (b *Broker) KeepAliveSession(ctx context.Context, session string, lease time.Duration, resources []string) (copylog.KeepAliveResult, error) {
 	if session == "" {
-		return copylog.KeepAliveResult{}, &engine.InputError{Field: "session", Message: "empty"}
+		return copylog.KeepAliveResult{}, &descriptors.InputError{Field: "session", Message: "empty"}
 	}
 	if err := checkLease("lease", lease); err != nil {
 		return copylog.KeepAliveResult{}, err

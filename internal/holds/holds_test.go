@@ -13,7 +13,6 @@ import (
 	"github.com/charonlimit/charon/copylog"
 	"github.com/charonlimit/charon/descriptors"
 	"github.com/charonlimit/charon/internal/copystore"
-	"github.com/charonlimit/charon/internal/engine"
 	"github.com/charonlimit/charon/tiers"
 )
 
@@ -116,12 +115,12 @@ func newBroker(t *testing.T) (*Broker, *fakeCopies, *time.Time) {
 }
 
 // wantFieldError checks that err is an error matching want (when not nil)
-// and naming field (when not empty) in an *engine.InputError or an
-// *engine.FieldError.
+// and naming field (when not empty) in a *descriptors.InputError or an
+// *descriptors.FieldError.
 func wantFieldError(t *testing.T, name string, err, want error, field string) {
 	t.Helper()
-	var in *engine.InputError
-	var fe *engine.FieldError
+	var in *descriptors.InputError
+	var fe *descriptors.FieldError
 	got := ""
 	switch {
 	case err == nil:
@@ -254,7 +253,7 @@ func TestCopyErrors(t *testing.T) {
 	}{
 		{"reserve rate-limited", reserve("rate", 1, time.Second), ErrRateLimited, "resource"},
 		{"reserve unlimited", reserve("free", 1, time.Second), ErrRateLimited, "resource"},
-		{"reserve unknown", reserve("nope", 1, time.Second), engine.ErrUnknownResource, "resource"},
+		{"reserve unknown", reserve("nope", 1, time.Second), descriptors.ErrUnknownResource, "resource"},
 		{"reserve zero copies", reserve("db", 0, time.Second), nil, "copies"},
 		{"reserve no lease", reserve("db", 1, 0), nil, "lease"},
 		{"release over", func() error { _, err := e.Release(ctx, res.HoldID, 3); return err }, copylog.ErrOverRelease, "copies"},
@@ -336,7 +335,7 @@ func TestLeaseBounds(t *testing.T) {
 				}
 				continue
 			}
-			var in *engine.InputError
+			var in *descriptors.InputError
 			if !errors.As(err, &in) || in.Field != op.field {
 				t.Errorf("%s: got %v, want an *InputError of field %q", name, err, op.field)
 			}

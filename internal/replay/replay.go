@@ -297,7 +297,7 @@ func Run(ctx context.Context, log *Log, opts Options) (*Report, error) {
 			var err error
 			outs[s], over[s], err = sd.decide(ctx, q, outs[s][:0])
 			if err != nil {
-				var ie *engine.InputError
+				var ie *descriptors.InputError
 				if errors.As(err, &ie) {
 					ok = false
 					break
