@@ -43,7 +43,7 @@ var imports = map[string][]string{
 	"internal/sim":                       {"config", "descriptors", "tiers"},
 	"internal/sim/gen":                   nil,
 	"internal/engine":                    {"descriptors", "internal/store", "tiers"},
-	"internal/holds":                     {"copylog", "descriptors", "internal/copystore", "internal/engine"},
+	"internal/holds":                     {"copylog", "descriptors", "internal/copystore"},
 	"internal/gctune":                    nil,
 	"internal/sharestore":                {"fairshare"},
 	"internal/rlqssim":                   nil,
@@ -131,6 +131,12 @@ var deny = []struct {
 		why: "the copy operations run through the copy store contract; the caller picks the store and exports its metrics",
 	},
 	{
+		pkgs:  []string{"internal/holds"},
+		paths: []string{module + "/internal/engine"},
+		why: "the copy operations are a pipeline beside the RLS one, not on it: a resource is checked, and a bad field named, " +
+			"with package descriptors' ValidateResource, InputError, FieldError and ErrUnknownResource",
+	},
+	{
 		pkgs: []string{"..."},
 		// Prometheus' exposition model is protobuf: the packages that
 		// export a store's (or the canary's) collector, or gather series (statsmap), depend
@@ -214,6 +220,10 @@ func TestRulesCatch(t *testing.T) {
 		{"engine imports gRPC", []pkg{mod("internal/engine", "google.golang.org/grpc")}, "depends on google.golang.org/grpc"},
 		{"holds reaches the Redis copy store", []pkg{{ImportPath: module + "/internal/holds",
 			Deps: []string{module + "/internal/copystore/rediscopy"}}}, "internal/holds depends on " + module + "/internal/copystore/rediscopy"},
+		{"holds imports the engine", []pkg{mod("internal/holds", module+"/internal/engine")},
+			"internal/holds imports internal/engine"},
+		{"holds reaches the engine through another package", []pkg{{ImportPath: module + "/internal/holds",
+			Deps: []string{module + "/internal/engine"}}}, "internal/holds depends on " + module + "/internal/engine: the copy operations"},
 		{"tiers imports a module", []pkg{mod("tiers", "github.com/google/go-cmp/cmp")}, "tiers depends on github.com/google/go-cmp/cmp, outside the standard library"},
 		{"tiers imports os", []pkg{mod("tiers", "os")}, "tiers imports os"},
 		{"descriptors imports yaml", []pkg{mod("descriptors", "gopkg.in/yaml.v3")}, "descriptors depends on gopkg.in/yaml.v3, outside the standard library and the module"},
