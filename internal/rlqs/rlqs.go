@@ -50,11 +50,10 @@ var ErrInput = errors.New("rlqs: bad report")
 // buckets.
 var ErrTooManyBuckets = errors.New("rlqs: too many buckets on one stream")
 
-// Bounds of a report, as RLS bounds a request (engine.MaxEntries,
-// engine.MaxLen), and of a stream.
+// Bounds of a report, the same as RLS's of a request, and of a stream.
 const (
-	MaxEntries = 16
-	MaxLen     = 1024
+	MaxEntries = descriptors.MaxEntries
+	MaxLen     = descriptors.MaxLen
 	MaxBuckets = 10000
 )
 
