@@ -337,7 +337,7 @@ func f64s2(b []byte) []int64 {
 	return v
 }
 
-// lateRig is a store on its own Redis, on the caller's clock, whose client
+// lateRig is a store on its own Redis, on clock, whose client
 // holds the give-back of a late call on a pair whose domain holds "late"
 // (the second pipeline naming its key: the first is the call itself)
 // until the test has made its other calls, and counts the modes of the
@@ -350,7 +350,7 @@ type lateRig struct {
 	modes map[int64]int
 }
 
-func newLateRig(t *testing.T) *lateRig {
+func newLateRig(t *testing.T, clock Clock) *lateRig {
 	t.Helper()
 	n := redistest.Single(t)
 	c := redis.NewClient(&redis.Options{Addr: n.Addr()})
@@ -364,7 +364,7 @@ func newLateRig(t *testing.T) *lateRig {
 			r.mu.Unlock()
 		}
 	}}).hook())
-	s, err := NewWithClient(c, Options{Clock: ClockCaller})
+	s, err := NewWithClient(c, Options{Clock: clock})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -430,7 +430,7 @@ func TestLateUndoExact(t *testing.T) {
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			r := newLateRig(t)
+			r := newLateRig(t, ClockCaller)
 			r.late(t, tc.late, func() {
 				for _, dom := range []string{"late", "ref"} {
 					if d := storetest.Decide(t, r.s, tc.other, item(tc.p, "r", dom, 1))[0]; !d.OK {
@@ -456,5 +456,104 @@ func TestLateUndoExact(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestLateUndoReservedAhead: a fixed window's count that holds hits
+// reserved in the next window (pacing) when a late call's give-back comes
+// is a state, not a number; the undo takes the late call's hits from the
+// count of its window and keeps the reservation, as a pair that never had
+// the late call: the whole limit in the late call's window, the reserved
+// hits counted in the next.
+func TestLateUndoReservedAhead(t *testing.T) {
+	t0 := storetest.T0
+	ms := time.Millisecond
+	r := newLateRig(t, ClockCaller)
+	r.late(t, t0.Add(100*ms), func() {
+		for _, dom := range []string{"late", "ref"} {
+			out := make([]tiers.Decision, 1)
+			if _, err := r.s.Reserve(context.Background(), t0.Add(110*ms), time.Second, []store.Item{item(fixed10, "r", dom, 2)}, out); err != nil || !out[0].OK {
+				t.Fatalf("%s's reservation in the next window: %v %+v", dom, err, out[0])
+			}
+		}
+	}, item(fixed10, "r", "late", 3))
+	if diff := cmp.Diff(map[int64]int{modeDecide: 2, modeUndo: 1}, r.seen()); diff != "" {
+		t.Errorf("calls on the late pair by mode (-want +got):\n%s", diff)
+	}
+	for i, at := range []time.Time{t0.Add(120 * ms), t0.Add(1500 * ms)} {
+		probe := func(dom string) tiers.Decision {
+			it := item(fixed10, "r", dom, 10)
+			it.Min = 1
+			return storetest.Decide(t, r.s, at, it)[0]
+		}
+		ref, got := probe("ref"), probe("late")
+		if want := []int64{10, 8}[i]; ref.Granted != want {
+			t.Errorf("at +%v the pair without the late call was granted %d, want %d", at.Sub(t0), ref.Granted, want)
+		}
+		if diff := cmp.Diff(ref, got); diff != "" {
+			t.Errorf("at +%v: the late pair's answer differs from the pair without the late call (-without +late):\n%s", at.Sub(t0), diff)
+		}
+	}
+}
+
+// TestLateRefundNotUndoable: a late call with a take that cannot be given
+// back exactly (a tier stack, a token bucket, a global limit, a post-paid
+// limit), alone or beside a plain limit, is refunded (every item in the
+// decide mode, as a refund), and its pairs hold no hit afterwards.
+func TestLateRefundNotUndoable(t *testing.T) {
+	bucket := &tiers.Policy{Kind: tiers.KindTokenBucket, Bucket: tiers.TokenBucket{Capacity: 10, Refill: 1, Per: time.Second}}
+	postPaid := &tiers.Policy{Kind: tiers.KindTiers, Overdraft: true, Tiers: lyft.Tiers}
+	for _, tc := range []struct {
+		name  string
+		items []store.Item
+	}{
+		{"tier stack", []store.Item{item(twoTier, "r", "late", 3)}},
+		{"token bucket", []store.Item{item(bucket, "r", "late", 3)}},
+		{"global limit", []store.Item{item(withGlobal, "r", "late", 3)}},
+		{"post-paid", []store.Item{item(postPaid, "r", "late", 3)}},
+		{"beside a plain limit", []store.Item{item(lyft, "r", "late-a", 2), item(twoTier, "r", "late-b", 3)}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newLateRig(t, ClockCaller)
+			r.late(t, storetest.T0, func() {}, tc.items...)
+			if diff := cmp.Diff(map[int64]int{modeDecide: 2}, r.seen()); diff != "" {
+				t.Errorf("calls on the late pair by mode (-want +got):\n%s", diff)
+			}
+			for _, it := range tc.items {
+				v, err := r.s.Inspect(context.Background(), storetest.T0, &it)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if len(v.Tiers) > 0 && v.Tiers[0].Hits != 0 {
+					t.Errorf("%s holds %d hits after the refund, want 0", it.Key.Domain, v.Tiers[0].Hits)
+				}
+				if it.Policy.Kind == tiers.KindTokenBucket {
+					if d := storetest.Decide(t, r.s, storetest.T0, item(bucket, "r", it.Key.Domain, 10))[0]; !d.OK {
+						t.Errorf("the full bucket after the refund: %+v", d)
+					}
+				}
+			}
+		})
+	}
+}
+
+// TestLateUndoRedisClock: on Redis's clock the undo of a late call goes at
+// the instant Redis decided it (its reply's), with the hits of a call
+// applied since kept: the pair then holds that call's hit alone.
+func TestLateUndoRedisClock(t *testing.T) {
+	// An hour's window: a busy machine's seconds do not empty it.
+	hour := &tiers.Policy{Kind: tiers.KindTiers, Tiers: []tiers.Tier{{Limit: 10, Window: time.Hour, Active: tiers.Unbounded}}}
+	r := newLateRig(t, ClockRedis)
+	r.late(t, time.Now(), func() {
+		if d := storetest.Decide(t, r.s, time.Now(), item(hour, "r", "late", 1))[0]; !d.OK {
+			t.Fatalf("the hit meanwhile: %+v", d)
+		}
+	}, item(hour, "r", "late", 3))
+	if diff := cmp.Diff(map[int64]int{modeDecide: 2, modeUndo: 1}, r.seen()); diff != "" {
+		t.Errorf("calls on the late pair by mode (-want +got):\n%s", diff)
+	}
+	it := item(hour, "r", "late", 9)
+	if d := storetest.Decide(t, r.s, time.Now(), it)[0]; !d.OK || d.TierHits != 10 {
+		t.Errorf("nine hits beside the one made meanwhile: %+v, want them granted, 10 in the window", d)
 	}
 }
