@@ -402,9 +402,10 @@ func (d *dispatcher) splitBatch(res string, idx []int) error {
 	return nil
 }
 
-// compensate sends the refunds of calls that were applied after their
-// callers gave up, so that Redis does not count hits nobody was told were
-// granted (the caller's failure mode decided instead).
+// compensate sends the give-backs (compensation: undos or refunds) of
+// calls that were applied after their callers gave up, so that Redis does
+// not count hits nobody was told were granted (the caller's failure mode
+// decided instead).
 func (s *Store) compensate(calls [][]any) {
 	ctx, cancel := context.WithTimeout(context.Background(), lateReplyWait)
 	defer cancel()
