@@ -11,7 +11,7 @@ import (
 type lateCollector struct{ s *redisstore.Store }
 
 var lateDesc = prometheus.NewDesc("charon_redis_late_grants_total",
-	"Calls Redis applied after their callers gave up (the failure mode decided for them), by what became of their grants: given_back by a refund, or refund_failed; reply_lost counts those calls whose reply never came (applied or not, nothing was given back).",
+	"Calls Redis applied after their callers gave up (the failure mode decided for them), by what became of their grants: given_back (undone where they went, or refunded), or refund_failed; reply_lost counts those calls whose reply never came (applied or not, nothing was given back).",
 	[]string{"outcome"}, nil)
 
 func (c lateCollector) Describe(ch chan<- *prometheus.Desc) { ch <- lateDesc }

@@ -42,9 +42,10 @@
 -- (refunds and post-paid debits only); 6 release the locks; 7 seal: extend the locks to lockTTL
 -- if the token still holds them all (before a commit).
 -- Mode 8 undo (undo, below): per item, give back the hits (ARGV's hits)
--- a mode 2 call granted to the item's group at now (the instant that call
--- answered; lockTTL 1 when that now was the caller's), no lock keys;
--- flags 4: that grant entered the tier (Burst).
+-- a mode 1 or 2 call granted to the item's group (or to the item) at now
+-- (the instant that call answered; lockTTL 1 when that now was the
+-- caller's and no call on the keys came since), no lock keys read; flags
+-- 4: that grant entered the tier (Burst).
 -- Reply: big-endian doubles: status (0 done, 1 a key is locked, 2 a lock
 -- was lost), now (µs), then per item: flags (1 OK, 2 Burst, 4
 -- LimitedByHard, 8 LimitedByGlobal), Granted, Tier, TierHits, DomainHits,
@@ -266,19 +267,24 @@ end
 -- ---------------------------------------------------------------------------
 -- Undo (mode 8): a Cluster call spanning slots decides every slot at once
 -- (mode 2) and, when a slot rejects, gives back exactly what the slots that
--- granted committed (Store.oneTrip). Only the grants it can give back
--- exactly come here: a fixed window's count, and a tier active for ever
--- with no hard or global limit (a plain rate_limit); the Go side sends the
--- other calls spanning slots to the two-step.
+-- granted committed (Store.oneTrip); a call Redis applied after its caller
+-- gave up is given back when its reply comes (compensation, pipeline.go).
+-- Only the grants it can give back exactly come here: a fixed window's
+-- count, and a tier active for ever with no hard or global limit (a plain
+-- rate_limit); the Go side sends the other calls spanning slots to the
+-- two-step, and refunds the other late calls.
 
 -- unbucket: remove up to n hits from the bucket of log l (buckets of width
 -- b) that a grant at t added them to, and drop it when it empties. On
 -- Redis's clock (never going back on a master) that bucket starts at
 -- floor(t, b): ladd joins a newer bucket only when the newest starts after
--- t's, and buckets made since start later. On a caller's clock (tests,
--- replays, which send no call between the grant and its undo) the grant
--- joined the newest bucket when it started at or after floor(t, b). A
--- bucket no longer there (pruned, or emptied by a refund) gives nothing.
+-- t's, and buckets made since start later; so on a caller's clock that
+-- does not go back across a bucket's start (a late reply's give-back, where
+-- calls come between the grant and its undo). With caller (oneTrip on a
+-- caller's clock: tests, replays, which send no call between the grant and
+-- its undo) the grant joined the newest bucket when it started at or after
+-- floor(t, b), even when that clock went back. A bucket no longer there
+-- (pruned, or emptied by a refund) gives nothing.
 local function unbucket(l, t, b, n, caller)
   local at, j = floormul(t, b), nil
   if caller then
@@ -304,13 +310,24 @@ end
 
 -- unfixed: take n back from the count at key when it is the count of t's
 -- window (the grant's), in place (DECRBY keeps the key's expiry); a count
--- it empties is deleted, as save does.
+-- it empties is deleted, as save does. A count with hits reserved in the
+-- next window (pace.lua: a state, not a number) names its window: the
+-- grant's when it is t's (the reserved hits stay, and so does the key's
+-- expiry, the reserved window's end).
 local function unfixed(key, p, t, n)
   if n <= 0 or p.len <= 0 then return end
   local blob = redis.call('GET', key)
-  local c = blob and tonumber(blob)
-  if not c or c <= 0 then return end
+  if not blob then return end
   local start = floormul(t, p.len)
+  local c = tonumber(blob)
+  if not c then
+    local s = decstate(blob, 2)
+    if not s.used or s.at ~= start or s.val <= 0 then return end
+    s.val = max(0, s.val - n)
+    redis.call('SET', key, encstate(s), 'KEEPTTL')
+    return
+  end
+  if c <= 0 then return end
   if cwin(key, start, p.len, t) ~= start then return end
   if c <= n then redis.call('DEL', key) else redis.call('DECRBY', key, n) end
 end

@@ -65,6 +65,13 @@
 // all the while. Release makes every waiting call give up at once (the
 // resilient wrapper's breaker does when it opens); the dispatchers still
 // read the replies of the released calls and give back their grants.
+// A call whose reply comes after its caller gave up (a late reply) is
+// given back on the refunder's round trip, off the dispatchers' path: with
+// the exact undo of calls spanning slots (mode 8) when every take item of
+// the call can be (undoableTake: a fixed window, a plain rate_limit), so
+// that the calls applied meanwhile keep their hits; otherwise refunded
+// (tiers.Refund, the newest hits). Store.LateGrants counts them
+// (TestLateUndoExact, TestLateRefundNotUndoable).
 // When Redis answers
 // "Function not found" inside a pipeline, the dispatcher loads the
 // function and sends those calls again. Pipelines < 0 turns the

@@ -104,11 +104,13 @@ func floatMicros(f float64) int64 {
 type encoded struct {
 	arg         any
 	from, until int64
+	// undo: a take of the policy can be given back exactly (undoableTake).
+	undo bool
 }
 
 func encodePolicy(p *tiers.Policy, now time.Time) *encoded {
 	v := p.AppendCompactAt(nil, now)
-	e := &encoded{arg: string(appendCompact(nil, v))}
+	e := &encoded{arg: string(appendCompact(nil, v)), undo: undoableTake(p)}
 	if p.Kind == tiers.KindQuota && len(v) == 3+tiers.QuotaTableLen {
 		e.from, e.until = v[5], v[6]
 	}

@@ -4,17 +4,20 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/charonlimit/charon/internal/redisconn"
 	"github.com/charonlimit/charon/internal/redistest"
 	"github.com/charonlimit/charon/internal/store"
+	"github.com/charonlimit/charon/internal/store/storetest"
 	"github.com/charonlimit/charon/tiers"
 )
 
@@ -71,7 +74,7 @@ func TestCompensationOnlyGivesBackGrants(t *testing.T) {
 		}
 		return append(a, h, "", "policy")
 	}
-	got := compensation(args(hdr(modeDecide, 0, 2), 2), reply(statusDone, 1234, 5, 0))
+	got := compensation(args(hdr(modeDecide, 0, 2), 2), reply(statusDone, 1234, 5, 0), false)
 	if got == nil {
 		t.Fatal("no compensation for a grant")
 	}
@@ -90,11 +93,11 @@ func TestCompensationOnlyGivesBackGrants(t *testing.T) {
 		}
 	}
 	for name, c := range map[string][]any{
-		"rejected":       compensation(args(hdr(modeDecide, 0), 1), reply(statusDone, 1, 0)),
-		"locked":         compensation(args(hdr(modeChecked, 0), 1), reply(1, 1)),
-		"two-step":       compensation(args(hdr(3, 0), 1), reply(statusDone, 1, 5)),
-		"holds a refund": compensation(args(hdr(modeDecide, 1), 1), reply(statusDone, 1, 5)),
-		"short reply":    compensation(args(hdr(modeDecide, 0), 1), reply(statusDone, 1)),
+		"rejected":       compensation(args(hdr(modeDecide, 0), 1), reply(statusDone, 1, 0), false),
+		"locked":         compensation(args(hdr(modeChecked, 0), 1), reply(1, 1), false),
+		"two-step":       compensation(args(hdr(3, 0), 1), reply(statusDone, 1, 5), false),
+		"holds a refund": compensation(args(hdr(modeDecide, 1), 1), reply(statusDone, 1, 5), false),
+		"short reply":    compensation(args(hdr(modeDecide, 0), 1), reply(statusDone, 1), false),
 	} {
 		if c != nil {
 			t.Errorf("%s: compensated", name)
@@ -170,6 +173,12 @@ func TestRefundOffTheDispatcher(t *testing.T) {
 // its reply comes after its caller has gone.
 func lateCall(t *testing.T, s *Store, now time.Time) (release func()) {
 	t.Helper()
+	return lateCallOf(t, s, now, item(lyft, "r", "late", 3))
+}
+
+// lateCallOf is lateCall of a call of items.
+func lateCallOf(t *testing.T, s *Store, now time.Time, items ...store.Item) (release func()) {
+	t.Helper()
 	out := make([]tiers.Decision, 1)
 	if err := s.Decide(context.Background(), now, []store.Item{item(lyft, "r", "warm", 1)}, out); err != nil || !out[0].OK {
 		t.Fatalf("warm-up: %v %+v", err, out[0])
@@ -180,7 +189,7 @@ func lateCall(t *testing.T, s *Store, now time.Time) (release func()) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		done <- s.Decide(ctx, now, []store.Item{item(lyft, "r", "late", 3)}, make([]tiers.Decision, 1))
+		done <- s.Decide(ctx, now, items, make([]tiers.Decision, len(items)))
 	}()
 	select {
 	case <-g.entered: // sent: its pipeline is held
@@ -258,5 +267,293 @@ func TestLateRefundAtClose(t *testing.T) {
 	}
 	if h := v.Tiers[0].Hits; h != 0 {
 		t.Errorf("the pair holds %d hits of the late call, want 0", h)
+	}
+}
+
+// TestCompensationUndo: the give-back of a late reply whose every item can
+// be given back exactly is the undo (mode undo) of what each item was
+// granted, at the instant the call used, at its state key and policy, with
+// whether it entered its tier; an item granted nothing is left out. A call
+// with a global key is refunded; the guards of the refund hold.
+func TestCompensationUndo(t *testing.T) {
+	hdr := func(mode int64, gk int64, flags ...int64) []byte {
+		h := f64s(nil, mode, 77, 3_600_000, 1000, int64(len(flags)), int64(len(flags)))
+		for i, f := range flags {
+			h = f64s(h, int64(i+1), gk, int64(i+1), 5, 2, f)
+		}
+		return withPlan(h)
+	}
+	// reply: per item its flags and grant.
+	reply := func(status, now int64, fg ...[2]int64) string {
+		b := f64s(nil, status, now)
+		for _, x := range fg {
+			b = f64s(b, x[0], x[1], 1, x[1], x[1], 0, 10-x[1], 0, 1000)
+		}
+		return string(b)
+	}
+	args := func(h []byte, nk int) []any {
+		a := []any{fcallName, funcNameArg, nk}
+		for i := range nk {
+			a = append(a, fmt.Sprint("k", i))
+		}
+		return append(a, h, "", "p1", "p2", "p3")
+	}
+	ok, burst := int64(replyOK), int64(replyOK|replyBurst)
+	in := args(hdr(modeChecked, 0, 0, 0, 0), 3)
+	got := compensation(in, reply(statusDone, 1234, [2]int64{burst, 3}, [2]int64{ok, 0}, [2]int64{ok, 2}), true)
+	if got == nil {
+		t.Fatal("no give-back for a grant")
+	}
+	if len(got) != len(in) || got[3] != "k0" || got[5] != "k2" || got[8] != "p1" || got[10] != "p3" {
+		t.Errorf("give-back %v: want the call's keys and policies", got)
+	}
+	want := f64s(nil, modeUndo, 1234, 3_600_000, 0, 3, 2, 1, 0, 1, 3, 0, flagEntered, 3, 0, 3, 2, 0, 0)
+	if h := got[6].([]byte); string(h) != string(want) {
+		t.Errorf("undo header %v, want %v", f64s2(h), f64s2(want))
+	}
+	if h := compensation(args(hdr(modeDecide, 2, 0), 2), reply(statusDone, 1, [2]int64{ok, 5}), true)[5].([]byte); f64at(h, 0) != modeDecide || f64at(h, hdrFields+5) != flagRefund {
+		t.Errorf("a call with a global key: mode %d, flags %d; want a refund", f64at(h, 0), f64at(h, hdrFields+5))
+	}
+	for name, c := range map[string][]any{
+		"rejected":       compensation(args(hdr(modeDecide, 0, 0), 1), reply(statusDone, 1, [2]int64{0, 0}), true),
+		"locked":         compensation(args(hdr(modeChecked, 0, 0), 1), reply(1, 1), true),
+		"two-step":       compensation(args(hdr(modePrepare, 0, 0), 1), reply(statusDone, 1, [2]int64{ok, 5}), true),
+		"holds a refund": compensation(args(hdr(modeDecide, 0, 1), 1), reply(statusDone, 1, [2]int64{ok, 5}), true),
+		"short reply":    compensation(args(hdr(modeDecide, 0, 0), 1), reply(statusDone, 1), true),
+		"reservation":    compensation(args(append(hdr(modeDecide, 0, 0), f64s(nil, 500)...), 1), reply(statusDone, 1, [2]int64{ok, 5}), true),
+	} {
+		if c != nil {
+			t.Errorf("%s: given back", name)
+		}
+	}
+}
+
+// f64s2 reads b as doubles, for messages.
+func f64s2(b []byte) []int64 {
+	v := make([]int64, len(b)/8)
+	for i := range v {
+		v[i] = f64at(b, i)
+	}
+	return v
+}
+
+// lateRig is a store on its own Redis, on clock, whose client
+// holds the give-back of a late call on a pair whose domain holds "late"
+// (the second pipeline naming its key: the first is the call itself)
+// until the test has made its other calls, and counts the modes of the
+// FCALLs sent in pipelines on such keys.
+type lateRig struct {
+	s     *Store
+	h     *holdRefund
+	give  func()
+	mu    sync.Mutex
+	modes map[int64]int
+}
+
+func newLateRig(t *testing.T, clock Clock) *lateRig {
+	t.Helper()
+	n := redistest.Single(t)
+	c := redis.NewClient(&redis.Options{Addr: n.Addr()})
+	t.Cleanup(func() { c.Close() })
+	r := &lateRig{h: &holdRefund{key: "late", held: make(chan struct{}), release: make(chan struct{})}, modes: map[int64]int{}}
+	c.AddHook(r.h.hook())
+	c.AddHook((&fcallHook{before: func(m int64, k string) {
+		if strings.Contains(k, "late") {
+			r.mu.Lock()
+			r.modes[m]++
+			r.mu.Unlock()
+		}
+	}}).hook())
+	s, err := NewWithClient(c, Options{Clock: clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	var once sync.Once
+	r.give = func() { once.Do(func() { close(r.h.release) }) }
+	t.Cleanup(r.give)
+	r.s = s
+	return r
+}
+
+// late makes a late call of items at now, runs meanwhile once its
+// give-back is sent (and held: the calls meanwhile makes are applied
+// between the late call and its give-back), then lets the give-back go and
+// waits for it: it must be given back, not failed.
+func (r *lateRig) late(t *testing.T, now time.Time, meanwhile func(), items ...store.Item) {
+	t.Helper()
+	lateCallOf(t, r.s, now, items...)()
+	select {
+	case <-r.h.held:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the late call's give-back was never sent")
+	}
+	meanwhile()
+	r.give()
+	waitLateGrants(t, r.s, 1)
+}
+
+// seen returns the modes counted.
+func (r *lateRig) seen() map[int64]int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return maps.Clone(r.modes)
+}
+
+var fixed10 = &tiers.Policy{Kind: tiers.KindFixedWindow, Window: tiers.FixedWindow{Limit: 10, Unit: tiers.UnitSecond}}
+
+// TestLateUndoExact: a late call on a plain limit or a fixed window whose
+// give-back comes after other calls on its pair were applied leaves the
+// pair as if it had never been made: the same answers, at every instant
+// after, as a pair that had only the other calls. A refund (tiers.Refund)
+// would take back the other calls' hits, the newest, and leave the late
+// call's: older hits of a sliding window, which leave it too early, or a
+// fixed window's count of the window the others went in (the late call's
+// was over).
+func TestLateUndoExact(t *testing.T) {
+	ms := time.Millisecond
+	t0 := storetest.T0
+	for _, tc := range []struct {
+		name string
+		p    *tiers.Policy
+		// the late call's instant, the other calls' and the probes'
+		late, other time.Time
+		probes      []time.Time
+	}{
+		{
+			name: "sliding", p: lyft, late: t0, other: t0.Add(100 * ms),
+			probes: []time.Time{t0.Add(101 * ms), t0.Add(time.Second), t0.Add(time.Second + ms), t0.Add(1099 * ms), t0.Add(1100 * ms)},
+		},
+		{
+			name: "fixed", p: fixed10, late: t0.Add(100 * ms), other: t0.Add(1200 * ms),
+			probes: []time.Time{t0.Add(1201 * ms), t0.Add(1999 * ms), t0.Add(2000 * ms)},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newLateRig(t, ClockCaller)
+			r.late(t, tc.late, func() {
+				for _, dom := range []string{"late", "ref"} {
+					if d := storetest.Decide(t, r.s, tc.other, item(tc.p, "r", dom, 1))[0]; !d.OK {
+						t.Fatalf("%s's hit meanwhile: %+v", dom, d)
+					}
+				}
+			}, item(tc.p, "r", "late", 3))
+			if diff := cmp.Diff(map[int64]int{modeDecide: 2, modeUndo: 1}, r.seen()); diff != "" {
+				t.Errorf("calls on the late pair by mode (-want +got):\n%s", diff)
+			}
+			for i, at := range tc.probes {
+				probe := func(dom string) tiers.Decision {
+					it := item(tc.p, "r", dom, 10)
+					it.Min = 1
+					return storetest.Decide(t, r.s, at, it)[0]
+				}
+				ref, got := probe("ref"), probe("late")
+				if i == 0 && (!ref.OK || ref.Granted != 9) {
+					t.Fatalf("the pair with the other hit alone: %+v, want 9 of 10 granted", ref)
+				}
+				if diff := cmp.Diff(ref, got); diff != "" {
+					t.Errorf("at +%v: the late pair's answer differs from the pair without the late call (-without +late):\n%s", at.Sub(t0), diff)
+				}
+			}
+		})
+	}
+}
+
+// TestLateUndoReservedAhead: a fixed window's count that holds hits
+// reserved in the next window (pacing) when a late call's give-back comes
+// is a state, not a number; the undo takes the late call's hits from the
+// count of its window and keeps the reservation, as a pair that never had
+// the late call: the whole limit in the late call's window, the reserved
+// hits counted in the next.
+func TestLateUndoReservedAhead(t *testing.T) {
+	t0 := storetest.T0
+	ms := time.Millisecond
+	r := newLateRig(t, ClockCaller)
+	r.late(t, t0.Add(100*ms), func() {
+		for _, dom := range []string{"late", "ref"} {
+			out := make([]tiers.Decision, 1)
+			if _, err := r.s.Reserve(context.Background(), t0.Add(110*ms), time.Second, []store.Item{item(fixed10, "r", dom, 2)}, out); err != nil || !out[0].OK {
+				t.Fatalf("%s's reservation in the next window: %v %+v", dom, err, out[0])
+			}
+		}
+	}, item(fixed10, "r", "late", 3))
+	if diff := cmp.Diff(map[int64]int{modeDecide: 2, modeUndo: 1}, r.seen()); diff != "" {
+		t.Errorf("calls on the late pair by mode (-want +got):\n%s", diff)
+	}
+	for i, at := range []time.Time{t0.Add(120 * ms), t0.Add(1500 * ms)} {
+		probe := func(dom string) tiers.Decision {
+			it := item(fixed10, "r", dom, 10)
+			it.Min = 1
+			return storetest.Decide(t, r.s, at, it)[0]
+		}
+		ref, got := probe("ref"), probe("late")
+		if want := []int64{10, 8}[i]; ref.Granted != want {
+			t.Errorf("at +%v the pair without the late call was granted %d, want %d", at.Sub(t0), ref.Granted, want)
+		}
+		if diff := cmp.Diff(ref, got); diff != "" {
+			t.Errorf("at +%v: the late pair's answer differs from the pair without the late call (-without +late):\n%s", at.Sub(t0), diff)
+		}
+	}
+}
+
+// TestLateRefundNotUndoable: a late call with a take that cannot be given
+// back exactly (a tier stack, a token bucket, a global limit, a post-paid
+// limit), alone or beside a plain limit, is refunded (every item in the
+// decide mode, as a refund), and its pairs hold no hit afterwards.
+func TestLateRefundNotUndoable(t *testing.T) {
+	bucket := &tiers.Policy{Kind: tiers.KindTokenBucket, Bucket: tiers.TokenBucket{Capacity: 10, Refill: 1, Per: time.Second}}
+	postPaid := &tiers.Policy{Kind: tiers.KindTiers, Overdraft: true, Tiers: lyft.Tiers}
+	for _, tc := range []struct {
+		name  string
+		items []store.Item
+	}{
+		{"tier stack", []store.Item{item(twoTier, "r", "late", 3)}},
+		{"token bucket", []store.Item{item(bucket, "r", "late", 3)}},
+		{"global limit", []store.Item{item(withGlobal, "r", "late", 3)}},
+		{"post-paid", []store.Item{item(postPaid, "r", "late", 3)}},
+		{"beside a plain limit", []store.Item{item(lyft, "r", "late-a", 2), item(twoTier, "r", "late-b", 3)}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newLateRig(t, ClockCaller)
+			r.late(t, storetest.T0, func() {}, tc.items...)
+			if diff := cmp.Diff(map[int64]int{modeDecide: 2}, r.seen()); diff != "" {
+				t.Errorf("calls on the late pair by mode (-want +got):\n%s", diff)
+			}
+			for _, it := range tc.items {
+				v, err := r.s.Inspect(context.Background(), storetest.T0, &it)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if len(v.Tiers) > 0 && v.Tiers[0].Hits != 0 {
+					t.Errorf("%s holds %d hits after the refund, want 0", it.Key.Domain, v.Tiers[0].Hits)
+				}
+				if it.Policy.Kind == tiers.KindTokenBucket {
+					if d := storetest.Decide(t, r.s, storetest.T0, item(bucket, "r", it.Key.Domain, 10))[0]; !d.OK {
+						t.Errorf("the full bucket after the refund: %+v", d)
+					}
+				}
+			}
+		})
+	}
+}
+
+// TestLateUndoRedisClock: on Redis's clock the undo of a late call goes at
+// the instant Redis decided it (its reply's), with the hits of a call
+// applied since kept: the pair then holds that call's hit alone.
+func TestLateUndoRedisClock(t *testing.T) {
+	// An hour's window: a busy machine's seconds do not empty it.
+	hour := &tiers.Policy{Kind: tiers.KindTiers, Tiers: []tiers.Tier{{Limit: 10, Window: time.Hour, Active: tiers.Unbounded}}}
+	r := newLateRig(t, ClockRedis)
+	r.late(t, time.Now(), func() {
+		if d := storetest.Decide(t, r.s, time.Now(), item(hour, "r", "late", 1))[0]; !d.OK {
+			t.Fatalf("the hit meanwhile: %+v", d)
+		}
+	}, item(hour, "r", "late", 3))
+	if diff := cmp.Diff(map[int64]int{modeDecide: 2, modeUndo: 1}, r.seen()); diff != "" {
+		t.Errorf("calls on the late pair by mode (-want +got):\n%s", diff)
+	}
+	it := item(hour, "r", "late", 9)
+	if d := storetest.Decide(t, r.s, time.Now(), it)[0]; !d.OK || d.TierHits != 10 {
+		t.Errorf("nine hits beside the one made meanwhile: %+v, want them granted, 10 in the window", d)
 	}
 }

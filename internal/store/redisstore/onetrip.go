@@ -12,40 +12,43 @@ import (
 // whether every grant a slot commits can be given back exactly when
 // another slot rejects. Refund items always apply, and post-paid items are
 // committed whatever the others answer (store.Apply, step 3), so neither
-// is given back; a take of a fixed window is a count (given back in the
-// same window), and a take of one tier active for ever with no hard or
-// global limit (a plain rate_limit) adds hits to two logs (given back from
-// the buckets they were added to). Nothing else can be given back exactly:
-// a token bucket's debit is absorbed by its capacity once it refills to
-// it, so what a refund must give back depends on the calls made since; a
-// walk through burst tiers may enter tiers whose phases a later call sees;
-// a global limit's room is shared with the resource's other groups, which
-// a post-paid group of the call would see committed or not. Those calls
-// take the two-step.
+// is given back; every take item must be undoableTake.
 func undoable(items []store.Item) bool {
 	for i := range items {
 		it := &items[i]
-		if it.Refund {
+		if it.Refund || (it.Policy.Overdraft && it.Policy.GlobalLimit == 0) {
 			continue
 		}
-		p := it.Policy
-		if p.GlobalLimit > 0 {
-			return false
-		}
-		if p.Overdraft {
-			continue
-		}
-		switch p.Kind {
-		case tiers.KindFixedWindow:
-		case tiers.KindTiers:
-			if len(p.Tiers) > 1 || p.HardLimit > 0 || (len(p.Tiers) == 1 && p.Tiers[0].Active != tiers.Unbounded) {
-				return false
-			}
-		default:
+		if !undoableTake(it.Policy) {
 			return false
 		}
 	}
 	return true
+}
+
+// undoableTake reports whether what a take of policy p granted can be
+// given back exactly (the undo mode of apply.lua): a take of a fixed window
+// is a count (given back in the same window), and a take of one tier
+// active for ever with no hard or global limit (a plain rate_limit) adds
+// hits to two logs (given back from the buckets they were added to).
+// Nothing else can be given back exactly: a token bucket's debit is
+// absorbed by its capacity once it refills to it, so what a refund must
+// give back depends on the calls made since; a walk through burst tiers may
+// enter tiers whose phases a later call sees; a global limit's room is
+// shared with the resource's other groups, which a post-paid group of the
+// call would see committed or not; a post-paid debit may go into debt
+// (its buckets are not add's).
+func undoableTake(p *tiers.Policy) bool {
+	if p.GlobalLimit > 0 || p.Overdraft {
+		return false
+	}
+	switch p.Kind {
+	case tiers.KindFixedWindow:
+		return true
+	case tiers.KindTiers:
+		return len(p.Tiers) <= 1 && p.HardLimit == 0 && (len(p.Tiers) == 0 || p.Tiers[0].Active == tiers.Unbounded)
+	}
+	return false
 }
 
 // oneTrip decides a call whose keys span Cluster slots, all or nothing, in
@@ -193,27 +196,13 @@ func undoArgs(s *Store, c *call, items []store.Item, sel int, used int64, out []
 			p = len(pols)
 			pols = append(pols, c.enc[i])
 		}
-		var f int64
-		if out[i].Burst {
-			f |= 4
-		}
-		for _, v := range []int64{int64(len(keys)), 0, int64(p + 1), granted, 0, f} {
-			h = appendF64(h, v)
-		}
+		h = appendUndoItem(h, len(keys), p+1, granted, out[i].Burst)
 		n++
 	}
 	if n == 0 {
 		return nil
 	}
-	var caller int64
-	if s.caller {
-		caller = 1
-	}
-	hdr := appendF64(nil, modeUndo)
-	for _, v := range []int64{used, s.maxTTL, caller, int64(len(keys)), int64(n)} {
-		hdr = appendF64(hdr, v)
-	}
-	hdr = append(hdr, h...)
+	hdr := append(appendUndoHead(nil, used, s.maxTTL, s.caller, len(keys), n), h...)
 	args := []any{fcallName, funcNameArg, len(keys)}
 	for _, k := range keys {
 		args = append(args, k)
@@ -223,6 +212,40 @@ func undoArgs(s *Store, c *call, items []store.Item, sel int, used int64, out []
 		args = append(args, e.arg)
 	}
 	return args
+}
+
+// appendUndoHead appends the head of ARGV[1] of a call in mode undo
+// (apply.lua's undo; the layout of every mode, pipeline.go's hdrFields),
+// for n items on nk state keys whose grants were made at now (µs). newest
+// (the lockTTL field: 1) tells the undo that now was a caller's and that
+// no call on those keys came between the grants and the undo, so a tier's
+// hits are in its log's newest bucket (the grant may have joined a newer
+// bucket than now's when that clock went back); without it they are in
+// the bucket that starts where now's bucket starts, as on Redis's clock.
+func appendUndoHead(h []byte, now, maxTTL int64, newest bool, nk, n int) []byte {
+	var f int64
+	if newest {
+		f = 1
+	}
+	for _, v := range []int64{modeUndo, now, maxTTL, f, int64(nk), int64(n)} {
+		h = appendF64(h, v)
+	}
+	return h
+}
+
+// appendUndoItem appends one item of a call in mode undo (itemFields
+// doubles): give back granted hits at the state key KEYS[key] of policy
+// ARGV[2+pol]; entered: the grant entered its tier (Burst). No global key
+// (undoableTake), no minimum.
+func appendUndoItem(h []byte, key, pol int, granted int64, entered bool) []byte {
+	var f int64
+	if entered {
+		f = flagEntered
+	}
+	for _, v := range []int64{int64(key), 0, int64(pol), granted, 0, f} {
+		h = appendF64(h, v)
+	}
+	return h
 }
 
 // undoLater gives back, in the background (Settle waits for it) and within

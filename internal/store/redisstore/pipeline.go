@@ -38,6 +38,9 @@ type request struct {
 	res  string
 	err  error
 	done chan struct{}
+	// undo: every take item of the call can be given back exactly
+	// (call.undo), which a late reply's compensation does.
+	undo bool
 	// state decides, once per send, between the dispatcher sending the
 	// FCALL (reqSent) and its caller giving up first (reqAbandoned).
 	state atomic.Int32
@@ -65,7 +68,7 @@ func (s *Store) send(ctx context.Context, c *call) (string, error) {
 		r = &request{done: make(chan struct{}, 1)}
 		c.req = r
 	}
-	r.args, r.ctx = c.args, ctx
+	r.args, r.ctx, r.undo = c.args, ctx, c.undo
 	r.state.Store(reqQueued)
 	mark, rel := s.stall.mark(), s.stall.released()
 	select {
@@ -247,7 +250,7 @@ func (s *Store) run(d *dispatcher) {
 		s.replies.Add(1)
 		if !r.state.CompareAndSwap(reqSent, reqAnswered) {
 			// Its caller gave up after it was sent.
-			if c := compensation(r.args, r.res); c != nil {
+			if c := compensation(r.args, r.res, r.undo); c != nil {
 				late = append(late, c)
 			}
 		}
@@ -399,9 +402,10 @@ func (d *dispatcher) splitBatch(res string, idx []int) error {
 	return nil
 }
 
-// compensate sends the refunds of calls that were applied after their
-// callers gave up, so that Redis does not count hits nobody was told were
-// granted (the caller's failure mode decided instead).
+// compensate sends the give-backs (compensation: undos or refunds) of
+// calls that were applied after their callers gave up, so that Redis does
+// not count hits nobody was told were granted (the caller's failure mode
+// decided instead).
 func (s *Store) compensate(calls [][]any) {
 	ctx, cancel := context.WithTimeout(context.Background(), lateReplyWait)
 	defer cancel()
@@ -424,12 +428,15 @@ func (s *Store) compensate(calls [][]any) {
 
 // Header layout of ARGV[1] (apply.lua): six doubles (mode, now, maxTTL,
 // lockTTL, nk, n), then six per item (state key, global key, policy, hits,
-// min, flags), then the plan, two per item (leader, global leader). A
-// reply: status and now, then nine doubles per item, of which the second
-// is Granted.
+// min, flags), then the plan, two per item (leader, global leader), and a
+// reservation's offset (one more double) if any; the undo mode has no
+// plan. A reply: status and now, then nine doubles per item, of which the
+// first is its flags (replyOK, replyBurst) and the second Granted.
 const (
 	hdrFields, itemFields, planFields, replyHead, replyItem = 6, 6, 2, 2, 9
 	flagRefund                                              = 1
+	flagEntered                                             = 4 // mode undo: the grant entered its tier
+	replyOK, replyBurst                                     = 1, 2
 )
 
 func f64at(b []byte, i int) int64 {
@@ -441,13 +448,25 @@ func putF64at(b []byte, i int, v int64) {
 }
 
 // compensation is the FCALL that gives back what a decision call granted,
-// for a call whose caller gave up after it was sent (a late reply): the
-// same keys and policies, every item a refund of the hits it was granted,
-// at the instant the call used (tiers.Refund: the newest hits of the
-// current tier). It is nil when nothing was granted, when the call was not
-// a plain decision (the two-step's modes, a call that met a lock) or held a
-// refund already.
-func compensation(args []any, res string) []any {
+// for a call whose caller gave up after it was sent (a late reply), at the
+// instant the call used (its reply's). It is nil when nothing was granted,
+// when the call was not a plain decision (the two-step's modes, a call
+// that met a lock, a reservation or its give-back) or held a refund
+// already.
+//
+// When exact (every take item of the call is undoableTake: call.undo), it
+// is the undo that oneTrip sends (mode undo, appendUndoHead): each item's
+// grant taken back from where it went, the count of its own fixed window,
+// the bucket of a tier's logs that starts where the call's instant's
+// bucket starts, so that the calls applied since keep their hits where
+// they are. That is exact on Redis's clock, which does not go back on a
+// master, and on a caller's clock as long as it does not go back across a
+// bucket's start between the calls on a key (a grant then joins a newer
+// bucket, whose hits stay counted until they leave the window: only ever
+// less granted). Otherwise every item is a refund of the hits it was
+// granted (tiers.Refund: the newest hits of the current tier, whichever
+// call added them), on the same keys and policies.
+func compensation(args []any, res string, exact bool) []any {
 	if len(args) < 4 || len(res) < 8*replyHead {
 		return nil
 	}
@@ -465,15 +484,31 @@ func compensation(args []any, res string) []any {
 		len(hdr) != 8*(hdrFields+(itemFields+planFields)*n) || len(rb) < 8*(replyHead+replyItem*n) {
 		return nil
 	}
-	h := make([]byte, len(hdr))
-	copy(h, hdr)
-	putF64at(h, 1, f64at(rb, 1))
+	// A now below -1 is Redis's clock plus an offset (apply.lua): not the
+	// instant of a grant undo can find.
+	exact = exact && f64at(hdr, 1) >= -1
 	some := false
 	for i := range n {
 		at := hdrFields + itemFields*i
-		if f64at(h, at+5)&flagRefund != 0 {
+		if f64at(hdr, at+5)&flagRefund != 0 {
 			return nil
 		}
+		if f64at(hdr, at+1) != 0 {
+			exact = false // undoableTake has no global key
+		}
+		some = some || f64at(rb, replyHead+replyItem*i+1) > 0
+	}
+	if !some {
+		return nil
+	}
+	if exact {
+		return undoLate(args, nk, hdr, rb, n)
+	}
+	h := make([]byte, len(hdr))
+	copy(h, hdr)
+	putF64at(h, 1, f64at(rb, 1))
+	for i := range n {
+		at := hdrFields + itemFields*i
 		granted := f64at(rb, replyHead+replyItem*i+1)
 		putF64at(h, at+3, granted)
 		putF64at(h, at+4, 0)
@@ -482,11 +517,33 @@ func compensation(args []any, res string) []any {
 		at = hdrFields + itemFields*n + planFields*i
 		putF64at(h, at, 0)
 		putF64at(h, at+1, 0)
-		some = some || granted > 0
 	}
-	if !some {
-		return nil
+	out := make([]any, len(args))
+	copy(out, args)
+	out[3+nk] = h
+	return out
+}
+
+// undoLate is compensation's undo of the call args (nk keys, header hdr
+// of n items) from its reply rb: per item granted (or that entered its
+// tier), its grant at its state key and policy, at the reply's instant;
+// the keys (the lock keys of mode checked, which undo does not read,
+// included) and policies are the call's.
+func undoLate(args []any, nk int, hdr, rb []byte, n int) []any {
+	var items []byte
+	m := 0
+	for i := range n {
+		at, rt := hdrFields+itemFields*i, replyHead+replyItem*i
+		flags, granted := f64at(rb, rt), f64at(rb, rt+1)
+		if flags&replyOK == 0 || (granted == 0 && flags&replyBurst == 0) {
+			continue
+		}
+		items = appendUndoItem(items, int(f64at(hdr, at)), int(f64at(hdr, at+2)), granted, flags&replyBurst != 0)
+		m++
 	}
+	// Not the newest bucket, even on a caller's clock: calls on the same
+	// keys may have been applied since.
+	h := append(appendUndoHead(make([]byte, 0, 8*hdrFields+len(items)), f64at(rb, 1), f64at(hdr, 2), false, int(f64at(hdr, 4)), m), items...)
 	out := make([]any, len(args))
 	copy(out, args)
 	out[3+nk] = h

@@ -153,6 +153,9 @@ type call struct {
 	err  error
 	// off is a reservation's offset in µs (Store.Reserve), 0 for none.
 	off int64
+	// undo: every policy of the command's items is undoableTake, so that
+	// a late reply to it is given back exactly (compensation).
+	undo bool
 }
 
 // NewWithClient returns a Store over c, which the caller keeps and closes.
@@ -508,8 +511,10 @@ func (c *call) command(s *Store, items []store.Item, sel int, mode int, now int6
 		c.args = append(c.args, k)
 	}
 	c.args = append(c.args, c.hbox, token)
+	c.undo = true
 	for _, e := range c.pols {
 		c.args = append(c.args, e.arg)
+		c.undo = c.undo && e.undo
 	}
 }
 
