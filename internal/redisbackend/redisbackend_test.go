@@ -275,3 +275,61 @@ func TestRefusedIsDown(t *testing.T) {
 	dials, failed := h.Dials()
 	t.Logf("50 calls with Redis killed: %d dials, %d failed; %d remote errors before the breaker opened", dials, failed, st.RemoteErrors)
 }
+
+// TestRefusedIsDownCluster: TestRefusedIsDown on a Redis Cluster, one
+// master killed. go-redis' Cluster client sends a command again when its
+// node cannot be reached (up to MaxRedirects times); with its default
+// backoff before each attempt (10 ms growing to 1 s) a call on a killed
+// master's slot took 60 to 160 ms before the failure mode answered it.
+// Here the attempts are refused at once: at most 10 of 200 calls may take
+// that backoff's least total (10 + 10 + 10 ms), for a slow machine's
+// stalls; with the backoff 30 to 42 of them did.
+func TestRefusedIsDownCluster(t *testing.T) {
+	nodes := redistest.Cluster(t, 3)
+	b, err := Open(Options{Conn: redisconn.Options{URL: "redis-cluster://" + nodes[0].Addr()}, FailureMode: resilient.ModeOpen, Timeout: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	p := &tiers.Policy{Kind: tiers.KindTiers, Tiers: []tiers.Tier{{Limit: 1, Window: time.Minute, Active: tiers.Unbounded}}}
+	out := make([]tiers.Decision, 1)
+	decide := func(domain string) (time.Duration, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		items := []store.Item{{Key: store.Key{Resource: "r", Domain: domain, PolicyID: 1}, Policy: p, Hits: 1, Min: 1}}
+		start := time.Now()
+		err := b.Store().Decide(ctx, time.Now(), items, out)
+		if ctx.Err() != nil {
+			t.Fatalf("a call on %s waited for its deadline", domain)
+		}
+		return time.Since(start), err
+	}
+	// Warm the pools of every master.
+	for i := range 200 {
+		if _, err := decide(fmt.Sprint("w", i)); err != nil || !out[0].OK {
+			t.Fatalf("warm %d: %v %+v", i, err, out[0])
+		}
+	}
+	nodes[1].Kill()
+	var slow []time.Duration
+	for i := range 200 {
+		d, err := decide(fmt.Sprint("d", i))
+		if err != nil || !out[0].OK {
+			t.Fatalf("call %d with a master killed: %v %+v", i, err, out[0])
+		}
+		if d >= 30*time.Millisecond {
+			slow = append(slow, d)
+		}
+	}
+	st := b.Store().Stats()
+	// The breaker opens only on five failures in a row: calls on the other
+	// masters' slots, which Redis answers, come between them.
+	t.Logf("200 calls, a master killed (200 before it): %d remote, %d by the open mode, %d remote errors, breaker %v; 30 ms or more: %v",
+		st.Remote, st.Open, st.RemoteErrors, st.Breaker, slow)
+	if st.Open == 0 || st.Open+st.Remote != 400 {
+		t.Errorf("stats %+v: want every call answered, the killed master's by the open mode", st)
+	}
+	if len(slow) > 10 {
+		t.Errorf("%d of 200 calls took 30 ms or more with a master killed: %v", len(slow), slow)
+	}
+}

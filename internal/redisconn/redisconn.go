@@ -135,6 +135,15 @@ func ClientOptions(o Options) (*redis.UniversalOptions, error) {
 		// go-redis reads 0 as its default of 3 and -1 as none.
 		u.MaxRetries = -1
 	}
+	if u.IsClusterMode || (len(u.Addrs) > 1 && u.MasterName == "") {
+		// A Cluster client sends a command again when its node cannot be
+		// reached (a refused dial included, whatever its error), up to
+		// MaxRedirects times, sleeping a backoff before each (8, 16, 32 ms
+		// and more at go-redis' defaults: a killed master cost each call
+		// about 0.1 s). Without the backoff those attempts are refused at
+		// once; a MOVED or ASK is followed at once as before.
+		u.MinRetryBackoff, u.MaxRetryBackoff = -1, -1
+	}
 	// The caller's context bounds every command (the failure-mode layer
 	// sets its deadline).
 	u.ContextTimeoutEnabled = true

@@ -110,6 +110,32 @@ func TestRetries(t *testing.T) {
 	}
 }
 
+// TestClusterNoBackoff: a Cluster client's attempts at a node it cannot
+// reach (go-redis sends a command again up to MaxRedirects times) are made
+// without a backoff between them; other clients keep go-redis' settings,
+// and a redis:// URL's own.
+func TestClusterNoBackoff(t *testing.T) {
+	for _, tc := range []struct {
+		o        Options
+		min, max time.Duration
+	}{
+		{Options{URL: "redis-cluster://h:1"}, -1, -1},
+		{Options{URL: "redis://h:1", Cluster: true}, -1, -1},
+		{Options{ClusterAddrs: []string{"h:1", "h:2"}}, -1, -1},
+		{Options{URL: "redis://h:1"}, 0, 0},
+		{Options{URL: "redis-sentinel://h:1,h:2/m"}, 0, 0},
+		{Options{URL: "redis://h:1?min_retry_backoff=3ms&max_retry_backoff=40ms"}, 3 * time.Millisecond, 40 * time.Millisecond},
+	} {
+		o, err := ClientOptions(tc.o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if o.MinRetryBackoff != tc.min || o.MaxRetryBackoff != tc.max {
+			t.Errorf("%+v: backoff %v..%v, want %v..%v", tc.o, o.MinRetryBackoff, o.MaxRetryBackoff, tc.min, tc.max)
+		}
+	}
+}
+
 // TestParseURLHidesPassword: no error of a bad URL shows its password,
 // whatever part of the URL is at fault.
 func TestParseURLHidesPassword(t *testing.T) {
