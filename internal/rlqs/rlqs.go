@@ -640,7 +640,9 @@ func (a *Allocator) Tick(ctx context.Context) {
 	a.mu.Lock()
 	streams := slices.Collect(maps.Keys(a.streams))
 	a.mu.Unlock()
-	var woken []*Stream
+	// Sized once: a tick wakes a share of the streams, every one when the
+	// assignments change.
+	woken := make([]*Stream, 0, len(streams))
 	for _, s := range streams {
 		if s.tick(tree, now, n) {
 			woken = append(woken, s)
