@@ -139,11 +139,11 @@ func TestRenewalsSpread(t *testing.T) {
 }
 
 // TestRenewedNoLaterThanDue: with streams and buckets joining between
-// ticks, demands moving (assignments changing), streams closing and
-// buckets no rule limits, every assignment is sent again at the latest at
-// the first tick at least TTL - 1.5 intervals after it was last sent (the
-// rule before renewals were spread), so it never expires and keeps at
-// least that margin.
+// ticks, demands moving (assignments changing), streams closing, buckets no
+// rule limits and late ticks, every assignment is sent again at the latest
+// at the first tick at least TTL - 1.5 intervals after it was last sent
+// (the rule before renewals were spread), so it keeps at least that margin
+// before it expires; and some are renewed earlier.
 func TestRenewedNoLaterThanDue(t *testing.T) {
 	for _, o := range []Options{
 		{UnmatchedTTL: 10 * time.Second},
