@@ -703,12 +703,13 @@ func (s *Stream) tick(tree *descriptors.Tree, now time.Time, n uint64) (queued b
 // (every bucket of a new budget, every budget after a start or a hold)
 // would fall due on one tick for ever: the renewals of period ticks in one
 // tick, none in the others (docs/performance.md, RLQS). So each stream
-// also has a phase among the period ticks, its order of opening: on the
-// ticks of its phase, it renews the assignments that would otherwise fall
-// due before its next one. A stream's renewals go out together, in one
-// response; the streams spread evenly over the phases, and so do their
-// renewals; none is later than at due, some earlier (once after a change
-// of assignment, then every period ticks as before).
+// also has a phase among the period ticks (its order of opening modulo
+// period): on the ticks of its phase, it renews the assignments that would
+// otherwise fall due before its next one. A stream's renewals go out
+// together, in one response; the streams spread evenly over the phases, and
+// so do their renewals; none is later than at due, some earlier (once after
+// an assignment sent off the stream's phase, a new one or a change, then
+// every period ticks as before).
 type renewal struct {
 	due    time.Duration // the latest
 	early  time.Duration // the earliest, on the stream's phase
