@@ -18,6 +18,14 @@
 // first time is allocated at once, so a new Envoy gets a starting share
 // within its first report.
 //
+// An unchanged assignment is sent again at the latest by the first tick
+// within an interval and a half of its expiry. Assignments first sent
+// together (every stream's after a start) would otherwise all fall due on
+// one tick, again and again: each stream renews on the ticks of its own
+// phase, earlier when such a tick comes first, so that the renewals spread
+// evenly over the ticks and a stream's still go out in one response (see
+// renewal).
+//
 // A report of known buckets takes only its stream's lock: thousands of
 // streams must not queue on one mutex (see docs/performance.md, RLQS).
 //

@@ -146,6 +146,11 @@ type Allocator struct {
 	// holdUntil is the end of Options.Hold.
 	holdUntil time.Time
 	errs      atomic.Uint64
+	// ticks numbers Tick's calls from 1; opened numbers the streams opened:
+	// a stream renews on the ticks of its phase (see renewal).
+	ticks, opened atomic.Uint64
+	// renew is the renewal of assignments, renewFallback of fallbacks.
+	renew, renewFallback renewal
 }
 
 // resolution is what a bucket id resolves to; see budgetOf.
@@ -214,6 +219,7 @@ func (bk *bucket) rateNow() float64 { return math.Float64frombits(bk.rate.Load()
 type Stream struct {
 	a      *Allocator
 	id     string
+	seq    uint64 // its order of opening: its phase (see renewal)
 	notify chan struct{}
 
 	mu        sync.Mutex
@@ -261,14 +267,16 @@ func New(o Options) (*Allocator, error) {
 	}
 	return &Allocator{o: o, log: log, streams: map[*Stream]struct{}{}, budgets: map[string]*budget{},
 		reports: map[string]*atomic.Uint64{}, kick: make(chan struct{}, 1), cache: map[string]resolution{},
-		holdUntil: o.Now().Add(o.Hold)}, nil
+		holdUntil: o.Now().Add(o.Hold), renew: newRenewal(o.TTL, o.Interval),
+		renewFallback: newRenewal(o.UnmatchedTTL, o.Interval)}, nil
 }
 
 // Open starts a stream.
 func (a *Allocator) Open() *Stream {
 	var b [8]byte
 	_, _ = rand.Read(b[:])
-	s := &Stream{a: a, id: hex.EncodeToString(b[:]), buckets: map[string]*bucket{}, notify: make(chan struct{}, 1)}
+	s := &Stream{a: a, id: hex.EncodeToString(b[:]), seq: a.opened.Add(1) - 1, buckets: map[string]*bucket{},
+		notify: make(chan struct{}, 1)}
 	a.mu.Lock()
 	a.streams[s] = struct{}{}
 	a.mu.Unlock()
@@ -508,7 +516,7 @@ func (a *Allocator) Flush(ctx context.Context) {
 	var woken []*Stream
 	for _, b := range dirty {
 		b.queued.Store(false)
-		woken = a.allocate(ctx, b, now, false, woken)
+		woken = a.allocate(ctx, b, now, 0, woken)
 	}
 	for _, s := range woken {
 		s.wake()
@@ -622,16 +630,21 @@ func Rate(p *tiers.Policy) (limit int64, fill time.Duration, ok bool) {
 // budget: one whose members and demands did not change since its last split
 // has its leases renewed at the shares they hold, when the store can
 // (sharestore.Renewer), rather than being split again. Each stream is woken
-// once, when every budget is done.
+// once, when every budget is done. Unchanged assignments are sent again
+// before they expire, each stream's on the ticks of its phase (see
+// renewal).
 func (a *Allocator) Tick(ctx context.Context) {
 	now := a.o.Now()
+	n := a.ticks.Add(1)
 	tree := a.o.Tree()
 	a.mu.Lock()
 	streams := slices.Collect(maps.Keys(a.streams))
 	a.mu.Unlock()
-	var woken []*Stream
+	// Sized once: a tick wakes a share of the streams, every one when the
+	// assignments change.
+	woken := make([]*Stream, 0, len(streams))
 	for _, s := range streams {
-		if s.tick(tree, now) {
+		if s.tick(tree, now, n) {
 			woken = append(woken, s)
 		}
 	}
@@ -642,16 +655,16 @@ func (a *Allocator) Tick(ctx context.Context) {
 		sw.Sweep(now) // a store in memory forgets the budgets nobody reports
 	}
 	for _, b := range budgets {
-		woken = a.allocate(ctx, b, now, true, woken)
+		woken = a.allocate(ctx, b, now, n, woken)
 	}
 	for _, s := range woken {
 		s.wake()
 	}
 }
 
-// tick is Tick's work on one stream's buckets; it reports whether it
-// queued the first pending action.
-func (s *Stream) tick(tree *descriptors.Tree, now time.Time) (queued bool) {
+// tick is Tick's work (tick n) on one stream's buckets; it reports whether
+// it queued the first pending action.
+func (s *Stream) tick(tree *descriptors.Tree, now time.Time, n uint64) (queued bool) {
 	a := s.a
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -669,7 +682,7 @@ func (s *Stream) tick(tree *descriptors.Tree, now time.Time) (queued bool) {
 			}
 		}
 		if bk.budget == nil {
-			if now.Sub(bk.sentAt) >= a.o.UnmatchedTTL-a.renewMargin() {
+			if a.renewFallback.needed(now.Sub(bk.sentAt), n, s.seq) {
 				queued = s.queue(bk, Action{Bucket: bk.id, Kind: bk.fall, TTL: a.o.UnmatchedTTL}, now) || queued
 			}
 			continue
@@ -683,22 +696,50 @@ func (s *Stream) tick(tree *descriptors.Tree, now time.Time) (queued bool) {
 	return queued
 }
 
-// renewMargin is how long before its expiry an assignment is sent again:
-// an interval and a half, so that one late tick does not let it lapse.
-func (a *Allocator) renewMargin() time.Duration { return a.o.Interval + a.o.Interval/2 }
+// renewal is when an unchanged assignment of one TTL is sent again: at the
+// latest at the first tick at least due after it was last sent, due being
+// the TTL less an interval and a half, so that one late tick does not let
+// it lapse. Renewed only then, the assignments first sent on one tick
+// (every bucket of a new budget, every budget after a start or a hold)
+// would fall due on one tick for ever: the renewals of period ticks in one
+// tick, none in the others (docs/performance.md, RLQS). So each stream
+// also has a phase among the period ticks (its order of opening modulo
+// period): on the ticks of its phase, it renews the assignments that would
+// otherwise fall due before its next one. A stream's renewals go out
+// together, in one response; the streams spread evenly over the phases, and
+// so do their renewals; none is later than at due, some earlier (once after
+// an assignment sent off the stream's phase, a new one or a change, then
+// every period ticks as before).
+type renewal struct {
+	due    time.Duration // the latest
+	early  time.Duration // the earliest, on the stream's phase
+	period uint64        // ticks between two renewals when ticks are on time
+}
+
+func newRenewal(ttl, interval time.Duration) renewal {
+	due := ttl - (interval + interval/2)
+	p := max(1, (due+interval-1)/interval)
+	return renewal{due: due, early: due - (p-1)*interval, period: uint64(p)}
+}
+
+// needed reports whether an assignment sent gap ago is sent again at tick n
+// (0: not a tick, a Flush) by the stream opened seq-th.
+func (r renewal) needed(gap time.Duration, n, seq uint64) bool {
+	return gap >= r.due || n > 0 && n%r.period == seq%r.period && gap >= r.early
+}
 
 // allocate splits budget b among its members, or renews their leases (see
-// Tick), and queues what changed or is due to be renewed; it appends to
-// woken the streams that got their first pending action. Flush (tick false)
-// allocates only a stale budget.
-func (a *Allocator) allocate(ctx context.Context, b *budget, now time.Time, tick bool, woken []*Stream) []*Stream {
+// Tick), and queues what changed or is to be renewed (see renewal); it
+// appends to woken the streams that got their first pending action. Flush
+// (tick 0) allocates only a stale budget.
+func (a *Allocator) allocate(ctx context.Context, b *budget, now time.Time, tick uint64, woken []*Stream) []*Stream {
 	if now.Before(a.holdUntil) {
 		return woken
 	}
 	b.alloc.Lock()
 	defer b.alloc.Unlock()
 	stale := b.stale.Swap(false)
-	if !stale && !tick {
+	if !stale && tick == 0 {
 		return woken
 	}
 	b.mu.Lock()
@@ -739,7 +780,6 @@ func (a *Allocator) allocate(ctx context.Context, b *budget, now time.Time, tick
 		a.log.Warn("rlqs: allocating", "rule", b.rule, "err", err.Error())
 		return woken
 	}
-	due := a.o.TTL - a.renewMargin()
 	for i, bk := range members {
 		if !renewed {
 			bk.used.Store(b.demands[i].Demand)
@@ -754,7 +794,7 @@ func (a *Allocator) allocate(ctx context.Context, b *budget, now time.Time, tick
 		// A bucket that left meanwhile is skipped: its lease runs out.
 		if bk.budget == b {
 			same := bk.everSent && bk.sent.Kind == act.Kind && bk.sent.Tokens == act.Tokens && bk.sent.Fill == act.Fill
-			if (!same || now.Sub(bk.sentAt) >= due) && s.queue(bk, act, now) {
+			if (!same || a.renew.needed(now.Sub(bk.sentAt), tick, s.seq)) && s.queue(bk, act, now) {
 				woken = append(woken, s)
 			}
 		}
