@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"net"
 	"os"
 	"strconv"
 	"sync"
@@ -15,90 +14,6 @@ import (
 
 	"github.com/charonlimit/charon/internal/redistest"
 )
-
-// faultProxy forwards TCP connections to target until told otherwise: in
-// hole mode every byte either way is swallowed (a Redis that stopped
-// answering, connections left open: a black hole), in slow mode every
-// chunk is held for delay first.
-type faultProxy struct {
-	addr  string
-	mode  atomic.Int32 // proxyPass, proxyHole, proxySlow
-	delay time.Duration
-}
-
-const (
-	proxyPass int32 = iota
-	proxyHole
-	proxySlow
-)
-
-func newFaultProxy(t *testing.T, target string, delay time.Duration) *faultProxy {
-	t.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	fp := &faultProxy{addr: lis.Addr().String(), delay: delay}
-	var (
-		wg    sync.WaitGroup
-		mu    sync.Mutex
-		conns []net.Conn
-	)
-	t.Cleanup(func() {
-		lis.Close()
-		mu.Lock()
-		for _, c := range conns {
-			c.Close()
-		}
-		mu.Unlock()
-		wg.Wait()
-	})
-	pipe := func(dst, src net.Conn) {
-		defer wg.Done()
-		defer dst.Close()
-		defer src.Close()
-		buf := make([]byte, 64<<10)
-		for {
-			n, err := src.Read(buf)
-			if n > 0 {
-				switch fp.mode.Load() {
-				case proxyHole:
-					continue
-				case proxySlow:
-					time.Sleep(fp.delay)
-				}
-				if _, werr := dst.Write(buf[:n]); werr != nil {
-					return
-				}
-			}
-			if err != nil {
-				return
-			}
-		}
-	}
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			c, err := lis.Accept()
-			if err != nil {
-				return
-			}
-			r, err := net.Dial("tcp", target)
-			if err != nil {
-				c.Close()
-				continue
-			}
-			mu.Lock()
-			conns = append(conns, c, r)
-			mu.Unlock()
-			wg.Add(2)
-			go pipe(r, c)
-			go pipe(c, r)
-		}
-	}()
-	return fp
-}
 
 // TestRedisFaultDeadlines (make reliability only: CHARON_RELIABILITY=1)
 // measures how many of Envoy's 20 ms calls end in the caller's own

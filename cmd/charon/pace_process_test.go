@@ -13,8 +13,6 @@ import (
 
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
-
-	"github.com/charonlimit/charon/internal/redistest"
 )
 
 // pacedConfig paces a rule of 5 per second: a request over it waits up to
@@ -39,42 +37,27 @@ descriptors:
 // by package tiers, the store suite and the engine's tests.
 func TestPaceBurstEveryStore(t *testing.T) {
 	bin := buildCharon(t)
-	dir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, "api.yaml"), []byte(pacedConfig), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	stores := []struct {
-		name string
-		args func(t *testing.T) []string
-	}{
-		{"memory", func(t *testing.T) []string { return nil }},
-		{"redis", func(t *testing.T) []string {
-			return []string{"--store", "redis", "--redis-url", "redis://" + redistest.Single(t).Addr()}
-		}},
-		{"redis-cluster", func(t *testing.T) []string {
-			return []string{"--store", "redis", "--redis-url", "redis-cluster://" + strings.Join(redistest.Addrs(redistest.Cluster(t, 3)), ",")}
-		}},
-	}
-	for _, st := range stores {
+	dir := writeConfigDir(t, "api.yaml", pacedConfig)
+	for _, st := range everyStore() {
 		for _, fixed := range []bool{false, true} {
 			name := st.name
 			if fixed {
 				name += "/fixed-window"
 			}
-			t.Run(name, func(t *testing.T) { paceBurst(t, bin, dir, fixed, st.args(t)) })
+			t.Run(name, func(t *testing.T) { paceBurst(t, bin, dir, fixed, st) })
 		}
 	}
 }
 
 // paceBurst sends the burst of TestPaceBurstEveryStore to a server started
-// with args.
-func paceBurst(t *testing.T, bin, dir string, fixed bool, args []string) {
+// on st with the configuration directory dir.
+func paceBurst(t *testing.T, bin, dir string, fixed bool, st processStore) {
 	log := filepath.Join(t.TempDir(), "decisions.jsonl")
-	args = append([]string{"--config", dir, "--redis-timeout", "5s"}, args...)
+	var extra []string
 	if fixed {
-		args = append(args, "--fixed-window", "--decision-log", log, "--decision-log-all", "--decision-log-rate", "-1")
+		extra = []string{"--fixed-window", "--decision-log", log, "--decision-log-all", "--decision-log-rate", "-1"}
 	}
-	p := startServe(t, bin, args...)
+	p := startServe(t, bin, st.serveArgs(t, dir, extra...)...)
 	req := &rlsv3.RateLimitRequest{Domain: "api", Descriptors: []*ratelimitv3.RateLimitDescriptor{{
 		Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: "user", Value: "alice"}},
 	}}}

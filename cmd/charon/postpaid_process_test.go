@@ -2,17 +2,12 @@ package main
 
 import (
 	"context"
-	"os"
-	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/protobuf/types/known/wrapperspb"
-
-	"github.com/charonlimit/charon/internal/redistest"
 )
 
 // budgetConfig is an unchanged envoyproxy/ratelimit configuration of a
@@ -33,26 +28,10 @@ descriptors:
 // two descriptors in different Cluster slots debits both.
 func TestPostPaidBudgetEveryStore(t *testing.T) {
 	bin := buildCharon(t)
-	dir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, "ai.yaml"), []byte(budgetConfig), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	stores := []struct {
-		name string
-		args func(t *testing.T) []string
-	}{
-		{"memory", func(t *testing.T) []string { return nil }},
-		{"redis", func(t *testing.T) []string {
-			return []string{"--store", "redis", "--redis-url", "redis://" + redistest.Single(t).Addr()}
-		}},
-		{"redis-cluster", func(t *testing.T) []string {
-			return []string{"--store", "redis", "--redis-url", "redis-cluster://" + strings.Join(redistest.Addrs(redistest.Cluster(t, 3)), ",")}
-		}},
-	}
-	for _, st := range stores {
+	dir := writeConfigDir(t, "ai.yaml", budgetConfig)
+	for _, st := range everyStore() {
 		t.Run(st.name, func(t *testing.T) {
-			args := append([]string{"--config", dir, "--redis-timeout", "5s"}, st.args(t)...)
-			p := startServeEnv(t, bin, []string{"STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=false"}, args...)
+			p := startServeEnv(t, bin, []string{"STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=false"}, st.serveArgs(t, dir)...)
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
 			ask := func(hits uint64, entries ...string) *rlsv3.RateLimitResponse {

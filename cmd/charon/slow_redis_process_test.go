@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"net"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -13,68 +12,6 @@ import (
 
 	"github.com/charonlimit/charon/internal/redistest"
 )
-
-// slowProxy forwards TCP connections to target, holding every chunk of
-// bytes for delay in each direction: a Redis that answers, slowly.
-func slowProxy(t *testing.T, target string, delay time.Duration) string {
-	t.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	var conns []net.Conn
-	t.Cleanup(func() {
-		lis.Close()
-		mu.Lock()
-		for _, c := range conns {
-			c.Close()
-		}
-		mu.Unlock()
-		wg.Wait()
-	})
-	pipe := func(dst, src net.Conn) {
-		defer wg.Done()
-		buf := make([]byte, 64<<10)
-		for {
-			n, err := src.Read(buf)
-			if n > 0 {
-				time.Sleep(delay)
-				if _, werr := dst.Write(buf[:n]); werr != nil {
-					break
-				}
-			}
-			if err != nil {
-				break
-			}
-		}
-		dst.Close()
-		src.Close()
-	}
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			c, err := lis.Accept()
-			if err != nil {
-				return
-			}
-			r, err := net.Dial("tcp", target)
-			if err != nil {
-				c.Close()
-				continue
-			}
-			mu.Lock()
-			conns = append(conns, c, r)
-			mu.Unlock()
-			wg.Add(2)
-			go pipe(r, c)
-			go pipe(c, r)
-		}
-	}()
-	return lis.Addr().String()
-}
 
 // TestRedisSlowed puts 2 × 40 ms between the server and a Redis that keeps
 // answering, in every failure mode: callers allowing 20 ms (Envoy's
@@ -88,8 +25,9 @@ func TestRedisSlowed(t *testing.T) {
 	for _, mode := range []string{"local", "open", "closed", "unavailable"} {
 		t.Run(mode, func(t *testing.T) {
 			r := redistest.Single(t)
-			proxy := slowProxy(t, r.Addr(), 40*time.Millisecond)
-			p := startServe(t, bin, "--config", cfg, "--store", "redis", "--redis-url", "redis://"+proxy, "--failure-mode", mode)
+			fp := newFaultProxy(t, r.Addr(), 40*time.Millisecond)
+			fp.mode.Store(proxySlow) // a Redis that answers, slowly
+			p := startServe(t, bin, "--config", cfg, "--store", "redis", "--redis-url", "redis://"+fp.addr, "--failure-mode", mode)
 
 			var other, unavailable, answered atomic.Int64
 			var first atomic.Value
