@@ -152,7 +152,13 @@ func (e *Engine) pace(ctx context.Context, now time.Time, wait time.Duration, sc
 		}
 		wait += next
 	}
-	if err := e.sleep(ctx, wait-e.now().Sub(now)); err != nil {
+	// The hold runs wait from the reservation's reply, not from now: a
+	// store on its own clock (Redis TIME) reserved at its instant of the
+	// call plus wait, which came after now by the calls' latency, and an
+	// answer released at now+wait came before the grant's instant by that
+	// much (a paced request answered a few ms before the window let it).
+	// Released late by a reply's latency, never early.
+	if err := e.sleep(ctx, wait); err != nil {
 		e.paceStats.cancelled.Add(1)
 		e.giveBack(ctx, at, sc.items, out)
 		return time.Time{}, false, err

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/charonlimit/charon/descriptors"
+	"github.com/charonlimit/charon/internal/store"
 	"github.com/charonlimit/charon/internal/store/memstore"
 	"github.com/charonlimit/charon/tiers"
 )
@@ -247,5 +248,60 @@ func TestPaceCancelGivesBack(t *testing.T) {
 	clk.Advance(t0.Add(time.Second))
 	if a := <-ch; a.resp.Code != CodeOK || !a.resp.Now.Equal(t0.Add(time.Second)) {
 		t.Fatalf("answered %+v", a.resp)
+	}
+}
+
+// laggingStore is a store on its own clock, as Redis' TIME is: each call
+// takes lat of the virtual clock and decides (or reserves from) the
+// instant it ends, not the caller's now.
+type laggingStore struct {
+	*memstore.Store
+	clk *vclock
+	lat time.Duration
+}
+
+func (s laggingStore) Decide(ctx context.Context, _ time.Time, items []store.Item, out []tiers.Decision) error {
+	s.clk.set(s.clk.Now().Add(s.lat))
+	return s.Store.Decide(ctx, s.clk.Now(), items, out)
+}
+
+func (s laggingStore) Reserve(ctx context.Context, _ time.Time, after time.Duration, items []store.Item, out []tiers.Decision) (time.Time, error) {
+	s.clk.set(s.clk.Now().Add(s.lat))
+	return s.Store.Reserve(ctx, s.clk.Now(), after, items, out)
+}
+
+// TestPaceStoreClock: on a store whose calls decide at their own, later
+// instant (Redis' clock, 3 ms a call), a held request is answered no
+// sooner than the instant its reservation was made for: the hold runs the
+// wait from the reservation's reply, not from the request's arrival (which
+// answered it 6 ms before the window let it).
+func TestPaceStoreClock(t *testing.T) {
+	clk := newVclock()
+	st := memstore.New(memstore.Options{})
+	t.Cleanup(func() { st.Close() })
+	e := New(Options{Store: laggingStore{st, clk, 3 * time.Millisecond}, Now: clk.Now, Sleep: clk.Sleep})
+	rate := &tiers.Policy{Tiers: []tiers.Tier{{Limit: 1, Window: time.Second, Active: tiers.Unbounded}}}
+	tree, err := descriptors.NewTree([]descriptors.DomainSpec{{Config: descriptors.DomainConfig{Name: "api"}, Nodes: []*descriptors.Node{
+		{Key: "user", Limit: &descriptors.Limit{Policy: rate, Pace: 2 * time.Second}},
+	}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.SetTree(tree)
+	first, _ := askPaced(t, e, clk, context.Background()) // its hit at +3ms
+	if a := <-first; a.err != nil || a.resp.Code != CodeOK {
+		t.Fatalf("first request: %v %+v", a.err, a.resp)
+	}
+	clk.set(t0.Add(10 * time.Millisecond))
+	ch, wait := askPaced(t, e, clk, context.Background())
+	// Decided at +13ms: the slot frees at +1.003s, 990 ms on; reserved at
+	// +16ms for 990 ms on: +1.006s, and held from +16ms.
+	if wait != 990*time.Millisecond {
+		t.Fatalf("held %v from the reservation's reply, want 990ms", wait)
+	}
+	clk.Advance(t0.Add(1006 * time.Millisecond))
+	a := <-ch
+	if a.err != nil || a.resp.Code != CodeOK || !a.resp.Now.Equal(t0.Add(1006*time.Millisecond)) {
+		t.Fatalf("paced request: %v %+v, want OK granted at +1.006s", a.err, a.resp)
 	}
 }
