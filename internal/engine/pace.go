@@ -171,14 +171,7 @@ func (e *Engine) pace(ctx context.Context, now time.Time, wait time.Duration, sc
 // giveBack gives back the hits the reservation for at granted (a caller
 // that stopped waiting), in the background of the caller's context.
 func (e *Engine) giveBack(ctx context.Context, at time.Time, items []store.Item, out []tiers.Decision) {
-	back := make([]store.Item, 0, len(items))
-	for i := range items {
-		if out[i].OK && out[i].Granted > 0 {
-			it := items[i]
-			it.Hits, it.Min = out[i].Granted, 0
-			back = append(back, it)
-		}
-	}
+	back := store.Reserved(items, out)
 	if len(back) == 0 {
 		return
 	}

@@ -235,6 +235,28 @@ func split(plan *Plan, items []Item, i int, out []tiers.Decision) {
 	}
 }
 
+// Reserved returns what a reservation's items took, to give back when its
+// request is not served (Reserver.GiveBack's items): per item granted (OK,
+// Granted above 0), a copy with Hits its grant and Min 0. It is nil when a
+// non-shadow item was rejected: the reservation committed nothing (Apply,
+// step 3), there is nothing to give back.
+func Reserved(items []Item, out []tiers.Decision) []Item {
+	var back []Item
+	for i := range items {
+		if !out[i].OK && !items[i].Shadow && !items[i].Refund {
+			return nil
+		}
+	}
+	for i := range items {
+		if out[i].OK && out[i].Granted > 0 {
+			it := items[i]
+			it.Hits, it.Min = out[i].Granted, 0
+			back = append(back, it)
+		}
+	}
+	return back
+}
+
 // GiveBackItems returns a copy of a reservation's items with Refund set,
 // and room for their decisions: what a Reserver's GiveBack applies.
 func GiveBackItems(items []Item) ([]Item, []tiers.Decision) {

@@ -70,8 +70,13 @@
 // the exact undo of calls spanning slots (mode 8) when every take item of
 // the call can be (undoableTake: a fixed window, a plain rate_limit), so
 // that the calls applied meanwhile keep their hits; otherwise refunded
-// (tiers.Refund, the newest hits). Store.LateGrants counts them
-// (TestLateUndoExact, TestLateRefundNotUndoable).
+// (tiers.Refund, the newest hits). A reservation (pacing) that Redis
+// granted is given back as the engine gives back a wait its caller left:
+// Store.GiveBack's call of store.Reserved, for the instant its reply
+// answered, made by the same encoder from a copy of its items taken when
+// its caller gave up; a late reservation's give-back was applied, nothing
+// more is sent. Store.LateGrants counts them (TestLateUndoExact,
+// TestLateRefundNotUndoable, TestLateReservationGivenBack).
 // When Redis answers
 // "Function not found" inside a pipeline, the dispatcher loads the
 // function and sends those calls again. Pipelines < 0 turns the

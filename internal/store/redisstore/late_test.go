@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -179,6 +180,15 @@ func lateCall(t *testing.T, s *Store, now time.Time) (release func()) {
 // lateCallOf is lateCall of a call of items.
 func lateCallOf(t *testing.T, s *Store, now time.Time, items ...store.Item) (release func()) {
 	t.Helper()
+	return lateOf(t, s, now, func(ctx context.Context) error {
+		return s.Decide(ctx, now, items, make([]tiers.Decision, len(items)))
+	})
+}
+
+// lateOf is lateCall of the call that call makes on ctx (a Decide, a
+// Reserve, a GiveBack).
+func lateOf(t *testing.T, s *Store, now time.Time, call func(ctx context.Context) error) (release func()) {
+	t.Helper()
 	out := make([]tiers.Decision, 1)
 	if err := s.Decide(context.Background(), now, []store.Item{item(lyft, "r", "warm", 1)}, out); err != nil || !out[0].OK {
 		t.Fatalf("warm-up: %v %+v", err, out[0])
@@ -189,7 +199,7 @@ func lateCallOf(t *testing.T, s *Store, now time.Time, items ...store.Item) (rel
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		done <- s.Decide(ctx, now, items, make([]tiers.Decision, len(items)))
+		done <- call(ctx)
 	}()
 	select {
 	case <-g.entered: // sent: its pipeline is held
@@ -382,7 +392,15 @@ func newLateRig(t *testing.T, clock Clock) *lateRig {
 // waits for it: it must be given back, not failed.
 func (r *lateRig) late(t *testing.T, now time.Time, meanwhile func(), items ...store.Item) {
 	t.Helper()
-	lateCallOf(t, r.s, now, items...)()
+	r.lateOf(t, now, meanwhile, func(ctx context.Context) error {
+		return r.s.Decide(ctx, now, items, make([]tiers.Decision, len(items)))
+	})
+}
+
+// lateOf is late of the call that call makes on ctx.
+func (r *lateRig) lateOf(t *testing.T, now time.Time, meanwhile func(), call func(ctx context.Context) error) {
+	t.Helper()
+	lateOf(t, r.s, now, call)()
 	select {
 	case <-r.h.held:
 	case <-time.After(30 * time.Second):
@@ -555,5 +573,331 @@ func TestLateUndoRedisClock(t *testing.T) {
 	it := item(hour, "r", "late", 9)
 	if d := storetest.Decide(t, r.s, time.Now(), it)[0]; !d.OK || d.TierHits != 10 {
 		t.Errorf("nine hits beside the one made meanwhile: %+v, want them granted, 10 in the window", d)
+	}
+}
+
+// paceOp is a call of a late-reservation scenario on a pair: a Decide at
+// at (after < 0) or a Reserve at at for at+after, of up to hits (at least
+// 1).
+type paceOp struct {
+	at    time.Time
+	after time.Duration
+	hits  int64
+}
+
+// run makes op on the pair (r, dom) of policy p; it returns the instant
+// reserved for and the decision.
+func (op paceOp) run(t *testing.T, s *Store, p *tiers.Policy, dom string) (time.Time, tiers.Decision) {
+	t.Helper()
+	it := item(p, "r", dom, op.hits)
+	it.Min = 1
+	if op.after < 0 {
+		return time.Time{}, storetest.Decide(t, s, op.at, it)[0]
+	}
+	out := make([]tiers.Decision, 1)
+	at, err := s.Reserve(context.Background(), op.at, op.after, []store.Item{it}, out)
+	if err != nil {
+		t.Fatalf("Reserve at +%v for %v later on %s: %v", op.at.Sub(storetest.T0), op.after, dom, err)
+	}
+	return at, out[0]
+}
+
+// giveBackHeaders records, per pair domain ("late", "back"), the ARGV[1]
+// of the last FCALL sent in a pipeline on its key that gives back a
+// reservation (a negative offset after the plan).
+type giveBackHeaders struct {
+	mu   sync.Mutex
+	hdrs map[string][]byte
+}
+
+func (g *giveBackHeaders) hook() *redistest.Hook {
+	return &redistest.Hook{Pipeline: func(ctx context.Context, cmds []redis.Cmder, next redis.ProcessPipelineHook) error {
+		for _, cmd := range cmds {
+			args := cmd.Args()
+			if len(args) < 4 {
+				continue
+			}
+			nk, ok := args[2].(int)
+			if !ok || len(args) < 5+nk {
+				continue
+			}
+			hdr, ok := args[3+nk].([]byte)
+			if !ok || len(hdr) < 8*hdrFields {
+				continue
+			}
+			plain := hdrFields + (itemFields+planFields)*int(f64at(hdr, 5))
+			if len(hdr) != 8*(plain+1) || f64at(hdr, plain) >= 0 {
+				continue
+			}
+			key := fmt.Sprint(args[3])
+			g.mu.Lock()
+			for _, dom := range []string{"late", "back"} {
+				if strings.Contains(key, dom) {
+					g.hdrs[dom] = slices.Clone(hdr)
+				}
+			}
+			g.mu.Unlock()
+		}
+		return next(ctx, cmds)
+	}}
+}
+
+// TestLateReservationGivenBack: a reservation (pacing) that Redis granted
+// after its caller gave up is given back when its reply comes, as the
+// engine gives back a wait its caller left (Store.GiveBack of
+// store.Reserved, for the instant reserved: the reply's): the same FCALL
+// byte for byte as a pair whose reservation was given back so, and then
+// the same answers at every instant after; where that give-back is exact,
+// the answers of a pair that never had the reservation. For one tier, a
+// token bucket (exact alone; with a later reservation pending, its
+// documented safe give-back) and a fixed window (the reservation in its
+// window, in the next, and given back once the next began). Calls on the
+// pairs come between the reservation and its give-back.
+func TestLateReservationGivenBack(t *testing.T) {
+	ms := time.Millisecond
+	t0 := storetest.T0
+	bucket := &tiers.Policy{Kind: tiers.KindTokenBucket, Bucket: tiers.TokenBucket{Capacity: 10, Refill: 10, Per: time.Second}}
+	at := func(d time.Duration) time.Time { return t0.Add(d) }
+	now := func(d time.Duration, hits int64) paceOp { return paceOp{at(d), -1, hits} }
+	for _, tc := range []struct {
+		name string
+		p    *tiers.Policy
+		// before: on every pair before the late reservation; late: the
+		// reservation (on "late", late, and on "back", given back);
+		// meanwhile: on every pair between it and its give-back.
+		before, meanwhile []paceOp
+		late              paceOp
+		probes            []time.Duration
+		// exact: the late pair answers as "ref", which never had it.
+		exact bool
+	}{
+		{
+			name: "one tier", p: lyft,
+			before:    []paceOp{now(0, 10)},
+			late:      paceOp{at(100 * ms), 950 * ms, 3},
+			meanwhile: []paceOp{{at(200 * ms), 900 * ms, 2}},
+			probes:    []time.Duration{300 * ms, 1050 * ms, 1100 * ms, 1500 * ms, 2050 * ms, 2100 * ms, 2200 * ms},
+			exact:     true,
+		},
+		{
+			name: "token bucket", p: bucket,
+			before:    []paceOp{now(0, 10)},
+			late:      paceOp{at(10 * ms), 300 * ms, 3},
+			meanwhile: []paceOp{now(20*ms, 1)},
+			probes:    []time.Duration{100 * ms, 310 * ms, 400 * ms, time.Second, 2 * time.Second},
+			exact:     true,
+		},
+		{
+			name: "token bucket, a later reservation pending", p: bucket,
+			before:    []paceOp{now(0, 10)},
+			late:      paceOp{at(10 * ms), 300 * ms, 3},
+			meanwhile: []paceOp{{at(20 * ms), 500 * ms, 2}},
+			probes:    []time.Duration{100 * ms, 310 * ms, 520 * ms, 600 * ms, time.Second, 2 * time.Second},
+		},
+		{
+			name: "fixed window", p: fixed10,
+			late:      paceOp{at(100 * ms), 200 * ms, 3},
+			meanwhile: []paceOp{now(150*ms, 1)},
+			probes:    []time.Duration{400 * ms, 999 * ms, 1000 * ms},
+			exact:     true,
+		},
+		{
+			name: "fixed window, the next one", p: fixed10,
+			before:    []paceOp{now(100*ms, 10)},
+			late:      paceOp{at(200 * ms), 800 * ms, 3},
+			meanwhile: []paceOp{{at(300 * ms), 700 * ms, 2}},
+			probes:    []time.Duration{500 * ms, 1000 * ms, 1500 * ms, 2000 * ms},
+			exact:     true,
+		},
+		{
+			name: "fixed window, the next one begun", p: fixed10,
+			before:    []paceOp{now(100*ms, 10)},
+			late:      paceOp{at(200 * ms), 800 * ms, 3},
+			meanwhile: []paceOp{now(1100*ms, 1)},
+			probes:    []time.Duration{1200 * ms, 2000 * ms},
+			exact:     true,
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newLateRig(t, ClockCaller)
+			g := &giveBackHeaders{hdrs: map[string][]byte{}}
+			r.s.c.AddHook(g.hook())
+			pairs := []string{"late", "back", "ref"}
+			// The function loaded (its first call is sent twice).
+			storetest.Decide(t, r.s, t0, item(tc.p, "r", "warm", 1))
+			for _, op := range tc.before {
+				for _, dom := range pairs {
+					op.run(t, r.s, tc.p, dom)
+				}
+			}
+			// The rig holds the second pipeline on the late pair from here:
+			// the first is the late reservation, the second its give-back.
+			r.h.seen.Store(0)
+			late := tc.late
+			r.lateOf(t, late.at, func() {
+				reserved, d := late.run(t, r.s, tc.p, "back")
+				if !d.OK || d.Granted != late.hits {
+					t.Fatalf("the reservation on the other pair: %+v, want %d granted", d, late.hits)
+				}
+				if want := late.at.Add(late.after); !reserved.Equal(want) {
+					t.Fatalf("reserved for %v, want %v", reserved, want)
+				}
+				for _, op := range tc.meanwhile {
+					for _, dom := range pairs {
+						op.run(t, r.s, tc.p, dom)
+					}
+				}
+				// The engine's give-back of a wait its caller left, at the
+				// reservation's present.
+				it := item(tc.p, "r", "back", late.hits)
+				it.Min = 1
+				back := store.Reserved([]store.Item{it}, []tiers.Decision{d})
+				if err := r.s.GiveBack(context.Background(), late.at, reserved, back); err != nil {
+					t.Fatalf("GiveBack: %v", err)
+				}
+			}, func(ctx context.Context) error {
+				it := item(tc.p, "r", "late", late.hits)
+				it.Min = 1
+				_, err := r.s.Reserve(ctx, late.at, late.after, []store.Item{it}, make([]tiers.Decision, 1))
+				return err
+			})
+			g.mu.Lock()
+			lh, bh := g.hdrs["late"], g.hdrs["back"]
+			g.mu.Unlock()
+			if lh == nil || string(lh) != string(bh) {
+				t.Errorf("the late reservation's give-back %v, want the engine's %v", f64s2(lh), f64s2(bh))
+			}
+			for _, d := range tc.probes {
+				probe := func(dom string) tiers.Decision {
+					it := item(tc.p, "r", dom, 10)
+					it.Min = 1
+					return storetest.Decide(t, r.s, at(d), it)[0]
+				}
+				ref, back, got := probe("ref"), probe("back"), probe("late")
+				if diff := cmp.Diff(back, got); diff != "" {
+					t.Errorf("at +%v: the late pair's answer differs from the pair given back by GiveBack (-back +late):\n%s", d, diff)
+				}
+				if diff := cmp.Diff(ref, got); tc.exact && diff != "" {
+					t.Errorf("at +%v: the late pair's answer differs from the pair without the reservation (-without +late):\n%s", d, diff)
+				}
+			}
+		})
+	}
+}
+
+// TestLateReservationRedisClock: on Redis's clock a late reservation is
+// given back at Redis's present, for the instant its reply answered (the
+// master's then, plus the offset): the pair then holds none of its hits,
+// and its whole limit is granted.
+func TestLateReservationRedisClock(t *testing.T) {
+	// An hour's window: a busy machine's seconds do not empty it.
+	hour := &tiers.Policy{Kind: tiers.KindTiers, Tiers: []tiers.Tier{{Limit: 10, Window: time.Hour, Active: tiers.Unbounded}}}
+	n := redistest.Single(t)
+	s := openStore(t, redisconn.Options{URL: "redis://" + n.Addr()}, Options{})
+	release := lateOf(t, s, time.Now(), func(ctx context.Context) error {
+		_, err := s.Reserve(ctx, time.Now(), 10*time.Second, []store.Item{item(hour, "r", "late", 3)}, make([]tiers.Decision, 1))
+		return err
+	})
+	release()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := s.Settle(ctx); err != nil {
+		t.Fatalf("Settle: %v", err)
+	}
+	if d := storetest.Decide(t, s, time.Now(), item(hour, "r", "late", 10))[0]; !d.OK {
+		t.Errorf("the whole limit once the late reservation was given back: %+v", d)
+	}
+	if given, failed := s.LateGrants(); given != 1 || failed != 0 {
+		t.Errorf("late grants given back %d, failed %d; want 1 and 0", given, failed)
+	}
+}
+
+// TestLateGiveBackApplied: a reservation's give-back whose caller gave up
+// after it was sent was applied all the same when its reply comes: nothing
+// more is sent (no late grant counted), and the pair answers as one that
+// never had the reservation.
+func TestLateGiveBackApplied(t *testing.T) {
+	t0 := storetest.T0
+	ms := time.Millisecond
+	n := redistest.Single(t)
+	s := openStore(t, redisconn.Options{URL: "redis://" + n.Addr()}, Options{Clock: ClockCaller})
+	for _, dom := range []string{"late", "ref"} {
+		storetest.Decide(t, s, t0, item(lyft, "r", dom, 10))
+	}
+	it := item(lyft, "r", "late", 3)
+	out := make([]tiers.Decision, 1)
+	at, err := s.Reserve(context.Background(), t0.Add(100*ms), 950*ms, []store.Item{it}, out)
+	if err != nil || !out[0].OK {
+		t.Fatalf("the reservation: %v %+v", err, out[0])
+	}
+	lateOf(t, s, t0.Add(100*ms), func(ctx context.Context) error {
+		return s.GiveBack(ctx, t0.Add(100*ms), at, store.Reserved([]store.Item{it}, out))
+	})()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := s.Settle(ctx); err != nil {
+		t.Fatalf("Settle: %v", err)
+	}
+	if given, failed := s.LateGrants(); given != 0 || failed != 0 {
+		t.Errorf("late grants given back %d, failed %d; want none: the give-back was applied", given, failed)
+	}
+	for _, d := range []time.Duration{200 * ms, 1050 * ms, 1500 * ms, 2050 * ms} {
+		probe := func(dom string) tiers.Decision {
+			it := item(lyft, "r", dom, 10)
+			it.Min = 1
+			return storetest.Decide(t, s, t0.Add(d), it)[0]
+		}
+		ref, got := probe("ref"), probe("late")
+		if diff := cmp.Diff(ref, got); diff != "" {
+			t.Errorf("at +%v: the pair differs from one without the reservation (-without +given back):\n%s", d, diff)
+		}
+	}
+}
+
+// TestReservedBackGuards: the give-back of a late reservation is the
+// refund of its grant for the instant its reply answered, and nothing
+// for a rejection, a call that met a lock, items other than those that
+// made the header sent, or a late give-back (its items are refunds).
+func TestReservedBackGuards(t *testing.T) {
+	s, err := NewWithClient(redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}), Options{Clock: ClockCaller, Pipelines: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	defer s.c.Close()
+	t0 := storetest.T0
+	items := []store.Item{item(lyft, "r", "d", 3)}
+	// args is the FCALL that call.command makes of items at t0 with off.
+	args := func(items []store.Item, off int64) []any {
+		c := s.calls.Get().(*call)
+		defer s.put(c)
+		c.prepare(s, items, t0)
+		c.off = off
+		c.command(s, items, -1, modeDecide, t0.UnixMicro(), "")
+		a := slices.Clone(c.args)
+		a[3+len(c.keys)] = slices.Clone(c.hdr)
+		return a
+	}
+	at := t0.UnixMicro() + 500
+	reply := func(status, flags, granted int64) string {
+		return string(f64s(nil, status, at, flags, granted, 1, granted, granted, 0, 10-granted, 0, 1000))
+	}
+	v := &reservation{items: items, now: t0}
+	got := s.reservedBack(args(items, 500), reply(statusDone, replyOK, 3), v)
+	// What the engine gives back: the grant (Min 0), as a refund.
+	back, _ := store.GiveBackItems(store.Reserved(items, []tiers.Decision{{OK: true, Granted: 3}}))
+	if want := args(back, -at); !cmp.Equal(got, want) {
+		t.Errorf("give-back %v, want GiveBack's %v", got, want)
+	}
+	for name, c := range map[string][]any{
+		"rejected":    s.reservedBack(args(items, 500), reply(statusDone, 0, 0), v),
+		"locked":      s.reservedBack(args(items, 500), string(f64s(nil, statusBusy, 0)), v),
+		"other items": s.reservedBack(args(items, 500), reply(statusDone, replyOK, 3), &reservation{items: []store.Item{item(lyft, "r", "d", 2)}, now: t0}),
+		"a give-back": s.reservedBack(args(back, -at), reply(statusDone, replyOK, 0), &reservation{items: back, now: t0}),
+		"no offset":   s.reservedBack(args(items, 0), reply(statusDone, replyOK, 3), v),
+	} {
+		if c != nil {
+			t.Errorf("%s: given back %v", name, c)
+		}
 	}
 }

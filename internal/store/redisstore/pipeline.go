@@ -1,11 +1,13 @@
 package redisstore
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -13,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/charonlimit/charon/internal/store"
+	"github.com/charonlimit/charon/tiers"
 )
 
 // maxBatch caps the FCALLs of one pipeline.
@@ -41,6 +44,9 @@ type request struct {
 	// undo: every take item of the call can be given back exactly
 	// (call.undo), which a late reply's compensation does.
 	undo bool
+	// resv: the call is a reservation whose caller gave up after it was
+	// sent; its late reply is given back from these (reservedBack).
+	resv *reservation
 	// state decides, once per send, between the dispatcher sending the
 	// FCALL (reqSent) and its caller giving up first (reqAbandoned).
 	state atomic.Int32
@@ -102,12 +108,18 @@ func (s *Store) send(ctx context.Context, c *call) (string, error) {
 		c.detach()
 		return "", s.notSent(cause, mark)
 	}
+	if c.off > 0 && c.items != nil {
+		// A reservation: its late reply is given back from its items,
+		// copied before the dispatcher can see the call abandoned.
+		r.resv = &reservation{items: slices.Clone(c.items), now: c.now}
+	}
 	if r.state.CompareAndSwap(reqSent, reqAbandoned) {
 		// Sent: if it is applied, the dispatcher gives back what it
 		// granted when its reply comes (compensate).
 		c.detach()
 		return "", fmt.Errorf("redisstore: %w", cause)
 	}
+	r.resv = nil
 	// Answered as the caller gave up: the answer stands.
 	<-r.done
 	res, err := r.res, r.err
@@ -250,7 +262,7 @@ func (s *Store) run(d *dispatcher) {
 		s.replies.Add(1)
 		if !r.state.CompareAndSwap(reqSent, reqAnswered) {
 			// Its caller gave up after it was sent.
-			if c := compensation(r.args, r.res, r.undo); c != nil {
+			if c := s.lateGiveBack(r); c != nil {
 				late = append(late, c)
 			}
 		}
@@ -402,10 +414,10 @@ func (d *dispatcher) splitBatch(res string, idx []int) error {
 	return nil
 }
 
-// compensate sends the give-backs (compensation: undos or refunds) of
-// calls that were applied after their callers gave up, so that Redis does
-// not count hits nobody was told were granted (the caller's failure mode
-// decided instead).
+// compensate sends the give-backs (lateGiveBack: undos, refunds, or a
+// reservation's give-back) of calls that were applied after their callers
+// gave up, so that Redis does not count hits nobody was told were granted
+// (the caller's failure mode decided instead).
 func (s *Store) compensate(calls [][]any) {
 	ctx, cancel := context.WithTimeout(context.Background(), lateReplyWait)
 	defer cancel()
@@ -447,11 +459,108 @@ func putF64at(b []byte, i int, v int64) {
 	binary.BigEndian.PutUint64(b[8*i:], math.Float64bits(float64(v)))
 }
 
+// lateGiveBack is the FCALL that gives back what the call of r granted,
+// whose caller gave up after it was sent (a late reply), nil for none: a
+// reservation's (r.resv: reservedBack) or any other call's (compensation).
+func (s *Store) lateGiveBack(r *request) []any {
+	if r.resv != nil {
+		return s.reservedBack(r.args, r.res, r.resv)
+	}
+	return compensation(r.args, r.res, r.undo)
+}
+
+// reservation is what a reservation's late reply is given back from: its
+// items (a copy) and their policies' encoding instant (call.prepare's).
+type reservation struct {
+	items []store.Item
+	now   time.Time
+}
+
+// lateDecision returns the parts of a late reply's call that its give-back
+// reads: the number of keys, the header, the reply, the number of items
+// and the offset after the plan (0: none; above 0 a reservation's, below 0
+// a give-back's instant). ok is false when there is nothing to give back
+// or no way to: not a plain decision (the two-step's modes), a call that
+// met a lock (status busy), a malformed header or reply, an item that is a
+// refund (a call holding a refund already, or a reservation's give-back,
+// which was applied: what was asked).
+func lateDecision(args []any, res string) (nk int, hdr, rb []byte, n int, off int64, ok bool) {
+	if len(args) < 4 || len(res) < 8*replyHead {
+		return 0, nil, nil, 0, 0, false
+	}
+	nk, ok = args[2].(int)
+	if !ok || len(args) < 5+nk {
+		return 0, nil, nil, 0, 0, false
+	}
+	hdr, ok = args[3+nk].([]byte)
+	if !ok || len(hdr) < 8*hdrFields {
+		return 0, nil, nil, 0, 0, false
+	}
+	rb = []byte(res)
+	mode, n := f64at(hdr, 0), int(f64at(hdr, 5))
+	plain := hdrFields + (itemFields+planFields)*n
+	if (mode != modeDecide && mode != modeChecked) || f64at(rb, 0) != statusDone ||
+		n < 0 || (len(hdr) != 8*plain && len(hdr) != 8*(plain+1)) || len(rb) < 8*(replyHead+replyItem*n) {
+		return 0, nil, nil, 0, 0, false
+	}
+	if len(hdr) == 8*(plain+1) {
+		off = f64at(hdr, plain)
+	}
+	for i := range n {
+		if f64at(hdr, hdrFields+itemFields*i+5)&flagRefund != 0 {
+			return 0, nil, nil, 0, 0, false
+		}
+	}
+	return nk, hdr, rb, n, off, true
+}
+
+// reservedBack is the give-back of a reservation's late reply (args, res;
+// v its items): what Store.GiveBack sends for the engine's give-back of a
+// wait its caller left (store.Reserved of the reply's decisions, at the
+// reply's instant, the reservation's grant instant), made by the same code
+// (call.prepare, call.command), at the reservation's present (its header's
+// now: Redis's clock, or the caller's instant of the reservation, the
+// latest the store was told of). It is nil when the reservation was
+// rejected (it committed nothing), when it granted nothing, when the
+// guards of compensation (lateDecision) say so, or when v's items do not
+// make the header that was sent.
+func (s *Store) reservedBack(args []any, res string, v *reservation) []any {
+	_, hdr, _, n, off, ok := lateDecision(args, res)
+	if !ok || off <= 0 || n != len(v.items) {
+		return nil
+	}
+	mode, t := int(f64at(hdr, 0)), f64at(hdr, 1)
+	c := s.calls.Get().(*call)
+	defer s.put(c)
+	c.prepare(s, v.items, v.now)
+	c.off = off
+	c.command(s, v.items, -1, mode, t, "")
+	if !bytes.Equal(c.hdr, hdr) {
+		return nil
+	}
+	out := make([]tiers.Decision, n)
+	st, at, err := c.read(res, v.items, out)
+	if err != nil || st != statusDone {
+		return nil
+	}
+	back, _ := store.GiveBackItems(store.Reserved(v.items, out))
+	if len(back) == 0 {
+		return nil
+	}
+	c.prepare(s, back, v.now)
+	c.off = -at
+	c.command(s, back, -1, mode, t, "")
+	cmd := slices.Clone(c.args)
+	cmd[3+len(c.keys)] = slices.Clone(c.hdr)
+	return cmd
+}
+
 // compensation is the FCALL that gives back what a decision call granted,
 // for a call whose caller gave up after it was sent (a late reply), at the
 // instant the call used (its reply's). It is nil when nothing was granted,
 // when the call was not a plain decision (the two-step's modes, a call
-// that met a lock, a reservation or its give-back) or held a refund
+// that met a lock, a reservation, which reservedBack gives back from its
+// items, or a reservation's give-back, which was applied) or held a refund
 // already.
 //
 // When exact (every take item of the call is undoableTake: call.undo), it
@@ -467,21 +576,9 @@ func putF64at(b []byte, i int, v int64) {
 // granted (tiers.Refund: the newest hits of the current tier, whichever
 // call added them), on the same keys and policies.
 func compensation(args []any, res string, exact bool) []any {
-	if len(args) < 4 || len(res) < 8*replyHead {
-		return nil
-	}
-	nk, ok := args[2].(int)
-	if !ok || len(args) < 5+nk {
-		return nil
-	}
-	hdr, ok := args[3+nk].([]byte)
-	if !ok || len(hdr) < 8*hdrFields {
-		return nil
-	}
-	rb := []byte(res)
-	mode, n := f64at(hdr, 0), int(f64at(hdr, 5))
-	if (mode != modeDecide && mode != modeChecked) || f64at(rb, 0) != statusDone ||
-		len(hdr) != 8*(hdrFields+(itemFields+planFields)*n) || len(rb) < 8*(replyHead+replyItem*n) {
+	nk, hdr, rb, n, off, ok := lateDecision(args, res)
+	if !ok || off != 0 {
+		// A reservation is given back from its items (reservedBack).
 		return nil
 	}
 	// A now below -1 is Redis's clock plus an offset (apply.lua): not the
@@ -490,9 +587,6 @@ func compensation(args []any, res string, exact bool) []any {
 	some := false
 	for i := range n {
 		at := hdrFields + itemFields*i
-		if f64at(hdr, at+5)&flagRefund != 0 {
-			return nil
-		}
 		if f64at(hdr, at+1) != 0 {
 			exact = false // undoableTake has no global key
 		}

@@ -153,6 +153,12 @@ type call struct {
 	err  error
 	// off is a reservation's offset in µs (Store.Reserve), 0 for none.
 	off int64
+	// items and now are prepare's: the caller's items (read only while
+	// the call runs) and the policies' encoding instant. A reservation
+	// whose caller gives up after it was sent copies them (send), for its
+	// late reply's give-back (reservedBack).
+	items []store.Item
+	now   time.Time
 	// undo: every policy of the command's items is undoableTake, so that
 	// a late reply to it is given back exactly (compensation).
 	undo bool
@@ -368,6 +374,7 @@ func (s *Store) put(c *call) {
 	c.skey, c.gkey, c.enc, c.keys, c.pols, c.args = c.skey[:0], c.gkey[:0], c.enc[:0], c.keys[:0], c.pols[:0], c.args[:0]
 	c.off = 0
 	c.plan = nil
+	c.items = nil
 	s.calls.Put(c)
 }
 
@@ -376,6 +383,7 @@ func (s *Store) put(c *call) {
 func (c *call) prepare(s *Store, items []store.Item, now time.Time) {
 	c.own.Make(items)
 	c.plan = &c.own
+	c.items, c.now = items, now
 	c.skey, c.gkey, c.slot, c.enc = c.skey[:0], c.gkey[:0], c.slot[:0], c.enc[:0]
 	for i := range items {
 		it := &items[i]
