@@ -324,6 +324,10 @@ func TestCompensationUndo(t *testing.T) {
 	if h := compensation(args(hdr(modeDecide, 2, 0), 2), reply(statusDone, 1, [2]int64{ok, 5}), true)[5].([]byte); f64at(h, 0) != modeDecide || f64at(h, hdrFields+5) != flagRefund {
 		t.Errorf("a call with a global key: mode %d, flags %d; want a refund", f64at(h, 0), f64at(h, hdrFields+5))
 	}
+	// A shadow item's rejection rejects nothing: the grant was committed.
+	if compensation(args(hdr(modeDecide, 0, 0, 2), 2), reply(statusDone, 1, [2]int64{ok, 5}, [2]int64{0, 0}), false) == nil {
+		t.Error("a grant beside a shadow item's rejection: not given back")
+	}
 	for name, c := range map[string][]any{
 		"rejected":       compensation(args(hdr(modeDecide, 0, 0), 1), reply(statusDone, 1, [2]int64{0, 0}), true),
 		"locked":         compensation(args(hdr(modeChecked, 0, 0), 1), reply(1, 1), true),
@@ -331,6 +335,10 @@ func TestCompensationUndo(t *testing.T) {
 		"holds a refund": compensation(args(hdr(modeDecide, 0, 1), 1), reply(statusDone, 1, [2]int64{ok, 5}), true),
 		"short reply":    compensation(args(hdr(modeDecide, 0, 0), 1), reply(statusDone, 1), true),
 		"reservation":    compensation(args(append(hdr(modeDecide, 0, 0), f64s(nil, 500)...), 1), reply(statusDone, 1, [2]int64{ok, 5}), true),
+		// Two groups, the second rejected: the first's grant was never
+		// committed (store.Apply, step 3), by undo or by refund.
+		"rejected call, undo":   compensation(args(hdr(modeDecide, 0, 0, 0), 2), reply(statusDone, 1, [2]int64{ok, 5}, [2]int64{0, 0}), true),
+		"rejected call, refund": compensation(args(hdr(modeDecide, 0, 0, 0), 2), reply(statusDone, 1, [2]int64{ok, 5}, [2]int64{0, 0}), false),
 	} {
 		if c != nil {
 			t.Errorf("%s: given back", name)

@@ -447,6 +447,7 @@ func (s *Store) compensate(calls [][]any) {
 const (
 	hdrFields, itemFields, planFields, replyHead, replyItem = 6, 6, 2, 2, 9
 	flagRefund                                              = 1
+	flagShadow                                              = 2
 	flagEntered                                             = 4 // mode undo: the grant entered its tier
 	replyOK, replyBurst                                     = 1, 2
 )
@@ -580,6 +581,16 @@ func compensation(args []any, res string, exact bool) []any {
 	if !ok || off != 0 {
 		// A reservation is given back from its items (reservedBack).
 		return nil
+	}
+	for i := range n {
+		if f64at(rb, replyHead+replyItem*i)&replyOK == 0 && f64at(hdr, hdrFields+itemFields*i+5)&flagShadow == 0 {
+			// A rejected call committed nothing but its post-paid groups'
+			// debits (store.Apply, step 3): its other items' grants are
+			// predictions, and giving them back would take away hits of
+			// other calls. The post-paid grants stay counted (the
+			// caller's failure mode answered instead): under-grants only.
+			return nil
+		}
 	}
 	// A now below -1 is Redis's clock plus an offset (apply.lua): not the
 	// instant of a grant undo can find.
