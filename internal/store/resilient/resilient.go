@@ -329,16 +329,22 @@ func (s *Store) seen() uint64 {
 // callRemote asks the remote until the margin before the caller's deadline
 // (remoteDeadline), or for Timeout when the caller has none.
 func (s *Store) callRemote(ctx context.Context, now time.Time, items []store.Item, out []tiers.Decision) error {
-	if d, ok := ctx.Deadline(); ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithDeadline(ctx, s.remoteDeadline(d, time.Now()))
-		defer cancel()
-	} else if s.timeout > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, s.timeout)
-		defer cancel()
-	}
+	ctx, cancel := s.remoteContext(ctx)
+	defer cancel()
 	return s.remote.Decide(ctx, now, items, out)
+}
+
+// remoteContext is ctx with the deadline of a remote call: the margin
+// before the caller's deadline (remoteDeadline), or Timeout when the
+// caller has none.
+func (s *Store) remoteContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	if d, ok := ctx.Deadline(); ok {
+		return context.WithDeadline(ctx, s.remoteDeadline(d, time.Now()))
+	}
+	if s.timeout > 0 {
+		return context.WithTimeout(ctx, s.timeout)
+	}
+	return ctx, func() {}
 }
 
 // remoteDeadline is the deadline of a remote call whose caller's deadline is
@@ -670,15 +676,8 @@ func (s *Store) GiveBack(ctx context.Context, now, at time.Time, items []store.I
 // reserveRemote runs f, a call to the remote, under the deadline Decide's
 // remote calls get.
 func (s *Store) reserveRemote(ctx context.Context, f func(context.Context) (time.Time, error)) (time.Time, error) {
-	if d, ok := ctx.Deadline(); ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithDeadline(ctx, s.remoteDeadline(d, time.Now()))
-		defer cancel()
-	} else if s.timeout > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, s.timeout)
-		defer cancel()
-	}
+	ctx, cancel := s.remoteContext(ctx)
+	defer cancel()
 	return f(ctx)
 }
 
