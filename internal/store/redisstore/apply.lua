@@ -519,6 +519,35 @@ end
 -- big-endian double; negative: the length of an error message) and the
 -- reply.
 local SUBK, SUBA, OUT, CLOCK = {}, {}, {}, {}
+
+-- subcall: the keys and arguments of a batch's call j, nk keys from
+-- KS[ko+1] and na arguments from ARGV[ao+1], in tables reused from call to
+-- call.
+local function subcall(j, KS, ko, nk, ARGV, ao, na)
+  local K, A = SUBK[j], SUBA[j]
+  if not K then
+    K, A = {}, {}
+    SUBK[j], SUBA[j] = K, A
+  end
+  for i = 1, nk do K[i] = KS[ko + i] end
+  for i = nk + 1, #K do K[i] = nil end
+  for i = 1, na do A[i] = ARGV[ao + i] end
+  for i = na + 1, #A do A[i] = nil end
+  return K, A
+end
+
+-- subreply: call j's reply in OUT, from its pcall's ok and r.
+local function subreply(j, ok, r)
+  if ok then
+    OUT[2 * j - 1] = spack('>d', #r)
+  else
+    if type(r) == 'table' then r = r.err end
+    r = tostring(r)
+    OUT[2 * j - 1] = spack('>d', -#r)
+  end
+  OUT[2 * j] = r
+end
+
 local function fbatch(KEYS, ARGV)
   if not fmod then bind() end
   local nc, pos = sunpack('>d', ARGV[1])
@@ -527,24 +556,8 @@ local function fbatch(KEYS, ARGV)
   for j = 1, nc do
     local nk, na
     nk, na, pos = sunpack('>dd', ARGV[1], pos)
-    local K, A = SUBK[j], SUBA[j]
-    if not K then
-      K, A = {}, {}
-      SUBK[j], SUBA[j] = K, A
-    end
-    for i = 1, nk do K[i] = KEYS[ko + i] end
-    for i = nk + 1, #K do K[i] = nil end
-    for i = 1, na do A[i] = ARGV[ao + i] end
-    for i = na + 1, #A do A[i] = nil end
-    local ok, r = pcall(fdecide, K, A, CLOCK)
-    if ok then
-      OUT[2 * j - 1] = spack('>d', #r)
-    else
-      if type(r) == 'table' then r = r.err end
-      r = tostring(r)
-      OUT[2 * j - 1] = spack('>d', -#r)
-    end
-    OUT[2 * j] = r
+    local K, A = subcall(j, KEYS, ko, nk, ARGV, ao, na)
+    subreply(j, pcall(fdecide, K, A, CLOCK))
     ko, ao = ko + nk, ao + na
   end
   return table.concat(OUT, '', 1, 2 * nc)
@@ -574,15 +587,7 @@ local function fxbatch(KEYS, ARGV)
   for j = 1, nc do
     local nk, na
     nk, na, pos = sunpack('>dd', ARGV[1], pos)
-    local K, A = SUBK[j], SUBA[j]
-    if not K then
-      K, A = {}, {}
-      SUBK[j], SUBA[j] = K, A
-    end
-    for i = 1, nk do K[i] = ARGV[ko + i] end
-    for i = nk + 1, #K do K[i] = nil end
-    for i = 1, na do A[i] = ARGV[ao + i] end
-    for i = na + 1, #A do A[i] = nil end
+    local K, A = subcall(j, ARGV, ko, nk, ARGV, ao, na)
     local mode, _, _, _, sk = sunpack('>ddddd', A[1])
     local from = 1
     if mode == 2 then from = sk + 1 end
@@ -598,14 +603,7 @@ local function fxbatch(KEYS, ARGV)
       ok, r = pcall(fdecide, K, A, CLOCK)
       CLOCK.free = nil
     end
-    if ok then
-      OUT[2 * j - 1] = spack('>d', #r)
-    else
-      if type(r) == 'table' then r = r.err end
-      r = tostring(r)
-      OUT[2 * j - 1] = spack('>d', -#r)
-    end
-    OUT[2 * j] = r
+    subreply(j, ok, r)
     ko, ao = ko + nk, ao + na
   end
   return table.concat(OUT, '', 1, 2 * nc)
