@@ -507,17 +507,7 @@ local function fdecide(KEYS, ARGV, clock)
   return general(KEYS, ARGV, mode, now, maxttl, lockttl, nk, n, pos)
 end
 
--- fbatch: the FCALLs of charon_decide_@V@ a pipeline holds, on a single
--- Redis (not a Cluster: the keys of a batch may be in any slot), made in one
--- call, which saves Redis what it spends per command and per function
--- call. ARGV[1]: big-endian doubles: the number of calls, then per call
--- its numbers of keys and of arguments; the calls' keys follow one another
--- in KEYS and their arguments in ARGV[2..]. Each call is made as its own
--- FCALL would be, in order, on the same instant when on Redis's clock; one
--- whose code fails (a write Redis refuses) answers its error without
--- failing the others. Reply: per call, the length of its reply (a
--- big-endian double; negative: the length of an error message) and the
--- reply.
+-- The tables of the batch functions, reused from call to call.
 local SUBK, SUBA, OUT, CLOCK = {}, {}, {}, {}
 
 -- subcall: the keys and arguments of a batch's call j, nk keys from
@@ -548,6 +538,17 @@ local function subreply(j, ok, r)
   OUT[2 * j] = r
 end
 
+-- fbatch: the FCALLs of charon_decide_@V@ a pipeline holds, on a single
+-- Redis (not a Cluster: the keys of a batch may be in any slot), made in one
+-- call, which saves Redis what it spends per command and per function
+-- call. ARGV[1]: big-endian doubles: the number of calls, then per call
+-- its numbers of keys and of arguments; the calls' keys follow one another
+-- in KEYS and their arguments in ARGV[2..]. Each call is made as its own
+-- FCALL would be, in order, on the same instant when on Redis's clock; one
+-- whose code fails (a write Redis refuses) answers its error without
+-- failing the others. Reply: per call, the length of its reply (a
+-- big-endian double; negative: the length of an error message) and the
+-- reply.
 local function fbatch(KEYS, ARGV)
   if not fmod then bind() end
   local nc, pos = sunpack('>d', ARGV[1])
