@@ -48,9 +48,12 @@ test: sim-wasm
 	$(GO) test $(TESTFLAGS) -run '^TestPairCost$$' ./internal/store/memstore
 	cd deploy && $(GO) vet ./... && $(GO) test -race $(TESTFLAGS) ./...
 
-# The container image (needs a Docker engine): charon:$(VERSION).
+# The container image (needs a Docker engine): charon:$(VERSION), also
+# tagged charon:latest, the image the Helm chart and deploy/kubernetes run
+# (load it into the cluster, e.g. kind load docker-image charon:latest, or
+# push it to a registry).
 image:
-	docker build --build-arg VERSION=$(VERSION) -t charon:$(VERSION) .
+	docker build --build-arg VERSION=$(VERSION) -t charon:$(VERSION) -t charon:latest .
 
 # make test RUNS (5) times back to back with a CPU hog on every core (stopped
 # by PID at the end), as on a busy CI machine; fails if any run fails.

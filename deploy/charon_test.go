@@ -48,6 +48,8 @@ func charonBin(t *testing.T) string {
 		t.Fatal(err)
 	}
 	binDir = dir
+	// Pods run it as their containers' users (pod_linux_test.go).
+	os.Chmod(dir, 0o755)
 	bin := filepath.Join(dir, "charon")
 	cmd := exec.Command("go", "build", "-o", bin, "./cmd/charon")
 	cmd.Dir = ".."

@@ -266,8 +266,8 @@ func TestHelmChartSecureByDefault(t *testing.T) {
 			if open := hasArg(d, "--debug-addr=:6070"); open != tc.debugOpen {
 				t.Errorf("debug port on the pod network: %v, want %v (args %v)", open, tc.debugOpen, d.Spec.Template.Spec.Containers[0].Args)
 			}
-			if v, ok := serveSetting(d.Spec.Template.Spec.Containers[0], "debug-addr"); ok && !tc.debugOpen {
-				t.Errorf("--debug-addr=%s while unguarded, want the loopback default", v)
+			if v, ok := serveSetting(d.Spec.Template.Spec.Containers[0], "debug-addr"); !tc.debugOpen && (!ok || !strings.HasPrefix(v, "127.0.0.1:")) {
+				t.Errorf("--debug-addr=%s while unguarded, want a loopback address", v)
 			}
 			if alone := hasArg(d, "--metrics-addr=:6070"); alone != (metricsOn && !tc.debugOpen) {
 				t.Errorf("/metrics alone at :6070: %v, want %v", alone, metricsOn && !tc.debugOpen)
@@ -293,6 +293,7 @@ func TestHelmChartRefuses(t *testing.T) {
 		{"store: redis\nredis:\n  url: redis://r:6379\n  passwordKey: p\n", `redis.passwordKey "p" names a key of the chart's Secret`},
 		{"store: redis\nredis:\n  existingSecret: mine\n  password: s3cret\n", "with redis.existingSecret, put the password in that Secret"},
 		{"resources:\n  limits: {memory: 0.5Gi}\n", `resources.limits.memory "0.5Gi"`},
+		{"metrics: {port: 7000, loopbackDebugPort: 7000}\n", "metrics.port and metrics.loopbackDebugPort are both 7000"},
 	} {
 		if _, err := render(t, c, tc.values); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%q: %v, want an error with %q", tc.values, err, tc.want)

@@ -22,6 +22,8 @@ import (
 	"github.com/moby/buildkit/frontend/dockerfile/instructions"
 	"github.com/moby/buildkit/frontend/dockerfile/parser"
 	"github.com/moby/patternmatcher"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
 
 	"github.com/charonlimit/charon/internal/lyftenv"
 )
@@ -391,4 +393,37 @@ func copyEntry(src, dst string, d fs.DirEntry) error {
 		return err
 	}
 	return out.Close()
+}
+
+// TestImageTheInstallsRun: the image the chart and deploy/kubernetes run by
+// default is one `make image` builds, pulled only when missing, so that a
+// loaded image (kind load docker-image) is what starts.
+func TestImageTheInstallsRun(t *testing.T) {
+	out, err := exec.Command("make", "-C", "..", "-n", "image").CombinedOutput()
+	if err != nil {
+		t.Fatalf("make -n image: %v\n%s", err, out)
+	}
+	tags := regexp.MustCompile(`-t (\S+)`).FindAllStringSubmatch(string(out), -1)
+	built := map[string]bool{}
+	for _, m := range tags {
+		built[m[1]] = true
+	}
+	c := loadChart(t)
+	objs, err := render(t, c, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, _ := find[*appsv1.Deployment](objs, "Deployment", "charon")
+	for _, variant := range []string{"memory.yaml", "redis.yaml"} {
+		m, _ := find[*appsv1.Deployment](decodeObjects(t, variant, readFile(t, "kubernetes/"+variant)), "Deployment", "charon")
+		d.Spec.Template.Spec.Containers = append(d.Spec.Template.Spec.Containers, m.Spec.Template.Spec.Containers[0])
+	}
+	for i, ct := range d.Spec.Template.Spec.Containers {
+		if !built[ct.Image] {
+			t.Errorf("container %d runs %s; make image builds %v", i, ct.Image, tags)
+		}
+		if ct.ImagePullPolicy != corev1.PullIfNotPresent {
+			t.Errorf("container %d: imagePullPolicy %q, want IfNotPresent (a loaded image must not be pulled)", i, ct.ImagePullPolicy)
+		}
+	}
 }

@@ -142,6 +142,9 @@ func (f *Flags) Check() error {
 	if !strings.HasPrefix(f.MetricsPath, "/") {
 		bad("--metrics-path %q: want a path starting with /", f.MetricsPath)
 	}
+	errs = append(errs, listenerClashes([]listener{
+		{"--grpc-addr", f.GRPCAddr}, {"--http-addr", f.HTTPAddr}, {"--debug-addr", f.DebugAddr}, {"--metrics-addr", f.MetricsAddr},
+	})...)
 	if _, err := ParseAttribution(f.Attribution); err != nil {
 		bad("--attribution %v", err)
 	}
@@ -222,4 +225,41 @@ func (f *Flags) Apply(o *Options, log *slog.Logger) error {
 		}
 	}
 	return nil
+}
+
+// listener is a listen address and the flag that sets it.
+type listener struct{ flag, addr string }
+
+// listenerClashes returns an error for each pair of listeners that the
+// kernel would refuse to open together: the same port on the same host, or
+// on any host when either listens on every address (":6070" takes
+// 127.0.0.1:6070 too). Port 0 (a free port) and unset listeners never clash.
+func listenerClashes(ls []listener) []error {
+	var errs []error
+	for i, a := range ls {
+		ha, pa, err := net.SplitHostPort(a.addr)
+		if a.addr == "" || err != nil || pa == "0" {
+			continue
+		}
+		for _, b := range ls[i+1:] {
+			hb, pb, err := net.SplitHostPort(b.addr)
+			if b.addr == "" || err != nil || pb != pa {
+				continue
+			}
+			if ha == hb || anyHost(ha) || anyHost(hb) {
+				errs = append(errs, fmt.Errorf("%s %s and %s %s share port %s: give one of them another port (e.g. --debug-addr 127.0.0.1:6071 beside --metrics-addr :6070)",
+					a.flag, a.addr, b.flag, b.addr, pa))
+			}
+		}
+	}
+	return errs
+}
+
+// anyHost reports whether a listen host means every address.
+func anyHost(h string) bool {
+	if h == "" {
+		return true
+	}
+	ip := net.ParseIP(h)
+	return ip != nil && ip.IsUnspecified()
 }

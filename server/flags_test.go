@@ -36,6 +36,10 @@ func TestFlagsCheckNamesTheFlag(t *testing.T) {
 		{[]string{"--top-epoch", "10ms"}, "--top-epoch"},
 		{[]string{"--top-metrics", "33"}, "--top-metrics"},
 		{[]string{"--top-k", "0", "--top-metrics", "1"}, "--top-metrics"},
+		// The default debug port (127.0.0.1:6070) is inside :6070.
+		{[]string{"--metrics-addr", ":6070"}, "--debug-addr 127.0.0.1:6070 and --metrics-addr :6070 share port 6070"},
+		{[]string{"--debug-addr", ":8081"}, "--grpc-addr :8081 and --debug-addr :8081"},
+		{[]string{"--http-addr", "127.0.0.1:9000", "--metrics-addr", "[::]:9000"}, "share port 9000"},
 	}
 	for _, tc := range tests {
 		f := DefaultFlags()
@@ -47,6 +51,27 @@ func TestFlagsCheckNamesTheFlag(t *testing.T) {
 		}
 		if err := f.Check(); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%v: error %v, want one naming %s", tc.args, err, tc.want)
+		}
+	}
+}
+
+// TestListenersThatCoexist: what the kernel lets open together is not refused.
+func TestListenersThatCoexist(t *testing.T) {
+	for _, args := range [][]string{
+		{"--metrics-addr", ":6071"},
+		{"--debug-addr", "127.0.0.1:6071", "--metrics-addr", ":6070"},
+		{"--debug-addr", "127.0.0.1:0", "--metrics-addr", ":0", "--http-addr", ":0", "--grpc-addr", ":0"},
+		{"--debug-addr", "127.0.0.1:7000", "--metrics-addr", "127.0.0.2:7000"},
+		{"--debug-addr", "", "--metrics-addr", "127.0.0.1:6070"},
+	} {
+		f := DefaultFlags()
+		fs := flag.NewFlagSet("t", flag.ContinueOnError)
+		f.Bind(fs)
+		if err := fs.Parse(args); err != nil {
+			t.Fatalf("%v: %v", args, err)
+		}
+		if err := f.Check(); err != nil {
+			t.Errorf("%v refused: %v", args, err)
 		}
 	}
 }
