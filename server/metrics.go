@@ -147,6 +147,19 @@ func NewMetrics(evictions func() float64) *Metrics {
 	return m
 }
 
+// StateFileWrites exports the state file's snapshots as
+// charon_state_file_writes_total{outcome="written"|"failed"}, from the
+// counts written and failed return.
+func (m *Metrics) StateFileWrites(written, failed func() uint64) {
+	for outcome, f := range map[string]func() uint64{"written": written, "failed": failed} {
+		m.Registry.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Namespace: "charon", Name: "state_file_writes_total",
+			Help:        "Snapshots of the memory store's counts written to --state-file, by outcome (written, failed).",
+			ConstLabels: prometheus.Labels{"outcome": outcome},
+		}, func() float64 { return float64(f()) }))
+	}
+}
+
 func (m *Metrics) observeRequest(d time.Duration, err error) {
 	m.latency.Observe(d.Seconds())
 	if so := m.stats.Load(); so != nil {

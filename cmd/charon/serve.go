@@ -369,11 +369,16 @@ func serve(c serveConfig, args []string, log *slog.Logger) error {
 	} else {
 		mem := memstore.New(local)
 		defer mem.Close()
+		var keeper *statefile.Keeper
 		if c.StateFile != "" {
-			keeper, err := statefile.Open(mem, statefile.Options{Path: c.StateFile, Interval: c.StateInterval,
+			var err error
+			keeper, err = statefile.Open(mem, statefile.Options{Path: c.StateFile, Interval: c.StateInterval,
 				DiscardInvalid: c.StateFileDiscardInvalid, SaveOn: []os.Signal{syscall.SIGUSR1}, Logger: log})
-			if err != nil {
+			switch {
+			case errors.Is(err, statefile.ErrCorrupt) || errors.Is(err, statefile.ErrForeign) || errors.Is(err, statefile.ErrVersion):
 				return fmt.Errorf("--state-file: %v (--state-file-discard-invalid starts empty instead)", err)
+			case err != nil:
+				return fmt.Errorf("--state-file: %v", err)
 			}
 			// Deferred after the server's own: the last snapshot is taken
 			// once Serve has returned and nothing more is decided.
@@ -388,6 +393,9 @@ func serve(c serveConfig, args []string, log *slog.Logger) error {
 		eo.Store, ho.Copies = mem, mc
 		opts.Metrics = server.NewMetrics(func() float64 { return float64(mem.Evictions()) })
 		opts.Metrics.Registry.MustRegister(mc.Collector())
+		if keeper != nil {
+			opts.Metrics.StateFileWrites(keeper.Saved, keeper.Failed)
+		}
 		opts.Charon.Holds = func() float64 { return float64(mc.Stats().Copies) }
 	}
 	if c.MetricsMapping != "" {

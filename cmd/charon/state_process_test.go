@@ -95,6 +95,10 @@ descriptors:
 		t.Fatal(err)
 	}
 	snapshotAfter(p, asked)
+	if m := get(t, "http://"+p.debugAddr+"/metrics"); !strings.Contains(m, `charon_state_file_writes_total{outcome="written"}`) ||
+		!strings.Contains(m, `charon_state_file_writes_total{outcome="failed"} 0`) {
+		t.Errorf("/metrics lacks the state file's writes:\n%s", m)
+	}
 	kill(p)
 	p = start("100ms")
 	if got := used(p); got != 7 {
@@ -126,6 +130,15 @@ descriptors:
 		"--http-addr", "127.0.0.1:0", "--debug-addr", "127.0.0.1:0").CombinedOutput()
 	if err == nil || !strings.Contains(string(out), state) || !strings.Contains(string(out), "corrupt") {
 		t.Fatalf("serve with a truncated state file: %v\n%s", err, out)
+	}
+	// A state file that could never be written stops the start too, naming
+	// its missing directory: serving would lose every count at the next
+	// restart.
+	missing := filepath.Join(filepath.Dir(state), "not-mounted", "state")
+	out, err = exec.Command(bin, "serve", "--config", cfg, "--state-file", missing, "--grpc-addr", "127.0.0.1:0",
+		"--http-addr", "127.0.0.1:0", "--debug-addr", "127.0.0.1:0").CombinedOutput()
+	if err == nil || !strings.Contains(string(out), missing) || !strings.Contains(string(out), "does not exist") {
+		t.Fatalf("serve with --state-file in a missing directory: %v\n%s", err, out)
 	}
 	p = start("1h", "--state-file-discard-invalid")
 	if got := used(p); got != 0 {

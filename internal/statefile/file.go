@@ -1,6 +1,7 @@
 package statefile
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -37,6 +38,33 @@ func Write(path string, writtenUS int64, recs []Record) error {
 		d.Sync()
 		d.Close()
 	}
+	return nil
+}
+
+// Writable checks that a snapshot can be written at path: its directory
+// exists and takes a new file (a temporary one, removed at once), and path
+// itself, when it exists, is a regular file. The error names the path and
+// what to do.
+func Writable(path string) error {
+	dir := filepath.Dir(path)
+	fi, err := os.Stat(dir)
+	switch {
+	case err != nil && os.IsNotExist(err):
+		return fmt.Errorf("state file %s: its directory %s does not exist: create it (or mount a volume there), or choose another --state-file", path, dir)
+	case err != nil:
+		return fmt.Errorf("state file %s: %w", path, err)
+	case !fi.IsDir():
+		return fmt.Errorf("state file %s: %s is not a directory", path, dir)
+	}
+	if fi, err := os.Stat(path); err == nil && !fi.Mode().IsRegular() {
+		return fmt.Errorf("state file %s: not a regular file: choose a file path for --state-file", path)
+	}
+	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".*.tmp")
+	if err != nil {
+		return fmt.Errorf("state file %s: cannot write in %s (%w): make it writable by this process's user, or choose another --state-file", path, dir, errors.Unwrap(err))
+	}
+	f.Close()
+	os.Remove(f.Name())
 	return nil
 }
 

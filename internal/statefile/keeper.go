@@ -48,8 +48,9 @@ type Options struct {
 type Keeper struct {
 	src   Source
 	opts  Options
-	mu    sync.Mutex // serializes snapshots
-	saved atomic.Uint64
+	mu     sync.Mutex // serializes snapshots
+	saved  atomic.Uint64
+	failed atomic.Uint64
 	sigs  chan os.Signal // nil without Options.SaveOn
 	stop  chan struct{}
 	done  chan struct{}
@@ -71,6 +72,11 @@ func Open(src Source, opts Options) (*Keeper, error) {
 		opts.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
 	k := &Keeper{src: src, opts: opts, stop: make(chan struct{}), done: make(chan struct{})}
+	// A snapshot that cannot be written would lose every count at the
+	// first restart, silently: refuse to start instead.
+	if err := Writable(opts.Path); err != nil {
+		return nil, err
+	}
 	recs, written, err := Read(opts.Path)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
@@ -114,7 +120,8 @@ func (k *Keeper) run() {
 		case <-k.sigs:
 		}
 		if err := k.Save(); err != nil {
-			k.opts.Logger.Warn("state file: snapshot failed", "err", err.Error())
+			k.opts.Logger.Error("state file: snapshot failed; the counts since the last snapshot are lost if the process stops now",
+				"file", k.opts.Path, "err", err.Error())
 		}
 	}
 }
@@ -126,6 +133,7 @@ func (k *Keeper) Save() error {
 	now := k.opts.Now()
 	recs := k.src.Snapshot(now)
 	if err := Write(k.opts.Path, now.UnixMicro(), recs); err != nil {
+		k.failed.Add(1)
 		return err
 	}
 	k.saved.Add(1)
@@ -135,6 +143,9 @@ func (k *Keeper) Save() error {
 
 // Saved returns how many snapshots were written.
 func (k *Keeper) Saved() uint64 { return k.saved.Load() }
+
+// Failed returns how many snapshots could not be written.
+func (k *Keeper) Failed() uint64 { return k.failed.Load() }
 
 // Close stops the periodic snapshots and writes a last one: call it once
 // the source decides nothing more. Close is idempotent; only the first call

@@ -2,6 +2,7 @@ package statefile
 
 import (
 	"errors"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -125,4 +126,113 @@ func TestKeeperRefusesInvalid(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), dir) {
 		t.Errorf("Open of a directory: %v, want an error naming it", err)
 	}
+}
+
+// TestOpenRefusesWhatCannotBeWritten: a state file that could never be
+// written stops the start, with an error naming the path and the remedy,
+// instead of serving and losing every count at the first restart.
+func TestOpenRefusesWhatCannotBeWritten(t *testing.T) {
+	dir := t.TempDir()
+	readOnly := filepath.Join(dir, "ro")
+	if err := os.Mkdir(readOnly, 0o555); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name, path, want string
+		skipRoot         bool
+	}{
+		{"missing directory", filepath.Join(dir, "nope", "state"), "nope does not exist: create it", false},
+		{"directory as the file", dir, "not a regular file", false},
+		{"a file as the directory", filepath.Join(dir, "file", "state"), "is not a directory", false},
+		{"read-only directory", filepath.Join(readOnly, "state"), "cannot write in", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.name == "a file as the directory" {
+				os.WriteFile(filepath.Join(dir, "file"), nil, 0o644)
+			}
+			if tc.skipRoot && os.Geteuid() == 0 {
+				t.Skip("root writes in a read-only directory")
+			}
+			src := &fakeSource{}
+			k, err := Open(src, Options{Path: tc.path, Now: func() time.Time { return t0 }})
+			if err == nil {
+				k.Close()
+				t.Fatalf("Open(%s) started", tc.path)
+			}
+			if !strings.Contains(err.Error(), tc.path) || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("error %q, want one naming %s and saying %q", err, tc.path, tc.want)
+			}
+			if len(src.recs) != 0 {
+				t.Error("the source was touched")
+			}
+		})
+	}
+	entries, _ := os.ReadDir(dir)
+	for _, e := range entries {
+		if strings.HasSuffix(e.Name(), ".tmp") {
+			t.Errorf("left behind: %s", e.Name())
+		}
+	}
+}
+
+// TestFailedSnapshotsCounted: a periodic snapshot that fails (the directory
+// went away) is counted and logged at error level, naming the file.
+func TestFailedSnapshotsCounted(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "d")
+	os.Mkdir(dir, 0o755)
+	path := filepath.Join(dir, "state")
+	var logs strings.Builder
+	var mu sync.Mutex
+	k, err := Open(&fakeSource{recs: sample}, Options{Path: path, Now: func() time.Time { return t0 },
+		Logger: slog.New(slog.NewTextHandler(lockedWriter{&mu, &logs}, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		t.Fatal(err)
+	}
+	if err := k.Save(); err == nil {
+		t.Fatal("Save into a removed directory succeeded")
+	}
+	if k.Failed() != 1 || k.Saved() != 0 {
+		t.Errorf("failed %d, saved %d; want 1 and 0", k.Failed(), k.Saved())
+	}
+	k.Close()
+	if k.Failed() != 2 {
+		t.Errorf("after the last snapshot failed too: failed %d, want 2", k.Failed())
+	}
+
+	// The periodic writer's failure, as an operator sees it.
+	os.Mkdir(dir, 0o755)
+	k, err = Open(&fakeSource{recs: sample}, Options{Path: path, Interval: time.Millisecond, Now: func() time.Time { return t0 },
+		Logger: slog.New(slog.NewTextHandler(lockedWriter{&mu, &logs}, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer k.Close()
+	os.RemoveAll(dir)
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		mu.Lock()
+		out := logs.String()
+		mu.Unlock()
+		if strings.Contains(out, "level=ERROR") && strings.Contains(out, "snapshot failed") && strings.Contains(out, "file="+path) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no error-level log of the failed periodic snapshot:\n%s", out)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+type lockedWriter struct {
+	mu *sync.Mutex
+	w  *strings.Builder
+}
+
+func (l lockedWriter) Write(b []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(b)
 }
