@@ -46,15 +46,15 @@ type Options struct {
 // Keeper restores a Source from its state file and writes snapshots of it.
 // Create it with Open; its methods are safe for concurrent use.
 type Keeper struct {
-	src   Source
-	opts  Options
+	src    Source
+	opts   Options
 	mu     sync.Mutex // serializes snapshots
 	saved  atomic.Uint64
 	failed atomic.Uint64
-	sigs  chan os.Signal // nil without Options.SaveOn
-	stop  chan struct{}
-	done  chan struct{}
-	once  sync.Once
+	sigs   chan os.Signal // nil without Options.SaveOn
+	stop   chan struct{}
+	done   chan struct{}
+	once   sync.Once
 }
 
 // Open restores src from opts.Path (a missing file is a first start: src
