@@ -4,10 +4,12 @@ import (
 	"crypto/subtle"
 	"errors"
 	"fmt"
+	"html"
 	"io"
 	"net/http"
 	"net/http/pprof"
 	"strconv"
+	"strings"
 	"unicode/utf8"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
@@ -38,7 +40,7 @@ func (s *Server) httpHandler() http.Handler {
 	mux.Handle("/json", s.traced("/json", guard(authz.ShouldRateLimit, http.HandlerFunc(s.serveJSON))))
 	mux.Handle("/sim/", guard(authz.Simulator, http.StripPrefix("/sim", sim.Handler())))
 	mux.Handle("GET /usage", guard(authz.Usage, http.HandlerFunc(s.serveUsage)))
-	mux.HandleFunc("GET /{$}", serveRoot)
+	mux.HandleFunc("GET /{$}", s.serveRoot)
 	return mux
 }
 
@@ -99,9 +101,26 @@ this HTTP port serves:</p>
 </body></html>
 `
 
-func serveRoot(w http.ResponseWriter, r *http.Request) {
+func (s *Server) serveRoot(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
-	io.WriteString(w, rootPage)
+	page := rootPage
+	if note := s.emptyNote(); note != "" {
+		page = strings.Replace(page, "<h1>Charon</h1>", "<h1>Charon</h1>\n<p><strong>Warning: "+html.EscapeString(note)+".</strong></p>", 1)
+	}
+	io.WriteString(w, page)
+}
+
+// emptyNote is what the index pages and /rlconfig say when the
+// configuration in force has no domain (and where it came from), or "".
+func (s *Server) emptyNote() string {
+	a := s.applied.Load()
+	if a == nil || (a.cfg.Tree != nil && len(a.cfg.Tree.Domains()) > 0) {
+		return ""
+	}
+	if a.source == "file" {
+		return EmptyConfig + " (the directory " + s.opts.ConfigDir + " holds no domain file)"
+	}
+	return EmptyConfig + " (" + a.source + " sent none)"
 }
 
 func (s *Server) serveHealthcheck(w http.ResponseWriter, r *http.Request) {
@@ -202,7 +221,12 @@ func (s *Server) debugHandler() http.Handler {
 		mux.Handle("/debug/pprof/trace", guard(authz.DebugPprof, http.HandlerFunc(pprof.Trace)))
 		index += "/debug/pprof/: profiles\n"
 	}
-	mux.Handle("/{$}", guard(authz.DebugIndex, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, index) })))
+	mux.Handle("/{$}", guard(authz.DebugIndex, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if note := s.emptyNote(); note != "" {
+			io.WriteString(w, "Warning: "+note+".\n\n")
+		}
+		io.WriteString(w, index)
+	})))
 	if s.opts.DebugToken == "" {
 		return mux
 	}
@@ -237,6 +261,9 @@ func (s *Server) serveRLConfig(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	if a.source != "file" {
 		fmt.Fprintf(w, "# source: %s, version: %s\n", a.source, strconv.Quote(a.version))
+	}
+	if note := s.emptyNote(); note != "" {
+		fmt.Fprintf(w, "# %s\n", note)
 	}
 	w.Write(out)
 }

@@ -100,8 +100,15 @@ func (r *Reloader) loadAndApply() error {
 	r.apply(cfg)
 	r.current.Store(cfg)
 	r.log.Info("config loaded", "dir", r.dir, "warnings", len(warns))
+	if cfg.Tree == nil || len(cfg.Tree.Domains()) == 0 {
+		r.log.Warn(EmptyConfig+": is the directory the one meant (a mistyped --config, CHARON_CONFIG or RUNTIME_ROOT, a volume not mounted)? "+
+			"Put envoyproxy/ratelimit YAML files there, one domain each; they are loaded without a restart", "dir", r.dir)
+	}
 	return nil
 }
+
+// EmptyConfig says what a configuration with no domain means.
+const EmptyConfig = "the configuration has no domain: every request is answered OK and nothing is limited"
 
 // logLoadError logs each joined error on its own line ("file:line: path:
 // message").

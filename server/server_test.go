@@ -845,3 +845,54 @@ func TestShutdownDelayDrains(t *testing.T) {
 		t.Error("ErrStopNow did not skip the drain")
 	}
 }
+
+// TestEmptyConfigIsLoud: a configuration directory with no domain (empty,
+// or a mount that missed) serves, and says at WARN, on the HTTP and debug
+// index pages and in /rlconfig that every request is answered OK; a domain
+// file added later silences it.
+func TestEmptyConfigIsLoud(t *testing.T) {
+	dir := t.TempDir()
+	var mu sync.Mutex
+	var logs strings.Builder
+	log := slog.New(slog.NewTextHandler(writerFunc(func(b []byte) (int, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		return logs.Write(b)
+	}), nil))
+	load := func(fsys fs.FS) (*config.Config, []config.Warning, error) { return config.Load(fsys, config.Options{}) }
+	s, stop := newTestServer(t, Options{ConfigDir: dir, Load: load, PollInterval: 10 * time.Millisecond, Logger: log})
+	defer stop()
+	mu.Lock()
+	out := logs.String()
+	mu.Unlock()
+	if !strings.Contains(out, "level=WARN") || !strings.Contains(out, "every request is answered OK") || !strings.Contains(out, dir) {
+		t.Errorf("no warning naming the directory:\n%s", out)
+	}
+	for _, url := range []string{"http://" + s.HTTPAddr() + "/", "http://" + s.DebugAddr() + "/", "http://" + s.DebugAddr() + "/rlconfig"} {
+		if body, code := get(t, url); code != 200 || !strings.Contains(body, "every request is answered OK") || !strings.Contains(body, dir) {
+			t.Errorf("GET %s: %d, no word of the empty configuration:\n%s", url, code, body)
+		}
+	}
+	must(t, os.WriteFile(filepath.Join(dir, "api.yaml"), []byte("domain: api\ndescriptors:\n  - key: user\n    rate_limit: {unit: second, requests_per_unit: 1}\n"), 0o644))
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		body, _ := get(t, "http://"+s.DebugAddr()+"/rlconfig")
+		if strings.Contains(body, "domain: api") {
+			if strings.Contains(body, "answered OK") {
+				t.Errorf("/rlconfig still warns with a domain loaded:\n%s", body)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the domain file was not loaded within 30 s:\n%s", body)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if body, _ := get(t, "http://"+s.HTTPAddr()+"/"); strings.Contains(body, "Warning") {
+		t.Errorf("the HTTP index still warns with a domain loaded")
+	}
+}
+
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(b []byte) (int, error) { return f(b) }
