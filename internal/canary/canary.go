@@ -83,7 +83,9 @@ type table struct {
 func New(opts Options) *Canary {
 	st := memstore.New(memstore.Options{MaxKeys: opts.MaxKeys})
 	eo := opts.Engine
-	eo.Store, eo.OnSetTree = st, nil
+	// The candidate decides beside the live request, which must not wait
+	// for it: a paced rule is decided, never held.
+	eo.Store, eo.OnSetTree, eo.Sleep = st, nil, engine.NoWait
 	c := &Canary{eng: engine.New(eo), store: st}
 	c.resp.New = func() any { return new(engine.Response) }
 	return c

@@ -223,3 +223,38 @@ func BenchmarkObserve(b *testing.B) {
 		}
 	})
 }
+
+// TestPacedCandidateNeverHolds: a candidate whose rule paces decides the
+// request as paced (OK, its grant reserved) without holding the live
+// request, whatever the Sleep the live engine's options carry: the one
+// given here would hold the caller until its deadline.
+func TestPacedCandidateNeverHolds(t *testing.T) {
+	now := t0
+	clock := func() time.Time { return now }
+	live := liveEngine(load(t, "domain: d\ndescriptors:\n  - key: user\n    rate_limit: {unit: second, requests_per_unit: 1}\n"), clock)
+	slept := 0
+	holding := func(ctx context.Context, d time.Duration) error {
+		slept++
+		<-ctx.Done()
+		return ctx.Err()
+	}
+	c := New(Options{Engine: engine.Options{Now: clock, Sleep: holding}})
+	defer c.Close()
+	c.SetConfig(load(t, "domain: d\ndescriptors:\n  - key: user\n    rate_limit: {unit: second, requests_per_unit: 1}\n    pace: 10s\n"))
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for range 2 {
+		resp, err := live.ShouldRateLimit(ctx, userReq("alice"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Observe(ctx, userReq("alice"), resp)
+	}
+	if slept != 0 {
+		t.Errorf("the candidate slept %d times", slept)
+	}
+	// The second request: live rejects it, the candidate paces it (OK).
+	if got := c.Report().Requests; got != (Outcomes{Agree: 1, WouldGrant: 1}) {
+		t.Errorf("outcomes %+v, want 1 agree and 1 would-grant (the paced one)", got)
+	}
+}

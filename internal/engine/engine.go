@@ -80,6 +80,13 @@ type Options struct {
 	Sleep func(ctx context.Context, d time.Duration) error
 }
 
+// NoWait is the Sleep of an engine that decides in shadow (a candidate
+// configuration, a replay): a paced request is decided as the live engine
+// decides it (reserved for its later instant, answered OK) without holding
+// anyone, since a shadow answer must never delay the live one and a replay
+// runs on the log's clock, not the wall's.
+func NoWait(context.Context, time.Duration) error { return nil }
+
 // Engine decides requests. Safe for concurrent use. The zero value is
 // New(Options{}).
 type Engine struct {

@@ -245,7 +245,8 @@ type side struct {
 func newSide(cfg *config.Config, opts engine.Options) *side {
 	s := &side{}
 	opts.Store = memstore.New(memstore.Options{Shards: 1, MaxKeys: -1})
-	opts.Now = func() time.Time { return s.now }
+	// The log's clock, and no wall-clock wait for a paced request.
+	opts.Now, opts.Sleep = func() time.Time { return s.now }, engine.NoWait
 	s.eng = engine.New(opts)
 	s.eng.SetTree(cfg.Tree)
 	return s

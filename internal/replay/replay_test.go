@@ -13,6 +13,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/charonlimit/charon/config"
+	"github.com/charonlimit/charon/internal/engine"
 	"github.com/charonlimit/charon/internal/decisionlog"
 )
 
@@ -149,4 +150,33 @@ func FuzzRead(f *testing.F) {
 			t.Fatalf("a log that reads does not replay: %v", err)
 		}
 	})
+}
+
+// TestPacedReplayNeverSleeps: a candidate rule that paces is replayed on
+// the log's clock: paced requests are granted, as the live server would
+// after their wait, and nothing sleeps (the Sleep given here would hold
+// until the deadline).
+func TestPacedReplayNeverSleeps(t *testing.T) {
+	log := encode(t, line(0, "a", "granted", "user", "u"), line(time.Millisecond, "b", "rejected", "user", "u"),
+		line(2*time.Millisecond, "c", "rejected", "user", "u"))
+	l, err := Read(bytes.NewReader(log))
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := loadConfig(t, "domain: api\ndescriptors:\n  - key: user\n    rate_limit: {unit: second, requests_per_unit: 1}\n")
+	cand := loadConfig(t, "domain: api\ndescriptors:\n  - key: user\n    rate_limit: {unit: second, requests_per_unit: 1}\n    pace: 10s\n")
+	slept := 0
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	rep, err := Run(ctx, l, Options{Candidate: cand, Against: base, Engine: engine.Options{Sleep: func(ctx context.Context, _ time.Duration) error {
+		slept++
+		<-ctx.Done()
+		return ctx.Err()
+	}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if slept != 0 || rep.NewlyGranted != 2 {
+		t.Errorf("slept %d times, %d newly granted; want 0 and 2 (both paced)", slept, rep.NewlyGranted)
+	}
 }
