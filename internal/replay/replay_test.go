@@ -13,8 +13,8 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/charonlimit/charon/config"
-	"github.com/charonlimit/charon/internal/engine"
 	"github.com/charonlimit/charon/internal/decisionlog"
+	"github.com/charonlimit/charon/internal/engine"
 )
 
 var t0 = time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
