@@ -10,8 +10,8 @@ import (
 	_ "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
 )
 
-// TestRLQSFilter: the rate_limit_quota filter of the README decodes as
-// Envoy's own types and passes their validation, and the README shows it
+// TestRLQSFilter: the rate_limit_quota filter of docs/rlqs.md decodes as
+// Envoy's own types and passes their validation, and docs/rlqs.md shows it
 // as it is here.
 func TestRLQSFilter(t *testing.T) {
 	const name = "envoy-rlqs-filter.yaml"
@@ -31,13 +31,13 @@ func TestRLQSFilter(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	readme, err := os.ReadFile("../README.md")
+	doc, err := os.ReadFile("../docs/rlqs.md")
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The README leaves out the file's leading comment.
+	// The page leaves out the file's leading comment.
 	body := string(file)[strings.Index(string(file), "name: "):]
-	if !strings.Contains(string(readme), body) {
-		t.Errorf("README.md does not show %s as it is", name)
+	if !strings.Contains(string(doc), body) {
+		t.Errorf("docs/rlqs.md does not show %s as it is", name)
 	}
 }

@@ -250,10 +250,10 @@ func TestParseServeXDS(t *testing.T) {
 	}
 }
 
-// TestREADMEListsEveryServeFlag: the README's reference names every flag of
-// `charon serve`.
-func TestREADMEListsEveryServeFlag(t *testing.T) {
-	readme, err := os.ReadFile("../../README.md")
+// TestDocsListEveryServeFlag: the flag reference, docs/serve.md, names every
+// flag of `charon serve`.
+func TestDocsListEveryServeFlag(t *testing.T) {
+	ref, err := os.ReadFile("../../docs/serve.md")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -261,8 +261,8 @@ func TestREADMEListsEveryServeFlag(t *testing.T) {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	serveFlags(fs, &c)
 	fs.VisitAll(func(f *flag.Flag) {
-		if !strings.Contains(string(readme), "`--"+f.Name) {
-			t.Errorf("README.md does not list --%s", f.Name)
+		if !strings.Contains(string(ref), "`--"+f.Name) {
+			t.Errorf("docs/serve.md does not list --%s", f.Name)
 		}
 	})
 }

@@ -196,20 +196,20 @@ TRACING_SERVICE_INSTANCE_ID TRACING_EXPORTER_PROTOCOL TRACING_SAMPLING_RATE`)
 var gostatsVariables = []string{"STATSD_PROTOCOL"}
 
 // TestEveryVariableHasADisposition: the table covers exactly
-// envoyproxy/ratelimit's variables, and README.md's table lists each.
+// envoyproxy/ratelimit's variables, and docs/migration.md's table lists each.
 func TestEveryVariableHasADisposition(t *testing.T) {
 	want := slices.Concat(lyftVariables, gostatsVariables)
 	slices.Sort(want)
 	if d := cmp.Diff(want, lyftenv.Names()); d != "" {
 		t.Errorf("variables (-envoyproxy/ratelimit +table):\n%s", d)
 	}
-	readme, err := os.ReadFile("../../README.md")
+	doc, err := os.ReadFile("../../docs/migration.md")
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, n := range want {
-		if !strings.Contains(string(readme), "`"+n+"`") {
-			t.Errorf("README.md does not list %s", n)
+		if !strings.Contains(string(doc), "`"+n+"`") {
+			t.Errorf("docs/migration.md does not list %s", n)
 		}
 	}
 }
