@@ -191,13 +191,14 @@ func (c *Client) count(f func(*Stats)) {
 }
 
 // Run streams from the server until ctx is done, reconnecting after the
-// Backoff when the server cannot be reached or the stream breaks; the
-// configuration in force stays meanwhile. It returns nil when ctx is done.
-func (c *Client) Run(ctx context.Context) error {
+// Backoff when the server cannot be reached or the stream breaks (each
+// break logged); the configuration in force stays meanwhile. It returns
+// when ctx is done.
+func (c *Client) Run(ctx context.Context) {
 	for attempt := 0; ; attempt++ {
 		got, err := c.stream(ctx)
 		if ctx.Err() != nil {
-			return nil
+			return
 		}
 		if got {
 			attempt = 0
@@ -206,7 +207,7 @@ func (c *Client) Run(ctx context.Context) error {
 		c.log.Warn("xDS stream ended; reconnecting", "server", c.opts.Addr, "err", err.Error(), "after", wait)
 		select {
 		case <-ctx.Done():
-			return nil
+			return
 		case <-c.opts.After(wait):
 		}
 	}
@@ -236,6 +237,20 @@ func (c *Client) stream(ctx context.Context) (got bool, err error) {
 	if err != nil {
 		return false, err
 	}
+	return c.exchange(ctx, sctx, cancel, st)
+}
+
+// adsStream is the ADS stream of one connection.
+type adsStream interface {
+	Send(*discoveryv3.DiscoveryRequest) error
+	Recv() (*discoveryv3.DiscoveryResponse, error)
+}
+
+// exchange sends requests on st and handles its responses until st fails
+// or ctx is done. One goroutine receives, and only it calls st.Recv once
+// it runs (gRPC allows one receiver at a time); cancel ends sctx, st's
+// context, which ends that goroutine's Recv.
+func (c *Client) exchange(ctx, sctx context.Context, cancel context.CancelFunc, st adsStream) (got bool, err error) {
 	// The first request names the version in force, so that a server
 	// whose version has not changed need not send it again.
 	if err := st.Send(c.request(c.Version(), "", nil)); err != nil {
@@ -295,14 +310,35 @@ func (c *Client) stream(ctx context.Context) (got bool, err error) {
 			c.count(func(s *Stats) { s.ACKs++ })
 		}
 		if err := st.Send(req); err != nil {
-			return got, recvErr(st, err)
+			return got, sendErr(ctx, err, responses, errc)
 		}
 	}
 }
 
-// recvErr is the stream's status after Send failed with io.EOF (which
-// hides it).
-func recvErr(st grpc.BidiStreamingClient[discoveryv3.DiscoveryRequest, discoveryv3.DiscoveryResponse], err error) error {
+// sendErr is the stream's status after a Send failed with io.EOF (which
+// hides it), as the receiving goroutine gets it; responses in flight are
+// dropped, the stream being over.
+func sendErr(ctx context.Context, err error, responses <-chan *discoveryv3.DiscoveryResponse, errc <-chan error) error {
+	if err != io.EOF {
+		return err
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-responses:
+		case rerr := <-errc:
+			if rerr == io.EOF {
+				return errors.New("the server closed the stream")
+			}
+			return rerr
+		}
+	}
+}
+
+// recvErr is the stream's status after its first Send failed with io.EOF
+// (which hides it), before anything else receives.
+func recvErr(st adsStream, err error) error {
 	if err == io.EOF {
 		if _, rerr := st.Recv(); rerr != nil && rerr != io.EOF {
 			return rerr
