@@ -3,6 +3,9 @@ package server
 import (
 	"context"
 	"flag"
+	"io"
+	"io/fs"
+	"net/http"
 	"os"
 	"os/exec"
 	"strconv"
@@ -143,4 +146,134 @@ func TestLivePage(t *testing.T) {
 	if !strings.Contains(eval[string](t, ctx, `document.title`), "limited") {
 		t.Error("title")
 	}
+}
+
+// TestUIPublicAssets: with a debug token, the live page's three files, and
+// nothing else, are served without it, as the same bytes that are embedded
+// (so they hold no data and no secret), with the page's security headers;
+// every data endpoint, every other path under /ui/ and every other method
+// still answers 401. Without the live page (--top-k 0), /ui/ is refused too.
+func TestUIPublicAssets(t *testing.T) {
+	if diff := cmp.Diff(map[string]bool{"/ui/": true, "/ui/ui.css": true, "/ui/ui.js": true}, uiPublic); diff != "" {
+		t.Errorf("paths served without the token (-want +got):\n%s", diff)
+	}
+	const token = "s3cret-t0ken"
+	top := offenders.NewTracker(offenders.Options{Epoch: time.Hour})
+	top.Observe(time.Now(), "api", &descriptors.Limit{File: "api.yaml", Line: 3}, "api/tenant", "tenant-acme",
+		[]descriptors.Entry{{Key: "tenant", Value: "tenant-acme"}}, 7, offenders.Rejected)
+	s, stop := newTestServer(t, Options{Top: top, DebugToken: token, Pprof: true})
+	base := "http://" + s.DebugAddr()
+
+	for path, file := range map[string]string{"/ui/": "ui/index.html", "/ui/ui.css": "ui/ui.css", "/ui/ui.js": "ui/ui.js"} {
+		want, err := fs.ReadFile(uiFiles, file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, method := range []string{"GET", "HEAD"} {
+			resp := do(t, method, base+path, "")
+			if resp.StatusCode != http.StatusOK {
+				t.Errorf("%s %s without the token: %d, want 200", method, path, resp.StatusCode)
+			}
+			if got := resp.Header.Get("Content-Security-Policy"); got != uiContentSecurity {
+				t.Errorf("%s %s: Content-Security-Policy %q, want %q", method, path, got, uiContentSecurity)
+			}
+			if method == "GET" && resp.body != string(want) {
+				t.Errorf("GET %s without the token: not the embedded %s (%d bytes, want %d)", path, file, len(resp.body), len(want))
+			}
+			for _, secret := range []string{token, "tenant-acme"} {
+				if strings.Contains(resp.body, secret) {
+					t.Errorf("%s %s holds %q", method, path, secret)
+				}
+			}
+		}
+	}
+	for _, c := range []struct{ method, path string }{
+		{"GET", "/"},
+		{"GET", "/top"},
+		{"GET", "/top?domain=api&n=5"},
+		{"GET", "/explain?domain=api&descriptor=tenant=tenant-acme"},
+		{"GET", "/metrics"},
+		{"GET", "/rlconfig"},
+		{"GET", "/debug/pprof/"},
+		{"GET", "/ui"},
+		{"GET", "/ui/index.html"},
+		{"GET", "/ui/missing.js"},
+		{"GET", "/ui/../top"},
+		{"GET", "/ui//ui.js"},
+		{"GET", "/UI/ui.js"},
+		{"POST", "/ui/"},
+		{"PUT", "/ui/ui.js"},
+	} {
+		resp := do(t, c.method, base+c.path, "")
+		if resp.StatusCode != http.StatusUnauthorized {
+			t.Errorf("%s %s without the token: %d %.80q, want 401", c.method, c.path, resp.StatusCode, resp.body)
+		}
+		if strings.Contains(resp.body, "tenant-acme") {
+			t.Errorf("%s %s without the token tells %q", c.method, c.path, resp.body)
+		}
+	}
+	if resp := do(t, "GET", base+"/", "wrong"); resp.StatusCode != http.StatusUnauthorized || !strings.Contains(resp.body, "open /ui/") {
+		t.Errorf("GET / with a wrong token: %d %q, want 401 saying where a browser goes", resp.StatusCode, resp.body)
+	}
+	if resp := do(t, "GET", base+"/top", token); resp.StatusCode != http.StatusOK || !strings.Contains(resp.body, "tenant-acme") {
+		t.Errorf("GET /top with the token: %d %.80q, want 200 and its data", resp.StatusCode, resp.body)
+	}
+	stop()
+
+	s, stop = newTestServer(t, Options{DebugToken: token})
+	if resp := do(t, "GET", "http://"+s.DebugAddr()+"/ui/", ""); resp.StatusCode != http.StatusUnauthorized {
+		t.Errorf("GET /ui/ without the token nor the live page: %d, want 401", resp.StatusCode)
+	}
+	stop()
+
+	// Over mutual TLS with a table, the table still governs the page's
+	// files: only the token is not asked for.
+	m, srvTLS := mutualTLS(t, "unused.test")
+	table := parseTable(t, "clients:\n  - identity: spiffe://test/reader\n    allow: [read]\n  - identity: spiffe://test/gateway\n    allow: [rls]\n")
+	s, stop = newTestServer(t, Options{Top: top, DebugToken: token, GRPCTLS: srvTLS, DebugTLS: srvTLS, Authz: table})
+	defer stop()
+	for _, c := range []struct {
+		who, path string
+		want      int
+	}{
+		{"reader", "/ui/ui.js", http.StatusOK},
+		{"reader", "/top", http.StatusUnauthorized},
+		{"gateway", "/ui/ui.js", http.StatusForbidden},
+		{"gateway", "/ui/", http.StatusForbidden},
+	} {
+		if body, code := fetchWith(t, httpsClient(t, m, "spiffe://test/"+c.who), "GET", "https://"+s.DebugAddr()+c.path, "", ""); code != c.want {
+			t.Errorf("%s GET %s without the token: %d %.80q, want %d", c.who, c.path, code, body, c.want)
+		}
+	}
+}
+
+// response is an HTTP response with its body read.
+type response struct {
+	*http.Response
+	body string
+}
+
+// do makes an HTTP request, with token as a bearer token when not empty.
+func do(t *testing.T, method, url, token string) response {
+	t.Helper()
+	req, err := http.NewRequest(method, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	// No redirect followed: a redirect to a guarded path would hide what
+	// the asked one answers.
+	hc := &http.Client{Timeout: 10 * time.Second, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	resp, err := hc.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return response{resp, string(b)}
 }
