@@ -20,7 +20,7 @@ import (
 	"github.com/charonlimit/charon/internal/offenders"
 )
 
-var update = flag.Bool("update", false, "rewrite docs/images/live-page.png from the live page test")
+var update = flag.Bool("update", false, "rewrite docs/images/live-page.png and live-page-phone.png from the live page tests")
 
 // browser opens url in headless Chromium; it skips when Chromium is
 // missing, unless CHARON_REQUIRE_BROWSER is set.
@@ -61,11 +61,11 @@ func waitJS(t *testing.T, ctx context.Context, expr string) {
 	eval[bool](t, ctx, `new Promise(r => { const f = () => (`+expr+`) ? r(true) : setTimeout(f, 20); f() })`)
 }
 
-// TestLivePage: the page opens on the rule with the most rejections, shows
+// TestUILivePage: the page opens on the rule with the most rejections, shows
 // its three heavy tenants (among a thousand light ones) at the top with a
 // link to their explain, draws the chart, lists every rule with its rates,
 // switches rule on a click, and fits a phone's width.
-func TestLivePage(t *testing.T) {
+func TestUILivePage(t *testing.T) {
 	// An epoch of an hour: the observations stay in view however long the
 	// browser takes to start (the default minute would rotate them out).
 	top := offenders.NewTracker(offenders.Options{Epoch: time.Hour})
@@ -276,4 +276,136 @@ func do(t *testing.T, method, url, token string) response {
 		t.Fatal(err)
 	}
 	return response{resp, string(b)}
+}
+
+// observeRules feeds top three rules: one with a long name and a resource
+// of one long word, as Envoy Gateway writes them, one of a tenant limit,
+// one of a user limit; each granted, rejected and in shadow mode.
+func observeRules(top *offenders.Tracker, now time.Time) {
+	rules := []struct {
+		domain, resource string
+		limit            *descriptors.Limit
+	}{
+		{"default/eg/http", "default/eg/http/httproute/default/backend/rule/0/match/0/generic_key=httproute-default-backend-rule-0-match-0",
+			&descriptors.Limit{File: "envoy-gateway-default-eg-http.yaml", Line: 120, Name: "per-tenant-and-client-address-burst"}},
+		{"api", "api/tenant", &descriptors.Limit{File: "api.yaml", Line: 12, Name: "per-tenant"}},
+		{"api", "api/user", &descriptors.Limit{File: "api.yaml", Line: 4}},
+	}
+	for i := range 600 {
+		at := now.Add(-time.Duration(600-i) * 100 * time.Millisecond)
+		for j, r := range rules {
+			v := "value-" + strconv.Itoa(i%7)
+			es := []descriptors.Entry{{Key: "k", Value: v}}
+			top.Observe(at, r.domain, r.limit, r.resource, v, es, uint64(1000*(j+1)), offenders.Granted)
+			top.Observe(at, r.domain, r.limit, r.resource, v, es, uint64(300*(j+1)), offenders.Rejected)
+			top.Observe(at, r.domain, r.limit, r.resource, v, es, uint64(20*(j+1)), offenders.Shadow)
+		}
+	}
+}
+
+// layout is where the rules table's parts are, measured in the page.
+type layout struct {
+	Viewport, PageScrollWidth, PageClientWidth int
+	Rows                                       int
+	// RatesOff names the rate cells not wholly inside both the viewport
+	// and the rules section, or whose text is cut.
+	RatesOff []string
+	// Overflowing names the table's enclosing elements that scroll
+	// sideways.
+	Overflowing []string
+	// MinRuleWidth is the narrowest rule name cell; RateRows the rows
+	// whose three rates do not share a line; Labels the rates' labels as
+	// displayed (CSS generated content).
+	MinRuleWidth float64
+	RateRows     int
+	Labels       []string
+}
+
+const measureLayout = `(() => {
+  const vw = document.documentElement.clientWidth, se = document.scrollingElement;
+  const sec = document.querySelector("#rules-section").getBoundingClientRect();
+  const rows = [...document.querySelectorAll("#rules tbody tr")];
+  const off = [], over = [], labels = [];
+  let rateRows = 0;
+  for (const tr of rows) {
+    const cells = [...tr.querySelectorAll("td.num")];
+    for (const c of cells) {
+      const r = c.getBoundingClientRect();
+      if (r.width === 0 || r.left < 0 || r.right > vw || r.left < sec.left || r.right > sec.right || c.scrollWidth > c.clientWidth)
+        off.push(tr.dataset.key + " " + c.dataset.label + " [" + r.left + ", " + r.right + "] in [" + sec.left + ", " + sec.right + "], viewport " + vw);
+    }
+    if (new Set(cells.map((c) => Math.round(c.getBoundingClientRect().top))).size !== 1) rateRows++;
+  }
+  for (const c of rows[0].querySelectorAll("td.num")) labels.push(getComputedStyle(c, "::before").content);
+  for (let e = document.querySelector("#rules"); e; e = e.parentElement)
+    if (e.scrollWidth > e.clientWidth) over.push(e.tagName + (e.id ? "#" + e.id : "") + " " + e.scrollWidth + " > " + e.clientWidth);
+  return { Viewport: vw, PageScrollWidth: se.scrollWidth, PageClientWidth: se.clientWidth, Rows: rows.length,
+    RatesOff: off, Overflowing: over, RateRows: rateRows, Labels: labels,
+    MinRuleWidth: Math.min(...rows.map((tr) => tr.cells[0].getBoundingClientRect().width)) };
+})()`
+
+// TestUILayout: at 1200 px the rules table shows every rate, one row
+// per rule, with no sideways scrolling however long the rules' names; at
+// 390 px (a phone) the page does not overflow, each rule is a block whose
+// name spans the width and whose rates keep their labels.
+func TestUILayout(t *testing.T) {
+	top := offenders.NewTracker(offenders.Options{Epoch: time.Hour})
+	s, stop := newTestServer(t, Options{Top: top})
+	defer stop()
+	observeRules(top, time.Now())
+	ctx := browser(t, "http://"+s.DebugAddr()+"/ui/", 1200, 900)
+	waitJS(t, ctx, `window.charonUI && window.charonUI.ready && document.querySelectorAll("#rules tbody tr").length === 3`)
+	for _, c := range []struct {
+		width  int
+		labels []string
+	}{
+		{1200, []string{"none", "none", "none"}},
+		{390, []string{`"granted "`, `"rejected "`, `"shadow "`}},
+	} {
+		if err := chromedp.Do(ctx, chromedp.EmulateViewport(int64(c.width), 900)); err != nil {
+			t.Fatal(err)
+		}
+		// Wait for the layout of the new width.
+		waitJS(t, ctx, `document.documentElement.clientWidth <= `+strconv.Itoa(c.width))
+		got := eval[layout](t, ctx, measureLayout)
+		if got.Viewport > c.width || got.Viewport < c.width-20 {
+			t.Fatalf("at %d px: the viewport is %d px wide", c.width, got.Viewport)
+		}
+		if got.Rows != 3 {
+			t.Errorf("at %d px: %d rules, want 3", c.width, got.Rows)
+		}
+		if got.PageScrollWidth > got.PageClientWidth {
+			t.Errorf("at %d px: the page is %d px wide in %d", c.width, got.PageScrollWidth, got.PageClientWidth)
+		}
+		if len(got.RatesOff) > 0 {
+			t.Errorf("at %d px: rates out of view:\n%s", c.width, strings.Join(got.RatesOff, "\n"))
+		}
+		if len(got.Overflowing) > 0 {
+			t.Errorf("at %d px: the rules table scrolls sideways in %v", c.width, got.Overflowing)
+		}
+		if got.RateRows != 0 {
+			t.Errorf("at %d px: %d rules have their rates on more than one line", c.width, got.RateRows)
+		}
+		if diff := cmp.Diff(c.labels, got.Labels); diff != "" {
+			t.Errorf("at %d px: rate labels (-want +got):\n%s", c.width, diff)
+		}
+		// A rule's name has room: 100 px at least beside its rates, the
+		// whole width (less the padding) on a phone.
+		minRule := 100.0
+		if c.width < 600 {
+			minRule = float64(got.Viewport) - 60
+		}
+		if got.MinRuleWidth < minRule {
+			t.Errorf("at %d px: a rule name %.0f px wide, want %.0f or more", c.width, got.MinRuleWidth, minRule)
+		}
+		if *update && c.width < 600 {
+			png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile("../docs/images/live-page-phone.png", png, 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
 }

@@ -28,9 +28,9 @@
       const tr = el("tr", { "data-key": key(v) },
         el("td", {}, (state.domain ? "" : v.domain + " ") + ruleName(v)),
         el("td", { class: "value" }, v.resource),
-        el("td", { class: "num granted" }, fmt(perSecond(r.granted, s))),
-        el("td", { class: "num rejected" }, fmt(perSecond(r.rejected, s))),
-        el("td", { class: "num shadow" }, fmt(perSecond(r.shadow, s))));
+        el("td", { class: "num granted", "data-label": "granted" }, fmt(perSecond(r.granted, s))),
+        el("td", { class: "num rejected", "data-label": "rejected" }, fmt(perSecond(r.rejected, s))),
+        el("td", { class: "num shadow", "data-label": "shadow" }, fmt(perSecond(r.shadow, s))));
       if (key(v) === state.selected) tr.classList.add("selected");
       tr.addEventListener("click", () => { state.selected = key(v); draw(); });
       body.append(tr);
