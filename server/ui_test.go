@@ -10,9 +10,11 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/chromedp"
 	"github.com/google/go-cmp/cmp"
 
@@ -25,6 +27,17 @@ var update = flag.Bool("update", false, "rewrite docs/images/live-page.png and l
 // browser opens url in headless Chromium; it skips when Chromium is
 // missing, unless CHARON_REQUIRE_BROWSER is set.
 func browser(t *testing.T, url string, width, height int) context.Context {
+	t.Helper()
+	ctx := newBrowser(t, width, height)
+	if err := chromedp.Do(ctx, chromedp.Navigate(url)); err != nil {
+		t.Fatalf("navigate: %v", err)
+	}
+	return ctx
+}
+
+// newBrowser is a new headless Chromium, with a profile of its own (so an
+// empty session storage), on no page yet.
+func newBrowser(t *testing.T, width, height int) context.Context {
 	t.Helper()
 	path, err := exec.LookPath("chromium")
 	if err != nil {
@@ -40,9 +53,6 @@ func browser(t *testing.T, url string, width, height int) context.Context {
 	ctx, cancelC := chromedp.NewContext(actx)
 	ctx, cancelT := context.WithTimeout(ctx, 2*time.Minute)
 	t.Cleanup(func() { cancelT(); cancelC(); cancelA() })
-	if err := chromedp.Do(ctx, chromedp.Navigate(url)); err != nil {
-		t.Fatalf("navigate: %v", err)
-	}
 	return ctx
 }
 
@@ -407,5 +417,136 @@ func TestUILayout(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
+	}
+}
+
+// TestUIToken: on a debug port with a token, the live page asks for
+// it; a wrong one brings the form back saying so; the right one loads the
+// data, and a reload within the tab's session loads it without asking.
+// An explain link is fetched with the token. Opened with #token=… in a new
+// browser, the page takes the token from the fragment and clears it. No URL
+// the browser requests holds the token; the page's requests to the data
+// carry it as Authorization: Bearer.
+func TestUIToken(t *testing.T) {
+	const token = "t0ken-Z9"
+	top := offenders.NewTracker(offenders.Options{Epoch: time.Hour})
+	s, stop := newTestServer(t, Options{Top: top, DebugToken: token})
+	defer stop()
+	observeRules(top, time.Now())
+	page := "http://" + s.DebugAddr() + "/ui/"
+
+	var mu sync.Mutex
+	var urls []string
+	var bearers int
+	record := func(ev any) {
+		if ev, ok := ev.(*network.EventRequestWillBeSent); ok {
+			mu.Lock()
+			defer mu.Unlock()
+			urls = append(urls, ev.Request.URL)
+			if ev.Request.Headers["Authorization"] == "Bearer "+token && strings.Contains(ev.Request.URL, "/top?") {
+				bearers++
+			}
+		}
+	}
+	const loaded = `window.charonUI && window.charonUI.ready && document.querySelectorAll("#rules tbody tr").length === 3`
+	const stored = `sessionStorage.getItem("charon-debug-token") || ""`
+
+	ctx := newBrowser(t, 1200, 900)
+	if err := chromedp.Listen(ctx, record); err != nil {
+		t.Fatal(err)
+	}
+	if err := chromedp.Do(ctx, chromedp.Navigate(page)); err != nil {
+		t.Fatal(err)
+	}
+	waitJS(t, ctx, `window.charonUI && window.charonUI.asked === 1 && !document.querySelector("#login").hidden`)
+	if msg := eval[string](t, ctx, `document.querySelector("#login-message").textContent`); msg != "" {
+		t.Errorf("first form says %q, want nothing but its heading", msg)
+	}
+	if !eval[bool](t, ctx, `document.querySelector("main").hidden`) {
+		t.Error("the empty page shows beside the form")
+	}
+
+	submit := func(tok string) {
+		t.Helper()
+		if err := chromedp.Do(ctx, chromedp.SendKeys("#token", tok), chromedp.Click(`#login button[type=submit]`)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	submit("wrong")
+	waitJS(t, ctx, `window.charonUI.asked === 2 && !document.querySelector("#login").hidden`)
+	if msg := eval[string](t, ctx, `document.querySelector("#login-message").textContent`); !strings.Contains(msg, "refused that token") {
+		t.Errorf("after a wrong token the form says %q, want that the token was refused", msg)
+	}
+	if got := eval[string](t, ctx, stored); got != "" {
+		t.Errorf("a refused token is kept: %q", got)
+	}
+
+	submit(token)
+	waitJS(t, ctx, loaded)
+	if !eval[bool](t, ctx, `document.querySelector("#login").hidden && !document.querySelector("main").hidden`) {
+		t.Error("with the right token the form stays, or the page is hidden")
+	}
+	if got := eval[string](t, ctx, stored); got != token {
+		t.Errorf("session storage holds %q, want the token", got)
+	}
+
+	// An explain link goes through the page, with the token. (The test
+	// server's engine cannot explain: 501, a refusal would be 401.)
+	if err := chromedp.Do(ctx, chromedp.Click(`#rejected tbody tr a.explain`)); err != nil {
+		t.Fatal(err)
+	}
+	waitJS(t, ctx, `!document.querySelector("#explanation").hidden && document.querySelector("#explanation pre").textContent !== "loading…"`)
+	if got := eval[string](t, ctx, `document.querySelector("#explanation pre").textContent`); strings.HasPrefix(got, "401") || got == "" {
+		t.Errorf("the explanation reads %q", got)
+	}
+	if eval[string](t, ctx, `location.href`) != page {
+		t.Error("the explain link navigated away")
+	}
+
+	if err := chromedp.Do(ctx, chromedp.Reload()); err != nil {
+		t.Fatal(err)
+	}
+	waitJS(t, ctx, loaded)
+	if n := eval[int](t, ctx, `window.charonUI.asked`); n != 0 {
+		t.Errorf("after a reload the form was shown %d times, want 0", n)
+	}
+
+	// Forgetting the token asks for it again.
+	if err := chromedp.Do(ctx, chromedp.Click("#forget")); err != nil {
+		t.Fatal(err)
+	}
+	waitJS(t, ctx, `!document.querySelector("#login").hidden`)
+	if got := eval[string](t, ctx, stored); got != "" {
+		t.Errorf("after forget, session storage holds %q", got)
+	}
+
+	// A new browser, the token in the fragment.
+	ctx = newBrowser(t, 1200, 900)
+	if err := chromedp.Listen(ctx, record); err != nil {
+		t.Fatal(err)
+	}
+	if err := chromedp.Do(ctx, chromedp.Navigate(page+"#token="+token)); err != nil {
+		t.Fatal(err)
+	}
+	waitJS(t, ctx, loaded)
+	if n := eval[int](t, ctx, `window.charonUI.asked`); n != 0 {
+		t.Errorf("with #token the form was shown %d times, want 0", n)
+	}
+	if got := eval[string](t, ctx, `location.href`); got != page {
+		t.Errorf("the address is %q after the fragment was read, want %q", got, page)
+	}
+	if got := eval[string](t, ctx, stored); got != token {
+		t.Errorf("session storage holds %q, want the fragment's token", got)
+	}
+
+	mu.Lock()
+	defer mu.Unlock()
+	for _, u := range urls {
+		if strings.Contains(u, token) {
+			t.Errorf("the browser requested %s", u)
+		}
+	}
+	if bearers == 0 {
+		t.Errorf("no request to /top carried the token as a bearer token; requests: %v", urls)
 	}
 }
