@@ -188,7 +188,8 @@ func (s *Server) serveJSON(w http.ResponseWriter, r *http.Request) {
 
 // debugHandler serves /metrics, /rlconfig and, when asked for, pprof. It
 // listens on loopback by default: profiles and the configuration are not for
-// the public. With a DebugToken every request must carry it. Served over
+// the public. With a DebugToken every request must carry it, but for the
+// live page's own files (uiPublic), which hold no data. Served over
 // TLS with an authorization table, the table must allow the client each
 // endpoint's name in package authz (group read, or admin for /reset).
 func (s *Server) debugHandler() http.Handler {
@@ -207,7 +208,7 @@ func (s *Server) debugHandler() http.Handler {
 		"/explain?domain=D&descriptor=k=v,k2=v2: how a request resolves and its pairs' state (JSON)\n"
 	if s.opts.Top != nil {
 		mux.Handle("GET /top", guard(authz.DebugTop, http.HandlerFunc(s.serveTop)))
-		mux.Handle("GET /ui/", guard(authz.DebugTop, uiHandler()))
+		mux.Handle("GET /ui/", guard(authz.DebugTop, uiHeaders(uiHandler())))
 		index += "/top?domain=D&rule=R: who is being limited, by which rule (JSON)\n/ui/: the same, live\n"
 	}
 	if s.opts.DebugReset {
@@ -231,11 +232,21 @@ func (s *Server) debugHandler() http.Handler {
 		return mux
 	}
 	want := []byte("Bearer " + s.opts.DebugToken)
+	refusal := "a bearer token is required: send Authorization: Bearer TOKEN, TOKEN the content of the file given to --debug-token-file"
+	if s.opts.Top != nil {
+		refusal += "; in a browser, open /ui/ and enter the token there"
+	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// The live page's files hold no data: a browser loads them, and
+		// its login form, without the token (see uiPublic).
+		if s.opts.Top != nil && uiPublicRequest(r) {
+			mux.ServeHTTP(w, r)
+			return
+		}
 		if subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), want) != 1 {
 			s.metrics.debugDenied.Inc()
 			w.Header().Set("WWW-Authenticate", `Bearer realm="charon debug"`)
-			http.Error(w, "a bearer token is required", http.StatusUnauthorized)
+			http.Error(w, refusal, http.StatusUnauthorized)
 			return
 		}
 		mux.ServeHTTP(w, r)

@@ -7,12 +7,13 @@ import (
 	"github.com/charonlimit/charon/internal/offenders"
 )
 
-// TestTopAuthorization: /top and /ui/ are debug reads: behind the token,
-// and, over mutual TLS with a table, allowed to read (or to the single
-// endpoint /charon.debug/Top), refused to others.
+// TestTopAuthorization: /top and /ui/ are debug reads: /top behind the
+// token (the page's own files are not, see TestUIPublicAssets), and both,
+// over mutual TLS with a table, allowed to read (or to the single endpoint
+// /charon.debug/Top), refused to others.
 func TestTopAuthorization(t *testing.T) {
 	s, stop := newTestServer(t, Options{Top: offenders.NewTracker(offenders.Options{}), DebugToken: "t0ken"})
-	for _, path := range []string{"/top", "/ui/", "/ui/ui.js"} {
+	for _, path := range []string{"/top", "/top?domain=x"} {
 		for _, c := range []struct {
 			token string
 			want  int
