@@ -169,6 +169,10 @@ type Options struct {
 	// Candidate, when set, decides every request again under a candidate
 	// configuration, in shadow (see Candidate).
 	Candidate Candidate
+	// CandidateReloader, when set, watches the candidate's directory: Serve
+	// polls it every PollInterval, as ConfigDir, and stops it before it
+	// returns.
+	CandidateReloader *Reloader
 
 	Logger  *slog.Logger // nil: discard
 	Metrics *Metrics     // nil: NewMetrics(nil)
@@ -481,6 +485,13 @@ func (s *Server) Serve(ctx context.Context) error {
 		go func() {
 			defer wg.Done()
 			s.reloader.Run(watchCtx, s.opts.PollInterval)
+		}()
+	}
+	if r := s.opts.CandidateReloader; r != nil {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r.Run(watchCtx, cmp.Or(s.opts.PollInterval, DefaultPollInterval))
 		}()
 	}
 	if s.rlqs != nil {

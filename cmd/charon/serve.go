@@ -429,15 +429,15 @@ func serve(c serveConfig, args []string, log *slog.Logger) error {
 	opts.Engine, opts.Charon.Engine = eng, eng
 	ho.Tree = eng.Tree
 	opts.Charon.Broker = holds.New(ho)
-	var candidate *server.Reloader
 	if c.CandidateConfig != "" {
 		cand := canary.New(canary.Options{Engine: eo, MaxKeys: c.MaxKeys})
 		defer cand.Close()
-		candidate = server.NewReloader(c.CandidateConfig, opts.Load, cand.SetConfig, server.NewMetrics(nil), log.With("config", "candidate"))
+		candidate := server.NewReloader(c.CandidateConfig, opts.Load, cand.SetConfig, server.NewMetrics(nil), log.With("config", "candidate"))
 		if _, err := candidate.Check(); err != nil {
 			return fmt.Errorf("--candidate-config %s: %v", c.CandidateConfig, err)
 		}
-		opts.Candidate = cand
+		// Served, and stopped before the canary closes, by the server.
+		opts.Candidate, opts.CandidateReloader = cand, candidate
 	}
 	if c.RLQS.On {
 		var shares sharestore.Store = &sharestore.Memory{}
@@ -463,9 +463,6 @@ func serve(c serveConfig, args []string, log *slog.Logger) error {
 	}
 	ctx, stop := stopOnSignal(srv)
 	defer stop()
-	if candidate != nil {
-		go candidate.Run(ctx, cmp.Or(opts.PollInterval, server.DefaultPollInterval))
-	}
 	if c.XDS.On() {
 		xo := c.XDS.Options()
 		// The files of a response are generated: a rule is named by its
