@@ -328,29 +328,7 @@ func (e *Engine) Decide(ctx context.Context, req *Request, resp *Response) error
 			continue
 		}
 		it, d := &sc.items[k], &sc.out[k]
-		st.Decision, st.By = *d, ByRate
-		mode := sc.modes[k]
-		st.Quota = mode.quota
-		if mode.quota {
-			quotas++
-		}
-		switch {
-		case d.OK || it.Refund:
-		case mode.shadow:
-			// Shadow mode answers OK first, as envoyproxy/ratelimit's
-			// limiter does: a shadow quota descriptor is never over.
-			st.Shadow = true
-		case mode.quota:
-			st.Code = CodeOverLimit
-			quotasOver++
-		default:
-			st.Code, resp.Code = CodeOverLimit, CodeOverLimit
-		}
-		st.Remaining = uint32(min(max(d.Remaining, 0), math.MaxUint32))
-		st.ResetAfter = d.ResetAfter
-		if !d.OK {
-			st.ResetAfter = d.RetryAfter
-		}
+		statusOf(st, ByRate, it, d, sc.modes[k], &quotas, &quotasOver, resp)
 		if p := st.Match.Policy; p.Kind == tiers.KindFixedWindow {
 			e.fixedAnswer(st, p.Window, now)
 		}
@@ -378,7 +356,17 @@ func quotaDecides(r, q *tiers.Decision) bool {
 
 // quotaStatus answers st with its calendar quota's decision d (item it).
 func (e *Engine) quotaStatus(st *Status, it *store.Item, d *tiers.Decision, mode itemMode, cl *CurrentLimit, quotas, quotasOver *int, resp *Response) {
-	st.Decision, st.By = *d, ByQuota
+	statusOf(st, ByQuota, it, d, mode, quotas, quotasOver, resp)
+	*cl = quotaLimit(&it.Policy.Quota)
+	st.Limit = cl
+}
+
+// statusOf is the one status rule: st answers with decision d of item it,
+// made by by, as mode says; quotas and quotasOver count the quota
+// descriptors and those over, and an over-limit descriptor outside quota
+// and shadow modes makes resp over limit.
+func statusOf(st *Status, by LimitKind, it *store.Item, d *tiers.Decision, mode itemMode, quotas, quotasOver *int, resp *Response) {
+	st.Decision, st.By = *d, by
 	st.Quota = mode.quota
 	if mode.quota {
 		*quotas++
@@ -386,6 +374,8 @@ func (e *Engine) quotaStatus(st *Status, it *store.Item, d *tiers.Decision, mode
 	switch {
 	case d.OK || it.Refund:
 	case mode.shadow:
+		// Shadow mode answers OK first, as envoyproxy/ratelimit's
+		// limiter does: a shadow quota descriptor is never over.
 		st.Shadow = true
 	case mode.quota:
 		st.Code = CodeOverLimit
@@ -398,8 +388,6 @@ func (e *Engine) quotaStatus(st *Status, it *store.Item, d *tiers.Decision, mode
 	if !d.OK {
 		st.ResetAfter = d.RetryAfter
 	}
-	*cl = quotaLimit(&it.Policy.Quota)
-	st.Limit = cl
 }
 
 // itemMode is how a rate-limited descriptor's rejection is answered.
