@@ -3,7 +3,7 @@
 // the in-memory store keeps its rate-limit states in one, and the Redis
 // store's over-limit cache its rejections.
 //
-// The caller locks a shard (Shard embeds a sync.Mutex) around every use of
+// The caller locks a shard (Shard.Lock) around every use of
 // it and of its entries; a caller that needs several shards at once locks
 // them in ascending index order. The package takes no lock of its own, so a
 // call can look up, create and update the entries of several shards under

@@ -21,12 +21,19 @@ type Entry[K comparable, V any] struct {
 // list, bounded by the Sharded map's per-shard bound. The caller holds the
 // lock (Lock, Unlock) around every method call and every use of an entry.
 type Shard[K comparable, V any] struct {
-	sync.Mutex
+	mu   sync.Mutex
 	m    map[K]*Entry[K, V]
 	head Entry[K, V] // sentinel: head.next is the most recent, head.prev the least
 	max  int         // 0: unbounded
 	_    [64]byte    // keeps neighbouring shards off each other's cache lines
 }
+
+// Lock locks the shard: hold it around every use of the shard and of its
+// entries.
+func (s *Shard[K, V]) Lock() { s.mu.Lock() }
+
+// Unlock unlocks the shard.
+func (s *Shard[K, V]) Unlock() { s.mu.Unlock() }
 
 // Sharded is a map from K to V in a power-of-two number of shards. Create it
 // with New; safe for concurrent use as the package documentation says.

@@ -2,6 +2,7 @@ package lru_test
 
 import (
 	"hash/maphash"
+	"reflect"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -266,4 +267,19 @@ func BenchmarkAddEvict(b *testing.B) {
 		use(s, ks[i&4095])
 		i++
 	}
+}
+
+// TestShardLockIsItsOwn: a shard's mutex is reached through Lock and
+// Unlock only, not an embedded exported sync.Mutex a caller could copy or
+// TryLock.
+func TestShardLockIsItsOwn(t *testing.T) {
+	typ := reflect.TypeFor[lru.Shard[int, int]]()
+	for i := range typ.NumField() {
+		if f := typ.Field(i); f.IsExported() || f.Anonymous {
+			t.Errorf("Shard has the field %s (%v): exported or embedded", f.Name, f.Type)
+		}
+	}
+	var s lru.Shard[int, int]
+	s.Lock()
+	s.Unlock()
 }
