@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/pprof"
 	"strconv"
+	"strings"
 	"unicode/utf8"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
@@ -112,7 +113,7 @@ func (s *Server) serveHealthcheck(w http.ResponseWriter, r *http.Request) {
 	if !s.serving() {
 		msg := "store unavailable"
 		if !s.configReady.Load() {
-			msg = "no configuration yet"
+			msg = strings.TrimPrefix(noConfigError(s.opts.WaitingFor).Error(), "server: ")
 		}
 		http.Error(w, msg, http.StatusInternalServerError)
 		return
