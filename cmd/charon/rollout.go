@@ -8,6 +8,7 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -56,7 +57,25 @@ func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
 	}
 }
 
-// runDiff prints the semantic difference of two configuration directories.
+// errDiffer is config diff's answer when the configurations differ,
+// printed already.
+var errDiffer = errors.New("the configurations differ")
+
+// diffExitCode is config diff's exit status, as diff(1)'s, so that a
+// script can tell: 0 when the configurations are the same, 1 when they
+// differ, 2 on trouble (a usage mistake, a directory that does not load).
+func diffExitCode(err error, stderr io.Writer) int {
+	switch {
+	case errors.Is(err, errDiffer):
+		return 1
+	case clientcmd.ExitCode(err, stderr) == 0:
+		return 0
+	}
+	return 2
+}
+
+// runDiff prints the semantic difference of two configuration directories;
+// errDiffer when there is one.
 func runDiff(args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	sc, _, err := serveEnv(getenv, stderr)
 	if err != nil {
@@ -67,6 +86,7 @@ func runDiff(args []string, getenv func(string) string, stdout, stderr io.Writer
 	loadFlags(fs, sc)
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: charon config diff OLD NEW [--json] [--merge-domains] [--fixed-window]")
+		fmt.Fprintln(stderr, "exit status, as diff(1)'s: 0 when the configurations are the same, 1 when they differ, 2 on trouble")
 		fs.PrintDefaults()
 	}
 	dirs, err := parseInterspersed(fs, args)
@@ -86,9 +106,15 @@ func runDiff(args []string, getenv func(string) string, stdout, stderr io.Writer
 	if *asJSON {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
-		return enc.Encode(d)
+		if err := enc.Encode(d); err != nil {
+			return err
+		}
+	} else {
+		writeDiff(stdout, d)
 	}
-	writeDiff(stdout, d)
+	if !d.Empty() {
+		return errDiffer
+	}
 	return nil
 }
 
