@@ -12,6 +12,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"strings"
 	"text/tabwriter"
@@ -25,8 +26,8 @@ import (
 // loadDir loads a configuration directory as serve would, printing its
 // problems to stderr.
 func loadDir(dir string, opts config.Options, stderr io.Writer) (*config.Config, error) {
-	if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
-		return nil, fmt.Errorf("%s is not a readable directory", dir)
+	if err := readableDir(dir); err != nil {
+		return nil, err
 	}
 	cfg, _, err := config.Load(config.DirFS(dir), opts)
 	if err != nil {
@@ -36,6 +37,22 @@ func loadDir(dir string, opts config.Options, stderr io.Writer) (*config.Config,
 		return nil, fmt.Errorf("%s: invalid configuration", dir)
 	}
 	return cfg, nil
+}
+
+// readableDir refuses, saying why, a configuration directory that is
+// missing, unreadable or a file.
+func readableDir(dir string) error {
+	fi, err := os.Stat(dir)
+	var pe *fs.PathError
+	switch {
+	case errors.As(err, &pe):
+		return fmt.Errorf("%s is not a readable directory: %v", dir, pe.Err)
+	case err != nil:
+		return fmt.Errorf("%s is not a readable directory: %v", dir, err)
+	case !fi.IsDir():
+		return fmt.Errorf("%s is not a readable directory but a file: give the directory that holds the configuration files", dir)
+	}
+	return nil
 }
 
 // parseInterspersed parses fs over args, flags before, between or after

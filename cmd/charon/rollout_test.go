@@ -40,7 +40,8 @@ func TestConfigDiff(t *testing.T) {
 		{[]string{"config", "diff", "--json", a, a}, 0, `{`, ""},
 		{[]string{"config", "diff", a}, 2, "", "two directories"},
 		{[]string{"config", "diff", a, bad}, 2, "", "x.yaml:"},
-		{[]string{"config", "diff", a, "/nonexistent"}, 2, "", "/nonexistent is not a readable directory"},
+		{[]string{"config", "diff", a, "/nonexistent"}, 2, "", "/nonexistent is not a readable directory: no such file or directory"},
+		{[]string{"config", "diff", a, filepath.Join(a, "api.yaml")}, 2, "", "api.yaml is not a readable directory but a file: give the directory"},
 		{[]string{"config", "diff", "-h"}, 0, "", "usage: charon config diff"},
 	}
 	for _, tc := range tests {

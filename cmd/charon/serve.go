@@ -234,7 +234,7 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (se
 		c.ConfigDir = ""
 	}
 	if err := c.check(); err != nil {
-		return *c, fmt.Errorf("%w: %v", errUsage, err)
+		return *c, fmt.Errorf("%w: %s", errUsage, c.from.blame(err))
 	}
 	return *c, nil
 }

@@ -243,6 +243,27 @@ func TestParseServeConfigSources(t *testing.T) {
 	}
 }
 
+// TestParseServeErrorsNameTheVariable: a refused value that came from a
+// variable says which, not only the flag it stands for.
+func TestParseServeErrorsNameTheVariable(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		env  map[string]string
+		want string
+	}{
+		{nil, map[string]string{"CHARON_MAX_KEYS": "0"}, "--max-keys must be at least 1 (--max-keys is CHARON_MAX_KEYS)"},
+		{nil, map[string]string{"NEAR_LIMIT_RATIO": "2"}, "--near-limit-ratio 2: want more than 0, at most 1 (--near-limit-ratio is NEAR_LIMIT_RATIO)"},
+		{nil, map[string]string{"CHARON_SHUTDOWN_TIMEOUT": "0s", "CHARON_TOP_K": "2000"},
+			"--shutdown-timeout must be positive (--shutdown-timeout is CHARON_SHUTDOWN_TIMEOUT)\n--top-k 2000: want 0 to 1024 (--top-k is CHARON_TOP_K)"},
+		{[]string{"--max-keys", "0"}, map[string]string{"CHARON_MAX_KEYS": "5"}, "--max-keys must be at least 1"},
+	} {
+		_, err := parseServe(tc.args, envOf(tc.env), io.Discard)
+		if err == nil || !strings.HasSuffix(err.Error(), tc.want) {
+			t.Errorf("%v %v: %v, want it to end %q", tc.args, tc.env, err, tc.want)
+		}
+	}
+}
+
 // TestWaitingFor: before the first configuration from xDS, the answers
 // say which server is awaited, which setting named it, and how to serve
 // meanwhile, in the words of the settings used.

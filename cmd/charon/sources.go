@@ -66,6 +66,26 @@ func (n *noted) String() string   { return "" }
 func (n *noted) IsBoolFlag() bool { return n.bool }
 func (n *noted) Set(string) error { n.s.set(n.name, "--"+n.name); return nil }
 
+// blame adds to each line of err that begins with a flag (--name ...)
+// the variable that set it, when one did: "--max-keys must be at least 1
+// (--max-keys is CHARON_MAX_KEYS)", so that the user knows what to change.
+func (s sources) blame(err error) string {
+	lines := strings.Split(err.Error(), "\n")
+	for i, l := range lines {
+		name, ok := strings.CutPrefix(l, "--")
+		if !ok || strings.Contains(l, " set by ") {
+			continue
+		}
+		if end := strings.IndexFunc(name, func(r rune) bool { return !(r == '-' || r >= 'a' && r <= 'z' || r >= '0' && r <= '9') }); end >= 0 {
+			name = name[:end]
+		}
+		if from := s.of(name); !strings.HasPrefix(from, "--") {
+			lines[i] = fmt.Sprintf("%s (--%s is %s)", l, name, from)
+		}
+	}
+	return strings.Join(lines, "\n")
+}
+
 // configSources is the error of a configuration directory and an xDS
 // server both set: each with where it came from, and what to change for
 // either.
