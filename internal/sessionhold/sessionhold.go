@@ -63,6 +63,9 @@ func Run(sigCtx context.Context, c charonv1.CharonClient, op *charonv1.SessionRe
 			}
 		}
 	}()
+	// ended is the stream's end once a call has read it (the reader then
+	// sends nothing more).
+	var ended error
 	call := func(req *charonv1.SessionRequest) (*charonv1.SessionResponse, error) {
 		req.Id++
 		if err := st.Send(req); err != nil {
@@ -72,6 +75,7 @@ func Run(sigCtx context.Context, c charonv1.CharonClient, op *charonv1.SessionRe
 		select {
 		case m = <-msgs:
 			if m.err != nil {
+				ended = m.err
 				return nil, CallError(m.err)
 			}
 		case <-time.After(timeout):
@@ -127,13 +131,16 @@ wait:
 			if checked != nil {
 				checked()
 			}
-			if err == nil && r.GetKeepAlive().GetHolds() == 0 {
+			switch {
+			case err == nil && r.GetKeepAlive().GetHolds() == 0:
 				fmt.Fprintf(stdout, "hold %s is gone: %s; nothing left to hold\n", holdID, goneWhy)
 				st.CloseSend()
 				return true, nil
+			case ended != nil:
+				return true, sessionEnded(stdout, ended)
 			}
-			// A failed check changes nothing: the stream's end, if that
-			// is why, is read next.
+			// Another failed check changes nothing: a stream that ends
+			// is read next.
 		case m := <-msgs:
 			if m.err == nil && m.resp.GetKeepAlive() != nil {
 				continue // a check's answer that came after its time limit
@@ -144,8 +151,7 @@ wait:
 			if err == nil {
 				err = fmt.Errorf("unexpected message %v", m.resp)
 			}
-			fmt.Fprintln(stdout, "the session ended; the server released the hold:", CallError(err))
-			return true, fmt.Errorf("%w: %v", ErrSessionEnded, CallError(err))
+			return true, sessionEnded(stdout, err)
 		}
 	}
 	rel, err := call(&charonv1.SessionRequest{Id: op.Id, Operation: &charonv1.SessionRequest_Release{Release: &charonv1.ReleaseRequest{HoldId: holdID}}})
@@ -188,6 +194,13 @@ func printSeize(w io.Writer, s *charonv1.SeizeResponse) {
 		}
 	}
 	fmt.Fprintln(w)
+}
+
+// sessionEnded says that the server ended the session while the hold
+// waited, and returns ErrSessionEnded with why.
+func sessionEnded(stdout io.Writer, err error) error {
+	fmt.Fprintln(stdout, "the session ended; the server released the hold:", CallError(err))
+	return fmt.Errorf("%w: %v", ErrSessionEnded, CallError(err))
 }
 
 // ErrSessionEnded reports that the server ended the session while the

@@ -2,12 +2,16 @@ package sessionhold
 
 import (
 	"context"
+	"errors"
+	"net"
 	"strings"
 	"testing"
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 
 	charonv1 "github.com/charonlimit/charon/api/charon/v1"
 	"github.com/charonlimit/charon/internal/servertest"
@@ -166,5 +170,63 @@ func TestPrintSeize(t *testing.T) {
 		if want := "hold h\nseized 2 copies (fencing token 7)\n" + tc.want; b.String() != want {
 			t.Errorf("printed %q, want %q", b.String(), want)
 		}
+	}
+}
+
+// endOnCheck is a Charon server whose Session grants a reserve and ends
+// the stream when the next operation (a holder's check) arrives, as a
+// server does with a session it dropped meanwhile.
+type endOnCheck struct {
+	charonv1.UnimplementedCharonServer
+}
+
+func (endOnCheck) Session(st grpc.BidiStreamingServer[charonv1.SessionRequest, charonv1.SessionResponse]) error {
+	req, err := st.Recv()
+	if err != nil {
+		return err
+	}
+	if err := st.Send(&charonv1.SessionResponse{Id: req.GetId(), Result: &charonv1.SessionResponse_Reserve{Reserve: &charonv1.ReserveResponse{
+		Ok: true, HoldId: "h", Granted: 1}}}); err != nil {
+		return err
+	}
+	if _, err := st.Recv(); err != nil {
+		return err
+	}
+	return status.Error(codes.Unavailable, "session lease could not be renewed, its holds are dropped")
+}
+
+// TestSessionEndedAtACheck: a stream that ends while a check waits for its
+// answer is the session's end, said and returned as ErrSessionEnded; the
+// holder does not wait on for a message that will not come.
+func TestSessionEndedAtACheck(t *testing.T) {
+	old := checkEvery
+	checkEvery = time.Millisecond
+	defer func() { checkEvery = old }()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer()
+	charonv1.RegisterCharonServer(srv, endOnCheck{})
+	go srv.Serve(ln)
+	defer srv.Stop()
+	cc, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	var out servertest.Buffer
+	done := make(chan error, 1)
+	go func() {
+		_, err := Run(context.Background(), charonv1.NewCharonClient(cc), reserveOp(1), 0, 10*time.Second, &out)
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if !errors.Is(err, ErrSessionEnded) || !strings.Contains(out.String(), "the session ended; the server released the hold: Unavailable: session lease") {
+			t.Errorf("Run: %v, %q; want ErrSessionEnded, said", err, out.String())
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatalf("the holder did not notice its session had ended; output %q", out.String())
 	}
 }
