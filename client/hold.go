@@ -7,6 +7,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
 	charonv1 "github.com/charonlimit/charon/api/charon/v1"
 )
 
@@ -289,7 +292,9 @@ func (h *Hold) Transfer(ctx context.Context, n int64, ttl time.Duration) (string
 
 // Close releases the copies the hold still has, within
 // Options.CloseTimeout. It is idempotent, and nil for a rejection, a local
-// hold, an empty hold, or a lost one (the server already released it).
+// hold, an empty hold, a lost one (the server already released it), or one
+// that is gone on the server (its copies all transferred, or released, by
+// another client, with its id): nothing is left to release.
 func (h *Hold) Close() error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -308,7 +313,7 @@ func (h *Hold) Close() error {
 	}})
 	h.copies.Store(0)
 	h.s.untrack(h)
-	if err != nil && !isLost(err) {
+	if err != nil && !isLost(err) && status.Code(err) != codes.NotFound {
 		return fmt.Errorf("client: close hold: %w", err)
 	}
 	return nil

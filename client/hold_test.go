@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	charonv1 "github.com/charonlimit/charon/api/charon/v1"
 	"github.com/charonlimit/charon/client"
 )
 
@@ -118,6 +119,28 @@ func TestReleaseAllThenClose(t *testing.T) {
 	}
 	if ids := f.holdIDs(); len(ids) != 0 || f.heldOf(copyKey) != 0 {
 		t.Errorf("server holds %v, held %d; want none", ids, f.heldOf(copyKey))
+	}
+}
+
+// TestCloseAfterTransferredAway: a hold whose copies were all transferred
+// by another client, with its id, is gone on the server: Close has
+// nothing to release and returns nil, not the release's NotFound.
+func TestCloseAfterTransferredAway(t *testing.T) {
+	f := newFake()
+	f.copyLimit[copyKey] = 5
+	conn, _ := serve(t, f)
+	c := client.New(conn, client.Options{})
+	defer c.Close()
+	ctx := context.Background()
+	h, err := c.Reserve(ctx, copyRes, 3, 3, 0)
+	if err != nil || !h.OK() {
+		t.Fatalf("reserve: %v", err)
+	}
+	if _, err := charonv1.NewCharonClient(conn).Transfer(ctx, &charonv1.TransferRequest{HoldId: h.ID()}); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Close(); err != nil {
+		t.Errorf("Close of a hold transferred away: %v, want nil", err)
 	}
 }
 

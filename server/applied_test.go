@@ -22,7 +22,8 @@ import (
 // version in force.
 func TestWaitForConfig(t *testing.T) {
 	eng := &fakeEngine{}
-	s, stop := newTestServer(t, Options{Engine: eng, WaitForConfig: true})
+	const waiting = "waiting for the first from the xDS server cp:1 (set by --config-xds)"
+	s, stop := newTestServer(t, Options{Engine: eng, WaitForConfig: true, WaitingFor: waiting})
 	defer stop()
 	conn := dial(t, s.GRPCAddr())
 	hc, rc := healthpb.NewHealthClient(conn), rlsv3.NewRateLimitServiceClient(conn)
@@ -44,10 +45,11 @@ func TestWaitForConfig(t *testing.T) {
 	if st := health(); st != healthpb.HealthCheckResponse_NOT_SERVING {
 		t.Errorf("store up, no config: %v, want NOT_SERVING", st)
 	}
-	if _, err := rc.ShouldRateLimit(ctx, req); status.Code(err) != codes.Unavailable {
-		t.Errorf("ShouldRateLimit before the first config: %v, want UNAVAILABLE", err)
+	// Both answers say what is awaited, from where, and so what to check.
+	if _, err := rc.ShouldRateLimit(ctx, req); status.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), "no configuration yet: "+waiting) {
+		t.Errorf("ShouldRateLimit before the first config: %v, want UNAVAILABLE saying %q", err, waiting)
 	}
-	if body, code := get(t, "http://"+s.HTTPAddr()+"/healthcheck"); code != 500 || !strings.Contains(body, "no configuration yet") {
+	if body, code := get(t, "http://"+s.HTTPAddr()+"/healthcheck"); code != 500 || !strings.HasPrefix(body, "no configuration yet: "+waiting) {
 		t.Errorf("/healthcheck before the first config: %d %q", code, body)
 	}
 

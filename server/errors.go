@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"errors"
+	"fmt"
 
 	"github.com/charonlimit/charon/copylog"
 	"github.com/charonlimit/charon/descriptors"
@@ -20,6 +21,15 @@ var errNoResponse = errors.New("server: engine returned no response")
 // errNoConfig answers a request while Options.WaitForConfig waits for the
 // first configuration.
 var errNoConfig = errors.New("server: no configuration yet")
+
+// noConfigError is errNoConfig saying what it waits for
+// (Options.WaitingFor).
+func noConfigError(waitingFor string) error {
+	if waitingFor == "" {
+		return errNoConfig
+	}
+	return fmt.Errorf("%w: %s", errNoConfig, waitingFor)
+}
 
 // grpcError maps an error from the decision path to a gRPC status error. It is
 // the only place where errors become gRPC codes.

@@ -189,6 +189,8 @@ func httpError(w http.ResponseWriter, err error) {
 	switch st.Code() {
 	case codes.InvalidArgument:
 		code = http.StatusBadRequest
+	case codes.NotFound:
+		code = http.StatusNotFound
 	case codes.Unavailable:
 		code = http.StatusServiceUnavailable
 	case codes.Unimplemented:

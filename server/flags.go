@@ -216,12 +216,13 @@ func (f *Flags) Apply(o *Options, log *slog.Logger) error {
 			return fmt.Errorf("--debug-token-file: %v", err)
 		}
 		if o.DebugToken = strings.TrimSpace(string(b)); o.DebugToken == "" {
-			return fmt.Errorf("--debug-token-file %s: empty", f.DebugTokenFile)
+			return fmt.Errorf("--debug-token-file %s: empty: write a token into it (e.g. openssl rand -hex 32 > %s)", f.DebugTokenFile, f.DebugTokenFile)
 		}
 	}
 	if host, _, err := net.SplitHostPort(f.DebugAddr); err == nil && f.Pprof && o.DebugToken == "" && !f.DebugTLS {
 		if ip := net.ParseIP(host); ip == nil || !ip.IsLoopback() {
-			log.Warn("--pprof on a debug port open beyond loopback with no --debug-token-file or --debug-tls", "debug_addr", f.DebugAddr)
+			log.Warn("--pprof on a debug port open beyond loopback with no --debug-token-file or --debug-tls: anyone who reaches it can profile the process; "+
+				"bind --debug-addr to 127.0.0.1, or set --debug-token-file or --debug-tls", "debug_addr", f.DebugAddr)
 		}
 	}
 	return nil

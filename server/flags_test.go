@@ -3,6 +3,9 @@ package server
 import (
 	"flag"
 	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -73,5 +76,29 @@ func TestListenersThatCoexist(t *testing.T) {
 		if err := f.Check(); err != nil {
 			t.Errorf("%v refused: %v", args, err)
 		}
+	}
+}
+
+// TestFlagsApplySaysWhatToDo: an empty token file and profiles open
+// beyond loopback say what to do, not only what is wrong.
+func TestFlagsApplySaysWhatToDo(t *testing.T) {
+	token := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(token, []byte(" \n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f := DefaultFlags()
+	f.DebugTokenFile = token
+	var o Options
+	if err := f.Apply(&o, slog.New(slog.DiscardHandler)); err == nil || !strings.Contains(err.Error(), "write a token into it (e.g. openssl rand -hex 32 > "+token+")") {
+		t.Errorf("empty token file: %v, want how to write one", err)
+	}
+	var logs strings.Builder
+	f = DefaultFlags()
+	f.DebugAddr, f.Pprof = "0.0.0.0:6070", true
+	if err := f.Apply(&o, slog.New(slog.NewTextHandler(&logs, nil))); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(logs.String(), "bind --debug-addr to 127.0.0.1, or set --debug-token-file or --debug-tls") {
+		t.Errorf("pprof beyond loopback logged %q, want the remedy", logs.String())
 	}
 }

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"cmp"
 	"crypto/subtle"
 	"errors"
 	"fmt"
@@ -131,7 +132,7 @@ func (s *Server) serveHealthcheck(w http.ResponseWriter, r *http.Request) {
 	if !s.serving() {
 		msg := "store unavailable"
 		if !s.configReady.Load() {
-			msg = "no configuration yet"
+			msg = strings.TrimPrefix(noConfigError(s.opts.WaitingFor).Error(), "server: ")
 		}
 		http.Error(w, msg, http.StatusInternalServerError)
 		return
@@ -142,8 +143,19 @@ func (s *Server) serveHealthcheck(w http.ResponseWriter, r *http.Request) {
 // serveJSON is envoyproxy/ratelimit's /json endpoint: the RateLimitRequest as
 // protojson in, the RateLimitResponse as protojson out, 429 when the overall
 // code is OVER_LIMIT. Bad JSON and invalid requests get 400, other failures
-// 500.
+// 500, another method than POST 405 with an example.
 func (s *Server) serveJSON(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodPost {
+		// A browser's or a bare curl's GET: say how to ask instead.
+		w.Header().Set("Allow", http.MethodPost)
+		scheme := "http"
+		if r.TLS != nil {
+			scheme = "https"
+		}
+		http.Error(w, "POST a RateLimitRequest as JSON, e.g.\n  curl -s -XPOST "+scheme+"://"+descriptors.Truncate(cmp.Or(r.Host, "HOST:PORT"))+
+			`/json -d '{"domain":"D","descriptors":[{"entries":[{"key":"K","value":"V"}]}]}'`+"\n(429 when OVER_LIMIT)", http.StatusMethodNotAllowed)
+		return
+	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxJSONBody))
 	if err != nil {
 		var tooBig *http.MaxBytesError

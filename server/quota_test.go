@@ -3,10 +3,12 @@ package server
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/url"
+	"strings"
 	"testing"
 	"testing/fstest"
 	"time"
@@ -14,6 +16,8 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/google/go-cmp/cmp"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/testing/protocmp"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -127,5 +131,49 @@ descriptors:
 	}}
 	if diff := cmp.Diff(wantRPC, resp, protocmp.Transform()); diff != "" {
 		t.Errorf("Usage call (-want +got):\n%s", diff)
+	}
+	// A descriptor no limit matches reads nothing: no time either.
+	if body, code := fetch(t, "GET", "http://"+s.HTTPAddr()+"/usage?domain=api&descriptor=other=x", "", ""); code != http.StatusOK ||
+		strings.Contains(body, `"at"`) || !strings.Contains(body, `"limits": []`) {
+		t.Errorf("GET /usage matching no limit: %d %s, want 200, no limits and no time", code, body)
+	}
+}
+
+// TestUsageUnknownDomain: the usage of a domain the configuration does not
+// have is NotFound (404 on /usage), naming it and the domains there are,
+// at most ten of them and how many more; not a usage of nothing at the
+// zero time.
+func TestUsageUnknownDomain(t *testing.T) {
+	files := fstest.MapFS{}
+	for i := range 12 {
+		files[fmt.Sprintf("d%02d.yaml", i)] = &fstest.MapFile{Data: []byte(fmt.Sprintf("domain: d%02d\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 5}\n", i))}
+	}
+	cfg, _, err := config.Load(files, config.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := memstore.New(memstore.Options{})
+	defer st.Close()
+	eng := engine.New(engine.Options{Store: st})
+	eng.SetTree(cfg.Tree)
+	s, stop := newTestServer(t, Options{Engine: eng})
+	defer stop()
+	const want = `domain "dO1" is not configured; configured: d00, d01, d02, d03, d04, d05, d06, d07, d08, d09 and 2 more`
+	body, code := fetch(t, "GET", "http://"+s.HTTPAddr()+"/usage?domain=dO1&descriptor=k=v", "", "")
+	if code != http.StatusNotFound || !strings.HasPrefix(body, want) {
+		t.Errorf("GET /usage of an unknown domain: %d %q, want 404 %q", code, body, want)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	_, err = charonv1.NewCharonClient(dial(t, s.GRPCAddr())).Usage(ctx, &charonv1.UsageRequest{Domain: "dO1",
+		Descriptors: []*charonv1.ExplainRequest_Descriptor{{Entries: []*charonv1.Entry{{Key: "k", Value: "v"}}}}})
+	if status.Code(err) != codes.NotFound || !strings.Contains(err.Error(), want) {
+		t.Errorf("Usage call of an unknown domain: %v, want NotFound %q", err, want)
+	}
+	// With no configuration at all, it says so.
+	eng.SetTree(nil)
+	if body, code := fetch(t, "GET", "http://"+s.HTTPAddr()+"/usage?domain=d00&descriptor=k=v", "", ""); code != http.StatusNotFound ||
+		!strings.Contains(body, `domain "d00" is not configured: the configuration has no domains`) {
+		t.Errorf("GET /usage with no configuration: %d %q", code, body)
 	}
 }

@@ -50,6 +50,9 @@ type rls struct {
 	// ready is false while Options.WaitForConfig waits for a first
 	// configuration: requests are answered UNAVAILABLE (nil: ready).
 	ready *atomic.Bool
+	// noConfig is the answer meanwhile (errNoConfig, with where the
+	// configuration is awaited from).
+	noConfig error
 	// attribution and attributionHeaders say which answers name their rule,
 	// in dynamic metadata and in headers; top tracks who is limited (nil:
 	// nothing).
@@ -72,7 +75,7 @@ func (s *rls) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) 
 
 func (s *rls) decide(ctx context.Context, now time.Time, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
 	if s.ready != nil && !s.ready.Load() {
-		return nil, s.fail(req, errNoConfig)
+		return nil, s.fail(req, s.noConfig)
 	}
 	ereq, err := toEngineRequest(req)
 	if err != nil {

@@ -83,6 +83,11 @@ type Options struct {
 	// decides meanwhile. Without it, the server serves with no
 	// configuration until then.
 	WaitForConfig bool
+	// WaitingFor, with WaitForConfig, says where the first configuration
+	// is awaited from and what to do meanwhile (which setting to check or
+	// change): it follows "no configuration yet" in the UNAVAILABLE answers
+	// and /healthcheck.
+	WaitingFor string
 
 	// ResponseHeaders adds RateLimit-Limit, RateLimit-Remaining and
 	// RateLimit-Reset to every response that has a limited status;
@@ -264,7 +269,7 @@ func New(opts Options) (*Server, error) {
 	}
 	s.rls = &rls{engine: opts.Engine, metrics: s.metrics, log: s.log, responseHeaders: opts.ResponseHeaders,
 		headerNames: opts.HeaderNames, shadowMode: opts.ShadowMode, dynamicMetadata: opts.DynamicMetadata, decisions: opts.DecisionLog,
-		ready:       &s.configReady,
+		ready: &s.configReady, noConfig: noConfigError(opts.WaitingFor),
 		attribution: opts.Attribution, attributionHeaders: opts.AttributionHeaders, top: opts.Top, candidate: opts.Candidate}
 	if opts.Top != nil {
 		// A Metrics shared by several servers has it already.

@@ -399,6 +399,22 @@ func TestJSONEndpoint(t *testing.T) {
 			t.Errorf("POST %s: got %d %q, want %d containing %q", tc.body, code, body, tc.code, tc.contains)
 		}
 	}
+	// Another method is told to POST, with a request to copy.
+	for _, method := range []string{"GET", "PUT"} {
+		req, err := http.NewRequest(method, url, nil)
+		must(t, err)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		want := "curl -s -XPOST " + url + ` -d '{"domain":`
+		if resp.StatusCode != http.StatusMethodNotAllowed || resp.Header.Get("Allow") != "POST" ||
+			!strings.HasPrefix(string(b), "POST a RateLimitRequest as JSON") || !strings.Contains(string(b), want) {
+			t.Errorf("%s /json: %d, Allow %q, %q; want 405, Allow POST, an example containing %q", method, resp.StatusCode, resp.Header.Get("Allow"), b, want)
+		}
+	}
 }
 
 func TestMetrics(t *testing.T) {

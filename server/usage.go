@@ -3,9 +3,15 @@ package server
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
+	"strings"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/charonlimit/charon/descriptors"
 	"github.com/charonlimit/charon/internal/engine"
 	"github.com/charonlimit/charon/tiers"
 )
@@ -13,7 +19,8 @@ import (
 // Usage is the answer of GET /usage: per matched limit of each descriptor,
 // how much of it is used and when it renews.
 type Usage struct {
-	At     time.Time    `json:"at"`
+	// At is when the state was read; absent when no limit matched.
+	At     time.Time    `json:"at,omitzero"`
 	Limits []UsageLimit `json:"limits"`
 }
 
@@ -39,10 +46,15 @@ type UsageLimit struct {
 }
 
 // usage reads, without changing anything, the usage of req's descriptors.
+// A domain the configuration does not have is an *unknownDomainError
+// (NotFound): a usage of nothing would look like a limit never used.
 func usage(ctx context.Context, ex Explainer, req *engine.Request) (*Usage, error) {
 	xs, err := ex.Explain(ctx, req)
 	if err != nil {
 		return nil, err
+	}
+	if len(xs) > 0 && xs[0].Reason == engine.ReasonUnknownDomain {
+		return nil, newUnknownDomainError(req.Domain, ex)
 	}
 	out := &Usage{Limits: []UsageLimit{}}
 	for i := range xs {
@@ -79,6 +91,54 @@ func usage(ctx context.Context, ex Explainer, req *engine.Request) (*Usage, erro
 		}
 	}
 	return out, nil
+}
+
+// maxDomainsNamed bounds the domains an unknownDomainError lists.
+const maxDomainsNamed = 10
+
+// unknownDomainError is usage's answer for a domain the configuration does
+// not have: NotFound, naming it and the first maxDomainsNamed domains
+// there are (when the explainer tells them).
+type unknownDomainError struct {
+	domain string
+	known  []string
+	more   int
+	listed bool
+}
+
+func newUnknownDomainError(domain string, ex Explainer) *unknownDomainError {
+	e := &unknownDomainError{domain: descriptors.Truncate(domain)}
+	t, ok := ex.(interface{ Tree() *descriptors.Tree })
+	if !ok {
+		return e
+	}
+	e.listed = true
+	ds := t.Tree().Domains()
+	for _, d := range ds[:min(len(ds), maxDomainsNamed)] {
+		e.known = append(e.known, d.Name)
+	}
+	e.more = len(ds) - len(e.known)
+	return e
+}
+
+func (e *unknownDomainError) Error() string {
+	msg := fmt.Sprintf("domain %q is not configured", e.domain)
+	switch {
+	case !e.listed:
+	case len(e.known) == 0:
+		msg += ": the configuration has no domains (GET /rlconfig on the debug port shows it)"
+	default:
+		msg += "; configured: " + strings.Join(e.known, ", ")
+		if e.more > 0 {
+			msg += fmt.Sprintf(" and %d more (GET /rlconfig on the debug port lists them)", e.more)
+		}
+	}
+	return msg
+}
+
+// GRPCStatus makes it NotFound for grpcError and httpError.
+func (e *unknownDomainError) GRPCStatus() *status.Status {
+	return status.New(codes.NotFound, e.Error())
 }
 
 // rateUsage is a rate policy's limit, use and window as a view shows them:

@@ -104,7 +104,7 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) in
 		case len(args) >= 2 && args[1] == "check":
 			err = runCheck(args[2:], getenv, stdout, stderr)
 		case len(args) >= 2 && args[1] == "diff":
-			err = runDiff(args[2:], getenv, stdout, stderr)
+			return diffExitCode(runDiff(args[2:], getenv, stdout, stderr), stderr)
 		default:
 			fmt.Fprintln(stderr, "usage: charon config check DIR [--dump] [--merge-domains] [--fixed-window]\n       charon config diff OLD NEW [--json]")
 			return 2

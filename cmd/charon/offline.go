@@ -60,8 +60,8 @@ func runCheck(args []string, getenv func(string) string, stdout, stderr io.Write
 		return fmt.Errorf("%w: config check takes one directory", errUsage)
 	}
 	dir := dirs[0]
-	if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
-		return fmt.Errorf("%s is not a readable directory", dir)
+	if err := readableDir(dir); err != nil {
+		return err
 	}
 	// The verdict and warnings are the output, unless --dump makes stdout
 	// the YAML of the configuration.

@@ -8,9 +8,11 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"strings"
 	"text/tabwriter"
@@ -24,8 +26,8 @@ import (
 // loadDir loads a configuration directory as serve would, printing its
 // problems to stderr.
 func loadDir(dir string, opts config.Options, stderr io.Writer) (*config.Config, error) {
-	if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
-		return nil, fmt.Errorf("%s is not a readable directory", dir)
+	if err := readableDir(dir); err != nil {
+		return nil, err
 	}
 	cfg, _, err := config.Load(config.DirFS(dir), opts)
 	if err != nil {
@@ -35,6 +37,22 @@ func loadDir(dir string, opts config.Options, stderr io.Writer) (*config.Config,
 		return nil, fmt.Errorf("%s: invalid configuration", dir)
 	}
 	return cfg, nil
+}
+
+// readableDir refuses, saying why, a configuration directory that is
+// missing, unreadable or a file.
+func readableDir(dir string) error {
+	fi, err := os.Stat(dir)
+	var pe *fs.PathError
+	switch {
+	case errors.As(err, &pe):
+		return fmt.Errorf("%s is not a readable directory: %v", dir, pe.Err)
+	case err != nil:
+		return fmt.Errorf("%s is not a readable directory: %v", dir, err)
+	case !fi.IsDir():
+		return fmt.Errorf("%s is not a readable directory but a file: give the directory that holds the configuration files", dir)
+	}
+	return nil
 }
 
 // parseInterspersed parses fs over args, flags before, between or after
@@ -56,7 +74,25 @@ func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
 	}
 }
 
-// runDiff prints the semantic difference of two configuration directories.
+// errDiffer is config diff's answer when the configurations differ,
+// printed already.
+var errDiffer = errors.New("the configurations differ")
+
+// diffExitCode is config diff's exit status, as diff(1)'s, so that a
+// script can tell: 0 when the configurations are the same, 1 when they
+// differ, 2 on trouble (a usage mistake, a directory that does not load).
+func diffExitCode(err error, stderr io.Writer) int {
+	switch {
+	case errors.Is(err, errDiffer):
+		return 1
+	case clientcmd.ExitCode(err, stderr) == 0:
+		return 0
+	}
+	return 2
+}
+
+// runDiff prints the semantic difference of two configuration directories;
+// errDiffer when there is one.
 func runDiff(args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	sc, _, err := serveEnv(getenv, stderr)
 	if err != nil {
@@ -67,6 +103,7 @@ func runDiff(args []string, getenv func(string) string, stdout, stderr io.Writer
 	loadFlags(fs, sc)
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: charon config diff OLD NEW [--json] [--merge-domains] [--fixed-window]")
+		fmt.Fprintln(stderr, "exit status, as diff(1)'s: 0 when the configurations are the same, 1 when they differ, 2 on trouble")
 		fs.PrintDefaults()
 	}
 	dirs, err := parseInterspersed(fs, args)
@@ -86,9 +123,15 @@ func runDiff(args []string, getenv func(string) string, stdout, stderr io.Writer
 	if *asJSON {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
-		return enc.Encode(d)
+		if err := enc.Encode(d); err != nil {
+			return err
+		}
+	} else {
+		writeDiff(stdout, d)
 	}
-	writeDiff(stdout, d)
+	if !d.Empty() {
+		return errDiffer
+	}
 	return nil
 }
 

@@ -33,11 +33,16 @@ func TestConfigDiff(t *testing.T) {
 		stdout string
 		stderr string
 	}{
-		{[]string{"config", "diff", a, b}, 0, "limit: 10 per 1s -> 5 per 1s", ""},
+		// As diff(1): 1 when they differ, 0 when not, 2 on trouble.
+		{[]string{"config", "diff", a, b}, 1, "limit: 10 per 1s -> 5 per 1s", ""},
 		{[]string{"config", "diff", a, a}, 0, "no difference", ""},
-		{[]string{"config", "diff", "--json", a, b}, 0, `"field": "limit"`, ""},
+		{[]string{"config", "diff", "--json", a, b}, 1, `"field": "limit"`, ""},
+		{[]string{"config", "diff", "--json", a, a}, 0, `{`, ""},
 		{[]string{"config", "diff", a}, 2, "", "two directories"},
-		{[]string{"config", "diff", a, bad}, 1, "", "x.yaml:"},
+		{[]string{"config", "diff", a, bad}, 2, "", "x.yaml:"},
+		{[]string{"config", "diff", a, "/nonexistent"}, 2, "", "/nonexistent is not a readable directory: no such file or directory"},
+		{[]string{"config", "diff", a, filepath.Join(a, "api.yaml")}, 2, "", "api.yaml is not a readable directory but a file: give the directory"},
+		{[]string{"config", "diff", "-h"}, 0, "", "usage: charon config diff"},
 	}
 	for _, tc := range tests {
 		var out, errb bytes.Buffer

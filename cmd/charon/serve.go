@@ -86,6 +86,9 @@ type serveConfig struct {
 	HeapFloorMiB            int
 	LogLevel                string
 	LogFormat               string
+
+	// from is where each flag set got its value, for messages.
+	from sources
 }
 
 // defaultConfigDir is the default of --config: empty (no configuration,
@@ -171,7 +174,7 @@ func envName(flagName string) string {
 
 // applyCharonEnv applies CHARON_<FLAG> variables by setting the flags
 // themselves, so they are parsed exactly like the flags.
-func applyCharonEnv(fs *flag.FlagSet, getenv func(string) string) error {
+func applyCharonEnv(fs *flag.FlagSet, getenv func(string) string, from *sources) error {
 	var err error
 	fs.VisitAll(func(f *flag.Flag) {
 		name := envName(f.Name)
@@ -179,6 +182,7 @@ func applyCharonEnv(fs *flag.FlagSet, getenv func(string) string) error {
 			if e := fs.Set(f.Name, v); e != nil {
 				err = fmt.Errorf("%w: %s=%q: %v", errUsage, name, v, e)
 			}
+			from.set(f.Name, name)
 		}
 	})
 	return err
@@ -206,8 +210,9 @@ func serveEnv(getenv func(string) string, stderr io.Writer) (*serveConfig, *flag
 		if err := fs.Set(f.Name, f.Value); err != nil {
 			return &c, nil, fmt.Errorf("%w: %s: %v", errUsage, f.From, err)
 		}
+		c.from.set(f.Name, f.From)
 	}
-	if err := applyCharonEnv(fs, getenv); err != nil {
+	if err := applyCharonEnv(fs, getenv, &c.from); err != nil {
 		return &c, nil, err
 	}
 	return &c, fs, nil
@@ -222,13 +227,14 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (se
 	if err := clientcmd.ParseFlags(fs, args); err != nil {
 		return *c, err
 	}
+	c.from.recordArgs(fs, args)
 	// The build's default directory (the image's examples) gives way to
 	// xDS; a directory asked for does not (check refuses both).
 	if c.XDS.On() && !flagSet(fs, "config") {
 		c.ConfigDir = ""
 	}
 	if err := c.check(); err != nil {
-		return *c, fmt.Errorf("%w: %v", errUsage, err)
+		return *c, fmt.Errorf("%w: %s", errUsage, c.from.blame(err))
 	}
 	return *c, nil
 }
@@ -244,7 +250,7 @@ func flagSet(fs *flag.FlagSet, name string) bool {
 // check refuses settings that cannot work, naming the flag.
 func (c *serveConfig) check() error {
 	if c.XDS.On() && c.ConfigDir != "" {
-		return errors.New("--config and --config-xds: the configuration comes from one source, a directory or an xDS server")
+		return c.configSources()
 	}
 	switch c.Store {
 	case "memory":
@@ -334,6 +340,7 @@ func serve(c serveConfig, args []string, log *slog.Logger) error {
 		}()
 	}
 	opts := server.Options{ConfigDir: c.ConfigDir, Logger: log, Tracing: c.Tracing.On, WaitForConfig: c.XDS.On() && !c.XDS.ForceStart}
+	opts.WaitingFor = c.waitingFor()
 	if err := c.Server.Apply(&opts, log); err != nil {
 		return err
 	}

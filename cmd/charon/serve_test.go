@@ -15,6 +15,7 @@ import (
 	"github.com/charonlimit/charon/internal/store/resilient"
 	"github.com/charonlimit/charon/internal/xdsconfig"
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 )
 
 func envOf(m map[string]string) func(string) string {
@@ -140,7 +141,7 @@ func TestParseServePrecedence(t *testing.T) {
 			if err != nil {
 				t.Fatalf("parseServe: %v", err)
 			}
-			if d := cmp.Diff(tc.want, got); d != "" {
+			if d := cmp.Diff(tc.want, got, cmpopts.IgnoreUnexported(serveConfig{})); d != "" {
 				t.Errorf("config (-want +got):\n%s", d)
 			}
 		})
@@ -202,6 +203,95 @@ func TestParseServeErrors(t *testing.T) {
 	_, err := parseServe([]string{"--store", "redis"}, envOf(nil), io.Discard)
 	if err == nil || !strings.Contains(err.Error(), "--redis-url") {
 		t.Errorf("redis store error %v does not ask for --redis-url", err)
+	}
+}
+
+// TestParseServeConfigSources: a directory and an xDS server both set
+// stop the start with an error that names where each came from (flag,
+// CHARON_* variable or envoyproxy/ratelimit's variables) and what to
+// change for either.
+func TestParseServeConfigSources(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		args []string
+		env  map[string]string
+		want []string
+	}{
+		{"two flags", []string{"--config", "/c", "--config-xds", "cp:18000"}, nil,
+			[]string{"/c is set by --config", "cp:18000 by --config-xds", "from xDS, drop --config;", "the directory, drop --config-xds"}},
+		{"CHARON_CONFIG", []string{"--config-xds=cp:18000"}, map[string]string{"CHARON_CONFIG": "/c"},
+			[]string{"/c is set by CHARON_CONFIG", "from xDS, unset CHARON_CONFIG;", "drop --config-xds"}},
+		{"RUNTIME_ROOT and RUNTIME_SUBDIRECTORY", []string{"--config-xds", "cp:18000"}, map[string]string{"RUNTIME_ROOT": "/data", "RUNTIME_SUBDIRECTORY": "rl"},
+			[]string{"/data/rl/config is set by RUNTIME_ROOT, RUNTIME_SUBDIRECTORY", "unset RUNTIME_ROOT, RUNTIME_SUBDIRECTORY", "CONFIG_TYPE=GRPC_XDS_SOTW"}},
+		{"RUNTIME_SUBDIRECTORY and CHARON_CONFIG_XDS", nil, map[string]string{"RUNTIME_SUBDIRECTORY": "rl", "CHARON_CONFIG_XDS": "cp:18000"},
+			[]string{"set by RUNTIME_SUBDIRECTORY", "cp:18000 by CHARON_CONFIG_XDS", "unset RUNTIME_SUBDIRECTORY", "the directory, unset CHARON_CONFIG_XDS"}},
+		{"a flag over a variable is the flag's", []string{"--config", "/f", "--config-xds", "cp:18000"}, map[string]string{"CHARON_CONFIG": "/c"},
+			[]string{"/f is set by --config", "drop --config;"}},
+		{"CHARON_CONFIG and envoyproxy/ratelimit's xDS", nil, map[string]string{"CHARON_CONFIG": "/c", "CONFIG_TYPE": "GRPC_XDS_SOTW"},
+			[]string{"localhost:18000 by CONFIG_TYPE=GRPC_XDS_SOTW", "unset CHARON_CONFIG", "the directory, unset CONFIG_TYPE"}},
+	} {
+		_, err := parseServe(tc.args, envOf(tc.env), io.Discard)
+		if err == nil {
+			t.Errorf("%s: no error", tc.name)
+			continue
+		}
+		for _, w := range tc.want {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("%s: %q does not say %q", tc.name, err, w)
+			}
+		}
+	}
+}
+
+// TestParseServeErrorsNameTheVariable: a refused value that came from a
+// variable says which, not only the flag it stands for.
+func TestParseServeErrorsNameTheVariable(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		env  map[string]string
+		want string
+	}{
+		{nil, map[string]string{"CHARON_MAX_KEYS": "0"}, "--max-keys must be at least 1 (--max-keys is CHARON_MAX_KEYS)"},
+		{nil, map[string]string{"NEAR_LIMIT_RATIO": "2"}, "--near-limit-ratio 2: want more than 0, at most 1 (--near-limit-ratio is NEAR_LIMIT_RATIO)"},
+		{nil, map[string]string{"CHARON_SHUTDOWN_TIMEOUT": "0s", "CHARON_TOP_K": "2000"},
+			"--shutdown-timeout must be positive (--shutdown-timeout is CHARON_SHUTDOWN_TIMEOUT)\n--top-k 2000: want 0 to 1024 (--top-k is CHARON_TOP_K)"},
+		{[]string{"--max-keys", "0"}, map[string]string{"CHARON_MAX_KEYS": "5"}, "--max-keys must be at least 1"},
+	} {
+		_, err := parseServe(tc.args, envOf(tc.env), io.Discard)
+		if err == nil || !strings.HasSuffix(err.Error(), tc.want) {
+			t.Errorf("%v %v: %v, want it to end %q", tc.args, tc.env, err, tc.want)
+		}
+	}
+}
+
+// TestWaitingFor: before the first configuration from xDS, the answers
+// say which server is awaited, which setting named it, and how to serve
+// meanwhile, in the words of the settings used.
+func TestWaitingFor(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		args []string
+		env  map[string]string
+		want []string
+	}{
+		{"flag", []string{"--config-xds", "cp:18000", "--config-xds-node-id", "rl"}, nil,
+			[]string{"xDS server cp:18000 (set by --config-xds, node id \"rl\")", "start with --config-xds-force-start"}},
+		{"CHARON_CONFIG_XDS", nil, map[string]string{"CHARON_CONFIG_XDS": "cp:18000"},
+			[]string{"(set by CHARON_CONFIG_XDS,", "--config-xds-force-start"}},
+		{"envoyproxy/ratelimit's default server", nil, map[string]string{"CONFIG_TYPE": "GRPC_XDS_SOTW"},
+			[]string{"xDS server localhost:18000 (set by CONFIG_TYPE=GRPC_XDS_SOTW,", "FORCE_START_WITHOUT_INITIAL_CONFIG=true"}},
+		{"envoyproxy/ratelimit's server URL", nil, map[string]string{"CONFIG_TYPE": "GRPC_XDS_SOTW", "CONFIG_GRPC_XDS_SERVER_URL": "cp:1"},
+			[]string{"cp:1 (set by CONFIG_GRPC_XDS_SERVER_URL,", "FORCE_START_WITHOUT_INITIAL_CONFIG=true"}},
+	} {
+		c, err := parseServe(tc.args, envOf(tc.env), io.Discard)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		for _, w := range tc.want {
+			if got := c.waitingFor(); !strings.Contains(got, w) {
+				t.Errorf("%s: %q does not say %q", tc.name, got, w)
+			}
+		}
 	}
 }
 

@@ -5,11 +5,14 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"os"
 	"os/signal"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"text/tabwriter"
@@ -64,14 +67,13 @@ func Top(args []string, stdout, stderr io.Writer) error {
 	if *rule != "" {
 		q.Set("rule", *rule)
 	}
-	var urls []string
-	for _, a := range strings.Split(*addrs, ",") {
-		if a = strings.TrimSpace(a); a != "" {
-			urls = append(urls, scheme+"://"+a+"/top?"+q.Encode())
-		}
+	replicas, err := topAddrs(*addrs)
+	if err != nil {
+		return err
 	}
-	if len(urls) == 0 {
-		return fmt.Errorf("%w: --addr is empty", ErrUsage)
+	var urls []string
+	for _, a := range replicas {
+		urls = append(urls, scheme+"://"+a+"/top?"+q.Encode())
 	}
 	fetchAll := func() (offenders.Answer, error) {
 		answers := make([]offenders.Answer, len(urls))
@@ -115,6 +117,42 @@ func Top(args []string, stdout, stderr io.Writer) error {
 		case <-time.After(*interval):
 		}
 	}
+}
+
+// topAddrs returns the replicas of --addr, each HOST:PORT normalised
+// (host in lower case, an IP address in its canonical form, the port a
+// plain number). A replica named twice would have its counts added twice
+// to the merge: it is refused, naming it.
+func topAddrs(list string) ([]string, error) {
+	var out []string
+	first := map[string]string{}
+	for _, a := range strings.Split(list, ",") {
+		if a = strings.TrimSpace(a); a == "" {
+			continue
+		}
+		host, port, err := net.SplitHostPort(a)
+		if err != nil {
+			return nil, fmt.Errorf("%w: --addr %q: want HOST:PORT (the debug port, e.g. localhost:6070)", ErrUsage, a)
+		}
+		n, err := strconv.ParseUint(port, 10, 16)
+		if err != nil {
+			return nil, fmt.Errorf("%w: --addr %q: %q is not a port number", ErrUsage, a, port)
+		}
+		host = strings.ToLower(host)
+		if ip, err := netip.ParseAddr(host); err == nil {
+			host = ip.String()
+		}
+		norm := net.JoinHostPort(host, strconv.FormatUint(n, 10))
+		if prev, ok := first[norm]; ok {
+			return nil, fmt.Errorf("%w: --addr names %s twice (%q and %q): its counts would be added twice; name each replica once", ErrUsage, norm, prev, a)
+		}
+		first[norm] = a
+		out = append(out, norm)
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("%w: --addr is empty: give the debug port of each replica, HOST:PORT,HOST:PORT", ErrUsage)
+	}
+	return out, nil
 }
 
 func fetchTop(hc *http.Client, u, token string, out *offenders.Answer) error {

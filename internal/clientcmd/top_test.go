@@ -3,6 +3,7 @@ package clientcmd
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -98,5 +99,43 @@ func writeFile(t *testing.T, path, content string) {
 	t.Helper()
 	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestTopAddrs: --addr names each replica once: the same debug port
+// twice, however written, is refused naming it, since its counts would be
+// merged twice; so are an address without a port and an empty list.
+func TestTopAddrs(t *testing.T) {
+	for _, tc := range []struct {
+		list    string
+		want    []string
+		wantErr string
+	}{
+		{"localhost:6070", []string{"localhost:6070"}, ""},
+		{" a:1 , b:2,", []string{"a:1", "b:2"}, ""},
+		{"[::1]:6070,127.0.0.1:6070", []string{"[::1]:6070", "127.0.0.1:6070"}, ""},
+		{"a:1,a:1", nil, "--addr names a:1 twice"},
+		{"Host:6070,host:06070", nil, "--addr names host:6070 twice"},
+		{"[0:0::1]:1,[::1]:1", nil, "--addr names [::1]:1 twice"},
+		{"a", nil, `--addr "a": want HOST:PORT`},
+		{"a:http", nil, `"http" is not a port number`},
+		{" , ", nil, "--addr is empty"},
+	} {
+		got, err := topAddrs(tc.list)
+		if tc.wantErr != "" {
+			if !errors.Is(err, ErrUsage) || !strings.Contains(err.Error(), tc.wantErr) {
+				t.Errorf("%q: %v, want a usage error with %q", tc.list, err, tc.wantErr)
+			}
+			continue
+		}
+		if err != nil {
+			t.Errorf("%q: %v", tc.list, err)
+		} else if diff := cmp.Diff(tc.want, got); diff != "" {
+			t.Errorf("%q (-want +got):\n%s", tc.list, diff)
+		}
+	}
+	var out, errOut bytes.Buffer
+	if code := ExitCode(Top([]string{"--addr", "a:1,a:1", "--once"}, &out, &errOut), &errOut); code != 2 || !strings.Contains(errOut.String(), "a:1 twice") {
+		t.Errorf("charon top --addr a:1,a:1: exit %d, %q; want 2 naming a:1", code, errOut.String())
 	}
 }

@@ -44,7 +44,10 @@ type Settings struct {
 	LogLevel, LogFormat string
 }
 
-// Flag is one flag value and the variable it comes from.
+// Flag is one flag value and the variable it comes from: From names
+// every variable that made it, joined by ", " ("RUNTIME_ROOT,
+// RUNTIME_SUBDIRECTORY"), or CONFIG_TYPE=GRPC_XDS_SOTW for the xDS
+// server's default address.
 type Flag struct {
 	Name, Value, From string
 }
@@ -74,13 +77,21 @@ func read(s *Settings, getenv func(string) string) error {
 	xds := strings.EqualFold(getenv("CONFIG_TYPE"), "GRPC_XDS_SOTW")
 	root, sub, app := getenv("RUNTIME_ROOT"), getenv("RUNTIME_SUBDIRECTORY"), getenv("RUNTIME_APPDIRECTORY")
 	if !xds && (root != "" || sub != "" || app != "") {
+		// From names every variable set, for messages to name what to
+		// unset.
+		var from []string
+		for _, v := range []struct{ name, value string }{{"RUNTIME_ROOT", root}, {"RUNTIME_SUBDIRECTORY", sub}, {"RUNTIME_APPDIRECTORY", app}} {
+			if v.value != "" {
+				from = append(from, v.name)
+			}
+		}
 		if root == "" {
 			root = lyftRuntimeRoot
 		}
 		if app == "" {
 			app = lyftAppDir
 		}
-		s.set("config", filepath.Join(root, sub, app), "RUNTIME_ROOT")
+		s.set("config", filepath.Join(root, sub, app), strings.Join(from, ", "))
 	}
 	if err := check(getenv); err != nil {
 		return err
@@ -190,7 +201,11 @@ func read(s *Settings, getenv func(string) string) error {
 // interceptor that has no retries (that library's default), so it has
 // none there either.
 func readXDS(s *Settings, getenv func(string) string) error {
-	s.set("config-xds", cmp.Or(getenv("CONFIG_GRPC_XDS_SERVER_URL"), "localhost:18000"), "CONFIG_GRPC_XDS_SERVER_URL")
+	if v := getenv("CONFIG_GRPC_XDS_SERVER_URL"); v != "" {
+		s.set("config-xds", v, "CONFIG_GRPC_XDS_SERVER_URL")
+	} else {
+		s.set("config-xds", "localhost:18000", "CONFIG_TYPE=GRPC_XDS_SOTW")
+	}
 	for _, m := range []struct{ env, flag, def string }{
 		{"CONFIG_GRPC_XDS_NODE_ID", "config-xds-node-id", ""},
 		{"CONFIG_GRPC_XDS_NODE_METADATA", "config-xds-node-metadata", ""},

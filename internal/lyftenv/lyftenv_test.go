@@ -21,7 +21,9 @@ func TestRead(t *testing.T) {
 	}{
 		{"nothing", nil, nil},
 		{"runtime root", map[string]string{"RUNTIME_ROOT": "/data", "RUNTIME_SUBDIRECTORY": "ratelimit"},
-			[]lyftenv.Flag{{"config", "/data/ratelimit/config", "RUNTIME_ROOT"}}},
+			[]lyftenv.Flag{{"config", "/data/ratelimit/config", "RUNTIME_ROOT, RUNTIME_SUBDIRECTORY"}}},
+		{"runtime subdirectory alone", map[string]string{"RUNTIME_SUBDIRECTORY": "ratelimit"},
+			[]lyftenv.Flag{{"config", "/srv/runtime_data/current/ratelimit/config", "RUNTIME_SUBDIRECTORY"}}},
 		{"ports", map[string]string{"GRPC_PORT": "9000", "DEBUG_PORT": "7000"},
 			[]lyftenv.Flag{{"grpc-addr", ":9000", "GRPC_PORT"}, {"debug-addr", "127.0.0.1:7000", "DEBUG_PORT"}}},
 		{"sentinel over TLS", map[string]string{"REDIS_URL": "mymaster,h1:26379,h2:26379", "REDIS_TYPE": "SENTINEL", "REDIS_TLS": "true"},
@@ -89,7 +91,7 @@ func TestRead(t *testing.T) {
 			[]lyftenv.Flag{{"metrics-addr", ":9090", "USE_PROMETHEUS"}, {"metrics-path", "/metrics", "PROMETHEUS_PATH"},
 				{"metrics-mapping", "m.yaml", "PROMETHEUS_MAPPER_YAML"}}},
 		{"xDS with envoyproxy/ratelimit's defaults; RUNTIME_* have no effect then", map[string]string{"CONFIG_TYPE": "GRPC_XDS_SOTW", "RUNTIME_ROOT": "/data"},
-			[]lyftenv.Flag{{"config-xds", "localhost:18000", "CONFIG_GRPC_XDS_SERVER_URL"}, {"config-xds-backoff-initial", "10s", "XDS_CLIENT_BACKOFF_INITIAL_INTERVAL"},
+			[]lyftenv.Flag{{"config-xds", "localhost:18000", "CONFIG_TYPE=GRPC_XDS_SOTW"}, {"config-xds-backoff-initial", "10s", "XDS_CLIENT_BACKOFF_INITIAL_INTERVAL"},
 				{"config-xds-backoff-factor", "0.5", "XDS_CLIENT_BACKOFF_RANDOM_FACTOR"}}},
 		{"xDS, every variable", map[string]string{"CONFIG_TYPE": "grpc_xds_sotw", "CONFIG_GRPC_XDS_SERVER_URL": "cp:18000",
 			"CONFIG_GRPC_XDS_NODE_ID": "rl", "CONFIG_GRPC_XDS_NODE_METADATA": "zone=a,team=b", "CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS": "authorization:Bearer x",
@@ -108,7 +110,7 @@ func TestRead(t *testing.T) {
 				{"config-xds-tls-ca", "ca.pem", "CONFIG_GRPC_XDS_SERVER_TLS_CACERT"}, {"config-xds-tls-server-name", "cp.example", "CONFIG_GRPC_XDS_SERVER_TLS_SAN"}}},
 		{"xDS TLS files without CONFIG_GRPC_XDS_SERVER_USE_TLS have no effect, as there", map[string]string{"CONFIG_TYPE": "GRPC_XDS_SOTW",
 			"CONFIG_GRPC_XDS_SERVER_TLS_CACERT": "ca.pem", "XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES": "0"},
-			[]lyftenv.Flag{{"config-xds", "localhost:18000", "CONFIG_GRPC_XDS_SERVER_URL"}, {"config-xds-backoff-initial", "10s", "XDS_CLIENT_BACKOFF_INITIAL_INTERVAL"},
+			[]lyftenv.Flag{{"config-xds", "localhost:18000", "CONFIG_TYPE=GRPC_XDS_SOTW"}, {"config-xds-backoff-initial", "10s", "XDS_CLIENT_BACKOFF_INITIAL_INTERVAL"},
 				{"config-xds-backoff-factor", "0.5", "XDS_CLIENT_BACKOFF_RANDOM_FACTOR"}}},
 		{"xDS variables without CONFIG_TYPE=GRPC_XDS_SOTW have no effect, as there", map[string]string{"CONFIG_GRPC_XDS_SERVER_URL": "cp:18000",
 			"FORCE_START_WITHOUT_INITIAL_CONFIG": "true", "RUNTIME_ROOT": "/data"},
@@ -219,7 +221,7 @@ func TestEveryVariableHasADisposition(t *testing.T) {
 func TestRefusals(t *testing.T) {
 	for env, want := range map[string]string{
 		"USE_DOG_STATSD":  "DogStatsD",
-		"REDIS_PERSECOND": "per-second", "PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS": "seconds",
+		"REDIS_PERSECOND": "per-second", "PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS": "seconds only: set it to false (or unset it)",
 	} {
 		if _, err := lyftenv.Read(envOf(map[string]string{env: "true"})); err == nil || !strings.Contains(err.Error(), env+`="true"`) || !strings.Contains(err.Error(), want) {
 			t.Errorf("%s=true: %v, want a refusal naming it and %q", env, err, want)
@@ -232,6 +234,23 @@ func TestRefusals(t *testing.T) {
 		"CACHE_KEY_PREFIX": "p", "DISABLE_STATS": "maybe"} {
 		if _, err := lyftenv.Read(envOf(map[string]string{env: v})); err == nil || !strings.Contains(err.Error(), env) {
 			t.Errorf("%s=%s: %v, want a refusal naming it", env, v, err)
+		}
+	}
+}
+
+// TestRefusalsNameARemedy: every refusal of a value says what to set
+// instead (or to unset the variable), not only why.
+func TestRefusalsNameARemedy(t *testing.T) {
+	remedies := []string{"unset it", "set it to false", "use ", "want ", "instead"}
+	for _, env := range []string{"USE_DOG_STATSD", "EXTRA_TAGS", "USE_DOG_STATSD_MOGRIFIERS", "PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS",
+		"REDIS_PERSECOND", "REDIS_SENTINEL_AUTH", "CACHE_KEY_PREFIX", "GRPC_UDS", "CONFIG_TYPE"} {
+		_, err := lyftenv.Read(envOf(map[string]string{env: "true"}))
+		if err == nil {
+			t.Errorf("%s=true: accepted, want a refusal", env)
+			continue
+		}
+		if !slices.ContainsFunc(remedies, func(r string) bool { return strings.Contains(err.Error(), r) }) {
+			t.Errorf("%s=true: %q names no remedy (one of %q)", env, err, remedies)
 		}
 	}
 }

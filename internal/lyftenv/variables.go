@@ -17,6 +17,11 @@ import (
 // value asking for what Charon does not do is refused at start, naming the
 // variable and why. Nothing is ignored silently: README.md lists them all.
 
+// responseTimeSeconds is why PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS=true
+// is refused, and what to do instead.
+const responseTimeSeconds = "Charon serves ratelimit_service_response_time_seconds in seconds only: set it to false (or unset it) " +
+	"and multiply by 1000 where a dashboard or alert reads milliseconds; beside PROMETHEUS_MAPPER_YAML it has no effect, as in envoyproxy/ratelimit"
+
 // refusal checks one variable's value (set, not empty); nil accepts it.
 type refusal func(v string) error
 
@@ -119,13 +124,13 @@ var variables = map[string]refusal{
 	"REDIS_STARTUP_MAX_ELAPSED_TIME":          nil,
 
 	// What Charon does not do: accepted off, refused on.
-	"USE_DOG_STATSD":                           onlyOff("DogStatsD tags are not supported: USE_STATSD sends plain statsd"),
-	"EXTRA_TAGS":                               notSet("statsd tags are not supported: the stats carry their names only"),
-	"USE_DOG_STATSD_MOGRIFIERS":                notSet("DogStatsD mogrifiers are not supported"),
-	"PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS": onlyOff("ratelimit_service_response_time_seconds is in seconds"),
-	"REDIS_PERSECOND":                          onlyOff("a second Redis for per-second limits is not supported: every limit uses REDIS_URL"),
+	"USE_DOG_STATSD":                           onlyOff("DogStatsD tags are not supported: set it to false (or unset it); USE_STATSD sends plain statsd"),
+	"EXTRA_TAGS":                               notSet("statsd tags are not supported, the stats carry their names only: unset it"),
+	"USE_DOG_STATSD_MOGRIFIERS":                notSet("DogStatsD mogrifiers are not supported: unset it"),
+	"PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS": onlyOff(responseTimeSeconds),
+	"REDIS_PERSECOND":                          onlyOff("a second Redis for per-second limits is not supported: set it to false (or unset it); every limit uses REDIS_URL"),
 	"REDIS_SENTINEL_AUTH":                      notSet("put the Sentinels' password in the URL instead: CHARON_REDIS_URL=redis-sentinel://host:port/master?sentinel_password=..."),
-	"CACHE_KEY_PREFIX":                         notSet("Charon's Redis keys have their own layout under charon:, whatever the prefix"),
+	"CACHE_KEY_PREFIX":                         notSet("Charon's Redis keys have their own layout under charon:, whatever the prefix: unset it"),
 
 	// No effect with the settings above off, in envoyproxy/ratelimit too.
 	"REDIS_PERSECOND_SOCKET_TYPE": nil, "REDIS_PERSECOND_TYPE": nil, "REDIS_PERSECOND_URL": nil, "REDIS_PERSECOND_POOL_SIZE": nil,

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"time"
 
@@ -29,8 +30,11 @@ func CallError(err error) error {
 // Run runs op (a reserve or a seize) on a new Session stream of c, prints
 // the hold to stdout, waits until sigCtx ends or holdFor (0: until sigCtx
 // ends) has passed, then releases what is left of the hold and closes the
-// stream (which releases it anyway). Every call waits at most timeout for
-// its answer. ok is false when the reserve was rejected (printed).
+// stream (which releases it anyway). A hold that is gone meanwhile (its
+// copies all transferred, or released by another client), seen by a
+// keep-alive every checkEvery, ends the wait with nothing to release: said
+// on stdout, not an error. Every call waits at most timeout for its
+// answer. ok is false when the reserve was rejected (printed).
 func Run(sigCtx context.Context, c charonv1.CharonClient, op *charonv1.SessionRequest, holdFor, timeout time.Duration, stdout io.Writer) (ok bool, err error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel() // ends the stream: the server releases the session's holds
@@ -59,6 +63,9 @@ func Run(sigCtx context.Context, c charonv1.CharonClient, op *charonv1.SessionRe
 			}
 		}
 	}()
+	// ended is the stream's end once a call has read it (the reader then
+	// sends nothing more).
+	var ended error
 	call := func(req *charonv1.SessionRequest) (*charonv1.SessionResponse, error) {
 		req.Id++
 		if err := st.Send(req); err != nil {
@@ -68,6 +75,7 @@ func Run(sigCtx context.Context, c charonv1.CharonClient, op *charonv1.SessionRe
 		select {
 		case m = <-msgs:
 			if m.err != nil {
+				ended = m.err
 				return nil, CallError(m.err)
 			}
 		case <-time.After(timeout):
@@ -91,10 +99,8 @@ func Run(sigCtx context.Context, c charonv1.CharonClient, op *charonv1.SessionRe
 		}
 		holdID = r.Reserve.GetHoldId()
 	case *charonv1.SessionResponse_Seize:
-		s := r.Seize
-		fmt.Fprintf(stdout, "hold %s\nseized %d copies (fencing token %d)\nresource %s domain %q groups %s\n",
-			s.GetHoldId(), s.GetCopies(), s.GetFencingToken(), s.GetTarget().GetResource(), s.GetTarget().GetDomain(), strings.Join(s.GetGroups(), ","))
-		holdID = s.GetHoldId()
+		printSeize(stdout, r.Seize)
+		holdID = r.Seize.GetHoldId()
 	default:
 		return false, fmt.Errorf("unexpected answer %v", resp)
 	}
@@ -107,32 +113,94 @@ func Run(sigCtx context.Context, c charonv1.CharonClient, op *charonv1.SessionRe
 	} else {
 		fmt.Fprintln(stdout, "holding until interrupted")
 	}
-	select {
-	case <-until:
-	case <-sigCtx.Done():
-	case m := <-msgs:
-		// Nothing was asked: the session ended (the server stopped, or
-		// dropped a client that did not answer its pings).
-		err := m.err
-		if err == nil {
-			err = fmt.Errorf("unexpected message %v", m.resp)
+	// Every checkEvery, a keep-alive of the stream's holds says whether
+	// the hold is still there: once its copies are all transferred away
+	// (or released by another client), there is nothing left to hold and
+	// the holder ends.
+	check := time.NewTicker(checkEvery)
+	defer check.Stop()
+wait:
+	for {
+		select {
+		case <-until:
+			break wait
+		case <-sigCtx.Done():
+			break wait
+		case <-check.C:
+			r, err := call(&charonv1.SessionRequest{Operation: &charonv1.SessionRequest_KeepAlive{KeepAlive: &charonv1.KeepAliveRequest{}}})
+			if checked != nil {
+				checked()
+			}
+			switch {
+			case err == nil && r.GetKeepAlive().GetHolds() == 0:
+				fmt.Fprintf(stdout, "hold %s is gone: %s; nothing left to hold\n", holdID, goneWhy)
+				st.CloseSend()
+				return true, nil
+			case ended != nil:
+				return true, sessionEnded(stdout, ended)
+			}
+			// Another failed check changes nothing: a stream that ends
+			// is read next.
+		case m := <-msgs:
+			if m.err == nil && m.resp.GetKeepAlive() != nil {
+				continue // a check's answer that came after its time limit
+			}
+			// Nothing was asked: the session ended (the server stopped, or
+			// dropped a client that did not answer its pings).
+			err := m.err
+			if err == nil {
+				err = fmt.Errorf("unexpected message %v", m.resp)
+			}
+			return true, sessionEnded(stdout, err)
 		}
-		fmt.Fprintln(stdout, "the session ended; the server released the hold:", CallError(err))
-		return true, fmt.Errorf("%w: %v", ErrSessionEnded, CallError(err))
 	}
 	rel, err := call(&charonv1.SessionRequest{Id: op.Id, Operation: &charonv1.SessionRequest_Release{Release: &charonv1.ReleaseRequest{HoldId: holdID}}})
 	switch {
 	case err == nil:
 		fmt.Fprintf(stdout, "released %d copies\n", rel.GetRelease().GetReleased())
 	case strings.HasPrefix(err.Error(), "NotFound"):
-		// Released, transferred or lapsed meanwhile.
-		fmt.Fprintln(stdout, "nothing left to release:", err)
+		// Gone since the last check.
+		fmt.Fprintf(stdout, "hold %s is gone: %s; nothing left to release\n", holdID, goneWhy)
 	default:
 		// Closing the stream releases the hold anyway.
 		fmt.Fprintln(stdout, "release failed; closing the session releases the hold:", err)
 	}
 	st.CloseSend()
 	return true, nil
+}
+
+// checkEvery is how often a holder asks whether its hold is still there.
+var checkEvery = 5 * time.Second
+
+// checked, when set (by tests), is called after each check.
+var checked func()
+
+// goneWhy is why a hold of a live session can be gone.
+const goneWhy = "its copies were all transferred (charon transfer) or released by another client (charon release)"
+
+// printSeize prints a seize answer: the hold, and the groups its copies
+// count against when they are any.
+func printSeize(w io.Writer, s *charonv1.SeizeResponse) {
+	fmt.Fprintf(w, "hold %s\nseized %d copies (fencing token %d)\nresource %s domain %q", s.GetHoldId(), s.GetCopies(), s.GetFencingToken(),
+		s.GetTarget().GetResource(), s.GetTarget().GetDomain())
+	if gs := s.GetGroups(); len(gs) > 0 {
+		fmt.Fprintf(w, " groups %s", strings.Join(gs, ","))
+	}
+	if now := s.GetCurrentGroups(); !slices.Equal(now, s.GetGroups()) {
+		if len(now) == 0 {
+			fmt.Fprint(w, " (the domain is in no group now)")
+		} else {
+			fmt.Fprintf(w, " (the domain's groups now: %s)", strings.Join(now, ","))
+		}
+	}
+	fmt.Fprintln(w)
+}
+
+// sessionEnded says that the server ended the session while the hold
+// waited, and returns ErrSessionEnded with why.
+func sessionEnded(stdout io.Writer, err error) error {
+	fmt.Fprintln(stdout, "the session ended; the server released the hold:", CallError(err))
+	return fmt.Errorf("%w: %v", ErrSessionEnded, CallError(err))
 }
 
 // ErrSessionEnded reports that the server ended the session while the

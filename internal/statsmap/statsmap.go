@@ -1,9 +1,11 @@
 package statsmap
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"os"
+	"strings"
 	"sync"
 	"time"
 
@@ -60,9 +62,16 @@ func New(yaml string, logger *slog.Logger) (*Sink, error) {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	m := &mapper.MetricMapper{Logger: logger}
+	var overlapping []string
+	m := &mapper.MetricMapper{Logger: slog.New(&backtrackNotes{next: logger.Handler(), rules: &overlapping})}
 	if err := m.InitFromYAMLString(yaml); err != nil {
 		return nil, err
+	}
+	m.Logger = logger
+	if len(overlapping) > 0 {
+		logger.Info("metrics mapping: some glob rules overlap others, so statsd_exporter's mapper backtracks to match them "+
+			"(its 'backtracking required' warning): some more work per stat mapped, on the exporter's goroutine, "+
+			"never a different series; nothing to do", "rules", overlapping)
 	}
 	reg := prometheus.NewRegistry()
 	// statsd_exporter's own accounting, under its names, as
@@ -186,4 +195,46 @@ func (s *Sink) Close() error {
 	s.sendMu.Unlock()
 	<-s.done
 	return nil
+}
+
+// backtrackMessage starts the warning statsd_exporter's mapper logs once
+// per glob rule that another rule of its length overlaps.
+const backtrackMessage = "backtracking required"
+
+// backtrackNotes is the mapper's log handler while it loads a mapping: it
+// keeps the rules of its backtracking warnings, which a sound mapping such
+// as Envoy Gateway's own raises on every start (seven lines that read as a
+// fault), for New to say once what they mean; every other record goes on
+// to next.
+type backtrackNotes struct {
+	next  slog.Handler
+	rules *[]string
+}
+
+func (h *backtrackNotes) Enabled(ctx context.Context, l slog.Level) bool {
+	return l == slog.LevelWarn || h.next.Enabled(ctx, l)
+}
+
+func (h *backtrackNotes) Handle(ctx context.Context, r slog.Record) error {
+	if strings.HasPrefix(r.Message, backtrackMessage) {
+		r.Attrs(func(a slog.Attr) bool {
+			if a.Key == "match" {
+				*h.rules = append(*h.rules, a.Value.String())
+			}
+			return true
+		})
+		return nil
+	}
+	if !h.next.Enabled(ctx, r.Level) {
+		return nil
+	}
+	return h.next.Handle(ctx, r)
+}
+
+func (h *backtrackNotes) WithAttrs(as []slog.Attr) slog.Handler {
+	return &backtrackNotes{next: h.next.WithAttrs(as), rules: h.rules}
+}
+
+func (h *backtrackNotes) WithGroup(name string) slog.Handler {
+	return &backtrackNotes{next: h.next.WithGroup(name), rules: h.rules}
 }

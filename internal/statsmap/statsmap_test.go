@@ -1,7 +1,9 @@
 package statsmap
 
 import (
+	"encoding/json"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
@@ -205,5 +207,58 @@ func TestClosed(t *testing.T) {
 	s.Timing("ratelimit_server.ShouldRateLimit.response_time", time.Millisecond)
 	if _, err := s.Gather(); err != nil {
 		t.Errorf("Gather after Close: %v", err)
+	}
+}
+
+// TestBacktrackingSaidOnce: Envoy Gateway's own mapping makes
+// statsd_exporter's mapper warn "backtracking required" once per
+// overlapping glob rule, seven lines on every start that read as a fault;
+// New says instead, once and at INFO, what they mean (nothing to do), with
+// the rules. Its other warnings still pass as they are.
+func TestBacktrackingSaidOnce(t *testing.T) {
+	b, err := os.ReadFile("../../server/testdata/envoygateway/statsd_conf.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name, yaml string
+		want       []string // level and message of each record, in order
+		rules      int
+	}{
+		{"Envoy Gateway's mapping", string(b), []string{"INFO metrics mapping: some glob rules overlap others"}, 7},
+		{"a rule that hides another", "mappings:\n  - match: \"a.*\"\n    name: x\n  - match: \"a.b\"\n    name: y\n",
+			[]string{"WARN match is a super set of match but in a lower order"}, 0},
+	} {
+		var buf strings.Builder
+		s, err := New(tc.yaml, slog.New(slog.NewJSONHandler(&buf, &slog.HandlerOptions{Level: slog.LevelInfo})))
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.Close()
+		var got []string
+		rules := 0
+		for line := range strings.Lines(buf.String()) {
+			var r struct {
+				Level, Msg string
+				Rules      []string
+			}
+			if err := json.Unmarshal([]byte(line), &r); err != nil {
+				t.Fatalf("%s: %q: %v", tc.name, line, err)
+			}
+			got = append(got, r.Level+" "+r.Msg)
+			rules += len(r.Rules)
+		}
+		if len(got) != len(tc.want) {
+			t.Errorf("%s: logged %q, want %q", tc.name, got, tc.want)
+			continue
+		}
+		for i := range got {
+			if !strings.HasPrefix(got[i], tc.want[i]) {
+				t.Errorf("%s: record %d is %q, want %q", tc.name, i, got[i], tc.want[i])
+			}
+		}
+		if rules != tc.rules {
+			t.Errorf("%s: %d rules named, want %d", tc.name, rules, tc.rules)
+		}
 	}
 }
