@@ -14,8 +14,10 @@ type pacer interface {
 // registerPace adds the pacing collectors of p to m's registry:
 // charon_pace_waiting (requests held now), charon_pace_granted_total
 // (granted after a wait), charon_pace_full_total (refused a wait because
-// --pace-max-waiting requests were held) and charon_pace_cancelled_total
-// (waits their caller gave up, their reservations given back).
+// --pace-max-waiting requests were held), charon_pace_cancelled_total
+// (waits their caller gave up, their reservations given back),
+// charon_pace_unreserved_total (the store did not reserve) and
+// charon_pace_give_back_failed_total (the store failed a give-back).
 func (m *Metrics) registerPace(p *engine.PaceStats) {
 	m.Registry.MustRegister(
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
@@ -34,5 +36,13 @@ func (m *Metrics) registerPace(p *engine.PaceStats) {
 			Namespace: "charon", Subsystem: "pace", Name: "cancelled_total",
 			Help: "Paced waits given up by their caller (deadline, cancel); their reservations were given back.",
 		}, func() float64 { return float64(p.Cancelled()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Namespace: "charon", Subsystem: "pace", Name: "unreserved_total",
+			Help: "Requests answered OVER_LIMIT though their wait was within their pace, because the store could not reserve their grant (it failed, or the keys span Redis Cluster slots).",
+		}, func() float64 { return float64(p.Unreserved()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Namespace: "charon", Subsystem: "pace", Name: "give_back_failed_total",
+			Help: "Give-backs of cancelled waits the store failed: their hits stay counted until their windows pass.",
+		}, func() float64 { return float64(p.GiveBackFailed()) }),
 	)
 }

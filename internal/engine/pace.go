@@ -39,7 +39,20 @@ type PaceStats struct {
 	granted   atomic.Uint64
 	full      atomic.Uint64
 	cancelled atomic.Uint64
+	// unreserved and giveBackFailed: store errors a paced request met.
+	unreserved     atomic.Uint64
+	giveBackFailed atomic.Uint64
 }
+
+// Unreserved returns the requests answered OVER_LIMIT, though their wait
+// was within their pace, because the store could not reserve their grant
+// (it failed, or cannot: keys in several Redis Cluster slots).
+func (p *PaceStats) Unreserved() uint64 { return p.unreserved.Load() }
+
+// GiveBackFailed returns the give-backs of cancelled waits the store
+// failed: their hits stay counted until their windows pass (never more
+// than the limit, fewer grants than it allows).
+func (p *PaceStats) GiveBackFailed() uint64 { return p.giveBackFailed.Load() }
 
 // Waiting returns the requests held now.
 func (p *PaceStats) Waiting() int64 { return p.waiting.Load() }
@@ -131,7 +144,8 @@ func (e *Engine) pace(ctx context.Context, now time.Time, wait time.Duration, sc
 		at, err = rs.Reserve(ctx, now, wait, sc.items, out)
 		if err != nil {
 			// Not reserved (a store that cannot, or failed): answered as
-			// first decided.
+			// first decided, and counted.
+			e.paceStats.unreserved.Add(1)
 			return time.Time{}, false, nil
 		}
 		next, granted := time.Duration(0), true
@@ -178,8 +192,10 @@ func (e *Engine) giveBack(ctx context.Context, at time.Time, items []store.Item,
 	gctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), giveBackTimeout)
 	defer cancel()
 	// A failed give-back leaves the slot taken until it passes: never more
-	// than the limit.
-	_ = e.store.(store.Reserver).GiveBack(gctx, e.now(), at, back)
+	// than the limit, and counted.
+	if err := e.store.(store.Reserver).GiveBack(gctx, e.now(), at, back); err != nil {
+		e.paceStats.giveBackFailed.Add(1)
+	}
 }
 
 // sleepCtx waits d on the wall clock, or until ctx ends (its error): the

@@ -305,3 +305,74 @@ func TestPaceStoreClock(t *testing.T) {
 		t.Fatalf("paced request: %v %+v, want OK granted at +1.006s", a.err, a.resp)
 	}
 }
+
+// refusingReserver reserves nothing and gives nothing back: a Cluster
+// store whose keys span slots, or a store that failed.
+type refusingReserver struct{ *memstore.Store }
+
+func (refusingReserver) Reserve(context.Context, time.Time, time.Duration, []store.Item, []tiers.Decision) (time.Time, error) {
+	return time.Time{}, store.ErrCannotReserve
+}
+
+// TestPaceUnreservedCounted: a paced request whose grant the store does
+// not reserve is answered as first decided, OVER_LIMIT, and counted, not
+// silently unpaced.
+func TestPaceUnreservedCounted(t *testing.T) {
+	clk := newVclock()
+	st := memstore.New(memstore.Options{})
+	t.Cleanup(func() { st.Close() })
+	e := New(Options{Store: refusingReserver{st}, Now: clk.Now, Sleep: clk.Sleep})
+	rate := &tiers.Policy{Tiers: []tiers.Tier{{Limit: 1, Window: time.Second, Active: tiers.Unbounded}}}
+	tree, err := descriptors.NewTree([]descriptors.DomainSpec{{Config: descriptors.DomainConfig{Name: "api"}, Nodes: []*descriptors.Node{
+		{Key: "user", Limit: &descriptors.Limit{Policy: rate, Pace: 2 * time.Second}},
+	}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.SetTree(tree)
+	for i, want := range []Code{CodeOK, CodeOverLimit} {
+		ch, _ := askPaced(t, e, clk, context.Background())
+		if a := <-ch; a.err != nil || a.resp.Code != want {
+			t.Fatalf("request %d: %v %+v, want %v", i, a.err, a.resp, want)
+		}
+	}
+	if e.Pace().Unreserved() != 1 || e.Pace().Granted() != 0 {
+		t.Errorf("unreserved %d, granted %d; want 1 and 0", e.Pace().Unreserved(), e.Pace().Granted())
+	}
+}
+
+// failingGiveBack reserves as the memory store does and fails every
+// give-back.
+type failingGiveBack struct{ *memstore.Store }
+
+func (failingGiveBack) GiveBack(context.Context, time.Time, time.Time, []store.Item) error {
+	return errors.New("redis: connection refused")
+}
+
+// TestPaceGiveBackFailedCounted: a cancelled wait whose give-back the store
+// fails is counted.
+func TestPaceGiveBackFailedCounted(t *testing.T) {
+	clk := newVclock()
+	st := memstore.New(memstore.Options{})
+	t.Cleanup(func() { st.Close() })
+	e := New(Options{Store: failingGiveBack{st}, Now: clk.Now, Sleep: clk.Sleep})
+	rate := &tiers.Policy{Tiers: []tiers.Tier{{Limit: 1, Window: time.Second, Active: tiers.Unbounded}}}
+	tree, err := descriptors.NewTree([]descriptors.DomainSpec{{Config: descriptors.DomainConfig{Name: "api"}, Nodes: []*descriptors.Node{
+		{Key: "user", Limit: &descriptors.Limit{Policy: rate, Pace: 2 * time.Second}},
+	}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.SetTree(tree)
+	askPaced(t, e, clk, context.Background())
+	ctx, cancel := context.WithCancel(context.Background())
+	ch, w := askPaced(t, e, clk, ctx)
+	if w <= 0 {
+		t.Fatal("the second request was not held")
+	}
+	cancel()
+	<-ch
+	if e.Pace().Cancelled() != 1 || e.Pace().GiveBackFailed() != 1 {
+		t.Errorf("cancelled %d, give-backs failed %d; want 1 and 1", e.Pace().Cancelled(), e.Pace().GiveBackFailed())
+	}
+}
