@@ -232,6 +232,9 @@ type CopyStats struct {
 	Live                         rediscopy.Live
 	ReapedHolds, ReapedTransfers int64
 	Sweeps                       int64
+	// IndexFailed counts operations this process could not index for
+	// the sweeps (rediscopy.Store.IndexFailed).
+	IndexFailed uint64
 }
 
 // Sweep runs one sweep of the copy logs and records its view.
@@ -254,8 +257,10 @@ func (c *Copies) Sweep(ctx context.Context, now time.Time) error {
 // Stats returns the last sweep's view and this process's reaping totals.
 func (c *Copies) Stats() CopyStats {
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.st
+	st := c.st
+	c.mu.Unlock()
+	st.IndexFailed = c.Store.IndexFailed()
+	return st
 }
 
 // Collector exports the copy logs' view as of the reaper's last sweep and
@@ -272,5 +277,7 @@ func (c *Copies) Collector() prometheus.Collector {
 			Value: func(s CopyStats) float64 { return float64(s.ReapedTransfers) }},
 		collect.Metric[CopyStats]{Name: "sweeps_total", Help: "Completed sweeps of the indexed copy logs in the Redis.", Counter: true,
 			Value: func(s CopyStats) float64 { return float64(s.Sweeps) }},
+		collect.Metric[CopyStats]{Name: "index_failed_total", Help: "Copy operations whose resource could not be indexed for the sweeps (twice): its lapsed holds wait for its next operation.", Counter: true,
+			Value: func(s CopyStats) float64 { return float64(s.IndexFailed) }},
 	)
 }

@@ -76,12 +76,21 @@ func (s *Store) call(ctx context.Context, now time.Time, resource, op string, re
 		// resource for the reaper first, in the same round trip (a
 		// superset of the logs with holds is all the reaper needs).
 		pipe := s.c.Pipeline()
-		pipe.ZIncrBy(ctx, s.indexKey(), 1, resource)
-		pipe.PExpire(ctx, s.indexKey(), indexTTL)
+		idx := pipe.ZIncrBy(ctx, s.indexKey(), 1, resource)
+		ttl := pipe.PExpire(ctx, s.indexKey(), indexTTL)
 		cmd := pipe.FCall(ctx, funcName, keys, argv...)
-		_, _ = pipe.Exec(ctx)
-		v, err = cmd.Result()
-		return err
+		_, _ = pipe.Exec(ctx) // each command's error is read below
+		if v, err = cmd.Result(); err != nil {
+			return err
+		}
+		if idx.Err() != nil || ttl.Err() != nil {
+			// The operation ran, unindexed (on a Cluster the index is on
+			// another master): index it again, and count a second failure.
+			if err := s.index(ctx, resource); err != nil {
+				s.indexFailed.Add(1)
+			}
+		}
+		return nil
 	})
 	if err != nil {
 		return reply{}, fmt.Errorf("%w: %s: %v", copystore.ErrUnavailable, resource, err)
@@ -316,4 +325,13 @@ func unknownHold(code, holdID string) error {
 		return nil
 	}
 	return fmt.Errorf("%w: %q", copylog.ErrUnknownHold, holdID)
+}
+
+// index adds resource to the reaper's index, in its own round trip.
+func (s *Store) index(ctx context.Context, resource string) error {
+	pipe := s.c.Pipeline()
+	pipe.ZIncrBy(ctx, s.indexKey(), 1, resource)
+	pipe.PExpire(ctx, s.indexKey(), indexTTL)
+	_, err := pipe.Exec(ctx)
+	return err
 }

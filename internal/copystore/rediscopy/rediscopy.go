@@ -26,6 +26,7 @@ package rediscopy
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -57,7 +58,15 @@ type Store struct {
 	prefix string
 	clock  redisfunc.Clock
 	closed chan struct{}
+	// indexFailed counts index writes that failed twice (IndexFailed).
+	indexFailed atomic.Uint64
 }
+
+// IndexFailed returns how many operations that may leave holds could not
+// index their resource for the reaper (the write failed, and again when
+// retried): such a resource's lapsed holds are released by its next
+// operation, not by the sweeps, until an operation indexes it.
+func (s *Store) IndexFailed() uint64 { return s.indexFailed.Load() }
 
 // New returns a Store on client c, which the caller keeps and closes (a
 // *redis.ClusterClient for a Cluster).

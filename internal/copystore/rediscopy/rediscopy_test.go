@@ -459,3 +459,37 @@ func keptHolds(t *testing.T, s *Store, now time.Time, ids []string) int {
 	}
 	return kept
 }
+
+// TestIndexWriteFailureCounted: an operation whose index write fails (the
+// index key holds a string, so ZINCRBY answers WRONGTYPE) still takes
+// effect, retries the index and counts its failure, instead of dropping it.
+func TestIndexWriteFailureCounted(t *testing.T) {
+	n := redistest.Single(t)
+	c := redistest.Client(t, n)
+	s := New(c, Options{})
+	ctx := context.Background()
+	if err := c.Set(ctx, s.indexKey(), "not a sorted set", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	cfg := &copylog.Config{DomainLimit: 2}
+	r, err := s.Reserve(ctx, time.Now(), "r", cfg, copylog.ReserveRequest{Domain: "d", Copies: 1, HoldID: "h1", Lease: time.Minute})
+	if err != nil || !r.OK {
+		t.Fatalf("reserve: %+v %v", r, err)
+	}
+	if s.IndexFailed() != 1 {
+		t.Errorf("IndexFailed %d, want 1", s.IndexFailed())
+	}
+	// A working index: nothing counted.
+	if err := c.Del(ctx, s.indexKey()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := s.Reserve(ctx, time.Now(), "r", cfg, copylog.ReserveRequest{Domain: "d", Copies: 1, HoldID: "h2", Lease: time.Minute}); err != nil || !r.OK {
+		t.Fatalf("reserve: %+v %v", r, err)
+	}
+	if s.IndexFailed() != 1 {
+		t.Errorf("IndexFailed %d after an indexed reserve, want still 1", s.IndexFailed())
+	}
+	if score, err := c.ZScore(ctx, s.indexKey(), "r").Result(); err != nil || score < 1 {
+		t.Errorf("index score of r: %v %v", score, err)
+	}
+}
