@@ -105,7 +105,11 @@ type Store interface {
 	// are decided as one request of their summed hits; items sharing a
 	// resource's global limit see each other's grants, in item order.
 	//
-	// Decide makes at most one round trip to a remote store. On error the
+	// Decide makes one round trip to each remote node that holds its keys
+	// (a Redis Cluster call whose keys span masters sends one to each,
+	// concurrently), and more only where a node asks for a retry (a slot
+	// migrating) or to give back what a node granted for a call another
+	// node rejected; a remote store documents its round trips. On error the
 	// contents of out are unspecified; a store documents whether an error
 	// can leave the call committed (a timed-out remote script may have run).
 	Decide(ctx context.Context, now time.Time, items []Item, out []tiers.Decision) error
