@@ -489,12 +489,28 @@ func TestMemoryUsage(t *testing.T) {
 		storetest.Decide(t, s, now, it)
 		now = now.Add(20 * time.Second)
 	}
-	tenK := usage(it)
+	tenK, bigNow := usage(it), now
 	// A Lyft rate limit of 10 per second, one hit.
 	it = item(lyft, "lyft", "d", 1)
 	storetest.Decide(t, s, storetest.T0, it)
 	one := usage(it)
 	t.Logf("MEMORY USAGE per tracked pair: 2 tiers (5, 50) full: %d bytes; 1 tier of 10,000/hour (64 buckets): %d bytes; 1 tier, 1 hit: %d bytes", two, tenK, one)
+	// A pair's state is bounded whatever its limit: 9,000 hits in a
+	// window cost no more than a few buckets' worth (docs/performance.md
+	// has the figures; the bounds leave room for Redis's own encoding).
+	if two > 4096 || tenK > 4096 || one > 512 || one >= two {
+		t.Errorf("MEMORY USAGE: 2 tiers full %d, 10,000/hour %d (want both at most 4096 bytes), one hit %d (want at most 512, and less than a full state)", two, tenK, one)
+	}
+	// More hits into the bucketed log do not grow it past its buckets.
+	bigIt := item(big, "big", "d", 50)
+	for range 20 {
+		bigIt.Hits, bigIt.Min = 50, 50
+		storetest.Decide(t, s, bigNow, bigIt)
+		bigNow = bigNow.Add(20 * time.Second)
+	}
+	if more := usage(bigIt); more > tenK+256 {
+		t.Errorf("MEMORY USAGE of the 10,000/hour pair grew from %d to %d bytes with 1,000 more hits", tenK, more)
+	}
 }
 
 // stealer is a go-redis hook that, before the first seal FCALL it sees,
