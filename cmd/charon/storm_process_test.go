@@ -74,11 +74,25 @@ func TestReloadStormThenSIGTERMUnderLoad(t *testing.T) {
 			}
 		}(w)
 	}
+	// loaded waits, with a deadline, until the configuration in force has
+	// the limit written last.
+	loaded := func(limit int) {
+		deadline := time.Now().Add(30 * time.Second)
+		for !strings.Contains(get(t, "http://"+p.debugAddr+"/rlconfig"), fmt.Sprintf("limit: %d\n", limit)) {
+			if time.Now().After(deadline) {
+				t.Fatalf("the write of limit %d was not loaded in 30 s\n%s", limit, p.stderr.String())
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	// Forty writes: ten at a time back to back (several land between two
+	// polls, 500 ms apart), each ten loaded before the next.
 	for i := 0; i < 40; i++ {
 		write(1000 + i)
-		time.Sleep(60 * time.Millisecond) // the directory is polled every 500 ms: some writes land between polls
+		if i%10 == 9 {
+			loaded(1000 + i)
+		}
 	}
-	time.Sleep(time.Second) // the last write is loaded
 	m := get(t, "http://"+p.debugAddr+"/metrics")
 	if n := metricValue(m, `charon_config_reloads_total{result="failure"}`); n != 0 {
 		t.Errorf("%v reloads failed during the storm", n)
