@@ -146,8 +146,12 @@ func grantWindows(t *testing.T, path string, n, limit int) {
 	for _, a := range at {
 		per[a.Unix()]++
 	}
-	if len(per) != 2 {
-		t.Errorf("grants in %d windows of a second, want 2: %v", len(per), at)
+	// Two windows: the burst's and the next, where the paced half is
+	// reserved. A third when the burst straddles a second: a grant decided
+	// at once is logged at the engine's instant of the call, a hair before
+	// the store's own clock (Redis TIME) counted it in the next window.
+	if len(per) < 2 || len(per) > 3 {
+		t.Errorf("grants in %d windows of a second, want 2 (3 at a second's boundary): %v", len(per), at)
 	}
 	for w, c := range per {
 		if c > limit {
