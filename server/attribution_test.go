@@ -55,7 +55,7 @@ func attributionRLS(t *testing.T, mode Attribution, headers, lyft bool) (*rls, *
 	eng.SetTree(cfg.Tree)
 	top := offenders.NewTracker(offenders.Options{Epoch: time.Hour})
 	return &rls{engine: eng, metrics: NewMetrics(nil), log: slog.New(slog.NewTextHandler(io.Discard, nil)),
-		attribution: mode, attributionHeaders: headers, dynamicMetadata: lyft, top: top}, top
+		attribution: mode, attributionHeaders: headers, dynamicMetadata: lyft, observers: []Observer{topObserver{top}}}, top
 }
 
 func ask(t *testing.T, s *rls, ds ...*ratelimitv3.RateLimitDescriptor) *rlsv3.RateLimitResponse {
@@ -289,7 +289,7 @@ func BenchmarkTopOffenders(b *testing.B) {
 			b.Run(strconv.Itoa(tenants)+"-tenants/"+bc.name, func(b *testing.B) {
 				s := &rls{engine: tenantEngine{}, metrics: NewMetrics(nil), log: slog.New(slog.NewTextHandler(io.Discard, nil)), attribution: bc.mode}
 				if bc.top {
-					s.top = offenders.NewTracker(offenders.Options{})
+					s.observers = []Observer{topObserver{offenders.NewTracker(offenders.Options{})}}
 				}
 				ctx := context.Background()
 				b.ReportAllocs()
@@ -372,7 +372,7 @@ func BenchmarkTopOffendersRatio(b *testing.B) {
 			}
 			log := slog.New(slog.NewTextHandler(io.Discard, nil))
 			off := &rls{engine: tenantEngine{}, metrics: NewMetrics(nil), log: log}
-			on := &rls{engine: tenantEngine{}, metrics: NewMetrics(nil), log: log, top: offenders.NewTracker(offenders.Options{})}
+			on := &rls{engine: tenantEngine{}, metrics: NewMetrics(nil), log: log, observers: []Observer{topObserver{offenders.NewTracker(offenders.Options{})}}}
 			ctx := context.Background()
 			var spent [2]time.Duration
 			var n [2]int

@@ -49,7 +49,9 @@ func BenchmarkCandidate(b *testing.B) {
 				c := canary.New(canary.Options{})
 				defer c.Close()
 				c.SetConfig(cand)
-				r.candidate = c
+				// Inline, to measure the candidate's own cost; the server
+				// runs it in the background (observe.go).
+				r.observers = []Observer{c}
 			}
 			ctx := context.Background()
 			b.ReportAllocs()

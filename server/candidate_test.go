@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 	"testing/fstest"
+	"time"
 
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
@@ -46,7 +47,14 @@ func TestCandidate(t *testing.T) {
 	if want := []rlsv3.RateLimitResponse_Code{ok, ok, ok, over}; !equalCodes(codes_, want) {
 		t.Errorf("answers %v, want the live limit's 3 per second %v", codes_, want)
 	}
+	// The candidate decides in the background: wait for it.
 	rep := cand.Report()
+	for deadline := time.Now().Add(20 * time.Second); rep.Requests.Agree+rep.Requests.WouldReject+rep.Requests.WouldGrant < 4; rep = cand.Report() {
+		if time.Now().After(deadline) {
+			t.Fatalf("the candidate decided %+v of 4 requests in 20 s", rep.Requests)
+		}
+		time.Sleep(time.Millisecond)
+	}
 	if rep.Requests.Agree != 2 || rep.Requests.WouldReject != 2 {
 		t.Errorf("requests %+v, want 2 agreeing (the first and the last) and 2 the candidate would reject", rep.Requests)
 	}
@@ -88,4 +96,53 @@ func equalCodes(a, b []rlsv3.RateLimitResponse_Code) bool {
 		}
 	}
 	return true
+}
+
+// blockingCandidate is a candidate whose every decision waits until
+// release is closed: the slowest candidate there can be.
+type blockingCandidate struct {
+	Candidate
+	release chan struct{}
+	seen    chan struct{}
+}
+
+func (b *blockingCandidate) Observe(context.Context, *engine.Request, *engine.Response) {
+	b.seen <- struct{}{}
+	<-b.release
+}
+
+// TestCandidateNeverDelays: answers never wait for the candidate, by
+// construction: with a candidate that blocks every decision, requests are
+// answered while it blocks; once its queue is full the rest are dropped
+// and counted, and the server stops cleanly once it is released.
+func TestCandidateNeverDelays(t *testing.T) {
+	eng, _ := charonEngine(t)
+	cand := canary.New(canary.Options{})
+	defer cand.Close()
+	b := &blockingCandidate{Candidate: cand, release: make(chan struct{}), seen: make(chan struct{}, candidateQueue+16)}
+	s, stop := newTestServer(t, Options{Engine: eng, Charon: CharonOptions{Engine: eng}, Candidate: b})
+	c := rlsv3.NewRateLimitServiceClient(dial(t, s.GRPCAddr()))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for i := range 3 {
+		if _, err := c.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "c", Descriptors: []*ratelimitv3.RateLimitDescriptor{desc("rate", "x")}}); err != nil {
+			t.Fatalf("request %d while the candidate blocks: %v", i, err)
+		}
+	}
+	<-b.seen // the first is being decided, and blocks
+	// Fill the queue: what does not fit is dropped, never waited for.
+	for range candidateQueue + 2 {
+		s.candidate.Observe(ctx, &engine.Request{Domain: "c"}, &engine.Response{})
+	}
+	if s.candidate.Dropped() == 0 {
+		t.Error("nothing dropped with the queue full")
+	}
+	if body, _ := get(t, "http://"+s.DebugAddr()+"/metrics"); !strings.Contains(body, "charon_candidate_dropped_total") {
+		t.Error("/metrics lacks charon_candidate_dropped_total")
+	}
+	close(b.release)
+	stop()
+	if p := s.candidate.Pending(); p != 0 {
+		t.Errorf("%d observations pending after the server stopped", p)
+	}
 }

@@ -19,9 +19,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/charonlimit/charon/descriptors"
-	"github.com/charonlimit/charon/internal/decisionlog"
 	"github.com/charonlimit/charon/internal/engine"
-	"github.com/charonlimit/charon/internal/offenders"
 	"github.com/charonlimit/charon/tiers"
 )
 
@@ -43,10 +41,9 @@ type rls struct {
 	headerNames     [3]string
 	shadowMode      bool
 	dynamicMetadata bool
-	// decisions is the decision log (nil: none).
-	decisions *decisionlog.Logger
-	// candidate decides in shadow (nil: none).
-	candidate Candidate
+	// observers are told of each decided request once its answer is built
+	// (observe.go).
+	observers []Observer
 	// ready is false while Options.WaitForConfig waits for a first
 	// configuration: requests are answered UNAVAILABLE (nil: ready).
 	ready *atomic.Bool
@@ -54,11 +51,9 @@ type rls struct {
 	// configuration is awaited from).
 	noConfig error
 	// attribution and attributionHeaders say which answers name their rule,
-	// in dynamic metadata and in headers; top tracks who is limited (nil:
-	// nothing).
+	// in dynamic metadata and in headers.
 	attribution        Attribution
 	attributionHeaders bool
-	top                *offenders.Tracker
 }
 
 // defaultHeaderNames are the response headers' names, as in
@@ -68,12 +63,12 @@ var defaultHeaderNames = [3]string{"RateLimit-Limit", "RateLimit-Remaining", "Ra
 // ShouldRateLimit decides one Envoy request.
 func (s *rls) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
 	start := time.Now()
-	resp, err := s.decide(ctx, start, req)
+	resp, err := s.decide(ctx, req)
 	s.metrics.observeRequest(time.Since(start), err)
 	return resp, err
 }
 
-func (s *rls) decide(ctx context.Context, now time.Time, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+func (s *rls) decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
 	if s.ready != nil && !s.ready.Load() {
 		return nil, s.fail(req, s.noConfig)
 	}
@@ -87,16 +82,6 @@ func (s *rls) decide(ctx context.Context, now time.Time, req *rlsv3.RateLimitReq
 	}
 	if err != nil {
 		return nil, s.fail(req, err)
-	}
-	s.metrics.countDescriptors(ereq, eresp)
-	if s.decisions != nil {
-		logDecisions(s.decisions, eresp.Now, ereq, eresp)
-	}
-	if s.top != nil {
-		observeOffenders(s.top, now, ereq, eresp)
-	}
-	if s.candidate != nil {
-		s.candidate.Observe(ctx, ereq, eresp)
 	}
 	out := toProtoResponse(eresp, s.responseHeaders, s.headerNames)
 	if s.shadowMode && out.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT {
@@ -117,6 +102,11 @@ func (s *rls) decide(ctx context.Context, now time.Time, req *rlsv3.RateLimitReq
 	}
 	if i := quotaStatus(eresp.Statuses); i >= 0 {
 		addQuota(out, eresp.Statuses, i)
+	}
+	// The answer is built: nothing an observer does can change or delay
+	// it beyond its own call (a slow one runs in the background).
+	for _, o := range s.observers {
+		o.Observe(ctx, ereq, eresp)
 	}
 	return out, nil
 }

@@ -17,6 +17,7 @@ import (
 
 	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
 	"google.golang.org/grpc"
@@ -202,7 +203,10 @@ type Server struct {
 	charon   *charon // nil: charon.v1 not served
 	rlqs     *rlqsService
 	reloader *Reloader
-	health   *health.Server
+	// candidate runs Options.Candidate's observations off the request path
+	// (nil: no candidate).
+	candidate *background
+	health    *health.Server
 	// applied is the configuration in force (nil before the first);
 	// configReady is false while WaitForConfig waits for it, storeOK is
 	// the store's health (SetServing); health is SERVING when both are
@@ -268,15 +272,19 @@ func New(opts Options) (*Server, error) {
 		s.metrics.registerPace(pe.Pace())
 	}
 	s.rls = &rls{engine: opts.Engine, metrics: s.metrics, log: s.log, responseHeaders: opts.ResponseHeaders,
-		headerNames: opts.HeaderNames, shadowMode: opts.ShadowMode, dynamicMetadata: opts.DynamicMetadata, decisions: opts.DecisionLog,
+		headerNames: opts.HeaderNames, shadowMode: opts.ShadowMode, dynamicMetadata: opts.DynamicMetadata,
 		ready: &s.configReady, noConfig: noConfigError(opts.WaitingFor),
-		attribution: opts.Attribution, attributionHeaders: opts.AttributionHeaders, top: opts.Top, candidate: opts.Candidate}
+		attribution: opts.Attribution, attributionHeaders: opts.AttributionHeaders, observers: s.observers(&opts)}
 	if opts.Top != nil {
 		// A Metrics shared by several servers has it already.
 		s.metrics.Registry.Register(newTopCollector(opts.Top, opts.TopMetrics, opts.TopMetricsValues))
 	}
 	if opts.Candidate != nil {
 		s.metrics.Registry.MustRegister(opts.Candidate)
+		s.metrics.Registry.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Namespace: "charon", Subsystem: "candidate", Name: "dropped_total",
+			Help: "Requests not decided under the candidate configuration because its queue was full (the live answer never waits for it).",
+		}, func() float64 { return float64(s.candidate.Dropped()) }))
 	}
 	if opts.DecisionLog != nil {
 		decisionLogCollector(s.metrics.Registry, opts.DecisionLog)
@@ -506,6 +514,13 @@ func (s *Server) Serve(ctx context.Context) error {
 			s.opts.RLQS.Run(watchCtx)
 		}()
 	}
+	if s.candidate != nil {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s.candidate.run()
+		}()
+	}
 	s.log.Info("serving", "grpc", s.GRPCAddr(), "http", s.HTTPAddr(), "debug", s.DebugAddr(), "config", s.opts.ConfigDir)
 
 	var err error
@@ -518,6 +533,10 @@ func (s *Server) Serve(ctx context.Context) error {
 	}
 	stopWatch()
 	s.shutdown()
+	if s.candidate != nil {
+		// Nothing is decided any more: observe what is queued, then stop.
+		close(s.candidate.stop)
+	}
 	wg.Wait()
 	return err
 }

@@ -32,9 +32,13 @@ func TestCandidateConfigProcess(t *testing.T) {
 			t.Fatalf("answer %v, %v: want OK (the live limit)", resp, err)
 		}
 	}
+	// The candidate decides off the request path: wait for its counts.
 	body := httpGet(t, "http://"+p.debugAddr+"/candidate")
-	if !strings.Contains(body, `"would_reject": 2`) || !strings.Contains(body, `"agree": 1`) {
-		t.Errorf("/candidate: %s", body)
+	for deadline := time.Now().Add(20 * time.Second); !strings.Contains(body, `"would_reject": 2`) || !strings.Contains(body, `"agree": 1`); body = httpGet(t, "http://"+p.debugAddr+"/candidate") {
+		if time.Now().After(deadline) {
+			t.Fatalf("/candidate: %s", body)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 	explain := func() string {
 		var out, errb bytes.Buffer
