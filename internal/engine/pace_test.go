@@ -76,6 +76,12 @@ func pacedEngine(t *testing.T, clk *vclock, maxWaiting int, policy *tiers.Policy
 	t.Helper()
 	st := memstore.New(memstore.Options{})
 	t.Cleanup(func() { st.Close() })
+	return pacedEngineOn(t, st, clk, maxWaiting, policy, pace)
+}
+
+// pacedEngineOn is pacedEngine on the store st.
+func pacedEngineOn(t *testing.T, st store.Store, clk *vclock, maxWaiting int, policy *tiers.Policy, pace time.Duration) *Engine {
+	t.Helper()
 	e := New(Options{Store: st, Now: clk.Now, Sleep: clk.Sleep, PaceMaxWaiting: maxWaiting})
 	tree, err := descriptors.NewTree([]descriptors.DomainSpec{{Config: descriptors.DomainConfig{Name: "api"}, Nodes: []*descriptors.Node{
 		{Key: "user", Limit: &descriptors.Limit{Policy: policy, Pace: pace}},
@@ -321,15 +327,8 @@ func TestPaceUnreservedCounted(t *testing.T) {
 	clk := newVclock()
 	st := memstore.New(memstore.Options{})
 	t.Cleanup(func() { st.Close() })
-	e := New(Options{Store: refusingReserver{st}, Now: clk.Now, Sleep: clk.Sleep})
 	rate := &tiers.Policy{Tiers: []tiers.Tier{{Limit: 1, Window: time.Second, Active: tiers.Unbounded}}}
-	tree, err := descriptors.NewTree([]descriptors.DomainSpec{{Config: descriptors.DomainConfig{Name: "api"}, Nodes: []*descriptors.Node{
-		{Key: "user", Limit: &descriptors.Limit{Policy: rate, Pace: 2 * time.Second}},
-	}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	e.SetTree(tree)
+	e := pacedEngineOn(t, refusingReserver{st}, clk, 0, rate, 2*time.Second)
 	for i, want := range []Code{CodeOK, CodeOverLimit} {
 		ch, _ := askPaced(t, e, clk, context.Background())
 		if a := <-ch; a.err != nil || a.resp.Code != want {
@@ -355,15 +354,8 @@ func TestPaceGiveBackFailedCounted(t *testing.T) {
 	clk := newVclock()
 	st := memstore.New(memstore.Options{})
 	t.Cleanup(func() { st.Close() })
-	e := New(Options{Store: failingGiveBack{st}, Now: clk.Now, Sleep: clk.Sleep})
 	rate := &tiers.Policy{Tiers: []tiers.Tier{{Limit: 1, Window: time.Second, Active: tiers.Unbounded}}}
-	tree, err := descriptors.NewTree([]descriptors.DomainSpec{{Config: descriptors.DomainConfig{Name: "api"}, Nodes: []*descriptors.Node{
-		{Key: "user", Limit: &descriptors.Limit{Policy: rate, Pace: 2 * time.Second}},
-	}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	e.SetTree(tree)
+	e := pacedEngineOn(t, failingGiveBack{st}, clk, 0, rate, 2*time.Second)
 	askPaced(t, e, clk, context.Background())
 	ctx, cancel := context.WithCancel(context.Background())
 	ch, w := askPaced(t, e, clk, ctx)
