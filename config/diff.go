@@ -75,50 +75,6 @@ type Moved struct {
 // Empty reports whether d has no change.
 func (d *Diff) Empty() bool { return len(d.Domains) == 0 && len(d.Rules) == 0 && len(d.Moved) == 0 }
 
-// Mirror returns the difference the other way round: Compare(b, a) is
-// Compare(a, b).Mirror().
-func (d *Diff) Mirror() *Diff {
-	out := &Diff{Domains: []DomainChange{}, Rules: []RuleChange{}, Moved: []Moved{}}
-	for _, c := range d.Domains {
-		c.Kind = flip(c.Kind)
-		c.Changes = mirrorFields(c.Changes)
-		out.Domains = append(out.Domains, c)
-	}
-	for _, r := range d.Rules {
-		r.Kind = flip(r.Kind)
-		r.OldLimit, r.NewLimit = r.NewLimit, r.OldLimit
-		r.OldSource, r.NewSource = r.NewSource, r.OldSource
-		r.Changes = mirrorFields(r.Changes)
-		out.Rules = append(out.Rules, r)
-	}
-	for _, m := range d.Moved {
-		m.From, m.To = m.To, m.From
-		out.Moved = append(out.Moved, m)
-	}
-	return out
-}
-
-func flip(kind string) string {
-	switch kind {
-	case Added:
-		return Removed
-	case Removed:
-		return Added
-	}
-	return kind
-}
-
-func mirrorFields(fs []FieldChange) []FieldChange {
-	if fs == nil {
-		return nil
-	}
-	out := make([]FieldChange, len(fs))
-	for i, f := range fs {
-		out[i] = FieldChange{Field: f.Field, Old: f.New, New: f.Old}
-	}
-	return out
-}
-
 // Compare returns the semantic difference from old to new: RLS domains
 // and rules added and removed, rules whose limit or settings changed (old
 // and new values), and descriptors that both limit through different rules.

@@ -61,7 +61,7 @@ var imports = map[string][]string{
 	"internal/statsd":                    nil,
 	"internal/statsmap":                  nil,
 	"internal/tracing":                   nil,
-	"internal/redisbackend": {"descriptors", "internal/collect", "internal/copystore", "internal/copystore/rediscopy", "internal/tlsconfig",
+	"internal/redisbackend": {"descriptors", "internal/collect", "internal/copystore/rediscopy", "internal/tlsconfig",
 		"internal/periodic", "internal/redisconn", "internal/sharestore/redisshare", "internal/store/memstore", "internal/store/redisstore", "internal/store/resilient"},
 	"internal/redisconn":         nil,
 	"internal/redisfunc":         nil,
@@ -77,7 +77,7 @@ var imports = map[string][]string{
 	"internal/tlsconfig/tlstest": nil,
 	"internal/xdsconfig":         {"config", "internal/tlsconfig"},
 	"server": {"api/charon/v1", "config", "copylog", "descriptors", "internal/authz", "internal/copystore", "internal/engine", "internal/holds", "internal/offenders",
-		"internal/store/resilient", "internal/tlsconfig", "tiers", "internal/decisionlog", "internal/sim", "internal/rlqs"},
+		"internal/tlsconfig", "tiers", "internal/decisionlog", "internal/sim", "internal/rlqs"},
 	"tiers":           nil,
 	"tiers/tierstest": {"tiers"},
 }
@@ -230,6 +230,7 @@ func TestRulesCatch(t *testing.T) {
 		{"config imports protos", []pkg{mod("config", module+"/api/charon/v1")}, "config imports api/charon/v1"},
 		{"a package not in the table", []pkg{mod("internal/newthing")}, "internal/newthing is not in the table"},
 		{"server imports storetest", []pkg{mod("server", module+"/internal/store/storetest")}, "server depends on " + module + "/internal/store/storetest"},
+		{"a permission nobody uses", []pkg{mod("internal/statefile")}, "internal/statefile may import tiers but does not"},
 	} {
 		got := strings.Join(violations(tt.pkgs), "\n")
 		if !strings.Contains(got, tt.want) {
@@ -283,6 +284,11 @@ func violations(pkgs []pkg) []string {
 		for _, imp := range p.Imports {
 			if r, ok := relative(imp); ok && !slices.Contains(allowed, r) {
 				out = append(out, fmt.Sprintf("%s imports %s, which the table does not allow", rel, r))
+			}
+		}
+		for _, a := range allowed {
+			if !slices.Contains(p.Imports, module+"/"+a) {
+				out = append(out, fmt.Sprintf("%s may import %s but does not: remove it from the table (a permission nobody uses hides the next one)", rel, a))
 			}
 		}
 		for _, d := range p.Deps {

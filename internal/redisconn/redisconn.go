@@ -193,9 +193,6 @@ func refused(err error) bool {
 		errors.Is(err, syscall.ENOENT)
 }
 
-// IsRefused reports whether err says that Redis refused a connection.
-func IsRefused(err error) bool { return errors.Is(err, ErrRefused) }
-
 func isUnix(raw string) bool { return strings.HasPrefix(raw, "unix://") }
 
 // ParseURL parses the URL forms of Options.URL.

@@ -183,7 +183,7 @@ func TestRefusedAtOnce(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	err = c.Ping(ctx).Err()
-	if !IsRefused(err) {
+	if !errors.Is(err, ErrRefused) {
 		t.Fatalf("ping of a closed port: %v, want ErrRefused", err)
 	}
 	if ctx.Err() != nil {

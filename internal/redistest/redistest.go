@@ -96,12 +96,6 @@ func serverPath(t testing.TB) string {
 	return path
 }
 
-// Available reports whether redis-server is installed.
-func Available() bool {
-	_, err := exec.LookPath("redis-server")
-	return err == nil
-}
-
 var portMu sync.Mutex
 
 // freePort returns a loopback port that is free, and whose cluster bus port
