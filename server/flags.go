@@ -22,6 +22,7 @@ type Flags struct {
 	GRPCAddr, HTTPAddr, DebugAddr, MetricsAddr, MetricsPath string
 
 	ResponseHeaders             bool
+	DraftHeaders                bool
 	HeaderNames                 [3]string
 	ShadowMode, DynamicMetadata bool
 	NearLimitRatio              float64
@@ -84,6 +85,7 @@ func (f *Flags) Bind(fs *flag.FlagSet) {
 	fs.StringVar(&f.MetricsAddr, "metrics-addr", f.MetricsAddr, "also serve the metrics alone on this `address`, at --metrics-path")
 	fs.StringVar(&f.MetricsPath, "metrics-path", f.MetricsPath, "the `path` of --metrics-addr")
 	fs.BoolVar(&f.ResponseHeaders, "response-headers", f.ResponseHeaders, "add RateLimit-Limit/-Remaining/-Reset response headers")
+	fs.BoolVar(&f.DraftHeaders, "ratelimit-headers", f.DraftHeaders, "add the IETF draft's RateLimit-Policy and RateLimit response headers, one policy per rule")
 	for i, what := range []string{"limit", "remaining", "reset"} {
 		fs.StringVar(&f.HeaderNames[i], headerFlags[i], f.HeaderNames[i], "name of the "+what+" header of --response-headers")
 	}
@@ -181,6 +183,7 @@ func (f *Flags) Check() error {
 func (f *Flags) Apply(o *Options, log *slog.Logger) error {
 	o.GRPCAddr, o.HTTPAddr, o.DebugAddr, o.MetricsAddr, o.MetricsPath = f.GRPCAddr, f.HTTPAddr, f.DebugAddr, f.MetricsAddr, f.MetricsPath
 	o.ResponseHeaders, o.HeaderNames, o.ShadowMode, o.DynamicMetadata = f.ResponseHeaders, f.HeaderNames, f.ShadowMode, f.DynamicMetadata
+	o.DraftHeaders = f.DraftHeaders
 	o.NearLimitRatio, o.MaxConnectionAge, o.MaxConnectionAgeGrace = f.NearLimitRatio, f.MaxConnAge, f.MaxConnAgeGrace
 	o.ShutdownTimeout, o.ShutdownDelay, o.HTTPReadTimeout = f.ShutdownTimeout, f.ShutdownDelay, f.HTTPReadTimeout
 	o.MaxConcurrentStreams, o.Pprof, o.DebugReset = uint32(f.MaxStreams), f.Pprof, f.DebugReset

@@ -39,6 +39,7 @@ type rls struct {
 	log             *slog.Logger
 	responseHeaders bool
 	headerNames     [3]string
+	draftHeaders    bool
 	shadowMode      bool
 	dynamicMetadata bool
 	// observers are told of each decided request once its answer is built
@@ -102,6 +103,9 @@ func (s *rls) decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.R
 	}
 	if i := quotaStatus(eresp.Statuses); i >= 0 {
 		addQuota(out, eresp.Statuses, i)
+	}
+	if s.draftHeaders {
+		out.ResponseHeadersToAdd = append(out.ResponseHeadersToAdd, draftHeaders(eresp.Statuses)...)
 	}
 	// The answer is built: nothing an observer does can change or delay
 	// it beyond its own call (a slow one runs in the background).

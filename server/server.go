@@ -95,6 +95,9 @@ type Options struct {
 	// HeaderNames, when set, renames them (in that order).
 	ResponseHeaders bool
 	HeaderNames     [3]string
+	// DraftHeaders adds the IETF draft's RateLimit-Policy and RateLimit
+	// fields (draftheaders.go) to every response with a limited status.
+	DraftHeaders bool
 	// ShadowMode answers OK where the answer would be OVER_LIMIT (the
 	// statuses keep their codes), counted: envoyproxy/ratelimit's global
 	// SHADOW_MODE.
@@ -271,7 +274,7 @@ func New(opts Options) (*Server, error) {
 	if pe, ok := opts.Engine.(pacer); ok {
 		s.metrics.registerPace(pe.Pace())
 	}
-	s.rls = &rls{engine: opts.Engine, metrics: s.metrics, log: s.log, responseHeaders: opts.ResponseHeaders,
+	s.rls = &rls{engine: opts.Engine, metrics: s.metrics, log: s.log, responseHeaders: opts.ResponseHeaders, draftHeaders: opts.DraftHeaders,
 		headerNames: opts.HeaderNames, shadowMode: opts.ShadowMode, dynamicMetadata: opts.DynamicMetadata,
 		ready: &s.configReady, noConfig: noConfigError(opts.WaitingFor),
 		attribution: opts.Attribution, attributionHeaders: opts.AttributionHeaders, observers: s.observers(&opts)}
