@@ -32,15 +32,7 @@ descriptors:
     value: /login
     rate_limit: {unit: second, requests_per_unit: 2}
 `
-	cfg, _, err := config.Load(fstest.MapFS{"api.yaml": {Data: []byte(text)}}, config.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	st := memstore.New(memstore.Options{})
-	defer st.Close()
-	now := time.Date(2030, 6, 1, 21, 0, 0, 0, time.UTC)
-	eng := engine.New(engine.Options{Store: st, Now: func() time.Time { return now }})
-	eng.SetTree(cfg.Tree)
+	eng := engineFor(t, text, time.Date(2030, 6, 1, 21, 0, 0, 0, time.UTC))
 	s := &rls{engine: eng, metrics: NewMetrics(nil), log: slog.New(slog.NewTextHandler(io.Discard, nil)), draftHeaders: true}
 	headers := func() map[string]string {
 		resp := ask(t, s, desc("user", "a\"b"), desc("path", "/login"), desc("user", "c"))
@@ -92,4 +84,19 @@ func TestSFString(t *testing.T) {
 			t.Errorf("sfString(%q) = %s, want %s", in, got, want)
 		}
 	}
+}
+
+// engineFor is an engine on a memory store, with api.yaml of text as its
+// configuration and its clock stopped at now.
+func engineFor(t *testing.T, text string, now time.Time) *engine.Engine {
+	t.Helper()
+	cfg, _, err := config.Load(fstest.MapFS{"api.yaml": {Data: []byte(text)}}, config.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := memstore.New(memstore.Options{})
+	t.Cleanup(func() { st.Close() })
+	eng := engine.New(engine.Options{Store: st, Now: func() time.Time { return now }})
+	eng.SetTree(cfg.Tree)
+	return eng
 }

@@ -87,15 +87,8 @@ descriptors:
     rate_limit: {unit: minute, requests_per_unit: 5}
     quota: {limit: 100, period: day, time_zone: Europe/Paris}
 `
-	cfg, _, err := config.Load(fstest.MapFS{"api.yaml": {Data: []byte(text)}}, config.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	st := memstore.New(memstore.Options{})
-	defer st.Close()
 	now := time.Date(2030, 6, 1, 21, 0, 0, 0, time.UTC)
-	eng := engine.New(engine.Options{Store: st, Now: func() time.Time { return now }})
-	eng.SetTree(cfg.Tree)
+	eng := engineFor(t, text, now)
 	for range 3 {
 		eng.ShouldRateLimit(context.Background(), &engine.Request{Domain: "api", Descriptors: []engine.Descriptor{{Entries: entriesOf("tenant", "acme")}}})
 	}
