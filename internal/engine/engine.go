@@ -255,7 +255,7 @@ func (e *Engine) Decide(ctx context.Context, req *Request, resp *Response) error
 		sc.modes = append(sc.modes, mode)
 		sc.pace = append(sc.pace, l.Pace)
 		sc.items = append(sc.items, store.Item{
-			Key:    store.Key{Resource: m.Resource, Domain: m.Domain, PolicyID: l.ID},
+			Key:    store.Key{Resource: m.Resource, Domain: m.Domain, PolicyID: m.Shape},
 			Policy: m.Policy,
 			Hits:   hits,
 			Min:    hits,

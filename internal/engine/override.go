@@ -48,7 +48,7 @@ func (c *overrideCache) limit(o Override, fixed, overdraft bool) *descriptors.Li
 		}}
 	}
 	p.Overdraft = overdraft
-	l = &descriptors.Limit{Policy: p, ID: descriptors.PolicyID(p, nil, nil)}
+	l = &descriptors.Limit{Policy: p, ID: descriptors.PolicyID(p, nil, nil), Shape: p.Shape()}
 	c.mu.Lock()
 	if c.m == nil {
 		c.m = make(map[overrideKey]*descriptors.Limit)
@@ -73,7 +73,7 @@ func (e *Engine) overrideMatch(buf []byte, domain string, d *Descriptor, m *desc
 		m.Policy.Window.Unit == l.Policy.Window.Unit && m.Limit != nil {
 		shared := *l
 		shared.ID = m.Limit.ID
-		m.Limit, m.Policy, m.Replaced = &shared, l.Policy, false
+		m.Limit, m.Policy, m.Shape, m.Replaced = &shared, l.Policy, l.Shape, false
 		return buf
 	}
 	buf = append(buf, descriptors.Escape(domain)...)
@@ -84,7 +84,7 @@ func (e *Engine) overrideMatch(buf []byte, domain string, d *Descriptor, m *desc
 		buf = append(buf, '=')
 		buf = append(buf, descriptors.Escape(en.Value)...)
 	}
-	m.Limit, m.Policy, m.Domain, m.Replaced = l, l.Policy, "", false
+	m.Limit, m.Policy, m.Shape, m.Domain, m.Replaced = l, l.Policy, l.Shape, "", false
 	m.Resource = descriptors.Bound(string(buf))
 	return buf
 }
