@@ -210,12 +210,12 @@ func (b *builder) leaf(n *node, resource string) {
 	if l.Policy != nil && l.Shape == 0 {
 		l.Shape = l.Policy.Shape()
 	}
-	if len(l.Overrides) > 0 && l.overrideShapes == nil {
+	if len(l.Overrides) > 0 && l.OverrideShapes == nil {
 		shapes := make(map[string]uint64, len(l.Overrides))
 		for d, p := range l.Overrides {
 			shapes[d] = p.Shape()
 		}
-		l.overrideShapes = shapes
+		l.OverrideShapes = shapes
 	}
 	n.resource = resource
 	metric := b.d.cfg.Name
@@ -356,7 +356,7 @@ func (t *Tree) Match(domain string, entries []Entry) (m Match, ok bool) {
 	n.identity(d.cfg.Name, entries, &m)
 	if n.limit.Overrides != nil {
 		if p, ok := n.limit.Overrides[m.Domain]; ok {
-			m.Policy, m.Shape = p, n.limit.overrideShapes[m.Domain]
+			m.Policy, m.Shape = p, n.limit.OverrideShapes[m.Domain]
 		}
 	}
 	return m, true

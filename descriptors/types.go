@@ -78,10 +78,11 @@ type Limit struct {
 	// Shape is Policy's shape (tiers.Policy.Shape): with the resource and
 	// the Charon domain it keys a pair's state, so that a change of the
 	// limits keeps the counts made (SPEC §3, counts belong to the rule)
-	// and a change of shape starts afresh. NewTree computes it, and the
-	// shapes of Overrides (Match.Shape), when it is 0.
+	// and a change of shape starts afresh. OverrideShapes are the shapes
+	// of Overrides, by domain (Match.Shape). NewTree computes Shape when
+	// it is 0 and OverrideShapes when it is nil.
 	Shape          uint64
-	overrideShapes map[string]uint64
+	OverrideShapes map[string]uint64
 	// ID identifies the policy set (Policy, Overrides, Copies) with its
 	// numbers: it changes exactly when one of them changes. It names the
 	// policy set (config dumps, RLQS budgets); stores key rate state by
