@@ -139,4 +139,10 @@ type DomainConfig struct {
 	IgnoreLimits bool
 	// AllowUnconfigured grants (and records) a request matching no leaf.
 	AllowUnconfigured bool
+	// CalendarUnits is the zone whose calendar the units day, week, month
+	// and year follow in the domain (calendar_units, --calendar-units):
+	// the config's limits are built so, and a request's own limit in one
+	// of those units is counted per calendar period too. nil: the units'
+	// fixed lengths.
+	CalendarUnits *time.Location
 }

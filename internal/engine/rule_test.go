@@ -180,3 +180,73 @@ func TestMatchShape(t *testing.T) {
 		t.Errorf("quota keys %x, %x under 500 and 600 a month; want one, not the rate's %x", x, y, match(a, "alice").Shape)
 	}
 }
+
+// TestCalendarUnits: under calendar units a monthly limit renews on the 1st
+// at midnight of the zone (not 30 days on), a daily one at each midnight
+// (a day of 23 hours across the spring DST change), and a request's own
+// limit in months counts per calendar month too, in the configured
+// limit's state when that is a month of the same zone; its answer names
+// the unit.
+func TestCalendarUnits(t *testing.T) {
+	paris, err := time.LoadLocation("Europe/Paris")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, _, err := config.Load(fstest.MapFS{"rl.yaml": {Data: []byte(`domain: ai
+descriptors:
+  - key: tenant
+    rate_limit: {unit: month, requests_per_unit: 3, name: monthly}
+  - key: user
+    rate_limit: {unit: day, requests_per_unit: 2}
+`)}}, config.Options{CalendarUnits: paris})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := newClock()
+	e := memEngine(t, c)
+	e.SetTree(cfg.Tree)
+	tenant := &Request{Domain: "ai", Descriptors: []Descriptor{desc("tenant", "acme")}}
+	// January 31st, 23:59 in Paris (22:59 UTC).
+	c.now = time.Date(2030, 1, 31, 23, 59, 0, 0, paris)
+	for range 3 {
+		wantCodes(t, "January", ask(t, e, tenant), ok, ok)
+	}
+	r := ask(t, e, tenant)
+	wantCodes(t, "January's fourth", r, over, over)
+	if st := r.Statuses[0]; st.ResetAfter != time.Minute || st.Limit == nil || st.Limit.Unit != tiers.UnitMonth || st.Limit.RequestsPerUnit != 3 || st.Limit.Name != "monthly" {
+		t.Errorf("January's fourth: reset after %v, limit %+v; want a minute (February 1st in Paris), 3 per month named monthly", st.ResetAfter, st.Limit)
+	}
+	c.now = time.Date(2030, 2, 1, 0, 0, 0, 0, paris)
+	wantCodes(t, "February 1st, midnight in Paris", ask(t, e, tenant), ok, ok)
+
+	// The last Sunday of March 2030 in Paris has 23 hours.
+	user := &Request{Domain: "ai", Descriptors: []Descriptor{desc("user", "bob")}}
+	c.now = time.Date(2030, 3, 31, 0, 30, 0, 0, paris)
+	wantCodes(t, "the DST day", ask(t, e, user), ok, ok)
+	wantCodes(t, "the DST day", ask(t, e, user), ok, ok)
+	r = ask(t, e, user)
+	wantCodes(t, "the DST day's third", r, over, over)
+	if got := r.Statuses[0].ResetAfter; got != 22*time.Hour+30*time.Minute {
+		t.Errorf("the DST day's third: reset after %v, want 22h30m (a day of 23 hours)", got)
+	}
+
+	// A request's own limit of 4 a month counts in the configured month:
+	// February's one request is counted, three more fit.
+	c.now = time.Date(2030, 2, 10, 12, 0, 0, 0, paris)
+	own := func(n uint32, u tiers.Unit) *Request {
+		d := desc("tenant", "acme")
+		d.Override = &Override{RequestsPerUnit: n, Unit: u}
+		return &Request{Domain: "ai", Descriptors: []Descriptor{d}}
+	}
+	for range 3 {
+		wantCodes(t, "4 a month", ask(t, e, own(4, tiers.UnitMonth)), ok, ok)
+	}
+	wantCodes(t, "the fifth of 4 a month", ask(t, e, own(4, tiers.UnitMonth)), over, over)
+	// A month of another domain without calendar units would be 30 days;
+	// here a day of a request's own limit is a calendar day.
+	c.now = time.Date(2030, 2, 10, 23, 59, 0, 0, paris)
+	wantCodes(t, "1 a day", ask(t, e, own(1, tiers.UnitDay)), ok, ok)
+	wantCodes(t, "1 a day, again", ask(t, e, own(1, tiers.UnitDay)), over, over)
+	c.now = time.Date(2030, 2, 11, 0, 0, 0, 0, paris)
+	wantCodes(t, "1 a day, the next calendar day", ask(t, e, own(1, tiers.UnitDay)), ok, ok)
+}
