@@ -24,20 +24,26 @@ func bucketUnits(b *TokenBucket) (p, r, capU int64, ok bool) {
 // capacity by c grants c more at once) and a change of refill (a new unit)
 // converts them.
 
-// bucketOwed returns s's deficit at s.at in the units of a policy whose credit
-// is unit units and whose capacity is capU units. A deficit kept in
+// bucketOwed returns s's deficit at s.at in the units of a policy whose
+// credit is unit units and whose capacity is capU units. A deficit kept in
 // another unit (the refill or its period changed) is converted in whole
 // credits, the fraction of a credit already refilling dropped (at most one
 // credit early, once). It is at most twice the capacity (a balance of
-// minus the capacity, the most a post-paid bucket owes): a capacity
-// lowered far below the credits taken does not make the bucket owe more.
+// minus the capacity, the most a post-paid bucket owes), so that a
+// capacity lowered far below the credits taken does not make the bucket
+// owe more, and at most 2^53 units, so that every quantity of a decision
+// stays exact in a double.
 func bucketOwed(s *State, unit, capU int64) int64 {
+	lim := min(2*capU, maxOwedUnits)
 	d := max(0, s.val)
 	if s.unit != unit && s.unit > 0 {
-		d = min(d/s.unit, 2*(capU/unit)) * unit
+		d = min(d/s.unit, lim/unit) * unit
 	}
-	return min(d, 2*capU)
+	return min(d, lim)
 }
+
+// maxOwedUnits bounds what a bucket owes (bucketOwed).
+const maxOwedUnits int64 = 1 << 53
 
 // roomOf returns s's room (reserve.go) in the units of unit, at most capU.
 func roomOf(s *State, unit, capU int64) int64 {

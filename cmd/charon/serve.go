@@ -164,30 +164,42 @@ func loadFlags(fs *flag.FlagSet, c *serveConfig) {
 
 // loadOptions are the options a configuration loads with.
 func (c *serveConfig) loadOptions() config.Options {
-	return config.Options{MergeDomains: c.MergeDomains, FixedWindowDefault: c.FixedWindow, OverdraftDefault: c.Overdraft, CalendarUnits: c.CalendarUnits.loc}
+	return config.Options{MergeDomains: c.MergeDomains, FixedWindowDefault: c.FixedWindow, OverdraftDefault: c.Overdraft, CalendarUnits: c.CalendarUnits.location()}
 }
 
-// zoneFlag is --calendar-units: an IANA time zone, or unset.
-type zoneFlag struct{ loc *time.Location }
+// zoneFlag is --calendar-units: the name of an IANA time zone, checked
+// when set, or "" for none.
+type zoneFlag struct{ Name string }
 
 func (z *zoneFlag) String() string {
-	if z == nil || z.loc == nil {
+	if z == nil {
 		return ""
 	}
-	return z.loc.String()
+	return z.Name
 }
 
 func (z *zoneFlag) Set(s string) error {
 	if s == "" || strings.EqualFold(s, "off") {
-		z.loc = nil
+		z.Name = ""
 		return nil
 	}
-	loc, err := time.LoadLocation(s)
-	if err != nil || s == "Local" {
+	if _, err := time.LoadLocation(s); err != nil || s == "Local" {
 		return fmt.Errorf("unknown time zone %q (want an IANA name such as Europe/Paris or UTC)", s)
 	}
-	z.loc = loc
+	z.Name = s
 	return nil
+}
+
+// location is the zone, nil for none.
+func (z zoneFlag) location() *time.Location {
+	if z.Name == "" {
+		return nil
+	}
+	loc, err := time.LoadLocation(z.Name)
+	if err != nil {
+		return nil // not reached: Set checked the name
+	}
+	return loc
 }
 
 func envName(flagName string) string {

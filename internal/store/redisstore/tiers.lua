@@ -499,11 +499,14 @@ end
 -- state kept in another unit than p's (its refill changed) is read in p's,
 -- whole credits, as package tiers reads it (bucketOwed, roomOf).
 
--- owed: the deficit at s.at in p's units, at most twice the capacity.
+-- owed: the deficit at s.at in p's units, at most twice the capacity and
+-- at most 2^53 (bucketOwed).
+local MAXOWED = 9007199254740992 -- 2^53
 local function owed(p, s)
+  local lim = min(2 * p.capU, MAXOWED)
   local d = max(0, s.val)
-  if s.unit ~= p.unit and s.unit > 0 then d = min(idiv(d, s.unit), 2 * p.cap) * p.unit end
-  return min(d, 2 * p.capU)
+  if s.unit ~= p.unit and s.unit > 0 then d = min(idiv(d, s.unit), idiv(lim, p.unit)) * p.unit end
+  return min(d, lim)
 end
 
 -- roomof: a reservation's room (pace.lua) in p's units.
