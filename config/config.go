@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/charonlimit/charon/descriptors"
 )
@@ -34,6 +35,13 @@ type Options struct {
 	// Generated says the files were written by a program (the xDS client,
 	// one per resource): a limit names its file, the resource, with no line.
 	Generated bool
+	// CalendarUnits, when set, makes a rate_limit's unit day, week, month
+	// or year a calendar period of that zone's clock (tiers.Unit.
+	// CalendarPeriod: counted as a quota of that period is, a month from
+	// the 1st), in either algorithm, unless a file says otherwise
+	// (calendar_units: ZONE or off). nil: envoyproxy/ratelimit's fixed
+	// lengths (a month is 30 days).
+	CalendarUnits *time.Location
 }
 
 // Warning is a problem that does not stop loading (a normalization, a lowered
@@ -107,7 +115,7 @@ func Load(fsys fs.FS, opts Options) (*Config, []Warning, error) {
 	for range min(runtime.GOMAXPROCS(0), len(files)) {
 		wg.Go(func() {
 			for i := range next {
-				p := &parser{opts: opts, file: files[i]}
+				p := &parser{opts: opts, file: files[i], calendar: opts.CalendarUnits}
 				parsers[i] = p
 				data, err := fs.ReadFile(fsys, files[i])
 				if err != nil {

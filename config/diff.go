@@ -109,6 +109,7 @@ func Compare(old, new *Config) *Diff {
 			var fs []FieldChange
 			fs = field(fs, "ignore_limits", fmt.Sprint(oc.IgnoreLimits), fmt.Sprint(nc.IgnoreLimits))
 			fs = field(fs, "allow_unconfigured", fmt.Sprint(oc.AllowUnconfigured), fmt.Sprint(nc.AllowUnconfigured))
+			fs = field(fs, "calendar_units", zoneName(oc.CalendarUnits), zoneName(nc.CalendarUnits))
 			if len(fs) > 0 {
 				d.Domains = append(d.Domains, DomainChange{Kind: Changed, Domain: name, Changes: fs})
 			}

@@ -20,6 +20,7 @@ type dumpDomain struct {
 	Domain            string         `yaml:"domain"`
 	IgnoreLimits      bool           `yaml:"ignore_limits,omitempty"`
 	AllowUnconfigured bool           `yaml:"allow_unconfigured,omitempty"`
+	CalendarUnits     string         `yaml:"calendar_units,omitempty"`
 	Resources         []dumpResource `yaml:"resources"`
 }
 
@@ -133,6 +134,9 @@ func (c *Config) Dump() ([]byte, error) {
 	doc.Domains = []dumpDomain{}
 	for _, dc := range c.Tree.Domains() {
 		dd := dumpDomain{Domain: dc.Name, IgnoreLimits: dc.IgnoreLimits, AllowUnconfigured: dc.AllowUnconfigured, Resources: []dumpResource{}}
+		if dc.CalendarUnits != nil {
+			dd.CalendarUnits = dc.CalendarUnits.String()
+		}
 		for _, lf := range c.Tree.Leaves(dc.Name) {
 			l := lf.Limit
 			r := dumpResource{

@@ -590,13 +590,17 @@ descriptors:
 			}
 		}
 	}
-	// A post-paid limit is a new limit: its state is its own.
+	// A post-paid limit is another policy set (its ID) of the same shape:
+	// its state, the count, is kept (SPEC §3).
 	a, _, _ := load(t, Options{}, "api.yaml", text)
 	b, _, _ := load(t, Options{OverdraftDefault: true}, "api.yaml", text)
 	ma, _ := a.Tree.Match("api", []descriptors.Entry{{Key: "plain", Value: "x"}})
 	mb, _ := b.Tree.Match("api", []descriptors.Entry{{Key: "plain", Value: "x"}})
 	if ma.Limit.ID == mb.Limit.ID {
 		t.Errorf("the same policy ID %x with and without post-paid counting", ma.Limit.ID)
+	}
+	if ma.Shape != mb.Shape || ma.Shape == 0 {
+		t.Errorf("shapes %x and %x with and without post-paid counting, want one", ma.Shape, mb.Shape)
 	}
 
 	for _, tc := range []struct{ name, text, want string }{

@@ -2,6 +2,7 @@ package config
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/charonlimit/charon/descriptors"
 )
@@ -29,6 +30,13 @@ func (st *state) merge(files []*fileConfig) []descriptors.DomainSpec {
 			st.errs = append(st.errs, &Error{File: fc.file, Line: fc.line, Path: "domain",
 				Message: fmt.Sprintf("duplicate domain %q: already defined in %s:%d (enable domain merging to merge them)", fc.domain, d.first.file, d.first.line)})
 			continue
+		}
+		if d.first == fc {
+			d.spec.Config.CalendarUnits = fc.calendar
+		} else if zoneName(fc.calendar) != zoneName(d.first.calendar) {
+			// A request's own limit in the domain follows one calendar.
+			st.errs = append(st.errs, &Error{File: fc.file, Line: max(fc.calendarLine, fc.line), Path: "calendar_units",
+				Message: fmt.Sprintf("calendar units %s, but %s in %s:%d of the same domain", zoneName(fc.calendar), zoneName(d.first.calendar), d.first.file, d.first.line)})
 		}
 		d.spec.Config.IgnoreLimits = d.spec.Config.IgnoreLimits || fc.ignoreLimits
 		d.spec.Config.AllowUnconfigured = d.spec.Config.AllowUnconfigured || fc.allowUnconfigured
@@ -62,4 +70,12 @@ func build(n *pnode) *descriptors.Node {
 		out.Children = append(out.Children, build(c))
 	}
 	return &out
+}
+
+// zoneName is a calendar units' zone as a file writes it: off for none.
+func zoneName(loc *time.Location) string {
+	if loc == nil {
+		return "off"
+	}
+	return loc.String()
 }

@@ -38,7 +38,12 @@ type fileConfig struct {
 	line              int
 	ignoreLimits      bool
 	allowUnconfigured bool
-	nodes             []*pnode
+	// calendar is the file's calendar units (parser.calendar), set says
+	// the file's calendar_units key gave it, at calendarLine.
+	calendar     *time.Location
+	calendarSet  bool
+	calendarLine int
+	nodes        []*pnode
 }
 
 // pnode is a parsed descriptor, with its position for later errors.
@@ -61,6 +66,9 @@ type parser struct {
 	tooBig  bool
 	// expanded holds the keys of the mappings with merge keys read so far.
 	expanded map[*yaml.Node][]pair
+	// calendar is the zone of the file's calendar units (Options.
+	// CalendarUnits, or the file's calendar_units), nil for none.
+	calendar *time.Location
 }
 
 func (p *parser) errf(n *yaml.Node, path *ypath, format string, args ...any) {
@@ -113,6 +121,10 @@ func (p *parser) parseFile(data []byte) *fileConfig {
 			fc.ignoreLimits, _ = p.boolean(v, rootPath("ignore_limits"))
 		case "allow_unconfigured":
 			fc.allowUnconfigured, _ = p.boolean(v, rootPath("allow_unconfigured"))
+		case "calendar_units":
+			if loc, ok := p.calendarUnits(v, rootPath("calendar_units")); ok {
+				p.calendar, fc.calendarSet, fc.calendarLine = loc, true, k.Line
+			}
 		default:
 			return false
 		}
@@ -121,6 +133,7 @@ func (p *parser) parseFile(data []byte) *fileConfig {
 	if fc.domain == "" {
 		p.errf(cmp.Or(domainNode, root), rootPath("domain"), "empty domain")
 	}
+	fc.calendar = p.calendar
 	if descs != nil {
 		fc.nodes = p.descriptors(descs, rootPath("descriptors"), 1)
 	}
@@ -695,4 +708,22 @@ func (p *parser) metaScalar(n *yaml.Node, path *ypath) (any, bool) {
 		return nil, false
 	}
 	return v, true
+}
+
+// calendarUnits parses a file's calendar_units: an IANA time zone, whose
+// calendar the units day, week, month and year then follow, or off (nil).
+func (p *parser) calendarUnits(v *yaml.Node, path *ypath) (*time.Location, bool) {
+	s, ok := p.str(v, path)
+	if !ok {
+		return nil, false
+	}
+	if strings.EqualFold(s, "off") {
+		return nil, true
+	}
+	loc, err := time.LoadLocation(s)
+	if err != nil || s == "" || s == "Local" {
+		p.errf(v, path, "unknown time zone %q (want an IANA name such as Europe/Paris, UTC, or off)", s)
+		return nil, false
+	}
+	return loc, true
 }

@@ -384,6 +384,11 @@ func (p *parser) rateLimit(n *yaml.Node, path *ypath, full bool) (*tiers.Policy,
 	if !ok {
 		return nil, meta, false
 	}
+	if per, cal := u.CalendarPeriod(); cal && p.calendar != nil && rpu > 0 {
+		// Calendar units: a day, week, month or year of the zone's clock,
+		// counted as a quota of that period, in either algorithm.
+		return &tiers.Policy{Kind: tiers.KindQuota, Quota: tiers.Quota{Limit: rpu, Period: per, Location: p.calendar}}, meta, true
+	}
 	if fixed || rpu == 0 {
 		// A limit of 0 bans the descriptor in either algorithm (no window
 		// grants anything); as a fixed window of 0 it answers as

@@ -38,9 +38,13 @@
 // escaped string. They depend only on the config path and the request, so
 // they are stable across reloads.
 //
-// Limit.ID is a hash of the leaf's policy set (Policy, Overrides, Copies); a
-// store keys state by (Resource, ID, Domain), so a reload that leaves a
-// limit unchanged keeps its state and a changed limit starts afresh.
+// A store keys a pair's state by (Resource, Domain, Match.Shape), the shape
+// of the policy in force for the pair (tiers.Policy.Shape: its algorithm and
+// windows, never its limits), so that counts belong to the rule: a reload
+// that changes a limit applies the new limit to the count already made, and
+// one that changes a window's shape starts afresh. Limit.ID is a hash of
+// the leaf's whole policy set (Policy, Overrides, Copies) with its numbers,
+// which names it.
 //
 // # Metric keys
 //

@@ -101,7 +101,8 @@ type node struct {
 	detailedShared bool
 }
 
-// NewTree builds the tree of domains. It computes Limit.ID where it is 0 and
+// NewTree builds the tree of domains. It computes Limit.ID, Shape and
+// QuotaID where they are 0 and
 // refuses an empty or repeated domain, an empty key, and a key and value
 // given twice at one level.
 func NewTree(domains []DomainSpec) (*Tree, error) {
@@ -204,7 +205,17 @@ func (b *builder) leaf(n *node, resource string) {
 		l.ID = PolicyID(l.Policy, l.Overrides, l.Copies)
 	}
 	if l.Quota != nil && l.QuotaID == 0 {
-		l.QuotaID = PolicyID(l.Quota, nil, nil)
+		l.QuotaID = l.Quota.Shape()
+	}
+	if l.Policy != nil && l.Shape == 0 {
+		l.Shape = l.Policy.Shape()
+	}
+	if len(l.Overrides) > 0 && l.OverrideShapes == nil {
+		shapes := make(map[string]uint64, len(l.Overrides))
+		for d, p := range l.Overrides {
+			shapes[d] = p.Shape()
+		}
+		l.OverrideShapes = shapes
 	}
 	n.resource = resource
 	metric := b.d.cfg.Name
@@ -341,11 +352,11 @@ func (t *Tree) Match(domain string, entries []Entry) (m Match, ok bool) {
 	if n.limit == nil {
 		return Match{}, false
 	}
-	m = Match{Limit: n.limit, Policy: n.limit.Policy, Resource: n.resource, MetricKey: n.metric}
+	m = Match{Limit: n.limit, Policy: n.limit.Policy, Shape: n.limit.Shape, Resource: n.resource, MetricKey: n.metric}
 	n.identity(d.cfg.Name, entries, &m)
 	if n.limit.Overrides != nil {
 		if p, ok := n.limit.Overrides[m.Domain]; ok {
-			m.Policy = p
+			m.Policy, m.Shape = p, n.limit.OverrideShapes[m.Domain]
 		}
 	}
 	return m, true

@@ -69,14 +69,24 @@ type Limit struct {
 	Pace time.Duration
 	// Quota is the descriptor's calendar quota (a tiers.KindQuota policy),
 	// nil when it has none: a request must pass it and Policy (when set),
-	// all or nothing. Its state is keyed by QuotaID, so that a change of
-	// the rate policy keeps the quota's count; NewTree computes QuotaID
-	// when it is 0.
+	// all or nothing. Its state is keyed by QuotaID, the quota's shape
+	// (tiers.Policy.Shape: its period, zone and anchor, not its limit), so
+	// that a change of the rate policy or of the quota's limit keeps the
+	// quota's count; NewTree computes QuotaID when it is 0.
 	Quota   *tiers.Policy
 	QuotaID uint64
-	// ID identifies the policy set (Policy, Overrides, Copies): it changes
-	// exactly when one of them changes, so stores key state by it and a reload
-	// keeps the state of unchanged resources. NewTree computes it when it is 0.
+	// Shape is Policy's shape (tiers.Policy.Shape): with the resource and
+	// the Charon domain it keys a pair's state, so that a change of the
+	// limits keeps the counts made (SPEC §3, counts belong to the rule)
+	// and a change of shape starts afresh. OverrideShapes are the shapes
+	// of Overrides, by domain (Match.Shape). NewTree computes Shape when
+	// it is 0 and OverrideShapes when it is nil.
+	Shape          uint64
+	OverrideShapes map[string]uint64
+	// ID identifies the policy set (Policy, Overrides, Copies) with its
+	// numbers: it changes exactly when one of them changes. It names the
+	// policy set (config dumps, RLQS budgets); stores key rate state by
+	// Shape, not by ID. NewTree computes it when it is 0.
 	ID uint64
 	// File and Line locate the leaf in the config (Line 0: a file written
 	// by a program, an xDS resource's, whose lines mean nothing to people).
@@ -105,6 +115,10 @@ type Match struct {
 	// Policy is the effective rate policy: the override for Domain if any,
 	// else Limit.Policy.
 	Policy *tiers.Policy
+	// Shape is Policy's shape (tiers.Policy.Shape), computed when the tree
+	// was built: a store keys the pair's state by (Resource, Domain,
+	// Shape).
+	Shape uint64
 	// Resource is the RLS domain plus the path of matched keys and fixed
 	// values; Domain the joined values of key-only and wildcard entries.
 	// Both are escaped, bounded in length and safe as Redis key parts (see
@@ -125,4 +139,10 @@ type DomainConfig struct {
 	IgnoreLimits bool
 	// AllowUnconfigured grants (and records) a request matching no leaf.
 	AllowUnconfigured bool
+	// CalendarUnits is the zone whose calendar the units day, week, month
+	// and year follow in the domain (calendar_units, --calendar-units):
+	// the config's limits are built so, and a request's own limit in one
+	// of those units is counted per calendar period too. nil: the units'
+	// fixed lengths.
+	CalendarUnits *time.Location
 }

@@ -155,6 +155,9 @@ func rateUsage(p *tiers.Policy, v *tiers.View) (limit, used int64, period string
 		return v.Capacity, v.Used, "token bucket"
 	case tiers.KindFixedWindow:
 		return v.Capacity, v.Used, "fixed window, " + p.Window.Unit.String()
+	case tiers.KindQuota:
+		// A rate limit in calendar units.
+		return v.Capacity, v.Used, "calendar " + p.Quota.Period.String()
 	}
 	return v.Capacity, v.Used, p.Kind.String()
 }

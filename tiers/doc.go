@@ -84,9 +84,10 @@
 //
 // With per = Per in µs, g = gcd(Refill, per), p = per/g and r = Refill/g, a
 // credit is p units and the bucket gains r units per µs, up to cap = C*p
-// units. State: the balance in units and the instant of its last update; a
-// zero State is full. The balance at t is min(cap, balance + r*(t-at)) (no
-// accrual when t <= at). A request grants n = min(k, balance/p) (integer
+// units. State: what the bucket owes (cap less its balance) in units at
+// the instant of its last update, and the p it is kept in; a zero State is
+// full. The balance at t is cap - max(0, owed - r*(t-at)) (no accrual when
+// t <= at), owed being counted at most 2*cap. A request grants n = min(k, balance/p) (integer
 // division) when n >= m and subtracts n*p; Remaining is the whole credits
 // left; RetryAfter is ceil((max(m,1)*p - balance)/r) µs, Unbounded when m
 // exceeds the capacity; ResetAfter the time to the next whole credit (0 when
@@ -128,6 +129,27 @@
 // end of the debt, would be granted) on the state after the debit; Peek,
 // which changes nothing, answers the wait before it. Everything else Peek
 // answers is what Request answers.
+//
+// # New numbers on an old state
+//
+// A State holds no limit of its policy: a store keeps it under the
+// policy's Shape, and a policy of the same shape with other numbers reads
+// it with its own (SPEC §3, counts belong to the rule). A tier's log counts
+// its hits whatever the limit: a log written exact (width 1) and read with
+// buckets, or the other way round, keeps its entries as they are, new hits
+// joining the newest entry when it starts at or after their bucket's start,
+// so an exact entry counts exactly and a bucket leniently, as above; the
+// same for the per-second logs when a hard or global limit changes. A
+// raised limit grants exactly the difference, a lowered one rejects until
+// the count falls below it (a tier of a stack over its new limit is full:
+// the next hit bursts). Entries of tiers are read under new active periods
+// and cooldowns. A bucket keeps what it owes: a new capacity applies to it
+// (raised by c, c more credits at once; lowered below it, a negative
+// balance, what it owes counted at most 2*cap); a new refill or period
+// changes p, and what it owes is converted to whole credits of the new p,
+// the fraction of a credit refilling dropped (at most one credit early,
+// once), the new refill applying from the last update. A window and a
+// quota keep their count.
 //
 // # Stores and servers
 //

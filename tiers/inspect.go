@@ -99,7 +99,7 @@ func owed(p *Policy, s *State, g *Global, t int64) int64 {
 		}
 	case KindTokenBucket:
 		if unit, r, capU, ok := bucketUnits(&p.Bucket); ok {
-			if b := balance(s, t, r, capU); b < 0 {
+			if b := balance(s, t, unit, r, capU); b < 0 {
 				o = ceilDiv(-b, unit)
 			}
 		}

@@ -152,8 +152,8 @@ func TestPostPaidDebtBounded(t *testing.T) {
 	b := &Policy{Kind: KindTokenBucket, Bucket: TokenBucket{Capacity: 10, Refill: 1, Per: time.Hour}, Overdraft: true}
 	var bs State
 	Request(b, &bs, nil, t0, maxCopies, maxCopies)
-	if _, _, capU, _ := bucketUnits(&b.Bucket); bs.val != -capU {
-		t.Fatalf("bucket balance %d, want the floor %d", bs.val, -capU)
+	if unit, r, capU, _ := bucketUnits(&b.Bucket); balance(&bs, t0.UnixMicro(), unit, r, capU) != -capU {
+		t.Fatalf("bucket balance %d, want the floor %d", balance(&bs, t0.UnixMicro(), unit, r, capU), -capU)
 	}
 }
 

@@ -50,6 +50,25 @@ func ParsePeriod(s string) (p Period, ok bool) {
 	return 0, false
 }
 
+// CalendarPeriod returns the calendar period that unit u names when units
+// are read as calendar units (a day, an ISO week, a month or a year of a
+// zone's clock, as a Quota counts them): ok is false for a second, a
+// minute and an hour, whose windows are the same either way, and for an
+// unknown unit.
+func (u Unit) CalendarPeriod() (p Period, ok bool) {
+	switch u {
+	case UnitDay:
+		return PeriodDay, true
+	case UnitWeek:
+		return PeriodWeek, true
+	case UnitMonth:
+		return PeriodMonth, true
+	case UnitYear:
+		return PeriodYear, true
+	}
+	return 0, false
+}
+
 // months is the number of months of a period counted in months, else 0.
 func (p Period) months() int {
 	switch p {

@@ -168,19 +168,20 @@ func reserveBucket(p *Policy, s *State, now, t, k, m int64, commit bool) Decisio
 	// and t the wait repays the debt, and at t the bucket holds what it
 	// would had the hits been taken at t (a bucket full before t has lost
 	// what overflowed, so the reservation cannot keep it).
-	bt := balance(s, t, r, capU)
+	bt := balance(s, t, unit, r, capU)
 	b := bt - d.Granted*unit - r*(t-now)
 	if b < -capU {
 		return closed()
 	}
 	if commit && d.Granted > 0 {
+		room := roomOf(s, unit, capU)
 		if now >= s.ahead {
 			// Nothing is pending: no give-back can come before this one.
-			s.room = capU
+			room = capU
 		}
-		s.room = min(s.room, capU-bt)
 		s.ahead = max(s.ahead, t)
-		s.used, s.val, s.at = true, b, max(s.at, now)
+		setBucket(s, b, max(s.at, now), unit, capU)
+		s.room = min(room, capU-bt)
 	}
 	return d
 }
@@ -195,15 +196,16 @@ func refundReservedBucket(p *Policy, s *State, now, t, hits int64) {
 		return
 	}
 	give := min(hits, p.Bucket.Capacity) * unit
+	room := roomOf(s, unit, capU)
 	if t < s.ahead {
-		give = min(give, s.room)
+		give = min(give, room)
 	}
 	if give <= 0 {
 		return
 	}
-	s.room = max(0, s.room-give)
-	b := balance(s, now, r, capU)
-	s.val, s.at = min(capU, b+give), max(s.at, now)
+	b := balance(s, now, unit, r, capU)
+	setBucket(s, min(capU, b+give), max(s.at, now), unit, capU)
+	s.room = max(0, room-give)
 }
 
 // reserveFixed is reserve for a fixed window or a calendar quota: within

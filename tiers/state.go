@@ -32,11 +32,15 @@ type State struct {
 	tiers  []tierState
 	second hitLog // the domain's hits of the last second (KindTiers)
 
-	// KindTokenBucket: val is the balance in 1/p credits at time at (see
-	// doc.go). KindFixedWindow: val is the count of the window starting at at.
+	// KindTokenBucket: val is the deficit (capacity less balance) in 1/p
+	// credits at time at, unit the p it is kept in (see doc.go).
+	// KindFixedWindow, KindQuota: val is the count of the window starting
+	// at at. Neither depends on the policy's limits: a state keeps its
+	// meaning when they change (SPEC §3, counts belong to the rule).
 	used bool
 	at   int64
 	val  int64
+	unit int64
 
 	// Pacing (reserve.go). KindTokenBucket: ahead is the latest instant a
 	// reservation was made for, and room the units a give-back may still

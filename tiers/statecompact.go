@@ -16,14 +16,17 @@ var ErrBadCompact = errors.New("tiers: malformed compact state")
 //	KindTiers:       0, the per-second log, n, then for tiers 1..n
 //	                 (n the highest tier ever entered): entered (0 or 1),
 //	                 entry instant, log
-//	KindTokenBucket,
+//	KindTokenBucket: 1, used (0 or 1), instant, deficit, its unit, and
+//	                 when a reservation left them non-zero (reserve.go):
+//	                 the latest reserved instant and the room
 //	KindFixedWindow,
-//	KindQuota:       kind, used (0 or 1), instant, value, and when a
-//	                 reservation left them non-zero (reserve.go): a
-//	                 bucket's latest reserved instant and room, a
-//	                 window's count reserved in the next window and 0
+//	KindQuota:       kind, used (0 or 1), instant, count, and when a
+//	                 reservation left it non-zero the count reserved in
+//	                 the next window and 0
 //
 // where a log is m, then m pairs (bucket start, hits). Instants are in µs.
+// No form holds a limit of p: a state written under one policy reads under
+// another of the same shape (Policy.Shape) with the same meaning.
 func (s *State) AppendCompact(p *Policy, dst []int64) []int64 {
 	dst = append(dst, int64(p.Kind))
 	if p.Kind != KindTiers {
@@ -32,6 +35,9 @@ func (s *State) AppendCompact(p *Policy, dst []int64) []int64 {
 			used = 1
 		}
 		dst = append(dst, used, s.at, s.val)
+		if p.Kind == KindTokenBucket {
+			dst = append(dst, s.unit)
+		}
 		if s.ahead != 0 || s.room != 0 {
 			dst = append(dst, s.ahead, s.room)
 		}
@@ -64,12 +70,19 @@ func (s *State) SetCompact(p *Policy, v []int64) error {
 		return nil
 	}
 	if p.Kind != KindTiers {
-		if len(v) != 4 && len(v) != 6 {
+		extra := 0 // the bucket's unit
+		if p.Kind == KindTokenBucket {
+			extra = 1
+		}
+		if len(v) != 4+extra && len(v) != 6+extra {
 			return ErrBadCompact
 		}
 		s.used, s.at, s.val = v[1] == 1, v[2], v[3]
-		if len(v) == 6 {
-			s.ahead, s.room = v[4], v[5]
+		if extra == 1 {
+			s.unit = v[4]
+		}
+		if len(v) == 6+extra {
+			s.ahead, s.room = v[4+extra], v[5+extra]
 		}
 		return nil
 	}

@@ -83,6 +83,7 @@ type serveConfig struct {
 	MergeDomains            bool
 	FixedWindow             bool
 	Overdraft               bool
+	CalendarUnits           zoneFlag
 	HeapFloorMiB            int
 	LogLevel                string
 	LogFormat               string
@@ -160,12 +161,48 @@ func serveFlags(fs *flag.FlagSet, c *serveConfig) {
 func loadFlags(fs *flag.FlagSet, c *serveConfig) {
 	fs.BoolVar(&c.MergeDomains, "merge-domains", c.MergeDomains, "merge files that share a domain instead of refusing them (env "+envName("merge-domains")+")")
 	fs.BoolVar(&c.FixedWindow, "fixed-window", c.FixedWindow, "rate_limit without an algorithm uses envoyproxy/ratelimit's calendar-aligned fixed window instead of the exact sliding window (env "+envName("fixed-window")+")")
+	fs.Var(&c.CalendarUnits, "calendar-units", "the units day, week, month and year of rate limits (files, xDS, a request's own limit) are calendar periods of this IANA time `zone`'s clock, a month from the 1st, in sliding and fixed-window modes alike (a file's calendar_units: ZONE or off wins); unset: envoyproxy/ratelimit's fixed lengths, a month of 30 days (env "+envName("calendar-units")+")")
 	fs.BoolVar(&c.Overdraft, "overdraft", c.Overdraft, "every limit counts post-paid usage unless its descriptor says overdraft: false: a refused request's hits are debited all the same, and a limit in debt refuses every request until its window repays it (env "+envName("overdraft")+")")
 }
 
 // loadOptions are the options a configuration loads with.
 func (c *serveConfig) loadOptions() config.Options {
-	return config.Options{MergeDomains: c.MergeDomains, FixedWindowDefault: c.FixedWindow, OverdraftDefault: c.Overdraft}
+	return config.Options{MergeDomains: c.MergeDomains, FixedWindowDefault: c.FixedWindow, OverdraftDefault: c.Overdraft, CalendarUnits: c.CalendarUnits.location()}
+}
+
+// zoneFlag is --calendar-units: the name of an IANA time zone, checked
+// when set, or "" for none.
+type zoneFlag struct{ Name string }
+
+func (z *zoneFlag) String() string {
+	if z == nil {
+		return ""
+	}
+	return z.Name
+}
+
+func (z *zoneFlag) Set(s string) error {
+	if s == "" || strings.EqualFold(s, "off") {
+		z.Name = ""
+		return nil
+	}
+	if _, err := time.LoadLocation(s); err != nil || s == "Local" {
+		return fmt.Errorf("unknown time zone %q (want an IANA name such as Europe/Paris or UTC)", s)
+	}
+	z.Name = s
+	return nil
+}
+
+// location is the zone, nil for none.
+func (z zoneFlag) location() *time.Location {
+	if z.Name == "" {
+		return nil
+	}
+	loc, err := time.LoadLocation(z.Name)
+	if err != nil {
+		return nil // not reached: Set checked the name
+	}
+	return loc
 }
 
 func envName(flagName string) string {

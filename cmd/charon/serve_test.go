@@ -430,3 +430,30 @@ func TestServeBadMetricsMapping(t *testing.T) {
 		t.Errorf("exit %d, stderr %q; want exit 1, \"cannot start\" naming %s", code, errb.String(), file)
 	}
 }
+
+// TestCalendarUnitsFlag: --calendar-units and CHARON_CALENDAR_UNITS give
+// the configuration's calendar units; an unknown zone is refused naming
+// the flag.
+func TestCalendarUnitsFlag(t *testing.T) {
+	c, err := parseServe([]string{"--calendar-units", "Europe/Paris"}, envOf(nil), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if loc := c.loadOptions().CalendarUnits; loc == nil || loc.String() != "Europe/Paris" {
+		t.Errorf("--calendar-units Europe/Paris: %v", loc)
+	}
+	c, err = parseServe(nil, envOf(map[string]string{"CHARON_CALENDAR_UNITS": "UTC"}), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if loc := c.loadOptions().CalendarUnits; loc == nil || loc.String() != "UTC" {
+		t.Errorf("CHARON_CALENDAR_UNITS=UTC: %v", loc)
+	}
+	if c, err = parseServe(nil, envOf(nil), io.Discard); err != nil || c.loadOptions().CalendarUnits != nil {
+		t.Errorf("by default: %v, %v; want none", c.loadOptions().CalendarUnits, err)
+	}
+	if _, err := parseServe([]string{"--calendar-units", "Mars/Olympus"}, envOf(nil), io.Discard); err == nil ||
+		!strings.Contains(err.Error(), "calendar-units") || !strings.Contains(err.Error(), "Mars/Olympus") {
+		t.Errorf("an unknown zone: %v, want an error naming the flag and the zone", err)
+	}
+}

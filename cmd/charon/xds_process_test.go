@@ -143,3 +143,48 @@ func TestServeXDSForceStart(t *testing.T) {
 	}
 	p.stop(t)
 }
+
+// TestXDSMonthlyBudgetCalendarUnits: over xDS, which can only send units,
+// --calendar-units makes a monthly budget (Envoy Gateway's, AI Gateway's)
+// a calendar month of the zone: 3 a month, the fourth refused until the
+// 1st of the next month at midnight UTC (not 30 days on), on the memory
+// store, a single Redis and a Redis Cluster; the limit is reported as 3
+// per MONTH.
+func TestXDSMonthlyBudgetCalendarUnits(t *testing.T) {
+	bin := buildCharon(t)
+	for _, st := range everyStore() {
+		t.Run(st.name, func(t *testing.T) {
+			addr, snapshots := startXDSServer(t)
+			c := &rlsconfv3.RateLimitConfig{Name: "budgets", Domain: "xds", Descriptors: []*rlsconfv3.RateLimitDescriptor{
+				// MONTH (5) is newer than the generated enum.
+				{Key: "user", RateLimit: &rlsconfv3.RateLimitPolicy{Unit: 5, RequestsPerUnit: 3}},
+			}}
+			snap, err := cache.NewSnapshot("v1", map[resource.Type][]types.Resource{resource.RateLimitConfigType: {c}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := snapshots.SetSnapshot(context.Background(), "rl-node", snap); err != nil {
+				t.Fatal(err)
+			}
+			args := append([]string{"--config-xds", addr, "--config-xds-node-id", "rl-node", "--calendar-units", "UTC", "--redis-timeout", "5s"}, st.args(t)...)
+			p := startServe(t, bin, args...)
+			for i := range 3 {
+				if got := askUser(t, p, "alice").GetOverallCode(); got != rlsv3.RateLimitResponse_OK {
+					t.Fatalf("request %d of 3 a month: %v", i+1, got)
+				}
+			}
+			resp := askUser(t, p, "alice")
+			now := time.Now().UTC()
+			next := time.Date(now.Year(), now.Month()+1, 1, 0, 0, 0, 0, time.UTC)
+			st := resp.GetStatuses()[0]
+			reset := st.GetDurationUntilReset().AsDuration()
+			if resp.GetOverallCode() != rlsv3.RateLimitResponse_OVER_LIMIT || reset <= 0 || (next.Sub(now)-reset).Abs() > 10*time.Second {
+				t.Errorf("the fourth: %v, reset after %v; want OVER_LIMIT until the 1st (%v)", resp.GetOverallCode(), reset, next.Sub(now))
+			}
+			if l := st.GetCurrentLimit(); l.GetRequestsPerUnit() != 3 || l.GetUnit() != rlsv3.RateLimitResponse_RateLimit_MONTH {
+				t.Errorf("current_limit %v, want 3 per MONTH", l)
+			}
+			p.stop(t)
+		})
+	}
+}

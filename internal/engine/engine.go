@@ -262,7 +262,7 @@ func (e *Engine) Decide(ctx context.Context, req *Request, resp *Response) error
 		sc.modes = append(sc.modes, mode)
 		sc.pace = append(sc.pace, l.Pace)
 		sc.items = append(sc.items, store.Item{
-			Key:    store.Key{Resource: m.Resource, Domain: m.Domain, PolicyID: l.ID},
+			Key:    store.Key{Resource: m.Resource, Domain: m.Domain, PolicyID: m.Shape},
 			Policy: m.Policy,
 			Hits:   hits,
 			Min:    hits,
@@ -416,6 +416,7 @@ func (e *Engine) mode(l *descriptors.Limit, own, ignore bool) itemMode {
 func (e *Engine) match(tree *descriptors.Tree, req *Request, known bool, sc *scratch) {
 	sc.matches = grow(sc.matches, len(req.Descriptors))
 	replaces := false
+	var cal *descriptors.DomainConfig
 	for i := range req.Descriptors {
 		d := &req.Descriptors[i]
 		m, ok := tree.Match(req.Domain, d.Entries)
@@ -424,8 +425,12 @@ func (e *Engine) match(tree *descriptors.Tree, req *Request, known bool, sc *scr
 		}
 		if d.Override != nil && known {
 			// envoyproxy/ratelimit's rule: a descriptor's own limit replaces
-			// the configured one, for any descriptor of a known domain.
-			sc.buf = e.overrideMatch(sc.buf[:0], req.Domain, d, &m, ok)
+			// the configured one, for any descriptor of a known domain. Its
+			// units follow the domain's calendar units.
+			if cal == nil {
+				cal, _ = tree.Domain(req.Domain)
+			}
+			sc.buf = e.overrideMatch(sc.buf[:0], req.Domain, cal.CalendarUnits, d, &m, ok)
 		} else if ok && len(m.Limit.Replaces) > 0 {
 			replaces = true
 		}

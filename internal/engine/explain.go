@@ -190,7 +190,7 @@ func (e *Engine) explainItem(req *Request, i int, x *Explanation, known bool) (s
 		}
 		hits := int64(hitsOf(req, d))
 		return store.Item{
-			Key:    store.Key{Resource: m.Resource, Domain: m.Domain, PolicyID: l.ID},
+			Key:    store.Key{Resource: m.Resource, Domain: m.Domain, PolicyID: m.Shape},
 			Policy: m.Policy, Hits: hits, Min: hits,
 		}, true
 	}

@@ -41,8 +41,14 @@ func (e *Engine) currentLimit(m *descriptors.Match, d *tiers.Decision, o *Overri
 		}
 		return cl
 	}
-	if p.Kind == tiers.KindFixedWindow {
+	switch p.Kind {
+	case tiers.KindFixedWindow:
 		return CurrentLimit{RequestsPerUnit: clamp32(p.Window.Limit), Unit: p.Window.Unit, Name: m.Limit.Name}
+	case tiers.KindQuota:
+		// A rate limit in calendar units: its unit, as configured.
+		cl := quotaLimit(&p.Quota)
+		cl.Name = m.Limit.Name
+		return cl
 	}
 	limit, window, tier := d.TierLimit, d.TierWindow, d.Tier
 	if p.Kind == tiers.KindTiers && tier == 0 && len(p.Tiers) > 0 {

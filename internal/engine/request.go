@@ -88,7 +88,7 @@ func (e *Engine) Request(ctx context.Context, domain string, entries []descripto
 		n++
 	}
 	if m.Policy != nil {
-		items[n] = store.Item{Key: store.Key{Resource: m.Resource, Domain: m.Domain, PolicyID: l.ID}, Policy: m.Policy,
+		items[n] = store.Item{Key: store.Key{Resource: m.Resource, Domain: m.Domain, PolicyID: m.Shape}, Policy: m.Policy,
 			Hits: copies, Min: need, Shadow: shadow}
 		n++
 	}

@@ -604,7 +604,8 @@ func budgetOf(tree *descriptors.Tree, domain string, id map[string]string) (b sh
 // Rate is the budget of a policy: limit tokens per fill (whole seconds, at
 // least one: Envoy reads whole seconds). A burst-tier policy gives its
 // first tier (the base rate; bursts into higher tiers are RLS's), a token
-// bucket its refill, a fixed window its limit per unit. A window that is not
+// bucket its refill, a fixed window its limit per unit, a calendar unit its
+// limit per the period's nominal length. A window that is not
 // whole seconds is rounded up, which only lowers the rate. ok is false for a
 // policy that grants nothing a budget can express (no tiers).
 func Rate(p *tiers.Policy) (limit int64, fill time.Duration, ok bool) {
@@ -613,6 +614,11 @@ func Rate(p *tiers.Policy) (limit int64, fill time.Duration, ok bool) {
 		limit, fill = p.Bucket.Refill, p.Bucket.Per
 	case tiers.KindFixedWindow:
 		limit, fill = p.Window.Limit, p.Window.Unit.Length()
+	case tiers.KindQuota:
+		// A rate limit in calendar units: its limit per the period's
+		// nominal length (a month of 30 days), as envoyproxy/ratelimit's
+		// unit of that name.
+		limit, fill = p.Quota.Limit, periodLength(p.Quota.Period)
 	default:
 		if len(p.Tiers) == 0 {
 			return 0, time.Second, true // rejects everything
@@ -623,6 +629,26 @@ func Rate(p *tiers.Policy) (limit int64, fill time.Duration, ok bool) {
 		fill = fill.Truncate(time.Second) + time.Second
 	}
 	return max(limit, 0), max(fill, time.Second), true
+}
+
+// periodLength is a calendar period's nominal length: its unit's
+// (tiers.Unit.Length), a quarter three months of 30 days.
+func periodLength(per tiers.Period) time.Duration {
+	switch per {
+	case tiers.PeriodMinute:
+		return tiers.UnitMinute.Length()
+	case tiers.PeriodHour:
+		return tiers.UnitHour.Length()
+	case tiers.PeriodDay:
+		return tiers.UnitDay.Length()
+	case tiers.PeriodWeek:
+		return tiers.UnitWeek.Length()
+	case tiers.PeriodQuarter:
+		return 3 * tiers.UnitMonth.Length()
+	case tiers.PeriodYear:
+		return tiers.UnitYear.Length()
+	}
+	return tiers.UnitMonth.Length()
 }
 
 // Tick re-resolves buckets against a new tree, abandons idle buckets and

@@ -15,6 +15,7 @@ import (
 	"github.com/charonlimit/charon/config"
 	"github.com/charonlimit/charon/descriptors"
 	"github.com/charonlimit/charon/internal/sharestore"
+	"github.com/charonlimit/charon/tiers"
 )
 
 const rules = `
@@ -278,6 +279,12 @@ func TestRate(t *testing.T) {
 		if !ok || b.Limit != tc.limit || fill != tc.fill {
 			t.Errorf("budgetOf(%v) = %v %v %v, want %d per %v", tc.id, b, fill, ok, tc.limit, tc.fill)
 		}
+	}
+	// A rate limit in calendar units: its limit per the period's nominal
+	// length, not a policy that rejects everything.
+	month := &tiers.Policy{Kind: tiers.KindQuota, Quota: tiers.Quota{Limit: 3000, Period: tiers.PeriodMonth, Location: time.UTC}}
+	if limit, fill, ok := Rate(month); !ok || limit != 3000 || fill != 30*24*time.Hour {
+		t.Errorf("Rate of a calendar month of 3000: %d per %v, %v; want 3000 per 720h", limit, fill, ok)
 	}
 }
 

@@ -4,8 +4,11 @@
 // key and its forgetting time, protected by a CRC-32C checksum, written to a
 // temporary file and renamed over the old one so that a crash mid-write
 // leaves the previous snapshot whole. A Keeper restores the file at start,
-// refusing one that is corrupt, truncated, foreign or of another version,
-// and writes it every interval, on demand and at Close.
+// refusing one that is corrupt, truncated, foreign or of a later version,
+// starting empty (once, with a warning) from one of an earlier version,
+// whose keys this one does not read, and writes it every interval, on
+// demand and at Close. A record's key holds its policy's shape, not its
+// limits: a limit changed across a restart applies to the counts restored.
 //
 // Why a file of our own and not an embedded database (bbolt, Badger,
 // Pebble): the store is a cache of counts that is written whole at once and

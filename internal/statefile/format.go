@@ -13,8 +13,12 @@ import (
 // Magic opens every state file.
 const Magic = "CHARONST"
 
-// Version is the format this package writes and reads.
-const Version = 1
+// Version is the format this package writes and reads. Version 2 keys a
+// pair's state by its policy's shape (tiers.Policy.Shape), not a hash of
+// the policy with its limits, a resource's global state by the resource
+// alone, and keeps what a token bucket owes with its unit; a file of
+// version 1 is ErrEarlier.
+const Version = 2
 
 // Errors of Decode, wrapped with the details.
 var (
@@ -23,6 +27,10 @@ var (
 	// ErrVersion is a state file of a format version this build does not
 	// read.
 	ErrVersion = errors.New("statefile: unsupported version")
+	// ErrEarlier is a state file of an earlier format version, which an
+	// upgrade meets once: its states were keyed in a way this build does
+	// not read (a Keeper starts empty).
+	ErrEarlier = errors.New("statefile: written by an earlier version")
 	// ErrCorrupt is a state file that is truncated or damaged: its checksum
 	// or its records do not hold.
 	ErrCorrupt = errors.New("statefile: corrupt")
@@ -33,8 +41,8 @@ const Never = math.MaxInt64
 
 // Record is one state of the in-memory store.
 type Record struct {
-	// Resource, Domain and PolicyID are the state's store.Key; a global
-	// state's Domain is empty.
+	// Resource, Domain and PolicyID are the state's store.Key (PolicyID
+	// the policy's shape); a global state's Domain and PolicyID are empty.
 	Resource string
 	Domain   string
 	PolicyID uint64
@@ -95,7 +103,7 @@ func Append(dst []byte, writtenUS int64, recs []Record) []byte {
 
 // Decode returns the records of a state file's contents and the instant it
 // was written (Unix µs). It checks, in order, the magic (ErrForeign), the
-// version (ErrVersion), the checksum and then every record (ErrCorrupt): a
+// version (ErrEarlier, ErrVersion), the checksum and then every record (ErrCorrupt): a
 // record's state must be a compact form that tiers reads back.
 func Decode(b []byte) (recs []Record, writtenUS int64, err error) {
 	if len(b) < len(Magic) || string(b[:len(Magic)]) != Magic {
@@ -104,7 +112,10 @@ func Decode(b []byte) (recs []Record, writtenUS int64, err error) {
 	if len(b) < headerLen+trailerLen {
 		return nil, 0, fmt.Errorf("%w: truncated header (%d bytes)", ErrCorrupt, len(b))
 	}
-	if v := binary.LittleEndian.Uint32(b[len(Magic):]); v != Version {
+	switch v := binary.LittleEndian.Uint32(b[len(Magic):]); {
+	case v >= 1 && v < Version:
+		return nil, 0, fmt.Errorf("%w: version %d (this build reads version %d)", ErrEarlier, v, Version)
+	case v != Version:
 		return nil, 0, fmt.Errorf("%w %d (this build reads version %d)", ErrVersion, v, Version)
 	}
 	body := b[:len(b)-trailerLen]

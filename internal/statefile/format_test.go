@@ -17,7 +17,9 @@ import (
 var sample = []Record{
 	{Resource: "api/tenant", Domain: "acme", PolicyID: 7, Forget: 1_900_000_000_000_000, State: []int64{3, 1, 1_899_999_000_000_000, 42}},
 	{Resource: "api/user", Domain: "bob", PolicyID: 1 << 63, Forget: Never, State: []int64{0, 1, 5, 2, 1, 1, 1, 1, 5, 2}},
-	{Resource: "api/user", PolicyID: 9, Forget: 12, State: []int64{9, 2, 1, 3, 2, 4}},
+	{Resource: "api/user", Forget: 12, State: []int64{9, 2, 1, 3, 2, 4}},
+	// A token bucket owing 3 credits of 10^6 units, with its unit.
+	{Resource: "api/credits", Domain: "acme", PolicyID: 5, Forget: 1_900_000_000_000_000, State: []int64{1, 1, 1_899_999_000_000_000, 3_000_000, 1_000_000}},
 }
 
 func TestRoundTrip(t *testing.T) {
@@ -45,8 +47,10 @@ func TestDecodeRefuses(t *testing.T) {
 		b[i] ^= 0x10
 		return b
 	}
-	v2 := bytes.Clone(good)
-	v2[len(Magic)] = 2
+	v3 := bytes.Clone(good)
+	v3[len(Magic)] = 3
+	v1 := bytes.Clone(good)
+	v1[len(Magic)] = 1
 	for _, tc := range []struct {
 		name string
 		in   []byte
@@ -56,7 +60,8 @@ func TestDecodeRefuses(t *testing.T) {
 		{"empty", nil, ErrForeign, ""},
 		{"json", []byte(`{"states": []}`), ErrForeign, ""},
 		{"magic only", []byte(Magic), ErrCorrupt, "truncated header"},
-		{"version 2", v2, ErrVersion, "version 2"},
+		{"version 3", v3, ErrVersion, "version 3"},
+		{"version 1", v1, ErrEarlier, "version 1"},
 		{"truncated", good[:len(good)-7], ErrCorrupt, "checksum"},
 		{"cut to the header", good[:headerLen+trailerLen], ErrCorrupt, "checksum"},
 		{"a flipped bit", flip(headerLen + 20), ErrCorrupt, "checksum"},
@@ -64,9 +69,10 @@ func TestDecodeRefuses(t *testing.T) {
 		{"bad state", Append(nil, 1, []Record{{Resource: "r", Domain: "d", State: []int64{2, 1}}}), ErrCorrupt, `record 1 of 1 (r "d")`},
 		{"unknown kind", Append(nil, 1, []Record{{Resource: "r", State: []int64{300, 1, 2, 3}}}), ErrCorrupt, "unknown state kind 300"},
 		{"empty state", Append(nil, 1, []Record{{Resource: "r"}}), ErrCorrupt, "empty state"},
+		{"a bucket without its unit", Append(nil, 1, []Record{{Resource: "r", Domain: "d", State: []int64{1, 1, 5, 2}}}), ErrCorrupt, `record 1 of 1 (r "d")`},
 		{"global with a domain", Append(nil, 1, []Record{{Resource: "r", Domain: "d", State: []int64{9, 0}}}), ErrCorrupt, "global"},
-		{"count too high", withCount(good, 4), ErrCorrupt, "record 4 of 4 is cut short"},
-		{"count too low", withCount(good, 2), ErrCorrupt, "after the last of 2 records"},
+		{"count too high", withCount(good, 5), ErrCorrupt, "record 5 of 5 is cut short"},
+		{"count too low", withCount(good, 3), ErrCorrupt, "after the last of 3 records"},
 	} {
 		_, _, err := Decode(tc.in)
 		if !errors.Is(err, tc.want) || !strings.Contains(err.Error(), tc.has) {

@@ -81,6 +81,11 @@ func Open(src Source, opts Options) (*Keeper, error) {
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		opts.Logger.Info("state file: none yet, starting empty", "file", opts.Path)
+	case errors.Is(err, ErrEarlier):
+		// An upgrade: the counts start afresh once (docs/operations.md,
+		// "Upgrading"); the next snapshot writes this build's format.
+		opts.Logger.Warn("state file: written by an earlier version, whose states this version keys differently; starting empty once",
+			"file", opts.Path, "err", err.Error())
 	case err != nil && (errors.Is(err, ErrForeign) || errors.Is(err, ErrVersion) || errors.Is(err, ErrCorrupt)) && opts.DiscardInvalid:
 		opts.Logger.Warn("state file: invalid, starting empty as --state-file-discard-invalid says", "file", opts.Path, "err", err.Error())
 	case err != nil:

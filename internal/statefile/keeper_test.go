@@ -61,7 +61,7 @@ func TestKeeperRestoresAndSaves(t *testing.T) {
 	}
 	defer k.Close()
 	// sample[2] is forgotten at 12 µs, before t0.
-	if diff := cmp.Diff(sample[:2], restored.Snapshot(t0)); diff != "" {
+	if diff := cmp.Diff([]Record{sample[0], sample[1], sample[3]}, restored.Snapshot(t0)); diff != "" {
 		t.Errorf("restored (-want +got):\n%s", diff)
 	}
 }
@@ -84,6 +84,33 @@ func TestKeeperSavesEveryInterval(t *testing.T) {
 	}
 	if _, _, err := Read(path); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestKeeperStartsAfreshOnEarlierVersion: a file an earlier version wrote
+// (version 1: states keyed by a hash of the policy with its limits) is an
+// upgrade, not damage: Open starts empty, once, without
+// DiscardInvalid, and the next snapshot writes this version's format.
+func TestKeeperStartsAfreshOnEarlierVersion(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "state")
+	v1 := Append(nil, 1, sample)
+	v1[len(Magic)] = 1
+	if err := os.WriteFile(path, v1, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	src := &fakeSource{}
+	k, err := Open(src, Options{Path: path})
+	if err != nil {
+		t.Fatalf("Open of a version 1 file: %v, want a fresh start", err)
+	}
+	if len(src.recs) != 0 {
+		t.Errorf("restored %d records of a version 1 file", len(src.recs))
+	}
+	if err := k.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := Read(path); err != nil {
+		t.Errorf("the file after a snapshot: %v, want this version's format", err)
 	}
 }
 

@@ -10,7 +10,7 @@ import (
 // Apply is the Decide procedure, written once. The caller resolves, for
 // every item, states[i], the state of items[i].Key (items with the same Key
 // share one pointer, items of different Keys do not), and globals[i], the
-// global state of (Resource, PolicyID) or nil when items[i].Policy.GlobalLimit
+// global state of Resource or nil when items[i].Policy.GlobalLimit
 // is 0 (items of one resource share one pointer), makes plan, the items'
 // Plan (plan.Make(items)), and holds whatever makes the states exclusive for
 // the call. Apply writes one decision per item to out and reports whether

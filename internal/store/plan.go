@@ -12,9 +12,9 @@ import "slices"
 //     is shadow or post-paid when its leader is (items of one Key carry one
 //     policy; Shadow is the leader's).
 //   - The groups whose leaders' policies have a global limit and share a
-//     Resource and PolicyID share one global state (the resource's hits
-//     over all domains); Apply cuts a group's grant by the earlier granted
-//     groups of its global state.
+//     Resource share one global state (the resource's hits over all
+//     domains); Apply cuts a group's grant by the earlier granted groups of
+//     its global state.
 //
 // A refund item belongs to no group.
 //
@@ -87,7 +87,7 @@ func (p *Plan) Make(items []Item) {
 		}
 		m.global = i
 		for j := 0; j < i; j++ {
-			if p.m[j].lead == j && p.m[j].global == j && items[j].Key.Resource == it.Key.Resource && items[j].Key.PolicyID == it.Key.PolicyID {
+			if p.m[j].lead == j && p.m[j].global == j && items[j].Key.Resource == it.Key.Resource {
 				m.global = j
 				break
 			}

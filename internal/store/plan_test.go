@@ -58,7 +58,7 @@ func brutePlan(items []store.Item) []planView {
 		for j := 0; j <= l; j++ {
 			pj := items[j].Policy
 			if leader(j) == j && pj != nil && pj.GlobalLimit > 0 &&
-				items[j].Key.Resource == items[l].Key.Resource && items[j].Key.PolicyID == items[l].Key.PolicyID {
+				items[j].Key.Resource == items[l].Key.Resource {
 				return j
 			}
 		}
@@ -153,14 +153,14 @@ func TestPlan(t *testing.T) {
 			},
 		},
 		{
-			name: "a global state shared by the domains of a resource under one policy ID",
+			name: "a global state shared by the domains of a resource, whatever their shapes",
 			items: []store.Item{
 				take(a, globalPol, 1, 1), take(key("r", "a", 2), globalPol, 1, 1), take(b, globalPol, 1, 1),
 				take(key("r", "c", 1), plainPol, 1, 1), take(a, globalPol, 1, 1), take(key("s", "a", 2), globalPol, 1, 1),
 			},
 			want: []planView{
 				{Leader: 0, Next: 4, Hits: 2, Min: 2, Global: 0, SharesGlobal: true, Leads: true, GroupsInPlan: 5},
-				{Leader: 1, Next: -1, Hits: 1, Min: 1, Global: 1, Leads: true, GroupsInPlan: 5},
+				{Leader: 1, Next: -1, Hits: 1, Min: 1, Global: 0, SharesGlobal: true, Leads: true, GroupsInPlan: 5},
 				{Leader: 2, Next: -1, Hits: 1, Min: 1, Global: 0, SharesGlobal: true, Leads: true, GroupsInPlan: 5},
 				{Leader: 3, Next: -1, Hits: 1, Min: 1, Global: -1, Leads: true, GroupsInPlan: 5},
 				{Leader: 0, Next: -1, Hits: 2, Min: 2, Global: 0, SharesGlobal: true, GroupsInPlan: 5},

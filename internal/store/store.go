@@ -47,10 +47,12 @@ var ErrBadItem = errors.New("store: bad item")
 // one, or that cannot reserve at the moment.
 var ErrCannotReserve = errors.New("store: cannot reserve")
 
-// Key names the state of one (resource, domain) pair under one policy set.
-// A policy change (a new PolicyID) starts from fresh state; the old state
-// expires. The global state of a resource (its hits over all domains) is
-// keyed by (Resource, PolicyID) alone.
+// Key names the state of one (resource, domain) pair under policies of one
+// shape. PolicyID is the policy's shape (tiers.Policy.Shape, Match.Shape):
+// it does not change with the policy's limits, so that new limits apply to
+// the counts already made (SPEC §3); a change of shape starts from fresh
+// state and the old state expires. The global state of a resource (its
+// hits over all domains, whatever their shapes) is keyed by Resource alone.
 //
 // Resource and Domain are escaped by their producer and safe as Redis key
 // parts. A store must copy them if it keeps them past the call.

@@ -294,15 +294,16 @@ func TestFirstConfigAndUpdate(t *testing.T) {
 	})
 	x.set(t, "2", limited("limits", 10))
 	waitFor(t, "version 2", func() bool { return r.client.Version() == "2" })
+	// The new limit applies to the 2 counted under version 1.
 	if got := r.allowed(t, 4); got != 4 {
-		t.Errorf("version 2 (10 a minute): %d of 4 allowed", got)
+		t.Errorf("version 2 (10 a minute, 2 used): %d of 4 allowed", got)
 	}
 	// The same resources under a new version: the version changes, nothing
 	// is loaded again.
 	x.set(t, "3", limited("limits", 10))
 	waitFor(t, "version 3", func() bool { return r.client.Version() == "3" })
-	if got := r.allowed(t, 7); got != 6 {
-		t.Errorf("version 3 (the same 10 a minute, 4 used): %d of 7 allowed", got)
+	if got := r.allowed(t, 7); got != 4 {
+		t.Errorf("version 3 (the same 10 a minute, 6 used): %d of 7 allowed", got)
 	}
 	first := x.requests()[0]
 	if n := first.GetNode(); n.GetId() != nodeID || n.GetMetadata().GetFields()["zone"].GetStringValue() != "a" || first.GetTypeUrl() != xdsconfig.TypeURL {

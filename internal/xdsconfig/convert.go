@@ -231,9 +231,13 @@ func descriptorsYAML(ds []*rlsconfv3.RateLimitDescriptor, path string) ([]yamlDe
 	return out, nil
 }
 
-// unitWeek is envoyproxy/ratelimit's WEEK, newer than the generated
-// enum.
-const unitWeek rlsconfv3.RateLimitUnit = 7
+// envoyproxy/ratelimit's MONTH, YEAR and WEEK, newer than the generated
+// enum (Envoy Gateway sends MONTH and YEAR for its budgets).
+const (
+	unitMonth rlsconfv3.RateLimitUnit = 5
+	unitYear  rlsconfv3.RateLimitUnit = 6
+	unitWeek  rlsconfv3.RateLimitUnit = 7
+)
 
 // unitName is u's name in the YAML, "" for UNKNOWN (the proto's "no unit"
 // of an unlimited limit); a number no proto names stays a number, which
@@ -242,6 +246,10 @@ func unitName(u rlsconfv3.RateLimitUnit) string {
 	switch u {
 	case rlsconfv3.RateLimitUnit_UNKNOWN:
 		return ""
+	case unitMonth:
+		return "MONTH"
+	case unitYear:
+		return "YEAR"
 	case unitWeek:
 		return "WEEK"
 	}

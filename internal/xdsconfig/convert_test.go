@@ -83,6 +83,20 @@ descriptors:
             replaces:
                 - name: loose
 `},
+		{"MONTH and YEAR of the newer proto", &rlsconfv3.RateLimitConfig{Name: "b", Domain: "d", Descriptors: []*rlsconfv3.RateLimitDescriptor{
+			{Key: "a", RateLimit: limit(unitMonth, 1000)},
+			{Key: "b", RateLimit: limit(unitYear, 9000)},
+		}}, `domain: d
+descriptors:
+    - key: a
+      rate_limit:
+        unit: MONTH
+        requests_per_unit: 1000
+    - key: b
+      rate_limit:
+        unit: YEAR
+        requests_per_unit: 9000
+`},
 		{"unlimited has no unit, a zero limit is kept", &rlsconfv3.RateLimitConfig{Name: "u", Domain: "d", Descriptors: []*rlsconfv3.RateLimitDescriptor{
 			{Key: "a", RateLimit: &rlsconfv3.RateLimitPolicy{Unlimited: true}},
 			{Key: "b", RateLimit: limit(rlsconfv3.RateLimitUnit_MINUTE, 0)},

@@ -163,7 +163,7 @@ func (s *Store) Sweep(now time.Time) int {
 
 func itemKeys(it *store.Item) (state, global key) {
 	state = key{Key: it.Key}
-	global = key{Key: store.Key{Resource: it.Key.Resource, PolicyID: it.Key.PolicyID}, global: true}
+	global = key{Key: store.Key{Resource: it.Key.Resource}, global: true}
 	return state, global
 }
 

@@ -152,7 +152,8 @@
 // which window a count is of, read (PEXPIRETIME) only when a key being
 // alive does not tell it (fixed-window states of the earlier msgpack
 // layout are read and replaced, TestFixedEarlierLayout). Token bucket
-// states, four numbers, are msgpack arrays. Blobs of earlier layouts
+// states, five numbers (what the bucket owes and the unit it is kept in,
+// so that a new capacity or refill applies to it), are msgpack arrays. Blobs of earlier layouts
 // (msgpack tiers and global states) read as fresh states
 // (TestEarlierLayout): the sliding windows of a store shared across such an
 // upgrade start afresh once. FuzzBlobInts fuzzes Inspect's decoder of them.
@@ -183,8 +184,10 @@
 // # Keys and expiry
 //
 // See keys.go for the layout: a resource with a global limit keeps its
-// domains and its global key in one slot ({resource:policyID}); other pairs
-// are tagged per (resource, policyID, domain) and spread over the Cluster.
+// domains and its global key in one slot ({resource}); other pairs are
+// tagged per (resource, domain) and spread over the Cluster. A key holds
+// the shape of the pair's policy (store.Key.PolicyID), never its limits:
+// new limits read the counts made under the old ones.
 // Every key written gets an absolute expiry (SET ... PXAT) at its
 // tiers.ForgetAt, capped at now plus Options.MaxTTL (so no key lives without
 // a TTL, even a state tiers would keep for ever); a state whose ForgetAt is

@@ -2,6 +2,7 @@ package redisstore
 
 import (
 	"encoding/hex"
+	"strings"
 	"testing"
 	"time"
 
@@ -47,8 +48,8 @@ func TestStateKey(t *testing.T) {
 		globalLimit   int64
 		state, global string
 	}{
-		{0, "p:{res:1f:dom}", ""},
-		{5, "p:{res:1f}:dom", "p:{res:1f}"},
+		{0, "p:{res/dom}:1f", ""},
+		{5, "p:{res}:dom:1f", "p:{res}"},
 	} {
 		it := store.Item{Key: store.Key{Resource: "res", Domain: "dom", PolicyID: 31}, Policy: &tiers.Policy{GlobalLimit: tc.globalLimit}}
 		state, global := stateKey("p:", &it)
@@ -60,6 +61,13 @@ func TestStateKey(t *testing.T) {
 		}
 		if global != "" && slot(state) != slot(global) {
 			t.Errorf("%q and %q: different slots", state, global)
+		}
+		// Every hash tag of the earlier layout held a ':' (P{R:ID}...):
+		// none of these may, so that no key of that layout is read.
+		for _, k := range []string{state, global} {
+			if i, j := strings.IndexByte(k, '{'), strings.IndexByte(k, '}'); k != "" && strings.Contains(k[i:j], ":") {
+				t.Errorf("%q: a ':' in its hash tag, as in the keys of earlier versions", k)
+			}
 		}
 	}
 }

@@ -8,17 +8,22 @@ import (
 )
 
 // Key layout (P is Options.KeyPrefix, R the escaped resource, D the escaped
-// domain, ID the policy ID in hex; escaped identities hold no ':', '{' or
-// '}'):
+// domain, S the shape of the pair's policy in hex, store.Key.PolicyID;
+// escaped identities hold no ':', '{' or '}'):
 //
-//	P{R:ID}:D    state of a pair whose policy has a global limit
-//	P{R:ID}      the resource's global state (hits of the last second)
-//	P{R:ID:D}    state of a pair whose policy has no global limit
+//	P{R}         the resource's global state (hits of the last second)
+//	P{R}:D:S     state of a pair whose policy has a global limit
+//	P{R/D}:S     state of a pair whose policy has no global limit
 //	Plock:{...}  the lock of a key during a two-step call (Cluster only)
 //
 // The hash tag keeps a resource with a global limit, all its domains and
 // its global key in one Cluster slot, so that its requests are one script
 // call; pairs without a global limit are spread per (resource, domain).
+// A key holds no limit: a policy's new limits read the counts made under
+// its old ones (SPEC §3). No hash tag holds a ':', while every tag of the
+// layout of earlier versions (P{R:ID}, P{R:ID}:D, P{R:ID:D}, ID a hash of
+// the policy with its limits) does: a key of an earlier version is never
+// read, and expires by its own expiry.
 
 // stateKey returns the key of it's pair state and, when its policy has a
 // global limit, the key of the resource's global state.
@@ -27,22 +32,23 @@ func stateKey(prefix string, it *store.Item) (state, global string) {
 	hex := strconv.AppendUint(id[:0], it.Key.PolicyID, 16)
 	k := &it.Key
 	var b strings.Builder
-	b.Grow(len(prefix) + len(k.Resource) + len(hex) + len(k.Domain) + 4)
+	b.Grow(len(prefix) + len(k.Resource) + len(hex) + len(k.Domain) + 5)
 	b.WriteString(prefix)
 	b.WriteByte('{')
 	b.WriteString(k.Resource)
-	b.WriteByte(':')
-	b.Write(hex)
 	if it.Policy.GlobalLimit <= 0 {
-		b.WriteByte(':')
+		b.WriteByte('/')
 		b.WriteString(k.Domain)
-		b.WriteByte('}')
+		b.WriteString("}:")
+		b.Write(hex)
 		return b.String(), ""
 	}
 	b.WriteByte('}')
 	g := b.String()
 	b.WriteByte(':')
 	b.WriteString(k.Domain)
+	b.WriteByte(':')
+	b.Write(hex)
 	return b.String(), g
 }
 

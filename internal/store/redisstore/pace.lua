@@ -56,10 +56,11 @@ local function reserve_bucket(p, s, now, t, k, m, commit, d)
   local b = bt - d.granted * p.unit - p.r * (t - now)
   if b < -p.capU then return rclosed(d) end
   if commit and d.granted > 0 then
-    if now >= s.ahead then s.room = p.capU end
-    s.room, s.ahead = min(s.room, p.capU - bt), max(s.ahead, t)
-    s.used, s.val, s.at = true, b, max(s.at, now)
-    s.dirty = true
+    local room = roomof(p, s)
+    if now >= s.ahead then room = p.capU end
+    s.ahead = max(s.ahead, t)
+    setbucket(p, s, b, max(s.at, now))
+    s.room = min(room, p.capU - bt)
   end
   return d
 end
@@ -67,17 +68,17 @@ end
 local function refund_reserved_bucket(p, s, now, t, hits)
   if hits <= 0 or not s.used or t <= now then return end
   local give = min(hits, p.cap) * p.unit
-  if t < s.ahead then give = min(give, s.room) end
+  local room = roomof(p, s)
+  if t < s.ahead then give = min(give, room) end
   if give <= 0 then return end
-  s.room = max(0, s.room - give)
-  s.val, s.at = min(p.capU, balance(p, s, now) + give), max(s.at, now)
-  s.dirty = true
+  setbucket(p, s, min(p.capU, balance(p, s, now) + give), max(s.at, now))
+  s.room = max(0, room - give)
 end
 
 -- A fixed window's (or quota's) reservation in the window holding now is
 -- a grant at now; in the next window it is counted in s.ahead, that
 -- window's count once it comes (fwin); a later window is refused.
-local NEXT = { kind = 2, dirty = false, used = false, at = 0, val = 0, ahead = 0, room = 0 }
+local NEXT = { kind = 2, dirty = false, used = false, at = 0, val = 0, unit = 0, ahead = 0, room = 0 }
 local function reserve_fixed(p, s, now, t, k, m, commit, d)
   local start, cnt, e = fwin(p, s, now)
   if t < e then

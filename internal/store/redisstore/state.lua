@@ -95,11 +95,12 @@ end
 --   tiers:  5, n, second log's hits, m, then per tier: in (0/1), entered,
 --           hits, m; then the second log's records, then each tier's
 --   global: 11, hits, m, then the records
--- A token bucket state is a msgpack array: kind, used (0/1), at, val (3:
--- a closed policy's); a fixed window's is its count (see fixed1), or an
--- array of that form in the earlier layout. A blob of another layout or kind
--- reads as a zero state (msgpack tiers and global states, tags 0, 4, 9
--- and 10, were earlier layouts).
+-- A token bucket state is a msgpack array: 1, used (0/1), at, val (what
+-- it owes), unit (3: a closed policy's, without unit); a fixed window's is
+-- its count (see fixed1), or an array of that form without unit. A blob of
+-- another layout or kind reads as a zero state (msgpack tiers and global
+-- states, tags 0, 4, 9 and 10, were earlier layouts, as is a bucket's
+-- array without its unit).
 local RAW = { [0] = 5, [9] = 11 }
 
 -- raw: the blob if it is a state of that tag, else nil.
@@ -123,7 +124,7 @@ end
 local function newstate(kind)
   -- Every field in the constructor: no table grows afterwards.
   return { kind = kind, dirty = false, p = false, t = false, nt = 0, sec = false, log = false,
-           used = false, at = 0, val = 0, ahead = 0, room = 0 }
+           used = false, at = 0, val = 0, unit = 0, ahead = 0, room = 0 }
 end
 
 -- decraw: the tiers or global state of v (raw's answer).
@@ -160,7 +161,14 @@ end
 local function decstate(blob, kind)
   if RAW[kind] then return decraw(raw(blob, RAW[kind]), kind) end
   local s, v = newstate(kind), unblob(blob, kind)
-  if v then s.used, s.at, s.val, s.ahead, s.room = v[2] == 1, v[3], v[4], v[5] or 0, v[6] or 0 end
+  if v and kind == 1 then
+    -- A bucket's array holds its unit (5 or 7 entries).
+    if #v == 5 or #v == 7 then
+      s.used, s.at, s.val, s.unit, s.ahead, s.room = v[2] == 1, v[3], v[4], v[5], v[6] or 0, v[7] or 0
+    end
+  elseif v then
+    s.used, s.at, s.val, s.ahead, s.room = v[2] == 1, v[3], v[4], v[5] or 0, v[6] or 0
+  end
   return s
 end
 
@@ -180,7 +188,8 @@ local function encstate(s)
     -- Pacing's two numbers (tiers.lua) follow when either is set.
     local o, n = O, 4
     o[1], o[2], o[3], o[4] = s.kind, s.used and 1 or 0, s.at, s.val
-    if s.ahead ~= 0 or s.room ~= 0 then o[5], o[6], n = s.ahead, s.room, 6 end
+    if s.kind == 1 then o[5], n = s.unit, 5 end
+    if s.ahead ~= 0 or s.room ~= 0 then o[n + 1], o[n + 2], n = s.ahead, s.room, n + 2 end
     for i = n + 1, on do o[i] = nil end
     on = n
     return mpack(o)

@@ -494,15 +494,43 @@ local function forget_tiers(p, s)
 end
 
 -- ---------------------------------------------------------------------------
--- Token bucket (tiers/bucket.go): balance val in units at time at.
+-- Token bucket (tiers/bucket.go): val is what the bucket owes (capacity
+-- less balance) in units at time at, unit the units it is kept in: a
+-- state kept in another unit than p's (its refill changed) is read in p's,
+-- whole credits, as package tiers reads it (bucketOwed, roomOf).
+
+-- owed: the deficit at s.at in p's units, at most twice the capacity and
+-- at most 2^53 (bucketOwed).
+local MAXOWED = 9007199254740992 -- 2^53
+local function owed(p, s)
+  local lim = min(2 * p.capU, MAXOWED)
+  local d = max(0, s.val)
+  if s.unit ~= p.unit and s.unit > 0 then d = min(idiv(d, s.unit), idiv(lim, p.unit)) * p.unit end
+  return min(d, lim)
+end
+
+-- roomof: a reservation's room (pace.lua) in p's units.
+local function roomof(p, s)
+  if s.unit == p.unit or s.unit <= 0 then return s.room end
+  return min(idiv(s.room, s.unit), p.cap) * p.unit
+end
 
 local function balance(p, s, t)
   if not s.used then return p.capU end
-  local b = min(s.val, p.capU)
+  local d = owed(p, s)
   local dt = t - s.at
-  if dt <= 0 then return b end
-  if dt >= ceildiv(p.capU - b, p.r) then return p.capU end
-  return b + p.r * dt
+  if dt > 0 then
+    if dt >= ceildiv(d, p.r) then return p.capU end
+    d = d - p.r * dt
+  end
+  return p.capU - d
+end
+
+-- setbucket: the balance b at at (setBucket).
+local function setbucket(p, s, b, at)
+  if s.unit ~= p.unit then s.room = roomof(p, s) end
+  s.used, s.val, s.at, s.unit = true, p.capU - b, at, p.unit
+  s.dirty = true
 end
 
 local function decide_bucket(p, s, t, k, m, commit, d)
@@ -517,10 +545,7 @@ local function decide_bucket(p, s, t, k, m, commit, d)
     d.rem = idiv(b, unit)
     d.th = p.cap - d.rem
     if b < p.capU then d.reset = ceildiv(unit - fmod(b, unit), p.r) end
-    if commit and n > 0 then
-      s.used, s.val, s.at = true, b, max(s.at, t)
-      s.dirty = true
-    end
+    if commit and n > 0 then setbucket(p, s, b, max(s.at, t)) end
     return d
   end
   d.rem = whole
@@ -529,8 +554,7 @@ local function decide_bucket(p, s, t, k, m, commit, d)
     d.rem = 0
     if commit and k > 0 then
       if k > idiv(b + p.capU, unit) then b = -p.capU else b = b - k * unit end
-      s.used, s.val, s.at = true, b, max(s.at, t)
-      s.dirty = true
+      setbucket(p, s, b, max(s.at, t))
     end
   end
   d.th = p.cap - d.rem
@@ -549,14 +573,14 @@ local function refund_bucket(p, s, t, hits)
   if hits <= 0 then return end
   local b = balance(p, s, t)
   hits = min(hits, p.cap)
-  s.used, s.val, s.at = true, min(p.capU, b + hits * p.unit), max(s.at, t)
-  s.dirty = true
+  setbucket(p, s, min(p.capU, b + hits * p.unit), max(s.at, t))
 end
 
 local function forget_bucket(p, s)
   if not s.used then return nil end
-  if s.val >= p.capU then return s.at end
-  return s.at + ceildiv(p.capU - s.val, p.r)
+  local d = owed(p, s)
+  if d <= 0 then return s.at end
+  return s.at + ceildiv(d, p.r)
 end
 
 -- ---------------------------------------------------------------------------

@@ -127,6 +127,11 @@ func TestTiersPart(t *testing.T) {
 			g = new(tiers.Global)
 		}
 		for step := range steps {
+			if r.IntN(10) == 0 {
+				// A reload, or a request's own limit: the rule's state read
+				// under new numbers of the same shape (SPEC §3).
+				p = renumber(t, r, p)
+			}
 			switch r.IntN(10) {
 			case 0: // same instant
 			case 1:
@@ -255,4 +260,46 @@ func TestTiersPart(t *testing.T) {
 	if !testing.Short() && backs[tiers.KindTokenBucket] < 20 {
 		t.Fatalf("%d bucket give-backs gave something back: too few to test them", backs[tiers.KindTokenBucket])
 	}
+}
+
+// renumber returns a policy of p's shape (tiers.Policy.Shape) with other
+// numbers: the tiers' limits, the hard and global limits (set when p's
+// are), a bucket's capacity, refill and period, a window's or a quota's
+// limit, post-paid counting.
+func renumber(t *testing.T, r *rand.Rand, p *tiers.Policy) *tiers.Policy {
+	for range 1000 {
+		c := *p
+		c.Tiers = slices.Clone(p.Tiers)
+		for i := range c.Tiers {
+			switch r.IntN(3) {
+			case 0:
+				c.Tiers[i].Limit = 1 + r.Int64N(8)
+			case 1:
+				c.Tiers[i].Limit = 1 + r.Int64N(70)
+			default:
+				c.Tiers[i].Limit = 60 + r.Int64N(300)
+			}
+		}
+		if c.HardLimit > 0 {
+			c.HardLimit = 1 + r.Int64N(100)
+		}
+		if c.GlobalLimit > 0 {
+			c.GlobalLimit = 1 + r.Int64N(150)
+		}
+		if c.Kind == tiers.KindTokenBucket {
+			c.Bucket.Capacity = 1 + r.Int64N(200)
+			c.Bucket.Refill = 1 + r.Int64N(50)
+			if r.IntN(2) == 0 {
+				c.Bucket.Per = randDur(r, time.Microsecond, 2*p.Bucket.Per)
+			}
+		}
+		c.Window.Limit = 1 + r.Int64N(100)
+		c.Quota.Limit = 1 + r.Int64N(6)
+		c.Overdraft = r.IntN(3) == 0
+		if tiers.Validate(&c) == nil && c.Shape() == p.Shape() {
+			return &c
+		}
+	}
+	t.Fatalf("no policy of the shape of %+v", *p)
+	return nil
 }

@@ -16,7 +16,8 @@ import (
 const (
 	cacheShards = 64
 	// genSlots is the number of refund generations, indexed by a hash of
-	// (resource, policy ID): a refund to a resource with a global limit
+	// the resource (whose domains share its global state whatever their
+	// policies' shapes): a refund to a resource with a global limit
 	// bumps its slot and so invalidates the cached pairs of every resource
 	// sharing the slot (a false invalidation only costs a round trip).
 	genSlots = 1024
@@ -42,6 +43,10 @@ type centry struct {
 	at, until int64 // µs: when it was rejected, when it may be granted (never: Unbounded)
 	gen       uint32
 	d         tiers.Decision
+	// pol is the policy the rejection was decided under: a key keeps its
+	// state when the limits change (a request's own limit differs from
+	// the last one), and the new limits may grant what the old refused.
+	pol *tiers.Policy
 }
 
 func newCache(size int) *cache {
@@ -61,7 +66,7 @@ func (c *cache) plan(items []store.Item) *store.Plan {
 func (c *cache) putPlan(p *store.Plan) { c.plans.Put(p) }
 
 func (c *cache) gen(k *store.Key) *atomic.Uint32 {
-	h := maphash.String(c.seed, k.Resource) ^ k.PolicyID*0xbf58476d1ce4e5b9
+	h := maphash.String(c.seed, k.Resource)
 	return &c.gens[(h^h>>31)%genSlots]
 }
 
@@ -85,7 +90,7 @@ func (c *cache) lookup(now time.Time, plan *store.Plan, items []store.Item, out 
 		}
 		it := &items[i]
 		_, min := plan.Sums(i)
-		if !c.get(t, &it.Key, min, it.Policy.GlobalLimit > 0, &out[i]) {
+		if !c.get(t, &it.Key, it.Policy, min, &out[i]) {
 			c.misses.Add(1)
 			return false
 		}
@@ -94,8 +99,10 @@ func (c *cache) lookup(now time.Time, plan *store.Plan, items []store.Item, out 
 	return true
 }
 
-// get writes k's cached rejection at t to d when there is one for min.
-func (c *cache) get(t int64, k *store.Key, min int64, global bool, d *tiers.Decision) bool {
+// get writes k's cached rejection at t to d when there is one for min
+// under pol.
+func (c *cache) get(t int64, k *store.Key, pol *tiers.Policy, min int64, d *tiers.Decision) bool {
+	global := pol.GlobalLimit > 0
 	sh := c.m.ShardOf(*k)
 	sh.Lock()
 	en := sh.Peek(*k)
@@ -104,7 +111,7 @@ func (c *cache) get(t int64, k *store.Key, min int64, global bool, d *tiers.Deci
 		return false
 	}
 	e := &en.Value
-	if e.min != min || t < e.at || t >= e.until || (global && e.gen != c.gen(k).Load()) {
+	if e.min != min || e.pol != pol || t < e.at || t >= e.until || (global && e.gen != c.gen(k).Load()) {
 		sh.Unlock()
 		return false
 	}
@@ -154,11 +161,11 @@ func (c *cache) insert(epoch uint64, now time.Time, plan *store.Plan, items []st
 			until = t + d.RetryAfter.Microseconds()
 		}
 		_, min := plan.Sums(i)
-		c.put(epoch, t, until, &it.Key, min, c.gen(&it.Key).Load(), d)
+		c.put(epoch, t, until, &it.Key, it.Policy, min, c.gen(&it.Key).Load(), d)
 	}
 }
 
-func (c *cache) put(epoch uint64, at, until int64, k *store.Key, min int64, gen uint32, d *tiers.Decision) {
+func (c *cache) put(epoch uint64, at, until int64, k *store.Key, pol *tiers.Policy, min int64, gen uint32, d *tiers.Decision) {
 	sh := c.m.ShardOf(*k)
 	sh.Lock()
 	defer sh.Unlock()
@@ -171,7 +178,7 @@ func (c *cache) put(epoch uint64, at, until int64, k *store.Key, min int64, gen 
 		e, n = sh.Add(store.Key{Resource: strings.Clone(k.Resource), Domain: strings.Clone(k.Domain), PolicyID: k.PolicyID}, nil)
 		c.evictions.Add(uint64(n))
 	}
-	e.Value = centry{min: min, at: at, until: until, gen: gen, d: *d}
+	e.Value = centry{min: min, at: at, until: until, gen: gen, d: *d, pol: pol}
 }
 
 // forgetRefunds drops the pairs the refund items of items give hits back to

@@ -79,6 +79,9 @@ func TestCacheRules(t *testing.T) {
 		{"mixed with an uncached key", nil, []store.Item{take(simple, "b", 1), take(simple, "a", 1)}, true, []bool{true, false}},
 		{"other minimum", nil, []store.Item{take(simple, "a", 2)}, true, []bool{false}},
 		{"other policy ID", nil, []store.Item{{Key: store.Key{Resource: "r", Domain: "a", PolicyID: 2}, Policy: simple, Hits: 1, Min: 1}}, true, []bool{true}},
+		// The same state under a raised limit (a request's own limit that
+		// changed): the rejection was the old limit's.
+		{"other limits on the key", nil, []store.Item{take(&tiers.Policy{Kind: tiers.KindTiers, Tiers: []tiers.Tier{{Limit: 4, Window: time.Second, Active: tiers.Unbounded}}}, "a", 1)}, true, []bool{true}},
 		{"flushed", func(_ *testing.T, s *resilient.Store) { s.Flush() }, []store.Item{take(simple, "a", 1)}, true, []bool{false}},
 		{"refund", nil, []store.Item{refund(simple, "a", 1), take(simple, "a", 1)}, true, []bool{true, true}},
 		{"refunded before", func(t *testing.T, s *resilient.Store) {

@@ -86,9 +86,10 @@
 // a pair until its cached T although the remote would grant it sooner (the
 // same holds when the remote forgets state early, as evicted keys); and
 // another process's grants may push the true RetryAfter later than the cached
-// one (the answer is still a rejection; the client retries a little early). The cache is keyed by store.Key, so a policy change
-// (a new PolicyID) never hits old entries; Flush empties it when the
-// configuration changes anyway. The cache uses the now passed to Decide; if
+// one (the answer is still a rejection; the client retries a little early). The cache is keyed by store.Key, and an entry
+// answers only an item of the policy it was decided under: new limits on
+// the same state (a request's own limit that changed) never hit entries of
+// the old ones; Flush empties it when the configuration changes anyway. The cache uses the now passed to Decide; if
 // the remote decides with its own clock (Redis TIME), T is still measured
 // from this process's now, which is exact as long as both clocks run at the
 // same rate.

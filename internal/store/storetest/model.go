@@ -19,10 +19,8 @@ type Model struct {
 	closed  bool
 }
 
-type globalKey struct {
-	resource string
-	id       uint64
-}
+// globalKey is the resource whose global state it keys.
+type globalKey string
 
 var _ store.Store = (*Model)(nil)
 
@@ -65,7 +63,7 @@ func (m *Model) decide(now, at time.Time, items []store.Item, out []tiers.Decisi
 		}
 		states[i] = s
 		if it.Policy.GlobalLimit > 0 {
-			gk := globalKey{it.Key.Resource, it.Key.PolicyID}
+			gk := globalKey(it.Key.Resource)
 			g, ok := m.globals[gk]
 			if !ok {
 				g = new(tiers.Global)
@@ -101,7 +99,7 @@ func (m *Model) Inspect(_ context.Context, now time.Time, it *store.Item) (tiers
 	defer m.mu.Unlock()
 	var g *tiers.Global
 	if it.Policy.GlobalLimit > 0 {
-		g = m.globals[globalKey{it.Key.Resource, it.Key.PolicyID}]
+		g = m.globals[globalKey(it.Key.Resource)]
 		if g == nil {
 			g = new(tiers.Global)
 		}

@@ -15,7 +15,11 @@ import (
 // milliseconds) after the one before. A call has 1 to Items items of 1 to 4
 // hits and a random minimum, one in ten a refund and one in ten shadow; the
 // resource "rand<i>" carries Policies[i] under policy ID i, in one of Domains
-// domains.
+// domains. With Variants[i] (when Variants has an i-th entry that is not
+// empty), each call takes one of its policies, at random, for every item of
+// "rand<i>" instead of Policies[i], still under policy ID i: the same rule
+// under other numbers (policies of one shape, tiers.Policy.Shape), as
+// reloads and requests' own limits change them.
 type Trace struct {
 	Seed     uint64 // picks the trace
 	Steps    int
@@ -23,6 +27,7 @@ type Trace struct {
 	Items    int
 	Domains  int
 	Policies []*tiers.Policy
+	Variants [][]*tiers.Policy
 }
 
 // Replay makes the calls of tr on s and on ref at the same instants and
@@ -35,11 +40,24 @@ func (tr Trace) Replay(t testing.TB, s, ref store.Store, check func(step int, no
 	for step := range tr.Steps {
 		now = now.Add(time.Duration(r.IntN(int(tr.Gap/time.Millisecond))) * time.Millisecond)
 		items := make([]store.Item, 1+r.IntN(tr.Items))
+		var chosen map[int]*tiers.Policy
 		for i := range items {
 			pi := r.IntN(len(tr.Policies))
 			hits := int64(1 + r.IntN(4))
 			key := store.Key{Resource: fmt.Sprint("rand", pi), Domain: fmt.Sprint("d", r.IntN(tr.Domains)), PolicyID: uint64(pi)}
-			items[i] = RandomItem(r, key, tr.Policies[pi], hits)
+			p := tr.Policies[pi]
+			if pi < len(tr.Variants) && len(tr.Variants[pi]) > 0 {
+				// One variant per rule and call: the items of one key
+				// carry one policy.
+				if chosen == nil {
+					chosen = make(map[int]*tiers.Policy)
+				}
+				if chosen[pi] == nil {
+					chosen[pi] = tr.Variants[pi][r.IntN(len(tr.Variants[pi]))]
+				}
+				p = chosen[pi]
+			}
+			items[i] = RandomItem(r, key, p, hits)
 		}
 		got := make([]tiers.Decision, len(items))
 		want := make([]tiers.Decision, len(items))

@@ -56,6 +56,11 @@ local function fromcompact(p, v)
   local s = newstate(statekind(p))
   s.p = p
   if #v == 0 then v = { 0, 0, 0 } end
+  if s.kind == 1 then
+    -- A bucket's form holds its unit.
+    if #v >= 5 then s.used, s.at, s.val, s.unit, s.ahead, s.room = v[2] == 1, v[3], v[4], v[5], v[6] or 0, v[7] or 0 end
+    return s
+  end
   if s.kind ~= 0 then
     if #v >= 4 then s.used, s.at, s.val, s.ahead, s.room = v[2] == 1, v[3], v[4], v[5] or 0, v[6] or 0 end
     return s
@@ -79,6 +84,7 @@ local function tocompact(o, s, kind)
     o[#o + 1] = s.used and 1 or 0
     o[#o + 1] = s.at
     o[#o + 1] = s.val
+    if s.kind == 1 then o[#o + 1] = s.unit end
     if s.ahead ~= 0 or s.room ~= 0 then
       o[#o + 1] = s.ahead
       o[#o + 1] = s.room
