@@ -132,9 +132,10 @@ func (b *Backend) Copies() *Copies { return b.copies }
 func (b *Backend) Shares() *redisshare.Store { return redisshare.New(b.client) }
 
 // Register registers both stores' collectors: charon_store_*,
-// charon_redis_late_grants_total and charon_copystore_*.
+// charon_redis_late_grants_total, charon_redis_slot_undos_total and
+// charon_copystore_*.
 func (b *Backend) Register(reg prometheus.Registerer) {
-	reg.MustRegister(resilient.NewCollector(b.store.Stats), lateCollector{b.remote}, b.copies.Collector())
+	reg.MustRegister(resilient.NewCollector(b.store.Stats), newLateCollector(b.remote), b.copies.Collector())
 }
 
 // SetTree is told every configuration put in force: it flushes the
