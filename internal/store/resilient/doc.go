@@ -93,6 +93,19 @@
 // from this process's now, which is exact as long as both clocks run at the
 // same rate.
 //
+// A post-paid pair (Overdraft) in debt is answered from the cache too,
+// though a refusal of it must still debit its hits: they are summed per
+// pair and sent every Options.DebtInterval (DefaultDebtInterval), in one
+// remote call per pair that takes them all, whatever its answer; its
+// answer (a refusal until the larger debt is repaid) replaces the entry.
+// A flood against a budget in debt then costs the remote a call per pair
+// per interval, not per request. What another process sees of the debt is
+// late by at most the interval and that call; the debt's end moves later by
+// as much (the sum is debited at the last refusal's instant). Grants are
+// unchanged: a pair in debt is refused everywhere. Sums the remote surely
+// did not get (breaker open, ErrNotSent) wait for the next flush; Settle
+// and Close send what is summed.
+//
 // The cache is bounded (Options.CacheSize entries, least recently used
 // evicted per shard); a hit makes no allocation.
 //

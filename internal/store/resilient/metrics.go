@@ -22,6 +22,9 @@ import (
 //	charon_store_overlimit_cache_misses_total  decisions without refunds it could not answer
 //	charon_store_overlimit_cache_entries       cached rejections now
 //	charon_store_overlimit_cache_evictions_total
+//	charon_store_debt_deferred_total           cached refusals of post-paid pairs in debt whose hits were summed to send later
+//	charon_store_debt_flushes_total            remote calls that sent such sums (one per pair per flush)
+//	charon_store_debt_flush_errors_total       of those, calls that failed
 //
 // The cache's hit ratio is hits / (hits + misses). stats (Store.Stats)
 // must be safe for concurrent use; register one collector per registry.
@@ -43,6 +46,9 @@ func NewCollector(stats func() Stats) prometheus.Collector {
 		collect.Metric[Stats]{Name: "overlimit_cache_entries", Help: "Rejected pairs held by the over-limit cache.",
 			Value: func(s Stats) float64 { return float64(s.CacheSize) }},
 		counter("overlimit_cache_evictions_total", "Over-limit cache entries evicted by its size bound.", func(s Stats) uint64 { return s.CacheEvictions }),
+		counter("debt_deferred_total", "Decisions of post-paid pairs in debt refused from the over-limit cache, whose hits were summed to be sent later.", func(s Stats) uint64 { return s.DebtDeferred }),
+		counter("debt_flushes_total", "Remote calls that sent the summed refused hits of a post-paid pair in debt (one per pair per flush).", func(s Stats) uint64 { return s.DebtFlushes }),
+		counter("debt_flush_errors_total", "Remote calls sending summed refused hits that failed (those not sent are sent with the next flush).", func(s Stats) uint64 { return s.DebtFlushErrors }),
 	)}
 }
 

@@ -15,7 +15,8 @@ import (
 func TestCollectorExportsStats(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	st := resilient.Stats{Remote: 10, Cached: 4, Local: 3, RemoteErrors: 2, Timeouts: 1, Slow: 8, NotSent: 9, Stuck: 11,
-		Breaker: resilient.BreakerOpen, BreakerOpens: 5, CacheHits: 4, CacheMisses: 12, CacheSize: 7, CacheEvictions: 6}
+		Breaker: resilient.BreakerOpen, BreakerOpens: 5, CacheHits: 4, CacheMisses: 12, CacheSize: 7, CacheEvictions: 6,
+		DebtDeferred: 13, DebtFlushes: 14, DebtFlushErrors: 15}
 	reg.MustRegister(resilient.NewCollector(func() resilient.Stats { return st }))
 	fams, err := reg.Gather()
 	if err != nil {
@@ -52,6 +53,9 @@ func TestCollectorExportsStats(t *testing.T) {
 		"charon_store_overlimit_cache_misses_total":    12,
 		"charon_store_overlimit_cache_entries":         7,
 		"charon_store_overlimit_cache_evictions_total": 6,
+		"charon_store_debt_deferred_total":             13,
+		"charon_store_debt_flushes_total":              14,
+		"charon_store_debt_flush_errors_total":         15,
 	}
 	if d := cmp.Diff(want, got); d != "" {
 		keys := make([]string, 0, len(got))

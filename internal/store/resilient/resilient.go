@@ -1,6 +1,7 @@
 package resilient
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -73,6 +74,12 @@ type Options struct {
 	// CacheSize bounds the over-limit cache's entries; 0 means
 	// DefaultCacheSize, negative turns the cache off.
 	CacheSize int
+	// DebtInterval is how long the cache sums the refused hits of a
+	// post-paid pair in debt before it sends them, in one call per pair;
+	// 0 means DefaultDebtInterval, negative sends every refused request's
+	// hits at once (as without the cache). Another process may see the
+	// smaller debt for that long and one remote call more.
+	DebtInterval time.Duration
 	// Local configures the in-memory store of ModeLocal (unused otherwise).
 	Local memstore.Options
 	// Now is the breaker's clock; nil means time.Now. Decisions and the
@@ -109,6 +116,7 @@ type Store struct {
 	now      func() time.Time
 	br       breaker
 	cache    *cache // nil: off
+	debts    *debts // nil: post-paid hits go to the remote with their request
 
 	closed    atomic.Bool
 	closeOnce sync.Once
@@ -194,6 +202,9 @@ func New(remote Remote, opts Options) *Store {
 	case size > 0:
 		s.cache = newCache(size)
 	}
+	if s.cache != nil && opts.DebtInterval >= 0 {
+		s.debts = newDebts(cmp.Or(opts.DebtInterval, DefaultDebtInterval))
+	}
 	if s.mode == ModeLocal {
 		s.local = memstore.New(opts.Local)
 	}
@@ -219,8 +230,11 @@ func (s *Store) Decide(ctx context.Context, now time.Time, items []store.Item, o
 		defer s.cache.putPlan(plan)
 		if refunds = hasRefund(items); refunds {
 			s.cache.forgetRefunds(items)
-		} else if s.cache.lookup(now, plan, items, out) {
+		} else if s.cache.lookup(now, plan, items, out, s.debts != nil) {
 			s.cached.Add(1)
+			if s.debts != nil {
+				s.debts.add(now, plan, items, s.flushDebts)
+			}
 			return nil
 		}
 	}
@@ -418,6 +432,7 @@ func fresh(it *store.Item, now time.Time) tiers.Decision {
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
 		s.closed.Store(true)
+		s.closeDebts()
 		s.closeErr = s.remote.Close()
 		if s.local != nil {
 			s.local.Close()
@@ -485,12 +500,14 @@ type Settler interface {
 	Settle(ctx context.Context) error
 }
 
-// Settle returns once the remote has nothing pending (a Settler's Settle),
-// at once for a remote that is not a Settler, or with ctx's error. The
-// wrapper itself leaves nothing pending: the failure mode answers before
-// Decide returns. A test calls it, after stopping its calls, to wait for
-// the store instead of for a duration.
+// Settle sends the refused hits of post-paid pairs in debt summed so far
+// (Options.DebtInterval), then returns once the remote has nothing pending
+// (a Settler's Settle), at once for a remote that is not a Settler, or with
+// ctx's error. The wrapper leaves nothing else pending: the failure mode
+// answers before Decide returns. A test calls it, after stopping its
+// calls, to wait for the store instead of for a duration.
 func (s *Store) Settle(ctx context.Context) error {
+	s.settleDebts()
 	if st, ok := s.remote.(Settler); ok {
 		return st.Settle(ctx)
 	}
@@ -536,6 +553,11 @@ type Stats struct {
 	CacheHits, CacheMisses uint64
 	CacheSize              int
 	CacheEvictions         uint64
+	// DebtDeferred counts the calls answered from the cache whose
+	// post-paid hits were summed to be sent later (Options.DebtInterval);
+	// DebtFlushes the remote calls that sent such sums (one per pair per
+	// flush), DebtFlushErrors those that failed.
+	DebtDeferred, DebtFlushes, DebtFlushErrors uint64
 }
 
 // Stats returns the counters. Safe for concurrent use; the fields are read
@@ -560,6 +582,9 @@ func (s *Store) Stats() Stats {
 		st.CacheHits, st.CacheMisses = c.hits.Load(), c.misses.Load()
 		st.CacheSize = c.size()
 		st.CacheEvictions = c.evictions.Load()
+	}
+	if d := s.debts; d != nil {
+		st.DebtDeferred, st.DebtFlushes, st.DebtFlushErrors = d.deferred.Load(), d.flushes.Load(), d.flushErrors.Load()
 	}
 	return st
 }
