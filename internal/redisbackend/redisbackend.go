@@ -55,6 +55,11 @@ func Check(o Options) error {
 	return o.Conn.Check()
 }
 
+// On a Cluster the Redis store names the masters a call goes to, and the
+// resilient wrapper keeps a breaker per master.
+var _ resilient.Sharder = (*redisstore.Store)(nil)
+var _ resilient.ShardReplier = (*redisstore.Store)(nil)
+
 // Backend is the Redis state of one process: one client, the rate-limit
 // store and the copy store on it. Create it with Open; Close it. Safe for
 // concurrent use.
@@ -171,6 +176,7 @@ func (b *Backend) watch(ctx context.Context, setServing func(bool)) {
 	tick := time.NewTicker(resilient.DefaultCoolOff / 10) // Probe is a no-op until the cool-off ends
 	defer tick.Stop()
 	serving, breaker := true, resilient.BreakerClosed
+	masters := map[string]resilient.BreakerState{}
 	for {
 		select {
 		case <-ctx.Done():
@@ -179,14 +185,21 @@ func (b *Backend) watch(ctx context.Context, setServing func(bool)) {
 		case <-tick.C:
 			_ = b.store.Probe(ctx)
 		}
-		if st := b.store.Stats().Breaker; st != breaker {
-			breaker = st
-			if st == resilient.BreakerOpen {
-				b.log.Warn("redis store failing: circuit breaker open", "failure_mode", b.store.Mode().String())
-			} else {
-				b.log.Info("redis store circuit breaker "+st.String(), "failure_mode", b.store.Mode().String())
+		st := b.store.Stats()
+		if len(st.Shards) > 0 {
+			// A Cluster: each master's breaker on its own.
+			for _, sh := range st.Shards {
+				if was, ok := masters[sh.Name]; ok || sh.Breaker != resilient.BreakerClosed {
+					if !ok || was != sh.Breaker {
+						b.logBreaker(sh.Breaker, "master", sh.Name)
+					}
+				}
+				masters[sh.Name] = sh.Breaker
 			}
+		} else if st.Breaker != breaker {
+			b.logBreaker(st.Breaker)
 		}
+		breaker = st.Breaker
 		if v := b.store.Serving(); v != serving {
 			serving = v
 			if setServing != nil {
@@ -194,6 +207,16 @@ func (b *Backend) watch(ctx context.Context, setServing func(bool)) {
 			}
 		}
 	}
+}
+
+// logBreaker logs a breaker's transition to st, with attrs (the master's).
+func (b *Backend) logBreaker(st resilient.BreakerState, attrs ...any) {
+	attrs = append(attrs, "failure_mode", b.store.Mode().String())
+	if st == resilient.BreakerOpen {
+		b.log.Warn("redis store failing: circuit breaker open", attrs...)
+		return
+	}
+	b.log.Info("redis store circuit breaker "+st.String(), attrs...)
 }
 
 // reap sweeps the copy logs once, if the configuration has copy-limited

@@ -261,6 +261,7 @@ func (s *Store) run(d *dispatcher) {
 			continue
 		}
 		s.replies.Add(1)
+		s.shardReplied(ctx, r.args)
 		if !r.state.CompareAndSwap(reqSent, reqAnswered) {
 			// Its caller gave up after it was sent.
 			if c := s.lateGiveBack(r); c != nil {

@@ -33,6 +33,7 @@ func (s BreakerState) String() string {
 // The closed path (success) is lock-free; transitions take mu, so they are
 // ordered and onChange sees them in order.
 type breaker struct {
+	name      string  // the shard's (Sharder), "" for the whole remote
 	threshold int64   // consecutive failures that open it
 	rate      float64 // failure ratio that opens it; 0: off
 	minCalls  int64   // calls in the window before the ratio counts
@@ -47,6 +48,12 @@ type breaker struct {
 	winCalls    atomic.Int64
 	winFails    atomic.Int64
 	opens       atomic.Uint64
+	failures    atomic.Uint64 // counted failures
+	// answers counts the calls of its part that the remote answered
+	// through the wrapper: a timeout while it grew was slowness, not an
+	// outage.
+	answers atomic.Uint64
+	probing atomic.Bool // a Probe's ping is in flight
 
 	mu sync.Mutex
 }
@@ -72,6 +79,7 @@ func (b *breaker) failure(now int64) (opened bool) {
 	if !b.closed() {
 		return false
 	}
+	b.failures.Add(1)
 	n := b.consecutive.Add(1)
 	calls, fails := b.count(now, true)
 	if n >= b.threshold || (b.rate > 0 && calls >= b.minCalls && float64(fails) >= b.rate*float64(calls)) {

@@ -22,6 +22,7 @@ const DefaultDebtInterval = 20 * time.Millisecond
 // Safe for concurrent use; the zero value is not usable (newDebts).
 type debts struct {
 	interval time.Duration
+	flush    func() // the timer's: Store.flushDebts
 	mu       sync.Mutex
 	m        map[store.Key]*debt
 	timer    *time.Timer // armed while m holds debits and no flush is due
@@ -47,10 +48,9 @@ func newDebts(interval time.Duration) *debts {
 }
 
 // add sums the hits of the post-paid groups of items (whose Plan is plan),
-// refused at now from the cache, and arms the flush timer (calling flush
-// when it fires) if it is not armed. Items without such a group add
-// nothing.
-func (d *debts) add(now time.Time, plan *store.Plan, items []store.Item, flush func()) {
+// refused at now from the cache, and arms the flush timer if it is not
+// armed. Items without such a group add nothing.
+func (d *debts) add(now time.Time, plan *store.Plan, items []store.Item) {
 	some := false
 	for i := range items {
 		hits, _ := plan.Sums(i)
@@ -81,18 +81,18 @@ func (d *debts) add(now time.Time, plan *store.Plan, items []store.Item, flush f
 			e.at = now
 		}
 	}
-	d.arm(flush)
+	d.arm()
 }
 
 // arm starts the timer unless it is armed or the debts are closed; d.mu is
 // held.
-func (d *debts) arm(flush func()) {
+func (d *debts) arm() {
 	if d.armed || d.closed || len(d.m) == 0 {
 		return
 	}
 	d.armed = true
 	if d.timer == nil {
-		d.timer = time.AfterFunc(d.interval, flush)
+		d.timer = time.AfterFunc(d.interval, d.flush)
 	} else {
 		d.timer.Reset(d.interval)
 	}
@@ -147,7 +147,7 @@ func (s *Store) flushDebts() {
 	}
 	wg.Wait()
 	d.mu.Lock()
-	d.arm(s.flushDebts)
+	d.arm()
 	d.mu.Unlock()
 }
 
@@ -159,18 +159,19 @@ func (s *Store) flushDebts() {
 // any other error they may have been applied, and are not sent again.
 func (s *Store) sendDebt(e *debt) {
 	d := s.debts
-	if !s.br.closed() {
-		d.putBack(e)
-		return
-	}
 	timeout := s.timeout
 	if timeout <= 0 {
 		timeout = DefaultTimeout
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	epoch := s.cache.epoch.Load()
 	items := []store.Item{e.item}
+	var one [1]*breaker
+	if !allClosed(s.route(ctx, items, one[:0])) {
+		d.putBack(e)
+		return
+	}
+	epoch := s.cache.epoch.Load()
 	out := make([]tiers.Decision, 1)
 	d.flushes.Add(1)
 	err := s.remote.Decide(ctx, e.at, items, out)
