@@ -154,8 +154,9 @@ func (b *Backend) SetTree(t *descriptors.Tree) {
 // Run keeps the backend healthy until ctx ends or the returned function
 // is called (which waits for it to stop): it probes Redis every
 // CoolOff/10 once the breaker's cool-off is over (PING, and the decide
-// function loaded again if Redis lost it), which is how the breaker
-// closes; it calls setServing with the store's Serving on every change
+// function loaded again if Redis lost it; a new probe does not wait for a
+// ping still in flight, up to resilient.MaxProbes), which is how the
+// breaker closes; it calls setServing with the store's Serving on every change
 // (NOT_SERVING only in the unavailable mode while Redis is down) and logs
 // breaker transitions; and, while the configuration has copy-limited
 // resources (SetTree), it sweeps the copy logs every SweepInterval.
@@ -177,13 +178,18 @@ func (b *Backend) watch(ctx context.Context, setServing func(bool)) {
 	defer tick.Stop()
 	serving, breaker := true, resilient.BreakerClosed
 	masters := map[string]resilient.BreakerState{}
+	// Probes overlap: a ping lost in a black hole waits for its timeout
+	// while the next tick's finds Redis back (resilient.MaxProbes at
+	// once); a probe that closes the breaker wakes this loop.
+	var probes sync.WaitGroup
+	defer probes.Wait()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-b.wake:
 		case <-tick.C:
-			_ = b.store.Probe(ctx)
+			probes.Go(func() { _ = b.store.Probe(ctx) })
 		}
 		st := b.store.Stats()
 		if len(st.Shards) > 0 {

@@ -53,10 +53,28 @@ type breaker struct {
 	// through the wrapper: a timeout while it grew was slowness, not an
 	// outage.
 	answers atomic.Uint64
-	probing atomic.Bool // a Probe's ping is in flight
+	probing atomic.Int32 // Probe's pings in flight
 
 	mu sync.Mutex
 }
+
+// MaxProbes is how many of Probe's pings of one breaker may be in flight at
+// once. A ping lost in a black hole waits for its ProbeTimeout; the next
+// ones, started meanwhile by the owner's calls of Probe, find the remote as
+// soon as it is back instead of after that ping's timeout.
+const MaxProbes = 3
+
+// startProbe reserves a ping in flight, false when MaxProbes are; endProbe
+// gives it back.
+func (b *breaker) startProbe() bool {
+	if b.probing.Add(1) > MaxProbes {
+		b.probing.Add(-1)
+		return false
+	}
+	return true
+}
+
+func (b *breaker) endProbe() { b.probing.Add(-1) }
 
 // closed reports whether calls may go to the remote.
 func (b *breaker) closed() bool { return BreakerState(b.state.Load()) == BreakerClosed }

@@ -496,9 +496,11 @@ func (s *Store) Serving() bool {
 }
 
 // Probe lets the store recover: when the breaker is open and its cool-off
-// is over, Probe pings the remote under Options.ProbeTimeout, one ping at a
-// time, and a ping that succeeds closes the breaker; it returns the ping's
-// error. A failed ping leaves the breaker open with no new cool-off (and no
+// is over, Probe pings the remote under Options.ProbeTimeout, at most
+// MaxProbes pings at a time, and a ping that succeeds closes the breaker;
+// it returns the ping's error. Calls of Probe may overlap: a ping that
+// hangs (a remote that swallows bytes) does not hold back the next, which
+// finds the remote back as soon as it is. A failed ping leaves the breaker open with no new cool-off (and no
 // opening counted), so the next Probe pings again. Probe does nothing and
 // returns nil otherwise. Decisions never probe: a decision's deadline
 // (Options.Timeout) is short, and a remote that has just come back may need
@@ -520,10 +522,10 @@ func (s *Store) Probe(ctx context.Context) error {
 	if s.br.closed() || s.br.retryIn(s.now().UnixNano()) > 0 {
 		return err
 	}
-	if !s.br.probing.CompareAndSwap(false, true) {
+	if !s.br.startProbe() {
 		return err
 	}
-	defer s.br.probing.Store(false)
+	defer s.br.endProbe()
 	ctx, cancel := context.WithTimeout(ctx, s.probeTO)
 	defer cancel()
 	err = s.remote.Ping(ctx)

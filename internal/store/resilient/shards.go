@@ -163,11 +163,11 @@ func (s *Store) probeShards(ctx context.Context) error {
 	)
 	now := s.now().UnixNano()
 	for _, b := range s.each() {
-		if b == &s.br || b.closed() || b.retryIn(now) > 0 || !b.probing.CompareAndSwap(false, true) {
+		if b == &s.br || b.closed() || b.retryIn(now) > 0 || !b.startProbe() {
 			continue
 		}
 		wg.Go(func() {
-			defer b.probing.Store(false)
+			defer b.endProbe()
 			pctx, cancel := context.WithTimeout(ctx, s.probeTO)
 			defer cancel()
 			err := s.sharder.PingShard(pctx, b.name)
