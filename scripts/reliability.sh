@@ -24,7 +24,7 @@ echo "reliability report ($(date -u +%Y-%m-%dT%H:%MZ), $(getconf _NPROCESSORS_ON
 echo
 echo "| what was measured |"
 echo "| --- |"
-run ./cmd/charon '^(TestRedisKilledUnderLoad|TestRedisSlowed|TestRedisFaultDeadlines|TestRedisCopiesSurviveAKilledServer|TestReserveProcessKilled|TestReloadStormThenSIGTERMUnderLoad|TestBadInputTouchesNoRedis|TestMillionValuesBounded)$'
+run ./cmd/charon '^(TestRedisKilledUnderLoad|TestRedisSlowed|TestRedisFaultDeadlines|TestRedisCopiesSurviveAKilledServer|TestReserveProcessKilled|TestReloadStormThenSIGTERMUnderLoad|TestBadInputTouchesNoRedis|TestMillionValuesBounded|TestMemoryUnderFlood)$'
 run ./internal/store/redisstore '^TestSentinelFailover$'
 run ./internal/store/resilient '^(TestClusterReshardUnderLoad|TestClusterReshardExactCounts)$'
 run ./internal/copystore/rediscopy '^(TestSentinelFailoverLoss|TestSentinelFailoverLossUnderLoad)$'

@@ -267,7 +267,8 @@ func TestRedisProcessesShareLimits(t *testing.T) {
 
 	metrics := get(t, "http://"+a.debugAddr+"/metrics")
 	for _, want := range []string{`charon_store_calls_total{path="remote"}`, `charon_store_breaker_state 0`,
-		"charon_store_overlimit_cache_hits_total", `charon_redis_late_grants_total{outcome="given_back"} 0`} {
+		"charon_store_overlimit_cache_hits_total", `charon_redis_late_grants_total{outcome="given_back"} 0`,
+		`charon_redis_slot_undos_total{outcome="undo_failed"} 0`} {
 		if !strings.Contains(metrics, want) {
 			t.Errorf("/metrics lacks %s", want)
 		}

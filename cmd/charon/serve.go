@@ -12,7 +12,9 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -26,6 +28,7 @@ import (
 	"github.com/charonlimit/charon/internal/gctune"
 	"github.com/charonlimit/charon/internal/holds"
 	"github.com/charonlimit/charon/internal/lyftenv"
+	"github.com/charonlimit/charon/internal/memlimit"
 	"github.com/charonlimit/charon/internal/redisbackend"
 	"github.com/charonlimit/charon/internal/redisconn"
 	"github.com/charonlimit/charon/internal/rlqs"
@@ -85,8 +88,15 @@ type serveConfig struct {
 	Overdraft               bool
 	CalendarUnits           zoneFlag
 	HeapFloorMiB            int
-	LogLevel                string
-	LogFormat               string
+	// CgroupRoot is where the container's memory limit is read from
+	// (package memlimit): CHARON_CGROUP_ROOT, an environment variable
+	// only, for tests and unusual mounts; MaxKeys and HeapFloorMiB are derived from it
+	// unless set (MaxKeysSet, HeapFloorSet), and GOMEMLIMIT unless the
+	// environment sets it (GoMemLimitSet).
+	CgroupRoot                              string
+	MaxKeysSet, HeapFloorSet, GoMemLimitSet bool
+	LogLevel                                string
+	LogFormat                               string
 
 	// from is where each flag set got its value, for messages.
 	from sources
@@ -117,6 +127,7 @@ func defaultServeConfig() serveConfig {
 		MaxKeys:        memstore.DefaultMaxKeys,
 		StateInterval:  10 * time.Second,
 		HeapFloorMiB:   gctune.DefaultFloorMiB,
+		CgroupRoot:     memlimit.DefaultRoot,
 		LogLevel:       "info",
 		LogFormat:      "json",
 	}
@@ -141,13 +152,13 @@ func serveFlags(fs *flag.FlagSet, c *serveConfig) {
 	fs.DurationVar(&c.StatsdFlush, "statsd-flush-interval", c.StatsdFlush, "how often buffered statsd stats are sent at the latest")
 	fs.IntVar(&c.MaxDescriptors, "max-descriptors", c.MaxDescriptors, "most descriptors in one request")
 	fs.IntVar(&c.PaceMaxWaiting, "pace-max-waiting", c.PaceMaxWaiting, "most requests held at once by pace: (a descriptor's wait instead of a rejection); beyond, a request is rejected as without pace; 0: pacing off")
-	fs.IntVar(&c.MaxKeys, "max-keys", c.MaxKeys, "most tracked (resource, domain) pairs in memory, least recently used evicted")
+	fs.IntVar(&c.MaxKeys, "max-keys", c.MaxKeys, "most tracked (resource, domain) pairs in memory, least recently used evicted; unset: as many as fit in half the memory limit (GOMEMLIMIT, or 90% of the container's), this default without one")
 	fs.StringVar(&c.StateFile, "state-file", c.StateFile, "with --store memory, keep the counts across restarts in this `file`: restored at start, written at shutdown, every --state-interval and on SIGUSR1")
 	fs.DurationVar(&c.StateInterval, "state-interval", c.StateInterval, "how often --state-file is written: a crash loses at most this long of counts")
 	fs.BoolVar(&c.StateFileDiscardInvalid, "state-file-discard-invalid", c.StateFileDiscardInvalid, "start with empty state, with a warning, when --state-file is corrupt, truncated or not a state file (else charon refuses to start)")
 	fs.BoolVar(&c.QuotaMode, "quota-mode", c.QuotaMode, "every limit in quota mode: a descriptor over its limit is OVER_LIMIT, the request only when all its descriptors are")
 	loadFlags(fs, c)
-	fs.IntVar(&c.HeapFloorMiB, "heap-floor-mib", c.HeapFloorMiB, "the garbage collector's heap goal is at least this many MiB while the live heap is small; 0: Go's default")
+	fs.IntVar(&c.HeapFloorMiB, "heap-floor-mib", c.HeapFloorMiB, "the garbage collector's heap goal is at least this many MiB while the live heap is small; 0: Go's default; unset: half the memory limit (GOMEMLIMIT, or 90% of the container's) up to this default, "+strconv.Itoa(memlimit.UnlimitedFloorMiB)+" without one")
 	// Every flag can be set by its CHARON_<FLAG> variable (applyCharonEnv).
 	fs.VisitAll(func(f *flag.Flag) {
 		if !strings.Contains(f.Usage, "(env ") {
@@ -270,10 +281,30 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (se
 	if c.XDS.On() && !flagSet(fs, "config") {
 		c.ConfigDir = ""
 	}
+	c.MaxKeysSet, c.HeapFloorSet = flagSet(fs, "max-keys"), flagSet(fs, "heap-floor-mib")
+	c.GoMemLimitSet = getenv("GOMEMLIMIT") != ""
+	c.CgroupRoot = cmp.Or(getenv("CHARON_CGROUP_ROOT"), c.CgroupRoot)
 	if err := c.check(); err != nil {
 		return *c, fmt.Errorf("%w: %s", errUsage, c.from.blame(err))
 	}
 	return *c, nil
+}
+
+// memoryBudget reads the container's memory limit under c.CgroupRoot (self
+// is the process's /proc/self/cgroup) and derives the budget with the soft
+// limit in force, goLimit; it sets MaxKeys and HeapFloorMiB from it unless
+// they were set. A limit file it cannot read is reported in err, and the
+// budget is derived as without a container limit.
+func (c *serveConfig) memoryBudget(self string, goLimit int64) (memlimit.Budget, error) {
+	container, err := memlimit.Container(c.CgroupRoot, self)
+	b := memlimit.Plan(container, goLimit, c.GoMemLimitSet)
+	if !c.HeapFloorSet {
+		c.HeapFloorMiB = b.FloorMiB
+	}
+	if !c.MaxKeysSet {
+		c.MaxKeys = memstore.KeysFor(b.KeysHeap())
+	}
+	return b, err
 }
 
 // flagSet reports whether the flag name was set (by the command line, a
@@ -362,6 +393,14 @@ func runServe(args []string, getenv func(string) string, stderr io.Writer) error
 
 // serve wires the packages together from c and serves until a signal.
 func serve(c serveConfig, args []string, log *slog.Logger) error {
+	self, _ := os.ReadFile("/proc/self/cgroup") // none off Linux: no container limit
+	budget, err := c.memoryBudget(string(self), debug.SetMemoryLimit(-1))
+	if err != nil {
+		log.Warn("reading the container's memory limit", "err", err.Error())
+	}
+	budget.Apply()
+	log.Info("memory", "container_limit_bytes", budget.Container, "go_memory_limit_bytes", budget.GoLimit, "go_memory_limit_from", budget.GoLimitFrom,
+		"heap_floor_mib", c.HeapFloorMiB, "max_keys", c.MaxKeys)
 	defer gctune.Floor(uint64(c.HeapFloorMiB) << 20).Stop()
 	if c.Tracing.On {
 		tp, err := tracing.New(context.Background(), c.Tracing.Options)

@@ -5,13 +5,16 @@ import (
 	"flag"
 	"io"
 	"maps"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/charonlimit/charon/internal/memlimit"
 	"github.com/charonlimit/charon/internal/statsd"
+	"github.com/charonlimit/charon/internal/store/memstore"
 	"github.com/charonlimit/charon/internal/store/resilient"
 	"github.com/charonlimit/charon/internal/xdsconfig"
 	"github.com/google/go-cmp/cmp"
@@ -42,6 +45,7 @@ func TestParseServePrecedence(t *testing.T) {
 				c.ConfigDir, c.Server.GRPCAddr, c.Server.HTTPAddr, c.Server.DebugAddr = "/c", ":1", ":2", ":3"
 				c.FixedWindow = true
 				c.HeapFloorMiB = 0
+				c.MaxKeysSet, c.HeapFloorSet = true, true
 				c.MaxDescriptors, c.MaxKeys, c.Server.ResponseHeaders, c.MergeDomains, c.Server.ShutdownTimeout = 8, 100, true, true, 3*time.Second
 			})},
 		{"charon env", nil, map[string]string{
@@ -51,6 +55,7 @@ func TestParseServePrecedence(t *testing.T) {
 			"CHARON_HEAP_FLOOR_MIB": "256"},
 			with(func(c *serveConfig) {
 				c.HeapFloorMiB = 256
+				c.MaxKeysSet, c.HeapFloorSet = true, true
 				c.ConfigDir, c.Server.GRPCAddr, c.Server.HTTPAddr, c.Server.DebugAddr = "/e", ":11", ":12", ":13"
 				c.MaxDescriptors, c.MaxKeys, c.Server.ResponseHeaders, c.MergeDomains, c.Server.ShutdownTimeout = 9, 7, true, true, time.Minute
 				c.Redis.URL = "redis://x"
@@ -455,5 +460,72 @@ func TestCalendarUnitsFlag(t *testing.T) {
 	if _, err := parseServe([]string{"--calendar-units", "Mars/Olympus"}, envOf(nil), io.Discard); err == nil ||
 		!strings.Contains(err.Error(), "calendar-units") || !strings.Contains(err.Error(), "Mars/Olympus") {
 		t.Errorf("an unknown zone: %v, want an error naming the flag and the zone", err)
+	}
+}
+
+// TestMemoryBudget: the container's limit, read under CHARON_CGROUP_ROOT, sizes
+// GOMEMLIMIT, --heap-floor-mib and --max-keys; an explicit GOMEMLIMIT or flag
+// wins; without any limit the floor is memlimit's small default.
+func TestMemoryBudget(t *testing.T) {
+	const mib = 1 << 20
+	limited := t.TempDir() // a cgroup v2 container of 128 MiB, as seen from inside
+	if err := os.WriteFile(filepath.Join(limited, "memory.max"), []byte("134217728\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	unlimited := t.TempDir()
+	if err := os.WriteFile(filepath.Join(unlimited, "memory.max"), []byte("max\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	bad := t.TempDir()
+	if err := os.WriteFile(filepath.Join(bad, "memory.max"), []byte("lots\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	const none = math.MaxInt64
+	type result struct {
+		GoLimit       int64
+		From          string
+		FloorMiB      int
+		MaxKeys       int
+		ErrMentioning string
+	}
+	for _, c := range []struct {
+		name    string
+		args    []string
+		env     map[string]string
+		goLimit int64 // the runtime's, as GOMEMLIMIT set it
+		want    result
+	}{
+		{"no limit anywhere", nil, map[string]string{"CHARON_CGROUP_ROOT": unlimited}, none,
+			result{none, "none", memlimit.UnlimitedFloorMiB, memstore.DefaultMaxKeys, ""}},
+		{"a 128 MiB container", nil, map[string]string{"CHARON_CGROUP_ROOT": limited}, none,
+			result{120795955, "container", 28, 120795955 / 2 / memstore.PairBytes, ""}},
+		{"flags win", []string{"--heap-floor-mib", "100", "--max-keys", "5000"}, map[string]string{"CHARON_CGROUP_ROOT": limited}, none,
+			result{120795955, "container", 100, 5000, ""}},
+		{"CHARON_ variables are flags", nil, map[string]string{"CHARON_CGROUP_ROOT": limited, "CHARON_HEAP_FLOOR_MIB": "0", "CHARON_MAX_KEYS": "7"}, none,
+			result{120795955, "container", 0, 7, ""}},
+		{"GOMEMLIMIT wins over the container", nil, map[string]string{"CHARON_CGROUP_ROOT": limited, "GOMEMLIMIT": "400MiB"}, 400 * mib,
+			result{400 * mib, "GOMEMLIMIT", 100, 200 * mib / memstore.PairBytes, ""}},
+		{"a limit file that is not a number: as without one, and said", nil, map[string]string{"CHARON_CGROUP_ROOT": bad}, none,
+			result{none, "none", memlimit.UnlimitedFloorMiB, memstore.DefaultMaxKeys, "memory.max"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			cfg, err := parseServe(c.args, envOf(c.env), io.Discard)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, err := cfg.memoryBudget("0::/\n", c.goLimit)
+			got := result{b.GoLimit, b.GoLimitFrom, cfg.HeapFloorMiB, cfg.MaxKeys, ""}
+			if err != nil {
+				got.ErrMentioning = c.want.ErrMentioning
+				if !strings.Contains(err.Error(), c.want.ErrMentioning) || c.want.ErrMentioning == "" {
+					t.Errorf("err %v, want one naming %q", err, c.want.ErrMentioning)
+				}
+			} else if c.want.ErrMentioning != "" {
+				t.Errorf("no error, want one naming %q", c.want.ErrMentioning)
+			}
+			if d := cmp.Diff(c.want, got); d != "" {
+				t.Errorf("budget (-want +got):\n%s", d)
+			}
+		})
 	}
 }

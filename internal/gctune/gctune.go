@@ -24,9 +24,10 @@ import (
 	"sync/atomic"
 )
 
-// DefaultFloorMiB is the default floor of charon serve and charon bench, in
-// MiB: a server with a small live heap collects once per 256 MiB allocated
-// instead of once per few MiB. Marking the states of tracked pairs is most
+// DefaultFloorMiB is charon bench's floor and the largest that charon serve
+// derives from its memory limit (package memlimit), in MiB: a server with a
+// small live heap collects once per 256 MiB allocated instead of once per
+// few MiB. Marking the states of tracked pairs is most
 // of a collection's work: with three descriptors per request over 10,000
 // users, 256 MiB took the memory store from 0.57 to 0.72 of the no-op
 // call's throughput (docs/performance.md).

@@ -55,6 +55,11 @@ func Check(o Options) error {
 	return o.Conn.Check()
 }
 
+// On a Cluster the Redis store names the masters a call goes to, and the
+// resilient wrapper keeps a breaker per master.
+var _ resilient.Sharder = (*redisstore.Store)(nil)
+var _ resilient.ShardReplier = (*redisstore.Store)(nil)
+
 // Backend is the Redis state of one process: one client, the rate-limit
 // store and the copy store on it. Create it with Open; Close it. Safe for
 // concurrent use.
@@ -132,9 +137,10 @@ func (b *Backend) Copies() *Copies { return b.copies }
 func (b *Backend) Shares() *redisshare.Store { return redisshare.New(b.client) }
 
 // Register registers both stores' collectors: charon_store_*,
-// charon_redis_late_grants_total and charon_copystore_*.
+// charon_redis_late_grants_total, charon_redis_slot_undos_total and
+// charon_copystore_*.
 func (b *Backend) Register(reg prometheus.Registerer) {
-	reg.MustRegister(resilient.NewCollector(b.store.Stats), lateCollector{b.remote}, b.copies.Collector())
+	reg.MustRegister(resilient.NewCollector(b.store.Stats), newLateCollector(b.remote), b.copies.Collector())
 }
 
 // SetTree is told every configuration put in force: it flushes the
@@ -148,8 +154,9 @@ func (b *Backend) SetTree(t *descriptors.Tree) {
 // Run keeps the backend healthy until ctx ends or the returned function
 // is called (which waits for it to stop): it probes Redis every
 // CoolOff/10 once the breaker's cool-off is over (PING, and the decide
-// function loaded again if Redis lost it), which is how the breaker
-// closes; it calls setServing with the store's Serving on every change
+// function loaded again if Redis lost it; a new probe does not wait for a
+// ping still in flight, up to resilient.MaxProbes), which is how the
+// breaker closes; it calls setServing with the store's Serving on every change
 // (NOT_SERVING only in the unavailable mode while Redis is down) and logs
 // breaker transitions; and, while the configuration has copy-limited
 // resources (SetTree), it sweeps the copy logs every SweepInterval.
@@ -170,22 +177,35 @@ func (b *Backend) watch(ctx context.Context, setServing func(bool)) {
 	tick := time.NewTicker(resilient.DefaultCoolOff / 10) // Probe is a no-op until the cool-off ends
 	defer tick.Stop()
 	serving, breaker := true, resilient.BreakerClosed
+	masters := map[string]resilient.BreakerState{}
+	// Probes overlap: a ping lost in a black hole waits for its timeout
+	// while the next tick's finds Redis back (resilient.MaxProbes at
+	// once); a probe that closes the breaker wakes this loop.
+	var probes sync.WaitGroup
+	defer probes.Wait()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-b.wake:
 		case <-tick.C:
-			_ = b.store.Probe(ctx)
+			probes.Go(func() { _ = b.store.Probe(ctx) })
 		}
-		if st := b.store.Stats().Breaker; st != breaker {
-			breaker = st
-			if st == resilient.BreakerOpen {
-				b.log.Warn("redis store failing: circuit breaker open", "failure_mode", b.store.Mode().String())
-			} else {
-				b.log.Info("redis store circuit breaker "+st.String(), "failure_mode", b.store.Mode().String())
+		st := b.store.Stats()
+		if len(st.Shards) > 0 {
+			// A Cluster: each master's breaker on its own.
+			for _, sh := range st.Shards {
+				if was, ok := masters[sh.Name]; ok || sh.Breaker != resilient.BreakerClosed {
+					if !ok || was != sh.Breaker {
+						b.logBreaker(sh.Breaker, "master", sh.Name)
+					}
+				}
+				masters[sh.Name] = sh.Breaker
 			}
+		} else if st.Breaker != breaker {
+			b.logBreaker(st.Breaker)
 		}
+		breaker = st.Breaker
 		if v := b.store.Serving(); v != serving {
 			serving = v
 			if setServing != nil {
@@ -193,6 +213,16 @@ func (b *Backend) watch(ctx context.Context, setServing func(bool)) {
 			}
 		}
 	}
+}
+
+// logBreaker logs a breaker's transition to st, with attrs (the master's).
+func (b *Backend) logBreaker(st resilient.BreakerState, attrs ...any) {
+	attrs = append(attrs, "failure_mode", b.store.Mode().String())
+	if st == resilient.BreakerOpen {
+		b.log.Warn("redis store failing: circuit breaker open", attrs...)
+		return
+	}
+	b.log.Info("redis store circuit breaker "+st.String(), attrs...)
 }
 
 // reap sweeps the copy logs once, if the configuration has copy-limited

@@ -28,6 +28,7 @@ type Node struct {
 	cmd  *exec.Cmd
 	mu   sync.Mutex
 	done chan struct{}
+	args []string // what it was started with
 }
 
 // Addr is the node's "127.0.0.1:port".
@@ -45,13 +46,18 @@ func (n *Node) Kill() {
 	n.cmd = nil
 }
 
-// Restart starts a killed node again on the same port with the same arguments.
+// Restart starts a killed node again on the same port with args, or with
+// the arguments it was first started with when none are given (a Cluster
+// node then rejoins its Cluster from its nodes.conf).
 func (n *Node) Restart(t testing.TB, args ...string) {
 	t.Helper()
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if n.cmd != nil {
 		t.Fatalf("redistest: node %d is running", n.Port)
+	}
+	if len(args) == 0 {
+		args = n.args
 	}
 	n.start(t, args)
 	waitPing(t, n.Port)
@@ -146,7 +152,7 @@ func newNode(t testing.TB, extra ...string) (*Node, []string) {
 	t.Helper()
 	port, dir := nodeDir(t)
 	args := append(baseArgs(port, dir), extra...)
-	n := &Node{Port: port, Dir: dir}
+	n := &Node{Port: port, Dir: dir, args: args}
 	n.start(t, args)
 	t.Cleanup(n.Kill)
 	return n, args

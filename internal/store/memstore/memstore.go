@@ -23,7 +23,23 @@ const (
 	DefaultShards  = 64
 	MaxShards      = 256
 	DefaultMaxKeys = 1 << 20
+	// PairBytes bounds the live heap one tracked one-tier pair costs
+	// (TestPairCost measures it); KeysFor sizes MaxKeys with it.
+	PairBytes = 512
+	// LeastKeys is the least MaxKeys that KeysFor returns.
+	LeastKeys = 1024
 )
+
+// KeysFor returns the MaxKeys whose one-tier pairs fit in heap bytes, between
+// LeastKeys and DefaultMaxKeys; DefaultMaxKeys when heap is 0 or less (no
+// bound known). A pair of several tiers costs more: heap is a budget for
+// the common case, not a hard cap.
+func KeysFor(heap int64) int {
+	if heap <= 0 {
+		return DefaultMaxKeys
+	}
+	return int(min(max(heap/PairBytes, LeastKeys), DefaultMaxKeys))
+}
 
 // Options configure a Store. The zero value is usable: 64 shards, at most
 // DefaultMaxKeys keys, no background sweeper.

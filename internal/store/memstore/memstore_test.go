@@ -150,10 +150,6 @@ func TestZeroAllocs(t *testing.T) {
 	}
 }
 
-// pairBytes is the heap one tracked one-tier pair costs, bounded here so a
-// change that makes pairs fatter is seen (README: "What a pair costs").
-const pairBytes = 512
-
 // TestPairCost measures the live heap of 100,000 one-tier pairs (a per-user
 // limit of 100 per minute, one hit each, the domain string allocated per
 // request as the server does).
@@ -186,8 +182,10 @@ func TestPairCost(t *testing.T) {
 	}
 	per := float64(after.HeapAlloc-before.HeapAlloc) / n
 	t.Logf("reliability: a one-tier pair costs %.0f bytes of live heap", per)
-	if per > pairBytes {
-		t.Errorf("a one-tier pair costs %.0f bytes, more than %d", per, pairBytes)
+	// memstore.PairBytes bounds it, so a change that makes pairs fatter is
+	// seen (README: "What a pair costs") and KeysFor stays true.
+	if per > memstore.PairBytes {
+		t.Errorf("a one-tier pair costs %.0f bytes, more than %d", per, memstore.PairBytes)
 	}
 	runtime.KeepAlive(s)
 }
@@ -246,8 +244,8 @@ func TestMillionValuesLiveHeap(t *testing.T) {
 	if s.Len() > maxKeys+64 {
 		t.Errorf("%d keys tracked, bound %d", s.Len(), maxKeys)
 	}
-	if live > maxKeys*pairBytes*2 {
-		t.Errorf("live heap %d bytes for %d keys: more than %d per key", live, maxKeys, 2*pairBytes)
+	if live > maxKeys*memstore.PairBytes*2 {
+		t.Errorf("live heap %d bytes for %d keys: more than %d per key", live, maxKeys, 2*memstore.PairBytes)
 	}
 	runtime.KeepAlive(s)
 }
@@ -279,5 +277,25 @@ func BenchmarkPace(b *testing.B) {
 				_ = s.GiveBack(ctx, now, at, it)
 			}
 		})
+	}
+}
+
+func TestKeysFor(t *testing.T) {
+	for _, c := range []struct {
+		heap int64
+		want int
+	}{
+		{0, memstore.DefaultMaxKeys},                             // no bound known
+		{-1, memstore.DefaultMaxKeys},                            // the same
+		{256 << 10, memstore.LeastKeys},                          // 512 would fit; raised to the least
+		{512 << 20, 1 << 20},                                     // 512 MiB / 512 bytes
+		{58 << 20, 58 << 11},                                     // half of a 128 MiB container's soft limit, about
+		{1 << 40, memstore.DefaultMaxKeys},                       // capped
+		{memstore.PairBytes * 5000, 5000},                        // exact
+		{memstore.PairBytes*5000 + memstore.PairBytes - 1, 5000}, // rounded down: never more than fit
+	} {
+		if got := memstore.KeysFor(c.heap); got != c.want {
+			t.Errorf("KeysFor(%d) = %d, want %d", c.heap, got, c.want)
+		}
 	}
 }

@@ -206,7 +206,8 @@
 // holds the result equal to store.Apply call after call, TestClusterConcurrent
 // keeps every hit exact under concurrent calls on both clocks, and
 // TestOneTripMasterKilled and TestOneTripUndoFails say what a failed
-// give-back leaves. Store.Undone counts the give-backs.
+// give-back leaves. Store.Undone counts the give-backs (exported as
+// charon_redis_slot_undos_total).
 //
 // Other calls spanning slots
 // take a two-step described at Store.twoStep: lock and predict per slot,

@@ -65,16 +65,5 @@ func slot(key string) uint16 {
 			key = key[i+1 : i+1+j]
 		}
 	}
-	var crc uint16
-	for i := 0; i < len(key); i++ {
-		crc ^= uint16(key[i]) << 8
-		for range 8 {
-			if crc&0x8000 != 0 {
-				crc = crc<<1 ^ 0x1021
-			} else {
-				crc <<= 1
-			}
-		}
-	}
-	return crc & 16383
+	return crcString(0, key) & 16383
 }

@@ -373,6 +373,12 @@ func newLateRig(t *testing.T, clock Clock) *lateRig {
 	n := redistest.Single(t)
 	c := redis.NewClient(&redis.Options{Addr: n.Addr()})
 	t.Cleanup(func() { c.Close() })
+	return newLateRigOn(t, c, clock)
+}
+
+// newLateRigOn is newLateRig on the client c (a Cluster's, say).
+func newLateRigOn(t *testing.T, c redis.UniversalClient, clock Clock) *lateRig {
+	t.Helper()
 	r := &lateRig{h: &holdRefund{key: "late", held: make(chan struct{}), release: make(chan struct{})}, modes: map[int64]int{}}
 	c.AddHook(r.h.hook())
 	c.AddHook((&fcallHook{before: func(m int64, k string) {
@@ -382,7 +388,7 @@ func newLateRig(t *testing.T, clock Clock) *lateRig {
 			r.mu.Unlock()
 		}
 	}}).hook())
-	s, err := NewWithClient(c, Options{Clock: clock})
+	s, err := NewWithClient(c, Options{Clock: clock, KeyPrefix: newPrefix()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -907,5 +913,33 @@ func TestReservedBackGuards(t *testing.T) {
 		if c != nil {
 			t.Errorf("%s: given back %v", name, c)
 		}
+	}
+}
+
+// TestLateRefundLockedRetried: on a Cluster, the refund of a late call
+// (a tier stack: not undoable) that finds its key locked by another
+// process's two-step call is sent again until the lock is gone, as Decide
+// retries its own calls, and is counted given back, not failed; the pair
+// then holds no hit.
+func TestLateRefundLockedRetried(t *testing.T) {
+	_, c := clusterClient(t)
+	r := newLateRigOn(t, c, ClockCaller)
+	it := item(twoTier, "r", "late", 3)
+	sk, _ := stateKey(r.s.prefix, &it)
+	r.late(t, storetest.T0, func() {
+		// Another process's two-step call holds the key a little while.
+		if err := c.Set(context.Background(), lockKey(r.s.prefix, sk), "someone", 300*time.Millisecond).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}, it)
+	if n := r.seen()[modeChecked]; n < 3 {
+		t.Errorf("%d calls in mode checked on the late pair, want at least 3: the call, its refund found locked, the refund again", n)
+	}
+	v, err := r.s.Inspect(context.Background(), storetest.T0, &it)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h := v.Tiers[0].Hits; h != 0 {
+		t.Errorf("the pair holds %d hits after the refund, want 0", h)
 	}
 }

@@ -273,18 +273,9 @@ func (s *Store) undoLater(c *call, sc *slotCalls, items []store.Item, out []tier
 	s.background(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), lateReplyWait)
 		defer cancel()
-		pipe := s.c.Pipeline()
-		for _, args := range cmds {
-			_ = pipe.Do(ctx, args...)
-		}
-		cmders, _ := pipe.Exec(ctx)
-		for _, cmd := range cmders {
-			if cmd.Err() != nil {
-				s.undone.failed.Add(1)
-			} else {
-				s.undone.given.Add(1)
-			}
-		}
+		given, failed := s.giveBack(ctx, cmds)
+		s.undone.given.Add(uint64(given))
+		s.undone.failed.Add(uint64(failed))
 	})
 }
 

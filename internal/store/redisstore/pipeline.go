@@ -14,6 +14,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/charonlimit/charon/internal/redisfunc"
 	"github.com/charonlimit/charon/internal/store"
 	"github.com/charonlimit/charon/tiers"
 )
@@ -260,6 +261,7 @@ func (s *Store) run(d *dispatcher) {
 			continue
 		}
 		s.replies.Add(1)
+		s.shardReplied(ctx, r.args)
 		if !r.state.CompareAndSwap(reqSent, reqAnswered) {
 			// Its caller gave up after it was sent.
 			if c := s.lateGiveBack(r); c != nil {
@@ -421,21 +423,59 @@ func (d *dispatcher) splitBatch(res string, idx []int) error {
 func (s *Store) compensate(calls [][]any) {
 	ctx, cancel := context.WithTimeout(context.Background(), lateReplyWait)
 	defer cancel()
-	pipe := s.c.Pipeline()
-	cmds := make([]*redis.Cmd, len(calls))
-	for i, args := range calls {
-		cmds[i] = redis.NewCmd(ctx, args...)
-		_ = pipe.Process(ctx, cmds[i])
-	}
-	_, _ = pipe.Exec(ctx)
-	for _, cmd := range cmds {
-		res, err := cmd.Text()
-		if err == nil && len(res) >= 8 && f64at([]byte(res), 0) == statusDone {
-			s.late.given.Add(1)
-		} else {
-			s.late.failed.Add(1)
+	given, failed := s.giveBack(ctx, calls)
+	s.late.given.Add(uint64(given))
+	s.late.failed.Add(uint64(failed))
+}
+
+// giveBack sends the give-back FCALLs calls in one pipeline and counts
+// those applied and those that failed. A give-back that found a key locked
+// (on a Cluster, by another process's two-step call: mode checked answers
+// busy and writes nothing) or met a slot being migrated (TRYAGAIN, which
+// did not run) is sent again after wait's backoff, as Decide retries its
+// own calls, until it is applied, fails otherwise, or ctx or the attempts
+// run out. A master that lost the library (restarted empty) gets it again
+// once, as fcall's calls do.
+func (s *Store) giveBack(ctx context.Context, calls [][]any) (given, failed int) {
+	load := 0 // the library: 0 not loaded here, 1 loaded, -1 failed to load
+	for attempt := 0; len(calls) > 0; attempt++ {
+		pipe := s.c.Pipeline()
+		cmds := make([]*redis.Cmd, len(calls))
+		for i, args := range calls {
+			cmds[i] = redis.NewCmd(ctx, args...)
+			_ = pipe.Process(ctx, cmds[i])
 		}
+		_, _ = pipe.Exec(ctx)
+		var again [][]any
+		for i, cmd := range cmds {
+			res, err := cmd.Text()
+			switch {
+			case err == nil && len(res) >= 8 && f64at([]byte(res), 0) == statusDone:
+				given++
+			case (err == nil && len(res) >= 8 && f64at([]byte(res), 0) == statusBusy) || isTryAgain(err):
+				again = append(again, calls[i])
+			case redisfunc.IsNotFound(err) && load >= 0:
+				if load == 0 {
+					load = -1
+					if lib.Load(ctx, s.c) == nil {
+						load = 1
+					}
+				}
+				if load < 0 {
+					failed++
+					break
+				}
+				again = append(again, calls[i])
+			default:
+				failed++
+			}
+		}
+		if len(again) > 0 && wait(ctx, attempt) != nil {
+			return given, failed + len(again)
+		}
+		calls = again
 	}
+	return given, failed
 }
 
 // Header layout of ARGV[1] (apply.lua): six doubles (mode, now, maxTTL,

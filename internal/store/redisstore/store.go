@@ -98,6 +98,8 @@ type Store struct {
 	// replies counts the calls the dispatchers sent whose replies came
 	// back, their callers waiting or not.
 	replies atomic.Uint64
+	// byShard counts them per Cluster master (address → *atomic.Uint64).
+	byShard sync.Map
 	// busy is the work pending after its callers returned (Settle).
 	busy pending
 	// stall tells the calls not sent whether Redis' silence held them

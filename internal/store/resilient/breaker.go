@@ -33,6 +33,7 @@ func (s BreakerState) String() string {
 // The closed path (success) is lock-free; transitions take mu, so they are
 // ordered and onChange sees them in order.
 type breaker struct {
+	name      string  // the shard's (Sharder), "" for the whole remote
 	threshold int64   // consecutive failures that open it
 	rate      float64 // failure ratio that opens it; 0: off
 	minCalls  int64   // calls in the window before the ratio counts
@@ -47,9 +48,33 @@ type breaker struct {
 	winCalls    atomic.Int64
 	winFails    atomic.Int64
 	opens       atomic.Uint64
+	failures    atomic.Uint64 // counted failures
+	// answers counts the calls of its part that the remote answered
+	// through the wrapper: a timeout while it grew was slowness, not an
+	// outage.
+	answers atomic.Uint64
+	probing atomic.Int32 // Probe's pings in flight
 
 	mu sync.Mutex
 }
+
+// MaxProbes is how many of Probe's pings of one breaker may be in flight at
+// once. A ping lost in a black hole waits for its ProbeTimeout; the next
+// ones, started meanwhile by the owner's calls of Probe, find the remote as
+// soon as it is back instead of after that ping's timeout.
+const MaxProbes = 3
+
+// startProbe reserves a ping in flight, false when MaxProbes are; endProbe
+// gives it back.
+func (b *breaker) startProbe() bool {
+	if b.probing.Add(1) > MaxProbes {
+		b.probing.Add(-1)
+		return false
+	}
+	return true
+}
+
+func (b *breaker) endProbe() { b.probing.Add(-1) }
 
 // closed reports whether calls may go to the remote.
 func (b *breaker) closed() bool { return BreakerState(b.state.Load()) == BreakerClosed }
@@ -72,6 +97,7 @@ func (b *breaker) failure(now int64) (opened bool) {
 	if !b.closed() {
 		return false
 	}
+	b.failures.Add(1)
 	n := b.consecutive.Add(1)
 	calls, fails := b.count(now, true)
 	if n >= b.threshold || (b.rate > 0 && calls >= b.minCalls && float64(fails) >= b.rate*float64(calls)) {

@@ -73,12 +73,13 @@ func (c *cache) gen(k *store.Key) *atomic.Uint32 {
 // lookup answers items at now from the cache when every group of plan (the
 // items' Plan) is a cached rejection valid at now for the same minimum,
 // writing the decisions to out. The items hold no refund. A post-paid group
-// of some hits is never answered here: its hits must be debited whatever
-// the answer. It counts a hit or a miss.
-func (c *cache) lookup(now time.Time, plan *store.Plan, items []store.Item, out []tiers.Decision) bool {
+// of some hits must be debited whatever the answer: it is answered here
+// only when debts says its hits are summed and sent later (the caller's
+// debts.add), else never. It counts a hit or a miss.
+func (c *cache) lookup(now time.Time, plan *store.Plan, items []store.Item, out []tiers.Decision, debts bool) bool {
 	t := now.UnixMicro()
 	for i := range items {
-		if hits, _ := plan.Sums(i); plan.Leads(i) && plan.PostPaid(i) && hits > 0 {
+		if hits, _ := plan.Sums(i); !debts && plan.Leads(i) && plan.PostPaid(i) && hits > 0 {
 			c.misses.Add(1)
 			return false
 		}

@@ -1,6 +1,7 @@
 package resilient_test
 
 import (
+	"context"
 	"fmt"
 	"testing"
 	"time"
@@ -274,11 +275,12 @@ func TestCacheBeforeBreaker(t *testing.T) {
 }
 
 // A post-paid pair's hits reach the remote even while its rejection is
-// cached: they are debited whatever the answer. Its checks of 0 hits may be
+// cached: they are debited whatever the answer. With DebtInterval negative
+// each refused request's hits go at once; its checks of 0 hits may be
 // answered from the cache.
 func TestCachePostPaidDebitsReachRemote(t *testing.T) {
 	f := newFake()
-	s := resilient.New(f, resilient.Options{})
+	s := resilient.New(f, resilient.Options{DebtInterval: -1})
 	t.Cleanup(func() { s.Close() })
 	pp := *simple
 	pp.Overdraft = true
@@ -297,5 +299,156 @@ func TestCachePostPaidDebitsReachRemote(t *testing.T) {
 		if got := f.calls.Load(); got != calls+int64(i)+1 {
 			t.Fatalf("post-paid take %d: %d remote calls, want %d", i, got, calls+int64(i)+1)
 		}
+	}
+}
+
+// TestCachePostPaidDebtsSummed: the refused hits of a post-paid pair in
+// debt are answered from the cache and summed, then sent in one call (here
+// by Settle: the interval is an hour); the remote then holds exactly the
+// debt a remote asked request by request holds, answers the same
+// RetryAfter, and another process on the same remote refuses the pair as
+// long. Close sends what is summed too.
+func TestCachePostPaidDebtsSummed(t *testing.T) {
+	pp := *hourly // 50 an hour: a debt lasts
+	pp.Overdraft = true
+	f, ref := newFake(), newFake()
+	s := resilient.New(f, resilient.Options{DebtInterval: time.Hour})
+	defer s.Close()
+	other := resilient.New(f, resilient.Options{CacheSize: -1})
+	defer other.Close()
+	both := func(at time.Time, hits int64) (got, want tiers.Decision) {
+		return storetest.Decide(t, s, at, take(&pp, "a", hits))[0], storetest.Decide(t, ref, at, take(&pp, "a", hits))[0]
+	}
+	both(t0, 60) // 50 granted, 10 owed: in debt
+	if g, w := both(t0.Add(time.Second), 1); g.OK || w.OK {
+		t.Fatalf("in debt: %+v, reference %+v; want rejections", g, w)
+	}
+	calls := f.calls.Load()
+	at := t0.Add(2 * time.Second)
+	for i := range 100 {
+		if g, _ := both(at, 1); g.OK {
+			t.Fatalf("refused take %d: granted", i)
+		}
+	}
+	if got := f.calls.Load(); got != calls {
+		t.Errorf("%d remote calls for 100 refused takes in debt, want 0 before the flush", got-calls)
+	}
+	if st := s.Stats(); st.DebtDeferred != 100 || st.DebtFlushes != 0 {
+		t.Errorf("stats %+v: want 100 deferred, 0 flushes", st)
+	}
+	if err := s.Settle(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.calls.Load(); got != calls+1 {
+		t.Errorf("%d remote calls to send 100 summed debits, want 1", got-calls)
+	}
+	it := take(&pp, "a", 1)
+	vg, _ := f.mem.Inspect(context.Background(), at, &it)
+	vw, _ := ref.mem.Inspect(context.Background(), at, &it)
+	if diff := cmp.Diff(vw, vg); diff != "" {
+		t.Errorf("the pair's state after the flush (-asked one by one +summed):\n%s", diff)
+	}
+	later := at.Add(time.Minute)
+	g, w := both(later, 1)
+	if g.OK || g.RetryAfter != w.RetryAfter {
+		t.Errorf("after the flush: %+v, reference %+v: want the same RetryAfter", g, w)
+	}
+	if d := storetest.Decide(t, other, later, take(&pp, "a", 1))[0]; d.OK || d.RetryAfter < w.RetryAfter {
+		t.Errorf("another process after the flush: %+v, want a rejection for at least %v", d, w.RetryAfter)
+	}
+	storetest.Decide(t, ref, later, take(&pp, "a", 1)) // the other process's debit
+	calls = f.calls.Load()
+	storetest.Decide(t, s, later, take(&pp, "a", 1))
+	storetest.Decide(t, ref, later, take(&pp, "a", 1))
+	if err := s.Settle(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	vg, _ = f.mem.Inspect(context.Background(), later, &it)
+	vw, _ = ref.mem.Inspect(context.Background(), later, &it)
+	if diff := cmp.Diff(vw, vg); diff != "" {
+		t.Errorf("the pair's state after the second flush (-asked one by one +summed):\n%s", diff)
+	}
+	if got := f.calls.Load(); got != calls+1 {
+		t.Errorf("%d remote calls for a refused take and its flush, want 1", got-calls)
+	}
+	// Close sends what is summed before it closes the remote.
+	storetest.Decide(t, s, later, take(&pp, "a", 1))
+	s.Close()
+	if got := f.calls.Load(); got != calls+2 {
+		t.Errorf("Close sent %d calls, want 1: the summed debit", got-calls-1)
+	}
+}
+
+// inDebt returns a wrapper (DebtInterval interval) whose remote f has the
+// post-paid pair "a" in debt for an hour, its rejection cached.
+func inDebt(t *testing.T, interval time.Duration) (*resilient.Store, *fakeRemote, *tiers.Policy) {
+	t.Helper()
+	pp := *hourly
+	pp.Overdraft = true
+	f := newFake()
+	s := resilient.New(f, resilient.Options{DebtInterval: interval})
+	t.Cleanup(func() { s.Close() })
+	storetest.Decide(t, s, t0, take(&pp, "a", 60))
+	if d := storetest.Decide(t, s, t0.Add(time.Second), take(&pp, "a", 1))[0]; d.OK {
+		t.Fatalf("setup: %+v, want a rejection", d)
+	}
+	return s, f, &pp
+}
+
+// TestDebtTimerFlushes: without Settle, the interval's timer sends the
+// summed debits.
+func TestDebtTimerFlushes(t *testing.T) {
+	s, f, pp := inDebt(t, time.Millisecond)
+	calls := f.calls.Load()
+	for range 10 {
+		storetest.Decide(t, s, t0.Add(2*time.Second), take(pp, "a", 1))
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for f.calls.Load() == calls {
+		if time.Now().After(deadline) {
+			t.Fatal("the summed debits were never sent")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	it := take(pp, "a", 1)
+	if err := s.Settle(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	v, _ := f.mem.Inspect(context.Background(), t0.Add(2*time.Second), &it)
+	if v.Tiers[0].Hits != 61+10 {
+		t.Errorf("the pair holds %d hits, want 71: every refused hit debited once", v.Tiers[0].Hits)
+	}
+}
+
+// TestDebtFlushFailures: debits the remote certainly did not get (not
+// sent in time, breaker open) are sent with the next flush; after an error
+// that may have applied them they are not sent again.
+func TestDebtFlushFailures(t *testing.T) {
+	s, f, pp := inDebt(t, time.Hour)
+	at := t0.Add(2 * time.Second)
+	it := take(pp, "a", 1)
+	hits := func() int64 {
+		v, _ := f.mem.Inspect(context.Background(), at, &it)
+		return v.Tiers[0].Hits
+	}
+	storetest.Decide(t, s, at, take(pp, "a", 1))
+	f.set(notSent)
+	s.Settle(context.Background())
+	f.set(answer)
+	storetest.Decide(t, s, at, take(pp, "a", 1))
+	s.Settle(context.Background())
+	if h := hits(); h != 63 {
+		t.Errorf("after a flush not sent and another: %d hits, want 63", h)
+	}
+	storetest.Decide(t, s, at, take(pp, "a", 1))
+	f.set(fail)
+	s.Settle(context.Background())
+	f.set(answer)
+	s.Settle(context.Background())
+	if h := hits(); h != 63 {
+		t.Errorf("after a failed flush: %d hits, want 63 (its debit is not sent twice)", h)
+	}
+	if st := s.Stats(); st.DebtFlushes != 3 || st.DebtFlushErrors != 2 {
+		t.Errorf("stats %+v: want 3 flushes, 2 failed", st)
 	}
 }

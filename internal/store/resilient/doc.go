@@ -34,6 +34,20 @@
 // breaker open without another cool-off, so recovery follows the remote's
 // return by about the owner's interval.
 //
+// A remote made of parts that fail on their own (a Sharder: a Redis
+// Cluster's masters) gets a breaker per part: a call answers to the
+// breakers of the parts its items go to now, goes to the failure mode
+// when any is open, and counts its success or failure on each (a failure
+// on every part of a call spanning parts, which cannot always be told
+// apart). Each part's evidence is its own: its answers (and, for a
+// ShardReplier, its replies) say whether its timeouts were slowness; a
+// call not sent because it waited behind unanswered calls is not counted
+// (they may have been another part's); an opening releases nothing (the
+// calls waiting may be the live parts'). Probe pings each open part alone
+// (PingShard) and forgets the breakers of parts the remote no longer names,
+// so that when slots move (a failover, a reshard) their calls follow them
+// to the breaker of the part that serves them.
+//
 // A timed-out remote call may have been committed by the remote (its script
 // may have run after the deadline); the failure mode then decides the same
 // request again, so a timeout can count a request twice, never zero times.
@@ -93,6 +107,19 @@
 // the remote decides with its own clock (Redis TIME), T is still measured
 // from this process's now, which is exact as long as both clocks run at the
 // same rate.
+//
+// A post-paid pair (Overdraft) in debt is answered from the cache too,
+// though a refusal of it must still debit its hits: they are summed per
+// pair and sent every Options.DebtInterval (DefaultDebtInterval), in one
+// remote call per pair that takes them all, whatever its answer; its
+// answer (a refusal until the larger debt is repaid) replaces the entry.
+// A flood against a budget in debt then costs the remote a call per pair
+// per interval, not per request. What another process sees of the debt is
+// late by at most the interval and that call; the debt's end moves later by
+// as much (the sum is debited at the last refusal's instant). Grants are
+// unchanged: a pair in debt is refused everywhere. Sums the remote surely
+// did not get (breaker open, ErrNotSent) wait for the next flush; Settle
+// and Close send what is summed.
 //
 // The cache is bounded (Options.CacheSize entries, least recently used
 // evicted per shard); a hit makes no allocation.

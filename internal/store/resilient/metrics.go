@@ -22,6 +22,12 @@ import (
 //	charon_store_overlimit_cache_misses_total  decisions without refunds it could not answer
 //	charon_store_overlimit_cache_entries       cached rejections now
 //	charon_store_overlimit_cache_evictions_total
+//	charon_store_debt_deferred_total           cached refusals of post-paid pairs in debt whose hits were summed to send later
+//	charon_store_debt_flushes_total            remote calls that sent such sums (one per pair per flush)
+//	charon_store_debt_flush_errors_total       of those, calls that failed
+//	charon_store_master_breaker_state{master}  with shards (a Redis Cluster), each master's breaker: 0 closed, 1 open
+//	charon_store_master_breaker_opens_total{master}
+//	charon_store_master_failures_total{master} remote calls on the master that failed, counted by its breaker
 //
 // The cache's hit ratio is hits / (hits + misses). stats (Store.Stats)
 // must be safe for concurrent use; register one collector per registry.
@@ -43,12 +49,26 @@ func NewCollector(stats func() Stats) prometheus.Collector {
 		collect.Metric[Stats]{Name: "overlimit_cache_entries", Help: "Rejected pairs held by the over-limit cache.",
 			Value: func(s Stats) float64 { return float64(s.CacheSize) }},
 		counter("overlimit_cache_evictions_total", "Over-limit cache entries evicted by its size bound.", func(s Stats) uint64 { return s.CacheEvictions }),
+		counter("debt_deferred_total", "Decisions of post-paid pairs in debt refused from the over-limit cache, whose hits were summed to be sent later.", func(s Stats) uint64 { return s.DebtDeferred }),
+		counter("debt_flushes_total", "Remote calls that sent the summed refused hits of a post-paid pair in debt (one per pair per flush).", func(s Stats) uint64 { return s.DebtFlushes }),
+		counter("debt_flush_errors_total", "Remote calls sending summed refused hits that failed (those not sent are sent with the next flush).", func(s Stats) uint64 { return s.DebtFlushErrors }),
 	)}
 }
 
-var storeCallsDesc = prometheus.NewDesc("charon_store_calls_total",
-	"Store decisions by the path that answered them: remote, cached (over-limit cache), or the failure mode (local, open, closed, unavailable).",
-	[]string{"path"}, nil)
+var (
+	storeCallsDesc = prometheus.NewDesc("charon_store_calls_total",
+		"Store decisions by the path that answered them: remote, cached (over-limit cache), or the failure mode (local, open, closed, unavailable).",
+		[]string{"path"}, nil)
+	masterStateDesc = prometheus.NewDesc("charon_store_master_breaker_state",
+		"The circuit breaker of each Redis Cluster master (by address; its slots' calls answer to it): 0 closed, 1 open.",
+		[]string{"master"}, nil)
+	masterOpensDesc = prometheus.NewDesc("charon_store_master_breaker_opens_total",
+		"Times the circuit breaker of each Redis Cluster master opened.",
+		[]string{"master"}, nil)
+	masterFailuresDesc = prometheus.NewDesc("charon_store_master_failures_total",
+		"Redis calls on each Cluster master that failed and were counted by its breaker.",
+		[]string{"master"}, nil)
+)
 
 // storeCollector adds the decisions by path, a counter with a label (which
 // collect has not), to the collector of the other stats.
@@ -60,6 +80,9 @@ type storeCollector struct {
 func (c *storeCollector) Describe(ch chan<- *prometheus.Desc) {
 	c.Collector.Describe(ch)
 	ch <- storeCallsDesc
+	ch <- masterStateDesc
+	ch <- masterOpensDesc
+	ch <- masterFailuresDesc
 }
 
 func (c *storeCollector) Collect(ch chan<- prometheus.Metric) {
@@ -70,5 +93,10 @@ func (c *storeCollector) Collect(ch chan<- prometheus.Metric) {
 		calls uint64
 	}{{"remote", st.Remote}, {"cached", st.Cached}, {"local", st.Local}, {"open", st.Open}, {"closed", st.Closed}, {"unavailable", st.Unavailable}} {
 		ch <- prometheus.MustNewConstMetric(storeCallsDesc, prometheus.CounterValue, float64(p.calls), p.path)
+	}
+	for _, sh := range st.Shards {
+		ch <- prometheus.MustNewConstMetric(masterStateDesc, prometheus.GaugeValue, float64(sh.Breaker), sh.Name)
+		ch <- prometheus.MustNewConstMetric(masterOpensDesc, prometheus.CounterValue, float64(sh.BreakerOpens), sh.Name)
+		ch <- prometheus.MustNewConstMetric(masterFailuresDesc, prometheus.CounterValue, float64(sh.Failures), sh.Name)
 	}
 }

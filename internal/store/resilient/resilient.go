@@ -1,6 +1,7 @@
 package resilient
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -73,6 +74,12 @@ type Options struct {
 	// CacheSize bounds the over-limit cache's entries; 0 means
 	// DefaultCacheSize, negative turns the cache off.
 	CacheSize int
+	// DebtInterval is how long the cache sums the refused hits of a
+	// post-paid pair in debt before it sends them, in one call per pair;
+	// 0 means DefaultDebtInterval, negative sends every refused request's
+	// hits at once (as without the cache). Another process may see the
+	// smaller debt for that long and one remote call more.
+	DebtInterval time.Duration
 	// Local configures the in-memory store of ModeLocal (unused otherwise).
 	Local memstore.Options
 	// Now is the breaker's clock; nil means time.Now. Decisions and the
@@ -92,23 +99,26 @@ type Store struct {
 	remote  Remote
 	local   *memstore.Store // ModeLocal only
 	probeTO time.Duration
-	probing atomic.Bool // a Probe's ping is in flight
 	mode    Mode
 	timeout time.Duration
 	margin  time.Duration
 	share   float64 // of the time left kept before the caller's deadline
-	// answers counts the remote's answers: a call that times out while it
-	// grew (or while the remote's Replies grew) was slow, not evidence of
-	// an outage.
-	answers atomic.Uint64
 	replies Replier // the remote, when it counts its replies
 	// releaser is the remote, when its waiting calls can be released
 	// (the breaker's opening does).
 	releaser Releaser
 	cooloff  time.Duration
 	now      func() time.Time
-	br       breaker
-	cache    *cache // nil: off
+	// br is the breaker of the whole remote; a Sharder's calls answer to
+	// their shards' breakers instead (shards), br only when it names
+	// none.
+	br      breaker
+	sharder Sharder
+	shards  shardSet
+	// shardReplies is the Sharder, when it counts its replies per shard.
+	shardReplies ShardReplier
+	cache        *cache // nil: off
+	debts        *debts // nil: post-paid hits go to the remote with their request
 
 	closed    atomic.Bool
 	closeOnce sync.Once
@@ -141,6 +151,8 @@ func New(remote Remote, opts Options) *Store {
 	s := &Store{remote: remote, mode: opts.Mode, timeout: opts.Timeout, cooloff: opts.CoolOff, now: opts.Now}
 	s.replies, _ = remote.(Replier)
 	s.releaser, _ = remote.(Releaser)
+	s.sharder, _ = remote.(Sharder)
+	s.shardReplies, _ = remote.(ShardReplier)
 	if s.timeout == 0 {
 		s.timeout = DefaultTimeout
 	}
@@ -194,6 +206,10 @@ func New(remote Remote, opts Options) *Store {
 	case size > 0:
 		s.cache = newCache(size)
 	}
+	if s.cache != nil && opts.DebtInterval >= 0 {
+		s.debts = newDebts(cmp.Or(opts.DebtInterval, DefaultDebtInterval))
+		s.debts.flush = s.flushDebts
+	}
 	if s.mode == ModeLocal {
 		s.local = memstore.New(opts.Local)
 	}
@@ -219,21 +235,28 @@ func (s *Store) Decide(ctx context.Context, now time.Time, items []store.Item, o
 		defer s.cache.putPlan(plan)
 		if refunds = hasRefund(items); refunds {
 			s.cache.forgetRefunds(items)
-		} else if s.cache.lookup(now, plan, items, out) {
+		} else if s.cache.lookup(now, plan, items, out, s.debts != nil) {
 			s.cached.Add(1)
+			if s.debts != nil {
+				s.debts.add(now, plan, items)
+			}
 			return nil
 		}
 	}
-	if !s.br.closed() {
-		// Only Probe closes the breaker again.
-		return s.fallback(ctx, now, items, out, ErrBreakerOpen)
+	var one [1]*breaker
+	brs := s.route(ctx, items, one[:0])
+	if !allClosed(brs) {
+		// Only Probe closes a breaker again.
+		return s.fallback(ctx, now, items, out, brs, ErrBreakerOpen)
 	}
-	answers := s.seen()
+	// sharded: the call answers to shards' breakers (a Cluster's masters),
+	// not the whole remote's.
+	sharded := brs[0] != &s.br
+	answers := s.answersOf(brs)
 	err := s.callRemote(ctx, now, items, out)
 	switch {
 	case err == nil:
-		s.answers.Add(1)
-		s.br.success(s.now().UnixNano())
+		s.succeeded(brs, true)
 		s.remoteCalls.Add(1)
 		if s.cache != nil {
 			if refunds {
@@ -246,30 +269,30 @@ func (s *Store) Decide(ctx context.Context, now time.Time, items []store.Item, o
 		return nil
 	case errors.Is(err, store.ErrBadItem):
 		// The remote answered; the items are at fault.
-		s.br.success(s.now().UnixNano())
+		s.succeeded(brs, false)
 		return err
 	case errors.Is(err, store.ErrReplied):
 		// The remote answered with an error about this call's data (a
 		// corrupted state, say): it is up, so the breaker hears of an
 		// answer, and the failure mode decides this call alone.
-		s.answers.Add(1)
-		s.br.success(s.now().UnixNano())
+		s.succeeded(brs, true)
 		s.remoteErrors.Add(1)
-		return s.fallback(ctx, now, items, out, err)
+		return s.fallback(ctx, now, items, out, brs, err)
 	case errors.Is(ctx.Err(), context.Canceled):
 		// The caller went away: nothing is known about the remote.
 		return fmt.Errorf("resilient: %w", err)
 	case errors.Is(err, store.ErrReleased):
 		// The breaker opened while this call waited (Releaser): the
 		// failure that opened it was counted.
-		return s.fallback(ctx, now, items, out, err)
+		return s.fallback(ctx, now, items, out, brs, err)
 	case errors.Is(err, store.ErrNotSent):
 		s.notSent.Add(1)
-		if !errors.Is(err, store.ErrStuck) {
+		if !errors.Is(err, store.ErrStuck) || sharded {
 			// The deadline passed while the call was queued in this
 			// process: work beyond what the remote takes, not a remote
-			// failure.
-			return s.fallback(ctx, now, items, out, err)
+			// failure. (With shards, the calls it waited behind may
+			// have been another shard's: not this shard's evidence.)
+			return s.fallback(ctx, now, items, out, brs, err)
 		}
 		// Queued behind calls the remote has not answered: its silence
 		// held this call as it holds a call that times out, and counts
@@ -282,20 +305,38 @@ func (s *Store) Decide(ctx context.Context, now time.Time, items []store.Item, o
 	s.remoteErrors.Add(1)
 	if errors.Is(err, context.DeadlineExceeded) {
 		s.timeouts.Add(1)
-		if s.seen() != answers {
-			// The remote answered other calls meanwhile: it is up and
-			// busy. Only timeouts while nothing comes back open the
-			// breaker.
+		if s.answersOf(brs) != answers {
+			// The remote (the call's shards) answered other calls
+			// meanwhile: it is up and busy. Only timeouts while nothing
+			// comes back open the breaker.
 			s.slow.Add(1)
-			return s.fallback(ctx, now, items, out, err)
+			return s.fallback(ctx, now, items, out, brs, err)
 		}
 	}
-	if s.br.failure(s.now().UnixNano()) && s.releaser != nil {
+	t := s.now().UnixNano()
+	opened := false
+	for _, b := range brs {
+		opened = b.failure(t) || opened
+	}
+	if opened && s.releaser != nil && !sharded {
 		// The calls still waiting for the remote get the failure mode's
 		// answer now, as the calls after them do, not at their deadlines.
+		// (Not with shards: the calls waiting may be the live shards'.)
 		s.releaser.Release()
 	}
-	return s.fallback(ctx, now, items, out, err)
+	return s.fallback(ctx, now, items, out, brs, err)
+}
+
+// succeeded tells brs of an answer of the remote; answered counts it as
+// evidence that their parts are up (for the timeouts of other calls).
+func (s *Store) succeeded(brs []*breaker, answered bool) {
+	t := s.now().UnixNano()
+	for _, b := range brs {
+		if answered {
+			b.answers.Add(1)
+		}
+		b.success(t)
+	}
 }
 
 // Releaser is implemented by a remote whose waiting calls can be told to
@@ -314,16 +355,6 @@ type Releaser interface {
 // did not see).
 type Replier interface {
 	Replies() uint64
-}
-
-// seen counts the answers of the remote known so far: the calls answered
-// through the wrapper and, when the remote counts them, its replies.
-func (s *Store) seen() uint64 {
-	n := s.answers.Load()
-	if s.replies != nil {
-		n += s.replies.Replies()
-	}
-	return n
 }
 
 // callRemote asks the remote until the margin before the caller's deadline
@@ -356,8 +387,9 @@ func (s *Store) remoteDeadline(d, t time.Time) time.Time {
 }
 
 // fallback decides items as the failure mode says; cause is why the remote
-// was not used.
-func (s *Store) fallback(ctx context.Context, now time.Time, items []store.Item, out []tiers.Decision, cause error) error {
+// was not used, brs the breakers of the call (ModeClosed's wait is the
+// longest cool-off left).
+func (s *Store) fallback(ctx context.Context, now time.Time, items []store.Item, out []tiers.Decision, brs []*breaker, cause error) error {
 	switch s.mode {
 	case ModeLocal:
 		s.localCalls.Add(1)
@@ -379,7 +411,7 @@ func (s *Store) fallback(ctx context.Context, now time.Time, items []store.Item,
 		return nil
 	case ModeClosed:
 		s.closedCalls.Add(1)
-		wait := time.Duration(s.br.retryIn(s.now().UnixNano()))
+		wait := time.Duration(retryInOf(brs, s.now().UnixNano()))
 		if wait <= 0 {
 			wait = s.cooloff
 		}
@@ -418,6 +450,7 @@ func fresh(it *store.Item, now time.Time) tiers.Decision {
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
 		s.closed.Store(true)
+		s.closeDebts()
 		s.closeErr = s.remote.Close()
 		if s.local != nil {
 			s.local.Close()
@@ -436,19 +469,38 @@ func (s *Store) Flush() {
 
 // Serving reports whether the wrapper answers requests: false after Close,
 // and in ModeUnavailable while the breaker is not closed (the remote is
-// down); true otherwise. A server maps it to gRPC health SERVING or
-// NOT_SERVING.
+// down) or, with shards (Sharder), while every shard's is open; true
+// otherwise: one dead Cluster master leaves the others' calls served. A
+// server maps it to gRPC health SERVING or NOT_SERVING.
 func (s *Store) Serving() bool {
 	if s.closed.Load() {
 		return false
 	}
-	return s.mode != ModeUnavailable || s.br.closed()
+	if s.mode != ModeUnavailable {
+		return true
+	}
+	if !s.br.closed() {
+		return false
+	}
+	s.shards.mu.RLock()
+	defer s.shards.mu.RUnlock()
+	if len(s.shards.m) == 0 {
+		return true
+	}
+	for _, b := range s.shards.m {
+		if b.closed() {
+			return true
+		}
+	}
+	return false
 }
 
 // Probe lets the store recover: when the breaker is open and its cool-off
-// is over, Probe pings the remote under Options.ProbeTimeout, one ping at a
-// time, and a ping that succeeds closes the breaker; it returns the ping's
-// error. A failed ping leaves the breaker open with no new cool-off (and no
+// is over, Probe pings the remote under Options.ProbeTimeout, at most
+// MaxProbes pings at a time, and a ping that succeeds closes the breaker;
+// it returns the ping's error. Calls of Probe may overlap: a ping that
+// hangs (a remote that swallows bytes) does not hold back the next, which
+// finds the remote back as soon as it is. A failed ping leaves the breaker open with no new cool-off (and no
 // opening counted), so the next Probe pings again. Probe does nothing and
 // returns nil otherwise. Decisions never probe: a decision's deadline
 // (Options.Timeout) is short, and a remote that has just come back may need
@@ -456,18 +508,27 @@ func (s *Store) Serving() bool {
 // function again), which a decision used as the probe would time out on,
 // keeping the breaker open while the remote is healthy. The owner calls
 // Probe every Options.CoolOff/10 or so, so recovery follows the remote's
-// return by about that interval.
+// return by about that interval. With shards (Sharder) each open shard's
+// breaker is probed on its own (PingShard), and the breakers of shards the
+// remote no longer names are forgotten.
 func (s *Store) Probe(ctx context.Context) error {
-	if s.closed.Load() || s.br.closed() || s.br.retryIn(s.now().UnixNano()) > 0 {
+	if s.closed.Load() {
 		return nil
 	}
-	if !s.probing.CompareAndSwap(false, true) {
-		return nil
+	var err error
+	if s.sharder != nil {
+		err = s.probeShards(ctx)
 	}
-	defer s.probing.Store(false)
+	if s.br.closed() || s.br.retryIn(s.now().UnixNano()) > 0 {
+		return err
+	}
+	if !s.br.startProbe() {
+		return err
+	}
+	defer s.br.endProbe()
 	ctx, cancel := context.WithTimeout(ctx, s.probeTO)
 	defer cancel()
-	err := s.remote.Ping(ctx)
+	err = s.remote.Ping(ctx)
 	switch {
 	case err == nil:
 		s.br.close(s.now().UnixNano())
@@ -485,12 +546,14 @@ type Settler interface {
 	Settle(ctx context.Context) error
 }
 
-// Settle returns once the remote has nothing pending (a Settler's Settle),
-// at once for a remote that is not a Settler, or with ctx's error. The
-// wrapper itself leaves nothing pending: the failure mode answers before
-// Decide returns. A test calls it, after stopping its calls, to wait for
-// the store instead of for a duration.
+// Settle sends the refused hits of post-paid pairs in debt summed so far
+// (Options.DebtInterval), then returns once the remote has nothing pending
+// (a Settler's Settle), at once for a remote that is not a Settler, or with
+// ctx's error. The wrapper leaves nothing else pending: the failure mode
+// answers before Decide returns. A test calls it, after stopping its
+// calls, to wait for the store instead of for a duration.
 func (s *Store) Settle(ctx context.Context) error {
+	s.settleDebts()
 	if st, ok := s.remote.(Settler); ok {
 		return st.Settle(ctx)
 	}
@@ -527,15 +590,22 @@ type Stats struct {
 	// RemoteErrors.
 	NotSent, Stuck uint64
 	// Breaker is the breaker's state now, BreakerOpens how many times it
-	// opened.
+	// opened; with shards (Sharder), open while any shard's is, and the
+	// openings of them all. Shards are the shards' breakers, by name.
 	Breaker      BreakerState
 	BreakerOpens uint64
+	Shards       []ShardStats
 	// CacheHits and CacheMisses count calls without refunds that were and
 	// were not answered from the cache; CacheSize is its entries now,
 	// CacheEvictions how many were evicted to respect Options.CacheSize.
 	CacheHits, CacheMisses uint64
 	CacheSize              int
 	CacheEvictions         uint64
+	// DebtDeferred counts the calls answered from the cache whose
+	// post-paid hits were summed to be sent later (Options.DebtInterval);
+	// DebtFlushes the remote calls that sent such sums (one per pair per
+	// flush), DebtFlushErrors those that failed.
+	DebtDeferred, DebtFlushes, DebtFlushErrors uint64
 }
 
 // Stats returns the counters. Safe for concurrent use; the fields are read
@@ -553,13 +623,23 @@ func (s *Store) Stats() Stats {
 		Slow:         s.slow.Load(),
 		NotSent:      s.notSent.Load(),
 		Stuck:        s.stuck.Load(),
-		Breaker:      BreakerState(s.br.state.Load()),
-		BreakerOpens: s.br.opens.Load(),
+		Shards:       s.shardStats(),
+	}
+	// The whole: open while any breaker is, opened as often as they all.
+	st.Breaker, st.BreakerOpens = BreakerState(s.br.state.Load()), s.br.opens.Load()
+	for _, sh := range st.Shards {
+		st.BreakerOpens += sh.BreakerOpens
+		if sh.Breaker == BreakerOpen {
+			st.Breaker = BreakerOpen
+		}
 	}
 	if c := s.cache; c != nil {
 		st.CacheHits, st.CacheMisses = c.hits.Load(), c.misses.Load()
 		st.CacheSize = c.size()
 		st.CacheEvictions = c.evictions.Load()
+	}
+	if d := s.debts; d != nil {
+		st.DebtDeferred, st.DebtFlushes, st.DebtFlushErrors = d.deferred.Load(), d.flushes.Load(), d.flushErrors.Load()
 	}
 	return st
 }
@@ -630,7 +710,8 @@ func (s *Store) Reserve(ctx context.Context, now time.Time, after time.Duration,
 		return time.Time{}, store.ErrCannotReserve
 	}
 	err := ErrBreakerOpen
-	if s.br.closed() {
+	var one [1]*breaker
+	if allClosed(s.route(ctx, items, one[:0])) {
 		var at time.Time
 		at, err = s.reserveRemote(ctx, func(ctx context.Context) (time.Time, error) { return rs.Reserve(ctx, now, after, items, out) })
 		if err == nil {
@@ -661,7 +742,8 @@ func (s *Store) GiveBack(ctx context.Context, now, at time.Time, items []store.I
 		s.cache.forgetRefunds(back)
 	}
 	err := ErrBreakerOpen
-	if s.br.closed() {
+	var one [1]*breaker
+	if allClosed(s.route(ctx, items, one[:0])) {
 		_, err = s.reserveRemote(ctx, func(ctx context.Context) (time.Time, error) { return time.Time{}, rs.GiveBack(ctx, now, at, items) })
 		if err == nil || ctx.Err() != nil {
 			return err

@@ -334,34 +334,68 @@ func TestBreakerFailureRate(t *testing.T) {
 	}
 }
 
-// TestOneProbeAtATime: while a ping is in flight, Probe does not ping again
-// and decisions take the failure mode without touching the remote.
-func TestOneProbeAtATime(t *testing.T) {
-	f := newFake()
-	f.set(fail)
-	clk := newClock()
-	s := resilient.New(f, resilient.Options{Now: clk.Now, FailureThreshold: 1})
-	defer s.Close()
-	storetest.Decide(t, s, t0, take(simple, "a", 1))
-	clk.Advance(time.Second)
-	f.set(gate)
-	done := make(chan error)
-	go func() { done <- s.Probe(context.Background()) }()
-	<-f.entered
-	if err := s.Probe(context.Background()); err != nil || f.pings.Load() != 1 {
-		t.Errorf("Probe during a ping: %v after %d pings, want nil after 1", err, f.pings.Load())
+// TestProbesOverlap: a ping that hangs (a remote that swallows bytes)
+// does not hold back the next Probe: once the remote answers again, the
+// next ping closes the breaker while the first still hangs. At most
+// MaxProbes pings are in flight at once; decisions never ping.
+func TestProbesOverlap(t *testing.T) {
+	opened := func(t *testing.T) (*resilient.Store, *fakeRemote) {
+		f := newFake()
+		f.set(fail)
+		clk := newClock()
+		s := resilient.New(f, resilient.Options{Now: clk.Now, FailureThreshold: 1, ProbeTimeout: time.Minute})
+		t.Cleanup(func() { s.Close() })
+		storetest.Decide(t, s, t0, take(simple, "a", 1))
+		clk.Advance(time.Second)
+		return s, f
 	}
-	storetest.Decide(t, s, t0, take(simple, "a", 1))
-	if got := f.calls.Load(); got != 1 {
-		t.Errorf("%d remote calls, want 1 (the failure)", got)
-	}
-	close(f.release)
-	if err := <-done; err != nil {
-		t.Fatalf("the gated ping: %v", err)
-	}
-	if st := s.Stats(); st.Breaker != resilient.BreakerClosed || st.Local != 2 || st.Remote != 0 {
-		t.Errorf("after the ping: %+v, want closed, 2 local, 0 remote", st)
-	}
+	t.Run("back while a ping hangs", func(t *testing.T) {
+		s, f := opened(t)
+		f.set(gate)
+		done := make(chan error)
+		go func() { done <- s.Probe(context.Background()) }()
+		<-f.entered // the first ping hangs
+		f.set(answer)
+		if err := s.Probe(context.Background()); err != nil || f.pings.Load() != 2 {
+			t.Errorf("Probe while a ping hangs: %v after %d pings, want nil after 2", err, f.pings.Load())
+		}
+		if st := s.Stats(); st.Breaker != resilient.BreakerClosed {
+			t.Errorf("breaker %v after the second ping answered, want closed", st.Breaker)
+		}
+		storetest.Decide(t, s, t0, take(simple, "a", 1))
+		if got := f.calls.Load(); got != 2 {
+			t.Errorf("%d remote calls, want 2 (the failure, then Redis again)", got)
+		}
+		close(f.release)
+		if err := <-done; err != nil {
+			t.Fatalf("the hung ping: %v", err)
+		}
+	})
+	t.Run("at most MaxProbes", func(t *testing.T) {
+		s, f := opened(t)
+		f.set(gate)
+		done := make(chan error, resilient.MaxProbes)
+		for range resilient.MaxProbes {
+			go func() { done <- s.Probe(context.Background()) }()
+			<-f.entered
+		}
+		if err := s.Probe(context.Background()); err != nil || f.pings.Load() != resilient.MaxProbes {
+			t.Errorf("Probe with %d pings hanging: %v after %d pings, want nil and no ping", resilient.MaxProbes, err, f.pings.Load())
+		}
+		storetest.Decide(t, s, t0, take(simple, "a", 1))
+		if got := f.calls.Load(); got != 1 {
+			t.Errorf("%d remote calls, want 1 (the failure): decisions never ping", got)
+		}
+		close(f.release)
+		for range resilient.MaxProbes {
+			if err := <-done; err != nil {
+				t.Fatal(err)
+			}
+		}
+		if st := s.Stats(); st.Breaker != resilient.BreakerClosed || st.Local != 2 {
+			t.Errorf("after the pings: %+v, want closed, 2 local", st)
+		}
+	})
 }
 
 // TestCanceledProbe: a ping whose caller goes away proves nothing and counts
