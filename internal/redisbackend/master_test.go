@@ -23,7 +23,7 @@ import (
 )
 
 // masterOf maps a domain of resource "r" (policy 1, no global limit: the
-// hash tag {r:1:domain}, docs/redis.md's key layout) to the port of the
+// hash tag {r/domain}, docs/redis.md's key layout) to the port of the
 // master serving its slot, asking Redis itself (CLUSTER KEYSLOT, CLUSTER
 // SLOTS), not the store.
 func masterOf(t *testing.T, c *redis.Client, domains []string) map[string]int {
@@ -35,7 +35,7 @@ func masterOf(t *testing.T, c *redis.Client, domains []string) map[string]int {
 	}
 	out := map[string]int{}
 	for _, d := range domains {
-		sl, err := c.ClusterKeySlot(ctx, "{r:1:"+d+"}").Result()
+		sl, err := c.ClusterKeySlot(ctx, "{r/"+d+"}").Result()
 		if err != nil {
 			t.Fatal(err)
 		}

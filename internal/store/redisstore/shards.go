@@ -126,12 +126,9 @@ func (s *Store) shardReplied(ctx context.Context, args []any) {
 // itemSlot is the Cluster slot of it's keys (stateKey's hash tag), computed
 // without building them.
 func itemSlot(it *store.Item) uint16 {
-	var id [16]byte
 	crc := crcString(0, it.Key.Resource)
-	crc = crcByte(crc, ':')
-	crc = crcBytes(crc, strconv.AppendUint(id[:0], it.Key.PolicyID, 16))
 	if it.Policy.GlobalLimit <= 0 {
-		crc = crcByte(crc, ':')
+		crc = crcByte(crc, '/')
 		crc = crcString(crc, it.Key.Domain)
 	}
 	return crc & 16383
