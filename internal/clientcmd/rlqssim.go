@@ -121,10 +121,22 @@ func serverLimit(c *connFlags, addr, tokenFile, domain, bucket string, given flo
 	}
 	u := scheme + "://" + addr + "/rlqs?" + url.Values{"domain": {domain}, "bucket": {bucket}}.Encode()
 	var x struct {
-		Rule, Fallback string
-		PerSecond      float64
+		Rule, Fallback, Fill string
+		Limit                int64
 	}
-	if err := getJSON(hc, u, token, &x); err != nil {
+	err = getJSON(hc, u, token, &x)
+	var perSecond float64
+	if err == nil && x.Rule != "" {
+		// Limit tokens per Fill (a limit per second is split in tokens per
+		// 10 s; servers before that said per 1 s).
+		var fill time.Duration
+		if fill, err = time.ParseDuration(x.Fill); err == nil && fill > 0 {
+			perSecond = float64(x.Limit) / fill.Seconds()
+		} else {
+			err = fmt.Errorf("%s: a limit of %d per %q", u, x.Limit, x.Fill)
+		}
+	}
+	if err != nil {
 		if given > 0 {
 			fmt.Fprintf(stderr, "charon rlqs-sim: cannot read the server's limit (%v); the summary uses --limit %v unchecked\n", err, given)
 			return given, nil
@@ -138,11 +150,11 @@ func serverLimit(c *connFlags, addr, tokenFile, domain, bucket string, given flo
 	case x.Rule == "":
 		fmt.Fprintf(stderr, "charon rlqs-sim: the server limits no rule for %s %s (it answers %s)\n", domain, bucket, x.Fallback)
 		return 0, nil
-	case given > 0 && math.Abs(given-x.PerSecond) > 1e-9*x.PerSecond:
+	case given > 0 && math.Abs(given-perSecond) > 1e-9*perSecond:
 		return 0, fmt.Errorf("%w: --limit %v differs from the server's limit for %s %s, %v per second (rule %s): leave --limit out to use the server's",
-			ErrUsage, given, domain, bucket, x.PerSecond, x.Rule)
+			ErrUsage, given, domain, bucket, perSecond, x.Rule)
 	}
-	return x.PerSecond, nil
+	return perSecond, nil
 }
 
 // getJSON decodes the JSON answer to a GET of u.

@@ -21,15 +21,17 @@ const (
 	// smoothing is the horizon of the estimate: a steady demand is
 	// averaged over about that long (a running mean until then).
 	smoothing = 30 * time.Second
-	// jumpSigmas: a report this many standard deviations from the
-	// estimate is a change of demand, believed at once.
+	// jumpSigmas: two reports in a row this many standard deviations from
+	// the estimate on one side, or one twice as far, are a change of
+	// demand, believed at once.
 	jumpSigmas = 3
 	// bandSigmas: the claim moves when the estimate is this many of its
 	// standard deviations away (and more than the tolerance).
 	bandSigmas = 2
 	// starvedFraction: an Envoy whose share meets its claim and yet denied
-	// more than this part of a report's requests ran its bucket dry: its
-	// claim is too low, whatever the estimate says.
+	// more than this part of a report's requests (and more than one) ran
+	// its bucket dry: its claim is too low, whatever the estimate says.
+	// MetBurst tokens turn away under 2 % when the claim is right.
 	starvedFraction = 0.02
 )
 
@@ -57,23 +59,55 @@ type estimate struct {
 	// it was last reset.
 	age   float64
 	known bool
+	// out is the side (1 above, -1 below, 0 neither) on which the last
+	// report was beyond jumpSigmas; outCount and outSec its count and
+	// seconds.
+	out              int
+	outCount, outSec float64
 }
 
 // add takes a report of count requests over w.
 func (e *estimate) add(count uint64, w time.Duration) {
 	sec := w.Seconds()
 	x := float64(count) / sec
-	if e.known && math.Abs(x-e.rate) <= jumpSigmas*math.Sqrt(max(e.rate, 1/sec)*(1/sec+e.v)) {
-		// An exponential average over smoothing, a plain mean of the
-		// reports while they cover less.
-		k := max(1-math.Exp(-sec/smoothing.Seconds()), sec/(e.age+sec))
-		e.rate += k * (x - e.rate)
-		e.v = (1-k)*(1-k)*e.v + k*k/sec
-		e.age += sec
+	if !e.known {
+		e.reset(x, sec)
 		return
 	}
-	// The first rate, or a change of demand.
-	e.rate, e.v, e.age, e.known = x, 1/sec, sec, true
+	// A report beyond jumpSigmas of the noise of a report and of the
+	// estimate: a change of demand, believed at once when it is twice that
+	// far, or when the report before was beyond it on the same side (a
+	// random count that far out comes once in hundreds of reports: alone,
+	// it would move a claim, and a new assignment, for nothing).
+	dev := (x - e.rate) / math.Sqrt(max(e.rate, 1/sec)*(1/sec+e.v))
+	out := 0
+	switch {
+	case dev > jumpSigmas:
+		out = 1
+	case dev < -jumpSigmas:
+		out = -1
+	}
+	switch {
+	case math.Abs(dev) > 2*jumpSigmas:
+		e.reset(x, sec)
+		return
+	case out != 0 && out == e.out:
+		sum := e.outCount + x*sec
+		e.reset(sum/(e.outSec+sec), e.outSec+sec)
+		return
+	}
+	e.out, e.outCount, e.outSec = out, x*sec, sec
+	// An exponential average over smoothing, a plain mean of the reports
+	// while they cover less.
+	k := max(1-math.Exp(-sec/smoothing.Seconds()), sec/(e.age+sec))
+	e.rate += k * (x - e.rate)
+	e.v = (1-k)*(1-k)*e.v + k*k/sec
+	e.age += sec
+}
+
+// reset starts the estimate again at rate x, seen over sec seconds.
+func (e *estimate) reset(x, sec float64) {
+	*e = estimate{rate: x, v: 1 / sec, age: sec, known: true}
 }
 
 // sd is the standard deviation of the estimate's noise.

@@ -28,9 +28,10 @@ func TestWindow(t *testing.T) {
 
 // TestEstimateFiveSecondReports: reports every 5 s of 8 per second average
 // to 8; the noise of the estimate falls as the reports add up, as a mean's
-// does (the Poisson noise of 8/s over the time seen), until the horizon;
-// a report far outside that noise is a change, believed at once, and one
-// within it moves the estimate a little.
+// does (the Poisson noise of 8/s over the time seen), until the horizon; a
+// report within that noise moves the estimate a little; a report far
+// outside it is a change, believed at once, one less far out only when the
+// next confirms it.
 func TestEstimateFiveSecondReports(t *testing.T) {
 	var e estimate
 	counts := []uint64{40, 44, 36, 40, 42, 38}
@@ -52,7 +53,17 @@ func TestEstimateFiveSecondReports(t *testing.T) {
 	if e.rate <= prev || e.rate > 8.6 {
 		t.Errorf("rate %.2f after a report of 9.2/s, want a little above %.2f", e.rate, prev)
 	}
-	e.add(200, 5*time.Second) // 40/s: a change
+	// 13/s: four standard deviations out, which may be chance; the next
+	// report that far confirms it, and the two are believed.
+	e.add(65, 5*time.Second)
+	if e.rate > 9.5 {
+		t.Errorf("rate %.2f after one report of 13/s, want a little above %.2f", e.rate, prev)
+	}
+	e.add(66, 5*time.Second)
+	if math.Abs(e.rate-13.1) > 1e-9 {
+		t.Errorf("rate %.2f after two reports of 13/s, want 13.1 (their mean) at once", e.rate)
+	}
+	e.add(200, 5*time.Second) // 40/s: far out, a change believed at once
 	if e.rate != 40 {
 		t.Errorf("rate %.2f after a report of 40/s, want 40 at once", e.rate)
 	}

@@ -304,9 +304,11 @@ func (s *sim) step(now time.Time, dt time.Duration, send func(i int, u Usage) er
 				e.request(now)
 			}
 			if at >= e.nextReport {
+				// Envoy arms its timer again once it has sent the reports:
+				// the next comes an interval after this one, never sooner.
 				v := e.usage(s.o.Bucket, now)
 				u = &v
-				e.nextReport += s.o.Interval
+				e.nextReport = at + s.o.Interval
 			}
 		}
 		e.mu.Unlock()
