@@ -65,10 +65,11 @@ type Options struct {
 	Tree func() *descriptors.Tree
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
-	// Interval is the period of Tick (Envoy's reporting_interval should
-	// match it); TTL the assignments' time to live, cut to whole seconds
-	// (Envoy reads whole seconds) and at least one second; Tolerance the
-	// relative change of a share worth a new assignment.
+	// Interval is the period of Tick (Envoy reports every 5 s, whatever
+	// its reporting_interval says); TTL the assignments' time to live, cut
+	// to whole seconds (Envoy reads whole seconds) and at least one second;
+	// Tolerance the relative change of a share worth a new assignment, and
+	// of a demand worth a new claim.
 	Interval  time.Duration
 	TTL       time.Duration
 	Tolerance float64
@@ -605,8 +606,9 @@ func (a *Allocator) resolve(bk *bucket, lookup string, tree *descriptors.Tree, n
 }
 
 // budgetOf resolves a bucket id: its budget, its rule's name (the
-// resource) and fill interval; ok false for no limit (rule "unlimited" for
-// an unlimited rule).
+// resource), and the budget's fill interval: the rule's, or for a shorter
+// one minFill, the rule's limit multiplied by scale (see minFill); ok false
+// for no limit (rule "unlimited" for an unlimited rule).
 func budgetOf(tree *descriptors.Tree, domain string, id map[string]string) (b sharestore.Budget, rule string, fill time.Duration, scale int64, ok bool) {
 	if tree == nil {
 		return b, "", 0, 0, false
