@@ -96,8 +96,10 @@ func recvBucket(t *testing.T, st quotaStream) (tokens uint32, fill, ttl time.Dur
 	}
 	qa := r.BucketAction[0].GetQuotaAssignmentAction()
 	tb := qa.GetRateLimitStrategy().GetTokenBucket()
-	if tb == nil || tb.GetMaxTokens() != (tb.GetTokensPerFill().GetValue()+3)/4 {
-		t.Fatalf("response %v: want a token bucket holding a quarter of a fill", r)
+	// A limit per second is split in tokens per 10 s; an Envoy whose
+	// demand is not known yet holds a quarter of a second's share.
+	if perSecond := tb.GetTokensPerFill().GetValue() / uint32(max(tb.GetFillInterval().GetSeconds(), 1)); tb == nil || tb.GetMaxTokens() != (perSecond+3)/4 {
+		t.Fatalf("response %v: want a token bucket holding a quarter of a second's share", r)
 	}
 	return tb.GetTokensPerFill().GetValue(), tb.GetFillInterval().AsDuration(), qa.GetAssignmentTimeToLive().AsDuration()
 }
@@ -131,13 +133,14 @@ func TestRLQSStream(t *testing.T) {
 	}
 	sa, cancelA := openQuota(t, c)
 	sendUsage(t, sa, search, 0, 3, 0)
-	want(sa, "first Envoy", tb{100, time.Second, 3 * time.Second})
+	want(sa, "first Envoy", tb{1000, 10 * time.Second, 3 * time.Second})
 	sb, _ := openQuota(t, c)
 	sendUsage(t, sb, search, 0, 0, 0)
-	want(sb, "second Envoy", tb{50, time.Second, 3 * time.Second})
-	want(sa, "first Envoy, shrunk", tb{50, time.Second, 3 * time.Second})
-	if x := a.Explain("web", search); x.Rule != "web/api=search" || x.Limit != 100 || len(x.Shares) != 2 || x.Shares[0].Share != 50 {
-		t.Errorf("Explain: %+v, want rule web/api=search, limit 100, two shares of 50", x)
+	want(sb, "second Envoy", tb{500, 10 * time.Second, 3 * time.Second})
+	want(sa, "first Envoy, shrunk", tb{500, 10 * time.Second, 3 * time.Second})
+	if x := a.Explain("web", search); x.Rule != "web/api=search" || x.Limit != 1000 || x.Fill != "10s" || x.PerSecond != 100 ||
+		len(x.Shares) != 2 || x.Shares[0].Share != 50 {
+		t.Errorf("Explain: %+v, want rule web/api=search, limit 1000 per 10s (100 per second), two shares of 50", x)
 	}
 
 	// The first Envoy's stream is lost: its 50 count until its TTL.
@@ -148,9 +151,9 @@ func TestRLQSStream(t *testing.T) {
 		a.Tick(context.Background())
 		switch i {
 		case 2:
-			want(sb, "renewed before the TTL", tb{50, time.Second, 3 * time.Second})
+			want(sb, "renewed before the TTL", tb{500, 10 * time.Second, 3 * time.Second})
 		case 3:
-			want(sb, "the lost share reclaimed after the TTL", tb{100, time.Second, 3 * time.Second})
+			want(sb, "the lost share reclaimed after the TTL", tb{1000, 10 * time.Second, 3 * time.Second})
 		}
 	}
 }

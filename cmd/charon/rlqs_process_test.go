@@ -23,7 +23,7 @@ import (
 // bucket every second as demanding a lot, and keeps the latest assignment.
 type quotaEnvoy struct {
 	mu     sync.Mutex
-	tokens int64 // latest token bucket's tokens per fill; 0: none or deny
+	tokens int64 // latest token bucket's tokens per second; 0: none or deny
 	seen   bool
 	err    error
 }
@@ -78,7 +78,8 @@ func runQuotaEnvoy(ctx context.Context, t *testing.T, addr string) *quotaEnvoy {
 			}
 			for _, a := range r.GetBucketAction() {
 				e.seen = true
-				e.tokens = int64(a.GetQuotaAssignmentAction().GetRateLimitStrategy().GetTokenBucket().GetTokensPerFill().GetValue())
+				tb := a.GetQuotaAssignmentAction().GetRateLimitStrategy().GetTokenBucket()
+				e.tokens = int64(tb.GetTokensPerFill().GetValue()) / max(tb.GetFillInterval().GetSeconds(), 1)
 			}
 			e.mu.Unlock()
 		}
@@ -120,7 +121,8 @@ descriptors:
 	}
 	rc := redistest.Client(t, r)
 	// checkLeases reads Redis' leases of the budget: unexpired shares must
-	// never sum above the limit.
+	// never sum above the limit, 1000 tokens per 10 s (a limit per second is
+	// split in tokens per 10 s).
 	checkLeases := func() {
 		t.Helper()
 		keys, err := rc.Keys(ctx, "charon:rlqs:*").Result()
@@ -149,8 +151,8 @@ descriptors:
 				sum += held
 			}
 		}
-		if sum > 100 {
-			t.Fatalf("leases in Redis sum to %d > 100: %v", sum, fields)
+		if sum > 1000 {
+			t.Fatalf("leases in Redis sum to %d > 1000: %v", sum, fields)
 		}
 	}
 	// waitShares polls until the envoys' latest shares satisfy ok.
@@ -256,8 +258,8 @@ func TestRLQSProcess(t *testing.T) {
 			t.Fatalf("hold %v: %v\n%s", hold, err, p.stderr.String())
 		}
 		tb := r.GetBucketAction()[0].GetQuotaAssignmentAction().GetRateLimitStrategy().GetTokenBucket()
-		if tb.GetTokensPerFill().GetValue() != 100 {
-			t.Errorf("hold %v: got %v, want 100 tokens per fill", hold, r)
+		if tb.GetTokensPerFill().GetValue() != 1000 || tb.GetFillInterval().AsDuration() != 10*time.Second {
+			t.Errorf("hold %v: got %v, want 1000 tokens per 10 s (100 per second)", hold, r)
 		}
 		if waited := time.Since(started); hold && waited < 2*time.Second {
 			t.Errorf("assigned %v after the start, within the restart hold", waited)

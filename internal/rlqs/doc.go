@@ -26,6 +26,20 @@
 // evenly over the ticks and a stream's still go out in one response (see
 // renewal).
 //
+// Envoy's filter reports every 5 s, whatever its reporting_interval says,
+// with elapsed times in whole seconds, and its requests arrive at random:
+// a small Envoy's counts vary by a sixth from one report to the next. A
+// bucket's demand is therefore an estimate over its reports (the time they
+// cover measured here, within the whole seconds they state), and the
+// demand it claims in the split moves only when the estimate leaves the
+// band of its noise and of the tolerance, or when the Envoy, its claim met,
+// still ran dry (demand.go): a split that followed every report would send
+// a new assignment, a new full token bucket in Envoy, at every report. An
+// Envoy whose share meets its claim holds a bucket deep enough for the
+// randomness of its arrivals (MetBurst); one held short of its demand a
+// quarter of a second's share. A limit per second is split in tokens per
+// 10 s, so that small shares are not rounded up by whole tokens per second.
+//
 // A report of known buckets takes only its stream's lock: thousands of
 // streams must not queue on one mutex (see docs/performance.md, RLQS).
 //

@@ -33,7 +33,7 @@ func DefaultFlags() Flags {
 // Bind declares the flags on fs.
 func (f *Flags) Bind(fs *flag.FlagSet) {
 	fs.BoolVar(&f.On, "rlqs", f.On, "serve Envoy's Rate Limit Quota Service (rate_limit_quota filter) on the gRPC port")
-	fs.DurationVar(&f.Interval, "rlqs-interval", f.Interval, "how often shares are computed; set the filter's reporting_interval to it")
+	fs.DurationVar(&f.Interval, "rlqs-interval", f.Interval, "how often assignments are renewed and budgets whose demands moved split again (Envoy reports every 5s whatever its reporting_interval says; nothing needs to match)")
 	fs.DurationVar(&f.TTL, "rlqs-ttl", f.TTL, "time to live of quota assignments (whole seconds, at least 1 s and an interval; about three intervals)")
 	fs.Float64Var(&f.Tolerance, "rlqs-tolerance", f.Tolerance, "relative change of a share worth a new assignment (each starts a full token bucket in Envoy)")
 	fs.StringVar(&f.Unmatched, "rlqs-unmatched", f.Unmatched, "answer to a bucket no rule limits: allow or deny (a blanket rule)")

@@ -65,10 +65,11 @@ type Options struct {
 	Tree func() *descriptors.Tree
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
-	// Interval is the period of Tick (Envoy's reporting_interval should
-	// match it); TTL the assignments' time to live, cut to whole seconds
-	// (Envoy reads whole seconds) and at least one second; Tolerance the
-	// relative change of a share worth a new assignment.
+	// Interval is the period of Tick (Envoy reports every 5 s, whatever
+	// its reporting_interval says); TTL the assignments' time to live, cut
+	// to whole seconds (Envoy reads whole seconds) and at least one second;
+	// Tolerance the relative change of a share worth a new assignment, and
+	// of a demand worth a new claim.
 	Interval  time.Duration
 	TTL       time.Duration
 	Tolerance float64
@@ -155,10 +156,11 @@ type Allocator struct {
 
 // resolution is what a bucket id resolves to; see budgetOf.
 type resolution struct {
-	b    sharestore.Budget
-	rule string
-	fill time.Duration
-	ok   bool
+	b     sharestore.Budget
+	rule  string
+	fill  time.Duration
+	scale int64
+	ok    bool
 }
 
 // maxCache bounds the resolution cache; past it, the cache starts over.
@@ -166,9 +168,10 @@ const maxCache = 1 << 16
 
 // budget is a budget's local instances.
 type budget struct {
-	b    sharestore.Budget
-	rule string
-	fill time.Duration
+	b     sharestore.Budget
+	rule  string
+	fill  time.Duration
+	scale int64
 
 	mu      sync.Mutex
 	members map[*bucket]struct{}
@@ -201,15 +204,24 @@ type bucket struct {
 	active    time.Time // last report with requests
 	sent      Action
 	sentAt    time.Time
+	changedAt time.Time // when a strategy other than the last was sent
 	everSent  bool
 	pendingAt int // 1 + its index in s.pending; 0: none
 
 	// Written under s.mu, read by allocations without it.
 	rate  atomic.Uint64 // math.Float64bits of the smoothed rate
 	known atomic.Bool
-	// share is the latest share; used the demand of the last split.
+	// share is the latest share; used the demand of the last split; want
+	// the demand claimed now (claimOf), in tokens per fill.
 	share atomic.Int64
 	used  atomic.Int64
+	want  atomic.Int64
+
+	// Under s.mu: when the bucket was last reported, its demand estimate,
+	// the fill interval of want.
+	since    time.Time
+	est      estimate
+	wantFill time.Duration
 }
 
 func (bk *bucket) rateNow() float64 { return math.Float64frombits(bk.rate.Load()) }
@@ -322,6 +334,9 @@ func (s *Stream) Close() {
 // once or, for a tick, once every budget is allocated, so that a stream
 // gets one response per tick.
 func (s *Stream) queue(bk *bucket, act Action, now time.Time) (first bool) {
+	if !bk.everSent || !sameStrategy(bk.sent, act) {
+		bk.changedAt = now
+	}
 	bk.sent, bk.sentAt, bk.everSent = act, now, true
 	// A bucket's newer action replaces one not sent yet: Envoy acts on the
 	// last anyway.
@@ -463,6 +478,7 @@ func (s *Stream) Report(ctx context.Context, domain string, usages []Usage) erro
 			key := strconv.Quote(domain) + ":" + Canonical(u.Bucket)
 			bk = &bucket{s: s, id: maps.Clone(u.Bucket), key: key, claim: s.id + "/" + key, domain: domain}
 			bk.used.Store(fairshare.Unknown)
+			bk.want.Store(fairshare.Unknown)
 			s.buckets[string(s.kbuf)] = bk
 			if !treeRead {
 				tree, treeRead = a.o.Tree(), true
@@ -476,22 +492,30 @@ func (s *Stream) Report(ctx context.Context, domain string, usages []Usage) erro
 		if count < u.Allowed { // overflow
 			count = math.MaxUint64
 		}
-		// Envoy's first report of a bucket has no elapsed time: its counts
-		// are no rate yet, and the bucket keeps an unknown demand.
-		if u.Elapsed > 0 {
-			rate := fairshare.Smooth(bk.rateNow(), bk.known.Load(), count, u.Elapsed, a.o.Interval)
-			bk.rate.Store(math.Float64bits(rate))
+		// Envoy's first report of a bucket has no elapsed time, nor has one
+		// of a bucket it created within the second before: their counts
+		// are no rate, and a bucket without one keeps an unknown demand.
+		gap, fresh := now.Sub(bk.since), bk.since.IsZero()
+		bk.since = now
+		if u.Elapsed > 0 && !fresh {
+			w := window(gap, u.Elapsed)
+			bk.est.add(count, w)
+			bk.rate.Store(math.Float64bits(bk.est.rate))
 			first := !bk.known.Swap(true)
 			if b := bk.budget; b != nil {
+				// Starved: its claim met by a strategy it held all along,
+				// it still ran out of tokens.
+				cur := bk.want.Load()
+				starved := u.Denied > 1 && float64(u.Denied) > starvedFraction*float64(count) && met(bk.share.Load(), cur, a.o.Tolerance) &&
+					now.Sub(bk.changedAt) >= w
+				claim := claimOf(cur, &bk.est, b.fill, a.o.Tolerance, starved)
+				bk.want.Store(claim)
 				if first {
 					// Its first rate: split the budget by it now rather
 					// than at the next tick.
 					a.markDirty(b)
-				} else if fairshare.Demand(rate, b.fill) != bk.used.Load() {
-					// Any change of a demand, in whole tokens: the tolerance
-					// already keeps held shares within it of their targets
-					// (fairshare), and a second tolerance here would let the
-					// shares lag by both, the budget not handed out.
+				} else if claim != bk.used.Load() {
+					// The claim moved (claimOf): split again.
 					b.stale.Store(true)
 				}
 			}
@@ -534,7 +558,7 @@ func (a *Allocator) resolve(bk *bucket, lookup string, tree *descriptors.Tree, n
 	}
 	r, ok := a.cache[lookup]
 	if !ok {
-		r.b, r.rule, r.fill, r.ok = budgetOf(tree, bk.domain, bk.id)
+		r.b, r.rule, r.fill, r.scale, r.ok = budgetOf(tree, bk.domain, bk.id)
 		a.cache[lookup] = r
 	}
 	counter := "unmatched"
@@ -559,7 +583,7 @@ func (a *Allocator) resolve(bk *bucket, lookup string, tree *descriptors.Tree, n
 	}
 	bg := a.budgets[r.b.Key]
 	if bg == nil {
-		bg = &budget{b: r.b, rule: r.rule, fill: r.fill, members: map[*bucket]struct{}{}}
+		bg = &budget{b: r.b, rule: r.rule, fill: r.fill, scale: r.scale, members: map[*bucket]struct{}{}}
 		a.budgets[r.b.Key] = bg
 	}
 	bg.mu.Lock()
@@ -569,15 +593,25 @@ func (a *Allocator) resolve(bk *bucket, lookup string, tree *descriptors.Tree, n
 	bg.stale.Store(true)
 	bk.budget = bg
 	bk.active = now
+	if bk.wantFill != bg.fill {
+		// A claim is in its budget's tokens per fill.
+		want := fairshare.Unknown
+		if bk.known.Load() {
+			want = fairshare.Demand(bk.est.rate, bg.fill)
+		}
+		bk.want.Store(want)
+		bk.wantFill = bg.fill
+	}
 	return false
 }
 
 // budgetOf resolves a bucket id: its budget, its rule's name (the
-// resource) and fill interval; ok false for no limit (rule "unlimited" for
-// an unlimited rule).
-func budgetOf(tree *descriptors.Tree, domain string, id map[string]string) (b sharestore.Budget, rule string, fill time.Duration, ok bool) {
+// resource), and the budget's fill interval: the rule's, or for a shorter
+// one minFill, the rule's limit multiplied by scale (see minFill); ok false
+// for no limit (rule "unlimited" for an unlimited rule).
+func budgetOf(tree *descriptors.Tree, domain string, id map[string]string) (b sharestore.Budget, rule string, fill time.Duration, scale int64, ok bool) {
 	if tree == nil {
-		return b, "", 0, false
+		return b, "", 0, 0, false
 	}
 	entries := make([]descriptors.Entry, 0, len(id))
 	for _, k := range slices.Sorted(maps.Keys(id)) {
@@ -585,20 +619,27 @@ func budgetOf(tree *descriptors.Tree, domain string, id map[string]string) (b sh
 	}
 	m, matched := tree.Match(domain, entries)
 	if !matched || m.Limit == nil {
-		return b, "", 0, false
+		return b, "", 0, 0, false
 	}
 	if m.Limit.Unlimited {
-		return b, "unlimited", 0, false
+		return b, "unlimited", 0, 0, false
 	}
 	if m.Policy == nil {
-		return b, "", 0, false
+		return b, "", 0, 0, false
 	}
 	limit, fill, ok := Rate(m.Policy)
 	if !ok {
-		return b, "", 0, false
+		return b, "", 0, 0, false
 	}
 	key := m.Resource + ":" + strconv.FormatUint(m.Limit.ID, 16) + ":" + m.Domain
-	return sharestore.Budget{Key: key, Limit: limit}, m.Resource, fill, true
+	scale = 1
+	if fill < minFill {
+		// The key names the unit: replicas splitting in whole tokens per
+		// second (an earlier version) keep budgets of their own.
+		scale = int64((minFill + fill - 1) / fill)
+		key += ":x" + strconv.FormatInt(scale, 10)
+	}
+	return sharestore.Budget{Key: key, Limit: limit * scale}, m.Resource, fill * time.Duration(scale), scale, true
 }
 
 // Rate is the budget of a policy: limit tokens per fill (whole seconds, at
@@ -789,11 +830,7 @@ func (a *Allocator) allocate(ctx context.Context, b *budget, now time.Time, tick
 	if !renewed && err == nil {
 		b.demands = b.demands[:0]
 		for _, bk := range members {
-			d := fairshare.Unknown
-			if bk.known.Load() {
-				d = fairshare.Demand(bk.rateNow(), b.fill)
-			}
-			b.demands = append(b.demands, sharestore.Demand{ID: bk.claim, Demand: d})
+			b.demands = append(b.demands, sharestore.Demand{ID: bk.claim, Demand: bk.want.Load()})
 		}
 		shares, err = a.o.Store.Allocate(ctx, now, b.b, b.demands, a.o.TTL, a.o.Tolerance)
 	}
@@ -811,7 +848,8 @@ func (a *Allocator) allocate(ctx context.Context, b *budget, now time.Time, tick
 			bk.used.Store(b.demands[i].Demand)
 		}
 		bk.share.Store(shares[i])
-		act := Action{Bucket: bk.id, Kind: Assign, Tokens: shares[i], Burst: burst(shares[i]), Fill: b.fill, TTL: a.o.TTL}
+		act := Action{Bucket: bk.id, Kind: Assign, Tokens: shares[i], Fill: b.fill, TTL: a.o.TTL,
+			Burst: b.burst(shares[i], met(shares[i], b.demands[i].Demand, a.o.Tolerance))}
 		if shares[i] <= 0 {
 			act = Action{Bucket: bk.id, Kind: Deny, TTL: a.o.TTL}
 		}
@@ -819,7 +857,7 @@ func (a *Allocator) allocate(ctx context.Context, b *budget, now time.Time, tick
 		s.mu.Lock()
 		// A bucket that left meanwhile is skipped: its lease runs out.
 		if bk.budget == b {
-			same := bk.everSent && bk.sent.Kind == act.Kind && bk.sent.Tokens == act.Tokens && bk.sent.Fill == act.Fill
+			same := bk.everSent && sameStrategy(bk.sent, act)
 			if (!same || a.renew.needed(now.Sub(bk.sentAt), tick, s.seq)) && s.queue(bk, act, now) {
 				woken = append(woken, s)
 			}
@@ -829,15 +867,52 @@ func (a *Allocator) allocate(ctx context.Context, b *budget, now time.Time, tick
 	return woken
 }
 
-// BurstFraction is the part of a fill's share an assignment's bucket holds.
-// Envoy starts a new, full bucket with every new assignment: a bucket as
-// large as the share would let each change of share spend a whole share at
-// once on top of the refill, and twenty Envoys whose shares change in one
-// interval a whole limit. A quarter of a share bounds that, and still
-// absorbs bursts of a quarter of a fill interval.
+// BurstFraction is the part of a fill's share the bucket of an Envoy whose
+// demand its share does not meet holds. Envoy starts a new, full bucket
+// with every new assignment: a bucket as large as the share would let each
+// change of share spend a whole share at once on top of the refill, and
+// twenty Envoys whose shares change in one interval a whole limit. A
+// quarter of a share bounds that, and still absorbs bursts of a quarter of
+// a fill interval; such an Envoy spends its tokens as they come anyway.
 const BurstFraction = 4
 
-func burst(tokens int64) int64 { return max(1, (tokens+BurstFraction-1)/BurstFraction) }
+// MetBurst is the bucket of an Envoy whose share meets its demand (at most
+// metSeconds of its share). Its requests arrive at random, and a bucket
+// refilled at their mean rate that holds K tokens turns away about 1/(2K)
+// of them however fast they come (the bucket's level wanders like a random
+// walk between empty and full): a quarter of a share of 8 per second, two
+// tokens, turned away a fifth of its requests. 30 tokens turn away under
+// 2 %, and let the share lag its demand for a while before any request is
+// turned away; the cost is that such Envoys, their buckets full, may spend
+// 30 tokens each at once on top of the refill.
+const (
+	MetBurst   = 30
+	metSeconds = 10
+)
+
+// burst is the bucket of a share of tokens per fill, met: it meets its
+// demand.
+func (b *budget) burst(tokens int64, met bool) int64 {
+	perFill := (tokens + b.scale - 1) / b.scale // per the rule's fill
+	q := max(1, (perFill+BurstFraction-1)/BurstFraction)
+	if !met {
+		return q
+	}
+	return max(q, min(MetBurst, int64(math.Ceil(metSeconds*float64(tokens)/b.fill.Seconds()))))
+}
+
+// minFill is the least fill interval of a budget: a rule of a shorter
+// window (a limit per second) is split in tokens per minFill, its limit
+// multiplied to match. Shares are whole tokens per fill: in tokens per
+// second, an Envoy needing 8.1 would claim 9, and nine such Envoys would
+// leave 8 % of a limit of 100 unused; in tokens per 10 s it claims 81.
+const minFill = 10 * time.Second
+
+// sameStrategy reports whether Envoy would take y for the strategy x
+// (keeping its token bucket) rather than a new one.
+func sameStrategy(x, y Action) bool {
+	return x.Kind == y.Kind && x.Tokens == y.Tokens && x.Burst == y.Burst && x.Fill == y.Fill
+}
 
 // Run ticks every Interval until ctx ends, and flushes a twentieth of an
 // interval after a report marks a budget.

@@ -85,23 +85,26 @@ func report(t *testing.T, s *Stream, perSecond uint64, elapsed time.Duration, bu
 	s.a.Flush(context.Background())
 }
 
-func assign(tokens int64, fill time.Duration) Action {
-	return Action{Bucket: search, Kind: Assign, Tokens: tokens, Burst: burst(tokens), Fill: fill, TTL: DefaultTTL}
+// assign is the assignment of perSecond of the rule `api: search` (100 per
+// second, split in tokens per 10 s) to an Envoy whose demand it does not
+// meet, or not known yet: a bucket of a quarter of a second's share.
+func assign(perSecond int64) Action {
+	return Action{Bucket: search, Kind: Assign, Tokens: 10 * perSecond, Burst: (perSecond + 3) / 4, Fill: 10 * time.Second, TTL: DefaultTTL}
 }
 
 func TestStartingShareAndSplit(t *testing.T) {
 	f := newFixture(t, Options{})
 	a := f.a.Open()
 	report(t, a, 0, 0, search)
-	if diff := cmp.Diff([]Action{assign(100, time.Second)}, a.Pending()); diff != "" {
+	if diff := cmp.Diff([]Action{assign(100)}, a.Pending()); diff != "" {
 		t.Fatalf("first instance (-want +got):\n%s", diff)
 	}
 	b := f.a.Open()
 	report(t, b, 0, 0, search)
-	if diff := cmp.Diff([]Action{assign(50, time.Second)}, b.Pending()); diff != "" {
+	if diff := cmp.Diff([]Action{assign(50)}, b.Pending()); diff != "" {
 		t.Errorf("second instance, at once (-want +got):\n%s", diff)
 	}
-	if diff := cmp.Diff([]Action{assign(50, time.Second)}, a.Pending()); diff != "" {
+	if diff := cmp.Diff([]Action{assign(50)}, a.Pending()); diff != "" {
 		t.Errorf("first instance, shrunk at once (-want +got):\n%s", diff)
 	}
 }
@@ -180,7 +183,7 @@ func TestLostStreamReclaimedAfterTTL(t *testing.T) {
 		f.a.Tick(context.Background())
 		got = append(got, b.Pending()...)
 	}
-	want := []Action{assign(50, time.Second), assign(100, time.Second)}
+	want := []Action{assign(50), assign(100)}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("survivor's assignments (-want +got):\n%s", diff)
 	}
@@ -274,8 +277,8 @@ func TestRate(t *testing.T) {
 		id    map[string]string
 		limit int64
 		fill  time.Duration
-	}{{search, 100, time.Second}, {map[string]string{"user": "x"}, 600, time.Minute}} {
-		b, _, fill, ok := budgetOf(tree, "web", tc.id)
+	}{{search, 1000, 10 * time.Second}, {map[string]string{"user": "x"}, 600, time.Minute}} {
+		b, _, fill, _, ok := budgetOf(tree, "web", tc.id)
 		if !ok || b.Limit != tc.limit || fill != tc.fill {
 			t.Errorf("budgetOf(%v) = %v %v %v, want %d per %v", tc.id, b, fill, ok, tc.limit, tc.fill)
 		}

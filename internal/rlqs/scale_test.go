@@ -82,14 +82,21 @@ func TestSplitOnlyWhenDemandsMove(t *testing.T) {
 	if splits != splits0 || renewals != renewals0+4 {
 		t.Errorf("4 steady ticks: %d splits and %d renewals, want 0 and 4", splits-splits0, renewals-renewals0)
 	}
-	if p := a.Pending(); len(p) != 1 || p[0].Tokens != 70 {
-		t.Errorf("a's renewed assignments over 4 s: %+v, want one of 70 tokens (the last, due)", p)
+	if p := a.Pending(); len(p) != 1 || p[0].Tokens != 700 {
+		t.Errorf("a's renewed assignments over 4 s: %+v, want one of 70 per second, 700 tokens per 10 s (the last, due)", p)
 	}
-	second(90, 10) // b's demand falls by two thirds: split again
+	// b's demand falls by two thirds: one report that far out (3.6
+	// standard deviations at 30/s over 1 s) may be chance; two in a row
+	// are a change, split at once.
+	second(90, 10)
+	if splits, _ := st.counts(); splits != splits0 {
+		t.Errorf("after one report of b's fall: %d splits, want 0", splits-splits0)
+	}
+	second(90, 10)
 	if splits, _ := st.counts(); splits != splits0+1 {
 		t.Errorf("after b's demand fell: %d splits, want 1", splits-splits0)
 	}
-	if p := a.Pending(); len(p) != 1 || p[0].Tokens <= 70 {
+	if p := a.Pending(); len(p) != 1 || p[0].Tokens <= 700 {
 		t.Errorf("a after b's demand fell: %+v, want a larger share", p)
 	}
 }

@@ -80,11 +80,15 @@ type Explanation struct {
 	Bucket map[string]string
 	// Rule is the matched rule (its resource), empty when no rule limits
 	// the bucket: then Fallback is the answer.
-	Rule     string `json:",omitempty"`
-	Budget   string `json:",omitempty"`
-	Limit    int64
-	Fill     string `json:",omitempty"`
-	Fallback string `json:",omitempty"`
+	// The budget's limit is Limit tokens per Fill (the unit of the
+	// shares: a limit per second is split in tokens per 10 s), PerSecond
+	// per second.
+	Rule      string `json:",omitempty"`
+	Budget    string `json:",omitempty"`
+	Limit     int64
+	Fill      string  `json:",omitempty"`
+	PerSecond float64 `json:",omitempty"`
+	Fallback  string  `json:",omitempty"`
 	// Shares are this process' streams reporting the budget.
 	Shares []InstanceShare
 }
@@ -93,7 +97,7 @@ type Explanation struct {
 // shares of its budget on this process.
 func (a *Allocator) Explain(domain string, id map[string]string) Explanation {
 	x := Explanation{Domain: domain, Bucket: id, Shares: []InstanceShare{}}
-	b, rule, fill, ok := budgetOf(a.o.Tree(), domain, id)
+	b, rule, fill, _, ok := budgetOf(a.o.Tree(), domain, id)
 	if !ok {
 		x.Fallback = "ALLOW_ALL"
 		if a.o.Unmatched == DenyAll && rule != "unlimited" {
@@ -101,7 +105,7 @@ func (a *Allocator) Explain(domain string, id map[string]string) Explanation {
 		}
 		return x
 	}
-	x.Rule, x.Budget, x.Limit, x.Fill = rule, b.Key, b.Limit, fill.String()
+	x.Rule, x.Budget, x.Limit, x.Fill, x.PerSecond = rule, b.Key, b.Limit, fill.String(), float64(b.Limit)/fill.Seconds()
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if bg := a.budgets[b.Key]; bg != nil {

@@ -1,16 +1,21 @@
-// Package rlqssim simulates Envoy rate_limit_quota filters against a real
-// RLQS server: each simulated Envoy has its own request arrival rate over
-// time, enforces its assigned token bucket locally as the filter does, and
-// reports on a real stream every interval (per-bucket allowed and denied
-// counts, whole-second elapsed times, the first report at 0). It measures
-// the global allowed rate against the limit and each Envoy's share against
-// its demand. `charon rlqs-sim` runs it; so do the tests.
+// Package rlqssim simulates Envoy rate_limit_quota filters against an RLQS
+// server: each simulated Envoy has its own request arrival rate over time,
+// enforces its assigned token bucket locally as the filter does, and
+// reports its usage as the filter does. It measures the global allowed
+// rate against the limit, each Envoy's share against its demand, and how
+// many assignments were new strategies rather than renewals. `charon
+// rlqs-sim` runs it against a server in real time (Run); the tests also run
+// it on a virtual clock against servers in the same process (Simulate).
 //
-// The filter's behaviour it follows: an assignment's TTL and fill interval
-// are whole seconds; a token bucket starts full and refills continuously at
-// tokens_per_fill per fill_interval, capped at max_tokens; a changed
-// strategy starts a new, full bucket, the same one only extends the TTL; an
-// expired or missing assignment allows everything (the default
+// The filter's behaviour it follows: a bucket is created by its first
+// request, which is reported at once with an elapsed time of 0; then the
+// filter reports every EnvoyInterval (5 s, whatever the bucket's
+// reporting_interval says), its elapsed time the whole seconds since the
+// bucket's last report, truncated. An assignment's TTL and fill interval are
+// read as whole seconds; a token bucket starts full and refills
+// continuously at tokens_per_fill per fill_interval, capped at max_tokens;
+// a changed strategy starts a new, full bucket, the same one only extends
+// the TTL; an expired or missing assignment allows everything (the default
 // no_assignment and expired_assignment behaviour).
 package rlqssim
 
@@ -19,27 +24,52 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"math/rand/v2"
 	"sync"
 	"time"
 
 	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/grpc"
-	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
+)
+
+// EnvoyInterval is how often Envoy's rate_limit_quota filter reports its
+// buckets' usage, whatever their reporting_interval says.
+const EnvoyInterval = 5 * time.Second
+
+// Arrivals is how requests arrive at a simulated Envoy.
+type Arrivals uint8
+
+// Arrival processes.
+const (
+	// Poisson arrivals: independent requests at the demand's rate, as many
+	// clients make; their counts over a second vary by the square root of
+	// the rate.
+	Poisson Arrivals = iota
+	// Uniform arrivals: one request every 1/rate seconds.
+	Uniform
 )
 
 // Options configure a run.
 type Options struct {
-	// Conns are the servers: Envoy i streams to Conns[i%len(Conns)].
+	// Conns are the servers of Run: Envoy i streams to Conns[i%len(Conns)].
 	Conns  []grpc.ClientConnInterface
 	Domain string
 	Bucket map[string]string
 	// Demands are the Envoys: each's request rate (per second) at an offset
 	// from the start of the run.
 	Demands []func(at time.Duration) float64
-	// Interval is the reporting interval (whole seconds in Envoy); Step the
-	// granularity of arrivals; Duration the run's length.
+	// Interval is the period of each Envoy's reports (0: EnvoyInterval),
+	// Step the granularity of arrivals (0: 5 ms), Duration the run's length.
 	Interval, Step, Duration time.Duration
+	// Arrivals is the arrival process; Seed seeds the Poisson arrivals.
+	Arrivals Arrivals
+	Seed     uint64
+	// Spread starts Envoy i at i/n of the first interval rather than all at
+	// once: Envoys whose first requests (and so their report timers) come
+	// at different instants, as independent proxies' do.
+	Spread bool
 }
 
 // Second is one second of a run.
@@ -50,17 +80,65 @@ type Second struct {
 	// assignment in force at its end (tokens per second; -1: none, allow all).
 	Demand, Granted []int64
 	Share           []float64
+	// New and Renewed count the assignments applied in the second that
+	// were new strategies, and those that only extended a TTL.
+	New, Renewed int
 }
 
 // Result is a run's record.
-type Result struct{ Seconds []Second }
+type Result struct {
+	Seconds []Second
+	// New counts the assignments that were a new strategy for their Envoy
+	// (a new, full token bucket), Renewed those that only extended a TTL,
+	// over all Envoys.
+	New, Renewed int
+}
+
+// Blanket is a blanket rule of an Assignment.
+type Blanket uint8
+
+// Blanket rules.
+const (
+	NoBlanket Blanket = iota
+	AllowAll
+	DenyAll
+)
+
+// Assignment is one bucket action of a response, as the filter reads it.
+type Assignment struct {
+	Bucket map[string]string
+	// Abandon: forget the bucket's assignment.
+	Abandon bool
+	// Blanket, or else a token bucket of TokensPerFill per Fill (whole
+	// seconds) holding at most MaxTokens.
+	Blanket                  Blanket
+	MaxTokens, TokensPerFill int64
+	Fill                     time.Duration
+	TTL                      time.Duration // whole seconds
+}
+
+// strategy is the part of an assignment that the filter compares to decide
+// whether it is a new one.
+func (a Assignment) strategy() [4]int64 {
+	return [4]int64{int64(a.Blanket), a.MaxTokens, a.TokensPerFill, int64(a.Fill)}
+}
+
+// Usage is one report of one bucket.
+type Usage struct {
+	Bucket          map[string]string
+	Elapsed         time.Duration
+	Allowed, Denied uint64
+}
 
 // envoy is one simulated filter.
 type envoy struct {
 	demand func(time.Duration) float64
+	start  time.Duration // its first request, from the start of the run
+	rng    *rand.Rand
 
 	mu       sync.Mutex
-	strategy proto.Message // the assignment's strategy; nil: none
+	has      bool // an assignment in force (until expires)
+	strategy [4]int64
 	expires  time.Time
 	deny     bool
 	allowAll bool
@@ -69,35 +147,41 @@ type envoy struct {
 	rate     float64 // tokens per second
 	last     time.Time
 	// counts since the last report, and in the current second
-	allowed, denied     uint64
-	secArrived, secOK   int64
-	lastReport, started time.Time
-	owed                float64
+	allowed, denied    uint64
+	secArrived, secOK  int64
+	secNew, secRenewed int
+	created            bool
+	lastReport         time.Time
+	nextReport         time.Duration
+	owed               float64
+	news, renewals     int
 }
 
-func (e *envoy) apply(r *rlqsv3.RateLimitQuotaResponse, now time.Time) {
+// apply takes the assignments of one response at now.
+func (e *envoy) apply(as []Assignment, now time.Time) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	for _, a := range r.GetBucketAction() {
-		if a.GetAbandonAction() != nil {
-			e.strategy = nil
+	for _, a := range as {
+		if a.Abandon {
+			e.has = false
 			continue
 		}
-		qa := a.GetQuotaAssignmentAction()
-		ttl := time.Duration(qa.GetAssignmentTimeToLive().GetSeconds()) * time.Second // Envoy: whole seconds
-		s := qa.GetRateLimitStrategy()
-		e.expires = now.Add(ttl)
-		if e.strategy != nil && proto.Equal(e.strategy, s) {
+		e.expires = now.Add(a.TTL.Truncate(time.Second)) // Envoy: whole seconds
+		if e.has && e.strategy == a.strategy() {
+			e.renewals++
+			e.secRenewed++
 			continue // the same strategy: only the TTL moves
 		}
-		e.strategy = s
-		e.deny = s.GetBlanketRule().String() == "DENY_ALL"
-		e.allowAll = s.GetTokenBucket() == nil && !e.deny
-		if tb := s.GetTokenBucket(); tb != nil {
-			fill := time.Duration(tb.GetFillInterval().GetSeconds()) * time.Second
-			e.max = float64(tb.GetMaxTokens())
+		e.news++
+		e.secNew++
+		e.has, e.strategy = true, a.strategy()
+		e.deny = a.Blanket == DenyAll
+		e.allowAll = a.Blanket == AllowAll
+		if a.Blanket == NoBlanket {
+			fill := a.Fill.Truncate(time.Second)
+			e.max = float64(a.MaxTokens)
 			e.tokens = e.max // a new strategy starts full
-			e.rate = float64(tb.GetTokensPerFill().GetValue()) / max(fill.Seconds(), 1)
+			e.rate = float64(a.TokensPerFill) / max(fill.Seconds(), 1)
 			e.last = now
 		}
 	}
@@ -105,7 +189,7 @@ func (e *envoy) apply(r *rlqsv3.RateLimitQuotaResponse, now time.Time) {
 
 // admit decides one request at now.
 func (e *envoy) admit(now time.Time) bool {
-	if e.strategy == nil || !now.Before(e.expires) || e.allowAll {
+	if !e.has || !now.Before(e.expires) || e.allowAll {
 		return true
 	}
 	if e.deny {
@@ -122,7 +206,7 @@ func (e *envoy) admit(now time.Time) bool {
 
 // share is the assignment in force, in tokens per second (-1: none).
 func (e *envoy) share(now time.Time) float64 {
-	if e.strategy == nil || !now.Before(e.expires) || e.allowAll {
+	if !e.has || !now.Before(e.expires) || e.allowAll {
 		return -1
 	}
 	if e.deny {
@@ -131,24 +215,165 @@ func (e *envoy) share(now time.Time) float64 {
 	return e.rate
 }
 
-// Run runs the simulation until Duration, writing a line per second to w
-// (nil: none).
+// request decides one arrival at now and counts it.
+func (e *envoy) request(now time.Time) {
+	e.secArrived++
+	if e.admit(now) {
+		e.allowed++
+		e.secOK++
+	} else {
+		e.denied++
+	}
+}
+
+// arrivals is the number of requests arriving at rate per second over dt.
+func (e *envoy) arrivals(kind Arrivals, rate float64, dt time.Duration) int {
+	mean := rate * dt.Seconds()
+	if kind == Uniform {
+		e.owed += mean
+		n := int(e.owed)
+		e.owed -= float64(n)
+		return n
+	}
+	// Poisson, by inversion: mean is small at a step of milliseconds.
+	n, p := 0, math.Exp(-mean)
+	cdf, u := p, e.rng.Float64()
+	for u > cdf && n < 1<<20 {
+		n++
+		p *= mean / float64(n)
+		cdf += p
+	}
+	return n
+}
+
+// usage takes the counts since the last report at now, as the filter
+// reports them.
+func (e *envoy) usage(bucket map[string]string, now time.Time) Usage {
+	u := Usage{Bucket: bucket, Elapsed: now.Sub(e.lastReport).Truncate(time.Second), Allowed: e.allowed, Denied: e.denied}
+	e.allowed, e.denied = 0, 0
+	e.lastReport = now
+	return u
+}
+
+// sim is a run's clockwork, whatever its clock and transport.
+type sim struct {
+	o       Options
+	envoys  []*envoy
+	start   time.Time
+	res     Result
+	w       io.Writer
+	nextSec time.Duration
+}
+
+func newSim(o Options, start time.Time, w io.Writer) (*sim, error) {
+	if len(o.Demands) == 0 {
+		return nil, fmt.Errorf("rlqssim: no Envoys")
+	}
+	o.Interval = max(cmpOr(o.Interval, EnvoyInterval), time.Second)
+	o.Step = cmpOr(o.Step, 5*time.Millisecond)
+	s := &sim{o: o, start: start, w: w, nextSec: time.Second}
+	for i, d := range o.Demands {
+		e := &envoy{demand: d, rng: rand.New(rand.NewPCG(o.Seed, uint64(i)))}
+		if o.Spread {
+			e.start = (o.Interval * time.Duration(i) / time.Duration(len(o.Demands))).Truncate(o.Step)
+		}
+		s.envoys = append(s.envoys, e)
+	}
+	return s, nil
+}
+
+// step runs the Envoys from now-dt to now: their arrivals, their reports
+// due (send: Envoy i reports u), and the second that ends, if one does. It
+// reports whether the run is over.
+func (s *sim) step(now time.Time, dt time.Duration, send func(i int, u Usage) error) (done bool, err error) {
+	at := now.Sub(s.start)
+	for i, e := range s.envoys {
+		e.mu.Lock()
+		var u *Usage
+		switch {
+		case at < e.start:
+		case !e.created:
+			// The first request creates the bucket and is reported at
+			// once, with no elapsed time; the report timer starts.
+			e.created, e.lastReport, e.nextReport = true, now, at+s.o.Interval
+			e.request(now)
+			v := e.usage(s.o.Bucket, now)
+			u = &v
+		default:
+			for range e.arrivals(s.o.Arrivals, e.demand(at), dt) {
+				e.request(now)
+			}
+			if at >= e.nextReport {
+				// Envoy arms its timer again once it has sent the reports:
+				// the next comes an interval after this one, never sooner.
+				v := e.usage(s.o.Bucket, now)
+				u = &v
+				e.nextReport = at + s.o.Interval
+			}
+		}
+		e.mu.Unlock()
+		if u != nil {
+			if err := send(i, *u); err != nil {
+				return true, err
+			}
+		}
+	}
+	if at < s.nextSec {
+		return false, nil
+	}
+	sec := Second{At: s.nextSec, Demand: make([]int64, len(s.envoys)), Granted: make([]int64, len(s.envoys)), Share: make([]float64, len(s.envoys))}
+	for i, e := range s.envoys {
+		e.mu.Lock()
+		sec.Demand[i], sec.Granted[i], sec.Share[i] = e.secArrived, e.secOK, e.share(now)
+		sec.Allowed += e.secOK
+		sec.New += e.secNew
+		sec.Renewed += e.secRenewed
+		e.secArrived, e.secOK, e.secNew, e.secRenewed = 0, 0, 0, 0
+		e.mu.Unlock()
+	}
+	s.res.Seconds = append(s.res.Seconds, sec)
+	if s.w != nil {
+		fmt.Fprintf(s.w, "%4.0fs allowed %5d |", sec.At.Seconds(), sec.Allowed)
+		for i := range s.envoys {
+			fmt.Fprintf(s.w, " %d/%d@%.0f", sec.Granted[i], sec.Demand[i], sec.Share[i])
+		}
+		fmt.Fprintln(s.w)
+	}
+	s.nextSec += time.Second
+	return at >= s.o.Duration, nil
+}
+
+// result is the run's record so far.
+func (s *sim) result() Result {
+	r := s.res
+	for _, e := range s.envoys {
+		e.mu.Lock()
+		r.New += e.news
+		r.Renewed += e.renewals
+		e.mu.Unlock()
+	}
+	return r
+}
+
+// Run runs the simulation against o.Conns in real time until Duration,
+// writing a line per second to w (nil: none).
 func Run(ctx context.Context, o Options, w io.Writer) (Result, error) {
 	if len(o.Conns) == 0 {
 		return Result{}, fmt.Errorf("rlqssim: no server")
 	}
-	o.Interval = max(o.Interval, time.Second)
-	o.Step = cmpOr(o.Step, 5*time.Millisecond)
+	s, err := newSim(o, time.Now(), w)
+	if err != nil {
+		return Result{}, err
+	}
+	o = s.o
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	start := time.Now()
-	envoys := make([]*envoy, len(o.Demands))
 	streams := make([]grpc.BidiStreamingClient[rlqsv3.RateLimitQuotaUsageReports, rlqsv3.RateLimitQuotaResponse], len(o.Demands))
 	errc := make(chan error, len(o.Demands))
 	var wg sync.WaitGroup
-	for i, d := range o.Demands {
-		e := &envoy{demand: d, started: start, lastReport: start}
-		envoys[i] = e
+	defer wg.Wait()
+	defer cancel()
+	for i, e := range s.envoys {
 		st, err := rlqsv3.NewRateLimitQuotaServiceClient(o.Conns[i%len(o.Conns)]).StreamRateLimitQuotas(ctx)
 		if err != nil {
 			return Result{}, err
@@ -165,88 +390,115 @@ func Run(ctx context.Context, o Options, w io.Writer) (Result, error) {
 					}
 					return
 				}
-				e.apply(r, time.Now())
+				e.apply(FromProto(r), time.Now())
 			}
 		}()
 	}
-	defer wg.Wait()
-	defer cancel()
-	report := func(i int, elapsed time.Duration) error {
-		e := envoys[i]
-		e.mu.Lock()
-		u := &rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage{BucketId: &rlqsv3.BucketId{Bucket: o.Bucket},
-			TimeElapsed: durationpb.New(elapsed.Truncate(time.Second)), NumRequestsAllowed: e.allowed, NumRequestsDenied: e.denied}
-		e.allowed, e.denied = 0, 0
-		e.mu.Unlock()
-		return streams[i].Send(&rlqsv3.RateLimitQuotaUsageReports{Domain: o.Domain, BucketQuotaUsages: []*rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage{u}})
+	send := func(i int, u Usage) error {
+		return streams[i].Send(&rlqsv3.RateLimitQuotaUsageReports{Domain: o.Domain,
+			BucketQuotaUsages: []*rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage{{
+				BucketId: &rlqsv3.BucketId{Bucket: u.Bucket}, TimeElapsed: durationpb.New(u.Elapsed),
+				NumRequestsAllowed: u.Allowed, NumRequestsDenied: u.Denied}}})
 	}
-	// The filter reports a bucket at once when its first request creates
-	// it, with an elapsed time of 0.
-	for i := range envoys {
-		if err := report(i, 0); err != nil {
-			return Result{}, err
-		}
-	}
-	var res Result
-	step := time.NewTicker(o.Step)
-	defer step.Stop()
-	nextReport := start.Add(o.Interval)
-	nextSecond := start.Add(time.Second)
-	prev := start
+	tick := time.NewTicker(o.Step)
+	defer tick.Stop()
+	prev := s.start
 	for {
 		select {
 		case <-ctx.Done():
-			return res, ctx.Err()
+			return s.result(), ctx.Err()
 		case err := <-errc:
-			return res, fmt.Errorf("rlqssim: stream: %w", err)
-		case now := <-step.C:
-			dt := now.Sub(prev)
+			return s.result(), fmt.Errorf("rlqssim: stream: %w", err)
+		case now := <-tick.C:
+			done, err := s.step(now, now.Sub(prev), send)
 			prev = now
-			at := now.Sub(start)
-			for _, e := range envoys {
-				e.mu.Lock()
-				e.owed += e.demand(at) * dt.Seconds()
-				for ; e.owed >= 1; e.owed-- {
-					e.secArrived++
-					if e.admit(now) {
-						e.allowed++
-						e.secOK++
-					} else {
-						e.denied++
-					}
-				}
-				e.mu.Unlock()
+			if err != nil || done {
+				return s.result(), err
 			}
-			if !now.Before(nextSecond) {
-				sec := Second{At: nextSecond.Sub(start), Demand: make([]int64, len(envoys)), Granted: make([]int64, len(envoys)), Share: make([]float64, len(envoys))}
-				for i, e := range envoys {
-					e.mu.Lock()
-					sec.Demand[i], sec.Granted[i], sec.Share[i] = e.secArrived, e.secOK, e.share(now)
-					sec.Allowed += e.secOK
-					e.secArrived, e.secOK = 0, 0
-					e.mu.Unlock()
-				}
-				res.Seconds = append(res.Seconds, sec)
-				if w != nil {
-					fmt.Fprintf(w, "%4.0fs allowed %5d |", sec.At.Seconds(), sec.Allowed)
-					for i := range envoys {
-						fmt.Fprintf(w, " %d/%d@%.0f", sec.Granted[i], sec.Demand[i], sec.Share[i])
-					}
-					fmt.Fprintln(w)
-				}
-				nextSecond = nextSecond.Add(time.Second)
-				if at >= o.Duration {
-					return res, nil
-				}
+		}
+	}
+}
+
+// FromProto is the filter's reading of a response.
+func FromProto(r *rlqsv3.RateLimitQuotaResponse) []Assignment {
+	var out []Assignment
+	for _, a := range r.GetBucketAction() {
+		as := Assignment{Bucket: a.GetBucketId().GetBucket()}
+		if a.GetAbandonAction() != nil {
+			as.Abandon = true
+			out = append(out, as)
+			continue
+		}
+		qa := a.GetQuotaAssignmentAction()
+		as.TTL = time.Duration(qa.GetAssignmentTimeToLive().GetSeconds()) * time.Second
+		s := qa.GetRateLimitStrategy()
+		if tb := s.GetTokenBucket(); tb != nil {
+			as.MaxTokens, as.TokensPerFill = int64(tb.GetMaxTokens()), int64(tb.GetTokensPerFill().GetValue())
+			as.Fill = time.Duration(tb.GetFillInterval().GetSeconds()) * time.Second
+		} else if s.GetBlanketRule() == typev3.RateLimitStrategy_DENY_ALL {
+			as.Blanket = DenyAll
+		} else {
+			as.Blanket = AllowAll
+		}
+		out = append(out, as)
+	}
+	return out
+}
+
+// Server is an RLQS server in the process of a virtual-time run
+// (Simulate), whose clock the run sets.
+type Server interface {
+	// Advance moves the server's clock to now and runs what is due by
+	// then (its ticks, its flushes).
+	Advance(ctx context.Context, now time.Time)
+	// Open opens one Envoy's stream.
+	Open() Stream
+}
+
+// Stream is one Envoy's stream on a Server.
+type Stream interface {
+	Report(ctx context.Context, domain string, usages []Usage) error
+	// Pending returns the assignments sent since its last call.
+	Pending() []Assignment
+}
+
+// Simulate runs the simulation on a virtual clock, from start, against
+// servers in the process (Envoy i streams to servers[i%len(servers)]):
+// arrivals, reports, the servers' ticks and their answers all happen at
+// the instants of the run, however busy the machine is, and a seed gives
+// the same run every time. Responses arrive within the step they are sent.
+func Simulate(ctx context.Context, o Options, start time.Time, servers []Server, w io.Writer) (Result, error) {
+	if len(servers) == 0 {
+		return Result{}, fmt.Errorf("rlqssim: no server")
+	}
+	s, err := newSim(o, start, w)
+	if err != nil {
+		return Result{}, err
+	}
+	streams := make([]Stream, len(s.envoys))
+	for i := range streams {
+		streams[i] = servers[i%len(servers)].Open()
+	}
+	deliver := func(now time.Time) {
+		for i, st := range streams {
+			if as := st.Pending(); len(as) > 0 {
+				s.envoys[i].apply(as, now)
 			}
-			if !now.Before(nextReport) {
-				for i := range envoys {
-					if err := report(i, o.Interval); err != nil {
-						return res, err
-					}
-				}
-				nextReport = nextReport.Add(o.Interval)
-			}
+		}
+	}
+	send := func(i int, u Usage) error { return streams[i].Report(ctx, s.o.Domain, []Usage{u}) }
+	for now := start.Add(s.o.Step); ; now = now.Add(s.o.Step) {
+		if err := ctx.Err(); err != nil {
+			return s.result(), err
+		}
+		for _, srv := range servers {
+			srv.Advance(ctx, now)
+		}
+		deliver(now)
+		done, err := s.step(now, s.o.Step, send)
+		deliver(now)
+		if err != nil || done {
+			return s.result(), err
 		}
 	}
 }
@@ -258,18 +510,77 @@ func cmpOr(d, def time.Duration) time.Duration {
 	return def
 }
 
-// WorstWindow is the largest relative error of the allowed total over any
-// window of n seconds from second from on, against limit per second.
-func (r Result) WorstWindow(limit float64, from, n int) float64 {
-	worst := 0.0
+// Windows returns, over every window of n seconds from second from on,
+// the largest excess and the largest shortfall of the allowed total
+// against limit per second, as fractions of the limit (0: none).
+func (r Result) Windows(limit float64, from, n int) (over, under float64) {
 	for i := from; i+n <= len(r.Seconds); i++ {
 		var sum int64
 		for _, s := range r.Seconds[i : i+n] {
 			sum += s.Allowed
 		}
-		worst = math.Max(worst, math.Abs(float64(sum)/(limit*float64(n))-1))
+		d := float64(sum)/(limit*float64(n)) - 1
+		over, under = math.Max(over, d), math.Max(under, -d)
 	}
-	return worst
+	return over, under
+}
+
+// Assignments counts the new and the renewed assignments applied from
+// second from on.
+func (r Result) Assignments(from int) (news, renewed int) {
+	for _, s := range r.Seconds[min(from, len(r.Seconds)):] {
+		news += s.New
+		renewed += s.Renewed
+	}
+	return news, renewed
+}
+
+// Served returns, over the seconds from second from on, each Envoy's
+// allowed requests as a fraction of those that arrived (1 when none did),
+// and the allowed total per second.
+func (r Result) Served(from int) (fraction []float64, allowed float64) {
+	if from >= len(r.Seconds) {
+		return nil, 0
+	}
+	n := len(r.Seconds[from].Demand)
+	arrived, granted := make([]int64, n), make([]int64, n)
+	var total int64
+	for _, s := range r.Seconds[from:] {
+		for i := range n {
+			arrived[i] += s.Demand[i]
+			granted[i] += s.Granted[i]
+		}
+		total += s.Allowed
+	}
+	fraction = make([]float64, n)
+	for i := range n {
+		fraction[i] = 1
+		if arrived[i] > 0 {
+			fraction[i] = float64(granted[i]) / float64(arrived[i])
+		}
+	}
+	return fraction, float64(total) / float64(len(r.Seconds)-from)
+}
+
+// Settled returns the first second at or after from at whose end every
+// Envoy's share was at least its max-min fair share of limit, by the
+// demands of that second, less tolerance (a fraction); or -1.
+func (r Result) Settled(from int, limit float64, demands []func(time.Duration) float64, tolerance float64) int {
+	d := make([]float64, len(demands))
+	for i := max(from, 0); i < len(r.Seconds); i++ {
+		s := r.Seconds[i]
+		for j, f := range demands {
+			d[j] = f(s.At - time.Millisecond)
+		}
+		fair, ok := FairShares(limit, d), true
+		for j := range d {
+			ok = ok && s.Share[j] >= (1-tolerance)*fair[j]
+		}
+		if ok {
+			return i
+		}
+	}
+	return -1
 }
 
 // FairShares are the max-min fair shares of limit among demands.
