@@ -175,7 +175,10 @@ func getJSON(hc *http.Client, u, token string, out any) error {
 		b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
 		return fmt.Errorf("%s: %s: %s", u, resp.Status, strings.TrimSpace(string(b)))
 	}
-	return json.NewDecoder(resp.Body).Decode(out)
+	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+		return fmt.Errorf("%s: %v", u, err)
+	}
+	return nil
 }
 
 // extremes returns the indices of the least and the largest of v.

@@ -78,7 +78,7 @@ func Top(args []string, stdout, stderr io.Writer) error {
 	fetchAll := func() (offenders.Answer, error) {
 		answers := make([]offenders.Answer, len(urls))
 		for i, u := range urls {
-			if err := fetchTop(hc, u, token, &answers[i]); err != nil {
+			if err := getJSON(hc, u, token, &answers[i]); err != nil {
 				return offenders.Answer{}, err
 			}
 		}
@@ -153,29 +153,6 @@ func topAddrs(list string) ([]string, error) {
 		return nil, fmt.Errorf("%w: --addr is empty: give the debug port of each replica, HOST:PORT,HOST:PORT", ErrUsage)
 	}
 	return out, nil
-}
-
-func fetchTop(hc *http.Client, u, token string, out *offenders.Answer) error {
-	req, err := http.NewRequest("GET", u, nil)
-	if err != nil {
-		return err
-	}
-	if token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
-	}
-	resp, err := hc.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
-		return fmt.Errorf("%s: %s: %s", u, resp.Status, strings.TrimSpace(string(b)))
-	}
-	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
-		return fmt.Errorf("%s: %v", u, err)
-	}
-	return nil
 }
 
 // MergeTop merges the answers of several replicas: per rule, each window's
