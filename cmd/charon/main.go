@@ -42,7 +42,7 @@ Usage:
                                            the tier simulator in a browser (also /sim/ on serve's HTTP port)
   charon bench [flags]                     load a running server and report throughput
   charon health [--addr HOST:PORT]         exit 0 when a server's gRPC health is SERVING
-  charon rlqs-sim --domain D --bucket k=v [--envoys 20 --skew 10 --limit L]
+  charon rlqs-sim --domain D --bucket k=v [--envoys 20 --skew 10]
                                            simulated Envoy rate_limit_quota filters against a server's RLQS
   charon reserve --domain D --descriptor k=v [--copies N --min M] [--hold-for DUR]
                                            hold copies of a copy-limited resource while running
