@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -102,7 +103,10 @@ func serverPath(t testing.TB) string {
 	return path
 }
 
-var portMu sync.Mutex
+var (
+	portMu sync.Mutex
+	given  = map[int]bool{} // ports handed out by this process, never twice
+)
 
 // freePort returns a loopback port that is free, and whose cluster bus port
 // (port+10000) is free too.
@@ -117,11 +121,12 @@ func freePort(t testing.TB) int {
 		}
 		p := l.Addr().(*net.TCPAddr).Port
 		l.Close()
-		if p+10000 > 65535 {
+		if p+10000 > 65535 || given[p] || given[p+10000] || given[p-10000] {
 			continue
 		}
 		if l2, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(p+10000)); err == nil {
 			l2.Close()
+			given[p] = true
 			return p
 		}
 	}
@@ -147,15 +152,53 @@ func nodeDir(t testing.TB) (int, string) {
 
 // newNode starts redis-server with the base arguments and extra on a free
 // port, in a directory of its own (where relative paths in extra point),
-// killed when the test ends.
+// killed when the test ends. Unless it needs a password, it returns once the
+// node answers, and only once the process answering on its port is this one:
+// a port found free may be taken by another process before redis-server binds
+// it (redis-server then exits), and the node is started again on another.
 func newNode(t testing.TB, extra ...string) (*Node, []string) {
 	t.Helper()
-	port, dir := nodeDir(t)
-	args := append(baseArgs(port, dir), extra...)
-	n := &Node{Port: port, Dir: dir, args: args}
-	n.start(t, args)
-	t.Cleanup(n.Kill)
-	return n, args
+	for attempt := 0; ; attempt++ {
+		port, dir := nodeDir(t)
+		args := append(baseArgs(port, dir), extra...)
+		n := &Node{Port: port, Dir: dir, args: args}
+		n.start(t, args)
+		t.Cleanup(n.Kill)
+		if slices.Contains(extra, "--requirepass") || n.answersAsItself() {
+			return n, args
+		}
+		n.Kill()
+		if attempt == 4 {
+			t.Fatalf("redistest: redis-server did not come up on a port of its own (last %d); its log:\n%s", port, n.log())
+		}
+	}
+}
+
+// answersAsItself waits until the node answers PING and reports whether the
+// process answering is the one started (INFO's process_id), false when it
+// exited or another process answers.
+func (n *Node) answersAsItself() bool {
+	pid := "process_id:" + strconv.Itoa(n.cmd.Process.Pid)
+	var mine bool
+	poll(10*time.Second, 20*time.Millisecond, func() bool {
+		select {
+		case <-n.done:
+			return true // exited: port taken
+		default:
+		}
+		if !ping(n.Port) {
+			return false
+		}
+		out, _ := cli(n.Port, "info", "server")
+		mine = strings.Contains(out, pid+"\r") || strings.Contains(out, pid+"\n")
+		return true
+	})
+	return mine
+}
+
+func (n *Node) log() string {
+	b, _ := os.ReadFile(filepath.Join(n.Dir, "log.txt"))
+	return string(b)
 }
 
 // Single starts one redis-server and waits until it answers PING.
