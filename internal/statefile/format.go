@@ -194,24 +194,17 @@ func (d *decoder) u64() uint64 {
 	return binary.LittleEndian.Uint64(d.b[d.i-8:])
 }
 
-func (d *decoder) uvarint() uint64 {
-	if d.bad {
-		return 0
-	}
-	v, n := binary.Uvarint(d.b[d.i:])
-	if n <= 0 {
-		d.bad = true
-		return 0
-	}
-	d.i += n
-	return v
-}
+func (d *decoder) uvarint() uint64 { return decodeVarint(d, binary.Uvarint) }
 
-func (d *decoder) varint() int64 {
+func (d *decoder) varint() int64 { return decodeVarint(d, binary.Varint) }
+
+// decodeVarint reads one varint with read (binary.Uvarint or binary.Varint),
+// marking d bad when the input ends or overflows.
+func decodeVarint[T uint64 | int64](d *decoder, read func([]byte) (T, int)) T {
 	if d.bad {
 		return 0
 	}
-	v, n := binary.Varint(d.b[d.i:])
+	v, n := read(d.b[d.i:])
 	if n <= 0 {
 		d.bad = true
 		return 0
