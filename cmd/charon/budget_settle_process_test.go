@@ -17,7 +17,7 @@ import (
 )
 
 // The token budget of docs/token-budgets.md: 10,000 tokens per tenant,
-// post-paid, on a sliding hour and on a fixed month.
+// post-paid, on a sliding hour, a fixed month and a calendar month.
 const (
 	tokenBudget   = 10_000
 	settleClients = 64
@@ -28,6 +28,9 @@ descriptors:
     overdraft: true
   - key: tenant_month
     rate_limit: {unit: month, requests_per_unit: 10000, algorithm: fixed_window}
+    overdraft: true
+  - key: tenant_quota
+    quota: {limit: 10000, period: month}
     overdraft: true
 `
 )
@@ -46,7 +49,7 @@ type settleRun struct {
 type settler struct {
 	t      *testing.T
 	p      *proc
-	key    string // the descriptor key: tenant or tenant_month
+	key    string // the descriptor key: tenant, tenant_month or tenant_quota
 	tenant string
 	// envoy settles as Envoy's stream-done actions do: one request giving
 	// back the estimate (is_negative_hits) and debiting the actual; else
@@ -170,7 +173,7 @@ func (s *settler) run(seed uint64, estimate func(*rand.Rand) int64, actual func(
 // TestTokenBudgetSettleEveryStore measures reserve-then-settle on a
 // post-paid budget of 10,000 tokens with 64 concurrent clients over RLS,
 // on the memory store, a single Redis and a Redis Cluster, on a sliding
-// hour and a fixed month (docs/token-budgets.md):
+// hour, a fixed month and a calendar month's quota (docs/token-budgets.md):
 //
 //   - estimates never below the use (refunds only): the tokens used never
 //     exceed the budget;
@@ -189,7 +192,7 @@ func TestTokenBudgetSettleEveryStore(t *testing.T) {
 	for _, st := range everyStore() {
 		t.Run(st.name, func(t *testing.T) {
 			p := startServe(t, bin, st.serveArgs(t, dir)...)
-			for _, key := range []string{"tenant", "tenant_month"} {
+			for _, key := range []string{"tenant", "tenant_month", "tenant_quota"} {
 				t.Run(key, func(t *testing.T) { settleScenarios(t, p, st.name, key) })
 			}
 			p.stop(t)
