@@ -8,6 +8,16 @@ import (
 	"github.com/charonlimit/charon/internal/redistest"
 )
 
+// stateKeys is the number of rate-limit state keys (charon:{...}) in the
+// Redis on port, beside the presence key every process keeps there.
+func stateKeys(port int) int {
+	out, err := redistest.CLI(port, "--scan", "--pattern", "charon:{*")
+	if err != nil {
+		return 0
+	}
+	return len(strings.Fields(out))
+}
+
 // TestLocalModeSharesTheLimit runs three `charon serve --store redis`
 // processes on one redis-server: they count each other (the gauge
 // charon_store_replicas reaches 3 on each), then Redis is killed, and a
