@@ -127,17 +127,25 @@ func (sh *shares) policy(p *tiers.Policy, n int64) *tiers.Policy {
 }
 
 // items returns items with their policies divided among the replicas
-// counted now (one count for the whole call, so that items of one key
-// carry one policy), copied into buf when it has room; items itself when
-// fewer than 2 replicas are counted.
+// counted now, copied into buf when it has room; items itself when fewer
+// than 2 replicas are counted. Items that carry one policy carry one
+// share (one count for the call, and one pointer even if the map starts
+// afresh meanwhile), as items of one key must.
 func (sh *shares) items(items []store.Item, buf []store.Item) []store.Item {
 	n := sh.n.Load()
 	if n < 2 {
 		return items
 	}
 	out := append(buf[:0], items...)
+next:
 	for i := range out {
-		out[i].Policy = sh.policy(out[i].Policy, n)
+		for j := range i {
+			if items[j].Policy == items[i].Policy {
+				out[i].Policy = out[j].Policy
+				continue next
+			}
+		}
+		out[i].Policy = sh.policy(items[i].Policy, n)
 	}
 	return out
 }

@@ -1,6 +1,7 @@
 package resilient_test
 
 import (
+	"context"
 	"strings"
 	"sync"
 	"testing"
@@ -159,6 +160,28 @@ func TestLocalModeShares(t *testing.T) {
 		}
 		if got != 3 {
 			t.Errorf("global limit 10 over 4 domains, 3 replicas: %d granted, want 3", got)
+		}
+	})
+	t.Run("pacing reserves the share", func(t *testing.T) {
+		f := newFake()
+		f.set(fail)
+		s := resilient.New(f, resilient.Options{Now: newClock().Now})
+		defer s.Close()
+		s.SetReplicas(3)
+		it := take(tier, "a", 1)
+		it.Key.PolicyID = tier.Shape()
+		out := make([]tiers.Decision, 1)
+		granted := 0
+		for range 20 {
+			if _, err := s.Reserve(context.Background(), t0, 0, []store.Item{it}, out); err != nil {
+				t.Fatal(err)
+			}
+			if out[0].OK {
+				granted++
+			}
+		}
+		if granted != 3 {
+			t.Errorf("3 replicas: %d reservations granted locally of a limit of 10, want 3", granted)
 		}
 	})
 	t.Run("a new count applies to the local counts", func(t *testing.T) {
