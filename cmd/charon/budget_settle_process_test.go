@@ -202,7 +202,7 @@ func TestTokenBudgetSettleEveryStore(t *testing.T) {
 
 func settleScenarios(t *testing.T, p *proc, store, key string) {
 	estimate := func(r *rand.Rand) int64 { return 100 + r.Int64N(101) } // 100..200
-	const d = 50                                                          // the largest error of the two-sided runs
+	const d = 50                                                        // the largest error of the two-sided runs
 	checkCount := func(s *settler, run settleRun) {
 		t.Helper()
 		if got := s.count(run.used); got != run.used {
