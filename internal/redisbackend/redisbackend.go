@@ -1,6 +1,7 @@
 package redisbackend
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -45,6 +46,10 @@ type Options struct {
 	// Tracing traces every Redis call with OpenTelemetry's global tracer
 	// provider.
 	Tracing bool
+	// PresenceInterval and PresenceTTL set how often Run counts the
+	// processes sharing the Redis and how long one that stopped counting
+	// still counts (0: the defaults PresenceInterval and PresenceTTL).
+	PresenceInterval, PresenceTTL time.Duration
 }
 
 // Check validates o without connecting.
@@ -72,6 +77,10 @@ type Backend struct {
 	wake   chan struct{} // breaker transitions
 	// reaping: copy-limited resources are configured (SetTree).
 	reaping atomic.Bool
+	// presence counts the processes sharing the Redis every beatEvery.
+	presence  *presence
+	beatEvery time.Duration
+	replicas  atomic.Int64 // the last count, for logging its changes
 
 	closeOnce sync.Once
 	closeErr  error
@@ -103,7 +112,8 @@ func Open(o Options) (*Backend, error) {
 		c.Close()
 		return nil, err
 	}
-	b := &Backend{client: c, remote: rs, log: log, wake: make(chan struct{}, 1)}
+	b := &Backend{client: c, remote: rs, log: log, wake: make(chan struct{}, 1),
+		presence: newPresence(c, cmp.Or(o.PresenceTTL, PresenceTTL)), beatEvery: cmp.Or(o.PresenceInterval, PresenceInterval)}
 	b.store = resilient.New(rs, resilient.Options{
 		Mode:    o.FailureMode,
 		Timeout: o.Timeout,
@@ -158,18 +168,51 @@ func (b *Backend) SetTree(t *descriptors.Tree) {
 // ping still in flight, up to resilient.MaxProbes), which is how the
 // breaker closes; it calls setServing with the store's Serving on every change
 // (NOT_SERVING only in the unavailable mode while Redis is down) and logs
-// breaker transitions; and, while the configuration has copy-limited
-// resources (SetTree), it sweeps the copy logs every SweepInterval.
+// breaker transitions; while the configuration has copy-limited
+// resources (SetTree), it sweeps the copy logs every SweepInterval; and it
+// counts the processes sharing the Redis at once and every
+// PresenceInterval (presence.go), telling the store (SetReplicas) so that
+// the local failure mode divides each limit among them. The returned
+// function also removes this process from the count.
 func (b *Backend) Run(ctx context.Context, setServing func(bool)) (stop func()) {
 	ctx, cancel := context.WithCancel(ctx)
 	var watcher sync.WaitGroup
 	watcher.Go(func() { b.watch(ctx, setServing) })
+	watcher.Go(func() { b.beat(ctx) })
+	beats := periodic.Start(b.beatEvery, func() { b.beat(ctx) })
 	reaper := periodic.Sweep(SweepInterval, nil, func(now time.Time) { b.reap(ctx, now) })
 	context.AfterFunc(ctx, reaper.Stop)
+	context.AfterFunc(ctx, beats.Stop)
 	return func() {
 		cancel()
 		reaper.Stop()
+		beats.Stop()
 		watcher.Wait()
+		leave, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		if err := b.presence.leave(leave); err != nil {
+			b.log.Debug("redis presence: leave", "err", err.Error())
+		}
+	}
+}
+
+// beat counts the processes sharing the Redis once (presence.beat) and
+// tells the store; a failed count changes nothing, so that an outage
+// keeps the count seen before it.
+func (b *Backend) beat(ctx context.Context) {
+	if ctx.Err() != nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, b.beatEvery)
+	defer cancel()
+	n, err := b.presence.beat(ctx)
+	if err != nil {
+		b.log.Debug("redis presence: beat", "err", err.Error())
+		return
+	}
+	b.store.SetReplicas(n)
+	if was := b.replicas.Swap(int64(n)); was != int64(n) {
+		b.log.Info("replicas sharing the redis store", "replicas", n, "was", was)
 	}
 }
 

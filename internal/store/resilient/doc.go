@@ -58,9 +58,12 @@
 //
 //   - ModeLocal (the default): a process-local memstore, created by the
 //     wrapper, decides. Each process then enforces the limits on its own
-//     traffic only; when the remote is healthy again decisions return to it
-//     (the local state is kept for the next outage and bounded by
-//     Options.Local.MaxKeys).
+//     traffic only, so each limit is divided among the replicas that share
+//     the remote, as the owner last counted them while it answered
+//     (SetReplicas; SharePolicy rounds each share down, at least 1): N
+//     replicas together grant at most the limit, not N times it. When the
+//     remote is healthy again decisions return to it (the local state is
+//     kept for the next outage and bounded by Options.Local.MaxKeys).
 //   - ModeOpen: every item is granted in full (Granted = Hits; refunds 0),
 //     with the decision context of a pair that has no history.
 //   - ModeClosed: every item but refunds is rejected, with RetryAfter the

@@ -25,6 +25,7 @@ import (
 //	charon_store_debt_deferred_total           cached refusals of post-paid pairs in debt whose hits were summed to send later
 //	charon_store_debt_flushes_total            remote calls that sent such sums (one per pair per flush)
 //	charon_store_debt_flush_errors_total       of those, calls that failed
+//	charon_store_replicas                      replicas sharing the remote as last counted (0: never); the local failure mode's divisor
 //	charon_store_master_breaker_state{master}  with shards (a Redis Cluster), each master's breaker: 0 closed, 1 open
 //	charon_store_master_breaker_opens_total{master}
 //	charon_store_master_failures_total{master} remote calls on the master that failed, counted by its breaker
@@ -52,6 +53,8 @@ func NewCollector(stats func() Stats) prometheus.Collector {
 		counter("debt_deferred_total", "Decisions of post-paid pairs in debt refused from the over-limit cache, whose hits were summed to be sent later.", func(s Stats) uint64 { return s.DebtDeferred }),
 		counter("debt_flushes_total", "Remote calls that sent the summed refused hits of a post-paid pair in debt (one per pair per flush).", func(s Stats) uint64 { return s.DebtFlushes }),
 		counter("debt_flush_errors_total", "Remote calls sending summed refused hits that failed (those not sent are sent with the next flush).", func(s Stats) uint64 { return s.DebtFlushErrors }),
+		collect.Metric[Stats]{Name: "replicas", Help: "Replicas sharing the remote store, this one included, as last counted while it answered (0: never counted); the local failure mode divides every limit by it.",
+			Value: func(s Stats) float64 { return float64(s.Replicas) }},
 	)}
 }
 

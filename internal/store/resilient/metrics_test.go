@@ -16,7 +16,7 @@ func TestCollectorExportsStats(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	st := resilient.Stats{Remote: 10, Cached: 4, Local: 3, RemoteErrors: 2, Timeouts: 1, Slow: 8, NotSent: 9, Stuck: 11,
 		Breaker: resilient.BreakerOpen, BreakerOpens: 5, CacheHits: 4, CacheMisses: 12, CacheSize: 7, CacheEvictions: 6,
-		DebtDeferred: 13, DebtFlushes: 14, DebtFlushErrors: 15,
+		DebtDeferred: 13, DebtFlushes: 14, DebtFlushErrors: 15, Replicas: 3,
 		Shards: []resilient.ShardStats{{Name: "10.0.0.1:6379", Breaker: resilient.BreakerOpen, BreakerOpens: 2, Failures: 9}, {Name: "10.0.0.2:6379", Failures: 1}}}
 	reg.MustRegister(resilient.NewCollector(func() resilient.Stats { return st }))
 	fams, err := reg.Gather()
@@ -57,6 +57,7 @@ func TestCollectorExportsStats(t *testing.T) {
 		"charon_store_debt_deferred_total":                              13,
 		"charon_store_debt_flushes_total":                               14,
 		"charon_store_debt_flush_errors_total":                          15,
+		"charon_store_replicas":                                         3,
 		"charon_store_master_breaker_state{master=10.0.0.1:6379}":       1,
 		"charon_store_master_breaker_opens_total{master=10.0.0.1:6379}": 2,
 		"charon_store_master_failures_total{master=10.0.0.1:6379}":      9,

@@ -119,6 +119,8 @@ type Store struct {
 	shardReplies ShardReplier
 	cache        *cache // nil: off
 	debts        *debts // nil: post-paid hits go to the remote with their request
+	// shares divides ModeLocal's limits among the replicas (SetReplicas).
+	shares shares
 
 	closed    atomic.Bool
 	closeOnce sync.Once
@@ -393,7 +395,8 @@ func (s *Store) fallback(ctx context.Context, now time.Time, items []store.Item,
 	switch s.mode {
 	case ModeLocal:
 		s.localCalls.Add(1)
-		return s.local.Decide(ctx, now, items, out)
+		var buf [8]store.Item
+		return s.local.Decide(ctx, now, s.shares.items(items, buf[:0]), out)
 	case ModeOpen:
 		s.openCalls.Add(1)
 		for i := range items {
@@ -459,13 +462,26 @@ func (s *Store) Close() error {
 	return s.closeErr
 }
 
-// Flush empties the over-limit cache; a server calls it when the
-// configuration changes. Answers of calls in flight are not cached.
+// Flush empties the over-limit cache, and forgets the local failure
+// mode's shares of the policies; a server calls it when the configuration
+// changes. Answers of calls in flight are not cached.
 func (s *Store) Flush() {
 	if s.cache != nil {
 		s.cache.flush()
 	}
+	s.shares.forget()
 }
+
+// SetReplicas tells the store how many replicas share the remote, itself
+// included, as its owner last counted them while the remote answered. In
+// ModeLocal, every limit the local store decides by is then divided among
+// them (SharePolicy: each replica's share, rounded down, at least 1), so
+// that the replicas together stay within the limit while the remote is
+// away; the count last set before an outage is the one used during it.
+// A count below 2 (the zero value: never counted) keeps whole limits.
+// Safe for concurrent use, and quick: each policy's share is made on
+// first use under a new count.
+func (s *Store) SetReplicas(n int) { s.shares.set(int64(n)) }
 
 // Serving reports whether the wrapper answers requests: false after Close,
 // and in ModeUnavailable while the breaker is not closed (the remote is
@@ -601,6 +617,9 @@ type Stats struct {
 	CacheHits, CacheMisses uint64
 	CacheSize              int
 	CacheEvictions         uint64
+	// Replicas is the count of replicas sharing the remote last set
+	// (SetReplicas; 0: never), by which ModeLocal divides every limit.
+	Replicas int64
 	// DebtDeferred counts the calls answered from the cache whose
 	// post-paid hits were summed to be sent later (Options.DebtInterval);
 	// DebtFlushes the remote calls that sent such sums (one per pair per
@@ -624,6 +643,7 @@ func (s *Store) Stats() Stats {
 		NotSent:      s.notSent.Load(),
 		Stuck:        s.stuck.Load(),
 		Shards:       s.shardStats(),
+		Replicas:     s.shares.n.Load(),
 	}
 	// The whole: open while any breaker is, opened as often as they all.
 	st.Breaker, st.BreakerOpens = BreakerState(s.br.state.Load()), s.br.opens.Load()
@@ -722,7 +742,8 @@ func (s *Store) Reserve(ctx context.Context, now time.Time, after time.Duration,
 		}
 	}
 	if s.mode == ModeLocal {
-		return s.local.Reserve(ctx, now, after, items, out)
+		var buf [8]store.Item
+		return s.local.Reserve(ctx, now, after, s.shares.items(items, buf[:0]), out)
 	}
 	return time.Time{}, fmt.Errorf("resilient: %w: %w", store.ErrCannotReserve, err)
 }
@@ -750,7 +771,8 @@ func (s *Store) GiveBack(ctx context.Context, now, at time.Time, items []store.I
 		}
 	}
 	if s.mode == ModeLocal {
-		return s.local.GiveBack(ctx, now, at, items)
+		var buf [8]store.Item
+		return s.local.GiveBack(ctx, now, at, s.shares.items(items, buf[:0]))
 	}
 	return err
 }
