@@ -55,11 +55,11 @@ func TestLateGrantGivenBack(t *testing.T) {
 // call holding a refund.
 func TestCompensationOnlyGivesBackGrants(t *testing.T) {
 	hdr := func(mode int64, flags ...int64) []byte {
-		h := f64s(nil, mode, -1, 3_600_000, 1000, int64(len(flags)), int64(len(flags)))
+		h := header{mode: mode, now: -1, maxTTL: 3_600_000, lease: 1000, nk: len(flags)}
 		for i, f := range flags {
-			h = f64s(h, int64(i+1), 0, 1, 5, 2, f)
+			h.items = append(h.items, item1(i+1, 0, 1, 5, 2, f))
 		}
-		return withPlan(h)
+		return planned(h)
 	}
 	reply := func(status, now int64, granted ...int64) string {
 		b := f64s(nil, status, now)
@@ -287,11 +287,11 @@ func TestLateRefundAtClose(t *testing.T) {
 // with a global key is refunded; the guards of the refund hold.
 func TestCompensationUndo(t *testing.T) {
 	hdr := func(mode int64, gk int64, flags ...int64) []byte {
-		h := f64s(nil, mode, 77, 3_600_000, 1000, int64(len(flags)), int64(len(flags)))
+		h := header{mode: mode, now: 77, maxTTL: 3_600_000, lease: 1000, nk: len(flags)}
 		for i, f := range flags {
-			h = f64s(h, int64(i+1), gk, int64(i+1), 5, 2, f)
+			h.items = append(h.items, item1(i+1, int(gk), i+1, 5, 2, f))
 		}
-		return withPlan(h)
+		return planned(h)
 	}
 	// reply: per item its flags and grant.
 	reply := func(status, now int64, fg ...[2]int64) string {

@@ -75,7 +75,10 @@ func (s *Store) send(ctx context.Context, c *call) (string, error) {
 		r = &request{done: make(chan struct{}, 1)}
 		c.req = r
 	}
-	r.args, r.ctx, r.undo = c.args, ctx, c.undo
+	r.args, r.ctx, r.undo = c.args, ctx, true
+	for _, e := range c.pols {
+		r.undo = r.undo && e.undo
+	}
 	r.state.Store(reqQueued)
 	mark, rel := s.stall.mark(), s.stall.released()
 	select {
@@ -485,11 +488,8 @@ func (s *Store) giveBack(ctx context.Context, calls [][]any) (given, failed int)
 // plan. A reply: status and now, then nine doubles per item, of which the
 // first is its flags (replyOK, replyBurst) and the second Granted.
 const (
-	hdrFields, itemFields, planFields, replyHead, replyItem = 6, 6, 2, 2, 9
-	flagRefund                                              = 1
-	flagShadow                                              = 2
-	flagEntered                                             = 4 // mode undo: the grant entered its tier
-	replyOK, replyBurst                                     = 1, 2
+	replyHead, replyItem = 2, 9
+	replyOK, replyBurst  = 1, 2
 )
 
 func f64at(b []byte, i int) int64 {

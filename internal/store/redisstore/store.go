@@ -40,25 +40,6 @@ const busyAgain = 3
 // call live from its prepare, or from its seal.
 const sealFactor = 10
 
-// Script modes (apply.lua).
-const (
-	modeDecide  = 1
-	modeChecked = 2
-	modePrepare = 3
-	modeCommit  = 4
-	modeAbort   = 5
-	modeRelease = 6
-	modeSeal    = 7
-	modeUndo    = 8
-)
-
-// Script statuses.
-const (
-	statusDone = 0
-	statusBusy = 1
-	statusLost = 2
-)
-
 // maxAttempts bounds the retries of a call that finds its keys locked.
 const maxAttempts = 200
 
@@ -140,12 +121,11 @@ type call struct {
 	keys  []string
 	kix   []int // per item: index of its state key in keys, -1 not in this call
 	loc   []int // per item: its index among the items of this call (from 1), 0 not in it
-	gix   []int
 	pols  []*encoded
-	pix   []int
-	hdr   []byte
-	hbox  any   // hdr boxed, reused while hdr keeps its array and length
-	args  []any // the FCALL command
+	h     header // the command's, items reused
+	hdr   []byte // h encoded
+	hbox  any    // hdr boxed, reused while hdr keeps its array and length
+	args  []any  // the FCALL command
 	slots []uint16
 	req   *request
 	// A slot's call in a step of a two-step (slotCalls): its script's
@@ -161,9 +141,6 @@ type call struct {
 	// late reply's give-back (reservedBack).
 	items []store.Item
 	now   time.Time
-	// undo: every policy of the command's items is undoableTake, so that
-	// a late reply to it is given back exactly (compensation).
-	undo bool
 }
 
 // NewWithClient returns a Store over c, which the caller keeps and closes.
@@ -423,96 +400,52 @@ func (s *Store) exec(ctx context.Context, c *call, items []store.Item, sel int, 
 }
 
 // command sets c.args to the FCALL of the decide function for the items
-// of slot sel (-1: all items) in mode.
+// of slot sel (-1: all items) in mode, and c.h to its header.
 func (c *call) command(s *Store, items []store.Item, sel int, mode int, now int64, token string) {
 	c.keys, c.pols = c.keys[:0], c.pols[:0]
-	c.kix, c.gix, c.pix, c.loc = c.kix[:0], c.gix[:0], c.pix[:0], c.loc[:0]
-	n := 0
+	c.kix, c.loc = c.kix[:0], c.loc[:0]
+	c.h = header{mode: int64(mode), now: now, maxTTL: s.maxTTL, lease: s.lease, items: c.h.items[:0], off: c.off}
 	for i := range items {
 		if sel >= 0 && int(c.slot[i]) != sel {
 			c.loc = append(c.loc, 0)
 			c.kix = append(c.kix, -1)
-			c.gix = append(c.gix, -1)
-			c.pix = append(c.pix, -1)
-			continue
-		}
-		n++
-		c.loc = append(c.loc, n)
-		c.kix = append(c.kix, c.keyIndex(c.skey[i]))
-		g := -1
-		if c.gkey[i] != "" {
-			g = c.keyIndex(c.gkey[i])
-		}
-		c.gix = append(c.gix, g)
-		p := -1
-		for j, e := range c.pols {
-			if e == c.enc[i] {
-				p = j
-				break
-			}
-		}
-		if p < 0 {
-			p = len(c.pols)
-			c.pols = append(c.pols, c.enc[i])
-		}
-		c.pix = append(c.pix, p)
-	}
-	nk := len(c.keys)
-	if mode != modeDecide {
-		for k := 0; k < nk; k++ {
-			c.keys = append(c.keys, lockKey(s.prefix, c.keys[k]))
-		}
-	}
-	h := appendF64(c.hdr[:0], int64(mode))
-	h = appendF64(h, now)
-	h = appendF64(h, s.maxTTL)
-	h = appendF64(h, s.lease) // prepare and seal lock for it
-	h = appendF64(h, int64(nk))
-	h = appendF64(h, int64(n))
-	for i := range items {
-		if c.kix[i] < 0 {
 			continue
 		}
 		it := &items[i]
-		h = appendF64(h, int64(c.kix[i]+1))
-		h = appendF64(h, int64(c.gix[i]+1))
-		h = appendF64(h, int64(c.pix[i]+1))
-		h = appendF64(h, it.Hits)
-		h = appendF64(h, it.Min)
-		var f int64
-		if it.Refund {
-			f |= 1
+		c.loc = append(c.loc, len(c.h.items)+1)
+		k := c.keyIndex(c.skey[i])
+		c.kix = append(c.kix, k)
+		hi := headerItem{key: k + 1, hits: it.Hits, min: it.Min, refund: it.Refund, shadow: it.Shadow}
+		if c.gkey[i] != "" {
+			hi.global = c.keyIndex(c.gkey[i]) + 1
 		}
-		if it.Shadow {
-			f |= 2
+		hi.policy = slices.Index(c.pols, c.enc[i]) + 1
+		if hi.policy == 0 {
+			c.pols = append(c.pols, c.enc[i])
+			hi.policy = len(c.pols)
 		}
-		h = appendF64(h, f)
-	}
-	// The plan, for the general code: a group's items, and the groups
-	// sharing a global state, share a slot (keys.go), so every leader of
-	// the call's items is one of them.
-	for i := range items {
-		if c.kix[i] < 0 {
-			continue
-		}
-		var lead, glob int64
+		// The plan, for the general code: a group's items, and the groups
+		// sharing a global state, share a slot (keys.go), so every leader
+		// of the call's items is one of them, and comes first.
 		if l := c.plan.Leader(i); l >= 0 {
-			lead = int64(c.loc[l])
+			hi.lead = c.loc[l]
 		}
 		if g := c.plan.Global(i); g >= 0 {
-			glob = int64(c.loc[g])
+			hi.glob = c.loc[g]
 		}
-		h = appendF64(appendF64(h, lead), glob)
+		c.h.items = append(c.h.items, hi)
 	}
-	// A reservation's offset, or a give-back's instant (-µs), after the
-	// plan (apply.lua's fdecide, "Pacing").
-	if c.off != 0 {
-		h = appendF64(h, c.off)
+	c.h.nk = len(c.keys)
+	if mode != modeDecide {
+		for k := range c.h.nk {
+			c.keys = append(c.keys, lockKey(s.prefix, c.keys[k]))
+		}
 	}
-	c.hdr = h
+	c.hdr = c.h.append(c.hdr[:0])
 	// Boxing a []byte allocates: the box of the last header is reused when
 	// this one has the same array and length (its bytes were rewritten in
 	// place; go-redis has written the previous command before returning).
+	h := c.hdr
 	if b, ok := c.hbox.([]byte); !ok || len(b) != len(h) || &b[0] != &h[0] {
 		c.hbox = h
 	}
@@ -521,10 +454,8 @@ func (c *call) command(s *Store, items []store.Item, sel int, mode int, now int6
 		c.args = append(c.args, k)
 	}
 	c.args = append(c.args, c.hbox, token)
-	c.undo = true
 	for _, e := range c.pols {
 		c.args = append(c.args, e.arg)
-		c.undo = c.undo && e.undo
 	}
 }
 
@@ -761,11 +692,8 @@ func (s *Store) releaseLater(sc *slotCalls, token string) {
 			continue
 		}
 		// A prepare's keys are its slot's keys, then their locks.
-		nk := len(sub.keys) / 2
-		hdr := appendF64(nil, modeRelease)
-		for _, v := range []int64{0, 0, 0, int64(nk), 0} {
-			hdr = appendF64(hdr, v)
-		}
+		h := header{mode: modeRelease, nk: len(sub.keys) / 2}
+		hdr := h.append(nil)
 		args := []any{fcallName, funcNameArg, len(sub.keys)}
 		for _, k := range sub.keys {
 			args = append(args, k)
