@@ -323,11 +323,14 @@ type encoded struct {
 	from, until int64
 	// undo: a take of the policy can be given back exactly (undoableTake).
 	undo bool
+	// postPaid: the policy's groups are debited whatever the answer
+	// (store.Plan.PostPaid).
+	postPaid bool
 }
 
 func encodePolicy(p *tiers.Policy, now time.Time) *encoded {
 	v := p.AppendCompactAt(nil, now)
-	e := &encoded{arg: string(appendCompact(nil, v)), undo: undoableTake(p)}
+	e := &encoded{arg: string(appendCompact(nil, v)), undo: undoableTake(p), postPaid: p.Overdraft}
 	if p.Kind == tiers.KindQuota && len(v) == 3+tiers.QuotaTableLen {
 		e.from, e.until = v[5], v[6]
 	}
@@ -367,16 +370,26 @@ func (c *policyCache) get(p *tiers.Policy, now time.Time) *encoded {
 	return e
 }
 
+// A reply of the decide function (apply.lua's "Reply"): its status and
+// instant, then per item its flags (reply*) and eight numbers.
+const (
+	replyHead, replyItem = 2, 9
+	replyOK              = 1
+	replyBurst           = 2
+	replyHard            = 4
+	replyGlobal          = 8
+)
+
 // decision reads the function's answer for an item of policy p and
 // completes it with what follows from the policy.
 func decision(p *tiers.Policy, r *reader) tiers.Decision {
 	flags := r.num()
 	d := tiers.Decision{
 		Granted:         r.num(),
-		OK:              flags&1 != 0,
-		Burst:           flags&2 != 0,
-		LimitedByHard:   flags&4 != 0,
-		LimitedByGlobal: flags&8 != 0,
+		OK:              flags&replyOK != 0,
+		Burst:           flags&replyBurst != 0,
+		LimitedByHard:   flags&replyHard != 0,
+		LimitedByGlobal: flags&replyGlobal != 0,
 	}
 	d.Tier = int(r.num())
 	d.TierHits = r.num()
@@ -387,4 +400,31 @@ func decision(p *tiers.Policy, r *reader) tiers.Decision {
 	d.ResetAfter = tiers.FromMicros(r.num())
 	p.FillLimits(&d)
 	return d
+}
+
+// grant is what a reply says of an item's grant.
+type grant struct {
+	ok, burst bool
+	granted   int64
+}
+
+// readGrants reads the reply res of a call of n items: its status, its
+// instant and, when the status is done, each item's grant.
+func readGrants(res string, n int) (status, now int64, g []grant, err error) {
+	r := reader{b: res}
+	status, now = r.num(), r.num()
+	if r.err == nil && status == statusDone {
+		g = make([]grant, n)
+		for i := range g {
+			f := r.num()
+			g[i] = grant{ok: f&replyOK != 0, burst: f&replyBurst != 0, granted: r.num()}
+			for range replyItem - 2 {
+				r.num()
+			}
+		}
+	}
+	if r.err != nil || r.b != "" {
+		return 0, 0, nil, errReply
+	}
+	return status, now, g, nil
 }

@@ -66,16 +66,18 @@ type Store struct {
 	stop chan struct{}
 	wg   sync.WaitGroup // the dispatchers
 	rwg  sync.WaitGroup // the refunder
-	// late counts the calls applied after their callers gave up: given
-	// back (compensate), or whose refund failed.
-	late struct{ given, failed, lost atomic.Uint64 }
-	// undone counts the slots of calls spanning Cluster slots whose grants
-	// were given back because another slot rejected (oneTrip), and those
-	// whose undo failed.
-	undone struct{ given, failed atomic.Uint64 }
-	// refunds queues the late calls' refunds for the refunder, off the
-	// dispatchers' path (nil without dispatchers).
-	refunds chan [][]any
+	// late counts the give-backs of the calls applied after their callers
+	// gave up (giveBackLate); lost the calls whose callers gave up that
+	// got no reply.
+	late backCount
+	lost atomic.Uint64
+	// undone counts the give-backs of the slots of calls spanning Cluster
+	// slots whose grants were given back because another slot rejected
+	// or failed (oneTrip).
+	undone backCount
+	// refunds queues the late replies for the refunder, which gives them
+	// back off the dispatchers' path (nil without dispatchers).
+	refunds chan []lateReply
 	// replies counts the calls the dispatchers sent whose replies came
 	// back, their callers waiting or not.
 	replies atomic.Uint64
@@ -100,7 +102,7 @@ func (s *Store) LateGrants() (givenBack, failed uint64) {
 // the dispatcher's wait for it ended (lateReplyWait past the latest
 // deadline of its batch) or the connection failed. Applied or not, nothing
 // was given back.
-func (s *Store) LateLost() uint64 { return s.late.lost.Load() }
+func (s *Store) LateLost() uint64 { return s.lost.Load() }
 
 // Replies reports how many calls sent by the dispatchers Redis answered,
 // those whose callers had given up included: evidence that Redis is up
@@ -133,14 +135,11 @@ type call struct {
 	st   int
 	used int64
 	err  error
+	// res is the reply to the last exec (its decisions are in out), which
+	// a slot's give-back reads (oneTrip).
+	res string
 	// off is a reservation's offset in µs (Store.Reserve), 0 for none.
 	off int64
-	// items and now are prepare's: the caller's items (read only while
-	// the call runs) and the policies' encoding instant. A reservation
-	// whose caller gives up after it was sent copies them (send), for its
-	// late reply's give-back (reservedBack).
-	items []store.Item
-	now   time.Time
 }
 
 // NewWithClient returns a Store over c, which the caller keeps and closes.
@@ -173,7 +172,7 @@ func NewWithClient(c redis.UniversalClient, opts Options) (*Store, error) {
 	}
 	if pipelines > 0 {
 		s.q = make(chan *request, maxBatch*pipelines)
-		s.refunds = make(chan [][]any, refundQueue)
+		s.refunds = make(chan []lateReply, refundQueue)
 		s.stall.dispatchers = int32(pipelines)
 		s.wg.Add(pipelines)
 		s.rwg.Add(1)
@@ -189,8 +188,9 @@ func NewWithClient(c redis.UniversalClient, opts Options) (*Store, error) {
 func (s *Store) Client() redis.UniversalClient { return s.c }
 
 // Close implements store.Store: Decide fails with store.ErrClosed afterwards
-// (calls waiting for a pipeline too), the dispatchers stop once their batch
-// in flight is answered, and the refunds of the late replies read meanwhile
+// (calls waiting for a pipeline too, whose grants are given back as those
+// of callers that gave up), the dispatchers stop once their batch in
+// flight is answered, and the give-backs of the late replies read meanwhile
 // are sent (the caller closes the client afterwards; on a closed client
 // they fail and are counted as failed). It returns nil.
 func (s *Store) Close() error {
@@ -351,9 +351,8 @@ func (s *Store) put(c *call) {
 	clear(c.pols)
 	clear(c.args)
 	c.skey, c.gkey, c.enc, c.keys, c.pols, c.args = c.skey[:0], c.gkey[:0], c.enc[:0], c.keys[:0], c.pols[:0], c.args[:0]
-	c.off = 0
+	c.off, c.res = 0, ""
 	c.plan = nil
-	c.items = nil
 	s.calls.Put(c)
 }
 
@@ -362,7 +361,6 @@ func (s *Store) put(c *call) {
 func (c *call) prepare(s *Store, items []store.Item, now time.Time) {
 	c.own.Make(items)
 	c.plan = &c.own
-	c.items, c.now = items, now
 	c.skey, c.gkey, c.slot, c.enc = c.skey[:0], c.gkey[:0], c.slot[:0], c.enc[:0]
 	for i := range items {
 		it := &items[i]
@@ -384,6 +382,7 @@ func (c *call) prepare(s *Store, items []store.Item, now time.Time) {
 func (s *Store) exec(ctx context.Context, c *call, items []store.Item, sel int, mode int, now int64, token string, out []tiers.Decision) (int, int64, error) {
 	c.command(s, items, sel, mode, now, token)
 	res, err := s.fcall(ctx, c)
+	c.res = res
 	if err != nil {
 		return 0, 0, err
 	}
