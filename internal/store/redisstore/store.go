@@ -83,8 +83,10 @@ type Store struct {
 	replies atomic.Uint64
 	// byShard counts them per Cluster master (address → *atomic.Uint64).
 	byShard sync.Map
-	// busy is the work pending after its callers returned (Settle).
+	// busy is the work pending after its callers returned (Settle); bg
+	// the goroutines of some of it (background), joined by Close.
 	busy pending
+	bg   joined
 	// stall tells the calls not sent whether Redis' silence held them
 	// (stuck.go).
 	stall stuckWatch
@@ -191,8 +193,10 @@ func (s *Store) Client() redis.UniversalClient { return s.c }
 // (calls waiting for a pipeline too, whose grants are given back as those
 // of callers that gave up), the dispatchers stop once their batch in
 // flight is answered, and the give-backs of the late replies read meanwhile
-// are sent (the caller closes the client afterwards; on a closed client
-// they fail and are counted as failed). It returns nil.
+// are sent; Close returns once every give-back and release the store sent
+// in the background is done, each within lateReplyWait (the caller closes
+// the client afterwards; on a closed client they fail and are counted as
+// failed). It returns nil.
 func (s *Store) Close() error {
 	if s.closed.Swap(true) {
 		return nil
@@ -205,6 +209,7 @@ func (s *Store) Close() error {
 		close(s.refunds)
 	}
 	s.rwg.Wait()
+	s.joinBackground()
 	return nil
 }
 
