@@ -223,6 +223,47 @@ func TestLateRefundAtClose(t *testing.T) {
 	}
 }
 
+// TestGrantGivenBackAtClose: a call waiting for its reply when the store
+// closes answers store.ErrClosed, and its grant, which its caller was
+// never told of, is given back before Close returns, as a late call's.
+func TestGrantGivenBackAtClose(t *testing.T) {
+	n := redistest.Single(t)
+	c := redis.NewClient(&redis.Options{Addr: n.Addr()})
+	defer c.Close()
+	s, err := NewWithClient(c, Options{Clock: ClockCaller})
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := storetest.T0
+	storetest.Decide(t, s, now, item(lyft, "r", "warm", 1))
+	var g gate
+	c.AddHook(g.hook())
+	g.arm()
+	done := make(chan error, 1)
+	go func() {
+		done <- s.Decide(context.Background(), now, []store.Item{item(lyft, "r", "closed", 3)}, make([]tiers.Decision, 1))
+	}()
+	<-g.entered // sent, its pipeline held
+	closed := make(chan struct{})
+	go func() {
+		s.Close()
+		close(closed)
+	}()
+	if err := <-done; !errors.Is(err, store.ErrClosed) {
+		t.Errorf("the call in flight at Close: %v, want store.ErrClosed", err)
+	}
+	close(g.release)
+	<-closed
+	if given, failed := s.LateGrants(); given != 1 || failed != 0 {
+		t.Errorf("after Close: grants given back %d, failed %d; want 1 and 0", given, failed)
+	}
+	s2 := testStore(t, c, Options{Clock: ClockCaller, KeyPrefix: s.prefix})
+	it := item(lyft, "r", "closed", 1)
+	if h := hitsOf(t, s2, it); h != 0 {
+		t.Errorf("the pair holds %d hits of the call, want 0", h)
+	}
+}
+
 // f64s2 reads b as doubles, for messages.
 func f64s2(b []byte) []int64 {
 	v := make([]int64, len(b)/8)
