@@ -428,3 +428,49 @@ func readGrants(res string, n int) (status, now int64, g []grant, err error) {
 	}
 	return status, now, g, nil
 }
+
+// batchCall returns args and hdr (their memory reused) set to the FCALL of
+// a batch function, fn (batchNameArg, or xbatchArg on a Cluster master),
+// that makes the calls reqs[i] for i in idx (each an FCALL of the decide
+// function as call.command makes it: its name, the number of keys, the
+// keys, the arguments), in order; hdr is its ARGV[1] (apply.lua's fbatch
+// and fxbatch), big-endian doubles: the number of calls (for fxbatch, then
+// the number of their keys), then per call its numbers of keys and of
+// arguments. fbatch declares the calls' keys as its own; fxbatch, whose
+// calls' keys are in several slots of its node, declares none and takes
+// them after ARGV[1]. The calls' arguments follow, one call's after
+// another's.
+func batchCall(args []any, hdr []byte, fn any, reqs []*request, idx []int) ([]any, []byte) {
+	cross := fn == xbatchArg
+	nk := 0
+	for _, i := range idx {
+		nk += reqs[i].args[2].(int)
+	}
+	hdr = appendF64(hdr[:0], int64(len(idx)))
+	if cross {
+		hdr = appendF64(hdr, int64(nk))
+	}
+	for _, i := range idx {
+		a := reqs[i].args
+		k := a[2].(int)
+		hdr = appendF64(appendF64(hdr, int64(k)), int64(len(a)-3-k))
+	}
+	args = append(args[:0], fcallName, fn)
+	if cross {
+		args = append(args, 0, hdr)
+	} else {
+		args = append(args, nk)
+	}
+	for _, i := range idx {
+		a := reqs[i].args
+		args = append(args, a[3:3+a[2].(int)]...)
+	}
+	if !cross {
+		args = append(args, hdr)
+	}
+	for _, i := range idx {
+		a := reqs[i].args
+		args = append(args, a[3+a[2].(int):]...)
+	}
+	return args, hdr
+}

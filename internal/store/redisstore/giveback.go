@@ -2,6 +2,7 @@ package redisstore
 
 import (
 	"context"
+	"slices"
 	"sync/atomic"
 
 	"github.com/redis/go-redis/v9"
@@ -113,24 +114,8 @@ func backFor(args []any, pols []*encoded, res string, why backWhy, newest bool) 
 	// The give-back's keys and policies: those of the items it names, in
 	// their order, each once (as call.command numbers them).
 	var keys, pix []int
-	key := func(k int) int {
-		for j, x := range keys {
-			if x == k {
-				return j + 1
-			}
-		}
-		keys = append(keys, k)
-		return len(keys)
-	}
-	pol := func(p int) int {
-		for j, x := range pix {
-			if x == p {
-				return j + 1
-			}
-		}
-		pix = append(pix, p)
-		return len(pix)
-	}
+	key := func(k int) int { return number(&keys, k) }
+	pol := func(p int) int { return number(&pix, p) }
 	var out header
 	if exact {
 		// Not the newest bucket unless told, even on a caller's clock: calls
@@ -179,6 +164,16 @@ func backFor(args []any, pols []*encoded, res string, why backWhy, newest bool) 
 		cmd = append(cmd, pols[p-1].arg)
 	}
 	return cmd
+}
+
+// number returns x's number in *list (from 1), appending it when it is not
+// there yet.
+func number(list *[]int, x int) int {
+	if j := slices.Index(*list, x); j >= 0 {
+		return j + 1
+	}
+	*list = append(*list, x)
+	return len(*list)
 }
 
 // backCount counts give-backs: those applied, and those that failed (the

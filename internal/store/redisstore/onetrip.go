@@ -2,7 +2,6 @@ package redisstore
 
 import (
 	"context"
-	"slices"
 
 	"github.com/charonlimit/charon/internal/store"
 	"github.com/charonlimit/charon/tiers"
@@ -84,13 +83,6 @@ func undoableTake(p *tiers.Policy) bool {
 // dispatcher when its late reply comes, as any call's whose caller gave
 // up).
 func (s *Store) oneTrip(ctx context.Context, c *call, items []store.Item, now int64, out []tiers.Decision) error {
-	c.slots = c.slots[:0]
-	for _, sl := range c.slot {
-		if !slices.Contains(c.slots, sl) {
-			c.slots = append(c.slots, sl)
-		}
-	}
-	slices.Sort(c.slots)
 	sc := s.slotCalls(c)
 	defer sc.done(s)
 	for _, sub := range sc.subs {

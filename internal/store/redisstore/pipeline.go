@@ -166,8 +166,9 @@ func (s *Store) dispatch() {
 }
 
 // dispatcher is a dispatcher's batch and the buffers it reuses: sent[i]
-// tells whether batch[i] was sent, cmds[i] is its command in a pipeline of
-// FCALLs, args and hdr the command and ARGV[1] of a batch call.
+// tells whether batch[i] was sent, idx holds the i of those sent, cmds[i]
+// is a command in a pipeline of FCALLs, args and hdr the command and
+// ARGV[1] of a batch call.
 type dispatcher struct {
 	batch []*request
 	sent  []bool
@@ -219,18 +220,18 @@ func (s *Store) run(d *dispatcher) {
 		ctx, cancel = context.WithDeadline(ctx, latest)
 		defer cancel()
 	}
-	d.sent = d.sent[:0]
-	live := 0
-	for _, r := range d.batch {
+	d.sent, d.idx = d.sent[:0], d.idx[:0]
+	for i, r := range d.batch {
 		sent := r.ctx.Err() == nil && r.state.CompareAndSwap(reqQueued, reqSent)
 		if !sent {
 			// Its caller has gone: not sent.
 			r.err = fmt.Errorf("redisstore: %w: %w", store.ErrNotSent, context.Cause(r.ctx))
 		} else {
-			live++
+			d.idx = append(d.idx, i)
 		}
 		d.sent = append(d.sent, sent)
 	}
+	live := len(d.idx)
 	// The batch is pending until its replies are read and the refunds of
 	// the late ones queued (Settle).
 	s.busy.add(1)
@@ -298,68 +299,36 @@ func (s *Store) refunder() {
 // runPipeline sends the sent requests of d as one pipeline of FCALLs and
 // sets their replies.
 func (s *Store) runPipeline(ctx context.Context, d *dispatcher) {
-	d.idx = d.idx[:0]
-	for i := range d.batch {
-		if d.sent[i] {
-			d.idx = append(d.idx, i)
-		}
-	}
 	s.pipeline(ctx, d, d.idx)
 }
 
 // runBatch sends the sent requests of d as one FCALL of the batch function
 // and sets their replies, or their errors.
 func (s *Store) runBatch(ctx context.Context, d *dispatcher) {
-	d.batchArgs()
-	var res string
-	err := lib.Run(ctx, s.c, func() (err error) {
-		res, err = s.c.Do(ctx, d.args...).Text()
-		return err
-	})
-	if err == nil {
-		d.idx = d.idx[:0]
-		for i := range d.batch {
-			if d.sent[i] {
-				d.idx = append(d.idx, i)
-			}
-		}
-		err = d.splitBatch(res, d.idx)
-	}
-	if err != nil {
-		for i, r := range d.batch {
-			if d.sent[i] {
-				r.err = fmt.Errorf("redisstore: %w", err)
-			}
+	d.args, d.hdr = batchCall(d.args, d.hdr, batchNameArg, d.batch, d.idx)
+	if err := s.sendBatch(ctx, s.c, d.args, d, d.idx); err != nil {
+		for _, i := range d.idx {
+			d.batch[i].err = fmt.Errorf("redisstore: %w", err)
 		}
 	}
 }
 
-// batchArgs sets d.args to the batch function's FCALL of the sent requests
-// (each an FCALL of the decide function: its name, the number of keys, the
-// keys, the arguments): the keys one after another, then ARGV[1] (d.hdr:
-// the number of calls, then per call its numbers of keys and of arguments)
-// and the arguments one after another.
-func (d *dispatcher) batchArgs() {
-	args, hdr := append(d.args[:0], fcallName, batchNameArg, 0), appendF64(d.hdr[:0], 0)
-	nc, nk := 0, 0
-	for i, r := range d.batch {
-		if !d.sent[i] {
-			continue
-		}
-		k := r.args[2].(int)
-		args = append(args, r.args[3:3+k]...)
-		hdr = appendF64(appendF64(hdr, int64(k)), int64(len(r.args)-3-k))
-		nc, nk = nc+1, nk+k
+// sendBatch sends args, the FCALL of a batch function making the requests
+// idx of d, through c (loading the library first when Redis lacks it), and
+// sets their replies, or their errors, from its reply. It returns the error
+// of the batch as a whole.
+func (s *Store) sendBatch(ctx context.Context, c interface {
+	Do(context.Context, ...any) *redis.Cmd
+}, args []any, d *dispatcher, idx []int) error {
+	var res string
+	err := lib.Run(ctx, s.c, func() (err error) {
+		res, err = c.Do(ctx, args...).Text()
+		return err
+	})
+	if err != nil {
+		return err
 	}
-	putF64at(hdr, 0, int64(nc))
-	args[2] = nk
-	args = append(args, hdr)
-	for i, r := range d.batch {
-		if d.sent[i] {
-			args = append(args, r.args[3+r.args[2].(int):]...)
-		}
-	}
-	d.args, d.hdr = args, hdr
+	return d.splitBatch(res, idx)
 }
 
 // wrapReply wraps the error of a call: with store.ErrReplied as well when
@@ -416,8 +385,4 @@ func (d *dispatcher) splitBatch(res string, idx []int) error {
 
 func f64at(b []byte, i int) int64 {
 	return int64(math.Float64frombits(binary.BigEndian.Uint64(b[8*i:])))
-}
-
-func putF64at(b []byte, i int, v int64) {
-	binary.BigEndian.PutUint64(b[8*i:], math.Float64bits(float64(v)))
 }

@@ -371,7 +371,7 @@ func TestBatchLoadsFunction(t *testing.T) {
 		t.Fatalf("FUNCTION FLUSH: %v %s", err, out)
 	}
 	h := one(modeDecide, storetest.T0.UnixMicro(), 3_600_000, 1000, 0, 1, 1, 0)
-	d := &dispatcher{sent: []bool{true, true}}
+	d := &dispatcher{sent: []bool{true, true}, idx: []int{0, 1}}
 	for _, k := range []string{"reload:a", "reload:b"} {
 		d.batch = append(d.batch, &request{args: []any{fcallName, funcNameArg, 1, k, h, "", encodePolicy(lyft, time.Time{}).arg}})
 	}

@@ -277,17 +277,56 @@ func (s *Store) reserveRedis(ctx context.Context, now time.Time, off int64, item
 	defer s.put(c)
 	c.prepare(s, items, now)
 	c.off = off
+	if !c.oneSlot() {
+		return 0, fmt.Errorf("redisstore: %w: keys in several Cluster slots on Redis's clock", store.ErrCannotReserve)
+	}
+	return s.inSlot(ctx, c, items, -1, out)
+}
+
+// decideAt is Decide at now (the policies' encoding instant) and t, the
+// script's now (µs on the caller's clock, -1 for Redis's), reserving for
+// off µs later when off > 0, giving back a reservation for the instant
+// -off µs when off < 0.
+func (s *Store) decideAt(ctx context.Context, now time.Time, t, off int64, items []store.Item, out []tiers.Decision) error {
+	c := s.calls.Get().(*call)
+	defer s.put(c)
+	c.prepare(s, items, now)
+	c.off = off
+	if c.oneSlot() {
+		_, err := s.inSlot(ctx, c, items, t, out)
+		return err
+	}
+	// A reservation or its give-back (off != 0) takes the two-step: an undo
+	// prunes at the instant it gives back at, which for a reservation is
+	// later than the present.
+	if off == 0 && undoable(items) {
+		return s.oneTrip(ctx, c, items, t, out)
+	}
+	return s.twoStep(ctx, c, items, t, out)
+}
+
+// oneSlot reports whether the keys of c's items are in one Cluster slot
+// (always on a single Redis).
+func (c *call) oneSlot() bool {
+	for _, sl := range c.slot {
+		if sl != c.slot[0] {
+			return false
+		}
+	}
+	return true
+}
+
+// inSlot makes the call c of items, whose keys are in one slot, with one
+// script call at t (-1: Redis's clock), sent again after wait's backoff
+// while a key is locked by a two-step call (on a Cluster) or its slot is
+// migrating (TRYAGAIN). It returns the instant the script used.
+func (s *Store) inSlot(ctx context.Context, c *call, items []store.Item, t int64, out []tiers.Decision) (int64, error) {
 	mode := modeDecide
 	if s.cluster {
-		for i := range items {
-			if c.slot[i] != c.slot[0] {
-				return 0, fmt.Errorf("redisstore: %w: keys in several Cluster slots on Redis's clock", store.ErrCannotReserve)
-			}
-		}
 		mode = modeChecked
 	}
 	for attempt := 0; ; attempt++ {
-		st, used, err := s.exec(ctx, c, items, -1, mode, -1, "", out)
+		st, used, err := s.exec(ctx, c, items, -1, mode, t, "", out)
 		if err == nil && st == statusDone {
 			return used, nil
 		}
@@ -301,51 +340,6 @@ func (s *Store) reserveRedis(ctx context.Context, now time.Time, off int64, item
 			return 0, werr
 		}
 	}
-}
-
-// decideAt is Decide at now (the policies' encoding instant) and t, the
-// script's now (µs on the caller's clock, -1 for Redis's), reserving for
-// off µs later when off > 0, giving back a reservation for the instant
-// -off µs when off < 0.
-func (s *Store) decideAt(ctx context.Context, now time.Time, t, off int64, items []store.Item, out []tiers.Decision) error {
-	c := s.calls.Get().(*call)
-	defer s.put(c)
-	c.prepare(s, items, now)
-	c.off = off
-	one := true
-	if s.cluster {
-		for i := range items {
-			if c.slot[i] != c.slot[0] {
-				one = false
-				break
-			}
-		}
-	}
-	if one {
-		mode := modeDecide
-		if s.cluster {
-			mode = modeChecked
-		}
-		for attempt := 0; ; attempt++ {
-			st, _, err := s.exec(ctx, c, items, -1, mode, t, "", out)
-			if (err != nil && !isTryAgain(err)) || (err == nil && st == statusDone) {
-				return err
-			}
-			if werr := wait(ctx, attempt); werr != nil {
-				if err != nil {
-					return err
-				}
-				return werr
-			}
-		}
-	}
-	// A reservation or its give-back (off != 0) takes the two-step: an undo
-	// prunes at the instant it gives back at, which for a reservation is
-	// later than the present.
-	if off == 0 && undoable(items) {
-		return s.oneTrip(ctx, c, items, t, out)
-	}
-	return s.twoStep(ctx, c, items, t, out)
 }
 
 func (s *Store) put(c *call) {
@@ -556,13 +550,6 @@ func wait(ctx context.Context, attempt int) error {
 // global state are always in one slot (key layout), so the slots only meet
 // in the all-or-nothing. Each slot decides at the now of its own prepare.
 func (s *Store) twoStep(ctx context.Context, c *call, items []store.Item, now int64, out []tiers.Decision) error {
-	c.slots = c.slots[:0]
-	for _, sl := range c.slot {
-		if !slices.Contains(c.slots, sl) {
-			c.slots = append(c.slots, sl)
-		}
-	}
-	slices.Sort(c.slots)
 	var tb [16]byte
 	_, _ = rand.Read(tb[:8])
 	token := hex.EncodeToString(tb[:8])
@@ -718,15 +705,25 @@ func (s *Store) releaseLater(sc *slotCalls, token string) {
 	})
 }
 
-// slotCalls holds one call per slot of a two-step call c, for the scripts
-// a step sends to all the slots at once: each has buffers of its own and
-// shares c's per-item keys, slots and policies (read only while it runs).
+// slotCalls holds one call per slot of a call c spanning slots (oneTrip,
+// twoStep), for the scripts a step sends to all the slots at once: each
+// has buffers of its own and shares c's per-item keys, slots and policies
+// (read only while it runs).
 type slotCalls struct {
 	subs []*call
 	wg   sync.WaitGroup
 }
 
+// slotCalls sets c.slots to the slots of c's items, in order, and returns
+// a call for each.
 func (s *Store) slotCalls(c *call) *slotCalls {
+	c.slots = c.slots[:0]
+	for _, sl := range c.slot {
+		if !slices.Contains(c.slots, sl) {
+			c.slots = append(c.slots, sl)
+		}
+	}
+	slices.Sort(c.slots)
 	sc := &slotCalls{subs: make([]*call, len(c.slots))}
 	for k := range sc.subs {
 		sub := s.calls.Get().(*call)
