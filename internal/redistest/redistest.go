@@ -373,6 +373,24 @@ func Sentinel(t testing.TB) *SentinelSet {
 	return &SentinelSet{Master: master, Replica: replica, Sentinel: s, MasterName: "mymaster"}
 }
 
+// PauseWrites makes the node hold every write command its clients send (an
+// FCALL of a function that writes included) until the returned resume is
+// called, or the test ends: it answers them late, as a stalled master does,
+// and applies them when it resumes (CLIENT PAUSE WRITE, CLIENT UNPAUSE).
+// Reads, and other clients' CLIENT commands, go on.
+func (n *Node) PauseWrites(t testing.TB) (resume func()) {
+	t.Helper()
+	if out, err := cli(n.Port, "client", "pause", "600000", "write"); err != nil || !strings.Contains(out, "OK") {
+		t.Fatalf("redistest: CLIENT PAUSE on port %d: %v %s", n.Port, err, out)
+	}
+	var once sync.Once
+	resume = func() {
+		once.Do(func() { _, _ = cli(n.Port, "client", "unpause") })
+	}
+	t.Cleanup(resume)
+	return resume
+}
+
 // CLI runs redis-cli against port and returns its output.
 func CLI(port int, args ...string) (string, error) { return cli(port, args...) }
 

@@ -268,7 +268,7 @@ end
 -- Undo (mode 8): a Cluster call spanning slots decides every slot at once
 -- (mode 2) and, when a slot rejects, gives back exactly what the slots that
 -- granted committed (Store.oneTrip); a call Redis applied after its caller
--- gave up is given back when its reply comes (compensation, pipeline.go).
+-- gave up is given back when its reply comes (backFor, giveback.go).
 -- Only the grants it can give back exactly come here: a fixed window's
 -- count, and a tier active for ever with no hard or global limit (a plain
 -- rate_limit); the Go side sends the other calls spanning slots to the

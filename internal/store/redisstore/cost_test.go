@@ -219,13 +219,13 @@ func fastPathCosts() []fastPathCost {
 	// fixed-window path takes it.
 	hard := pol(&tiers.Policy{Kind: tiers.KindTiers, HardLimit: 100_000, Tiers: []tiers.Tier{{Limit: 1000, Window: time.Second, Active: tiers.Unbounded}}})
 	fixed := pol(&tiers.Policy{Kind: tiers.KindFixedWindow, Window: tiers.FixedWindow{Limit: 1000, Unit: tiers.UnitSecond}})
-	one := string(withPlan(f64s(nil, modeDecide, -1, 3_600_000, 1000, 1, 1, 1, 0, 1, 1, 1, 0)))
-	prepare := string(withPlan(f64s(nil, modePrepare, -1, 3_600_000, 1000, 1, 1, 1, 0, 1, 1, 1, 0)))
-	three := f64s(nil, modeDecide, -1, 3_600_000, 1000, 3, 3)
-	for i := range int64(3) {
-		three = f64s(three, i+1, 0, i+1, 1, 1, 0)
+	oneItem := string(one(modeDecide, -1, 3_600_000, 1000, 0, 1, 1, 0))
+	prepare := string(one(modePrepare, -1, 3_600_000, 1000, 0, 1, 1, 0))
+	h3 := header{mode: modeDecide, now: -1, maxTTL: 3_600_000, lease: 1000, nk: 3}
+	for i := range 3 {
+		h3.items = append(h3.items, item1(i+1, 0, i+1, 1, 1, 0))
 	}
-	three = withPlan(three)
+	three := planned(h3)
 	single := func(h string, p any) func(fn, prefix string, d int) []any {
 		return func(fn, prefix string, d int) []any {
 			return []any{"fcall", fn, 1, fmt.Sprint(prefix, "u", d), h, "", p}
@@ -245,9 +245,9 @@ func fastPathCosts() []fastPathCost {
 		}
 	}
 	return []fastPathCost{
-		{"single (one item, hard limit)", singleCut, single(one, hard)},
-		{"one-tier (one item)", oneTierCut, single(one, oneTier)},
-		{"fixed (one item)", fixedCut, single(one, fixed)},
+		{"single (one item, hard limit)", singleCut, single(oneItem, hard)},
+		{"one-tier (one item)", oneTierCut, single(oneItem, oneTier)},
+		{"fixed (one item)", fixedCut, single(oneItem, fixed)},
 		{"peek, one-tier (prepare of one item)", peekCut, peek(oneTier)},
 		{"peek, fixed0 (prepare of one item)", peekCut, peek(fixed)},
 		{"many, one-tier (three items)", manyCut, many(oneTier)},

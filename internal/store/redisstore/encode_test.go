@@ -1,10 +1,18 @@
 package redisstore
 
 import (
+	"bytes"
+	"encoding/binary"
 	"encoding/hex"
+	"errors"
+	"math"
+	"math/rand/v2"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 
 	"github.com/charonlimit/charon/internal/store"
 	"github.com/charonlimit/charon/tiers"
@@ -70,4 +78,112 @@ func TestStateKey(t *testing.T) {
 			}
 		}
 	}
+}
+
+// randHeader draws a header that append may write: any mode, the fields
+// of the lock modes and of undo, items whose key indices are among nk, a
+// plan, an offset or none; numbers up to 2^53 (exact as doubles).
+func randHeader(r *rand.Rand) header {
+	big := func() int64 { return r.Int64N(1 << 53) }
+	h := header{mode: 1 + r.Int64N(modeUndo), now: -1, maxTTL: big(), nk: r.IntN(5)}
+	if r.IntN(2) == 0 {
+		h.now = big()
+	}
+	if h.mode == modeUndo {
+		h.newest = r.IntN(2) == 0
+	} else {
+		h.lease = big()
+	}
+	if h.nk > 0 {
+		n := r.IntN(6)
+		h.items = make([]headerItem, n)
+		for i := range h.items {
+			h.items[i] = headerItem{key: 1 + r.IntN(h.nk), global: r.IntN(h.nk + 1), policy: 1 + r.IntN(4),
+				hits: big(), min: big(), refund: r.IntN(2) == 0, shadow: r.IntN(2) == 0, entered: r.IntN(2) == 0,
+				lead: r.IntN(n + 1), glob: r.IntN(n + 1)}
+		}
+	}
+	switch r.IntN(3) {
+	case 0:
+		h.off = 1 + big()
+	case 1:
+		h.off = -1 - big()
+	}
+	return h
+}
+
+// FuzzHeader holds the header's one encoder and one parser to each other:
+// a header drawn from seed reads back as it was written, and any bytes
+// parseHeader accepts are what append writes of what it read (parseHeader
+// never panics).
+func FuzzHeader(f *testing.F) {
+	for seed := range uint64(8) {
+		h := randHeader(rand.New(rand.NewPCG(seed, 1)))
+		f.Add(seed, h.append(nil))
+	}
+	f.Add(uint64(9), []byte{})
+	f.Fuzz(func(t *testing.T, seed uint64, b []byte) {
+		h := randHeader(rand.New(rand.NewPCG(seed, 1)))
+		got, err := parseHeader(h.append(nil))
+		if err != nil {
+			t.Fatalf("%+v: %v", h, err)
+		}
+		if diff := cmp.Diff(h, got, cmp.AllowUnexported(header{}, headerItem{}), cmpopts.EquateEmpty()); diff != "" {
+			t.Fatalf("read back (-written +read):\n%s", diff)
+		}
+		if h, err := parseHeader(b); err == nil {
+			if again := h.append(nil); !bytes.Equal(again, b) {
+				t.Fatalf("%x read as %+v, written as %x", b, h, again)
+			}
+		}
+	})
+}
+
+// TestParseHeaderErrors: a header append would not write is refused with
+// an error naming its field.
+func TestParseHeaderErrors(t *testing.T) {
+	item := headerItem{key: 1, policy: 1, hits: 3, min: 1, lead: 1}
+	good := header{mode: modeDecide, now: -1, maxTTL: 1000, lease: 500, nk: 1, items: []headerItem{item}}
+	// set returns good's encoding with double i replaced by v.
+	set := func(i int, v float64) []byte {
+		b := good.append(nil)
+		return append(b[:8*i:8*i], append(appendF64Bits(nil, v), b[8*i+8:]...)...)
+	}
+	undo := header{mode: modeUndo, now: 5, nk: 1, items: []headerItem{{key: 1, policy: 1, hits: 1}}}
+	for _, tc := range []struct {
+		name string
+		b    []byte
+		want string
+	}{
+		{"short", good.append(nil)[:40], "40 bytes"},
+		{"not doubles", good.append(nil)[:60], "60 bytes"},
+		{"mode", set(0, 9), "mode 9"},
+		{"now", set(1, -2), "now -2"},
+		{"fraction", set(2, 1.5), "maxTTL 1.5"},
+		{"negative zero", set(3, math.Copysign(0, -1)), "lease -0"},
+		{"nk", set(4, -1), "nk -1"},
+		{"items", set(5, 2), "for 2 items"},
+		{"key", set(6, 2), "item 1: key 2 of 1"},
+		{"global", set(7, 3), "item 1: global 3 of 1"},
+		{"policy", set(8, 0), "item 1: policy 0"},
+		{"hits", set(9, math.NaN()), "hits NaN"},
+		{"flags", set(11, 8), "item 1: flags 8"},
+		{"plan", set(12, 2), "item 1: plan 2, 0 of 1 items"},
+		{"off", append(good.append(nil), appendF64(nil, 0)...), "off 0"},
+	} {
+		_, err := parseHeader(tc.b)
+		if !errors.Is(err, errHeader) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want errHeader naming %q", tc.name, err, tc.want)
+		}
+	}
+	b := undo.append(nil)
+	copy(b[24:], appendF64(nil, 2))
+	if _, err := parseHeader(b); err == nil || !strings.Contains(err.Error(), "newest 2") {
+		t.Errorf("undo with newest 2: %v, want an error naming newest", err)
+	}
+}
+
+// appendF64Bits appends f as a big-endian double, as it is.
+func appendF64Bits(b []byte, f float64) []byte {
+	return binary.BigEndian.AppendUint64(b, math.Float64bits(f))
 }

@@ -49,63 +49,6 @@ func TestLateGrantGivenBack(t *testing.T) {
 	}
 }
 
-// TestCompensationOnlyGivesBackGrants: the refund call of a late reply
-// rewrites each item to give back what it was granted, at the instant the
-// call used; nothing for a rejection, a locked key, a two-step mode or a
-// call holding a refund.
-func TestCompensationOnlyGivesBackGrants(t *testing.T) {
-	hdr := func(mode int64, flags ...int64) []byte {
-		h := f64s(nil, mode, -1, 3_600_000, 1000, int64(len(flags)), int64(len(flags)))
-		for i, f := range flags {
-			h = f64s(h, int64(i+1), 0, 1, 5, 2, f)
-		}
-		return withPlan(h)
-	}
-	reply := func(status, now int64, granted ...int64) string {
-		b := f64s(nil, status, now)
-		for _, g := range granted {
-			b = f64s(b, 1, g, 1, g, g, 0, 10-g, 0, 1000)
-		}
-		return string(b)
-	}
-	args := func(h []byte, nk int) []any {
-		a := []any{fcallName, funcNameArg, nk}
-		for range nk {
-			a = append(a, "k")
-		}
-		return append(a, h, "", "policy")
-	}
-	got := compensation(args(hdr(modeDecide, 0, 2), 2), reply(statusDone, 1234, 5, 0), false)
-	if got == nil {
-		t.Fatal("no compensation for a grant")
-	}
-	h := got[5].([]byte)
-	if now := f64at(h, 1); now != 1234 {
-		t.Errorf("refund at %d, want the call's instant 1234", now)
-	}
-	for i, want := range [][3]int64{{5, 0, 1}, {0, 0, 3}} {
-		at := hdrFields + itemFields*i
-		if g := [3]int64{f64at(h, at+3), f64at(h, at+4), f64at(h, at+5)}; g != want {
-			t.Errorf("item %d: hits, min, flags %v, want %v", i, g, want)
-		}
-		at = hdrFields + itemFields*2 + planFields*i
-		if g := [2]int64{f64at(h, at), f64at(h, at+1)}; g != [2]int64{} {
-			t.Errorf("item %d: plan (leader, global leader) %v, want a refund's (0, 0)", i, g)
-		}
-	}
-	for name, c := range map[string][]any{
-		"rejected":       compensation(args(hdr(modeDecide, 0), 1), reply(statusDone, 1, 0), false),
-		"locked":         compensation(args(hdr(modeChecked, 0), 1), reply(1, 1), false),
-		"two-step":       compensation(args(hdr(3, 0), 1), reply(statusDone, 1, 5), false),
-		"holds a refund": compensation(args(hdr(modeDecide, 1), 1), reply(statusDone, 1, 5), false),
-		"short reply":    compensation(args(hdr(modeDecide, 0), 1), reply(statusDone, 1), false),
-	} {
-		if c != nil {
-			t.Errorf("%s: compensated", name)
-		}
-	}
-}
-
 // holdRefund is a hook that holds the second pipeline naming a key that
 // contains key (the first is the late call itself, the second its refund)
 // until release is closed, and signals held when it does.
@@ -280,69 +223,44 @@ func TestLateRefundAtClose(t *testing.T) {
 	}
 }
 
-// TestCompensationUndo: the give-back of a late reply whose every item can
-// be given back exactly is the undo (mode undo) of what each item was
-// granted, at the instant the call used, at its state key and policy, with
-// whether it entered its tier; an item granted nothing is left out. A call
-// with a global key is refunded; the guards of the refund hold.
-func TestCompensationUndo(t *testing.T) {
-	hdr := func(mode int64, gk int64, flags ...int64) []byte {
-		h := f64s(nil, mode, 77, 3_600_000, 1000, int64(len(flags)), int64(len(flags)))
-		for i, f := range flags {
-			h = f64s(h, int64(i+1), gk, int64(i+1), 5, 2, f)
-		}
-		return withPlan(h)
+// TestGrantGivenBackAtClose: a call waiting for its reply when the store
+// closes answers store.ErrClosed, and its grant, which its caller was
+// never told of, is given back before Close returns, as a late call's.
+func TestGrantGivenBackAtClose(t *testing.T) {
+	n := redistest.Single(t)
+	c := redis.NewClient(&redis.Options{Addr: n.Addr()})
+	defer c.Close()
+	s, err := NewWithClient(c, Options{Clock: ClockCaller})
+	if err != nil {
+		t.Fatal(err)
 	}
-	// reply: per item its flags and grant.
-	reply := func(status, now int64, fg ...[2]int64) string {
-		b := f64s(nil, status, now)
-		for _, x := range fg {
-			b = f64s(b, x[0], x[1], 1, x[1], x[1], 0, 10-x[1], 0, 1000)
-		}
-		return string(b)
+	now := storetest.T0
+	storetest.Decide(t, s, now, item(lyft, "r", "warm", 1))
+	var g gate
+	c.AddHook(g.hook())
+	g.arm()
+	done := make(chan error, 1)
+	go func() {
+		done <- s.Decide(context.Background(), now, []store.Item{item(lyft, "r", "closed", 3)}, make([]tiers.Decision, 1))
+	}()
+	<-g.entered // sent, its pipeline held
+	closed := make(chan struct{})
+	go func() {
+		s.Close()
+		close(closed)
+	}()
+	if err := <-done; !errors.Is(err, store.ErrClosed) {
+		t.Errorf("the call in flight at Close: %v, want store.ErrClosed", err)
 	}
-	args := func(h []byte, nk int) []any {
-		a := []any{fcallName, funcNameArg, nk}
-		for i := range nk {
-			a = append(a, fmt.Sprint("k", i))
-		}
-		return append(a, h, "", "p1", "p2", "p3")
+	close(g.release)
+	<-closed
+	if given, failed := s.LateGrants(); given != 1 || failed != 0 {
+		t.Errorf("after Close: grants given back %d, failed %d; want 1 and 0", given, failed)
 	}
-	ok, burst := int64(replyOK), int64(replyOK|replyBurst)
-	in := args(hdr(modeChecked, 0, 0, 0, 0), 3)
-	got := compensation(in, reply(statusDone, 1234, [2]int64{burst, 3}, [2]int64{ok, 0}, [2]int64{ok, 2}), true)
-	if got == nil {
-		t.Fatal("no give-back for a grant")
-	}
-	if len(got) != len(in) || got[3] != "k0" || got[5] != "k2" || got[8] != "p1" || got[10] != "p3" {
-		t.Errorf("give-back %v: want the call's keys and policies", got)
-	}
-	want := f64s(nil, modeUndo, 1234, 3_600_000, 0, 3, 2, 1, 0, 1, 3, 0, flagEntered, 3, 0, 3, 2, 0, 0)
-	if h := got[6].([]byte); string(h) != string(want) {
-		t.Errorf("undo header %v, want %v", f64s2(h), f64s2(want))
-	}
-	if h := compensation(args(hdr(modeDecide, 2, 0), 2), reply(statusDone, 1, [2]int64{ok, 5}), true)[5].([]byte); f64at(h, 0) != modeDecide || f64at(h, hdrFields+5) != flagRefund {
-		t.Errorf("a call with a global key: mode %d, flags %d; want a refund", f64at(h, 0), f64at(h, hdrFields+5))
-	}
-	// A shadow item's rejection rejects nothing: the grant was committed.
-	if compensation(args(hdr(modeDecide, 0, 0, 2), 2), reply(statusDone, 1, [2]int64{ok, 5}, [2]int64{0, 0}), false) == nil {
-		t.Error("a grant beside a shadow item's rejection: not given back")
-	}
-	for name, c := range map[string][]any{
-		"rejected":       compensation(args(hdr(modeDecide, 0, 0), 1), reply(statusDone, 1, [2]int64{0, 0}), true),
-		"locked":         compensation(args(hdr(modeChecked, 0, 0), 1), reply(1, 1), true),
-		"two-step":       compensation(args(hdr(modePrepare, 0, 0), 1), reply(statusDone, 1, [2]int64{ok, 5}), true),
-		"holds a refund": compensation(args(hdr(modeDecide, 0, 1), 1), reply(statusDone, 1, [2]int64{ok, 5}), true),
-		"short reply":    compensation(args(hdr(modeDecide, 0, 0), 1), reply(statusDone, 1), true),
-		"reservation":    compensation(args(append(hdr(modeDecide, 0, 0), f64s(nil, 500)...), 1), reply(statusDone, 1, [2]int64{ok, 5}), true),
-		// Two groups, the second rejected: the first's grant was never
-		// committed (store.Apply, step 3), by undo or by refund.
-		"rejected call, undo":   compensation(args(hdr(modeDecide, 0, 0, 0), 2), reply(statusDone, 1, [2]int64{ok, 5}, [2]int64{0, 0}), true),
-		"rejected call, refund": compensation(args(hdr(modeDecide, 0, 0, 0), 2), reply(statusDone, 1, [2]int64{ok, 5}, [2]int64{0, 0}), false),
-	} {
-		if c != nil {
-			t.Errorf("%s: given back", name)
-		}
+	s2 := testStore(t, c, Options{Clock: ClockCaller, KeyPrefix: s.prefix})
+	it := item(lyft, "r", "closed", 1)
+	if h := hitsOf(t, s2, it); h != 0 {
+		t.Errorf("the pair holds %d hits of the call, want 0", h)
 	}
 }
 
@@ -868,11 +786,17 @@ func TestLateGiveBackApplied(t *testing.T) {
 	}
 }
 
-// TestReservedBackGuards: the give-back of a late reservation is the
-// refund of its grant for the instant its reply answered, and nothing
-// for a rejection, a call that met a lock, items other than those that
-// made the header sent, or a late give-back (its items are refunds).
-func TestReservedBackGuards(t *testing.T) {
+// TestBackFor: the give-back of a call is made from what it sent and what
+// Redis answered: the undo of each group's grant (summed over its members,
+// entered or not) when every group given back can be undone, with the
+// call's keys and policies that it names and no lock key; otherwise the
+// refund of each item's grant at the call's instant, in the call's mode
+// (lock keys kept), global keys included; a reservation's is the FCALL
+// GiveBack makes of store.Reserved. Nothing for a call that was rejected,
+// met a lock, is not a decision, holds nothing but refunds or was granted
+// nothing; a refund beside a take stays, as applied. backRejected leaves
+// the post-paid groups' debits, and passes newest to the undo.
+func TestBackFor(t *testing.T) {
 	s, err := NewWithClient(redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}), Options{Clock: ClockCaller, Pipelines: -1})
 	if err != nil {
 		t.Fatal(err)
@@ -880,39 +804,138 @@ func TestReservedBackGuards(t *testing.T) {
 	defer s.Close()
 	defer s.c.Close()
 	t0 := storetest.T0
-	items := []store.Item{item(lyft, "r", "d", 3)}
-	// args is the FCALL that call.command makes of items at t0 with off.
-	args := func(items []store.Item, off int64) []any {
+	at := t0.UnixMicro() + 500
+	// sent is the FCALL call.command makes of items at t0 in mode with
+	// offset off, and the encodings of its policies.
+	sent := func(items []store.Item, mode int, off int64) ([]any, []*encoded) {
 		c := s.calls.Get().(*call)
 		defer s.put(c)
 		c.prepare(s, items, t0)
 		c.off = off
-		c.command(s, items, -1, modeDecide, t0.UnixMicro(), "")
+		c.command(s, items, -1, mode, t0.UnixMicro(), "")
 		a := slices.Clone(c.args)
 		a[3+len(c.keys)] = slices.Clone(c.hdr)
-		return a
+		return a, slices.Clone(c.pols)
 	}
-	at := t0.UnixMicro() + 500
-	reply := func(status, flags, granted int64) string {
-		return string(f64s(nil, status, at, flags, granted, 1, granted, granted, 0, 10-granted, 0, 1000))
-	}
-	v := &reservation{items: items, now: t0}
-	got := s.reservedBack(args(items, 500), reply(statusDone, replyOK, 3), v)
-	// What the engine gives back: the grant (Min 0), as a refund.
-	back, _ := store.GiveBackItems(store.Reserved(items, []tiers.Decision{{OK: true, Granted: 3}}))
-	if want := args(back, -at); !cmp.Equal(got, want) {
-		t.Errorf("give-back %v, want GiveBack's %v", got, want)
-	}
-	for name, c := range map[string][]any{
-		"rejected":    s.reservedBack(args(items, 500), reply(statusDone, 0, 0), v),
-		"locked":      s.reservedBack(args(items, 500), string(f64s(nil, statusBusy, 0)), v),
-		"other items": s.reservedBack(args(items, 500), reply(statusDone, replyOK, 3), &reservation{items: []store.Item{item(lyft, "r", "d", 2)}, now: t0}),
-		"a give-back": s.reservedBack(args(back, -at), reply(statusDone, replyOK, 0), &reservation{items: back, now: t0}),
-		"no offset":   s.reservedBack(args(items, 0), reply(statusDone, replyOK, 3), v),
-	} {
-		if c != nil {
-			t.Errorf("%s: given back %v", name, c)
+	// reply answers at, per item its flags and grant.
+	reply := func(fg ...[2]int64) string {
+		b := f64s(nil, statusDone, at)
+		for _, x := range fg {
+			b = f64s(b, x[0], x[1], 1, x[1], x[1], 0, 10-x[1], 0, 1000)
 		}
+		return string(b)
+	}
+	ok, burst := [2]int64{replyOK, 0}, [2]int64{replyOK | replyBurst, 0}
+	g := func(f [2]int64, n int64) [2]int64 { return [2]int64{f[0], n} }
+	key := func(it store.Item) string { k, _ := stateKey(s.prefix, &it); return k }
+	gkey := func(it store.Item) string { _, k := stateKey(s.prefix, &it); return k }
+	arg := func(p *tiers.Policy) any { return encodePolicy(p, t0).arg }
+	postPaid := &tiers.Policy{Kind: tiers.KindTiers, Overdraft: true, Tiers: lyft.Tiers}
+	refund := func(it store.Item) store.Item { it.Refund = true; return it }
+	shadow := func(it store.Item) store.Item { it.Shadow = true; return it }
+	a, a2, b := item(lyft, "r", "a", 2), item(lyft, "r", "a", 1), item(fixed10, "r", "b", 3)
+	two, glob, pp := item(twoTier, "r", "t", 3), item(withGlobal, "r", "g", 2), item(postPaid, "r", "p", 3)
+	// want is a give-back: its keys, header and policies.
+	type want struct {
+		keys []any
+		h    header
+		pols []any
+	}
+	undo := func(keys []any, pols []any, newest bool, items ...headerItem) *want {
+		return &want{keys, header{mode: modeUndo, now: at, maxTTL: s.maxTTL, newest: newest, nk: len(keys), items: items}, pols}
+	}
+	refunds := func(mode int64, keys []any, nk int, pols []any, items ...headerItem) *want {
+		return &want{keys, header{mode: mode, now: at, maxTTL: s.maxTTL, lease: s.lease, nk: nk, items: items}, pols}
+	}
+	for _, tc := range []struct {
+		name   string
+		items  []store.Item
+		mode   int
+		res    [][2]int64
+		why    backWhy
+		newest bool
+		want   *want
+	}{
+		{name: "undo: a group of two and a fixed window", items: []store.Item{a, a2, b, item(lyft, "r", "c", 1)}, mode: modeDecide,
+			res:  [][2]int64{g(burst, 2), g(burst, 1), g(ok, 3), g(ok, 0)},
+			want: undo([]any{key(a), key(b)}, []any{arg(lyft), arg(fixed10)}, false, headerItem{key: 1, policy: 1, hits: 3, entered: true}, headerItem{key: 2, policy: 2, hits: 3})},
+		{name: "undo of mode checked: no lock key", items: []store.Item{a}, mode: modeChecked, res: [][2]int64{g(ok, 2)},
+			want: undo([]any{key(a)}, []any{arg(lyft)}, false, headerItem{key: 1, policy: 1, hits: 2})},
+		{name: "refund: a tier stack beside a plain limit", items: []store.Item{a, two}, mode: modeDecide, res: [][2]int64{g(ok, 2), g(ok, 3)},
+			want: refunds(modeDecide, []any{key(a), key(two)}, 2, []any{arg(lyft), arg(twoTier)},
+				headerItem{key: 1, policy: 1, hits: 2, refund: true}, headerItem{key: 2, policy: 2, hits: 3, refund: true})},
+		{name: "refund of mode checked: lock keys, global keys", items: []store.Item{glob}, mode: modeChecked, res: [][2]int64{g(ok, 1)},
+			want: refunds(modeChecked, []any{key(glob), gkey(glob), lockKey(s.prefix, key(glob)), lockKey(s.prefix, gkey(glob))}, 2, []any{arg(withGlobal)},
+				headerItem{key: 1, global: 2, policy: 1, hits: 1, refund: true})},
+		{name: "a refund beside a take stays", items: []store.Item{refund(item(twoTier, "r", "x", 2)), b}, mode: modeDecide, res: [][2]int64{g(ok, 0), g(ok, 3)},
+			want: undo([]any{key(b)}, []any{arg(fixed10)}, false, headerItem{key: 1, policy: 1, hits: 3})},
+		{name: "a shadow item's refusal refuses nothing", items: []store.Item{a, shadow(b)}, mode: modeDecide, res: [][2]int64{g(ok, 2), {0, 0}},
+			want: undo([]any{key(a)}, []any{arg(lyft)}, false, headerItem{key: 1, policy: 1, hits: 2})},
+		{name: "late: post-paid refunded", items: []store.Item{a, pp}, mode: modeDecide, res: [][2]int64{g(ok, 2), g(ok, 3)},
+			want: refunds(modeDecide, []any{key(a), key(pp)}, 2, []any{arg(lyft), arg(postPaid)},
+				headerItem{key: 1, policy: 1, hits: 2, refund: true}, headerItem{key: 2, policy: 2, hits: 3, refund: true})},
+		{name: "rejected: post-paid stays, newest", items: []store.Item{a, pp}, mode: modeChecked, res: [][2]int64{g(burst, 2), g(ok, 3)}, why: backRejected, newest: true,
+			want: undo([]any{key(a)}, []any{arg(lyft)}, true, headerItem{key: 1, policy: 1, hits: 2, entered: true})},
+		{name: "rejected call", items: []store.Item{a}, mode: modeDecide, res: [][2]int64{{0, 0}}},
+		{name: "rejected call, another group granted", items: []store.Item{a, b}, mode: modeDecide, res: [][2]int64{g(ok, 2), {0, 0}}},
+		{name: "rejected call, not undoable", items: []store.Item{two, a}, mode: modeDecide, res: [][2]int64{g(ok, 3), {0, 0}}},
+		{name: "nothing granted", items: []store.Item{a}, mode: modeDecide, res: [][2]int64{g(ok, 0)}},
+		{name: "a prepare", items: []store.Item{a}, mode: modePrepare, res: [][2]int64{g(ok, 2)}},
+		{name: "holds refunds alone", items: []store.Item{refund(a)}, mode: modeDecide, res: [][2]int64{g(ok, 0)}},
+	} {
+		args, pols := sent(tc.items, tc.mode, 0)
+		got := backFor(args, pols, reply(tc.res...), tc.why, tc.newest)
+		if tc.want == nil {
+			if got != nil {
+				t.Errorf("%s: given back %v, want nothing", tc.name, got)
+			}
+			continue
+		}
+		if got == nil {
+			t.Errorf("%s: nothing given back", tc.name)
+			continue
+		}
+		nk := got[2].(int)
+		h, err := parseHeader(got[3+nk].([]byte))
+		if err != nil {
+			t.Errorf("%s: %v", tc.name, err)
+			continue
+		}
+		w := tc.want
+		if diff := cmp.Diff(w.h, h, cmp.AllowUnexported(header{}, headerItem{})); diff != "" {
+			t.Errorf("%s: header (-want +got):\n%s", tc.name, diff)
+		}
+		if diff := cmp.Diff(append(append(append([]any{fcallName, funcNameArg, len(w.keys)}, w.keys...), got[3+nk], ""), w.pols...), got); diff != "" {
+			t.Errorf("%s: FCALL (-want +got):\n%s", tc.name, diff)
+		}
+	}
+	if backFor(nil, nil, "", backLate, false) != nil {
+		t.Error("given back a call of no command")
+	}
+	args, pols := sent([]store.Item{a}, modeChecked, 0)
+	for name, res := range map[string]string{
+		"busy":        string(f64s(nil, statusBusy, 0)),
+		"short reply": string(f64s(nil, statusDone, at)),
+	} {
+		if got := backFor(args, pols, res, backLate, false); got != nil {
+			t.Errorf("%s: given back %v", name, got)
+		}
+	}
+
+	// A reservation is given back as the engine gives back a wait its
+	// caller left: the FCALL GiveBack makes of store.Reserved, byte for
+	// byte, for the instant it answered.
+	items := []store.Item{item(lyft, "r", "d", 3), item(fixed10, "r", "e", 2)}
+	args, pols = sent(items, modeDecide, 500)
+	got := backFor(args, pols, reply(g(ok, 3), g(ok, 2)), backLate, false)
+	back, _ := store.GiveBackItems(store.Reserved(items, []tiers.Decision{{OK: true, Granted: 3}, {OK: true, Granted: 2}}))
+	if want, _ := sent(back, modeDecide, -at); !cmp.Equal(got, want) {
+		t.Errorf("a reservation's give-back %v, want GiveBack's %v", got, want)
+	}
+	// That give-back, late too, holds nothing but refunds: applied.
+	args, pols = sent(back, modeDecide, -at)
+	if got := backFor(args, pols, reply(g(ok, 0), g(ok, 0)), backLate, false); got != nil {
+		t.Errorf("a late give-back given back: %v", got)
 	}
 }
 
@@ -941,5 +964,78 @@ func TestLateRefundLockedRetried(t *testing.T) {
 	}
 	if h := v.Tiers[0].Hits; h != 0 {
 		t.Errorf("the pair holds %d hits after the refund, want 0", h)
+	}
+}
+
+// TestLateCluster: on a Cluster, a call whose master holds it past its
+// caller's deadline (its writes paused) is applied when the master resumes,
+// after the caller gave up: what it granted is given back, for a decision,
+// a reservation and a call spanning slots alike (whose other slot answered
+// in time, or late in the same batch), and every pair then holds no hit.
+func TestLateCluster(t *testing.T) {
+	nodes, c := clusterClient(t)
+	s := testStore(t, c, Options{Clock: ClockCaller})
+	ctx := context.Background()
+	if err := s.Load(ctx); err != nil {
+		t.Fatal(err)
+	}
+	hour := &tiers.Policy{Kind: tiers.KindTiers, Tiers: []tiers.Tier{{Limit: 10, Window: time.Hour, Active: tiers.Unbounded}}}
+	now := storetest.T0
+	// master returns the node serving it's slot.
+	master := func(it store.Item) *redistest.Node {
+		k, _ := stateKey(s.prefix, &it)
+		return masterOf(t, nodes, k)
+	}
+	a := item(hour, "ra", "a", 3)
+	var b store.Item
+	for i := 0; ; i++ {
+		if b = item(hour, "rb", fmt.Sprint("b", i), 2); master(b) != master(a) {
+			break
+		}
+	}
+	// late makes call with deadlines shorter than the pause of a's master,
+	// from 20 ms doubling until the call was sent in time (not
+	// store.ErrNotSent), then resumes the master and waits for the store
+	// to settle (the late reply read, its grant given back).
+	late := func(name string, call func(ctx context.Context) error) {
+		t.Helper()
+		resume := master(a).PauseWrites(t)
+		for d := 20 * time.Millisecond; ; d *= 2 {
+			ctx, cancel := context.WithTimeout(context.Background(), d)
+			err := call(ctx)
+			cancel()
+			if errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, store.ErrNotSent) {
+				break
+			}
+			if err == nil || d > 10*time.Second {
+				t.Fatalf("%s: %v, want its deadline to pass after it was sent", name, err)
+			}
+		}
+		resume()
+		settle(t, s)
+	}
+	late("a decision", func(ctx context.Context) error {
+		return s.Decide(ctx, now, []store.Item{a}, make([]tiers.Decision, 1))
+	})
+	late("a reservation", func(ctx context.Context) error {
+		_, err := s.Reserve(ctx, now, time.Second, []store.Item{a}, make([]tiers.Decision, 1))
+		return err
+	})
+	late("a call spanning slots", func(ctx context.Context) error {
+		return s.Decide(ctx, now, []store.Item{a, b}, make([]tiers.Decision, 2))
+	})
+	given, failed := s.LateGrants()
+	undone, undoFailed := s.Undone()
+	if given < 3 || failed != 0 || undoFailed != 0 {
+		t.Errorf("late grants given back %d (failed %d), slots given back %d (failed %d); want at least the 3 late calls' and no failure",
+			given, failed, undone, undoFailed)
+	}
+	for _, it := range []store.Item{a, b} {
+		if n := hitsOf(t, s, it); n != 0 {
+			t.Errorf("%s holds %d hits, want none: every grant given back", it.Key.Domain, n)
+		}
+	}
+	if lost := s.LateLost(); lost != 0 {
+		t.Errorf("%d late replies lost, want none", lost)
 	}
 }

@@ -122,15 +122,8 @@ func (s *Store) runNodes(ctx context.Context, d *dispatcher) {
 // when Redis refused the batch as a whole (its calls did not run), loading
 // the function first when the node did not have it.
 func (s *Store) runNode(ctx context.Context, d *dispatcher, nb *nodeBatch) {
-	nb.batchArgs(d)
-	var res string
-	err := lib.Run(ctx, s.c, func() (err error) {
-		res, err = nb.node.Do(ctx, nb.args...).Text()
-		return err
-	})
-	if err == nil {
-		err = d.splitBatch(res, nb.idx)
-	}
+	nb.args, nb.hdr = batchCall(nb.args, nb.hdr, xbatchArg, d.batch, nb.idx)
+	err := s.sendBatch(ctx, nb.node, nb.args, d, nb.idx)
 	if err == nil {
 		return
 	}
@@ -142,32 +135,6 @@ func (s *Store) runNode(ctx context.Context, d *dispatcher, nb *nodeBatch) {
 	for _, i := range nb.idx {
 		d.batch[i].err = fmt.Errorf("redisstore: %w", err)
 	}
-}
-
-// batchArgs sets nb.args to the FCALL of the Cluster batch function
-// (fxbatch) of the requests nb.idx of d (each an FCALL of the decide
-// function: its name, the number of keys, the keys, the arguments), no
-// key declared: ARGV[1] (nb.hdr: the number of calls and of their keys,
-// then per call its numbers of keys and of arguments), the keys one after
-// another, then the arguments.
-func (nb *nodeBatch) batchArgs(d *dispatcher) {
-	args := append(nb.args[:0], fcallName, xbatchArg, 0, nil)
-	hdr := appendF64(appendF64(nb.hdr[:0], int64(len(nb.idx))), 0)
-	nk := 0
-	for _, i := range nb.idx {
-		r := d.batch[i]
-		k := r.args[2].(int)
-		args = append(args, r.args[3:3+k]...)
-		hdr = appendF64(appendF64(hdr, int64(k)), int64(len(r.args)-3-k))
-		nk += k
-	}
-	putF64at(hdr, 1, int64(nk))
-	args[3] = hdr
-	for _, i := range nb.idx {
-		r := d.batch[i]
-		args = append(args, r.args[3+r.args[2].(int):]...)
-	}
-	nb.args, nb.hdr = args, hdr
 }
 
 // pipeline sends the requests idx of d as one pipeline of FCALLs through

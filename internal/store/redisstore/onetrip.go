@@ -2,7 +2,6 @@ package redisstore
 
 import (
 	"context"
-	"slices"
 
 	"github.com/charonlimit/charon/internal/store"
 	"github.com/charonlimit/charon/tiers"
@@ -84,13 +83,6 @@ func undoableTake(p *tiers.Policy) bool {
 // dispatcher when its late reply comes, as any call's whose caller gave
 // up).
 func (s *Store) oneTrip(ctx context.Context, c *call, items []store.Item, now int64, out []tiers.Decision) error {
-	c.slots = c.slots[:0]
-	for _, sl := range c.slot {
-		if !slices.Contains(c.slots, sl) {
-			c.slots = append(c.slots, sl)
-		}
-	}
-	slices.Sort(c.slots)
 	sc := s.slotCalls(c)
 	defer sc.done(s)
 	for _, sub := range sc.subs {
@@ -121,39 +113,45 @@ func (s *Store) oneTrip(ctx context.Context, c *call, items []store.Item, now in
 			err = wait(ctx, attempt)
 		}
 		if err != nil {
-			s.undoLater(c, sc, items, out)
+			// The call fails: the slots that answered give back every
+			// grant, in the background (it copies what it sends: sc goes
+			// back to the pool).
+			if cmds := slotsBack(sc, backLate, s.caller); len(cmds) > 0 {
+				s.background(func() {
+					ctx, cancel := context.WithTimeout(context.Background(), lateReplyWait)
+					defer cancel()
+					s.sendBack(ctx, cmds, &s.undone)
+				})
+			}
 			return err
 		}
 	}
 	if !rejected(c, out, -1) {
 		return nil
 	}
-	bg, cancel := context.WithTimeout(context.WithoutCancel(ctx), lateReplyWait)
-	defer cancel()
-	sc.run(func(k int, sub *call) {
-		sl := int(c.slots[k])
-		if rejected(c, out, sl) {
-			return // its own Apply committed nothing but what stays
-		}
-		args := undoArgs(s, c, items, sl, sub.used, out)
-		if args == nil {
-			return
-		}
-		for a := 0; ; a++ {
-			sub.args = args
-			_, sub.err = s.fcall(bg, sub)
-			if !isTryAgain(sub.err) || wait(bg, a) != nil {
-				break
-			}
-		}
-		if sub.err != nil {
-			s.undone.failed.Add(1)
-		} else {
-			s.undone.given.Add(1)
-		}
-		sub.args = nil
-	})
+	// A slot rejected: the others give back what they committed (a slot
+	// whose own Apply rejected committed nothing but what stays).
+	if cmds := slotsBack(sc, backRejected, s.caller); len(cmds) > 0 {
+		bg, cancel := context.WithTimeout(context.WithoutCancel(ctx), lateReplyWait)
+		defer cancel()
+		s.sendBack(bg, cmds, &s.undone)
+	}
 	return nil
+}
+
+// slotsBack returns the give-backs (backFor) of the slots of sc that
+// answered their last call.
+func slotsBack(sc *slotCalls, why backWhy, newest bool) [][]any {
+	var cmds [][]any
+	for _, sub := range sc.subs {
+		if sub.err != nil {
+			continue
+		}
+		if cmd := backFor(sub.args, sub.pols, sub.res, why, newest); cmd != nil {
+			cmds = append(cmds, cmd)
+		}
+	}
+	return cmds
 }
 
 // rejected reports whether a non-shadow group of the items of slot sel
@@ -167,116 +165,6 @@ func rejected(c *call, out []tiers.Decision, sel int) bool {
 		}
 	}
 	return false
-}
-
-// undoArgs returns the FCALL (mode undo) that gives back what the groups
-// of slot sel committed when the slot decided at used (µs): per group that
-// is not post-paid and was granted, its members' grants summed (and
-// whether it entered its tier), at the group's state key. It is nil when
-// there is nothing to give back. It allocates: a rejected call's path.
-func undoArgs(s *Store, c *call, items []store.Item, sel int, used int64, out []tiers.Decision) []any {
-	var keys []string
-	var pols []*encoded
-	var h []byte
-	n := 0
-	for i := range items {
-		if !c.plan.Leads(i) || int(c.slot[i]) != sel || c.plan.PostPaid(i) || !out[i].OK {
-			continue
-		}
-		var granted int64
-		for j := i; j >= 0; j = c.plan.Next(j) {
-			granted += out[j].Granted
-		}
-		if granted == 0 && !out[i].Burst {
-			continue
-		}
-		keys = append(keys, c.skey[i])
-		p := slices.Index(pols, c.enc[i])
-		if p < 0 {
-			p = len(pols)
-			pols = append(pols, c.enc[i])
-		}
-		h = appendUndoItem(h, len(keys), p+1, granted, out[i].Burst)
-		n++
-	}
-	if n == 0 {
-		return nil
-	}
-	hdr := append(appendUndoHead(nil, used, s.maxTTL, s.caller, len(keys), n), h...)
-	args := []any{fcallName, funcNameArg, len(keys)}
-	for _, k := range keys {
-		args = append(args, k)
-	}
-	args = append(args, hdr, "")
-	for _, e := range pols {
-		args = append(args, e.arg)
-	}
-	return args
-}
-
-// appendUndoHead appends the head of ARGV[1] of a call in mode undo
-// (apply.lua's undo; the layout of every mode, pipeline.go's hdrFields),
-// for n items on nk state keys whose grants were made at now (µs). newest
-// (the lockTTL field: 1) tells the undo that now was a caller's and that
-// no call on those keys came between the grants and the undo, so a tier's
-// hits are in its log's newest bucket (the grant may have joined a newer
-// bucket than now's when that clock went back); without it they are in
-// the bucket that starts where now's bucket starts, as on Redis's clock.
-func appendUndoHead(h []byte, now, maxTTL int64, newest bool, nk, n int) []byte {
-	var f int64
-	if newest {
-		f = 1
-	}
-	for _, v := range []int64{modeUndo, now, maxTTL, f, int64(nk), int64(n)} {
-		h = appendF64(h, v)
-	}
-	return h
-}
-
-// appendUndoItem appends one item of a call in mode undo (itemFields
-// doubles): give back granted hits at the state key KEYS[key] of policy
-// ARGV[2+pol]; entered: the grant entered its tier (Burst). No global key
-// (undoableTake), no minimum.
-func appendUndoItem(h []byte, key, pol int, granted int64, entered bool) []byte {
-	var f int64
-	if entered {
-		f = flagEntered
-	}
-	for _, v := range []int64{int64(key), 0, int64(pol), granted, 0, f} {
-		h = appendF64(h, v)
-	}
-	return h
-}
-
-// undoLater gives back, in the background (Settle waits for it) and within
-// lateReplyWait, what the slots of a failed oneTrip call that answered
-// committed (every slot whose own Apply rejected nothing: the call answers
-// an error, its caller decides by its failure mode). It copies what it
-// sends: sc goes back to the pool.
-func (s *Store) undoLater(c *call, sc *slotCalls, items []store.Item, out []tiers.Decision) {
-	var cmds [][]any
-	for k, sub := range sc.subs {
-		if sub.err != nil || sub.st != statusDone {
-			continue
-		}
-		sl := int(c.slots[k])
-		if rejected(c, out, sl) {
-			continue
-		}
-		if args := undoArgs(s, c, items, sl, sub.used, out); args != nil {
-			cmds = append(cmds, args)
-		}
-	}
-	if len(cmds) == 0 {
-		return
-	}
-	s.background(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), lateReplyWait)
-		defer cancel()
-		given, failed := s.giveBack(ctx, cmds)
-		s.undone.given.Add(uint64(given))
-		s.undone.failed.Add(uint64(failed))
-	})
 }
 
 // Undone reports how many slots of Cluster calls spanning slots gave back

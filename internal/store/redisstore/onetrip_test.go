@@ -2,7 +2,9 @@ package redisstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -10,6 +12,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/charonlimit/charon/internal/redistest"
 	"github.com/charonlimit/charon/internal/store"
 	"github.com/charonlimit/charon/internal/store/storetest"
 	"github.com/charonlimit/charon/tiers"
@@ -96,13 +99,7 @@ func TestOneTripScripts(t *testing.T) {
 // ran): the rejected call's hit is counted until it leaves its window.
 func TestOneTripUndoFails(t *testing.T) {
 	c, s, a, b, ka, _ := oneTripPair(t)
-	c.AddHook((&fcallHook{process: func(ctx context.Context, cmd redis.Cmder, m int64, k string, next redis.ProcessHook) error {
-		if m == modeUndo && k == ka {
-			cmd.SetErr(errInjected)
-			return errInjected
-		}
-		return next(ctx, cmd)
-	}}).hook())
+	c.AddHook((&fcallHook{drop: func(m int64, k string) bool { return m == modeUndo && k == ka }}).hook())
 	out := make([]tiers.Decision, 2)
 	if err := s.Decide(context.Background(), storetest.T0, []store.Item{a, b}, out); err != nil {
 		t.Fatalf("Decide: %v, want the rejection", err)
@@ -154,7 +151,7 @@ func TestOneTripMasterKilled(t *testing.T) {
 	}
 	b.Hits, b.Min = 1, 1
 	var killed atomic.Bool
-	c.AddHook((&fcallHook{process: func(ctx context.Context, cmd redis.Cmder, m int64, k string, next redis.ProcessHook) error {
+	c.AddHook((&fcallHook{before: func(m int64, k string) {
 		if m == modeUndo && k == ka && killed.CompareAndSwap(false, true) {
 			for _, n := range nodes {
 				if n.Addr() == ma.Options().Addr {
@@ -162,7 +159,6 @@ func TestOneTripMasterKilled(t *testing.T) {
 				}
 			}
 		}
-		return next(ctx, cmd)
 	}}).hook())
 	out := make([]tiers.Decision, 2)
 	start := time.Now()
@@ -183,5 +179,49 @@ func TestOneTripMasterKilled(t *testing.T) {
 	}
 	if n := hitsOf(t, s, b); n != 5 {
 		t.Errorf("b holds %d hits, want its 5", n)
+	}
+}
+
+// TestCloseWaitsForGiveBacks: the give-back a failed call spanning slots
+// sends in the background (the slot that answered) is joined by Close: held
+// until its own deadline (lateReplyWait), it has ended and been counted
+// when Close returns, and nothing is left pending.
+func TestCloseWaitsForGiveBacks(t *testing.T) {
+	c, s, a, b, ka, kb := oneTripPair(t)
+	b.Policy = a.Policy
+	// b's slot runs the call and loses its reply: the call fails, a's slot
+	// gives back its grant in the background, held here until it gives up.
+	c.AddHook(failAfter(func(mode int64, key string) bool { return mode == modeChecked && key == kb }).hook())
+	held := make(chan struct{})
+	var once sync.Once
+	c.AddHook(&redistest.Hook{Pipeline: func(ctx context.Context, cmds []redis.Cmder, next redis.ProcessPipelineHook) error {
+		for _, cmd := range cmds {
+			if m, k, ok := fcallMode(cmd); ok && m == modeUndo && k == ka {
+				once.Do(func() { close(held) })
+				<-ctx.Done()
+				for _, cmd := range cmds {
+					cmd.SetErr(ctx.Err())
+				}
+				return ctx.Err()
+			}
+		}
+		return next(ctx, cmds)
+	}})
+	if err := s.Decide(context.Background(), storetest.T0, []store.Item{a, b}, make([]tiers.Decision, 2)); !errors.Is(err, errInjected) {
+		t.Fatalf("Decide: %v, want the lost reply's error", err)
+	}
+	select {
+	case <-held:
+	case <-time.After(30 * time.Second):
+		t.Fatal("no give-back was sent")
+	}
+	s.Close()
+	if given, failed := s.Undone(); given != 0 || failed != 1 {
+		t.Errorf("once closed: slots given back %d, failed %d; want the held give-back ended, 0 and 1", given, failed)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := s.Settle(ctx); err != nil {
+		t.Errorf("once closed, Settle: %v, want nothing pending", err)
 	}
 }

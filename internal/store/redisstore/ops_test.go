@@ -735,7 +735,7 @@ type modeHook struct {
 }
 
 func (h *modeHook) hook() *redistest.Hook {
-	return &redistest.Hook{Process: func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
+	see := func(cmd redis.Cmder) {
 		if m, k, ok := fcallMode(cmd); ok {
 			h.mu.Lock()
 			h.seen[fmt.Sprint(m, " ", k)]++
@@ -744,8 +744,19 @@ func (h *modeHook) hook() *redistest.Hook {
 				h.before(m, k)
 			}
 		}
-		return next(ctx, cmd)
-	}}
+	}
+	return &redistest.Hook{
+		Process: func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
+			see(cmd)
+			return next(ctx, cmd)
+		},
+		Pipeline: func(ctx context.Context, cmds []redis.Cmder, next redis.ProcessPipelineHook) error {
+			for _, cmd := range cmds {
+				see(cmd)
+			}
+			return next(ctx, cmds)
+		},
+	}
 }
 
 // TestClusterTwoStepBusyAgain: a two-step call that finds one slot's key
@@ -797,6 +808,9 @@ func TestClusterTwoStepBusyAgain(t *testing.T) {
 type fcallHook struct {
 	process func(ctx context.Context, cmd redis.Cmder, mode int64, key string, next redis.ProcessHook) error
 	before  func(mode int64, key string)
+	// drop: an FCALL of a pipeline that drop picks is not sent, and fails
+	// with errInjected.
+	drop func(mode int64, key string) bool
 }
 
 func (h *fcallHook) hook() *redistest.Hook {
@@ -808,12 +822,22 @@ func (h *fcallHook) hook() *redistest.Hook {
 			return next(ctx, cmd)
 		},
 		Pipeline: func(ctx context.Context, cmds []redis.Cmder, next redis.ProcessPipelineHook) error {
+			keep := cmds[:0:0]
 			for _, cmd := range cmds {
-				if m, k, ok := fcallMode(cmd); ok && h.before != nil {
+				m, k, ok := fcallMode(cmd)
+				if ok && h.before != nil {
 					h.before(m, k)
 				}
+				if ok && h.drop != nil && h.drop(m, k) {
+					cmd.SetErr(errInjected)
+					continue
+				}
+				keep = append(keep, cmd)
 			}
-			return next(ctx, cmds)
+			if len(keep) == 0 {
+				return errInjected
+			}
+			return next(ctx, keep)
 		},
 	}
 }

@@ -90,8 +90,8 @@ func stored(t *testing.T, c redis.UniversalClient, key string) (string, int64) {
 	return st, exp
 }
 
-// f64s appends vs to b as big-endian doubles: a header, or a reply, of
-// the decide library.
+// f64s appends vs to b as big-endian doubles: a reply of the decide
+// library, say.
 func f64s(b []byte, vs ...int64) []byte {
 	for _, v := range vs {
 		b = appendF64(b, v)
@@ -99,30 +99,39 @@ func f64s(b []byte, vs ...int64) []byte {
 	return b
 }
 
-// withPlan appends to h, a header of the decide library's items, their
-// plan (store.Plan, as exec encodes it) for the key indices they name:
-// items of one state key index share a state, items of one global key
-// index a global state.
-func withPlan(h []byte) []byte {
-	n := int(f64at(h, hdrFields-1))
-	items := make([]store.Item, n)
+// planned returns h encoded with the plan command makes of its items
+// (store.Plan), for the key indices they name: items of one state key index
+// share a state, items of one global key index a global state.
+func planned(h header) []byte {
+	items := make([]store.Item, len(h.items))
 	global := &tiers.Policy{GlobalLimit: 1}
-	for i := range items {
-		at := hdrFields + itemFields*i
-		sk, gk, f := f64at(h, at), f64at(h, at+1), f64at(h, at+5)
+	for i, hi := range h.items {
 		it := &items[i]
-		it.Key, it.Policy = store.Key{Resource: fmt.Sprint("s", sk)}, &tiers.Policy{}
-		if gk > 0 {
-			it.Key, it.Policy = store.Key{Resource: fmt.Sprint("g", gk), Domain: fmt.Sprint(sk)}, global
+		it.Key, it.Policy = store.Key{Resource: fmt.Sprint("s", hi.key)}, &tiers.Policy{}
+		if hi.global > 0 {
+			it.Key, it.Policy = store.Key{Resource: fmt.Sprint("g", hi.global), Domain: fmt.Sprint(hi.key)}, global
 		}
-		it.Refund = f&flagRefund != 0
+		it.Refund = hi.refund
 	}
 	var plan store.Plan
 	plan.Make(items)
-	for i := range items {
-		h = f64s(h, int64(plan.Leader(i)+1), int64(plan.Global(i)+1))
+	for i := range h.items {
+		h.items[i].lead, h.items[i].glob = plan.Leader(i)+1, plan.Global(i)+1
 	}
-	return h
+	return h.append(nil)
+}
+
+// item1 is a header item whose flags are those of f (1 refund, 2 shadow),
+// the way the random traces draw them.
+func item1(key, global, policy int, hits, mn, f int64) headerItem {
+	return headerItem{key: key, global: global, policy: policy, hits: hits, min: mn, refund: f&1 != 0, shadow: f&2 != 0}
+}
+
+// one is the header of a call of one item on state key 1 (and global key
+// global, 0 for none) and policy 1, flags f (item1), with its plan.
+func one(mode, now, maxTTL, lease int64, global int, hits, mn, f int64) []byte {
+	return planned(header{mode: mode, now: now, maxTTL: maxTTL, lease: lease, nk: max(1, global),
+		items: []headerItem{item1(1, global, 1, hits, mn, f)}})
 }
 
 // randTake draws a call's hits, 1 to few and now and then (one in odds)
@@ -175,7 +184,7 @@ func TestSinglePath(t *testing.T) {
 		p := randPolicy(r)
 		now := start + r.Int64N(int64(time.Hour/time.Microsecond))
 		arg := encodePolicy(p, time.UnixMicro(now)).arg
-		var gk int64
+		var gk int
 		if p.GlobalLimit > 0 {
 			gk = 2
 		}
@@ -192,7 +201,7 @@ func TestSinglePath(t *testing.T) {
 			case 1:
 				f = 2 // shadow
 			}
-			h := withPlan(f64s(nil, modeDecide, now, 3_600_000, 1000, 1+gk/2, 1, 1, gk, 1, hits, mn, f))
+			h := one(modeDecide, now, 3_600_000, 1000, gk, hits, mn, f)
 			var replies []string
 			var states [2][]string
 			var expiry [2][]int64
@@ -313,7 +322,7 @@ func TestOneTierPath(t *testing.T) {
 			if r.IntN(10) == 0 {
 				maxTTL = 1 + r.Int64N(3000)
 			}
-			h := withPlan(f64s(nil, modeDecide, now, maxTTL, 1000, 1, 1, 1, 0, 1, hits, mn, f))
+			h := one(modeDecide, now, maxTTL, 1000, 0, hits, mn, f)
 			arg := encodePolicy(p, time.Time{}).arg
 			replies, states, expiry := onEach(t, c, fns, fmt.Sprint("onetier:", trace), h, arg)
 			calls++
@@ -374,7 +383,7 @@ func TestFixedPath(t *testing.T) {
 			case 1:
 				f = 2 // shadow
 			}
-			h := withPlan(f64s(nil, modeDecide, now, maxTTL, 1000, 1, 1, 1, 0, 1, hits, mn, f))
+			h := one(modeDecide, now, maxTTL, 1000, 0, hits, mn, f)
 			replies, states, expiry := onEach(t, c, fns, fmt.Sprint("fixed:", trace), h, arg)
 			calls++
 			if rd := (&reader{b: replies[1][16:]}); rd.num()&1 != 0 {
@@ -440,9 +449,9 @@ func TestManyPath(t *testing.T) {
 				now += r.Int64N(5_000_000)
 			}
 			// Items: state key index (1-based), policy index, hits, min, flags.
-			h := f64s(nil, modeDecide, now, 3_600_000, 1000, int64(n), int64(n))
+			h := header{mode: modeDecide, now: now, maxTTL: 3_600_000, lease: 1000, nk: n}
 			for i := range n {
-				sk, pi := int64(i+1), int64(i+1)
+				sk, pi := i+1, i+1
 				if r.IntN(15) == 0 {
 					sk, pi = 1, 1 // a shared key (its policy): the general path groups them
 				}
@@ -457,9 +466,9 @@ func TestManyPath(t *testing.T) {
 				case 1:
 					f = 2 // shadow
 				}
-				h = f64s(h, sk, 0, pi, hits, hits, f)
+				h.items = append(h.items, item1(sk, 0, pi, hits, hits, f))
 			}
-			h = withPlan(h)
+			hdr := planned(h)
 			var replies []string
 			var states [2][]string
 			var expiry [2][]int64
@@ -468,7 +477,7 @@ func TestManyPath(t *testing.T) {
 				for i := range n {
 					args = append(args, fmt.Sprintf("many:%d:%d:%d", k, trace, i))
 				}
-				args = append(args, string(h), "")
+				args = append(args, string(hdr), "")
 				for _, p := range pols {
 					args = append(args, encodePolicy(p, time.Time{}).arg)
 				}
@@ -652,7 +661,7 @@ func TestCountExpiresAtOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	fixed := &tiers.Policy{Kind: tiers.KindFixedWindow, Window: tiers.FixedWindow{Limit: 5, Unit: tiers.UnitMinute}}
-	h := withPlan(f64s(nil, modeDecide, -1, 3_600_000, 1000, 2, 2, 1, 0, 1, 1, 1, 0, 2, 0, 7, 1, 1, 0))
+	h := planned(header{mode: modeDecide, now: -1, maxTTL: 3_600_000, lease: 1000, nk: 2, items: []headerItem{item1(1, 0, 1, 1, 1, 0), item1(2, 0, 7, 1, 1, 0)}})
 	err := c.Do(ctx, "fcall", funcName, 2, "expire:count", "expire:other", string(h), "", encodePolicy(fixed, time.Time{}).arg).Err()
 	if err == nil {
 		t.Fatal("a call whose second item has no policy succeeded")
@@ -765,7 +774,7 @@ func TestPeekPath(t *testing.T) {
 			}
 			if r.IntN(2) == 0 {
 				// History: the same decision on both keys.
-				h := withPlan(f64s(nil, modeDecide, now, 3_600_000, 1000, 1, 1, 1, 0, 1, hits, mn, 0))
+				h := one(modeDecide, now, 3_600_000, 1000, 0, hits, mn, 0)
 				for _, k := range keys {
 					if err := c.Do(ctx, "fcall", funcName, 1, k, string(h), "", arg).Err(); err != nil {
 						t.Fatal(err)
@@ -773,7 +782,7 @@ func TestPeekPath(t *testing.T) {
 				}
 				continue
 			}
-			h := withPlan(f64s(nil, modePrepare, now, 3_600_000, 5000, 1, 1, 1, 0, 1, hits, mn, f))
+			h := one(modePrepare, now, 3_600_000, 5000, 0, hits, mn, f)
 			var replies, states []string
 			for i, k := range keys {
 				before, _ := stored(t, c, k)
@@ -788,7 +797,7 @@ func TestPeekPath(t *testing.T) {
 				if ttl := c.PTTL(ctx, k+":lock").Val(); ttl <= 0 {
 					t.Fatalf("trace %d step %d: the prepare on %s left no lock (%v)", trace, step, k, ttl)
 				}
-				rel := f64s(nil, modeRelease, now, 3_600_000, 5000, 1, 1, 1, 0, 1, hits, mn, f)
+				rel := one(modeRelease, now, 3_600_000, 5000, 0, hits, mn, f)
 				if err := c.Do(ctx, "fcall", funcName, 2, k, k+":lock", string(rel), "tok", arg).Err(); err != nil {
 					t.Fatal(err)
 				}

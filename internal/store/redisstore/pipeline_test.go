@@ -246,7 +246,7 @@ func TestBatchFunction(t *testing.T) {
 		for j := range 8 {
 			now += r.Int64N(150_000)
 			n := 1 + r.IntN(3)
-			h := f64s(nil, modeDecide, now, 3_600_000, 1000, int64(n), int64(n))
+			h := header{mode: modeDecide, now: now, maxTTL: 3_600_000, lease: 1000, nk: n}
 			var keys []string
 			argv := []any{nil, ""}
 			for i := range n {
@@ -259,14 +259,14 @@ func TestBatchFunction(t *testing.T) {
 				if r.IntN(15) == 0 {
 					hits = 50
 				}
-				h = f64s(h, int64(i+1), 0, int64(i+1), hits, hits, f)
+				h.items = append(h.items, item1(i+1, 0, i+1, hits, hits, f))
 				argv = append(argv, encodePolicy(pols[r.IntN(len(pols))], time.Time{}).arg)
 			}
-			h = withPlan(h)
+			hdr := planned(h)
 			if j == bad {
-				h = h[:20] // malformed: the call fails
+				hdr = hdr[:20] // malformed: the call fails
 			}
-			argv[0] = string(h)
+			argv[0] = string(hdr)
 			calls = append(calls, fcall{keys, argv})
 		}
 		// One at a time, on keys prefixed "one:".
@@ -334,7 +334,7 @@ func TestBatchFunction(t *testing.T) {
 	}
 
 	// On Redis's clock the calls of a batch decide at one instant.
-	h := withPlan(f64s(nil, modeDecide, -1, 3_600_000, 1000, 1, 1, 1, 0, 1, 1, 1, 0))
+	h := one(modeDecide, -1, 3_600_000, 1000, 0, 1, 1, 0)
 	hdr := appendF64(nil, 3)
 	args := []any{"fcall", batchName, 3, "clock:a", "clock:b", "clock:c"}
 	for range 3 {
@@ -370,8 +370,8 @@ func TestBatchLoadsFunction(t *testing.T) {
 	if out, err := redistest.CLI(n.Port, "function", "flush"); err != nil {
 		t.Fatalf("FUNCTION FLUSH: %v %s", err, out)
 	}
-	h := withPlan(f64s(nil, modeDecide, storetest.T0.UnixMicro(), 3_600_000, 1000, 1, 1, 1, 0, 1, 1, 1, 0))
-	d := &dispatcher{sent: []bool{true, true}}
+	h := one(modeDecide, storetest.T0.UnixMicro(), 3_600_000, 1000, 0, 1, 1, 0)
+	d := &dispatcher{sent: []bool{true, true}, idx: []int{0, 1}}
 	for _, k := range []string{"reload:a", "reload:b"} {
 		d.batch = append(d.batch, &request{args: []any{fcallName, funcNameArg, 1, k, h, "", encodePolicy(lyft, time.Time{}).arg}})
 	}

@@ -54,11 +54,40 @@ func (p *pending) wait(ctx context.Context) error {
 // than for a duration; safe for concurrent use.
 func (s *Store) Settle(ctx context.Context) error { return s.busy.wait(ctx) }
 
-// background runs f on its own goroutine, counted as pending work.
+// joined is the goroutines a Store starts for work its callers do not wait
+// for (background), which Close waits for.
+type joined struct {
+	mu     sync.Mutex
+	closed bool
+	wg     sync.WaitGroup
+}
+
+// background runs f, work its caller does not wait for (a give-back, a
+// release), on its own goroutine, counted as pending work (Settle) and
+// joined by Close; once Close has begun, on the caller's goroutine. f
+// bounds its own time (lateReplyWait), and so Close's wait.
 func (s *Store) background(f func()) {
+	s.bg.mu.Lock()
+	if s.bg.closed {
+		s.bg.mu.Unlock()
+		f()
+		return
+	}
+	s.bg.wg.Add(1)
 	s.busy.add(1)
+	s.bg.mu.Unlock()
 	go func() {
+		defer s.bg.wg.Done()
 		defer s.busy.add(-1)
 		f()
 	}()
+}
+
+// joinBackground waits for the goroutines background started; those it
+// is asked for afterwards run on their callers' goroutines.
+func (s *Store) joinBackground() {
+	s.bg.mu.Lock()
+	s.bg.closed = true
+	s.bg.mu.Unlock()
+	s.bg.wg.Wait()
 }

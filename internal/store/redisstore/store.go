@@ -40,25 +40,6 @@ const busyAgain = 3
 // call live from its prepare, or from its seal.
 const sealFactor = 10
 
-// Script modes (apply.lua).
-const (
-	modeDecide  = 1
-	modeChecked = 2
-	modePrepare = 3
-	modeCommit  = 4
-	modeAbort   = 5
-	modeRelease = 6
-	modeSeal    = 7
-	modeUndo    = 8
-)
-
-// Script statuses.
-const (
-	statusDone = 0
-	statusBusy = 1
-	statusLost = 2
-)
-
 // maxAttempts bounds the retries of a call that finds its keys locked.
 const maxAttempts = 200
 
@@ -85,23 +66,27 @@ type Store struct {
 	stop chan struct{}
 	wg   sync.WaitGroup // the dispatchers
 	rwg  sync.WaitGroup // the refunder
-	// late counts the calls applied after their callers gave up: given
-	// back (compensate), or whose refund failed.
-	late struct{ given, failed, lost atomic.Uint64 }
-	// undone counts the slots of calls spanning Cluster slots whose grants
-	// were given back because another slot rejected (oneTrip), and those
-	// whose undo failed.
-	undone struct{ given, failed atomic.Uint64 }
-	// refunds queues the late calls' refunds for the refunder, off the
-	// dispatchers' path (nil without dispatchers).
-	refunds chan [][]any
+	// late counts the give-backs of the calls applied after their callers
+	// gave up (giveBackLate); lost the calls whose callers gave up that
+	// got no reply.
+	late backCount
+	lost atomic.Uint64
+	// undone counts the give-backs of the slots of calls spanning Cluster
+	// slots whose grants were given back because another slot rejected
+	// or failed (oneTrip).
+	undone backCount
+	// refunds queues the late replies for the refunder, which gives them
+	// back off the dispatchers' path (nil without dispatchers).
+	refunds chan []lateReply
 	// replies counts the calls the dispatchers sent whose replies came
 	// back, their callers waiting or not.
 	replies atomic.Uint64
 	// byShard counts them per Cluster master (address → *atomic.Uint64).
 	byShard sync.Map
-	// busy is the work pending after its callers returned (Settle).
+	// busy is the work pending after its callers returned (Settle); bg
+	// the goroutines of some of it (background), joined by Close.
 	busy pending
+	bg   joined
 	// stall tells the calls not sent whether Redis' silence held them
 	// (stuck.go).
 	stall stuckWatch
@@ -119,7 +104,7 @@ func (s *Store) LateGrants() (givenBack, failed uint64) {
 // the dispatcher's wait for it ended (lateReplyWait past the latest
 // deadline of its batch) or the connection failed. Applied or not, nothing
 // was given back.
-func (s *Store) LateLost() uint64 { return s.late.lost.Load() }
+func (s *Store) LateLost() uint64 { return s.lost.Load() }
 
 // Replies reports how many calls sent by the dispatchers Redis answered,
 // those whose callers had given up included: evidence that Redis is up
@@ -140,12 +125,11 @@ type call struct {
 	keys  []string
 	kix   []int // per item: index of its state key in keys, -1 not in this call
 	loc   []int // per item: its index among the items of this call (from 1), 0 not in it
-	gix   []int
 	pols  []*encoded
-	pix   []int
-	hdr   []byte
-	hbox  any   // hdr boxed, reused while hdr keeps its array and length
-	args  []any // the FCALL command
+	h     header // the command's, items reused
+	hdr   []byte // h encoded
+	hbox  any    // hdr boxed, reused while hdr keeps its array and length
+	args  []any  // the FCALL command
 	slots []uint16
 	req   *request
 	// A slot's call in a step of a two-step (slotCalls): its script's
@@ -153,17 +137,11 @@ type call struct {
 	st   int
 	used int64
 	err  error
+	// res is the reply to the last exec (its decisions are in out), which
+	// a slot's give-back reads (oneTrip).
+	res string
 	// off is a reservation's offset in µs (Store.Reserve), 0 for none.
 	off int64
-	// items and now are prepare's: the caller's items (read only while
-	// the call runs) and the policies' encoding instant. A reservation
-	// whose caller gives up after it was sent copies them (send), for its
-	// late reply's give-back (reservedBack).
-	items []store.Item
-	now   time.Time
-	// undo: every policy of the command's items is undoableTake, so that
-	// a late reply to it is given back exactly (compensation).
-	undo bool
 }
 
 // NewWithClient returns a Store over c, which the caller keeps and closes.
@@ -196,7 +174,7 @@ func NewWithClient(c redis.UniversalClient, opts Options) (*Store, error) {
 	}
 	if pipelines > 0 {
 		s.q = make(chan *request, maxBatch*pipelines)
-		s.refunds = make(chan [][]any, refundQueue)
+		s.refunds = make(chan []lateReply, refundQueue)
 		s.stall.dispatchers = int32(pipelines)
 		s.wg.Add(pipelines)
 		s.rwg.Add(1)
@@ -212,10 +190,13 @@ func NewWithClient(c redis.UniversalClient, opts Options) (*Store, error) {
 func (s *Store) Client() redis.UniversalClient { return s.c }
 
 // Close implements store.Store: Decide fails with store.ErrClosed afterwards
-// (calls waiting for a pipeline too), the dispatchers stop once their batch
-// in flight is answered, and the refunds of the late replies read meanwhile
-// are sent (the caller closes the client afterwards; on a closed client
-// they fail and are counted as failed). It returns nil.
+// (calls waiting for a pipeline too, whose grants are given back as those
+// of callers that gave up), the dispatchers stop once their batch in
+// flight is answered, and the give-backs of the late replies read meanwhile
+// are sent; Close returns once every give-back and release the store sent
+// in the background is done, each within lateReplyWait (the caller closes
+// the client afterwards; on a closed client they fail and are counted as
+// failed). It returns nil.
 func (s *Store) Close() error {
 	if s.closed.Swap(true) {
 		return nil
@@ -228,6 +209,7 @@ func (s *Store) Close() error {
 		close(s.refunds)
 	}
 	s.rwg.Wait()
+	s.joinBackground()
 	return nil
 }
 
@@ -295,17 +277,56 @@ func (s *Store) reserveRedis(ctx context.Context, now time.Time, off int64, item
 	defer s.put(c)
 	c.prepare(s, items, now)
 	c.off = off
+	if !c.oneSlot() {
+		return 0, fmt.Errorf("redisstore: %w: keys in several Cluster slots on Redis's clock", store.ErrCannotReserve)
+	}
+	return s.inSlot(ctx, c, items, -1, out)
+}
+
+// decideAt is Decide at now (the policies' encoding instant) and t, the
+// script's now (µs on the caller's clock, -1 for Redis's), reserving for
+// off µs later when off > 0, giving back a reservation for the instant
+// -off µs when off < 0.
+func (s *Store) decideAt(ctx context.Context, now time.Time, t, off int64, items []store.Item, out []tiers.Decision) error {
+	c := s.calls.Get().(*call)
+	defer s.put(c)
+	c.prepare(s, items, now)
+	c.off = off
+	if c.oneSlot() {
+		_, err := s.inSlot(ctx, c, items, t, out)
+		return err
+	}
+	// A reservation or its give-back (off != 0) takes the two-step: an undo
+	// prunes at the instant it gives back at, which for a reservation is
+	// later than the present.
+	if off == 0 && undoable(items) {
+		return s.oneTrip(ctx, c, items, t, out)
+	}
+	return s.twoStep(ctx, c, items, t, out)
+}
+
+// oneSlot reports whether the keys of c's items are in one Cluster slot
+// (always on a single Redis).
+func (c *call) oneSlot() bool {
+	for _, sl := range c.slot {
+		if sl != c.slot[0] {
+			return false
+		}
+	}
+	return true
+}
+
+// inSlot makes the call c of items, whose keys are in one slot, with one
+// script call at t (-1: Redis's clock), sent again after wait's backoff
+// while a key is locked by a two-step call (on a Cluster) or its slot is
+// migrating (TRYAGAIN). It returns the instant the script used.
+func (s *Store) inSlot(ctx context.Context, c *call, items []store.Item, t int64, out []tiers.Decision) (int64, error) {
 	mode := modeDecide
 	if s.cluster {
-		for i := range items {
-			if c.slot[i] != c.slot[0] {
-				return 0, fmt.Errorf("redisstore: %w: keys in several Cluster slots on Redis's clock", store.ErrCannotReserve)
-			}
-		}
 		mode = modeChecked
 	}
 	for attempt := 0; ; attempt++ {
-		st, used, err := s.exec(ctx, c, items, -1, mode, -1, "", out)
+		st, used, err := s.exec(ctx, c, items, -1, mode, t, "", out)
 		if err == nil && st == statusDone {
 			return used, nil
 		}
@@ -321,51 +342,6 @@ func (s *Store) reserveRedis(ctx context.Context, now time.Time, off int64, item
 	}
 }
 
-// decideAt is Decide at now (the policies' encoding instant) and t, the
-// script's now (µs on the caller's clock, -1 for Redis's), reserving for
-// off µs later when off > 0, giving back a reservation for the instant
-// -off µs when off < 0.
-func (s *Store) decideAt(ctx context.Context, now time.Time, t, off int64, items []store.Item, out []tiers.Decision) error {
-	c := s.calls.Get().(*call)
-	defer s.put(c)
-	c.prepare(s, items, now)
-	c.off = off
-	one := true
-	if s.cluster {
-		for i := range items {
-			if c.slot[i] != c.slot[0] {
-				one = false
-				break
-			}
-		}
-	}
-	if one {
-		mode := modeDecide
-		if s.cluster {
-			mode = modeChecked
-		}
-		for attempt := 0; ; attempt++ {
-			st, _, err := s.exec(ctx, c, items, -1, mode, t, "", out)
-			if (err != nil && !isTryAgain(err)) || (err == nil && st == statusDone) {
-				return err
-			}
-			if werr := wait(ctx, attempt); werr != nil {
-				if err != nil {
-					return err
-				}
-				return werr
-			}
-		}
-	}
-	// A reservation or its give-back (off != 0) takes the two-step: an undo
-	// prunes at the instant it gives back at, which for a reservation is
-	// later than the present.
-	if off == 0 && undoable(items) {
-		return s.oneTrip(ctx, c, items, t, out)
-	}
-	return s.twoStep(ctx, c, items, t, out)
-}
-
 func (s *Store) put(c *call) {
 	clear(c.skey)
 	clear(c.gkey)
@@ -374,9 +350,8 @@ func (s *Store) put(c *call) {
 	clear(c.pols)
 	clear(c.args)
 	c.skey, c.gkey, c.enc, c.keys, c.pols, c.args = c.skey[:0], c.gkey[:0], c.enc[:0], c.keys[:0], c.pols[:0], c.args[:0]
-	c.off = 0
+	c.off, c.res = 0, ""
 	c.plan = nil
-	c.items = nil
 	s.calls.Put(c)
 }
 
@@ -385,7 +360,6 @@ func (s *Store) put(c *call) {
 func (c *call) prepare(s *Store, items []store.Item, now time.Time) {
 	c.own.Make(items)
 	c.plan = &c.own
-	c.items, c.now = items, now
 	c.skey, c.gkey, c.slot, c.enc = c.skey[:0], c.gkey[:0], c.slot[:0], c.enc[:0]
 	for i := range items {
 		it := &items[i]
@@ -407,6 +381,7 @@ func (c *call) prepare(s *Store, items []store.Item, now time.Time) {
 func (s *Store) exec(ctx context.Context, c *call, items []store.Item, sel int, mode int, now int64, token string, out []tiers.Decision) (int, int64, error) {
 	c.command(s, items, sel, mode, now, token)
 	res, err := s.fcall(ctx, c)
+	c.res = res
 	if err != nil {
 		return 0, 0, err
 	}
@@ -423,96 +398,52 @@ func (s *Store) exec(ctx context.Context, c *call, items []store.Item, sel int, 
 }
 
 // command sets c.args to the FCALL of the decide function for the items
-// of slot sel (-1: all items) in mode.
+// of slot sel (-1: all items) in mode, and c.h to its header.
 func (c *call) command(s *Store, items []store.Item, sel int, mode int, now int64, token string) {
 	c.keys, c.pols = c.keys[:0], c.pols[:0]
-	c.kix, c.gix, c.pix, c.loc = c.kix[:0], c.gix[:0], c.pix[:0], c.loc[:0]
-	n := 0
+	c.kix, c.loc = c.kix[:0], c.loc[:0]
+	c.h = header{mode: int64(mode), now: now, maxTTL: s.maxTTL, lease: s.lease, items: c.h.items[:0], off: c.off}
 	for i := range items {
 		if sel >= 0 && int(c.slot[i]) != sel {
 			c.loc = append(c.loc, 0)
 			c.kix = append(c.kix, -1)
-			c.gix = append(c.gix, -1)
-			c.pix = append(c.pix, -1)
-			continue
-		}
-		n++
-		c.loc = append(c.loc, n)
-		c.kix = append(c.kix, c.keyIndex(c.skey[i]))
-		g := -1
-		if c.gkey[i] != "" {
-			g = c.keyIndex(c.gkey[i])
-		}
-		c.gix = append(c.gix, g)
-		p := -1
-		for j, e := range c.pols {
-			if e == c.enc[i] {
-				p = j
-				break
-			}
-		}
-		if p < 0 {
-			p = len(c.pols)
-			c.pols = append(c.pols, c.enc[i])
-		}
-		c.pix = append(c.pix, p)
-	}
-	nk := len(c.keys)
-	if mode != modeDecide {
-		for k := 0; k < nk; k++ {
-			c.keys = append(c.keys, lockKey(s.prefix, c.keys[k]))
-		}
-	}
-	h := appendF64(c.hdr[:0], int64(mode))
-	h = appendF64(h, now)
-	h = appendF64(h, s.maxTTL)
-	h = appendF64(h, s.lease) // prepare and seal lock for it
-	h = appendF64(h, int64(nk))
-	h = appendF64(h, int64(n))
-	for i := range items {
-		if c.kix[i] < 0 {
 			continue
 		}
 		it := &items[i]
-		h = appendF64(h, int64(c.kix[i]+1))
-		h = appendF64(h, int64(c.gix[i]+1))
-		h = appendF64(h, int64(c.pix[i]+1))
-		h = appendF64(h, it.Hits)
-		h = appendF64(h, it.Min)
-		var f int64
-		if it.Refund {
-			f |= 1
+		c.loc = append(c.loc, len(c.h.items)+1)
+		k := c.keyIndex(c.skey[i])
+		c.kix = append(c.kix, k)
+		hi := headerItem{key: k + 1, hits: it.Hits, min: it.Min, refund: it.Refund, shadow: it.Shadow}
+		if c.gkey[i] != "" {
+			hi.global = c.keyIndex(c.gkey[i]) + 1
 		}
-		if it.Shadow {
-			f |= 2
+		hi.policy = slices.Index(c.pols, c.enc[i]) + 1
+		if hi.policy == 0 {
+			c.pols = append(c.pols, c.enc[i])
+			hi.policy = len(c.pols)
 		}
-		h = appendF64(h, f)
-	}
-	// The plan, for the general code: a group's items, and the groups
-	// sharing a global state, share a slot (keys.go), so every leader of
-	// the call's items is one of them.
-	for i := range items {
-		if c.kix[i] < 0 {
-			continue
-		}
-		var lead, glob int64
+		// The plan, for the general code: a group's items, and the groups
+		// sharing a global state, share a slot (keys.go), so every leader
+		// of the call's items is one of them, and comes first.
 		if l := c.plan.Leader(i); l >= 0 {
-			lead = int64(c.loc[l])
+			hi.lead = c.loc[l]
 		}
 		if g := c.plan.Global(i); g >= 0 {
-			glob = int64(c.loc[g])
+			hi.glob = c.loc[g]
 		}
-		h = appendF64(appendF64(h, lead), glob)
+		c.h.items = append(c.h.items, hi)
 	}
-	// A reservation's offset, or a give-back's instant (-µs), after the
-	// plan (apply.lua's fdecide, "Pacing").
-	if c.off != 0 {
-		h = appendF64(h, c.off)
+	c.h.nk = len(c.keys)
+	if mode != modeDecide {
+		for k := range c.h.nk {
+			c.keys = append(c.keys, lockKey(s.prefix, c.keys[k]))
+		}
 	}
-	c.hdr = h
+	c.hdr = c.h.append(c.hdr[:0])
 	// Boxing a []byte allocates: the box of the last header is reused when
 	// this one has the same array and length (its bytes were rewritten in
 	// place; go-redis has written the previous command before returning).
+	h := c.hdr
 	if b, ok := c.hbox.([]byte); !ok || len(b) != len(h) || &b[0] != &h[0] {
 		c.hbox = h
 	}
@@ -521,10 +452,8 @@ func (c *call) command(s *Store, items []store.Item, sel int, mode int, now int6
 		c.args = append(c.args, k)
 	}
 	c.args = append(c.args, c.hbox, token)
-	c.undo = true
 	for _, e := range c.pols {
 		c.args = append(c.args, e.arg)
-		c.undo = c.undo && e.undo
 	}
 }
 
@@ -621,13 +550,6 @@ func wait(ctx context.Context, attempt int) error {
 // global state are always in one slot (key layout), so the slots only meet
 // in the all-or-nothing. Each slot decides at the now of its own prepare.
 func (s *Store) twoStep(ctx context.Context, c *call, items []store.Item, now int64, out []tiers.Decision) error {
-	c.slots = c.slots[:0]
-	for _, sl := range c.slot {
-		if !slices.Contains(c.slots, sl) {
-			c.slots = append(c.slots, sl)
-		}
-	}
-	slices.Sort(c.slots)
 	var tb [16]byte
 	_, _ = rand.Read(tb[:8])
 	token := hex.EncodeToString(tb[:8])
@@ -761,11 +683,8 @@ func (s *Store) releaseLater(sc *slotCalls, token string) {
 			continue
 		}
 		// A prepare's keys are its slot's keys, then their locks.
-		nk := len(sub.keys) / 2
-		hdr := appendF64(nil, modeRelease)
-		for _, v := range []int64{0, 0, 0, int64(nk), 0} {
-			hdr = appendF64(hdr, v)
-		}
+		h := header{mode: modeRelease, nk: len(sub.keys) / 2}
+		hdr := h.append(nil)
 		args := []any{fcallName, funcNameArg, len(sub.keys)}
 		for _, k := range sub.keys {
 			args = append(args, k)
@@ -786,15 +705,25 @@ func (s *Store) releaseLater(sc *slotCalls, token string) {
 	})
 }
 
-// slotCalls holds one call per slot of a two-step call c, for the scripts
-// a step sends to all the slots at once: each has buffers of its own and
-// shares c's per-item keys, slots and policies (read only while it runs).
+// slotCalls holds one call per slot of a call c spanning slots (oneTrip,
+// twoStep), for the scripts a step sends to all the slots at once: each
+// has buffers of its own and shares c's per-item keys, slots and policies
+// (read only while it runs).
 type slotCalls struct {
 	subs []*call
 	wg   sync.WaitGroup
 }
 
+// slotCalls sets c.slots to the slots of c's items, in order, and returns
+// a call for each.
 func (s *Store) slotCalls(c *call) *slotCalls {
+	c.slots = c.slots[:0]
+	for _, sl := range c.slot {
+		if !slices.Contains(c.slots, sl) {
+			c.slots = append(c.slots, sl)
+		}
+	}
+	slices.Sort(c.slots)
 	sc := &slotCalls{subs: make([]*call, len(c.slots))}
 	for k := range sc.subs {
 		sub := s.calls.Get().(*call)
