@@ -478,7 +478,7 @@ func (c *call) command(s *Store, items []store.Item, sel int, mode int, now int6
 		h = appendF64(h, int64(c.gix[i]+1))
 		h = appendF64(h, int64(c.pix[i]+1))
 		h = appendF64(h, it.Hits)
-		h = appendF64(h, it.Min)
+		h = appendF64(h, itemMin(it))
 		var f int64
 		if it.Refund {
 			f |= 1
@@ -554,6 +554,7 @@ func (c *call) read(res string, items []store.Item, out []tiers.Decision) (int, 
 			continue
 		}
 		out[i] = decision(items[i].Policy, &r)
+		stampSlots(items[i].Policy, &out[i], used)
 	}
 	if r.err != nil {
 		return 0, 0, r.err
