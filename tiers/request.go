@@ -106,7 +106,7 @@ func RefundSlots(p *Policy, s *State, g *Global, now, at time.Time, hits int64) 
 		Refund(p, s, g, now, hits)
 		return
 	}
-	refundTiers(p, s, g, now.UnixMicro(), max(0, at.UnixMicro()), clampCopies(hits))
+	refundTiers(p, s, g, now.UnixMicro(), max(1, at.UnixMicro()), clampCopies(hits))
 }
 
 // ForgetAt returns the instant from which forgetting s (replacing it by a
