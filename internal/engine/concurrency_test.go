@@ -91,12 +91,24 @@ func TestConcurrencySlots(t *testing.T) {
 	if r := ask(t, e, both); r.Code != CodeOverLimit || r.Slots != 0 {
 		t.Fatalf("rate over: %v holding %d, want OVER_LIMIT holding none", r.Code, r.Slots)
 	}
-	// A shadow concurrency limit over its slots answers OK but took none.
+	// A shadow concurrency limit over its slots answers OK but took none;
+	// beside another concurrency limit that took one, the request names
+	// none: the refund would go to both.
 	for range 2 {
 		ask(t, e, one("shadow", "s"))
 	}
 	if r := ask(t, e, one("shadow", "s")); r.Code != CodeOK || r.Slots != 0 || !r.Statuses[0].Shadow {
 		t.Fatalf("shadow over: %v holding %d shadow %v, want OK holding none", r.Code, r.Slots, r.Statuses[0].Shadow)
+	}
+	pair := &Request{Domain: "test", Descriptors: []Descriptor{desc("tenant", "third"), desc("shadow", "s")}}
+	if r := ask(t, e, pair); r.Code != CodeOK || r.Slots != 0 || r.Statuses[0].Decision.Granted != 1 {
+		t.Fatalf("a take beside a shadow limit over its slots: %v holding %d (granted %d), want OK holding none",
+			r.Code, r.Slots, r.Statuses[0].Decision.Granted)
+	}
+	check := desc("tenant", "fourth")
+	check.HasHits = true
+	if r := ask(t, e, &Request{Domain: "test", Descriptors: []Descriptor{check}}); r.Code != CodeOK || r.Slots != 0 {
+		t.Fatalf("a check of 0 hits: %v holding %d, want OK holding none", r.Code, r.Slots)
 	}
 }
 

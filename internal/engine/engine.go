@@ -346,11 +346,14 @@ func (e *Engine) Decide(ctx context.Context, req *Request, resp *Response) error
 // slotsHeld is what a request decided as out holds in concurrency limits
 // (Response.Slots, SlotsAt): nothing unless its takes were committed
 // (store.Apply commits when every take that is neither shadow nor a quota
-// descriptor's is granted), else the fewest slots a concurrency take got
-// and the earliest instant they were stamped with. The fewest, so that a
-// refund of them never gives back more than any of its descriptors took;
-// the earliest, so that it never gives back a slot newer than one of
-// theirs (tiers.RefundSlots).
+// descriptor's is granted) and every concurrency take of it took slots,
+// else the fewest slots one took and the earliest instant they were
+// stamped with. A stream-done refund goes to each of them: one that took
+// nothing (a shadow limit over its slots, a check of 0 hits) would give
+// back another request's slot; the fewest, so that it never gives back more
+// than one took; the earliest, so that it never gives back a slot newer
+// than one of theirs (tiers.RefundSlots). What is not given back frees
+// itself at its ttl.
 func slotsHeld(items []store.Item, out []tiers.Decision) (int64, time.Time) {
 	var n int64
 	var at time.Time
@@ -359,8 +362,11 @@ func slotsHeld(items []store.Item, out []tiers.Decision) (int64, time.Time) {
 		if !it.Refund && !it.Shadow && !d.OK {
 			return 0, time.Time{}
 		}
-		if it.Refund || !it.Policy.Concurrency || !d.OK || d.Granted == 0 || d.SlotsAt.IsZero() {
+		if it.Refund || !it.Policy.Concurrency {
 			continue
+		}
+		if !d.OK || d.Granted == 0 || d.SlotsAt.IsZero() {
+			return 0, time.Time{}
 		}
 		if n == 0 || d.Granted < n {
 			n = d.Granted

@@ -134,10 +134,12 @@ type Response struct {
 	UnknownDomain bool
 	// Slots is the number of slots the request holds in concurrency limits
 	// (tiers.Policy.Concurrency) once answered, the fewest of its
-	// descriptors that took some, and SlotsAt the instant they were
-	// stamped with (the earliest), on the store's clock; 0 and the zero
-	// Time when it holds none: no concurrency limit, a rejection that
-	// committed nothing, a store that answered without keeping them. A
+	// concurrency descriptors', and SlotsAt the instant they were stamped
+	// with (the earliest), on the store's clock; 0 and the zero Time when
+	// it holds none (no concurrency limit, a rejection that committed
+	// nothing, a store that answered without keeping them) or when one of
+	// its concurrency descriptors took none (a shadow limit over its
+	// slots, a check of 0 hits), since the refund goes to each. A
 	// refund of Slots hits naming SlotsAt (Descriptor.SlotsAt) gives them
 	// back: what Envoy's stream-done rate limit sends when it reads them
 	// from the answer's dynamic metadata, which holds them only then.
