@@ -36,14 +36,19 @@ descriptors:
 // metadata names (charon.slots as hits_addend, charon.slot as the last
 // entry), sent only when the answer names some.
 type envoyStream struct {
-	p      *proc
+	procs  []*proc // each call goes to one of them, at random
+	r      *rand.Rand
 	slots  float64
 	slot   string
 	tenant string
 }
 
+func (s *envoyStream) rls() rlsv3.RateLimitServiceClient {
+	return s.procs[s.r.IntN(len(s.procs))].rls
+}
+
 func (s *envoyStream) take(ctx context.Context) (bool, error) {
-	resp, err := s.p.rls.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "llm", Descriptors: []*ratelimitv3.RateLimitDescriptor{{
+	resp, err := s.rls().ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "llm", Descriptors: []*ratelimitv3.RateLimitDescriptor{{
 		Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: "tenant", Value: s.tenant}},
 	}}})
 	if err != nil {
@@ -60,7 +65,7 @@ func (s *envoyStream) done(ctx context.Context) error {
 	if s.slot == "" || s.slots <= 0 {
 		return nil
 	}
-	_, err := s.p.rls.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "llm", Descriptors: []*ratelimitv3.RateLimitDescriptor{{
+	_, err := s.rls().ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "llm", Descriptors: []*ratelimitv3.RateLimitDescriptor{{
 		Entries: []*ratelimitv3.RateLimitDescriptor_Entry{
 			{Key: "tenant", Value: s.tenant},
 			{Key: engine.SlotKey, Value: s.slot},
@@ -91,7 +96,8 @@ func usedSlots(t *testing.T, p *proc, tenant string) int64 {
 // are killed (they never send their stream-done refund), while more
 // clients than the limit keep taking slots, holding them a few
 // milliseconds and giving them back as Envoy does. On the memory store, a
-// single Redis and a Redis Cluster:
+// single Redis and a Redis Cluster (two processes sharing it, each call
+// going to either: a refund often reaches another process than its take):
 //   - the live requests in flight never number more than the limit less
 //     the killed clients' slots until those slots' ttl has passed (the
 //     others' refunds give back their own slots, not the killed ones'), and
@@ -109,7 +115,12 @@ func TestConcurrencyKilledClientsEveryStore(t *testing.T) {
 	dir := writeConfigDir(t, "llm.yaml", concConfig)
 	for _, st := range everyStore() {
 		t.Run(st.name, func(t *testing.T) {
-			p := startServe(t, bin, st.serveArgs(t, dir)...)
+			args := st.serveArgs(t, dir)
+			p := startServe(t, bin, args...)
+			procs := []*proc{p}
+			if st.name != "memory" {
+				procs = append(procs, startServe(t, bin, args...))
+			}
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()
 			tenant := "acme-" + st.name
@@ -118,7 +129,7 @@ func TestConcurrencyKilledClientsEveryStore(t *testing.T) {
 			// never come.
 			start := time.Now()
 			for i := range concKilled {
-				s := &envoyStream{p: p, tenant: tenant}
+				s := &envoyStream{procs: procs, r: rand.New(rand.NewPCG(uint64(i), 5)), tenant: tenant}
 				ok, err := s.take(ctx)
 				if err != nil || !ok || s.slot == "" {
 					t.Fatalf("killed client %d: granted %v, slot %q, %v\n%s", i, ok, s.slot, err, p.stderr.String())
@@ -150,7 +161,7 @@ func TestConcurrencyKilledClientsEveryStore(t *testing.T) {
 							return
 						default:
 						}
-						s := &envoyStream{p: p, tenant: tenant}
+						s := &envoyStream{procs: procs, r: r, tenant: tenant}
 						ok, err := s.take(ctx)
 						if err != nil {
 							errs <- err
@@ -219,7 +230,32 @@ func TestConcurrencyKilledClientsEveryStore(t *testing.T) {
 			// Every live client ended with a refund: once the last slots
 			// taken have lived their ttl at the latest, none is held.
 			eventually(t, "no slot held once every client ended", func() bool { return usedSlots(t, p, tenant) == 0 })
-			p.stop(t)
+
+			if len(procs) == 2 {
+				// A slot given back through one process is free at once on
+				// the other, which had just refused the tenant: no process
+				// keeps a concurrency limit's refusal for later.
+				tenant := "solo-" + st.name
+				a := &envoyStream{procs: procs[:1], r: rand.New(rand.NewPCG(1, 1)), tenant: tenant}
+				for i := range concLimit {
+					if ok, err := a.take(ctx); err != nil || !ok {
+						t.Fatalf("take %d through the first process: %v %v", i, ok, err)
+					}
+				}
+				if ok, err := (&envoyStream{procs: procs[:1], r: a.r, tenant: tenant}).take(ctx); err != nil || ok {
+					t.Fatalf("a take over the limit through the first process: granted %v, %v", ok, err)
+				}
+				b := &envoyStream{procs: procs[1:], r: a.r, tenant: tenant, slots: a.slots, slot: a.slot}
+				if err := b.done(ctx); err != nil {
+					t.Fatal(err)
+				}
+				if ok, err := (&envoyStream{procs: procs[:1], r: a.r, tenant: tenant}).take(ctx); err != nil || !ok {
+					t.Errorf("the first process refused a slot the second had just been given back: granted %v, %v", ok, err)
+				}
+			}
+			for _, p := range procs {
+				p.stop(t)
+			}
 		})
 	}
 }
