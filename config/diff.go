@@ -285,10 +285,14 @@ func DescribeLimit(l *descriptors.Limit) string {
 
 // DescribePolicy says what a policy limits in a few words: "5 per 1s",
 // "5 per 1s, then 10 per 1s for 5s (cooldown 15s)", "fixed 100 per
-// minute", "bucket 100, 10 per 1s", "rejects all"; "none" for nil.
+// minute", "bucket 100, 10 per 1s", "10 in flight, ttl 5m", "rejects
+// all"; "none" for nil.
 func DescribePolicy(p *tiers.Policy) string {
 	if p == nil {
 		return "none"
+	}
+	if p.Concurrency && len(p.Tiers) == 1 {
+		return fmt.Sprintf("%d in flight, ttl %s", p.Tiers[0].Limit, fmtDur(p.Tiers[0].Window))
 	}
 	var b strings.Builder
 	switch p.Kind {

@@ -58,12 +58,19 @@
 //	    domains (>= 1; leave out for none), with tiers or a sliding
 //	    rate_limit.
 //	token_bucket: {capacity, refill, per}
+//	concurrency: {limit, ttl}
+//	    a concurrency limit (tiers.Policy.Concurrency): at most limit
+//	    slots held at once, each given back by a refund or freed ttl after
+//	    it was taken; limit >= 1 and ttl > 0 are required. It takes no
+//	    hard_limit, global_limit, overdraft, pace or quota, and its
+//	    overrides give concurrency blocks (an override of another policy
+//	    gives none).
 //	copies: {domain_limit, global_limit, groups: [{name, limit, members}]}
-//	overrides: [{domain, rate_limit | tiers | token_bucket, hard_limit}]
-//	    or, for copies, [{domain, domain_limit}].
+//	overrides: [{domain, rate_limit | tiers | token_bucket | concurrency,
+//	    hard_limit}] or, for copies, [{domain, domain_limit}].
 //
-// A descriptor has at most one policy (rate_limit, tiers, token_bucket or
-// copies). An override replaces the default policy for its Charon domain
+// A descriptor has at most one policy (rate_limit, tiers, token_bucket,
+// concurrency or copies). An override replaces the default policy for its Charon domain
 // entirely (hard_limit included) but keeps the resource's global_limit. An
 // override's domain and a group's members are written as the raw request
 // values joined by "," (they are escaped as descriptors.Match.Domain is).

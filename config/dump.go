@@ -49,7 +49,13 @@ type dumpPolicy struct {
 	TokenBucket *dumpBucket `yaml:"token_bucket,omitempty"`
 	FixedWindow *dumpFixed  `yaml:"fixed_window,omitempty"`
 	Quota       *dumpQuota  `yaml:"quota,omitempty"`
+	Concurrency *dumpConc   `yaml:"concurrency,omitempty"`
 	Overdraft   bool        `yaml:"overdraft,omitempty"`
+}
+
+type dumpConc struct {
+	Limit int64  `yaml:"limit"`
+	TTL   string `yaml:"ttl"`
 }
 
 type dumpQuota struct {
@@ -101,6 +107,11 @@ func dumpPol(p *tiers.Policy) *dumpPolicy {
 		return nil
 	}
 	d := &dumpPolicy{Algorithm: p.Kind.String(), Overdraft: p.Overdraft}
+	if p.Concurrency && len(p.Tiers) == 1 {
+		d.Algorithm = "concurrency"
+		d.Concurrency = &dumpConc{p.Tiers[0].Limit, fmtDur(p.Tiers[0].Window)}
+		return d
+	}
 	switch p.Kind {
 	case tiers.KindTiers:
 		d.Closed = len(p.Tiers) == 0

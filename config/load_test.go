@@ -72,7 +72,7 @@ domain: api
 descriptors:
   - key: a
     hard_limit: 5
-`, []string{"api.yaml:5: descriptors[0].hard_limit: needs a policy on the same descriptor (rate_limit, tiers, token_bucket or copies)"}},
+`, []string{"api.yaml:5: descriptors[0].hard_limit: needs a policy on the same descriptor (rate_limit, tiers, token_bucket, concurrency or copies)"}},
 		{"hard limit on fixed window", `
 domain: api
 descriptors:
@@ -397,6 +397,8 @@ func FuzzLoad(f *testing.F) {
 	f.Add([]byte("domain: d\ndescriptors:\n  - &a {key: k, <<: [*a, *a]}\n"))
 	f.Add([]byte("domain: d\ndescriptors:\n  - key: k\n    metadata: &m {a: *m, b: *m, <<: [*m, *m]}\n"))
 	f.Add([]byte("domain: d\ndescriptors:\n  - &b {key: k, rate_limit: {unit: second}}\n  - <<: *b\n    key: j\n    rate_limit: {<<: *b, requests_per_unit: yes}\n"))
+	f.Add([]byte("domain: a\ndescriptors:\n  - key: k\n    concurrency: {limit: 2, ttl: 30s}\n    overrides: [{domain: x, concurrency: {limit: 5, ttl: 1m}}]\n"))
+	f.Add([]byte("domain: a\ndescriptors:\n  - key: k\n    concurrency: {limit: 0, ttl: 0s}\n    pace: 1s\n    quota: {limit: 1, period: day}\n"))
 	f.Add([]byte("'''"))
 	f.Add([]byte("---\n---\n0: 0"))
 	for _, fl := range []string{"valid", "examples", "invalid"} {

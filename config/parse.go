@@ -504,7 +504,7 @@ func (p *parser) descriptors(n *yaml.Node, path *ypath, depth int) []*pnode {
 // policyKeys are the keys that give a descriptor its policy, in the order
 // a conflict names them; amendKeys are the keys that amend that policy.
 var (
-	policyKeys = []string{"rate_limit", "tiers", "token_bucket", "copies"}
+	policyKeys = []string{"rate_limit", "tiers", "token_bucket", "concurrency", "copies"}
 	amendKeys  = []string{"hard_limit", "global_limit", "overrides", "overdraft", "pace"}
 	// quotaKey gives a descriptor a calendar quota, beside its policy or
 	// instead of one.

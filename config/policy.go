@@ -32,7 +32,7 @@ func (p *parser) limit(ls leafSpec, path *ypath, line int) *descriptors.Limit {
 	}
 	if len(gs) == 0 {
 		for _, g := range ls.pick(amendKeys...) {
-			p.errf(g.k, path.k(g.name), "needs a policy on the same descriptor (rate_limit, tiers, token_bucket or copies)")
+			p.errf(g.k, path.k(g.name), "needs a policy on the same descriptor (rate_limit, tiers, token_bucket, concurrency or copies)")
 		}
 		return nil
 	}
@@ -53,11 +53,26 @@ func (p *parser) limit(ls leafSpec, path *ypath, line int) *descriptors.Limit {
 		l.Policy, ok = p.tierList(g.k, g.v, gp)
 	case "token_bucket":
 		l.Policy, ok = p.tokenBucket(g.v, gp)
+	case "concurrency":
+		l.Policy, ok = p.concurrency(g.v, gp)
 	case "copies":
 		l.Copies, ok = p.copies(g.v, gp)
 	}
 	if !ok {
 		return nil
+	}
+	conc := l.Policy != nil && l.Policy.Concurrency
+	if conc {
+		// What a concurrency limit is not: hits per second, post-paid,
+		// paced, a calendar quota (a stream-done refund would give the
+		// quota's calls back with the slots).
+		for _, e := range ls.pick("hard_limit", "global_limit", "overdraft", "pace", quotaKey) {
+			p.errf(e.k, path.k(e.name), "does not apply to a concurrency limit (concurrency counts requests in flight)")
+			ok = false
+		}
+		if !ok {
+			return nil
+		}
 	}
 	for _, e := range ls.pick("hard_limit", "global_limit") {
 		ep := path.k(e.name)
@@ -101,9 +116,10 @@ func (p *parser) limit(ls leafSpec, path *ypath, line int) *descriptors.Limit {
 			od = v
 		}
 	}
-	if l.Policy != nil {
+	if l.Policy != nil && !conc {
 		// Post-paid counting: every policy of the descriptor, its
-		// overrides' too.
+		// overrides' too. Never a concurrency limit's, whatever the
+		// server's default: a slot is held before the request runs.
 		l.Policy.Overdraft = od
 		for _, o := range l.Overrides {
 			o.Overdraft = od
@@ -236,6 +252,28 @@ func (p *parser) quota(g given, base *ypath, overdraft bool) (*tiers.Policy, boo
 	return pol, true
 }
 
+// concurrency parses a concurrency limit: {limit, ttl}, one tier of limit
+// slots that live ttl unless a refund gives them back first.
+func (p *parser) concurrency(n *yaml.Node, path *ypath) (*tiers.Policy, bool) {
+	if !p.mapping(n, path) {
+		return nil, false
+	}
+	t := tiers.Tier{Active: tiers.Unbounded}
+	ok := p.values(n, path, func(key string, v *yaml.Node) (valid, known bool) {
+		switch key {
+		case "limit":
+			t.Limit, valid = p.integer(v, path.k(key), 1, "must be >= 1")
+		case "ttl":
+			t.Window, valid = p.duration(v, path.k(key), true)
+		default:
+			return false, false
+		}
+		return valid, true
+	})
+	pol := &tiers.Policy{Kind: tiers.KindTiers, Concurrency: true, Tiers: []tiers.Tier{t}}
+	return pol, p.require(n, path, "limit", "ttl") && ok
+}
+
 var tierNote = regexp.MustCompile(`^tiers\[(\d+)\]: (.*)$`)
 
 // rateLimitFields maps tiers.FieldError fields of a policy built from a
@@ -245,6 +283,13 @@ var rateLimitFields = map[string]string{
 	"tiers[0].window":   "rate_limit.unit",
 	"requests_per_unit": "rate_limit.requests_per_unit",
 	"unit":              "rate_limit.unit",
+}
+
+// concurrencyFields maps tiers.FieldError fields of a policy built from a
+// concurrency block back to that block's keys.
+var concurrencyFields = map[string]string{
+	"tiers[0].limit":  "concurrency.limit",
+	"tiers[0].window": "concurrency.ttl",
 }
 
 // validate applies tiers.Validate to a finished policy built from the key
@@ -261,8 +306,13 @@ func (p *parser) validate(at *yaml.Node, base *ypath, source string, pol *tiers.
 		return false
 	}
 	field := fe.Field
-	if source == "rate_limit" {
+	switch source {
+	case "rate_limit":
 		if f, ok := rateLimitFields[field]; ok {
+			field = f
+		}
+	case "concurrency":
+		if f, ok := concurrencyFields[field]; ok {
 			field = f
 		}
 	}
@@ -599,7 +649,7 @@ func (p *parser) override(n *yaml.Node, path *ypath, l *descriptors.Limit, lines
 		case "domain":
 			domainNode = v
 			domain, _ = p.str(v, path.k(key))
-		case "rate_limit", "tiers", "token_bucket", "hard_limit":
+		case "rate_limit", "tiers", "token_bucket", "concurrency", "hard_limit":
 			ls.set(key, k, v)
 		case "domain_limit":
 			dl = v
@@ -637,9 +687,9 @@ func (p *parser) override(n *yaml.Node, path *ypath, l *descriptors.Limit, lines
 		p.errf(dl, path.k("domain_limit"), "applies only to copies")
 		return false
 	}
-	gs := ls.pick("rate_limit", "tiers", "token_bucket")
+	gs := ls.pick("rate_limit", "tiers", "token_bucket", "concurrency")
 	if len(gs) != 1 {
-		p.errf(n, path, "an override gives exactly one policy: rate_limit, tiers or token_bucket")
+		p.errf(n, path, "an override gives exactly one policy: rate_limit, tiers, token_bucket or concurrency")
 		return false
 	}
 	g := gs[0]
@@ -653,8 +703,25 @@ func (p *parser) override(n *yaml.Node, path *ypath, l *descriptors.Limit, lines
 		pol, pok = p.tierList(g.k, g.v, gp)
 	case "token_bucket":
 		pol, pok = p.tokenBucket(g.v, gp)
+	case "concurrency":
+		pol, pok = p.concurrency(g.v, gp)
 	}
 	if !pok {
+		return false
+	}
+	// A refund gives back a concurrency limit's slots: a rule is one for
+	// every domain or for none, so that a stream-done refund always meets
+	// the kind of limit its request's grant took.
+	if dc := l.Policy != nil && l.Policy.Concurrency; dc != pol.Concurrency {
+		if dc {
+			p.errf(g.k, gp, "an override of a concurrency limit gives concurrency: {limit, ttl}")
+		} else {
+			p.errf(g.k, gp, "a concurrency override needs a concurrency limit on the descriptor")
+		}
+		return false
+	}
+	if hl, set := ls["hard_limit"]; set && pol.Concurrency {
+		p.errf(hl.k, path.k("hard_limit"), "does not apply to a concurrency limit (concurrency counts requests in flight)")
 		return false
 	}
 	if hl, set := ls["hard_limit"]; set && banned(pol) {

@@ -189,6 +189,9 @@ func appendPolicy(b []byte, p *tiers.Policy) []byte {
 		// state) it had before post-paid counting existed.
 		b = append(b, 'o')
 	}
+	if p.Concurrency {
+		b = append(b, 'c') // likewise
+	}
 	return b
 }
 

@@ -1,6 +1,8 @@
 package server
 
 import (
+	"strconv"
+
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/protobuf/encoding/prototext"
 	"google.golang.org/protobuf/types/known/structpb"
@@ -76,4 +78,24 @@ func mergeMetadata(dst, src *structpb.Struct) {
 			mergeMetadata(hs, vs)
 		}
 	}
+}
+
+// addSlots writes, under AttributionKey of out's dynamic_metadata, the
+// slots resp's request holds in concurrency limits: "slots", their number,
+// and "slot", the instant they were stamped with in microseconds, as text
+// (engine.Response.Slots, SlotsAt). Envoy's stream-done rate limit reads
+// them back (its hits_addend from the first, its last descriptor entry,
+// engine.SlotKey, from the second), so that a request that holds none (a
+// rejection, Charon unreachable) sends no refund.
+func addSlots(out *rlsv3.RateLimitResponse, resp *engine.Response) {
+	if out.DynamicMetadata == nil {
+		out.DynamicMetadata = &structpb.Struct{Fields: map[string]*structpb.Value{}}
+	}
+	c := out.DynamicMetadata.Fields[AttributionKey].GetStructValue()
+	if c == nil {
+		c = &structpb.Struct{Fields: map[string]*structpb.Value{}}
+		out.DynamicMetadata.Fields[AttributionKey] = structpb.NewStructValue(c)
+	}
+	c.Fields["slots"] = structpb.NewNumberValue(float64(resp.Slots))
+	c.Fields["slot"] = structpb.NewStringValue(strconv.FormatInt(resp.SlotsAt.UnixMicro(), 10))
 }

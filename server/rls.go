@@ -101,6 +101,9 @@ func (s *rls) decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.R
 			out.ResponseHeadersToAdd = append(out.ResponseHeadersToAdd, attributionHeaders(eresp, i)...)
 		}
 	}
+	if eresp.Slots > 0 {
+		addSlots(out, eresp)
+	}
 	if i := quotaStatus(eresp.Statuses); i >= 0 {
 		addQuota(out, eresp.Statuses, i)
 	}

@@ -24,15 +24,17 @@ type Usage struct {
 	Limits []UsageLimit `json:"limits"`
 }
 
-// UsageLimit is one limit of a descriptor: its rate policy (kind "rate")
-// or its calendar quota (kind "quota").
+// UsageLimit is one limit of a descriptor: its rate policy (kind "rate";
+// "concurrency" for a concurrency limit, whose Used is the slots held) or
+// its calendar quota (kind "quota").
 type UsageLimit struct {
 	Descriptor int    `json:"descriptor"`
 	Resource   string `json:"resource"`
 	Domain     string `json:"domain,omitempty"`
 	Kind       string `json:"kind"`
 	// Period is the quota's period ("month"), or the rate policy's
-	// algorithm and current window ("tiers, 1m0s").
+	// algorithm and current window ("tiers, 1m0s"; "in flight, ttl 5m0s"
+	// for a concurrency limit).
 	Period    string `json:"period"`
 	Limit     int64  `json:"limit"`
 	Used      int64  `json:"used"`
@@ -67,6 +69,9 @@ func usage(ctx context.Context, ex Explainer, req *engine.Request) (*Usage, erro
 			u, v := base, &x.View
 			out.At = v.At
 			u.Kind, u.Remaining = string(engine.ByRate), v.Remaining
+			if p.Concurrency {
+				u.Kind = "concurrency"
+			}
 			u.Limit, u.Used, u.Period = rateUsage(p, v)
 			wait := v.ResetAfter
 			if v.Remaining == 0 {
@@ -149,6 +154,10 @@ func rateUsage(p *tiers.Policy, v *tiers.View) (limit, used int64, period string
 		t := max(v.Tier, 1)
 		if t > len(p.Tiers) || t > len(v.Tiers) {
 			return 0, 0, "tiers (closed)"
+		}
+		if p.Concurrency {
+			// The slots held, and how long a slot lives at most.
+			return p.Tiers[0].Limit, v.Tiers[0].Hits, "in flight, ttl " + p.Tiers[0].Window.String()
 		}
 		return p.Tiers[t-1].Limit, v.Tiers[t-1].Hits, "tiers, " + p.Tiers[t-1].Window.String()
 	case tiers.KindTokenBucket:

@@ -1,5 +1,7 @@
 package tiers
 
+import "time"
+
 // Phases of a tier at an instant.
 const (
 	inactive = iota
@@ -181,6 +183,9 @@ func decideTiers(p *Policy, s *State, g *Global, t, k, m int64, commit bool) Dec
 			d.ResourceHits = atK.glob + atK.n
 		}
 		d.Remaining = w.n - atK.n
+		if p.Concurrency && atK.n > 0 {
+			d.SlotsAt = time.UnixMicro(t)
+		}
 		if d.Tier >= 1 {
 			win := Micros(p.Tiers[d.Tier-1].Window)
 			oldest := t
@@ -349,14 +354,25 @@ func nextEvent(p *Policy, s *State, g *Global, t int64) (int64, bool) {
 }
 
 // refundTiers removes up to hits of the newest hits of the current tier's
-// window, and as many from the last second's counts.
-func refundTiers(p *Policy, s *State, g *Global, t, hits int64) {
+// window, and as many from the last second's counts. A concurrency limit
+// removes the oldest slots instead, or with slots (at >= 0) those of the
+// take at at.
+func refundTiers(p *Policy, s *State, g *Global, t, at, hits int64) {
 	var w walker
 	w.init(p, s, g, t)
 	if w.c == 0 || hits <= 0 {
 		return
 	}
-	n := s.tiers[w.c-1].hits.removeNewest(t, Micros(p.Tiers[w.c-1].Window), hits)
+	var n int64
+	log, win := &s.tiers[w.c-1].hits, Micros(p.Tiers[w.c-1].Window)
+	switch {
+	case !p.Concurrency:
+		n = log.removeNewest(t, win, hits)
+	case at >= 0:
+		n = log.removeSlots(t, at, win, tierWidth(p.Tiers[w.c-1].Limit, win, s.exact), hits)
+	default:
+		n = log.removeOldest(t, win, hits)
+	}
 	s.second.removeNewest(t, second, n)
 	if g != nil {
 		g.second.removeNewest(t, second, n)

@@ -33,7 +33,9 @@ const QuotaCompact = 4
 //	                    them, AppendCompact writes those of the zero Time
 //
 // A post-paid policy (Overdraft) of kind 0, 1 or 2 ends with one more
-// integer, 1; an admission policy's form ends where the list above does.
+// integer, 1, and a concurrency limit (Concurrency, kind 0) with one more
+// integer, 2 (the two never go together); any other policy's form ends
+// where the list above does.
 //
 // The widths and p, r and cap are those of doc.go (width 1: exact
 // timestamps). At most MaxTiers tiers are written; a negative cooldown is
@@ -68,6 +70,9 @@ func (p *Policy) AppendCompactAt(dst []int64, now time.Time) []int64 {
 				skip = 1
 			}
 			dst = append(dst, t.Limit, win, Micros(t.Active), max(0, Micros(t.Cooldown)), skip, tierWidth(t.Limit, win, false))
+		}
+		if p.Concurrency && !p.Overdraft {
+			return append(dst, 2)
 		}
 		return p.appendOverdraft(dst)
 	case KindTokenBucket:

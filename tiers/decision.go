@@ -54,6 +54,12 @@ type Decision struct {
 	// the next whole credit accrues; 0 when nothing is pending, as for a full
 	// bucket); when rejected, RetryAfter.
 	ResetAfter time.Duration
+	// SlotsAt is, for a concurrency limit (Policy.Concurrency) that granted
+	// hits, the instant they were stamped with, on the clock of whatever
+	// decided (the caller's now for package tiers, the Redis master's for
+	// the Redis store): what RefundSlots takes to give back exactly these
+	// slots. It is the zero Time for every other decision.
+	SlotsAt time.Time
 }
 
 // Limiter names the limit a refusal came from: "hard", "global", or "tier"

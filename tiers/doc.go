@@ -75,10 +75,53 @@
 // request) plus its window, minus t.
 //
 // Refund removes the newest hits of the current tier (and as many from the
-// per-second logs). ForgetAt is the latest of e_i+A_i+C_i over entered tiers
+// per-second logs; a concurrency limit's, below, the oldest). ForgetAt is the latest of e_i+A_i+C_i over entered tiers
 // with a finite active period, the newest bucket start plus the window for a
 // first tier active for ever (Forever for a higher one), and the newest
 // per-second bucket plus one second.
+//
+// # Concurrency limits (Concurrency)
+//
+// A concurrency limit is a policy of one tier of limit L and window T,
+// active for ever, whose hits are slots held by requests in flight and T
+// their time to live. A request takes its k slots as any request takes
+// hits, all or nothing: granted while the window counts at most L - k. A
+// slot is given back by a refund or frees itself when it leaves the window,
+// no later than T after it was taken (and, for L > 64, whose log is kept in
+// buckets of b = ceil(T/64) µs, no earlier than T - b + 1 µs after: the
+// lenient direction, as for any log). A grant answers the instant its slots
+// were stamped with (Decision.SlotsAt).
+//
+// RefundSlots(at) removes the slots of the take stamped at: from the first
+// bucket that starts at or after at's, which is the take's own (a bucket
+// holds slots of one age) or, when time went backwards, an older one; and
+// nothing when at's bucket has left the window (the take's slots freed
+// themselves). Refund, with no take named, removes the oldest slots held.
+//
+// The guarantee: say a request is in flight from its grant until its
+// refund, or until it ends without one (its client killed). If every refund
+// comes before its take's slots leave the window, then at every instant the
+// requests in flight number at most L. By induction, the slots of the log,
+// taken newest first, are at every age at least as many as the in-flight
+// requests' slots of that age or newer: a take adds one slot to both, an
+// end without refund removes a request only, a slot leaving the window is
+// older than every in-flight request's, and a refund removes a slot as old
+// as the refunded request's own or older, which keeps the count at every
+// age. Removing the newest slot would not: with T = 10 s, A takes at 0 and
+// B at 5; A's refund at 6 removing B's slot, A's leaves the window at 10
+// while B still runs, and a request is granted beside B over a limit of 1.
+// The refund of a request that outlived T removes nothing under
+// RefundSlots, but under Refund it removes a slot of a request still in
+// flight: T must exceed the longest request.
+//
+// Leaks: the slots of a request that ends without a refund free themselves
+// T after their take, whatever other requests do, as long as refunds name
+// their takes (RefundSlots never removes another request's slot but an
+// older one after time went backwards). Refund, naming none, may remove an
+// older leaked slot and leave the refunded request's own in its place,
+// newer: the leak then lasts until that slot leaves the window, and under
+// steady traffic may be passed on from request to request for longer than
+// T. Refunds should name their takes.
 //
 // # Token bucket (KindTokenBucket)
 //

@@ -90,6 +90,14 @@ type FixedWindow struct {
 // of a request that does not fit are debited all the same, and while the
 // state is in debt every request, a check of 0 hits included, is rejected.
 // The zero value counts for admission: a rejected request consumes nothing.
+//
+// Concurrency makes a KindTiers policy of one tier, active for ever, with
+// no cooldown, no hard or global limit and no Overdraft, a concurrency
+// limit (doc.go, "Concurrency limits"): its hits are slots held by requests
+// in flight, at most the tier's Limit at once; a refund gives back the
+// slots a request took (RefundSlots), or with no more said the oldest
+// slots held, never the newest; a slot no refund gives back frees itself
+// when it leaves the tier's Window, the slots' time to live.
 type Policy struct {
 	Kind        Kind
 	Tiers       []Tier
@@ -99,4 +107,5 @@ type Policy struct {
 	Window      FixedWindow
 	Quota       Quota
 	Overdraft   bool
+	Concurrency bool
 }

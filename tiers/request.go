@@ -67,7 +67,11 @@ func closed() Decision {
 //   - KindTiers: the newest hits of the current tier's window are removed
 //     (hits of lower tiers, or of a tier no longer current, are not), and as
 //     many of the newest hits of the last second from s and g; a tier once
-//     entered stays entered. With no current tier nothing changes.
+//     entered stays entered. With no current tier nothing changes. A
+//     concurrency limit (Policy.Concurrency) gives back its oldest slots
+//     instead: the refunded request's own are at least as new, so every
+//     request still in flight keeps a slot that lives at least as long as
+//     its own (doc.go, "Concurrency limits").
 //   - KindTokenBucket: hits credits are added, up to the capacity.
 //   - KindFixedWindow: the current window's count is lowered by hits, not
 //     below 0.
@@ -80,12 +84,29 @@ func Refund(p *Policy, s *State, g *Global, now time.Time, hits int64) {
 	t, hits := now.UnixMicro(), clampCopies(hits)
 	switch p.Kind {
 	case KindTiers:
-		refundTiers(p, s, g, t, hits)
+		refundTiers(p, s, g, t, -1, hits)
 	case KindTokenBucket:
 		refundBucket(p, s, t, hits)
 	case KindFixedWindow, KindQuota:
 		refundFixed(p, s, t, hits)
 	}
+}
+
+// RefundSlots gives back up to hits slots of a concurrency limit that a
+// request took at at (its grant's Decision.SlotsAt), at now: they are
+// removed from the first bucket of the tier's log that starts at or after
+// at's (the take's own, or an older one when time went backwards), and as
+// many of the newest hits of the last second from s and g. Nothing is
+// removed when at's bucket has left the window: the take's slots have
+// already freed themselves, and removing newer ones would free the slots
+// of requests still in flight. A zero at, or a policy that is not a
+// concurrency limit, is Refund.
+func RefundSlots(p *Policy, s *State, g *Global, now, at time.Time, hits int64) {
+	if p == nil || s == nil || !p.Concurrency || at.IsZero() || p.Kind != KindTiers {
+		Refund(p, s, g, now, hits)
+		return
+	}
+	refundTiers(p, s, g, now.UnixMicro(), max(1, at.UnixMicro()), clampCopies(hits))
 }
 
 // ForgetAt returns the instant from which forgetting s (replacing it by a

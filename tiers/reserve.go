@@ -70,14 +70,17 @@ var ErrCannotPace = errors.New("tiers: cannot pace")
 // CanPace reports whether p's rejections can be paced: nil for a policy of
 // one tier (a rate_limit), with or without hard and global limits, a token
 // bucket, a fixed window and a calendar quota; an error wrapping
-// ErrCannotPace saying why for a stack of several tiers and a post-paid
-// policy.
+// ErrCannotPace saying why for a stack of several tiers, a post-paid
+// policy and a concurrency limit.
 func CanPace(p *Policy) error {
 	if p == nil {
 		return fmt.Errorf("%w: no policy", ErrCannotPace)
 	}
 	if p.Overdraft {
 		return fmt.Errorf("%w: a post-paid (overdraft) policy counts usage after the fact", ErrCannotPace)
+	}
+	if p.Concurrency {
+		return fmt.Errorf("%w: a concurrency limit's slots come back when requests end, which no wait can foresee", ErrCannotPace)
 	}
 	switch p.Kind {
 	case KindTiers:

@@ -28,7 +28,7 @@ func TestScenarios(t *testing.T) {
 				}
 				switch st.Op {
 				case tierstest.OpRefund:
-					tiers.Refund(p, s, g, st.At, st.Copies)
+					tiers.RefundSlots(p, s, g, st.At, st.SlotsAt, st.Copies)
 				case tierstest.OpForget:
 					if got := tiers.ForgetAt(p, s); !got.Equal(st.Forget) {
 						t.Errorf("%s: ForgetAt = %v, want %v", st.Where, got, st.Forget)

@@ -9,9 +9,11 @@ import "encoding/binary"
 // another shape starts from a fresh state.
 //
 // The shape is the kind and, by kind:
-//   - KindTiers: the number of tiers, each tier's window, and whether a
+//   - KindTiers: the number of tiers, each tier's window, whether a
 //     global limit is set (a resource's domains then share a global state,
-//     which a store keeps beside them);
+//     which a store keeps beside them), and whether it is a concurrency
+//     limit (its hits are slots, not requests: a rule that becomes one, or
+//     stops being one, starts afresh);
 //   - KindFixedWindow: the unit;
 //   - KindQuota: the period, the time zone and the anchor;
 //   - KindTokenBucket: nothing more.
@@ -58,6 +60,11 @@ func (p *Policy) AppendShape(dst []byte) []byte {
 		dst = append(dst, byte(n), g)
 		for _, t := range p.Tiers[:n] {
 			dst = binary.AppendVarint(dst, Micros(t.Window))
+		}
+		if p.Concurrency {
+			// Only then: every other policy keeps the shape, and so the
+			// keys, it had before concurrency limits existed.
+			dst = append(dst, 'c')
 		}
 	case KindFixedWindow:
 		dst = append(dst, byte(p.Window.Unit))

@@ -192,6 +192,58 @@ func (l *hitLog) removeNewest(t, w, n int64) int64 {
 	return done
 }
 
+// removeOldest removes up to n hits counted at t, oldest first, and returns
+// how many it removed: the refund of a concurrency limit's slots whose
+// take is not known.
+func (l *hitLog) removeOldest(t, w, n int64) int64 {
+	l.prune(t, w)
+	var done int64
+	for done < n && l.h < len(l.e) {
+		take := min(n-done, l.e[l.h].n)
+		l.e[l.h].n -= take
+		l.sum -= take
+		done += take
+		if l.e[l.h].n == 0 {
+			l.h++
+		}
+	}
+	if l.h == len(l.e) {
+		l.reset()
+	}
+	return done
+}
+
+// removeSlots removes up to n hits counted at t from one bucket, the first
+// that starts at or after at's bucket (width b), and returns how many it
+// removed: the refund of a concurrency limit's slots taken at at. The take
+// went into that bucket or, time having gone backwards, into a later one;
+// so the bucket emptied is never newer than the take's own. When at's
+// bucket has left the window (the take's slots were freed by their time to
+// live) nothing is removed.
+func (l *hitLog) removeSlots(t, at, w, b, n int64) int64 {
+	l.prune(t, w)
+	from := floorDiv(at, b) * b
+	if from <= t-w {
+		return 0
+	}
+	for i := l.h; i < len(l.e); i++ {
+		if l.e[i].at < from {
+			continue
+		}
+		take := min(n, l.e[i].n)
+		l.e[i].n -= take
+		l.sum -= take
+		if l.e[i].n == 0 {
+			l.e = append(l.e[:i], l.e[i+1:]...)
+		}
+		if l.h == len(l.e) {
+			l.reset()
+		}
+		return take
+	}
+	return 0
+}
+
 // removeAt removes up to n hits counted at now from the bucket that hits
 // granted at t went into (the first starting at or after t's bucket: a hit
 // joins a newer bucket when one exists), then from newer buckets, and

@@ -128,5 +128,32 @@ func Validate(p *Policy) error {
 	default:
 		return fieldErr("kind", "unknown kind %d", p.Kind)
 	}
+	if p.Concurrency {
+		return validateConcurrency(p)
+	}
+	return nil
+}
+
+// validateConcurrency checks what a concurrency limit is: one tier, active
+// for ever, no cooldown, no hard or global limit, counting for admission.
+// Its fields are named as the configuration's concurrency block names them
+// (concurrency.limit, concurrency.ttl).
+func validateConcurrency(p *Policy) error {
+	switch {
+	case p.Kind != KindTiers:
+		return fieldErr("concurrency", "applies only to burst tiers (kind %v)", p.Kind)
+	case len(p.Tiers) != 1:
+		return fieldErr("concurrency", "has exactly one tier, not %d", len(p.Tiers))
+	case p.Tiers[0].Active != Unbounded:
+		return fieldErr("concurrency", "its tier is active for ever, not for %v", p.Tiers[0].Active)
+	case p.Tiers[0].Cooldown != 0:
+		return fieldErr("concurrency", "its tier has no cooldown, not %v", p.Tiers[0].Cooldown)
+	case p.HardLimit != 0:
+		return fieldErr("hard_limit", "does not apply to a concurrency limit")
+	case p.GlobalLimit != 0:
+		return fieldErr("global_limit", "does not apply to a concurrency limit")
+	case p.Overdraft:
+		return fieldErr("overdraft", "does not apply to a concurrency limit (a slot is held before the request runs, never after)")
+	}
 	return nil
 }

@@ -262,12 +262,13 @@ func (e *Engine) Decide(ctx context.Context, req *Request, resp *Response) error
 		sc.modes = append(sc.modes, mode)
 		sc.pace = append(sc.pace, l.Pace)
 		sc.items = append(sc.items, store.Item{
-			Key:    store.Key{Resource: m.Resource, Domain: m.Domain, PolicyID: m.Shape},
-			Policy: m.Policy,
-			Hits:   hits,
-			Min:    hits,
-			Refund: d.Refund,
-			Shadow: mode.shadow || mode.quota,
+			Key:     store.Key{Resource: m.Resource, Domain: m.Domain, PolicyID: m.Shape},
+			Policy:  m.Policy,
+			Hits:    hits,
+			Min:     hits,
+			Refund:  d.Refund,
+			SlotsAt: d.SlotsAt,
+			Shadow:  mode.shadow || mode.quota,
 		})
 	}
 	sc.out = grow(sc.out, len(sc.items))
@@ -290,6 +291,7 @@ func (e *Engine) Decide(ctx context.Context, req *Request, resp *Response) error
 	}
 
 	resp.Code, resp.UnknownDomain, resp.Now, resp.Paced = CodeOK, !known, now, paced
+	resp.Slots, resp.SlotsAt = slotsHeld(sc.items, sc.out)
 	quotas, quotasOver := 0, 0
 	resp.Statuses = grow(resp.Statuses, n)
 	if cap(resp.limits) < n {
@@ -339,6 +341,44 @@ func (e *Engine) Decide(ctx context.Context, req *Request, resp *Response) error
 		resp.Code = CodeOverLimit
 	}
 	return nil
+}
+
+// slotsHeld is what a request decided as out holds in concurrency limits
+// (Response.Slots, SlotsAt): nothing unless its takes were committed
+// (store.Apply commits when every take that is neither shadow nor a quota
+// descriptor's is granted) and every concurrency take of it took slots,
+// else the fewest slots one took and the earliest instant they were
+// stamped with. A stream-done refund goes to each of them: one that took
+// nothing (a shadow limit over its slots, a check of 0 hits) would give
+// back another request's slot; the fewest, so that it never gives back more
+// than one took; the earliest, so that it never gives back a slot newer
+// than one of theirs (tiers.RefundSlots). What is not given back frees
+// itself at its ttl.
+func slotsHeld(items []store.Item, out []tiers.Decision) (int64, time.Time) {
+	var n int64
+	var at time.Time
+	for i := range items {
+		it, d := &items[i], &out[i]
+		if !it.Refund && !it.Shadow && !d.OK {
+			return 0, time.Time{}
+		}
+		if it.Refund || !it.Policy.Concurrency {
+			continue
+		}
+		if !d.OK || d.Granted == 0 || d.SlotsAt.IsZero() {
+			return 0, time.Time{}
+		}
+		if n == 0 || d.Granted < n {
+			n = d.Granted
+		}
+		if at.IsZero() || d.SlotsAt.Before(at) {
+			at = d.SlotsAt
+		}
+	}
+	if at.IsZero() {
+		return 0, time.Time{}
+	}
+	return n, at
 }
 
 // quotaDecides reports whether a descriptor's answer is its quota's

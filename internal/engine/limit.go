@@ -56,6 +56,14 @@ func (e *Engine) currentLimit(m *descriptors.Match, d *tiers.Decision, o *Overri
 	}
 	u, mult, exact := unitOf(window)
 	cl := CurrentLimit{RequestsPerUnit: clamp32(limit), Unit: u, Multiplier: mult, Name: m.Limit.Name}
+	if p.Concurrency {
+		// Its limit per its ttl, as Envoy's headers can say it, named for
+		// what it is.
+		if cl.Name == "" {
+			cl.Name = e.names.name(limit, window, inFlight)
+		}
+		return cl
+	}
 	multiTier := p.Kind == tiers.KindTiers && len(p.Tiers) > 1
 	if multiTier || !exact || mult > 1 {
 		if !multiTier {
@@ -176,9 +184,17 @@ func (c *nameCache) reset() {
 	c.mu.Unlock()
 }
 
-// describe writes "5 per 2s", with ", tier N" when tier > 0.
+// inFlight is the tier of nameCache.name that describes a concurrency
+// limit.
+const inFlight = -1
+
+// describe writes "5 per 2s", with ", tier N" when tier > 0; for tier
+// inFlight, "5 in flight, ttl 2s".
 func describe(limit int64, window time.Duration, tier int) string {
 	b := strconv.AppendInt(make([]byte, 0, 32), limit, 10)
+	if tier == inFlight {
+		return string(appendWindow(append(b, " in flight, ttl "...), window))
+	}
 	b = append(b, " per "...)
 	b = appendWindow(b, window)
 	if tier > 0 {

@@ -24,9 +24,23 @@ type Descriptor struct {
 	Hits    uint64
 	HasHits bool
 	// Refund gives Hits back instead of taking them (is_negative_hits).
-	Refund   bool
+	Refund bool
+	// SlotsAt names, for a refund, the take whose slots it gives back when
+	// the descriptor's limit is a concurrency limit: the SlotsAt of that
+	// request's Response, sent back as a last entry of key SlotKey
+	// (ShouldRateLimit reads it off; Decide sets this). The zero Time
+	// gives back the oldest slots held.
+	SlotsAt  time.Time
 	Override *Override
 }
+
+// SlotKey is the key of the entry that names, at the end of a refund's
+// descriptor, the take whose slots it gives back: the take's
+// Response.SlotsAt in whole microseconds since the Unix epoch, in decimal,
+// as Envoy's stream-done rate limit reads it from the dynamic metadata the
+// take's answer set (a metadata action). It is read off before the
+// descriptor is matched, and only from a refund's descriptor.
+const SlotKey = "charon_slot"
 
 // Request is one ShouldRateLimit call.
 type Request struct {
@@ -118,6 +132,19 @@ type Response struct {
 	// UnknownDomain is set when the request's domain has no configuration
 	// (envoyproxy/ratelimit's domain_not_found).
 	UnknownDomain bool
-	Statuses      []Status
-	limits        []CurrentLimit
+	// Slots is the number of slots the request holds in concurrency limits
+	// (tiers.Policy.Concurrency) once answered, the fewest of its
+	// concurrency descriptors', and SlotsAt the instant they were stamped
+	// with (the earliest), on the store's clock; 0 and the zero Time when
+	// it holds none (no concurrency limit, a rejection that committed
+	// nothing, a store that answered without keeping them) or when one of
+	// its concurrency descriptors took none (a shadow limit over its
+	// slots, a check of 0 hits), since the refund goes to each. A
+	// refund of Slots hits naming SlotsAt (Descriptor.SlotsAt) gives them
+	// back: what Envoy's stream-done rate limit sends when it reads them
+	// from the answer's dynamic metadata, which holds them only then.
+	Slots    int64
+	SlotsAt  time.Time
+	Statuses []Status
+	limits   []CurrentLimit
 }

@@ -4,6 +4,8 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"strconv"
+	"time"
 
 	"github.com/charonlimit/charon/descriptors"
 )
@@ -30,6 +32,16 @@ func (e *Engine) validate(req *Request) error {
 	}
 	for i := range req.Descriptors {
 		d := &req.Descriptors[i]
+		if n := len(d.Entries); d.Refund && n > 0 && d.Entries[n-1].Key == SlotKey {
+			// The take a stream-done refund gives back (SlotKey): read
+			// off before the descriptor is matched.
+			us, err := strconv.ParseInt(d.Entries[n-1].Value, 10, 64)
+			if err != nil || us <= 0 {
+				return &descriptors.InputError{Field: fmt.Sprintf("descriptors[%d].entries[%d].value", i, n-1),
+					Message: fmt.Sprintf("%s must be a take's instant in microseconds since the Unix epoch, not %q", SlotKey, descriptors.Truncate(d.Entries[n-1].Value))}
+			}
+			d.Entries, d.SlotsAt = d.Entries[:n-1], time.UnixMicro(us)
+		}
 		switch {
 		case len(d.Entries) == 0:
 			return &descriptors.InputError{Field: fmt.Sprintf("descriptors[%d].entries", i), Message: "empty"}

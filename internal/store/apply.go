@@ -18,8 +18,10 @@ import (
 //
 // The procedure, which every store must reproduce exactly:
 //
-//  1. Every refund item, in order: tiers.Refund(Hits), then out[i] is the
-//     tiers.Peek of one hit, with Granted 0 and OK true.
+//  1. Every refund item, in order: tiers.RefundSlots(SlotsAt, Hits) (for
+//     all but a concurrency limit's refund naming its take, tiers.Refund),
+//     then out[i] is the tiers.Peek of one hit, with Granted 0 and OK
+//     true.
 //  2. The other items are grouped as plan says: a group is the items
 //     sharing a Key, led by the first of them, and asks for the sum of its
 //     members' Hits and Min. In leader order, each group's answer d is
@@ -65,8 +67,8 @@ func ApplyReserve(now, at time.Time, plan *Plan, items []Item, states []*tiers.S
 	return apply(now, at, true, plan, items, states, globals, out)
 }
 
-// peek, request and refund are tiers' Peek, Request and Refund at now, or
-// with res their reservations for at.
+// peek, request and refund are tiers' Peek, Request and RefundSlots at
+// now, or with res their reservations for at.
 func peek(p *tiers.Policy, s *tiers.State, g *tiers.Global, now, at time.Time, res bool, k, m int64) tiers.Decision {
 	if res {
 		return tiers.PeekReserve(p, s, g, now, at, k, m)
@@ -81,12 +83,12 @@ func request(p *tiers.Policy, s *tiers.State, g *tiers.Global, now, at time.Time
 	return tiers.Request(p, s, g, now, k, m)
 }
 
-func refund(p *tiers.Policy, s *tiers.State, g *tiers.Global, now, at time.Time, res bool, hits int64) {
+func refund(p *tiers.Policy, s *tiers.State, g *tiers.Global, now, at time.Time, res bool, it *Item) {
 	if res {
-		tiers.RefundReserved(p, s, g, now, at, hits)
+		tiers.RefundReserved(p, s, g, now, at, it.Hits)
 		return
 	}
-	tiers.Refund(p, s, g, now, hits)
+	tiers.RefundSlots(p, s, g, now, it.SlotsAt, it.Hits)
 }
 
 func apply(now, at time.Time, res bool, plan *Plan, items []Item, states []*tiers.State, globals []*tiers.Global, out []tiers.Decision) (committed bool, err error) {
@@ -101,9 +103,9 @@ func apply(now, at time.Time, res bool, plan *Plan, items []Item, states []*tier
 		if !it.Refund {
 			continue
 		}
-		refund(it.Policy, states[i], globals[i], now, at, res, it.Hits)
+		refund(it.Policy, states[i], globals[i], now, at, res, it)
 		d := peek(it.Policy, states[i], globals[i], now, at, res, 1, 1)
-		d.Granted, d.OK = 0, true
+		d.Granted, d.OK, d.SlotsAt = 0, true, time.Time{}
 		out[i] = d
 	}
 
@@ -232,6 +234,9 @@ func split(plan *Plan, items []Item, i int, out []tiers.Decision) {
 		extra -= e
 		out[j] = d
 		out[j].Granted = items[j].Min + e
+		if out[j].Granted == 0 {
+			out[j].SlotsAt = time.Time{} // a check took no slot
+		}
 	}
 }
 

@@ -88,6 +88,12 @@ type Item struct {
 	// them. Refunds always apply, whatever the other items' answers; Min is
 	// ignored.
 	Refund bool
+	// SlotsAt names, for a refund of a concurrency limit
+	// (tiers.Policy.Concurrency), the take whose slots it gives back: the
+	// SlotsAt of that take's decision, on the store's clock
+	// (tiers.RefundSlots). The zero Time gives back the oldest slots held
+	// (tiers.Refund); other items ignore it.
+	SlotsAt time.Time
 	// Shadow marks an item that is decided and recorded but does not take
 	// part in the request's all-or-nothing: its rejection does not stop the
 	// other items from being committed (shadow mode, ignore_limits). A

@@ -47,6 +47,10 @@ type Step struct {
 	Op     Op
 	Copies int64 // OpRequest: the copies asked; OpRefund: the hits given back
 	Min    int64 // OpRequest
+	// SlotsAt is, for OpRefund, the instant the slots given back were
+	// taken at ("slots D"; tiers.RefundSlots), the zero Time for none
+	// (tiers.Refund).
+	SlotsAt time.Time
 	// Forget is the ForgetAt expected by OpForget: tiers.Forever for
 	// "never", the zero Time for "none".
 	Forget time.Time
@@ -141,6 +145,9 @@ func Parse(file string, r io.Reader) (*Script, error) {
 		case "bucket":
 			p.Kind = tiers.KindTokenBucket
 			p.Bucket = tiers.TokenBucket{Capacity: ps.int(kv["capacity"]), Refill: ps.int(kv["refill"]), Per: ps.dur(kv["per"])}
+		case "concurrency":
+			p.Kind, p.Concurrency = tiers.KindTiers, true
+			p.Tiers = append(p.Tiers, tiers.Tier{Limit: ps.int(kv["limit"]), Window: ps.dur(kv["ttl"]), Active: tiers.Unbounded})
 		case "fixed":
 			u, ok := tiers.ParseUnit(kv["unit"])
 			if !ok {
@@ -226,6 +233,8 @@ func (p *parser) step(start time.Time, w []string) Step {
 			st.Domain = p.arg(args, i+1)
 		case "min":
 			st.Min = p.int(p.arg(args, i+1))
+		case "slots":
+			st.SlotsAt = start.Add(p.dur(p.arg(args, i+1)))
 		default:
 			p.fail("unknown argument %q", args[i])
 		}

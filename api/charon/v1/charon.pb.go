@@ -2034,10 +2034,11 @@ type UsageLimit struct {
 	DescriptorIndex int32  `protobuf:"varint,1,opt,name=descriptor_index,json=descriptorIndex,proto3" json:"descriptor_index,omitempty"`
 	Resource        string `protobuf:"bytes,2,opt,name=resource,proto3" json:"resource,omitempty"`
 	Domain          string `protobuf:"bytes,3,opt,name=domain,proto3" json:"domain,omitempty"`
-	// "rate" (the rate policy) or "quota" (the calendar quota).
+	// "rate" (the rate policy), "concurrency" (a concurrency limit, used: its
+	// slots held) or "quota" (the calendar quota).
 	Kind string `protobuf:"bytes,4,opt,name=kind,proto3" json:"kind,omitempty"`
 	// The quota's period ("month"), or the rate policy's algorithm and
-	// current window ("tiers, 1m0s").
+	// current window ("tiers, 1m0s"; "in flight, ttl 5m0s").
 	Period    string `protobuf:"bytes,5,opt,name=period,proto3" json:"period,omitempty"`
 	Limit     int64  `protobuf:"varint,6,opt,name=limit,proto3" json:"limit,omitempty"`
 	Used      int64  `protobuf:"varint,7,opt,name=used,proto3" json:"used,omitempty"`

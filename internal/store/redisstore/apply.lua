@@ -16,7 +16,9 @@
 --   and read without making a table): mode, now (µs; -1: use Redis TIME;
 --   below -1: TIME plus -(now+1) µs), maxTTL (ms), lockTTL (ms), nk, n
 --   (items), then per item: state key index, global key index (0: none),
---   policy index, hits, min, flags (1 refund, 2 shadow); then the call's
+--   policy index, hits, min (a refund's: -at when it names the take at
+--   at of a concurrency limit's slots, tiers.RefundSlots; else ignored),
+--   flags (1 refund, 2 shadow); then the call's
 --   store.Plan, per item: the index of its group's leader (0: a refund) and
 --   of the leader of the first group sharing its global state (0: none).
 --   Only the general code reads the plan; the fast paths take calls whose
@@ -36,7 +38,8 @@
 --           around the caller's now (tiers.Quota.AppendBounds): the
 --           function never computes a calendar, it picks the period
 --           holding its now from this table
---   a post-paid policy's form (kinds 0 to 2) ends with one more 1
+--   a post-paid policy's form (kinds 0 to 2) ends with one more 1, a
+--   concurrency limit's (kind 0) with one more 2
 -- Modes: 1 decide; 2 decide unless a key is locked; 3 prepare (lock the
 -- keys, decide without writing); 4 finish and commit; 5 finish and abort
 -- (refunds and post-paid debits only); 6 release the locks; 7 seal: extend the locks to lockTTL
@@ -150,7 +153,11 @@ local function general(KEYS, ARGV, mode, now, maxttl, lockttl, nk, n, pos)
   for i = 1, n do
     local it = items[i]
     if it.refund then
-      refund(it.p, st[it.sk], gstate(it), now, it.hits)
+      -- A refund's min, ignored otherwise, is -at when it names the
+      -- take at at of a concurrency limit's slots.
+      local slots = nil
+      if it.min < 0 then slots = -it.min end
+      refund(it.p, st[it.sk], gstate(it), now, it.hits, slots)
       local d = decide(it.p, st[it.sk], gstate(it), now, 1, 1, false, newd())
       d.ok = true
       out[i], gr[i] = d, 0

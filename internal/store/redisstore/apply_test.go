@@ -87,6 +87,12 @@ func randPolicy(r *rand.Rand) *tiers.Policy {
 			if r.IntN(3) == 0 {
 				p.GlobalLimit = 1 + r.Int64N(150)
 			}
+			if r.IntN(4) == 0 && n >= 1 {
+				// A concurrency limit: one tier of slots, active for ever.
+				p.Tiers = p.Tiers[:1]
+				p.Tiers[0].Active, p.Tiers[0].Cooldown = tiers.Unbounded, 0
+				p.HardLimit, p.GlobalLimit, p.Concurrency = 0, 0, true
+			}
 		case k < 8:
 			p.Kind = tiers.KindTokenBucket
 			_, hi := randScale(r)
@@ -100,7 +106,7 @@ func randPolicy(r *rand.Rand) *tiers.Policy {
 			p.Window = tiers.FixedWindow{Limit: 1 + r.Int64N(100), Unit: u}
 		}
 		p, _ = tiers.Normalize(p)
-		p.Overdraft = r.IntN(3) == 0 // post-paid counting
+		p.Overdraft = r.IntN(3) == 0 && !p.Concurrency // post-paid counting
 		if tiers.Validate(&p) == nil {
 			return &p
 		}
@@ -145,6 +151,9 @@ func traceWith(t *testing.T, seed uint64, steps int, stores []store.Store, names
 	}
 	now := storetest.T0.Add(randDur(r, 0, time.Hour))
 	ctx := context.Background()
+	// The instants of concurrency limits' grants, per key, for refunds
+	// that name their takes.
+	taken := map[store.Key][]time.Time{}
 	for step := range steps {
 		switch r.IntN(10) {
 		case 0: // same instant
@@ -170,6 +179,12 @@ func traceWith(t *testing.T, seed uint64, steps int, stores []store.Store, names
 				continue
 			}
 			items[i] = storetest.RandomItem(r, key, rs.p, hits)
+			if it := &items[i]; it.Refund && rs.p.Concurrency && r.IntN(3) > 0 {
+				it.SlotsAt = now.Add(-randDur(r, 0, span))
+				if ts := taken[key]; len(ts) > 0 && r.IntN(4) > 0 {
+					it.SlotsAt = ts[r.IntN(len(ts))]
+				}
+			}
 		}
 		var want []tiers.Decision
 		for k, s := range stores {
@@ -179,6 +194,11 @@ func traceWith(t *testing.T, seed uint64, steps int, stores []store.Store, names
 			}
 			if k == 0 {
 				want = got
+				for i, d := range got {
+					if !d.SlotsAt.IsZero() {
+						taken[items[i].Key] = append(taken[items[i].Key], d.SlotsAt)
+					}
+				}
 				continue
 			}
 			if diff := cmp.Diff(want, got); diff != "" {

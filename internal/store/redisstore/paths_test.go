@@ -283,6 +283,9 @@ func TestOneTierPath(t *testing.T) {
 			p.HardLimit = 1 + r.Int64N(100)
 		case 2:
 			p.Kind, p.Bucket = tiers.KindTokenBucket, tiers.TokenBucket{Capacity: 1 + r.Int64N(200), Refill: 1 + r.Int64N(50), Per: time.Second}
+		case 3: // a concurrency limit: its takes are a plain tier's
+			p.Tiers[0].Active, p.Tiers[0].Cooldown, p.Concurrency = tiers.Unbounded, 0, true
+			return p
 		}
 		q, _ := tiers.Normalize(*p)
 		q.Overdraft = r.IntN(3) == 0 // post-paid

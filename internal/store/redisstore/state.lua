@@ -54,7 +54,8 @@ local function decpol(s)
       p.T[i] = { lim = v[q], win = v[q + 1], act = v[q + 2], cool = v[q + 3], skip = v[q + 4] == 1, width = v[q + 5] }
       q = q + 6
     end
-    p.od = v[q] == 1
+    -- The form's last integer: 1 post-paid, 2 a concurrency limit.
+    p.od, p.conc = v[q] == 1, v[q] == 2
     -- One tier, no hard or global limit: the one-tier path (one1) can
     -- decide its grants (a post-paid one's too: a grant is decided and
     -- counted as under admission, and a state in debt grants nothing).

@@ -413,7 +413,7 @@ func (c *call) command(s *Store, items []store.Item, sel int, mode int, now int6
 		c.loc = append(c.loc, len(c.h.items)+1)
 		k := c.keyIndex(c.skey[i])
 		c.kix = append(c.kix, k)
-		hi := headerItem{key: k + 1, hits: it.Hits, min: it.Min, refund: it.Refund, shadow: it.Shadow}
+		hi := headerItem{key: k + 1, hits: it.Hits, min: itemMin(it), refund: it.Refund, shadow: it.Shadow}
 		if c.gkey[i] != "" {
 			hi.global = c.keyIndex(c.gkey[i]) + 1
 		}
@@ -483,6 +483,7 @@ func (c *call) read(res string, items []store.Item, out []tiers.Decision) (int, 
 			continue
 		}
 		out[i] = decision(items[i].Policy, &r)
+		stampSlots(items[i].Policy, &out[i], used)
 	}
 	if r.err != nil {
 		return 0, 0, r.err

@@ -161,6 +161,48 @@ local function lremove(l, t, w, n)
   return done
 end
 
+-- removeOldest: remove up to n hits counted at t, oldest first (a
+-- concurrency limit's refund naming no take).
+local function lremoveold(l, t, w, n)
+  lprune(l, t, w)
+  local done = 0
+  while done < n and l[H] <= l[E] do
+    local k = 2 * l[H] + 3
+    local take = min(n - done, l[k])
+    l[k] = l[k] - take
+    l[SUM] = l[SUM] - take
+    done = done + take
+    if l[k] == 0 then l[H] = l[H] + 1 end
+  end
+  if l[H] > l[E] then lreset(l) end
+  return done
+end
+
+-- removeSlots: remove up to n hits counted at t from one bucket, the first
+-- starting at or after at's (width b): a concurrency limit's refund of the
+-- take at at; none when at's bucket has left the window.
+local function lremoveslots(l, t, at, w, b, n)
+  lprune(l, t, w)
+  local from = floormul(at, b)
+  if from <= t - w then return 0 end
+  for i = l[H], l[E] do
+    local j = 2 * i + 2
+    if l[j] >= from then
+      local take = min(n, l[j + 1])
+      l[j + 1] = l[j + 1] - take
+      l[SUM] = l[SUM] - take
+      if l[j + 1] == 0 then
+        -- Drop the emptied bucket, keeping the starts increasing.
+        for q = j, 2 * l[E] + 1 do l[q] = l[q + 2] end
+        l[E] = l[E] - 1
+      end
+      if l[H] > l[E] then lreset(l) end
+      return take
+    end
+  end
+  return 0
+end
+
 -- nextExpiry: the earliest instant after t at which a bucket leaves w.
 local function lnext(l, t, w)
   for j = 2 * l[H] + 2, 2 * l[E] + 2, 2 do
@@ -457,11 +499,20 @@ local function decide_tiers(p, s, gs, t, k, m, commit, d)
   return d
 end
 
-local function refund_tiers(p, s, gs, t, hits)
+-- refund_tiers: the newest hits of the current tier; a concurrency
+-- limit's oldest slots, or with slots (an instant) that take's.
+local function refund_tiers(p, s, gs, t, hits, slots)
   local g = gs and gs.log
   local _, _, c = start(p, s, g, t)
   if c == 0 or hits <= 0 then return end
-  local n = lremove(s.t[c].hits, t, p.T[c].win, hits)
+  local tr, n = p.T[c], 0
+  if not p.conc then
+    n = lremove(s.t[c].hits, t, tr.win, hits)
+  elseif slots then
+    n = lremoveslots(s.t[c].hits, t, slots, tr.win, tr.width, hits)
+  else
+    n = lremoveold(s.t[c].hits, t, tr.win, hits)
+  end
   lremove(s.sec, t, SEC, n)
   s.dirty = true
   if gs then
@@ -693,10 +744,10 @@ local function decide(p, s, gs, t, k, m, commit, d)
   return d
 end
 
-local function refund(p, s, gs, t, hits)
+local function refund(p, s, gs, t, hits, slots)
   hits = clamp(hits)
   if RES > 0 then return refund_reserved(p, s, gs, t, hits) end
-  if p.kind == 0 then refund_tiers(p, s, gs, t, hits)
+  if p.kind == 0 then refund_tiers(p, s, gs, t, hits, slots)
   elseif p.kind == 1 then refund_bucket(p, s, t, hits)
   elseif p.kind == 2 or p.kind == 4 then refund_fixed(p, s, t, hits) end
 end

@@ -122,6 +122,9 @@ func TestTiersPart(t *testing.T) {
 			hits int64
 		}
 		pending := make([][]reserved, 2)
+		// Per state, the instants of a concurrency limit's grants, for the
+		// refunds that name their takes.
+		taken := make([][]time.Time, 2)
 		var g *tiers.Global
 		if p.GlobalLimit > 0 {
 			g = new(tiers.Global)
@@ -187,6 +190,16 @@ func TestTiersPart(t *testing.T) {
 			if op >= opReserve {
 				h = f64s(h, at.UnixMicro())
 			}
+			// A concurrency limit's refund names a take (a grant's
+			// instant, or any instant) two times in three.
+			var slots time.Time
+			if op == opRefund && p.Concurrency && r.IntN(3) > 0 {
+				slots = now.Add(-randDur(r, 0, span))
+				if n := len(taken[si]); n > 0 && r.IntN(4) > 0 {
+					slots = taken[si][r.IntN(n)]
+				}
+				h = f64s(h, max(1, slots.UnixMicro()))
+			}
 			gv := ""
 			if g != nil {
 				gv = string(f64Ints(nil, g.AppendCompact(nil)))
@@ -202,10 +215,13 @@ func TestTiersPart(t *testing.T) {
 			switch op {
 			case opRequest:
 				want = tiers.Request(p, s, g, now, k, m)
+				if !want.SlotsAt.IsZero() {
+					taken[si] = append(taken[si], want.SlotsAt)
+				}
 			case opPeek:
 				want = tiers.Peek(p, s, g, now, k, m)
 			case opRefund:
-				tiers.Refund(p, s, g, now, k)
+				tiers.RefundSlots(p, s, g, now, slots, k)
 			case opReserve:
 				want = tiers.Reserve(p, s, g, now, at, k, m)
 				if want.OK && want.Granted > 0 {
@@ -218,6 +234,12 @@ func TestTiersPart(t *testing.T) {
 			}
 			rd := &reader{b: rep}
 			got := decision(p, rd)
+			// The harness answers no instant: the store's reply does
+			// (stampSlots), which TestApplyPart checks.
+			stampSlots(p, &got, now.UnixMicro())
+			if op >= opReserve {
+				stampSlots(p, &got, at.UnixMicro())
+			}
 			if op == opRefund || op == opGiveBack {
 				got = tiers.Decision{}
 			}

@@ -148,7 +148,9 @@ func (c *cache) insert(epoch uint64, now time.Time, plan *store.Plan, items []st
 			}
 			continue
 		}
-		if !plan.Leads(i) || plan.Shadow(i) || d.RetryAfter <= 0 {
+		if !plan.Leads(i) || plan.Shadow(i) || d.RetryAfter <= 0 || it.Policy.Concurrency {
+			// A concurrency limit's RetryAfter is when its oldest slot
+			// frees itself: a refund, on any process, frees one sooner.
 			continue
 		}
 		if d.LimitedByGlobal && plan.SharesGlobal(i) {

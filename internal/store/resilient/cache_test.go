@@ -129,6 +129,25 @@ func TestCacheShadowRejectionNotCached(t *testing.T) {
 	}
 }
 
+// TestCacheConcurrencyNotCached: a concurrency limit's rejection is not
+// cached: its slots come back with refunds, which another process may
+// make, not at its RetryAfter.
+func TestCacheConcurrencyNotCached(t *testing.T) {
+	f := newFake()
+	s := resilient.New(f, resilient.Options{})
+	defer s.Close()
+	conc := &tiers.Policy{Kind: tiers.KindTiers, Concurrency: true, Tiers: []tiers.Tier{{Limit: 1, Window: time.Minute, Active: tiers.Unbounded}}}
+	storetest.Decide(t, s, t0, take(conc, "a", 1))
+	for range 2 {
+		if d := storetest.Decide(t, s, t0, take(conc, "a", 1))[0]; d.OK {
+			t.Fatal("a second slot of one")
+		}
+	}
+	if got := f.calls.Load(); got != 3 {
+		t.Errorf("%d remote calls, want 3: a concurrency limit's rejection is not cached", got)
+	}
+}
+
 func TestCacheUnbounded(t *testing.T) {
 	f := newFake()
 	s := resilient.New(f, resilient.Options{})

@@ -72,9 +72,12 @@ func testScenarios(t *testing.T, s store.Store) {
 					continue // no store item asks for nothing
 				case st.Op == tierstest.OpRefund:
 					it.Refund = true
-					tiers.Refund(p, ts, g, now, st.Copies)
+					if !st.SlotsAt.IsZero() {
+						it.SlotsAt = st.SlotsAt.Add(shift)
+					}
+					tiers.RefundSlots(p, ts, g, now, it.SlotsAt, st.Copies)
 					want = tiers.Peek(p, ts, g, now, 1, 1)
-					want.Granted, want.OK = 0, true
+					want.Granted, want.OK, want.SlotsAt = 0, true, time.Time{}
 				default:
 					// A store item's min is at least 1; a script's min 0
 					// only changes the answer when nothing is granted.

@@ -7,7 +7,9 @@
 --
 -- ARGV[1]: big-endian doubles: op (1 Request, 2 Peek, 3 Refund; pacing:
 --   4 Reserve, 5 PeekReserve, 6 RefundReserved), now (µs), copies (a
---   refund's hits), min, and for ops 4 to 6 the reservation's instant.
+--   refund's hits), min, and for ops 4 to 6 the reservation's instant; for
+--   op 3 it may be followed by the instant of the take whose slots it
+--   gives back (tiers.RefundSlots).
 -- ARGV[2]: the policy (encode.go).
 -- ARGV[3]: the state's compact form, big-endian doubles.
 -- ARGV[4]: the global's compact form, or "" for none.
@@ -124,8 +126,10 @@ local function ftiers(KEYS, ARGV)
     gs.log = rlog(gv, 2)
   end
   local d = newd()
+  local slots = nil
+  if op == 3 and #ARGV[1] >= 40 then slots = sunpack('>d', ARGV[1], 33) end
   if op == 3 or op == 6 then
-    refund(p, s, gs, at, k)
+    refund(p, s, gs, at, k, slots)
   else
     decide(p, s, gs, at, k, m, op == 1 or op == 4, d)
   end
