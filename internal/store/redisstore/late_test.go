@@ -184,17 +184,26 @@ func unsettled(t *testing.T, s *Store, what string) {
 	}
 }
 
-// TestLateRefundAtClose: a late reply read while the store closes (its
-// dispatcher still waiting for its batch) is given back all the same, on a
-// client the caller keeps.
-func TestLateRefundAtClose(t *testing.T) {
+// closingStore returns a store on its own Redis, on the caller's clock,
+// that the test closes, and its client, which stays open until the test
+// ends.
+func closingStore(t *testing.T) (*redis.Client, *Store) {
+	t.Helper()
 	n := redistest.Single(t)
 	c := redis.NewClient(&redis.Options{Addr: n.Addr()})
-	defer c.Close()
+	t.Cleanup(func() { c.Close() })
 	s, err := NewWithClient(c, Options{Clock: ClockCaller})
 	if err != nil {
 		t.Fatal(err)
 	}
+	return c, s
+}
+
+// TestLateRefundAtClose: a late reply read while the store closes (its
+// dispatcher still waiting for its batch) is given back all the same, on a
+// client the caller keeps.
+func TestLateRefundAtClose(t *testing.T) {
+	c, s := closingStore(t)
 	now := time.Now()
 	release := lateCall(t, s, now) // its caller has given up
 	closed := make(chan struct{})
@@ -227,13 +236,7 @@ func TestLateRefundAtClose(t *testing.T) {
 // closes answers store.ErrClosed, and its grant, which its caller was
 // never told of, is given back before Close returns, as a late call's.
 func TestGrantGivenBackAtClose(t *testing.T) {
-	n := redistest.Single(t)
-	c := redis.NewClient(&redis.Options{Addr: n.Addr()})
-	defer c.Close()
-	s, err := NewWithClient(c, Options{Clock: ClockCaller})
-	if err != nil {
-		t.Fatal(err)
-	}
+	c, s := closingStore(t)
 	now := storetest.T0
 	storetest.Decide(t, s, now, item(lyft, "r", "warm", 1))
 	var g gate
