@@ -25,19 +25,32 @@ import (
 // (engine.SlotKey), dropping the refund when the answer named none. Both
 // name the descriptor the Charon rule limits.
 func TestDocsConcurrencyRecipe(t *testing.T) {
-	doc := string(readFile(t, "../docs/configuration.md"))
-	_, section, ok := strings.Cut(doc, "## Concurrency limits\n")
-	if !ok {
-		t.Fatal("docs/configuration.md has no section \"Concurrency limits\"")
+	for _, src := range []struct{ file, heading string }{
+		{"../docs/configuration.md", "## Concurrency limits\n"},
+		{"../README.md", "### In-flight limits\n"},
+	} {
+		t.Run(src.file, func(t *testing.T) {
+			doc := string(readFile(t, src.file))
+			_, section, ok := strings.Cut(doc, src.heading)
+			if !ok {
+				t.Fatalf("%s has no section %q", src.file, src.heading)
+			}
+			section, _, _ = strings.Cut(section, "\n## ")
+			blocks := regexp.MustCompile("(?s)```yaml\n(.*?)```").FindAllStringSubmatch(section, -1)
+			if len(blocks) != 2 {
+				t.Fatalf("%d yaml blocks in the section, want 2 (Charon's, Envoy's)", len(blocks))
+			}
+			checkConcurrencyRecipe(t, blocks[0][1], blocks[1][1])
+		})
 	}
-	section, _, _ = strings.Cut(section, "\n## ")
-	blocks := regexp.MustCompile("(?s)```yaml\n(.*?)```").FindAllStringSubmatch(section, -1)
-	if len(blocks) != 2 {
-		t.Fatalf("%d yaml blocks in the section, want 2 (Charon's, Envoy's)", len(blocks))
-	}
+}
 
+// checkConcurrencyRecipe checks a Charon rule and the Envoy route beside it:
+// the rule loads as a concurrency limit; the route validates with Envoy's
+// types and takes the slot, then gives back the one the answer names.
+func checkConcurrencyRecipe(t *testing.T, charonYAML, envoyYAML string) {
 	// Charon's rule.
-	cfg, _, err := config.Load(fstest.MapFS{"llm.yaml": {Data: []byte(blocks[0][1])}}, config.Options{})
+	cfg, _, err := config.Load(fstest.MapFS{"llm.yaml": {Data: []byte(charonYAML)}}, config.Options{})
 	if err != nil {
 		t.Fatalf("the Charon block does not load: %v", err)
 	}
@@ -48,7 +61,7 @@ func TestDocsConcurrencyRecipe(t *testing.T) {
 
 	// Envoy's route.
 	var v any
-	if err := yaml.Unmarshal([]byte(blocks[1][1]), &v); err != nil {
+	if err := yaml.Unmarshal([]byte(envoyYAML), &v); err != nil {
 		t.Fatal(err)
 	}
 	var route routev3.Route
