@@ -933,6 +933,23 @@ func tryAgain(n int32, match func(mode int64, key string) bool) (h *fcallHook, l
 	}}, left
 }
 
+// TestClusterTryAgainUntilDeadline: a call whose slot keeps answering
+// TRYAGAIN until its caller's deadline fails as a call whose keys stayed
+// locked (ErrBusy, with the context's error): nothing ran, and Redis's
+// TRYAGAIN never reaches the caller.
+func TestClusterTryAgainUntilDeadline(t *testing.T) {
+	c, _, s, a, _, ka, _ := twoSlots(t)
+	h, left := tryAgain(1<<30, func(mode int64, key string) bool { return mode == modeChecked && key == ka })
+	c.AddHook(h.hook())
+	defer left.Store(0)
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	err := s.Decide(ctx, storetest.T0, []store.Item{a}, make([]tiers.Decision, 1))
+	if !errors.Is(err, ErrBusy) || !errors.Is(err, context.DeadlineExceeded) || strings.Contains(err.Error(), "TRYAGAIN") {
+		t.Fatalf("Decide: %v, want ErrBusy and the deadline, no TRYAGAIN", err)
+	}
+}
+
 // TestClusterTryAgainRetried: a call that meets TRYAGAIN (its slot is being
 // migrated; the command did not run) is sent again within its caller's
 // deadline, in each step: a one-slot call, a two-step's prepare and its

@@ -335,7 +335,9 @@ func (s *Store) inSlot(ctx context.Context, c *call, items []store.Item, t int64
 		}
 		if werr := wait(ctx, attempt); werr != nil {
 			if err != nil {
-				return 0, err
+				// TRYAGAIN until the deadline: the command never ran, as
+				// for keys locked (a slot's move is invisible to callers).
+				return 0, fmt.Errorf("%w (its slot was migrating)", werr)
 			}
 			return 0, werr
 		}
