@@ -27,7 +27,7 @@ var imports = map[string][]string{
 		"internal/lyftenv", "internal/memlimit", "internal/redisbackend", "internal/redisconn", "internal/replay", "internal/rlqs", "internal/sharestore", "internal/sim", "internal/statefile", "internal/statsd", "internal/statsmap", "internal/store/memstore",
 		"internal/store/resilient", "internal/suggest", "internal/tracing", "internal/xdsconfig", "server"},
 	"internal/canary":                    {"config", "internal/engine", "internal/store/memstore"},
-	"internal/clientcmd":                 {"api/charon/v1", "descriptors", "internal/gctune", "internal/loadgen", "internal/offenders", "internal/rlqssim", "internal/sessionhold", "internal/tlsconfig"},
+	"internal/clientcmd":                 {"api/charon/v1", "client", "descriptors", "internal/gctune", "internal/loadgen", "internal/offenders", "internal/rlqssim", "internal/tlsconfig"},
 	"config":                             {"descriptors", "tiers"},
 	"copylog":                            nil,
 	"fairshare":                          nil,
@@ -67,7 +67,6 @@ var imports = map[string][]string{
 	"internal/redisconn":         nil,
 	"internal/redisfunc":         nil,
 	"internal/redistest":         nil,
-	"internal/sessionhold":       {"api/charon/v1"},
 	"internal/servertest":        {"descriptors", "internal/copystore/memcopy", "internal/engine", "internal/holds", "internal/store/memstore", "server", "tiers"},
 	"internal/store":             {"tiers"},
 	"internal/store/memstore":    {"internal/lru", "internal/periodic", "internal/statefile", "internal/store", "tiers"},
@@ -143,7 +142,7 @@ var deny = []struct {
 		// export a store's (or the canary's) collector, or gather series (statsmap), depend
 		// on it, and on no gRPC. The
 		// OTLP exporter of internal/tracing speaks gRPC.
-		except: []string{"api/charon/v1", "client", "cmd/charon", "internal/clientcmd", "internal/servertest", "server", "internal/loadgen", "internal/rlqssim", "internal/sessionhold", "internal/collect",
+		except: []string{"api/charon/v1", "client", "cmd/charon", "internal/clientcmd", "internal/servertest", "server", "internal/loadgen", "internal/rlqssim", "internal/collect",
 			"internal/canary", "internal/store/resilient", "internal/copystore/memcopy", "internal/redisbackend", "internal/tracing", "internal/statsmap", "internal/xdsconfig"},
 		paths: []string{"google.golang.org/grpc", "google.golang.org/protobuf", "github.com/envoyproxy/go-control-plane",
 			module + "/api/charon/v1"},
