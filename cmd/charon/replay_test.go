@@ -22,6 +22,7 @@ import (
 	"github.com/charonlimit/charon/internal/replay"
 	"github.com/charonlimit/charon/internal/store/memstore"
 	"github.com/charonlimit/charon/server"
+	"github.com/charonlimit/charon/service/rls"
 )
 
 const replayConfig = `domain: api
@@ -103,7 +104,7 @@ func live(t *testing.T, cfgText string, reqs []liveRequest) (log []byte, over []
 	eng.SetTree(cfg.Tree)
 	var buf bytes.Buffer
 	dl := decisionlog.New(&buf, decisionlog.Options{All: true, Rate: -1})
-	srv, err := server.New(server.Options{GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", DebugAddr: "127.0.0.1:0", Engine: eng, DecisionLog: dl})
+	srv, err := server.New(server.Options{GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", DebugAddr: "127.0.0.1:0", Engine: eng}, rls.New(eng, rls.Options{DecisionLog: dl}))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -41,6 +41,9 @@ import (
 	"github.com/charonlimit/charon/internal/tracing"
 	"github.com/charonlimit/charon/internal/xdsconfig"
 	"github.com/charonlimit/charon/server"
+	"github.com/charonlimit/charon/service/charon"
+	rlqsservice "github.com/charonlimit/charon/service/rlqs"
+	"github.com/charonlimit/charon/service/rls"
 )
 
 // serveConfig is everything `charon serve` is told, after defaults,
@@ -56,6 +59,10 @@ type serveConfig struct {
 	XDS    xdsconfig.Flags
 	Store  string
 	Server server.Flags
+	// RLS and Charon are the services' settings (service/rls,
+	// service/charon), bound to their flags directly.
+	RLS    rls.Options
+	Charon charon.Options
 	// Redis are the Redis flags; the password comes from a file,
 	// CHARON_REDIS_PASSWORD or REDIS_AUTH (never a flag, which ps would
 	// show).
@@ -63,12 +70,11 @@ type serveConfig struct {
 	Tracing   tracing.Flags
 	Decisions decisionlog.Flags
 	RLQS      rlqs.Flags
-	// LyftMetrics adds envoyproxy/ratelimit's metric names, unless
-	// MetricsMapping names a statsd_exporter mapping file to make them
-	// from its statsd stats; StatsdAddr,
+	// MetricsMapping names a statsd_exporter mapping file to make
+	// envoyproxy/ratelimit's series from its statsd stats (in place of
+	// RLS.LyftMetrics' names); StatsdAddr,
 	// when set, sends its statsd stats there over StatsdProtocol, flushed
 	// every StatsdFlush.
-	LyftMetrics    bool
 	MetricsMapping string
 	StatsdAddr     string
 	StatsdProtocol statsd.Protocol
@@ -116,11 +122,11 @@ func defaultServeConfig() serveConfig {
 		XDS:            xdsconfig.DefaultFlags(),
 		Store:          "memory",
 		Server:         server.DefaultFlags(),
+		RLS:            rls.DefaultOptions(),
 		Redis:          redisbackend.Flags{Options: redisbackend.Options{Timeout: resilient.DefaultTimeout}},
 		Tracing:        tracing.DefaultFlags(),
 		Decisions:      decisionlog.DefaultFlags(),
 		RLQS:           rlqs.DefaultFlags(),
-		LyftMetrics:    true,
 		StatsdFlush:    time.Second,
 		MaxDescriptors: 64,
 		PaceMaxWaiting: engine.DefaultPaceMaxWaiting,
@@ -141,11 +147,12 @@ func serveFlags(fs *flag.FlagSet, c *serveConfig) {
 	c.XDS.Bind(fs)
 	fs.StringVar(&c.Store, "store", c.Store, "state store: memory or redis")
 	c.Server.Bind(fs)
+	c.RLS.Bind(fs)
+	c.Charon.Bind(fs)
 	c.Redis.Bind(fs)
 	c.Tracing.Bind(fs)
 	c.Decisions.Bind(fs)
 	c.RLQS.Bind(fs)
-	fs.BoolVar(&c.LyftMetrics, "lyft-metrics", c.LyftMetrics, "also count under envoyproxy/ratelimit's Prometheus names (ratelimit_service_*)")
 	fs.StringVar(&c.MetricsMapping, "metrics-mapping", c.MetricsMapping, "make Prometheus series of envoyproxy/ratelimit's statsd stats with this statsd_exporter mapping `file`, as its PROMETHEUS_MAPPER_YAML does, in place of --lyft-metrics' built-in names")
 	fs.StringVar(&c.StatsdAddr, "statsd-addr", c.StatsdAddr, "send envoyproxy/ratelimit's statsd stats (its names) to this `host:port`")
 	fs.Var(&c.StatsdProtocol, "statsd-protocol", "send the statsd stats over `udp` (the default) or tcp (newline-separated lines on one connection, redialled; dropped rather than waited for while it is down)")
@@ -329,10 +336,12 @@ func (c *serveConfig) check() error {
 	default:
 		return fmt.Errorf("--store %q: want memory or redis", c.Store)
 	}
-	for _, check := range []func() error{c.Server.Check, c.Tracing.Check, c.Decisions.Check, c.XDS.Check, c.RLQS.Check} {
-		if err := check(); err != nil {
-			return err
-		}
+	var errs []error
+	for _, check := range []func() error{c.Server.Check, c.RLS.Check, c.Tracing.Check, c.Decisions.Check, c.XDS.Check, c.RLQS.Check} {
+		errs = append(errs, check())
+	}
+	if err := errors.Join(errs...); err != nil {
+		return err
 	}
 	switch {
 	case c.MaxDescriptors < 1:
@@ -415,11 +424,13 @@ func serve(c serveConfig, args []string, log *slog.Logger) error {
 			}
 		}()
 	}
-	opts := server.Options{ConfigDir: c.ConfigDir, Logger: log, Tracing: c.Tracing.On, WaitForConfig: c.XDS.On() && !c.XDS.ForceStart}
-	opts.WaitingFor = c.waitingFor()
-	if err := c.Server.Apply(&opts, log); err != nil {
+	opts, err := c.Server.Resolve(log)
+	if err != nil {
 		return err
 	}
+	opts.ConfigDir, opts.Logger, opts.Tracing, opts.WaitForConfig = c.ConfigDir, log, c.Tracing.On, c.XDS.On() && !c.XDS.ForceStart
+	opts.WaitingFor = c.waitingFor()
+	rlsOpts, charonOpts := c.RLS, c.Charon
 	cfgOpts := c.loadOptions()
 	opts.Load = func(fsys fs.FS) (*config.Config, []config.Warning, error) { return config.Load(fsys, cfgOpts) }
 	eo := engine.Options{MaxDescriptors: c.MaxDescriptors, QuotaMode: c.QuotaMode, FixedWindowOverrides: c.FixedWindow, Overdraft: c.Overdraft,
@@ -448,7 +459,7 @@ func serve(c serveConfig, args []string, log *slog.Logger) error {
 		eo.Store, eo.OnSetTree, ho.Copies = backend.Store(), backend.SetTree, backend.Copies()
 		opts.Metrics = server.NewMetrics(nil)
 		backend.Register(opts.Metrics.Registry)
-		opts.Charon.Holds = func() float64 { return float64(backend.Copies().Stats().Live.Copies) }
+		charonOpts.Holds = func() float64 { return float64(backend.Copies().Stats().Live.Copies) }
 	} else {
 		mem := memstore.New(local)
 		defer mem.Close()
@@ -479,7 +490,7 @@ func serve(c serveConfig, args []string, log *slog.Logger) error {
 		if keeper != nil {
 			opts.Metrics.StateFileWrites(keeper.Saved, keeper.Failed)
 		}
-		opts.Charon.Holds = func() float64 { return float64(mc.Stats().Copies) }
+		charonOpts.Holds = func() float64 { return float64(mc.Stats().Copies) }
 	}
 	if c.MetricsMapping != "" {
 		ms, err := statsmap.Open(c.MetricsMapping, log)
@@ -487,9 +498,7 @@ func serve(c serveConfig, args []string, log *slog.Logger) error {
 			return fmt.Errorf("--metrics-mapping: %v", err)
 		}
 		defer ms.Close()
-		opts.Metrics.MapStats(ms)
-	} else if c.LyftMetrics {
-		opts.Metrics.LyftNames()
+		rlsOpts.MappedStats = ms
 	}
 	if c.StatsdAddr != "" {
 		sink, err := statsd.New(statsd.Options{Addr: c.StatsdAddr, Protocol: c.StatsdProtocol, FlushInterval: c.StatsdFlush, Logger: log})
@@ -498,7 +507,7 @@ func serve(c serveConfig, args []string, log *slog.Logger) error {
 		}
 		defer sink.Close()
 		log.Info("statsd", "addr", c.StatsdAddr, "protocol", c.StatsdProtocol.String())
-		opts.Metrics.SendStats(sink)
+		rlsOpts.Stats = sink
 	}
 	decisions, err := c.Decisions.Open()
 	if err != nil {
@@ -506,12 +515,11 @@ func serve(c serveConfig, args []string, log *slog.Logger) error {
 	}
 	if decisions != nil {
 		defer decisions.Close()
-		opts.DecisionLog = decisions
+		rlsOpts.DecisionLog = decisions
 	}
 	eng := engine.New(eo)
-	opts.Engine, opts.Charon.Engine = eng, eng
+	opts.Engine = eng
 	ho.Tree = eng.Tree
-	opts.Charon.Broker = holds.New(ho)
 	if c.CandidateConfig != "" {
 		cand := canary.New(canary.Options{Engine: eo, MaxKeys: c.MaxKeys})
 		defer cand.Close()
@@ -520,8 +528,9 @@ func serve(c serveConfig, args []string, log *slog.Logger) error {
 			return fmt.Errorf("--candidate-config %s: %v", c.CandidateConfig, err)
 		}
 		// Served, and stopped before the canary closes, by the server.
-		opts.Candidate, opts.CandidateReloader = cand, candidate
+		rlsOpts.Candidate, rlsOpts.CandidateWatch, charonOpts.Candidate = cand, candidate, cand
 	}
+	services := []server.Service{rls.New(eng, rlsOpts), charon.New(eng, holds.New(ho), charonOpts)}
 	if c.RLQS.On {
 		var shares sharestore.Store = &sharestore.Memory{}
 		if backend != nil {
@@ -533,14 +542,16 @@ func serve(c serveConfig, args []string, log *slog.Logger) error {
 			// previous process run out first.
 			ro.Hold = c.RLQS.TTL
 		}
-		if opts.RLQS, err = rlqs.New(ro); err != nil {
+		alloc, err := rlqs.New(ro)
+		if err != nil {
 			return err
 		}
+		services = append(services, rlqsservice.New(alloc))
 	}
 	if c.ConfigDir == "" && !c.XDS.On() {
 		log.Warn("no --config directory: serving with no configuration, every request is OK")
 	}
-	srv, err := server.New(opts)
+	srv, err := server.New(opts, services...)
 	if err != nil {
 		return err
 	}

@@ -46,7 +46,7 @@ func TestParseServePrecedence(t *testing.T) {
 				c.FixedWindow = true
 				c.HeapFloorMiB = 0
 				c.MaxKeysSet, c.HeapFloorSet = true, true
-				c.MaxDescriptors, c.MaxKeys, c.Server.ResponseHeaders, c.MergeDomains, c.Server.ShutdownTimeout = 8, 100, true, true, 3*time.Second
+				c.MaxDescriptors, c.MaxKeys, c.RLS.ResponseHeaders, c.MergeDomains, c.Server.ShutdownTimeout = 8, 100, true, true, 3*time.Second
 			})},
 		{"charon env", nil, map[string]string{
 			"CHARON_CONFIG": "/e", "CHARON_GRPC_ADDR": ":11", "CHARON_HTTP_ADDR": ":12", "CHARON_DEBUG_ADDR": ":13",
@@ -57,7 +57,7 @@ func TestParseServePrecedence(t *testing.T) {
 				c.HeapFloorMiB = 256
 				c.MaxKeysSet, c.HeapFloorSet = true, true
 				c.ConfigDir, c.Server.GRPCAddr, c.Server.HTTPAddr, c.Server.DebugAddr = "/e", ":11", ":12", ":13"
-				c.MaxDescriptors, c.MaxKeys, c.Server.ResponseHeaders, c.MergeDomains, c.Server.ShutdownTimeout = 9, 7, true, true, time.Minute
+				c.MaxDescriptors, c.MaxKeys, c.RLS.ResponseHeaders, c.MergeDomains, c.Server.ShutdownTimeout = 9, 7, true, true, time.Minute
 				c.Redis.URL = "redis://x"
 				c.FixedWindow = true
 			})},

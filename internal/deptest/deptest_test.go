@@ -25,7 +25,7 @@ var imports = map[string][]string{
 	"client":        {"api/charon/v1"},
 	"cmd/charon": {"config", "internal/canary", "internal/clientcmd", "internal/copystore/memcopy", "internal/decisionlog", "internal/engine", "internal/gctune", "internal/holds",
 		"internal/lyftenv", "internal/memlimit", "internal/redisbackend", "internal/redisconn", "internal/replay", "internal/rlqs", "internal/sharestore", "internal/sim", "internal/statefile", "internal/statsd", "internal/statsmap", "internal/store/memstore",
-		"internal/store/resilient", "internal/suggest", "internal/tracing", "internal/xdsconfig", "server"},
+		"internal/store/resilient", "internal/suggest", "internal/tracing", "internal/xdsconfig", "server", "service/charon", "service/rlqs", "service/rls"},
 	"internal/canary":                    {"config", "internal/engine", "internal/store/memstore"},
 	"internal/clientcmd":                 {"api/charon/v1", "client", "descriptors", "internal/gctune", "internal/loadgen", "internal/offenders", "internal/rlqssim", "internal/tlsconfig"},
 	"config":                             {"descriptors", "tiers"},
@@ -67,7 +67,7 @@ var imports = map[string][]string{
 	"internal/redisconn":         nil,
 	"internal/redisfunc":         nil,
 	"internal/redistest":         nil,
-	"internal/servertest":        {"descriptors", "internal/copystore/memcopy", "internal/engine", "internal/holds", "internal/store/memstore", "server", "tiers"},
+	"internal/servertest":        {"descriptors", "internal/copystore/memcopy", "internal/engine", "internal/holds", "internal/store/memstore", "server", "service/charon", "service/rls", "tiers"},
 	"internal/store":             {"tiers"},
 	"internal/store/memstore":    {"internal/lru", "internal/periodic", "internal/statefile", "internal/store", "tiers"},
 	"internal/store/redisstore":  {"internal/redisfunc", "internal/store", "tiers"},
@@ -76,8 +76,11 @@ var imports = map[string][]string{
 	"internal/tlsconfig":         nil,
 	"internal/tlsconfig/tlstest": nil,
 	"internal/xdsconfig":         {"config", "internal/tlsconfig"},
-	"server": {"api/charon/v1", "config", "copylog", "descriptors", "internal/authz", "internal/copystore", "internal/engine", "internal/holds", "internal/offenders",
-		"internal/tlsconfig", "tiers", "internal/decisionlog", "internal/sim", "internal/rlqs"},
+	"server": {"config", "copylog", "descriptors", "internal/authz", "internal/copystore", "internal/engine", "internal/holds",
+		"internal/tlsconfig", "internal/sim", "internal/rlqs"},
+	"service/charon":  {"api/charon/v1", "copylog", "descriptors", "internal/authz", "internal/engine", "internal/holds", "server", "tiers"},
+	"service/rlqs":    {"descriptors", "internal/authz", "internal/rlqs", "server"},
+	"service/rls":     {"descriptors", "internal/authz", "internal/decisionlog", "internal/engine", "internal/offenders", "server", "tiers"},
 	"tiers":           nil,
 	"tiers/tierstest": {"tiers"},
 }
@@ -142,7 +145,7 @@ var deny = []struct {
 		// export a store's (or the canary's) collector, or gather series (statsmap), depend
 		// on it, and on no gRPC. The
 		// OTLP exporter of internal/tracing speaks gRPC.
-		except: []string{"api/charon/v1", "client", "cmd/charon", "internal/clientcmd", "internal/servertest", "server", "internal/loadgen", "internal/rlqssim", "internal/collect",
+		except: []string{"api/charon/v1", "client", "cmd/charon", "internal/clientcmd", "internal/servertest", "server", "service/charon", "service/rlqs", "service/rls", "internal/loadgen", "internal/rlqssim", "internal/collect",
 			"internal/canary", "internal/store/resilient", "internal/copystore/memcopy", "internal/redisbackend", "internal/tracing", "internal/statsmap", "internal/xdsconfig"},
 		paths: []string{"google.golang.org/grpc", "google.golang.org/protobuf", "github.com/envoyproxy/go-control-plane",
 			module + "/api/charon/v1"},

@@ -1,10 +1,17 @@
-package server
+// Package charon serves the charon.v1 API: bulk Requests of rate-limited
+// resources (internal/engine), the copy operations of copy-limited ones
+// (internal/holds) on unary calls or Session streams, Explain and Usage,
+// and their HTTP forms: GET /usage on the HTTP port, GET /explain and POST
+// /reset on the debug port.
+package charon
 
 import (
-	"cmp"
 	"context"
+	"errors"
+	"flag"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -15,15 +22,18 @@ import (
 	charonv1 "github.com/charonlimit/charon/api/charon/v1"
 	"github.com/charonlimit/charon/copylog"
 	"github.com/charonlimit/charon/descriptors"
+	"github.com/charonlimit/charon/internal/authz"
 	"github.com/charonlimit/charon/internal/engine"
 	"github.com/charonlimit/charon/internal/holds"
+	"github.com/charonlimit/charon/server"
 	"github.com/charonlimit/charon/tiers"
 )
 
-// CharonEngine is what the charon.v1 service needs from the RLS pipeline;
-// *engine.Engine implements it. Implementations must be safe for concurrent
-// use.
-type CharonEngine interface {
+// Engine is what the charon.v1 service needs from the RLS pipeline;
+// *engine.Engine implements it, and Explainer too (Explain, Usage and the
+// debug port's /explain and /reset need it). Implementations must be safe
+// for concurrent use.
+type Engine interface {
 	Request(ctx context.Context, domain string, entries []descriptors.Entry, copies, min int64) (engine.Result, error)
 }
 
@@ -40,7 +50,7 @@ type Broker interface {
 	ReleaseSession(ctx context.Context, resource, session string) (copylog.SessionResult, error)
 }
 
-// Defaults of CharonOptions.
+// Defaults of Options.
 const (
 	DefaultUnaryLease   = 30 * time.Second
 	DefaultMaxLease     = 10 * time.Minute
@@ -51,15 +61,9 @@ const (
 	sessionReleaseTimeout = 5 * time.Second
 )
 
-// CharonOptions configure the charon.v1 service. The zero value uses the
-// defaults above and Options.Engine when it implements CharonEngine (the
-// service is not registered otherwise), with no copy store.
-type CharonOptions struct {
-	// Engine serves Request; nil: Options.Engine, if it can.
-	Engine CharonEngine
-	// Broker serves the copy operations; nil: they fail with
-	// holds.ErrNoCopyStore.
-	Broker Broker
+// Options configure the charon.v1 service. The zero value uses the
+// defaults above.
+type Options struct {
 	// UnaryLease is the lease of a unary Reserve or Seize, and of a
 	// KeepAlive, that names none; MaxLease the longest a caller may ask.
 	UnaryLease, MaxLease time.Duration
@@ -71,22 +75,34 @@ type CharonOptions struct {
 	SessionLease time.Duration
 	// TransferTTL is the ttl of a Transfer that names none.
 	TransferTTL time.Duration
+	// DebugReset serves POST /reset on the debug port, which forgets pairs'
+	// state; the server must authenticate the debug port's clients
+	// (server.Server.DebugAuthenticated).
+	DebugReset bool
+
+	// Set by the caller, not flags:
+	//
 	// Holds, when set, reports the copies held in the store (a gauge).
 	Holds func() float64
+	// Candidate, when set, explains under the candidate configuration
+	// (package canary) the calls that ask for it (charonv1.CandidateHeader,
+	// /explain?candidate=1).
+	Candidate Explainer
 }
 
-func (o *CharonOptions) defaults() {
-	setDefault(&o.UnaryLease, DefaultUnaryLease)
-	setDefault(&o.MaxLease, DefaultMaxLease)
-	setDefault(&o.SessionLease, DefaultSessionLease)
-	setDefault(&o.TransferTTL, DefaultTransferTTL)
+// Bind declares --debug-reset on fs with o's value as default.
+func (o *Options) Bind(fs *flag.FlagSet) {
+	fs.BoolVar(&o.DebugReset, "debug-reset", o.DebugReset, "serve POST /reset on the debug port, which forgets pairs' state; needs --debug-token-file or --debug-tls with a client CA")
 }
 
-// setDefault sets an option that is zero or negative to its default.
-func setDefault[T cmp.Ordered](v *T, def T) {
-	var zero T
-	if *v <= zero {
-		*v = def
+func (o *Options) defaults() {
+	for _, d := range []struct {
+		v   *time.Duration
+		def time.Duration
+	}{{&o.UnaryLease, DefaultUnaryLease}, {&o.MaxLease, DefaultMaxLease}, {&o.SessionLease, DefaultSessionLease}, {&o.TransferTTL, DefaultTransferTTL}} {
+		if *d.v <= 0 {
+			*d.v = d.def
+		}
 	}
 }
 
@@ -97,37 +113,59 @@ const (
 	streamSessionPrefix = "s:"
 )
 
-// charon implements charon.v1.Charon.
-type charon struct {
+// Service implements charon.v1.Charon. Use New.
+type Service struct {
 	charonv1.UnimplementedCharonServer
-	engine  CharonEngine
+	engine  Engine
 	holds   Broker
-	opts    CharonOptions
+	opts    Options
 	metrics *charonMetrics
 	log     *slog.Logger
-	// candidate is Options.Candidate, for Explain (nil: none).
-	candidate Candidate
 	// closing is closed when the server shuts down: Session streams end,
 	// releasing their holds, instead of holding up a graceful stop.
 	closing chan struct{}
 }
 
-func newCharon(eng CharonEngine, opts CharonOptions, m *Metrics, log *slog.Logger) *charon {
+// New returns the service of eng's bulk requests and broker's copy
+// operations (nil: they fail with holds.ErrNoCopyStore).
+func New(eng Engine, broker Broker, opts Options) *Service {
 	opts.defaults()
-	b := opts.Broker
-	if b == nil {
-		b = holds.New(holds.Options{})
+	if broker == nil {
+		broker = holds.New(holds.Options{})
 	}
-	return &charon{engine: eng, holds: b, opts: opts, metrics: newCharonMetrics(m.Registry, opts.Holds), log: log, closing: make(chan struct{})}
+	return &Service{engine: eng, holds: broker, opts: opts, log: slog.New(slog.DiscardHandler), closing: make(chan struct{})}
+}
+
+// Register implements server.Service: the gRPC service, its metrics, the
+// end of its Session streams when the shutdown begins, GET /usage on the
+// HTTP port, GET /explain (and, with DebugReset, POST /reset) on the debug
+// port. DebugReset on a debug port that does not authenticate its clients
+// is an error.
+func (c *Service) Register(s *server.Server) error {
+	if c.opts.DebugReset && !s.DebugAuthenticated() {
+		return errors.New("charon: DebugReset needs the debug port's authentication (a DebugToken, or a DebugTLS that verifies client certificates)")
+	}
+	c.log = s.Logger()
+	c.metrics = newCharonMetrics(s.Metrics().Registry, c.opts.Holds)
+	charonv1.RegisterCharonServer(s, c)
+	s.OnShutdown(func() { close(c.closing) })
+	s.HandleHTTP(server.Endpoint{Pattern: "GET /usage", Name: authz.Usage, Handler: http.HandlerFunc(c.serveUsage)})
+	s.HandleDebug(server.Endpoint{Pattern: "GET /explain", Name: authz.DebugExplain, Handler: http.HandlerFunc(c.serveExplain),
+		Index: "/explain?domain=D&descriptor=k=v,k2=v2: how a request resolves and its pairs' state (JSON)\n"})
+	if c.opts.DebugReset {
+		s.HandleDebug(server.Endpoint{Pattern: "POST /reset", Name: authz.DebugReset, Handler: http.HandlerFunc(c.serveReset),
+			Index: "POST /reset?domain=D&descriptor=k=v,k2=v2: forget those pairs' state\n"})
+	}
+	return nil
 }
 
 // Request decides a bulk request of a rate-limited resource.
-func (c *charon) Request(ctx context.Context, req *charonv1.RequestRequest) (*charonv1.RequestResponse, error) {
+func (c *Service) Request(ctx context.Context, req *charonv1.RequestRequest) (*charonv1.RequestResponse, error) {
 	resp, err := c.request(ctx, req)
 	return resp, c.done("Request", err)
 }
 
-func (c *charon) request(ctx context.Context, req *charonv1.RequestRequest) (*charonv1.RequestResponse, error) {
+func (c *Service) request(ctx context.Context, req *charonv1.RequestRequest) (*charonv1.RequestResponse, error) {
 	domain, entries := resourceOf(req.GetResource())
 	r, err := c.engine.Request(ctx, domain, entries, req.GetCopies(), req.GetMinCopies())
 	if err != nil {
@@ -139,7 +177,7 @@ func (c *charon) request(ctx context.Context, req *charonv1.RequestRequest) (*ch
 
 // Reserve reserves copies as a hold of the caller's unary session (or of
 // its lease alone).
-func (c *charon) Reserve(ctx context.Context, req *charonv1.ReserveRequest) (*charonv1.ReserveResponse, error) {
+func (c *Service) Reserve(ctx context.Context, req *charonv1.ReserveRequest) (*charonv1.ReserveResponse, error) {
 	resp, _, err := c.reserve(ctx, req, "", 0)
 	return resp, c.done("Reserve", err)
 }
@@ -147,7 +185,7 @@ func (c *charon) Reserve(ctx context.Context, req *charonv1.ReserveRequest) (*ch
 // reserve runs a reserve; a stream passes its session and lease, a unary
 // call "" and 0. It also returns the resource the reserve may have changed
 // ("" when none), even on error: a stream must release it when it ends.
-func (c *charon) reserve(ctx context.Context, req *charonv1.ReserveRequest, session string, lease time.Duration) (*charonv1.ReserveResponse, string, error) {
+func (c *Service) reserve(ctx context.Context, req *charonv1.ReserveRequest, session string, lease time.Duration) (*charonv1.ReserveResponse, string, error) {
 	er, err := c.holdOptions(req.GetSession(), req.GetLease(), session, lease)
 	if err != nil {
 		return nil, "", err
@@ -165,7 +203,7 @@ func (c *charon) reserve(ctx context.Context, req *charonv1.ReserveRequest, sess
 
 // holdOptions resolves the session and lease of a new hold: a stream's, or
 // the unary caller's session name and lease (the default when unset).
-func (c *charon) holdOptions(name string, d *durationpb.Duration, session string, lease time.Duration) (holds.ReserveRequest, error) {
+func (c *Service) holdOptions(name string, d *durationpb.Duration, session string, lease time.Duration) (holds.ReserveRequest, error) {
 	if session != "" {
 		return holds.ReserveRequest{Session: session, Lease: lease}, nil
 	}
@@ -192,7 +230,7 @@ func unarySession(name string) (string, error) {
 // [holds.MinLease, MaxLease]. Checking here, where the field is known,
 // names it: the copy store would refuse a sub-microsecond one as a "lease"
 // out of its own, far wider, range.
-func (c *charon) duration(d *durationpb.Duration, field string, def time.Duration) (time.Duration, error) {
+func (c *Service) duration(d *durationpb.Duration, field string, def time.Duration) (time.Duration, error) {
 	if d == nil {
 		return def, nil
 	}
@@ -207,12 +245,12 @@ func (c *charon) duration(d *durationpb.Duration, field string, def time.Duratio
 }
 
 // Release gives back copies of a hold.
-func (c *charon) Release(ctx context.Context, req *charonv1.ReleaseRequest) (*charonv1.ReleaseResponse, error) {
+func (c *Service) Release(ctx context.Context, req *charonv1.ReleaseRequest) (*charonv1.ReleaseResponse, error) {
 	resp, err := c.release(ctx, req)
 	return resp, c.done("Release", err)
 }
 
-func (c *charon) release(ctx context.Context, req *charonv1.ReleaseRequest) (*charonv1.ReleaseResponse, error) {
+func (c *Service) release(ctx context.Context, req *charonv1.ReleaseRequest) (*charonv1.ReleaseResponse, error) {
 	res, err := c.holds.Release(ctx, req.GetHoldId(), req.GetCopies())
 	c.metrics.reaped(res.Reaped)
 	if err != nil {
@@ -222,12 +260,12 @@ func (c *charon) release(ctx context.Context, req *charonv1.ReleaseRequest) (*ch
 }
 
 // Transfer stages copies of a hold under a new transfer id.
-func (c *charon) Transfer(ctx context.Context, req *charonv1.TransferRequest) (*charonv1.TransferResponse, error) {
+func (c *Service) Transfer(ctx context.Context, req *charonv1.TransferRequest) (*charonv1.TransferResponse, error) {
 	resp, err := c.transfer(ctx, req)
 	return resp, c.done("Transfer", err)
 }
 
-func (c *charon) transfer(ctx context.Context, req *charonv1.TransferRequest) (*charonv1.TransferResponse, error) {
+func (c *Service) transfer(ctx context.Context, req *charonv1.TransferRequest) (*charonv1.TransferResponse, error) {
 	ttl, err := c.duration(req.GetTtl(), "ttl", c.opts.TransferTTL)
 	if err != nil {
 		return nil, err
@@ -241,13 +279,13 @@ func (c *charon) transfer(ctx context.Context, req *charonv1.TransferRequest) (*
 }
 
 // Seize turns staged copies into a hold of the caller.
-func (c *charon) Seize(ctx context.Context, req *charonv1.SeizeRequest) (*charonv1.SeizeResponse, error) {
+func (c *Service) Seize(ctx context.Context, req *charonv1.SeizeRequest) (*charonv1.SeizeResponse, error) {
 	resp, _, err := c.seize(ctx, req, "", 0)
 	return resp, c.done("Seize", err)
 }
 
 // seize runs a seize and returns the resource it touched ("" when none).
-func (c *charon) seize(ctx context.Context, req *charonv1.SeizeRequest, session string, lease time.Duration) (*charonv1.SeizeResponse, string, error) {
+func (c *Service) seize(ctx context.Context, req *charonv1.SeizeRequest, session string, lease time.Duration) (*charonv1.SeizeResponse, string, error) {
 	ho, err := c.holdOptions(req.GetSession(), req.GetLease(), session, lease)
 	if err != nil {
 		return nil, "", err
@@ -267,12 +305,12 @@ func (c *charon) seize(ctx context.Context, req *charonv1.SeizeRequest, session 
 }
 
 // KeepAlive extends the lease of a hold or of a unary session's holds.
-func (c *charon) KeepAlive(ctx context.Context, req *charonv1.KeepAliveRequest) (*charonv1.KeepAliveResponse, error) {
+func (c *Service) KeepAlive(ctx context.Context, req *charonv1.KeepAliveRequest) (*charonv1.KeepAliveResponse, error) {
 	resp, err := c.keepAlive(ctx, req)
 	return resp, c.done("KeepAlive", err)
 }
 
-func (c *charon) keepAlive(ctx context.Context, req *charonv1.KeepAliveRequest) (*charonv1.KeepAliveResponse, error) {
+func (c *Service) keepAlive(ctx context.Context, req *charonv1.KeepAliveRequest) (*charonv1.KeepAliveResponse, error) {
 	lease, err := c.duration(req.GetLease(), "lease", c.opts.UnaryLease)
 	if err != nil {
 		return nil, err
@@ -308,8 +346,8 @@ func toKeepAliveResponse(res copylog.KeepAliveResult) *charonv1.KeepAliveRespons
 }
 
 // done maps err to gRPC (logging failures) and counts the call.
-func (c *charon) done(method string, err error) error {
-	gerr := grpcError(err)
+func (c *Service) done(method string, err error) error {
+	gerr := server.GRPCError(err)
 	code := status.Code(gerr)
 	c.metrics.call(method, code)
 	switch code {

@@ -1,27 +1,27 @@
-package server
+package charon
 
 import (
 	"context"
-	"net"
 	"testing"
 	"time"
 
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/test/bufconn"
 
 	charonv1 "github.com/charonlimit/charon/api/charon/v1"
 	"github.com/charonlimit/charon/internal/copystore/memcopy"
 	"github.com/charonlimit/charon/internal/engine"
 	"github.com/charonlimit/charon/internal/holds"
 	"github.com/charonlimit/charon/internal/store/memstore"
+	"github.com/charonlimit/charon/server"
+	"github.com/charonlimit/charon/service/rls"
 )
 
-// benchConn serves one server (engine over a memstore and a memcopy) on an
-// in-memory connection, so the figures compare the two APIs through the
-// same gRPC stack, engine and stores, with no kernel networking.
+// benchConn serves one server (engine over a memstore and a memcopy) with
+// the charon.v1 and the RLS services (package service/rls, beside this
+// one in the process as in charon serve) on loopback, so the figures
+// compare the two APIs through the same gRPC stack, engine and stores.
 func benchConn(b *testing.B) *grpc.ClientConn {
 	b.Helper()
 	copies := memcopy.New(memcopy.Options{})
@@ -31,22 +31,18 @@ func benchConn(b *testing.B) *grpc.ClientConn {
 	eng := engine.New(engine.Options{Store: st})
 	eng.SetTree(charonTree(b))
 	broker := holds.New(holds.Options{Copies: copies, Tree: eng.Tree})
-	s, err := New(Options{GRPCAddr: "127.0.0.1:0", Engine: eng, Charon: CharonOptions{Broker: broker}})
+	s, err := server.New(server.Options{GRPCAddr: "127.0.0.1:0", Engine: eng}, New(eng, broker, Options{}), rls.New(eng, rls.Options{}))
 	if err != nil {
 		b.Fatal(err)
 	}
-	s.grpcLis.Close()
-	lis := bufconn.Listen(1 << 20)
-	go s.grpc.Serve(lis)
-	b.Cleanup(s.grpc.Stop)
-	cc, err := grpc.NewClient("passthrough:///bufnet",
-		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),
-		grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { cc.Close() })
-	return cc
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Serve(ctx) }()
+	b.Cleanup(func() {
+		cancel()
+		<-done
+	})
+	return dial(b, s.GRPCAddr())
 }
 
 // BenchmarkCopiesVsRLS measures, through one server, one ShouldRateLimit,
@@ -57,7 +53,7 @@ func BenchmarkCopiesVsRLS(b *testing.B) {
 	ctx := context.Background()
 	b.Run("ShouldRateLimit", func(b *testing.B) {
 		c := rlsv3.NewRateLimitServiceClient(cc)
-		req := &rlsv3.RateLimitRequest{Domain: "c", Descriptors: []*ratelimitv3.RateLimitDescriptor{desc("fast", "u")}}
+		req := &rlsv3.RateLimitRequest{Domain: "c", Descriptors: []*ratelimitv3.RateLimitDescriptor{{Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: "fast", Value: "u"}}}}}
 		b.ReportAllocs()
 		b.RunParallel(func(pb *testing.PB) {
 			for pb.Next() {

@@ -1,8 +1,7 @@
-package server
+package charon
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -24,6 +23,7 @@ import (
 	"github.com/charonlimit/charon/internal/engine"
 	"github.com/charonlimit/charon/internal/holds"
 	"github.com/charonlimit/charon/internal/store/memstore"
+	"github.com/charonlimit/charon/server"
 	"github.com/charonlimit/charon/tiers"
 )
 
@@ -69,7 +69,8 @@ func charonTree(t testing.TB) *descriptors.Tree {
 }
 
 type charonFixture struct {
-	srv    *Server
+	srv    *server.Server
+	svc    *Service
 	eng    *engine.Engine
 	broker *holds.Broker
 	clock  *testClock
@@ -77,7 +78,7 @@ type charonFixture struct {
 	c      charonv1.CharonClient
 }
 
-func newCharonFixture(t *testing.T, copts CharonOptions, copies copystore.Store) *charonFixture {
+func newCharonFixture(t *testing.T, copts Options, copies copystore.Store) *charonFixture {
 	t.Helper()
 	f := &charonFixture{}
 	if copies == nil {
@@ -87,13 +88,8 @@ func newCharonFixture(t *testing.T, copts CharonOptions, copies copystore.Store)
 	}
 	f.eng, f.clock = charonEngine(t)
 	f.broker = charonBroker(f.eng, f.clock, copies)
-	if copts.Engine == nil {
-		copts.Engine = f.eng
-	}
-	if copts.Broker == nil {
-		copts.Broker = f.broker
-	}
-	s, stop := newTestServer(t, Options{Engine: f.eng, Charon: copts})
+	f.svc = New(f.eng, f.broker, copts)
+	s, stop := newTestServer(t, f.svc, server.Options{Engine: f.eng})
 	t.Cleanup(stop)
 	f.srv = s
 	f.c = charonv1.NewCharonClient(dial(t, s.GRPCAddr()))
@@ -129,17 +125,8 @@ func res(domain string, kv ...string) *charonv1.Resource {
 // errOf is the error of a call, its response dropped.
 func errOf[R any](_ R, err error) error { return err }
 
-func TestCharonNotRegisteredWithoutEngine(t *testing.T) {
-	s, stop := newTestServer(t, Options{})
-	defer stop()
-	_, err := charonv1.NewCharonClient(dial(t, s.GRPCAddr())).Release(context.Background(), &charonv1.ReleaseRequest{HoldId: "x"})
-	if status.Code(err) != codes.Unimplemented {
-		t.Errorf("got %v, want Unimplemented", err)
-	}
-}
-
 func TestCharonUnary(t *testing.T) {
-	f := newCharonFixture(t, CharonOptions{}, nil)
+	f := newCharonFixture(t, Options{}, nil)
 	ctx := context.Background()
 
 	rq, err := f.c.Request(ctx, &charonv1.RequestRequest{Resource: res("c", "rate", "u"), Copies: 5, MinCopies: 2})
@@ -193,10 +180,10 @@ func TestCharonUnary(t *testing.T) {
 		t.Errorf("keepalive hold: got %v, %v", ka, err)
 	}
 	m := f.srv.Metrics().Registry
-	if n := metricValue(t, f.srv.charon.metrics.reservations.WithLabelValues("c/db", "granted")); n != 1 {
+	if n := metricValue(t, f.svc.metrics.reservations.WithLabelValues("c/db", "granted")); n != 1 {
 		t.Errorf("granted reservations: %v, want 1", n)
 	}
-	if n := metricValue(t, f.srv.charon.metrics.reservations.WithLabelValues("c/db", "rejected")); n != 1 {
+	if n := metricValue(t, f.svc.metrics.reservations.WithLabelValues("c/db", "rejected")); n != 1 {
 		t.Errorf("rejected reservations: %v, want 1", n)
 	}
 	if _, err := m.Gather(); err != nil {
@@ -205,8 +192,8 @@ func TestCharonUnary(t *testing.T) {
 }
 
 func TestCharonErrorCodes(t *testing.T) {
-	f := newCharonFixture(t, CharonOptions{}, nil)
-	down := newCharonFixture(t, CharonOptions{}, downCopies{})
+	f := newCharonFixture(t, Options{}, nil)
+	down := newCharonFixture(t, Options{}, downCopies{})
 	ctx := context.Background()
 	hold, err := f.c.Reserve(ctx, &charonv1.ReserveRequest{Resource: res("c", "db", "a"), Copies: 3, RequestId: "q1"})
 	if err != nil || !hold.Ok {
@@ -274,7 +261,7 @@ func TestCharonErrorCodes(t *testing.T) {
 }
 
 func TestUnaryLeaseLapses(t *testing.T) {
-	f := newCharonFixture(t, CharonOptions{}, nil)
+	f := newCharonFixture(t, Options{}, nil)
 	ctx := context.Background()
 	reserve := func(copies int64) *charonv1.ReserveResponse {
 		t.Helper()
@@ -300,7 +287,7 @@ func TestUnaryLeaseLapses(t *testing.T) {
 	if _, err := f.c.Release(ctx, &charonv1.ReleaseRequest{HoldId: h.HoldId}); status.Code(err) != codes.NotFound {
 		t.Errorf("release of the lapsed hold: got %v, want NotFound", err)
 	}
-	if n := metricValue(t, f.srv.charon.metrics.leaseExpiries); n != 1 {
+	if n := metricValue(t, f.svc.metrics.leaseExpiries); n != 1 {
 		t.Errorf("lease expiries: %v, want 1", n)
 	}
 }
@@ -318,7 +305,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 }
 
 func TestSessionStream(t *testing.T) {
-	f := newCharonFixture(t, CharonOptions{}, nil)
+	f := newCharonFixture(t, Options{}, nil)
 	ctx := context.Background()
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -385,12 +372,12 @@ func TestSessionStream(t *testing.T) {
 		return r.Ok
 	})
 	waitFor(t, "the session metrics", func() bool {
-		return metricValue(t, f.srv.charon.metrics.sessionReleased) == 2 && metricValue(t, f.srv.charon.metrics.sessions) == 0
+		return metricValue(t, f.svc.metrics.sessionReleased) == 2 && metricValue(t, f.svc.metrics.sessions) == 0
 	})
 }
 
 func TestSessionCloseSendReleases(t *testing.T) {
-	f := newCharonFixture(t, CharonOptions{}, nil)
+	f := newCharonFixture(t, Options{}, nil)
 	ctx := context.Background()
 	st, err := f.c.Session(ctx)
 	if err != nil {
@@ -437,9 +424,9 @@ func (r *renewals) renewedAt(t time.Time) bool {
 
 func TestSessionRenewsLeases(t *testing.T) {
 	lease := 30 * time.Millisecond
-	f := newCharonFixture(t, CharonOptions{SessionLease: lease}, nil)
+	f := newCharonFixture(t, Options{SessionLease: lease}, nil)
 	rn := &renewals{Broker: f.broker, clock: f.clock}
-	f.srv.charon.holds = rn // before any stream: no call is in flight
+	f.svc.holds = rn // before any stream: no call is in flight
 	st, err := f.c.Session(context.Background())
 	if err != nil {
 		t.Fatal(err)
@@ -468,7 +455,7 @@ func TestShutdownEndsSessions(t *testing.T) {
 	defer copies.Close()
 	eng, clock := charonEngine(t)
 	// A session holding up shutdown would take the whole ShutdownTimeout.
-	s, stop := newTestServer(t, Options{Engine: eng, ShutdownTimeout: 2 * time.Minute, Charon: CharonOptions{Broker: charonBroker(eng, clock, copies)}})
+	s, stop := newTestServer(t, New(eng, charonBroker(eng, clock, copies), Options{}), server.Options{Engine: eng, ShutdownTimeout: 2 * time.Minute})
 	c := charonv1.NewCharonClient(dial(t, s.GRPCAddr()))
 	st, err := c.Session(context.Background())
 	if err != nil {
@@ -488,23 +475,6 @@ func TestShutdownEndsSessions(t *testing.T) {
 	}
 	if s := copies.Stats(); s.Copies != 0 {
 		t.Errorf("copies held after shutdown: %+v", s)
-	}
-}
-
-func TestGRPCErrorCopyCodes(t *testing.T) {
-	for _, tc := range []struct {
-		err  error
-		code codes.Code
-	}{
-		{copylog.ErrHoldExists, codes.Aborted},
-		{copylog.ErrBadMin, codes.InvalidArgument},
-		{holds.ErrNoCopyStore, codes.Unavailable},
-		{&descriptors.FieldError{Field: "copies", Err: copylog.ErrOverRelease}, codes.OutOfRange},
-		{errors.New("other"), codes.Internal},
-	} {
-		if got := status.Code(grpcError(tc.err)); got != tc.code {
-			t.Errorf("grpcError(%v) = %v, want %v", tc.err, got, tc.code)
-		}
 	}
 }
 

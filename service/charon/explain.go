@@ -1,8 +1,7 @@
-package server
+package charon
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"net/http"
@@ -18,6 +17,7 @@ import (
 	charonv1 "github.com/charonlimit/charon/api/charon/v1"
 	"github.com/charonlimit/charon/descriptors"
 	"github.com/charonlimit/charon/internal/engine"
+	"github.com/charonlimit/charon/server"
 	"github.com/charonlimit/charon/tiers"
 )
 
@@ -31,30 +31,15 @@ type Explainer interface {
 // errNoExplainer is the answer of a server whose engine cannot explain.
 var errNoExplainer = status.Error(codes.Unimplemented, "the engine cannot explain")
 
-// checkDebugReset refuses a reset endpoint that anyone reaching the debug
-// port could call. A DebugTLS from package tlsconfig says at its top level
-// whether it verifies clients, though its handshakes use the config its
-// GetConfigForClient builds. With an authorization table, the table must
-// also allow the client admin (or /charon.debug/Reset) over such a port.
-func checkDebugReset(opts *Options) error {
-	if !opts.DebugReset {
-		return nil
-	}
-	if opts.DebugToken == "" && (opts.DebugTLS == nil || opts.DebugTLS.ClientAuth != tls.RequireAndVerifyClientCert) {
-		return errors.New("server: DebugReset needs the debug port's authentication (a DebugToken, or a DebugTLS that verifies client certificates)")
-	}
-	return nil
-}
-
 // Explain implements charon.v1.Charon.
-func (c *charon) Explain(ctx context.Context, req *charonv1.ExplainRequest) (*charonv1.ExplainResponse, error) {
+func (c *Service) Explain(ctx context.Context, req *charonv1.ExplainRequest) (*charonv1.ExplainResponse, error) {
 	ex, ok := c.engine.(Explainer)
 	if !ok {
 		return nil, c.done("Explain", errNoExplainer)
 	}
 	if wantsCandidate(ctx) {
 		var err error
-		if ex, err = candidateExplainer(c.candidate); err != nil {
+		if ex, err = candidateExplainer(c.opts.Candidate); err != nil {
 			return nil, c.done("Explain", err)
 		}
 	}
@@ -181,32 +166,12 @@ func explainQuery(r *http.Request) (*charonv1.ExplainRequest, error) {
 	return req, nil
 }
 
-// httpError answers err as the gRPC service would, with the HTTP status of
-// its code.
-func httpError(w http.ResponseWriter, err error) {
-	st := status.Convert(grpcError(err))
-	code := http.StatusInternalServerError
-	switch st.Code() {
-	case codes.InvalidArgument:
-		code = http.StatusBadRequest
-	case codes.NotFound:
-		code = http.StatusNotFound
-	case codes.Unavailable:
-		code = http.StatusServiceUnavailable
-	case codes.Unimplemented:
-		code = http.StatusNotImplemented
-	case codes.DeadlineExceeded:
-		code = http.StatusGatewayTimeout
-	}
-	http.Error(w, st.Message(), code)
-}
-
 // explainerQuery returns the engine's Explainer and the request's query,
 // or answers the error and returns false.
-func (s *Server) explainerQuery(w http.ResponseWriter, r *http.Request) (Explainer, *charonv1.ExplainRequest, bool) {
-	ex, ok := s.opts.Engine.(Explainer)
+func (c *Service) explainerQuery(w http.ResponseWriter, r *http.Request) (Explainer, *charonv1.ExplainRequest, bool) {
+	ex, ok := c.engine.(Explainer)
 	if !ok {
-		httpError(w, errNoExplainer)
+		server.HTTPError(w, errNoExplainer)
 		return nil, nil, false
 	}
 	req, err := explainQuery(r)
@@ -215,8 +180,8 @@ func (s *Server) explainerQuery(w http.ResponseWriter, r *http.Request) (Explain
 		return nil, nil, false
 	}
 	if r.URL.Query().Get("candidate") != "" {
-		if ex, err = candidateExplainer(s.opts.Candidate); err != nil {
-			httpError(w, err)
+		if ex, err = candidateExplainer(c.opts.Candidate); err != nil {
+			server.HTTPError(w, err)
 			return nil, nil, false
 		}
 	}
@@ -224,14 +189,14 @@ func (s *Server) explainerQuery(w http.ResponseWriter, r *http.Request) (Explain
 }
 
 // serveExplain is GET /explain on the debug port: Explain's answer as JSON.
-func (s *Server) serveExplain(w http.ResponseWriter, r *http.Request) {
-	ex, req, ok := s.explainerQuery(w, r)
+func (c *Service) serveExplain(w http.ResponseWriter, r *http.Request) {
+	ex, req, ok := c.explainerQuery(w, r)
 	if !ok {
 		return
 	}
 	resp, err := explain(r.Context(), ex, req)
 	if err != nil {
-		httpError(w, err)
+		server.HTTPError(w, err)
 		return
 	}
 	out, err := protojson.MarshalOptions{Multiline: true}.Marshal(resp)
@@ -245,17 +210,17 @@ func (s *Server) serveExplain(w http.ResponseWriter, r *http.Request) {
 
 // serveReset is POST /reset on the debug port (with DebugReset): it forgets
 // the state of the pairs the descriptors resolve to.
-func (s *Server) serveReset(w http.ResponseWriter, r *http.Request) {
-	ex, req, ok := s.explainerQuery(w, r)
+func (c *Service) serveReset(w http.ResponseWriter, r *http.Request) {
+	ex, req, ok := c.explainerQuery(w, r)
 	if !ok {
 		return
 	}
 	n, err := ex.Reset(r.Context(), engineRequest(req))
 	if err != nil {
-		httpError(w, err)
+		server.HTTPError(w, err)
 		return
 	}
-	s.log.Info("pair state reset", "domain", descriptors.Truncate(req.Domain), "descriptor", descriptors.Truncate(strings.Join(r.URL.Query()["descriptor"], " ")), "pairs", n, "remote", r.RemoteAddr)
+	c.log.Info("pair state reset", "domain", descriptors.Truncate(req.Domain), "descriptor", descriptors.Truncate(strings.Join(r.URL.Query()["descriptor"], " ")), "pairs", n, "remote", r.RemoteAddr)
 	w.Header().Set("Content-Type", "application/json")
 	fmt.Fprintf(w, "{\"reset\": %d}\n", n)
 }

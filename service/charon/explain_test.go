@@ -1,4 +1,4 @@
-package server
+package charon
 
 import (
 	"context"
@@ -16,6 +16,7 @@ import (
 	charonv1 "github.com/charonlimit/charon/api/charon/v1"
 	"github.com/charonlimit/charon/descriptors"
 	"github.com/charonlimit/charon/internal/engine"
+	"github.com/charonlimit/charon/server"
 )
 
 func explainReq(domain string, descs ...string) *charonv1.ExplainRequest {
@@ -31,7 +32,7 @@ func explainReq(domain string, descs ...string) *charonv1.ExplainRequest {
 }
 
 func TestExplainRPC(t *testing.T) {
-	f := newCharonFixture(t, CharonOptions{}, nil)
+	f := newCharonFixture(t, Options{}, nil)
 	ctx := context.Background()
 	if _, err := f.c.Request(ctx, &charonv1.RequestRequest{Resource: res("c", "rate", "x"), Copies: 2, MinCopies: 2}); err != nil {
 		t.Fatal(err)
@@ -73,13 +74,13 @@ func TestExplainRPC(t *testing.T) {
 
 func TestDebugExplainAndReset(t *testing.T) {
 	eng, _ := charonEngine(t)
-	if _, err := New(Options{Engine: eng, GRPCAddr: "127.0.0.1:0", DebugReset: true}); err == nil || !strings.Contains(err.Error(), "DebugReset") {
+	if _, err := server.New(server.Options{Engine: eng, GRPCAddr: "127.0.0.1:0"}, New(eng, nil, Options{DebugReset: true})); err == nil || !strings.Contains(err.Error(), "DebugReset") {
 		t.Fatalf("DebugReset without authentication: %v, want a refusal", err)
 	}
-	if _, err := New(Options{Engine: eng, GRPCAddr: "127.0.0.1:0", DebugReset: true, DebugTLS: &tls.Config{}}); err == nil {
+	if _, err := server.New(server.Options{Engine: eng, GRPCAddr: "127.0.0.1:0", DebugTLS: &tls.Config{}}, New(eng, nil, Options{DebugReset: true})); err == nil {
 		t.Fatal("DebugReset with TLS that does not verify clients: accepted")
 	}
-	s, stop := newTestServer(t, Options{Engine: eng, DebugToken: "tok", DebugReset: true})
+	s, stop := newTestServer(t, New(eng, nil, Options{DebugReset: true}), server.Options{Engine: eng, DebugToken: "tok"})
 	defer stop()
 	base := "http://" + s.DebugAddr()
 	for range 3 {
@@ -112,7 +113,7 @@ func TestDebugExplainAndReset(t *testing.T) {
 	}
 
 	// Without DebugReset there is no /reset.
-	s2, stop2 := newTestServer(t, Options{Engine: eng})
+	s2, stop2 := newTestServer(t, New(eng, nil, Options{}), server.Options{Engine: eng})
 	defer stop2()
 	if _, code := fetch(t, "POST", "http://"+s2.DebugAddr()+"/reset"+q, "", ""); code != http.StatusNotFound && code != http.StatusMethodNotAllowed {
 		t.Errorf("POST /reset without DebugReset: %d", code)

@@ -1,4 +1,4 @@
-package server
+package charon
 
 import (
 	"context"
@@ -14,6 +14,7 @@ import (
 	charonv1 "github.com/charonlimit/charon/api/charon/v1"
 	"github.com/charonlimit/charon/descriptors"
 	"github.com/charonlimit/charon/internal/holds"
+	"github.com/charonlimit/charon/server"
 )
 
 // session is the state of one Session stream. Only the stream's own
@@ -63,13 +64,13 @@ func (s *session) lapsing(now time.Time, lease time.Duration) bool {
 // UNAVAILABLE when a renewal fails half a lease or more after the last one
 // that succeeded: its holds could lapse, and be granted to others, before
 // the next, and a client must learn it has lost them.
-func (c *charon) Session(stream grpc.BidiStreamingServer[charonv1.SessionRequest, charonv1.SessionResponse]) error {
+func (c *Service) Session(stream grpc.BidiStreamingServer[charonv1.SessionRequest, charonv1.SessionResponse]) error {
 	err := c.session(stream)
-	c.metrics.call("Session", status.Code(grpcError(err)))
+	c.metrics.call("Session", status.Code(server.GRPCError(err)))
 	return err
 }
 
-func (c *charon) session(stream grpc.BidiStreamingServer[charonv1.SessionRequest, charonv1.SessionResponse]) error {
+func (c *Service) session(stream grpc.BidiStreamingServer[charonv1.SessionRequest, charonv1.SessionResponse]) error {
 	ctx := stream.Context()
 	id, err := holds.NewSessionID()
 	if err != nil {
@@ -126,7 +127,7 @@ func (c *charon) session(stream grpc.BidiStreamingServer[charonv1.SessionRequest
 
 // renew extends the leases of the session's holds, and records when it
 // began if it succeeded.
-func (c *charon) renew(ctx context.Context, s *session) (int, error) {
+func (c *Service) renew(ctx context.Context, s *session) (int, error) {
 	if len(s.resources) == 0 {
 		return 0, nil
 	}
@@ -147,7 +148,7 @@ func (c *charon) renew(ctx context.Context, s *session) (int, error) {
 
 // endSession releases every hold of the session, on a context that
 // outlives the stream's.
-func (c *charon) endSession(streamCtx context.Context, s *session) {
+func (c *Service) endSession(streamCtx context.Context, s *session) {
 	if len(s.resources) == 0 {
 		return
 	}
@@ -166,7 +167,7 @@ func (c *charon) endSession(streamCtx context.Context, s *session) {
 
 // sessionOp runs one operation of the stream and answers it with its
 // correlation id; a failed operation is an Error answer, the stream goes on.
-func (c *charon) sessionOp(ctx context.Context, s *session, req *charonv1.SessionRequest) *charonv1.SessionResponse {
+func (c *Service) sessionOp(ctx context.Context, s *session, req *charonv1.SessionRequest) *charonv1.SessionResponse {
 	out := &charonv1.SessionResponse{Id: req.GetId()}
 	start := time.Now()
 	var err error

@@ -1,4 +1,4 @@
-package server
+package charon
 
 import (
 	"context"
@@ -48,10 +48,10 @@ func reserveOn(t *testing.T, st charonv1.Charon_SessionClient, id uint64, copies
 // reserves 3 copies on it. The stream has a generous deadline (20 s).
 func renewalStream(t *testing.T, lease time.Duration, fail bool) (*charonFixture, *flakyRenewals, charonv1.Charon_SessionClient) {
 	t.Helper()
-	f := newCharonFixture(t, CharonOptions{SessionLease: lease}, nil)
+	f := newCharonFixture(t, Options{SessionLease: lease}, nil)
 	rn := &flakyRenewals{Broker: f.broker}
 	rn.fail.Store(fail)
-	f.srv.charon.holds = rn // before any stream: no call is in flight
+	f.svc.holds = rn // before any stream: no call is in flight
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	t.Cleanup(cancel)
 	st, err := f.c.Session(ctx)
@@ -144,9 +144,9 @@ func TestSessionRenewedAt(t *testing.T) {
 // renewal time; a successful one, from the timer or a KeepAlive without a
 // target on the stream, sets it to when it began.
 func TestSessionRenewalMovesRenewed(t *testing.T) {
-	f := newCharonFixture(t, CharonOptions{}, nil)
+	f := newCharonFixture(t, Options{}, nil)
 	rn := &flakyRenewals{Broker: f.broker}
-	c := f.srv.charon
+	c := f.svc
 	c.holds = rn // no stream runs: no call is in flight
 	ctx := context.Background()
 	long := time.Now().Add(-time.Hour)
@@ -189,7 +189,7 @@ func TestSessionRenewalMovesRenewed(t *testing.T) {
 // refused with INVALID_ARGUMENT naming its own field and the server's
 // bounds, not the copy store's.
 func TestCharonDurationBounds(t *testing.T) {
-	f := newCharonFixture(t, CharonOptions{}, nil)
+	f := newCharonFixture(t, Options{}, nil)
 	ctx := context.Background()
 	hold, err := f.c.Reserve(ctx, &charonv1.ReserveRequest{Resource: res("c", "big", "a"), Copies: 1000})
 	if err != nil || !hold.Ok {

@@ -1,4 +1,4 @@
-package server
+package charon
 
 import (
 	"context"
@@ -13,6 +13,7 @@ import (
 
 	"github.com/charonlimit/charon/descriptors"
 	"github.com/charonlimit/charon/internal/engine"
+	"github.com/charonlimit/charon/server"
 	"github.com/charonlimit/charon/tiers"
 )
 
@@ -136,7 +137,7 @@ func (e *unknownDomainError) Error() string {
 	return msg
 }
 
-// GRPCStatus makes it NotFound for grpcError and httpError.
+// GRPCStatus makes it NotFound for server.GRPCError and server.HTTPError.
 func (e *unknownDomainError) GRPCStatus() *status.Status {
 	return status.New(codes.NotFound, e.Error())
 }
@@ -164,14 +165,14 @@ func rateUsage(p *tiers.Policy, v *tiers.View) (limit, used int64, period string
 
 // serveUsage is GET /usage?domain=D&descriptor=k=v,k2=v2 on the HTTP port:
 // Usage as JSON. It is a read (authz group read).
-func (s *Server) serveUsage(w http.ResponseWriter, r *http.Request) {
-	ex, req, ok := s.explainerQuery(w, r)
+func (c *Service) serveUsage(w http.ResponseWriter, r *http.Request) {
+	ex, req, ok := c.explainerQuery(w, r)
 	if !ok {
 		return
 	}
 	u, err := usage(r.Context(), ex, engineRequest(req))
 	if err != nil {
-		httpError(w, err)
+		server.HTTPError(w, err)
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")

@@ -1,4 +1,4 @@
-package server
+package charon
 
 import (
 	"context"
@@ -10,7 +10,7 @@ import (
 
 // Usage implements charon.v1.Charon: GET /usage's answer over gRPC, made by
 // the same usage function.
-func (c *charon) Usage(ctx context.Context, req *charonv1.UsageRequest) (*charonv1.UsageResponse, error) {
+func (c *Service) Usage(ctx context.Context, req *charonv1.UsageRequest) (*charonv1.UsageResponse, error) {
 	ex, ok := c.engine.(Explainer)
 	if !ok {
 		return nil, c.done("Usage", errNoExplainer)

@@ -1,4 +1,10 @@
-package server
+// Package rlqs serves envoy.service.rate_limit_quota.v3 (RLQS): the wire
+// around the quota pipeline of internal/rlqs (also named rlqs here: this
+// package speaks its protobuf, the pipeline none). Each Envoy's
+// rate_limit_quota filter streams its buckets' usage in and gets quota
+// assignments back; the debug port's GET /rlqs shows the shares and
+// charon_rlqs_* count them.
+package rlqs
 
 import (
 	"encoding/json"
@@ -16,24 +22,45 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/charonlimit/charon/descriptors"
+	"github.com/charonlimit/charon/internal/authz"
 	"github.com/charonlimit/charon/internal/rlqs"
+	"github.com/charonlimit/charon/server"
 )
 
-// rlqsService serves envoy.service.rate_limit_quota.v3: the wire around
-// internal/rlqs. Each stream has two goroutines: the handler's, which
-// sends the stream's pending actions when they are queued, and a reader,
-// which hands the reports to the pipeline.
-type rlqsService struct {
+// Service serves envoy.service.rate_limit_quota.v3 with an Allocator.
+// Each stream has two goroutines: the handler's, which sends the stream's
+// pending actions when they are queued, and a reader, which hands the
+// reports to the pipeline. Use New.
+type Service struct {
 	rlqsv3.UnimplementedRateLimitQuotaServiceServer
 	a       *rlqs.Allocator
 	closing chan struct{}
+}
+
+// New returns the service of a; the server it registers on runs a's
+// ticks while it serves.
+func New(a *rlqs.Allocator) *Service {
+	return &Service{a: a, closing: make(chan struct{})}
+}
+
+// Register implements server.Service: the gRPC service, a's ticks, the
+// streams' end at shutdown (Envoys reconnect elsewhere), GET /rlqs on the
+// debug port and the charon_rlqs_* metrics.
+func (r *Service) Register(s *server.Server) error {
+	rlqsv3.RegisterRateLimitQuotaServiceServer(s, r)
+	s.Go(r.a.Run)
+	s.OnShutdown(func() { close(r.closing) })
+	s.HandleDebug(server.Endpoint{Pattern: "GET /rlqs", Name: authz.DebugRLQS, Handler: http.HandlerFunc(r.serveRLQS)})
+	// A Metrics shared by several servers has the collector already.
+	_ = s.Metrics().Registry.Register(rlqsCollector{r.a})
+	return nil
 }
 
 // StreamRateLimitQuotas serves one Envoy. A report that cannot be used (an
 // empty domain or bucket id) ends the stream with InvalidArgument; when the
 // stream ends, however it ends, its shares are reclaimed once their leases
 // expire.
-func (r *rlqsService) StreamRateLimitQuotas(st grpc.BidiStreamingServer[rlqsv3.RateLimitQuotaUsageReports, rlqsv3.RateLimitQuotaResponse]) error {
+func (r *Service) StreamRateLimitQuotas(st grpc.BidiStreamingServer[rlqsv3.RateLimitQuotaUsageReports, rlqsv3.RateLimitQuotaResponse]) error {
 	s := r.a.Open()
 	defer s.Close()
 	ctx := st.Context()
@@ -46,7 +73,7 @@ func (r *rlqsService) StreamRateLimitQuotas(st grpc.BidiStreamingServer[rlqsv3.R
 				return
 			}
 			if err := s.Report(ctx, m.GetDomain(), usages(m)); err != nil {
-				errc <- grpcError(err)
+				errc <- server.GRPCError(err)
 				return
 			}
 		}
@@ -118,8 +145,8 @@ func quotaResponse(acts []rlqs.Action) *rlqsv3.RateLimitQuotaResponse {
 // serveRLQS is the debug port's GET /rlqs: per rule, the instances, their
 // demand and shares; with ?domain=D&bucket=k=v,k2=v2, how that bucket id
 // resolves and its budget's shares.
-func (s *Server) serveRLQS(w http.ResponseWriter, r *http.Request) {
-	var v any = s.opts.RLQS.Stats(true)
+func (s *Service) serveRLQS(w http.ResponseWriter, r *http.Request) {
+	var v any = s.a.Stats(true)
 	if q := r.URL.Query(); q.Has("bucket") || q.Has("domain") {
 		es, err := descriptors.ParseDescriptor(q.Get("bucket"))
 		if err != nil || q.Get("domain") == "" {
@@ -130,7 +157,7 @@ func (s *Server) serveRLQS(w http.ResponseWriter, r *http.Request) {
 		for _, e := range es {
 			id[e.Key] = e.Value
 		}
-		v = s.opts.RLQS.Explain(q.Get("domain"), id)
+		v = s.a.Explain(q.Get("domain"), id)
 	}
 	w.Header().Set("Content-Type", "application/json")
 	enc := json.NewEncoder(w)

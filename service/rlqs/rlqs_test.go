@@ -1,4 +1,4 @@
-package server
+package rlqs
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
@@ -17,6 +18,7 @@ import (
 	"github.com/charonlimit/charon/internal/engine"
 	"github.com/charonlimit/charon/internal/rlqs"
 	"github.com/charonlimit/charon/internal/sharestore"
+	"github.com/charonlimit/charon/server"
 )
 
 type rlqsClock struct {
@@ -34,7 +36,7 @@ func (c *rlqsClock) Advance(d time.Duration) {
 // rlqsServer serves RLQS over a memory store on a fake clock: the
 // allocator's own ticks change nothing until the test moves the clock and
 // ticks.
-func rlqsServer(t *testing.T) (*Server, *rlqs.Allocator, *rlqsClock, rlqsv3.RateLimitQuotaServiceClient) {
+func rlqsServer(t *testing.T) (*server.Server, *rlqs.Allocator, *rlqsClock, rlqsv3.RateLimitQuotaServiceClient) {
 	t.Helper()
 	cfg, _, err := config.Load(fstest.MapFS{"web.yaml": {Data: []byte(`
 domain: web
@@ -53,9 +55,25 @@ descriptors:
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, stop := newTestServer(t, Options{Engine: eng, RLQS: a})
-	t.Cleanup(stop)
-	return s, a, clk, rlqsv3.NewRateLimitQuotaServiceClient(dial(t, s.GRPCAddr()))
+	s, err := server.New(server.Options{GRPCAddr: "127.0.0.1:0", Engine: eng}, New(a))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Serve(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Serve: %v", err)
+		}
+	})
+	cc, err := grpc.NewClient("passthrough:///"+s.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cc.Close() })
+	return s, a, clk, rlqsv3.NewRateLimitQuotaServiceClient(cc)
 }
 
 type quotaStream = grpc.BidiStreamingClient[rlqsv3.RateLimitQuotaUsageReports, rlqsv3.RateLimitQuotaResponse]

@@ -1,4 +1,4 @@
-package server
+package rls
 
 import (
 	"context"
@@ -23,6 +23,7 @@ import (
 	"github.com/charonlimit/charon/internal/engine"
 	"github.com/charonlimit/charon/internal/offenders"
 	"github.com/charonlimit/charon/internal/store/memstore"
+	"github.com/charonlimit/charon/server"
 	"github.com/charonlimit/charon/tiers"
 )
 
@@ -42,7 +43,7 @@ descriptors:
 
 // attributionRLS is an rls over a real engine of attributionConfig, at a
 // fixed instant.
-func attributionRLS(t *testing.T, mode Attribution, headers, lyft bool) (*rls, *offenders.Tracker) {
+func attributionRLS(t *testing.T, mode Attribution, headers, lyft bool) (*Service, *offenders.Tracker) {
 	t.Helper()
 	cfg, _, err := config.Load(fstest.MapFS{"api.yaml": {Data: []byte(attributionConfig)}}, config.Options{})
 	if err != nil {
@@ -53,12 +54,12 @@ func attributionRLS(t *testing.T, mode Attribution, headers, lyft bool) (*rls, *
 	now := time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
 	eng := engine.New(engine.Options{Store: st, Now: func() time.Time { return now }})
 	eng.SetTree(cfg.Tree)
-	top := offenders.NewTracker(offenders.Options{Epoch: time.Hour})
-	return &rls{engine: eng, metrics: NewMetrics(nil), log: slog.New(slog.NewTextHandler(io.Discard, nil)),
-		attribution: mode, attributionHeaders: headers, dynamicMetadata: lyft, observers: []Observer{topObserver{top}}}, top
+	s := New(eng, withTop(Options{Attribution: mode, AttributionHeaders: headers, DynamicMetadata: lyft}, time.Hour))
+	s.metrics, s.observers = testMetrics(t), []Observer{topObserver{s.top}}
+	return s, s.top
 }
 
-func ask(t *testing.T, s *rls, ds ...*ratelimitv3.RateLimitDescriptor) *rlsv3.RateLimitResponse {
+func ask(t *testing.T, s *Service, ds ...*ratelimitv3.RateLimitDescriptor) *rlsv3.RateLimitResponse {
 	t.Helper()
 	resp, err := s.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "api", Descriptors: ds})
 	if err != nil {
@@ -208,9 +209,9 @@ func TestAttributionBounded(t *testing.T) {
 // TestTopEndpoint: three heavy tenants among a thousand light ones are the
 // top three rejected values of their rule at /top, and in charon_top_hits.
 func TestTopEndpoint(t *testing.T) {
-	top := offenders.NewTracker(offenders.Options{Epoch: time.Hour})
-	s, stop := newTestServer(t, Options{Top: top, TopMetrics: 3, TopMetricsValues: true})
+	s, stop := newTestServer(t, withTop(Options{TopMetrics: 3, TopMetricsValues: true}, time.Hour), server.Options{})
 	defer stop()
+	top := s.svc.top
 	l := &descriptors.Limit{File: "tenants.yaml", Line: 4}
 	now := time.Now()
 	for i := range 20000 {
@@ -263,7 +264,7 @@ func TestTopEndpoint(t *testing.T) {
 
 // TestTopOff: without a tracker there is no /top.
 func TestTopOff(t *testing.T) {
-	s, stop := newTestServer(t, Options{})
+	s, stop := newTestServer(t, Options{}, server.Options{})
 	defer stop()
 	if _, code := get(t, "http://"+s.DebugAddr()+"/top"); code != 404 {
 		t.Errorf("/top without a tracker: %d, want 404", code)
@@ -287,7 +288,7 @@ func BenchmarkTopOffenders(b *testing.B) {
 			mode Attribution
 		}{{"off", false, AttributionOff}, {"top", true, AttributionOff}, {"top+limited", true, AttributionLimited}, {"top+all", true, AttributionAll}} {
 			b.Run(strconv.Itoa(tenants)+"-tenants/"+bc.name, func(b *testing.B) {
-				s := &rls{engine: tenantEngine{}, metrics: NewMetrics(nil), log: slog.New(slog.NewTextHandler(io.Discard, nil)), attribution: bc.mode}
+				s := &Service{engine: tenantEngine{}, metrics: testMetrics(b), log: slog.New(slog.NewTextHandler(io.Discard, nil)), attribution: bc.mode}
 				if bc.top {
 					s.observers = []Observer{topObserver{offenders.NewTracker(offenders.Options{})}}
 				}
@@ -323,8 +324,8 @@ func (e tenantEngine) ShouldRateLimit(ctx context.Context, req *engine.Request) 
 // rejected values of their rule at /top, each with its descriptor; the
 // light ones, never over their limit, are not rejected at all.
 func TestTopThroughDecisions(t *testing.T) {
-	r, top := attributionRLS(t, AttributionLimited, false, false)
-	s, stop := newTestServer(t, Options{Engine: r.engine, Top: top})
+	r, _ := attributionRLS(t, AttributionLimited, false, false)
+	s, stop := serveService(t, r, server.Options{Engine: r.engine.(server.Engine)})
 	defer stop()
 	for i := range 6000 {
 		// Two hits per light tenant: within its 2 per second.
@@ -371,8 +372,8 @@ func BenchmarkTopOffendersRatio(b *testing.B) {
 				reqs[i] = &rlsv3.RateLimitRequest{Domain: "d", Descriptors: []*ratelimitv3.RateLimitDescriptor{desc("user", "u"+strconv.Itoa(i))}}
 			}
 			log := slog.New(slog.NewTextHandler(io.Discard, nil))
-			off := &rls{engine: tenantEngine{}, metrics: NewMetrics(nil), log: log}
-			on := &rls{engine: tenantEngine{}, metrics: NewMetrics(nil), log: log, observers: []Observer{topObserver{offenders.NewTracker(offenders.Options{})}}}
+			off := &Service{engine: tenantEngine{}, metrics: testMetrics(b), log: log}
+			on := &Service{engine: tenantEngine{}, metrics: testMetrics(b), log: log, observers: []Observer{topObserver{offenders.NewTracker(offenders.Options{})}}}
 			ctx := context.Background()
 			var spent [2]time.Duration
 			var n [2]int

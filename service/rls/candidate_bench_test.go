@@ -1,4 +1,4 @@
-package server
+package rls
 
 import (
 	"context"
@@ -44,7 +44,7 @@ func BenchmarkCandidate(b *testing.B) {
 			defer st.Close()
 			eng := engine.New(engine.Options{Store: st})
 			eng.SetTree(live.Tree)
-			r := &rls{engine: eng, metrics: NewMetrics(nil), log: slog.New(slog.DiscardHandler)}
+			r := &Service{engine: eng, metrics: testMetrics(b), log: slog.New(slog.DiscardHandler)}
 			if withCandidate {
 				c := canary.New(canary.Options{})
 				defer c.Close()

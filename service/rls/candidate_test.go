@@ -1,4 +1,4 @@
-package server
+package rls
 
 import (
 	"context"
@@ -9,21 +9,19 @@ import (
 
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/metadata"
-	"google.golang.org/grpc/status"
 
-	charonv1 "github.com/charonlimit/charon/api/charon/v1"
 	"github.com/charonlimit/charon/config"
 	"github.com/charonlimit/charon/internal/canary"
 	"github.com/charonlimit/charon/internal/engine"
+	"github.com/charonlimit/charon/server"
 )
 
 // TestCandidate: a candidate configuration that would reject more never
-// changes an answer; its counts show on /metrics and /candidate, and
-// explain answers for it on request.
+// changes an answer; its counts show on /metrics and /candidate. (The
+// charon.v1 service explains under it: service/charon's
+// TestExplainCandidate.)
 func TestCandidate(t *testing.T) {
-	eng, clock := charonEngine(t)
+	eng, clock := testEngine(t)
 	cfg, _, err := config.Load(fstest.MapFS{"c.yaml": {Data: []byte("domain: c\ndescriptors:\n  - key: rate\n    rate_limit: {unit: second, requests_per_unit: 1}\n")}}, config.Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -31,7 +29,7 @@ func TestCandidate(t *testing.T) {
 	cand := canary.New(canary.Options{Engine: engine.Options{Now: clock.Now}})
 	defer cand.Close()
 	cand.SetConfig(cfg)
-	s, stop := newTestServer(t, Options{Engine: eng, Charon: CharonOptions{Engine: eng}, Candidate: cand})
+	s, stop := newTestServer(t, Options{Candidate: cand}, server.Options{Engine: eng})
 	defer stop()
 	conn := dial(t, s.GRPCAddr())
 	c := rlsv3.NewRateLimitServiceClient(conn)
@@ -63,26 +61,6 @@ func TestCandidate(t *testing.T) {
 	}
 	if body, _ := get(t, "http://"+s.DebugAddr()+"/candidate"); !strings.Contains(body, `"would_reject": 2`) {
 		t.Errorf("/candidate: %s", body)
-	}
-	if body, _ := get(t, "http://"+s.DebugAddr()+"/explain?candidate=1&domain=c&descriptor=rate=x"); !strings.Contains(strings.ReplaceAll(body, " ", ""), `"limit":"1"`) || !strings.Contains(strings.ReplaceAll(body, " ", ""), `"hits":"1"`) {
-		t.Errorf("/explain?candidate=1 does not show the candidate's state (1 hit granted): %s", body)
-	}
-	cc := charonv1.NewCharonClient(conn)
-	req := &charonv1.ExplainRequest{Domain: "c", Descriptors: []*charonv1.ExplainRequest_Descriptor{{Entries: []*charonv1.Entry{{Key: "rate", Value: "x"}}}}}
-	live, err := cc.Explain(context.Background(), req)
-	if err != nil || live.GetExplanations()[0].GetTiers()[0].GetLimit() != 3 {
-		t.Errorf("live explain: %v %v", live, err)
-	}
-	ctx := metadata.AppendToOutgoingContext(context.Background(), charonv1.CandidateHeader, "1")
-	under, err := cc.Explain(ctx, req)
-	if err != nil || under.GetExplanations()[0].GetTiers()[0].GetLimit() != 1 {
-		t.Errorf("candidate explain: %v %v", under, err)
-	}
-
-	s2, stop2 := newTestServer(t, Options{Engine: eng, Charon: CharonOptions{Engine: eng}})
-	defer stop2()
-	if _, err := charonv1.NewCharonClient(dial(t, s2.GRPCAddr())).Explain(ctx, req); status.Code(err) != codes.FailedPrecondition {
-		t.Errorf("candidate explain without a candidate: %v, want FailedPrecondition", err)
 	}
 }
 
@@ -116,11 +94,11 @@ func (b *blockingCandidate) Observe(context.Context, *engine.Request, *engine.Re
 // answered while it blocks; once its queue is full the rest are dropped
 // and counted, and the server stops cleanly once it is released.
 func TestCandidateNeverDelays(t *testing.T) {
-	eng, _ := charonEngine(t)
+	eng, _ := testEngine(t)
 	cand := canary.New(canary.Options{})
 	defer cand.Close()
 	b := &blockingCandidate{Candidate: cand, release: make(chan struct{}), seen: make(chan struct{}, candidateQueue+16)}
-	s, stop := newTestServer(t, Options{Engine: eng, Charon: CharonOptions{Engine: eng}, Candidate: b})
+	s, stop := newTestServer(t, Options{Candidate: b}, server.Options{Engine: eng})
 	c := rlsv3.NewRateLimitServiceClient(dial(t, s.GRPCAddr()))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -132,9 +110,9 @@ func TestCandidateNeverDelays(t *testing.T) {
 	<-b.seen // the first is being decided, and blocks
 	// Fill the queue: what does not fit is dropped, never waited for.
 	for range candidateQueue + 2 {
-		s.candidate.Observe(ctx, &engine.Request{Domain: "c"}, &engine.Response{})
+		s.svc.candidate.Observe(ctx, &engine.Request{Domain: "c"}, &engine.Response{})
 	}
-	if s.candidate.Dropped() == 0 {
+	if s.svc.candidate.Dropped() == 0 {
 		t.Error("nothing dropped with the queue full")
 	}
 	if body, _ := get(t, "http://"+s.DebugAddr()+"/metrics"); !strings.Contains(body, "charon_candidate_dropped_total") {
@@ -142,7 +120,7 @@ func TestCandidateNeverDelays(t *testing.T) {
 	}
 	close(b.release)
 	stop()
-	if p := s.candidate.Pending(); p != 0 {
+	if p := s.svc.candidate.Pending(); p != 0 {
 		t.Errorf("%d observations pending after the server stopped", p)
 	}
 }

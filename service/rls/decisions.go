@@ -1,4 +1,4 @@
-package server
+package rls
 
 import (
 	"sync"
@@ -11,6 +11,7 @@ import (
 	"github.com/charonlimit/charon/internal/decisionlog"
 	"github.com/charonlimit/charon/internal/engine"
 	"github.com/charonlimit/charon/internal/offenders"
+	"github.com/charonlimit/charon/server"
 )
 
 // maxUnconfiguredKeys bounds the (domain, key) label pairs of
@@ -41,13 +42,13 @@ func (u *unconfigured) add(domain, key string, hits float64) {
 		if u.n.Add(1) > maxUnconfiguredKeys {
 			k.key = "~other"
 		}
-		c, _ = u.seen.LoadOrStore(k, u.vec.WithLabelValues(validLabel(k.domain), validLabel(k.key)))
+		c, _ = u.seen.LoadOrStore(k, u.vec.WithLabelValues(server.ValidLabel(k.domain), server.ValidLabel(k.key)))
 	}
 	c.(prometheus.Counter).Add(hits)
 }
 
 // decisionLogCollector exports a decision log's counts.
-func decisionLogCollector(reg prometheus.Registerer, l *decisionlog.Logger) {
+func decisionLogCollector(reg prometheus.Registerer, l *decisionlog.Logger) error {
 	for _, c := range []struct {
 		what string
 		f    func(decisionlog.Stats) uint64
@@ -57,12 +58,15 @@ func decisionLogCollector(reg prometheus.Registerer, l *decisionlog.Logger) {
 		{"dropped_queue", func(s decisionlog.Stats) uint64 { return s.DroppedQueue }},
 		{"write_error", func(s decisionlog.Stats) uint64 { return s.WriteErrors }},
 	} {
-		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+		if err := reg.Register(prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Namespace: "charon", Name: "decision_log_lines_total",
 			Help:        "Decision log lines by outcome: written, dropped by the rate bound or a full queue, failed to write.",
 			ConstLabels: prometheus.Labels{"outcome": c.what},
-		}, func() float64 { return float64(c.f(l.Stats())) }))
+		}, func() float64 { return float64(c.f(l.Stats())) })); err != nil {
+			return err
+		}
 	}
+	return nil
 }
 
 // logDecisions writes the kept lines of a decided request to the decision

@@ -1,4 +1,4 @@
-package server
+package rls
 
 import (
 	"bufio"
@@ -11,16 +11,17 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
 	"github.com/charonlimit/charon/internal/decisionlog"
+	"github.com/charonlimit/charon/server"
 )
 
 // TestCompleteDecisionLog: a complete log (--decision-log-all) has a line
 // for every descriptor, limited or not, the lines of one request sharing
 // its name, with the request's answer, its hits and the decision's time.
 func TestCompleteDecisionLog(t *testing.T) {
-	eng, _ := charonEngine(t)
+	eng, _ := testEngine(t)
 	var buf bytes.Buffer
 	dl := decisionlog.New(&buf, decisionlog.Options{All: true, Rate: -1})
-	s, stop := newTestServer(t, Options{Engine: eng, DecisionLog: dl})
+	s, stop := newTestServer(t, Options{DecisionLog: dl}, server.Options{Engine: eng})
 	c := rlsv3.NewRateLimitServiceClient(dial(t, s.GRPCAddr()))
 	for range 4 {
 		if _, err := c.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "c", HitsAddend: 2,

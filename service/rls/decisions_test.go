@@ -1,4 +1,4 @@
-package server
+package rls
 
 import (
 	"bufio"
@@ -17,18 +17,19 @@ import (
 	"github.com/charonlimit/charon/descriptors"
 	"github.com/charonlimit/charon/internal/decisionlog"
 	"github.com/charonlimit/charon/internal/engine"
+	"github.com/charonlimit/charon/server"
 	"github.com/charonlimit/charon/tiers"
 )
 
-// decisionLogServer serves charonTree with a decision log that keeps the
+// decisionLogServer serves testTree with a decision log that keeps the
 // given sample. finish stops the server, closes the log and returns its
 // lines: Close waits for the log's writer, so a plain buffer serves.
-func decisionLogServer(t *testing.T, sample float64) (s *Server, c rlsv3.RateLimitServiceClient, finish func() []decisionlog.Record) {
+func decisionLogServer(t *testing.T, sample float64) (s *testServer, c rlsv3.RateLimitServiceClient, finish func() []decisionlog.Record) {
 	t.Helper()
-	eng, _ := charonEngine(t)
+	eng, _ := testEngine(t)
 	var buf bytes.Buffer
 	dl := decisionlog.New(&buf, decisionlog.Options{Sample: sample})
-	s, stop := newTestServer(t, Options{Engine: eng, DecisionLog: dl})
+	s, stop := newTestServer(t, Options{DecisionLog: dl}, server.Options{Engine: eng})
 	finish = func() []decisionlog.Record {
 		t.Helper()
 		stop()
@@ -79,7 +80,7 @@ func TestDecisionLogKeepsRejectionsAndBursts(t *testing.T) {
 			t.Errorf("line %+v, want a rejection by the tier", r)
 		}
 	}
-	u := s.metrics.unconfigured.vec
+	u := s.svc.metrics.unconfigured.vec
 	if got := testutil.ToFloat64(u.WithLabelValues("open", "k0")); got != 2 {
 		t.Errorf("unconfigured hits of open/k0 = %v, want 2", got)
 	}

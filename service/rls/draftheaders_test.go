@@ -1,4 +1,4 @@
-package server
+package rls
 
 import (
 	"io"
@@ -33,7 +33,7 @@ descriptors:
     rate_limit: {unit: second, requests_per_unit: 2}
 `
 	eng := engineFor(t, text, time.Date(2030, 6, 1, 21, 0, 0, 0, time.UTC))
-	s := &rls{engine: eng, metrics: NewMetrics(nil), log: slog.New(slog.NewTextHandler(io.Discard, nil)), draftHeaders: true}
+	s := &Service{engine: eng, metrics: testMetrics(t), log: slog.New(slog.NewTextHandler(io.Discard, nil)), draftHeaders: true}
 	headers := func() map[string]string {
 		resp := ask(t, s, desc("user", "a\"b"), desc("path", "/login"), desc("user", "c"))
 		hs := map[string]string{}

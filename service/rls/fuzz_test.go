@@ -1,4 +1,4 @@
-package server
+package rls
 
 import (
 	"context"
@@ -27,7 +27,7 @@ import (
 // overall code of OK or OVER_LIMIT, and every status carries its remaining
 // count and reset time.
 func FuzzShouldRateLimit(f *testing.F) {
-	cfg, _, err := config.Load(os.DirFS("../examples/config"), config.Options{})
+	cfg, _, err := config.Load(os.DirFS("../../examples/config"), config.Options{})
 	if err != nil {
 		f.Fatal(err)
 	}
@@ -39,7 +39,7 @@ func FuzzShouldRateLimit(f *testing.F) {
 		Now:   func() time.Time { now = now.Add(7 * time.Millisecond); return now },
 	})
 	eng.SetTree(cfg.Tree)
-	s := &rls{engine: eng, metrics: NewMetrics(nil), log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	s := &Service{engine: eng, metrics: testMetrics(f), log: slog.New(slog.NewTextHandler(io.Discard, nil))}
 
 	seeds := []*rlsv3.RateLimitRequest{
 		{Domain: "api", Descriptors: []*ratelimitv3.RateLimitDescriptor{desc("user", "alice")}},

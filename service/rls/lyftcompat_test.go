@@ -1,4 +1,4 @@
-package server
+package rls
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 	"github.com/charonlimit/charon/descriptors"
 	"github.com/charonlimit/charon/internal/engine"
 	"github.com/charonlimit/charon/internal/store/memstore"
+	"github.com/charonlimit/charon/server"
 	"github.com/charonlimit/charon/tiers"
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
@@ -25,7 +26,7 @@ import (
 // counts it; its LIMIT_*_HEADER names rename the headers.
 func TestShadowModeAndHeaderNames(t *testing.T) {
 	s, stop := newTestServer(t, Options{ShadowMode: true, ResponseHeaders: true,
-		HeaderNames: [3]string{"X-Limit", "", "X-Reset"}})
+		HeaderNames: [3]string{"X-Limit", "", "X-Reset"}}, server.Options{})
 	defer stop()
 	c := rlsv3.NewRateLimitServiceClient(dial(t, s.GRPCAddr()))
 	resp, err := c.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "d",
@@ -43,7 +44,7 @@ func TestShadowModeAndHeaderNames(t *testing.T) {
 	if strings.Join(names, ",") != "X-Limit,RateLimit-Remaining,X-Reset" {
 		t.Errorf("header names %v", names)
 	}
-	if got := metricValue(t, s.metrics.globalShadow); got != 1 {
+	if got := metricValue(t, s.svc.metrics.globalShadow); got != 1 {
 		t.Errorf("charon_global_shadow_mode_total = %v, want 1", got)
 	}
 }
@@ -58,7 +59,7 @@ func TestNearLimitRatio(t *testing.T) {
 		{0, `charon_rate_limit_near_limit{domain="d",key="d.k"} 1`},
 		{0.05, `charon_rate_limit_near_limit{domain="d",key="d.k"} 2`},
 	} {
-		s, stop := newTestServer(t, Options{NearLimitRatio: tc.ratio})
+		s, stop := newTestServer(t, Options{NearLimitRatio: tc.ratio}, server.Options{})
 		c := rlsv3.NewRateLimitServiceClient(dial(t, s.GRPCAddr()))
 		if _, err := c.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "d",
 			Descriptors: []*ratelimitv3.RateLimitDescriptor{desc("k", "a"), desc("k", "b"), desc("k", "near")}}); err != nil {
@@ -72,13 +73,11 @@ func TestNearLimitRatio(t *testing.T) {
 	}
 }
 
-// TestLyftMetricNames: with LyftNames, each descriptor is counted under
+// TestLyftMetricNames: with LyftMetrics, each descriptor is counted under
 // envoyproxy/ratelimit's Prometheus names and labels too, and its service
 // metrics are there.
 func TestLyftMetricNames(t *testing.T) {
-	m := NewMetrics(nil)
-	m.LyftNames()
-	s, stop := newTestServer(t, Options{Metrics: m})
+	s, stop := newTestServer(t, Options{LyftMetrics: true}, server.Options{})
 	defer stop()
 	c := rlsv3.NewRateLimitServiceClient(dial(t, s.GRPCAddr()))
 	for _, v := range []string{"a", "over"} {
@@ -115,14 +114,8 @@ func TestLyftMetricNames(t *testing.T) {
 
 // TestMetricsListener: MetricsAddr serves the metrics alone, at MetricsPath.
 func TestMetricsListener(t *testing.T) {
-	s, err := New(Options{GRPCAddr: "127.0.0.1:0", Engine: &fakeEngine{}, MetricsAddr: "127.0.0.1:0", MetricsPath: "/stats"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- s.Serve(ctx) }()
-	defer func() { cancel(); <-done }()
+	s, stop := newTestServer(t, Options{}, server.Options{MetricsAddr: "127.0.0.1:0", MetricsPath: "/stats"})
+	defer stop()
 	if body, code := get(t, "http://"+s.MetricsAddr()+"/stats"); code != 200 || !strings.Contains(body, "charon_request_duration_seconds") {
 		t.Errorf("/stats: %d", code)
 	}
@@ -134,7 +127,7 @@ func TestMetricsListener(t *testing.T) {
 // TestHitsAddendZeroIsACheck: a descriptor's hits_addend set to 0 is a
 // check, as in envoyproxy/ratelimit: OK with what remains, consuming nothing.
 func TestHitsAddendZeroIsACheck(t *testing.T) {
-	s := engineServer(t, "d", Options{}, &descriptors.Node{Key: "user", Limit: &descriptors.Limit{Policy: perMinute(1)}})
+	s := engineServer(t, "d", Options{}, server.Options{}, &descriptors.Node{Key: "user", Limit: &descriptors.Limit{Policy: perMinute(1)}})
 	c := rlsv3.NewRateLimitServiceClient(dial(t, s.GRPCAddr()))
 	ask := func(hits *wrapperspb.UInt64Value) *rlsv3.RateLimitResponse_DescriptorStatus {
 		t.Helper()
@@ -167,7 +160,7 @@ func TestHitsAddendZeroIsACheck(t *testing.T) {
 // hits_addend, and the metadata of the descriptors that passed.
 func TestDynamicMetadata(t *testing.T) {
 	one := perMinute(1)
-	s := engineServer(t, "d", Options{DynamicMetadata: true, ShadowMode: true},
+	s := engineServer(t, "d", Options{DynamicMetadata: true, ShadowMode: true}, server.Options{},
 		&descriptors.Node{Key: "a", Limit: &descriptors.Limit{Policy: one, Metadata: map[string]any{"team": "a", "n": map[string]any{"x": 1}}}},
 		&descriptors.Node{Key: "b", Limit: &descriptors.Limit{Policy: one, Metadata: map[string]any{"team": "b", "n": map[string]any{"y": 2}}}},
 		&descriptors.Node{Key: "c", Limit: &descriptors.Limit{Policy: one, Metadata: map[string]any{"gone": true}}})
@@ -238,10 +231,8 @@ func (r *recordingSink) Timing(string, time.Duration) {
 // TestStatsdStats: SendStats emits envoyproxy/ratelimit's statsd stats with
 // its names.
 func TestStatsdStats(t *testing.T) {
-	m := NewMetrics(nil)
 	sink := &recordingSink{}
-	m.SendStats(sink)
-	s, stop := newTestServer(t, Options{Metrics: m})
+	s, stop := newTestServer(t, Options{Stats: sink}, server.Options{})
 	defer stop()
 	c := rlsv3.NewRateLimitServiceClient(dial(t, s.GRPCAddr()))
 	for _, v := range []string{"a", "over", "bad"} {
@@ -267,7 +258,7 @@ func TestStatsdStats(t *testing.T) {
 
 // engineServer serves an engine on the memory store with one domain of
 // nodes (stopped when the test ends).
-func engineServer(t *testing.T, domain string, opts Options, nodes ...*descriptors.Node) *Server {
+func engineServer(t *testing.T, domain string, opts Options, so server.Options, nodes ...*descriptors.Node) *testServer {
 	t.Helper()
 	st := memstore.New(memstore.Options{})
 	t.Cleanup(func() { st.Close() })
@@ -277,8 +268,8 @@ func engineServer(t *testing.T, domain string, opts Options, nodes ...*descripto
 		t.Fatal(err)
 	}
 	eng.SetTree(tree)
-	opts.Engine = eng
-	s, stop := newTestServer(t, opts)
+	so.Engine = eng
+	s, stop := newTestServer(t, opts, so)
 	t.Cleanup(stop)
 	return s
 }
@@ -314,11 +305,8 @@ func TestStatKey(t *testing.T) {
 // descriptors of requests for a domain with no configuration (at most
 // maxNotFoundDomains domains by name, then ~other).
 func TestGlobalShadowAndDomainNotFoundStats(t *testing.T) {
-	m := NewMetrics(nil)
 	sink := &recordingSink{}
-	m.SendStats(sink)
-	m.LyftNames()
-	s := engineServer(t, "d", Options{Metrics: m, ShadowMode: true},
+	s := engineServer(t, "d", Options{Stats: sink, LyftMetrics: true, ShadowMode: true}, server.Options{},
 		&descriptors.Node{Key: "user", Limit: &descriptors.Limit{Policy: perMinute(1)}})
 	c := rlsv3.NewRateLimitServiceClient(dial(t, s.GRPCAddr()))
 	ask := func(domain string, ds ...*ratelimitv3.RateLimitDescriptor) {
@@ -352,10 +340,10 @@ func TestGlobalShadowAndDomainNotFoundStats(t *testing.T) {
 			t.Errorf("%s = %d, want %d", name, got, want)
 		}
 	}
-	if got := metricValue(t, m.lyftNames().globalShadow); got != 2 {
+	if got := metricValue(t, s.svc.metrics.lyftNames().globalShadow); got != 2 {
 		t.Errorf("ratelimit_service_global_shadow_mode = %v, want 2", got)
 	}
-	if got := metricValue(t, m.globalShadow); got != 2 {
+	if got := metricValue(t, s.svc.metrics.globalShadow); got != 2 {
 		t.Errorf("charon_global_shadow_mode_total = %v, want 2", got)
 	}
 }

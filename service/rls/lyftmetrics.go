@@ -1,4 +1,4 @@
-package server
+package rls
 
 import (
 	"regexp"
@@ -10,6 +10,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/charonlimit/charon/server"
 )
 
 // lyftMetrics are envoyproxy/ratelimit's Prometheus metrics, with the names
@@ -31,9 +33,9 @@ type lyftMetrics struct {
 	globalShadow prometheus.Counter
 }
 
-// LyftNames adds envoyproxy/ratelimit's metric names beside Charon's.
-// Call it before the server serves.
-func (m *Metrics) LyftNames() {
+// LyftNames adds envoyproxy/ratelimit's metric names beside Charon's
+// (Options.LyftMetrics). Call it before the service serves.
+func (m *metrics) LyftNames() error {
 	vec := func(name, help string) *prometheus.CounterVec {
 		return prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ratelimit_service_rate_limit_" + name, Help: help + " (envoyproxy/ratelimit's name)",
@@ -59,12 +61,16 @@ func (m *Metrics) LyftNames() {
 	l.loadOK, l.loadFailed = loadOK, loadFailed
 	l.globalShadow = prometheus.NewCounter(prometheus.CounterOpts{Name: "ratelimit_service_global_shadow_mode",
 		Help: "Requests answered OK by SHADOW_MODE that would have been OVER_LIMIT (envoyproxy/ratelimit's name)."})
-	m.Registry.MustRegister(l.collectors()...)
-	m.Registry.MustRegister(l.errors, requests, latency, loadOK, loadFailed, l.globalShadow)
+	for _, c := range append(l.collectors(), l.errors, requests, latency, loadOK, loadFailed, l.globalShadow) {
+		if err := m.reg.Register(c); err != nil {
+			return err
+		}
+	}
 	m.mu.Lock()
 	m.lyft.Store(l)
 	clear(m.descs) // counters made before now lack their Lyft children
 	m.mu.Unlock()
+	return nil
 }
 
 // ipv4 is the pattern of an IPv4 address in a stat key (envoyproxy/ratelimit's
@@ -84,7 +90,7 @@ var statReplacer = strings.NewReplacer(":", "_", "|", "_", "\n", "_", "\r", "_")
 // bytes that are not UTF-8 %XX, so that every sink (a statsd line, a
 // Prometheus label) carries the name as it is.
 func statKey(key string) string {
-	key = statReplacer.Replace(validLabel(key))
+	key = statReplacer.Replace(server.ValidLabel(key))
 	if strings.Count(key, ".") < 3 {
 		return key
 	}
@@ -143,29 +149,6 @@ type MappedStats interface {
 	prometheus.Gatherer
 }
 
-// MapStats sends envoyproxy/ratelimit's statsd stats (SendStats) to ms as
-// well, and serves the series ms makes of them beside the registry's. It
-// names envoyproxy/ratelimit's series in place of LyftNames: use one or the
-// other, as a series made by both is served by neither. Call it before the
-// server serves.
-func (m *Metrics) MapStats(ms MappedStats) {
-	m.SendStats(ms)
-	m.mu.Lock()
-	m.mapped = ms
-	m.mu.Unlock()
-}
-
-// gatherer is what /metrics serves: the registry, and the series of
-// MapStats.
-func (m *Metrics) gatherer() prometheus.Gatherer {
-	m.mu.RLock()
-	defer m.mu.RUnlock()
-	if m.mapped == nil {
-		return m.Registry
-	}
-	return prometheus.Gatherers{m.Registry, m.mapped}
-}
-
 // statNames are the per-descriptor stats, in descCounters order.
 var statNames = [5]string{"total_hits", "over_limit", "near_limit", "within_limit", "shadow_mode"}
 
@@ -211,7 +194,7 @@ var otherNotFound = "ratelimit.service.rate_limit." + statKey("~other") + ".doma
 // ratelimit.service.global_shadow_mode and ratelimit.service.rate_limit.
 // DOMAIN.domain_not_found. Call it before the server serves.
 // Called again, it sends to every sink it was given.
-func (m *Metrics) SendStats(sink StatsSink) {
+func (m *metrics) SendStats(sink StatsSink) {
 	m.mu.Lock()
 	if so := m.stats.Load(); so != nil {
 		sink = sinks{so.sink, sink}

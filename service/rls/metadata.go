@@ -1,4 +1,4 @@
-package server
+package rls
 
 import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
@@ -6,6 +6,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/charonlimit/charon/internal/engine"
+	"github.com/charonlimit/charon/server"
 )
 
 // dynamicMetadata is envoyproxy/ratelimit's response dynamic metadata
@@ -21,7 +22,7 @@ import (
 // a response that cannot be marshalled would fail the call, and Envoy would
 // grant it.
 func dynamicMetadata(req *rlsv3.RateLimitRequest, resp *engine.Response) *structpb.Struct {
-	fields := map[string]*structpb.Value{"domain": structpb.NewStringValue(validLabel(req.GetDomain()))}
+	fields := map[string]*structpb.Value{"domain": structpb.NewStringValue(server.ValidLabel(req.GetDomain()))}
 	descs := make([]*structpb.Value, 0, len(req.GetDescriptors()))
 	for _, d := range req.GetDescriptors() {
 		if d == nil {
@@ -29,7 +30,7 @@ func dynamicMetadata(req *rlsv3.RateLimitRequest, resp *engine.Response) *struct
 		}
 		entries := make([]*structpb.Value, 0, len(d.GetEntries()))
 		for _, e := range d.GetEntries() {
-			entries = append(entries, structpb.NewStringValue(validLabel(e.GetKey()+"="+engine.BoundValue(e.GetValue()))))
+			entries = append(entries, structpb.NewStringValue(server.ValidLabel(e.GetKey()+"="+engine.BoundValue(e.GetValue()))))
 		}
 		f := map[string]*structpb.Value{"entries": structpb.NewListValue(&structpb.ListValue{Values: entries})}
 		if l := d.GetLimit(); l != nil {

@@ -1,4 +1,4 @@
-package server
+package rls
 
 import (
 	"context"
@@ -14,7 +14,7 @@ import (
 // /json) once its answer is built: the descriptor metrics, the decision
 // log, the top offenders and the candidate configuration are observers.
 // Observe must change neither req nor resp, and must not keep them past its
-// return unless it owns them from then on (the server builds both afresh
+// return unless it owns them from then on (the service builds both afresh
 // for each request and never touches them after the observers). Observe
 // runs on the request's goroutine: one that may be slow is run through
 // newBackground, off the request path.
@@ -29,20 +29,19 @@ func (f observerFunc) Observe(ctx context.Context, req *engine.Request, resp *en
 	f(ctx, req, resp)
 }
 
-// observers are the server's observers of its options, in order: the
+// observersOf are the service's observers of its options, in order: the
 // cheap ones inline, the candidate in the background.
-func (s *Server) observers(opts *Options) []Observer {
+func (s *Service) observersOf() []Observer {
 	obs := []Observer{observerFunc(func(_ context.Context, req *engine.Request, resp *engine.Response) {
 		s.metrics.countDescriptors(req, resp)
 	})}
-	if l := opts.DecisionLog; l != nil {
+	if l := s.opts.DecisionLog; l != nil {
 		obs = append(obs, decisionLogObserver{l})
 	}
-	if t := opts.Top; t != nil {
+	if t := s.top; t != nil {
 		obs = append(obs, topObserver{t})
 	}
-	if opts.Candidate != nil {
-		s.candidate = newBackground(opts.Candidate, candidateQueue)
+	if s.candidate != nil {
 		obs = append(obs, s.candidate)
 	}
 	return obs
@@ -69,12 +68,11 @@ const candidateQueue = 4096
 
 // background runs an Observer on a goroutine of its own, fed by a bounded
 // queue: the request that is observed never waits for it. When the queue
-// is full an observation is dropped and counted. Run it with run; stop
-// ends run once the queue is drained. Safe for concurrent use.
+// is full an observation is dropped and counted. Run it with run, which
+// drains the queue once its context ends. Safe for concurrent use.
 type background struct {
 	o       Observer
 	q       chan observation
-	stop    chan struct{}
 	dropped atomic.Uint64
 	// pending counts observations queued or being observed.
 	pending atomic.Int64
@@ -90,7 +88,7 @@ type observation struct {
 }
 
 func newBackground(o Observer, size int) *background {
-	return &background{o: o, q: make(chan observation, size), stop: make(chan struct{})}
+	return &background{o: o, q: make(chan observation, size)}
 }
 
 // Observe queues the observation, or drops it when the queue is full.
@@ -108,14 +106,14 @@ func (b *background) Observe(ctx context.Context, req *engine.Request, resp *eng
 	}
 }
 
-// run observes the queued observations until stop is closed, then the
-// ones still queued.
-func (b *background) run() {
+// run observes the queued observations until ctx ends (the server ends it
+// once nothing more is decided), then the ones still queued.
+func (b *background) run(ctx context.Context) {
 	for {
 		select {
 		case ob := <-b.q:
 			b.observe(ob)
-		case <-b.stop:
+		case <-ctx.Done():
 			for {
 				select {
 				case ob := <-b.q:

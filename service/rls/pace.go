@@ -1,4 +1,4 @@
-package server
+package rls
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
@@ -18,8 +18,8 @@ type pacer interface {
 // (waits their caller gave up, their reservations given back),
 // charon_pace_unreserved_total (the store did not reserve) and
 // charon_pace_give_back_failed_total (the store failed a give-back).
-func (m *Metrics) registerPace(p *engine.PaceStats) {
-	m.Registry.MustRegister(
+func (m *metrics) registerPace(p *engine.PaceStats) error {
+	for _, c := range []prometheus.Collector{
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Namespace: "charon", Subsystem: "pace", Name: "waiting",
 			Help: "ShouldRateLimit requests held by pacing now, waiting for their reserved grant.",
@@ -44,5 +44,10 @@ func (m *Metrics) registerPace(p *engine.PaceStats) {
 			Namespace: "charon", Subsystem: "pace", Name: "give_back_failed_total",
 			Help: "Give-backs of cancelled waits the store failed: their hits stay counted until their windows pass.",
 		}, func() float64 { return float64(p.GiveBackFailed()) }),
-	)
+	} {
+		if err := m.reg.Register(c); err != nil {
+			return err
+		}
+	}
+	return nil
 }

@@ -1,4 +1,4 @@
-package server
+package rls
 
 import (
 	"strconv"
@@ -77,15 +77,19 @@ type quotaMetrics struct {
 	rejected *prometheus.CounterVec // domain, key, by (rate, quota)
 }
 
-func newQuotaMetrics(reg prometheus.Registerer) *quotaMetrics {
+func newQuotaMetrics(reg prometheus.Registerer) (*quotaMetrics, error) {
 	q := &quotaMetrics{
 		hits: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "charon", Subsystem: "quota", Name: "hits_total",
 			Help: "Hits of descriptors with a calendar quota, by the quota's own answer (within, over)."}, []string{"domain", "key", "result"}),
 		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "charon", Subsystem: "rate_limit", Name: "rejected_by_total",
 			Help: "Hits of descriptors with a calendar quota answered OVER_LIMIT, by the limit that decided (rate, quota)."}, []string{"domain", "key", "by"}),
 	}
-	reg.MustRegister(q.hits, q.rejected)
-	return q
+	for _, c := range []prometheus.Collector{q.hits, q.rejected} {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	return q, nil
 }
 
 func (q *quotaMetrics) count(req *engine.Request, resp *engine.Response) {

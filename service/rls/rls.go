@@ -1,11 +1,23 @@
-package server
+// Package rls serves Envoy's RateLimitService v3 (envoy.service.ratelimit.v3)
+// over gRPC and envoyproxy/ratelimit's /json on the HTTP port: a request
+// converted to the engine's (internal/engine), decided, and its answer
+// converted back with the response headers, shadow mode, dynamic
+// metadata, attribution and calendar quota envoyproxy/ratelimit's users
+// expect. After the answer is built, observers are told of the decision
+// (observe.go): the descriptor metrics (Charon's names and
+// envoyproxy/ratelimit's, metrics.go and lyftmetrics.go), the decision
+// log, the top offenders (served at /top and /ui/ on the debug port) and
+// the candidate configuration, the one slow observer, off the request
+// path. The service registers itself on the server it is handed
+// (Service.Register).
+package rls
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strconv"
-	"sync/atomic"
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -20,22 +32,28 @@ import (
 
 	"github.com/charonlimit/charon/descriptors"
 	"github.com/charonlimit/charon/internal/engine"
+	"github.com/charonlimit/charon/internal/offenders"
+	"github.com/charonlimit/charon/server"
 	"github.com/charonlimit/charon/tiers"
 )
 
-// Decider is what the server needs from the decision pipeline;
-// *engine.Engine implements it. Implementations must be safe for concurrent
-// use.
+// Decider is what the service needs from the decision pipeline;
+// *engine.Engine implements it. Implementations must be safe for
+// concurrent use.
 type Decider interface {
 	ShouldRateLimit(ctx context.Context, req *engine.Request) (*engine.Response, error)
-	SetTree(t *descriptors.Tree)
 }
 
-// rls implements envoy.service.ratelimit.v3.RateLimitService.
-type rls struct {
+// errNoResponse is an engine that answered neither a response nor an error.
+var errNoResponse = errors.New("rls: engine returned no response")
+
+// Service implements envoy.service.ratelimit.v3.RateLimitService. Use New,
+// and serve it with a server (Register).
+type Service struct {
 	rlsv3.UnimplementedRateLimitServiceServer
 	engine          Decider
-	metrics         *Metrics
+	opts            Options
+	metrics         *metrics
 	log             *slog.Logger
 	responseHeaders bool
 	headerNames     [3]string
@@ -45,16 +63,19 @@ type rls struct {
 	// observers are told of each decided request once its answer is built
 	// (observe.go).
 	observers []Observer
-	// ready is false while Options.WaitForConfig waits for a first
-	// configuration: requests are answered UNAVAILABLE (nil: ready).
-	ready *atomic.Bool
-	// noConfig is the answer meanwhile (errNoConfig, with where the
-	// configuration is awaited from).
-	noConfig error
+	// srv is the server it is registered on: its Ready error (while the
+	// server waits for a first configuration) answers requests (nil:
+	// ready).
+	srv *server.Server
 	// attribution and attributionHeaders say which answers name their rule,
 	// in dynamic metadata and in headers.
 	attribution        Attribution
 	attributionHeaders bool
+	// top tracks who is limited (nil: --top-k 0); candidate runs
+	// Options.Candidate's observations off the request path (nil: no
+	// candidate).
+	top       *offenders.Tracker
+	candidate *background
 }
 
 // defaultHeaderNames are the response headers' names, as in
@@ -62,16 +83,18 @@ type rls struct {
 var defaultHeaderNames = [3]string{"RateLimit-Limit", "RateLimit-Remaining", "RateLimit-Reset"}
 
 // ShouldRateLimit decides one Envoy request.
-func (s *rls) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
 	start := time.Now()
 	resp, err := s.decide(ctx, req)
 	s.metrics.observeRequest(time.Since(start), err)
 	return resp, err
 }
 
-func (s *rls) decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
-	if s.ready != nil && !s.ready.Load() {
-		return nil, s.fail(req, s.noConfig)
+func (s *Service) decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+	if s.srv != nil {
+		if err := s.srv.Ready(); err != nil {
+			return nil, s.fail(req, err)
+		}
 	}
 	ereq, err := toEngineRequest(req)
 	if err != nil {
@@ -119,8 +142,8 @@ func (s *rls) decide(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.R
 // input and UNAVAILABLE (the store's failure mode while Redis is down,
 // logged once when the breaker opens and counted per request) are logged
 // at debug level, so an outage does not write a line per request.
-func (s *rls) fail(req *rlsv3.RateLimitRequest, err error) error {
-	gerr := grpcError(err)
+func (s *Service) fail(req *rlsv3.RateLimitRequest, err error) error {
+	gerr := server.GRPCError(err)
 	code := status.Code(gerr)
 	switch code {
 	case codes.InvalidArgument:

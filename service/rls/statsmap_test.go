@@ -1,4 +1,4 @@
-package server
+package rls
 
 import (
 	"context"
@@ -16,6 +16,7 @@ import (
 
 	"github.com/charonlimit/charon/descriptors"
 	"github.com/charonlimit/charon/internal/statsmap"
+	"github.com/charonlimit/charon/server"
 	"github.com/charonlimit/charon/tiers"
 )
 
@@ -137,7 +138,7 @@ func egRoute(rule string, limit *descriptors.Limit) *descriptors.Node {
 }
 
 // TestEnvoyGatewayDashboardSeries: with Envoy Gateway's statsd_exporter
-// mapping (server/testdata/envoygateway, vendored), after requests granted,
+// mapping (service/rls/testdata/envoygateway, vendored), after requests granted,
 // over the limit and in shadow mode, the metrics address serves a series for
 // every selector of its "Global Ratelimit" dashboard, with exactly the
 // labels the selector names (but those the scrape adds), and the mapped
@@ -149,14 +150,12 @@ func TestEnvoyGatewayDashboardSeries(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { ms.Close() })
-	m := NewMetrics(nil)
-	m.MapStats(ms)
 	perMin := func(n int64, shadow bool) *descriptors.Limit {
 		return &descriptors.Limit{ShadowMode: shadow, Policy: &tiers.Policy{Kind: tiers.KindTiers,
 			Tiers: []tiers.Tier{{Limit: n, Window: time.Minute, Active: tiers.Unbounded}}}}
 	}
 	const domain = "default/eg/http" // the dashboard's $DefaultDomain
-	s := engineServer(t, domain, Options{Metrics: m, MetricsAddr: "127.0.0.1:0"},
+	s := engineServer(t, domain, Options{MappedStats: ms}, server.Options{MetricsAddr: "127.0.0.1:0"},
 		egRoute("0", perMin(2, false)), egRoute("1", perMin(1, true)))
 	c := rlsv3.NewRateLimitServiceClient(dial(t, s.GRPCAddr()))
 	ask := func(rule string) rlsv3.RateLimitResponse_Code {

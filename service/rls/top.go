@@ -1,4 +1,4 @@
-package server
+package rls
 
 import (
 	"embed"
@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/charonlimit/charon/internal/offenders"
+	"github.com/charonlimit/charon/server"
 )
 
 // maxTopLabel bounds a value in charon_top_hits' value label: a longer one
@@ -17,8 +18,8 @@ import (
 const maxTopLabel = 32
 
 // serveTop is GET /top?domain=D&rule=R&n=N on the debug port.
-func (s *Server) serveTop(w http.ResponseWriter, r *http.Request) {
-	t := s.opts.Top
+func (s *Service) serveTop(w http.ResponseWriter, r *http.Request) {
+	t := s.top
 	if t == nil {
 		http.Error(w, "top offenders are not tracked (--top-k 0)", http.StatusNotFound)
 		return
@@ -90,9 +91,9 @@ func (c *topCollector) Collect(ch chan<- prometheus.Metric) {
 			w    *offenders.Window
 		}{{"rejected", &v.Rejected}, {"granted", &v.Granted}} {
 			for i, it := range o.w.Items {
-				labels := []string{validLabel(v.Domain), validLabel(v.Rule.Rule), o.name, strconv.Itoa(i + 1)}
+				labels := []string{server.ValidLabel(v.Domain), server.ValidLabel(v.Rule.Rule), o.name, strconv.Itoa(i + 1)}
 				if c.values {
-					labels = append(labels, validLabel(offenders.StandIn(it.Value, maxTopLabel)))
+					labels = append(labels, server.ValidLabel(offenders.StandIn(it.Value, maxTopLabel)))
 				}
 				ch <- prometheus.MustNewConstMetric(c.hits, prometheus.GaugeValue, float64(it.Count), labels...)
 			}

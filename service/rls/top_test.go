@@ -1,10 +1,10 @@
-package server
+package rls
 
 import (
 	"net/http"
 	"testing"
 
-	"github.com/charonlimit/charon/internal/offenders"
+	"github.com/charonlimit/charon/server"
 )
 
 // TestTopAuthorization: /top and /ui/ are debug reads: /top behind the
@@ -12,7 +12,7 @@ import (
 // over mutual TLS with a table, allowed to read (or to the single endpoint
 // /charon.debug/Top), refused to others.
 func TestTopAuthorization(t *testing.T) {
-	s, stop := newTestServer(t, Options{Top: offenders.NewTracker(offenders.Options{}), DebugToken: "t0ken"})
+	s, stop := newTestServer(t, withTop(Options{}, 0), server.Options{DebugToken: "t0ken"})
 	for _, path := range []string{"/top", "/top?domain=x"} {
 		for _, c := range []struct {
 			token string
@@ -35,7 +35,7 @@ clients:
   - identity: spiffe://test/gateway
     allow: [rls]
 `)
-	s, stop = newTestServer(t, Options{Top: offenders.NewTracker(offenders.Options{}), GRPCTLS: srvTLS, DebugTLS: srvTLS, Authz: table})
+	s, stop = newTestServer(t, withTop(Options{}, 0), server.Options{GRPCTLS: srvTLS, DebugTLS: srvTLS, Authz: table})
 	defer stop()
 	base := "https://" + s.DebugAddr()
 	for _, c := range []struct {

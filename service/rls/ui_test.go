@@ -1,4 +1,4 @@
-package server
+package rls
 
 import (
 	"context"
@@ -20,6 +20,7 @@ import (
 
 	"github.com/charonlimit/charon/descriptors"
 	"github.com/charonlimit/charon/internal/offenders"
+	"github.com/charonlimit/charon/server"
 )
 
 var update = flag.Bool("update", false, "rewrite docs/images/live-page.png and live-page-phone.png from the live page tests")
@@ -78,9 +79,9 @@ func waitJS(t *testing.T, ctx context.Context, expr string) {
 func TestUILivePage(t *testing.T) {
 	// An epoch of an hour: the observations stay in view however long the
 	// browser takes to start (the default minute would rotate them out).
-	top := offenders.NewTracker(offenders.Options{Epoch: time.Hour})
-	s, stop := newTestServer(t, Options{Top: top})
+	s, stop := newTestServer(t, withTop(Options{}, time.Hour), server.Options{})
 	defer stop()
+	top := s.svc.top
 	tenants := &descriptors.Limit{File: "api.yaml", Line: 12, Name: "per-tenant"}
 	users := &descriptors.Limit{File: "api.yaml", Line: 4}
 	now := time.Now()
@@ -114,11 +115,9 @@ func TestUILivePage(t *testing.T) {
 	if want := "http://" + s.DebugAddr() + "/explain?domain=api&descriptor=tenant%3Dheavy-1"; href != want {
 		t.Errorf("explain link %q, want %q", href, want)
 	}
-	body, code := get(t, href)
-	if code != 501 && code != 200 {
-		// The test server's fake engine cannot explain (501); a real one answers.
-		t.Errorf("GET %s: %d %s", href, code, body)
-	}
+	// The link's target is the charon.v1 service's GET /explain
+	// (service/charon's TestDebugExplainAndReset), which this server,
+	// serving the RLS service alone, does not have.
 	rules := eval[[]string](t, ctx, `[...document.querySelectorAll("#rules tbody tr")].map(r => r.cells[0].textContent)`)
 	if diff := cmp.Diff([]string{"api api.yaml:12 per-tenant", "api api.yaml:4"}, rules); diff != "" {
 		t.Errorf("rules (-want +got):\n%s", diff)
@@ -135,7 +134,7 @@ func TestUILivePage(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := os.WriteFile("../docs/images/live-page.png", png, 0o644); err != nil {
+		if err := os.WriteFile("../../docs/images/live-page.png", png, 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -168,10 +167,9 @@ func TestUIPublicAssets(t *testing.T) {
 		t.Errorf("paths served without the token (-want +got):\n%s", diff)
 	}
 	const token = "s3cret-t0ken"
-	top := offenders.NewTracker(offenders.Options{Epoch: time.Hour})
-	top.Observe(time.Now(), "api", &descriptors.Limit{File: "api.yaml", Line: 3}, "api/tenant", "tenant-acme",
+	s, stop := newTestServer(t, withTop(Options{}, time.Hour), server.Options{DebugToken: token, Pprof: true})
+	s.svc.top.Observe(time.Now(), "api", &descriptors.Limit{File: "api.yaml", Line: 3}, "api/tenant", "tenant-acme",
 		[]descriptors.Entry{{Key: "tenant", Value: "tenant-acme"}}, 7, offenders.Rejected)
-	s, stop := newTestServer(t, Options{Top: top, DebugToken: token, Pprof: true})
 	base := "http://" + s.DebugAddr()
 
 	for path, file := range map[string]string{"/ui/": "ui/index.html", "/ui/ui.css": "ui/ui.css", "/ui/ui.js": "ui/ui.js"} {
@@ -230,7 +228,7 @@ func TestUIPublicAssets(t *testing.T) {
 	}
 	stop()
 
-	s, stop = newTestServer(t, Options{DebugToken: token})
+	s, stop = newTestServer(t, Options{}, server.Options{DebugToken: token})
 	if resp := do(t, "GET", "http://"+s.DebugAddr()+"/ui/", ""); resp.StatusCode != http.StatusUnauthorized {
 		t.Errorf("GET /ui/ without the token nor the live page: %d, want 401", resp.StatusCode)
 	}
@@ -240,7 +238,7 @@ func TestUIPublicAssets(t *testing.T) {
 	// files: only the token is not asked for.
 	m, srvTLS := mutualTLS(t, "unused.test")
 	table := parseTable(t, "clients:\n  - identity: spiffe://test/reader\n    allow: [read]\n  - identity: spiffe://test/gateway\n    allow: [rls]\n")
-	s, stop = newTestServer(t, Options{Top: top, DebugToken: token, GRPCTLS: srvTLS, DebugTLS: srvTLS, Authz: table})
+	s, stop = newTestServer(t, withTop(Options{}, time.Hour), server.Options{DebugToken: token, GRPCTLS: srvTLS, DebugTLS: srvTLS, Authz: table})
 	defer stop()
 	for _, c := range []struct {
 		who, path string
@@ -359,9 +357,9 @@ const measureLayout = `(() => {
 // 390 px (a phone) the page does not overflow, each rule is a block whose
 // name spans the width and whose rates keep their labels.
 func TestUILayout(t *testing.T) {
-	top := offenders.NewTracker(offenders.Options{Epoch: time.Hour})
-	s, stop := newTestServer(t, Options{Top: top})
+	s, stop := newTestServer(t, withTop(Options{}, time.Hour), server.Options{})
 	defer stop()
+	top := s.svc.top
 	observeRules(top, time.Now())
 	ctx := browser(t, "http://"+s.DebugAddr()+"/ui/", 1200, 900)
 	waitJS(t, ctx, `window.charonUI && window.charonUI.ready && document.querySelectorAll("#rules tbody tr").length === 3`)
@@ -413,7 +411,7 @@ func TestUILayout(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if err := os.WriteFile("../docs/images/live-page-phone.png", png, 0o644); err != nil {
+			if err := os.WriteFile("../../docs/images/live-page-phone.png", png, 0o644); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -429,9 +427,9 @@ func TestUILayout(t *testing.T) {
 // carry it as Authorization: Bearer.
 func TestUIToken(t *testing.T) {
 	const token = "t0ken-Z9"
-	top := offenders.NewTracker(offenders.Options{Epoch: time.Hour})
-	s, stop := newTestServer(t, Options{Top: top, DebugToken: token})
+	s, stop := newTestServer(t, withTop(Options{}, time.Hour), server.Options{DebugToken: token})
 	defer stop()
+	top := s.svc.top
 	observeRules(top, time.Now())
 	page := "http://" + s.DebugAddr() + "/ui/"
 

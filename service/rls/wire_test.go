@@ -1,4 +1,4 @@
-package server
+package rls
 
 import (
 	"bytes"
@@ -18,6 +18,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/charonlimit/charon/descriptors"
+	"github.com/charonlimit/charon/server"
 )
 
 func sampleRequest() *rlsv3.RateLimitRequest {
@@ -103,7 +104,7 @@ func FuzzDecodeRequest(f *testing.F) {
 // UTF-8 is decided and limited like any other (with its own counter, and a
 // metric label written %XX), not refused.
 func TestInvalidUTF8OverGRPC(t *testing.T) {
-	s := engineServer(t, "edge\xff", Options{}, &descriptors.Node{Key: "user\xfe", Limit: &descriptors.Limit{DetailedMetric: true, Policy: perMinute(2)}})
+	s := engineServer(t, "edge\xff", Options{}, server.Options{}, &descriptors.Node{Key: "user\xfe", Limit: &descriptors.Limit{DetailedMetric: true, Policy: perMinute(2)}})
 	cc := dial(t, s.GRPCAddr())
 	ask := func(b []byte) rlsv3.RateLimitResponse_Code {
 		t.Helper()
@@ -178,7 +179,7 @@ func BenchmarkDecodeRequest(b *testing.B) {
 // TestInvalidUTF8OverJSON: /json takes a value with a stray byte and
 // limits it (the byte read as Latin-1), instead of answering 400.
 func TestInvalidUTF8OverJSON(t *testing.T) {
-	s := engineServer(t, "edge", Options{}, &descriptors.Node{Key: "user", Limit: &descriptors.Limit{Policy: perMinute(1)}})
+	s := engineServer(t, "edge", Options{}, server.Options{}, &descriptors.Node{Key: "user", Limit: &descriptors.Limit{Policy: perMinute(1)}})
 	body := "{\"domain\":\"edge\",\"descriptors\":[{\"entries\":[{\"key\":\"user\",\"value\":\"a\xff\"}]}]}"
 	for i, want := range []int{http.StatusOK, http.StatusTooManyRequests} {
 		resp, err := http.Post("http://"+s.HTTPAddr()+"/json", "application/json", strings.NewReader(body))
