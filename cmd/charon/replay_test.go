@@ -143,7 +143,7 @@ func live(t *testing.T, cfgText string, reqs []liveRequest) (log []byte, over []
 
 func mustConfig(t *testing.T, text string) *config.Config {
 	t.Helper()
-	cfg, err := loadDir(writeConfig(t, map[string]string{"api.yaml": text}), config.Options{}, &bytes.Buffer{})
+	cfg, _, err := config.Load(config.DirFS(writeConfig(t, map[string]string{"api.yaml": text})), config.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

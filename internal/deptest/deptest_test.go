@@ -24,9 +24,10 @@ var imports = map[string][]string{
 	"api/charon/v1": nil,
 	"client":        {"api/charon/v1"},
 	"cmd/charon": {"config", "internal/canary", "internal/clientcmd", "internal/copystore/memcopy", "internal/decisionlog", "internal/engine", "internal/gctune", "internal/holds",
-		"internal/lyftenv", "internal/memlimit", "internal/redisbackend", "internal/redisconn", "internal/replay", "internal/rlqs", "internal/sharestore", "internal/sim", "internal/statefile", "internal/statsd", "internal/statsmap", "internal/store/memstore",
-		"internal/store/resilient", "internal/suggest", "internal/tracing", "internal/xdsconfig", "server", "service/charon", "service/rlqs", "service/rls"},
+		"internal/lyftenv", "internal/memlimit", "internal/offlinecmd", "internal/redisbackend", "internal/redisconn", "internal/rlqs", "internal/sharestore", "internal/statefile", "internal/statsd", "internal/statsmap", "internal/store/memstore",
+		"internal/store/resilient", "internal/tracing", "internal/xdsconfig", "server", "service/charon", "service/rlqs", "service/rls"},
 	"internal/canary":                    {"config", "internal/engine", "internal/store/memstore"},
+	"internal/offlinecmd":                {"config", "internal/clientcmd", "internal/engine", "internal/replay", "internal/sim", "internal/suggest"},
 	"internal/clientcmd":                 {"api/charon/v1", "client", "descriptors", "internal/gctune", "internal/loadgen", "internal/offenders", "internal/rlqssim", "internal/tlsconfig"},
 	"config":                             {"descriptors", "tiers"},
 	"copylog":                            nil,
@@ -145,7 +146,7 @@ var deny = []struct {
 		// export a store's (or the canary's) collector, or gather series (statsmap), depend
 		// on it, and on no gRPC. The
 		// OTLP exporter of internal/tracing speaks gRPC.
-		except: []string{"api/charon/v1", "client", "cmd/charon", "internal/clientcmd", "internal/servertest", "server", "service/charon", "service/rlqs", "service/rls", "internal/loadgen", "internal/rlqssim", "internal/collect",
+		except: []string{"api/charon/v1", "client", "cmd/charon", "internal/clientcmd", "internal/offlinecmd", "internal/servertest", "server", "service/charon", "service/rlqs", "service/rls", "internal/loadgen", "internal/rlqssim", "internal/collect",
 			"internal/canary", "internal/store/resilient", "internal/copystore/memcopy", "internal/redisbackend", "internal/tracing", "internal/statsmap", "internal/xdsconfig"},
 		paths: []string{"google.golang.org/grpc", "google.golang.org/protobuf", "github.com/envoyproxy/go-control-plane",
 			module + "/api/charon/v1"},

@@ -1,6 +1,9 @@
-package main
-
-// The verbs that need no server: config check, suggest and sim.
+// Package offlinecmd holds the verbs of the charon command that need no
+// server: config check and config diff, suggest, replay (rollout.go) and
+// sim. The verbs that load a configuration load it exactly as charon serve
+// would: the settings that change how it loads start from serve's
+// environment (LoadFlags), and their flags override it as serve's do.
+package offlinecmd
 
 import (
 	"context"
@@ -23,21 +26,47 @@ import (
 	"github.com/charonlimit/charon/internal/suggest"
 )
 
-// runCheck validates a configuration directory offline, exactly as serve
-// would load it: the environment serve reads (MERGE_DOMAIN_CONFIG,
-// CHARON_MERGE_DOMAINS, CHARON_FIXED_WINDOW...) applies here too, read by
-// the same code, and a variable serve would refuse is refused here too; the
-// flags override it, as serve's do. Flags may come before or after DIR.
-// The verdict OK and warnings go to stdout (to stderr with --dump, whose
-// YAML is stdout), errors and their count to stderr.
-func runCheck(args []string, getenv func(string) string, stdout, stderr io.Writer) error {
-	sc, _, err := serveEnv(getenv, stderr)
+// LoadFlags declares on fs the flags that change how a configuration loads
+// (config.Options.Bind), with the values charon serve takes from its
+// environment (CHARON_*, envoyproxy/ratelimit's variables) as defaults, and
+// returns the options they set once fs is parsed. Its error is a variable
+// serve would refuse (wrapping clientcmd.ErrUsage). cmd/charon makes it
+// from serve's own flag set, so that both read the environment alike.
+type LoadFlags func(fs *flag.FlagSet, stderr io.Writer) (*config.Options, error)
+
+// Verbs are the offline verbs by name, but config's (Config).
+var Verbs = map[string]func(args []string, load LoadFlags, stdout, stderr io.Writer) error{
+	"replay": Replay, "suggest": Suggest,
+	"sim": func(args []string, _ LoadFlags, stdout, stderr io.Writer) error { return Sim(args, stdout, stderr) },
+}
+
+// Config is `charon config check|diff ARGS`; it returns the exit status.
+func Config(args []string, load LoadFlags, stdout, stderr io.Writer) int {
+	switch {
+	case len(args) >= 1 && args[0] == "check":
+		return clientcmd.ExitCode(Check(args[1:], load, stdout, stderr), stderr)
+	case len(args) >= 1 && args[0] == "diff":
+		return DiffExitCode(Diff(args[1:], load, stdout, stderr), stderr)
+	}
+	fmt.Fprintln(stderr, "usage: charon config check DIR [--dump] [--merge-domains] [--fixed-window]\n       charon config diff OLD NEW [--json]")
+	return 2
+}
+
+// Check is `charon config check`: it validates a configuration directory
+// offline, exactly as serve would load it: the environment serve reads
+// (MERGE_DOMAIN_CONFIG, CHARON_MERGE_DOMAINS, CHARON_FIXED_WINDOW...)
+// applies here too, read by the same code, and a variable serve would
+// refuse is refused here too; the flags override it, as serve's do. Flags
+// may come before or after DIR. The verdict OK and warnings go to stdout
+// (to stderr with --dump, whose YAML is stdout), errors and their count
+// to stderr.
+func Check(args []string, load LoadFlags, stdout, stderr io.Writer) error {
+	fs := clientcmd.FlagSet("config check", stderr)
+	dump := fs.Bool("dump", false, "print the resolved configuration as YAML")
+	lo, err := load(fs, stderr)
 	if err != nil {
 		return err
 	}
-	fs := clientcmd.FlagSet("config check", stderr)
-	dump := fs.Bool("dump", false, "print the resolved configuration as YAML")
-	loadFlags(fs, sc)
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: charon config check DIR [--dump] [--merge-domains] [--fixed-window] [--overdraft]")
 		fs.PrintDefaults()
@@ -48,7 +77,7 @@ func runCheck(args []string, getenv func(string) string, stdout, stderr io.Write
 			if err == flag.ErrHelp {
 				return err
 			}
-			return fmt.Errorf("%w: %v", errUsage, err)
+			return fmt.Errorf("%w: %v", clientcmd.ErrUsage, err)
 		}
 		if fs.NArg() == 0 {
 			break
@@ -57,7 +86,7 @@ func runCheck(args []string, getenv func(string) string, stdout, stderr io.Write
 		args = fs.Args()[1:]
 	}
 	if len(dirs) != 1 {
-		return fmt.Errorf("%w: config check takes one directory", errUsage)
+		return fmt.Errorf("%w: config check takes one directory", clientcmd.ErrUsage)
 	}
 	dir := dirs[0]
 	if err := readableDir(dir); err != nil {
@@ -69,7 +98,7 @@ func runCheck(args []string, getenv func(string) string, stdout, stderr io.Write
 	if *dump {
 		verdict = stderr
 	}
-	cfg, warns, err := config.Load(config.DirFS(dir), sc.loadOptions())
+	cfg, warns, err := config.Load(config.DirFS(dir), *lo)
 	for _, w := range warns {
 		fmt.Fprintln(verdict, "warning:", w.String())
 	}
@@ -79,7 +108,7 @@ func runCheck(args []string, getenv func(string) string, stdout, stderr io.Write
 			fmt.Fprintln(stderr, "error:", e)
 		}
 		fmt.Fprintf(stderr, "%s: %d error(s), %d warning(s)\n", dir, len(errs), len(warns))
-		return errReported
+		return clientcmd.ErrReported
 	}
 	if cfg == nil {
 		return errors.New("config loader returned no configuration")
@@ -95,27 +124,26 @@ func runCheck(args []string, getenv func(string) string, stdout, stderr io.Write
 	return nil
 }
 
-// runSuggest reads a decision log and proposes limits as configuration
-// files: with --config, that configuration with the proposed limits
-// written in; without, new files.
-func runSuggest(args []string, getenv func(string) string, stdout, stderr io.Writer) error {
-	sc, _, err := serveEnv(getenv, stderr)
-	if err != nil {
-		return err
-	}
+// Suggest is `charon suggest`: it reads a decision log and proposes
+// limits as configuration files: with --config, that configuration with
+// the proposed limits written in; without, new files.
+func Suggest(args []string, load LoadFlags, stdout, stderr io.Writer) error {
 	fs := clientcmd.FlagSet("suggest", stderr)
 	logPath := fs.String("log", "-", "decision log `file` (JSON lines of charon serve --decision-log); - reads stdin")
 	reject := fs.Float64("reject", 0.01, "share of the recorded hits the proposed limit may reject, in [0, 1)")
 	window := fs.Duration("window", time.Second, "window of a proposed limit where no rule gives one (no --config, or traffic that matched no rule)")
 	cfgDir := fs.String("config", "", "the configuration `directory` the log was recorded under: its rules keep their windows and everything else, only limits change")
 	out := fs.String("out", "", "write the files into this `directory` (created); default: print them")
-	loadFlags(fs, sc)
+	lo, err := load(fs, stderr)
+	if err != nil {
+		return err
+	}
 	if err := clientcmd.ParseFlags(fs, args); err != nil {
 		return err
 	}
 	opts := suggest.Options{Reject: *reject, Window: *window}
 	if *cfgDir != "" {
-		if opts.Config, err = loadDir(*cfgDir, sc.loadOptions(), stderr); err != nil {
+		if opts.Config, err = loadDir(*cfgDir, *lo, stderr); err != nil {
 			return err
 		}
 	}
@@ -167,8 +195,9 @@ func runSuggest(args []string, getenv func(string) string, stdout, stderr io.Wri
 	return nil
 }
 
-// runSim serves the tier simulator on its own, or writes its files.
-func runSim(args []string, stdout, stderr io.Writer) error {
+// Sim is `charon sim`: it serves the tier simulator on its own, or
+// writes its files.
+func Sim(args []string, stdout, stderr io.Writer) error {
 	fs := clientcmd.FlagSet("sim", stderr)
 	addr := fs.String("addr", "127.0.0.1:8090", "serve the simulator at `HOST:PORT`")
 	out := fs.String("out", "", "write the page's files into this `directory` instead of serving them")

@@ -1,4 +1,4 @@
-package main
+package offlinecmd
 
 // The verbs that check a change of limits before it takes effect: config
 // diff and replay.
@@ -64,7 +64,7 @@ func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
 			if err == flag.ErrHelp {
 				return nil, err
 			}
-			return nil, fmt.Errorf("%w: %v", errUsage, err)
+			return nil, fmt.Errorf("%w: %v", clientcmd.ErrUsage, err)
 		}
 		if fs.NArg() == 0 {
 			return pos, nil
@@ -78,10 +78,11 @@ func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
 // printed already.
 var errDiffer = errors.New("the configurations differ")
 
-// diffExitCode is config diff's exit status, as diff(1)'s, so that a
-// script can tell: 0 when the configurations are the same, 1 when they
-// differ, 2 on trouble (a usage mistake, a directory that does not load).
-func diffExitCode(err error, stderr io.Writer) int {
+// DiffExitCode is config diff's exit status for Diff's err, as diff(1)'s,
+// so that a script can tell: 0 when the configurations are the same, 1
+// when they differ, 2 on trouble (a usage mistake, a directory that does
+// not load).
+func DiffExitCode(err error, stderr io.Writer) int {
 	switch {
 	case errors.Is(err, errDiffer):
 		return 1
@@ -91,16 +92,15 @@ func diffExitCode(err error, stderr io.Writer) int {
 	return 2
 }
 
-// runDiff prints the semantic difference of two configuration directories;
-// errDiffer when there is one.
-func runDiff(args []string, getenv func(string) string, stdout, stderr io.Writer) error {
-	sc, _, err := serveEnv(getenv, stderr)
+// Diff is `charon config diff`: it prints the semantic difference of two
+// configuration directories; errDiffer when there is one.
+func Diff(args []string, load LoadFlags, stdout, stderr io.Writer) error {
+	fs := clientcmd.FlagSet("config diff", stderr)
+	asJSON := fs.Bool("json", false, "print the difference as JSON")
+	lo, err := load(fs, stderr)
 	if err != nil {
 		return err
 	}
-	fs := clientcmd.FlagSet("config diff", stderr)
-	asJSON := fs.Bool("json", false, "print the difference as JSON")
-	loadFlags(fs, sc)
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: charon config diff OLD NEW [--json] [--merge-domains] [--fixed-window]")
 		fmt.Fprintln(stderr, "exit status, as diff(1)'s: 0 when the configurations are the same, 1 when they differ, 2 on trouble")
@@ -111,11 +111,11 @@ func runDiff(args []string, getenv func(string) string, stdout, stderr io.Writer
 		return err
 	}
 	if len(dirs) != 2 {
-		return fmt.Errorf("%w: config diff takes two directories, OLD and NEW", errUsage)
+		return fmt.Errorf("%w: config diff takes two directories, OLD and NEW", clientcmd.ErrUsage)
 	}
 	var cfgs [2]*config.Config
 	for i, dir := range dirs {
-		if cfgs[i], err = loadDir(dir, sc.loadOptions(), stderr); err != nil {
+		if cfgs[i], err = loadDir(dir, *lo, stderr); err != nil {
 			return err
 		}
 	}
@@ -183,13 +183,9 @@ type listFlag []string
 func (l *listFlag) String() string     { return strings.Join(*l, ",") }
 func (l *listFlag) Set(s string) error { *l = append(*l, s); return nil }
 
-// runReplay replays decision logs against a candidate configuration and
-// reports what would change.
-func runReplay(args []string, getenv func(string) string, stdout, stderr io.Writer) error {
-	sc, _, err := serveEnv(getenv, stderr)
-	if err != nil {
-		return err
-	}
+// Replay is `charon replay`: it replays decision logs against a candidate
+// configuration and reports what would change.
+func Replay(args []string, load LoadFlags, stdout, stderr io.Writer) error {
 	fs := clientcmd.FlagSet("replay", stderr)
 	var logs listFlag
 	fs.Var(&logs, "log", "decision log `file` to replay (repeatable; - reads stdin); record it with charon serve --decision-log-all")
@@ -198,7 +194,10 @@ func runReplay(args []string, getenv func(string) string, stdout, stderr io.Writ
 	asJSON := fs.Bool("json", false, "print the report as JSON")
 	topN := fs.Int("top", 10, "descriptors listed per rule and way in the table (--json lists all unless --top is given); 0 lists all")
 	quota := fs.Bool("quota-mode", false, "decide as charon serve --quota-mode")
-	loadFlags(fs, sc)
+	lo, err := load(fs, stderr)
+	if err != nil {
+		return err
+	}
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: charon replay --log FILE [--log FILE…] --config DIR [--against DIR] [--json] [--top N]")
 		fs.PrintDefaults()
@@ -209,17 +208,17 @@ func runReplay(args []string, getenv func(string) string, stdout, stderr io.Writ
 	}
 	logs = append(logs, pos...)
 	if len(logs) == 0 || *cfgDir == "" {
-		return fmt.Errorf("%w: replay needs --log FILE and --config DIR", errUsage)
+		return fmt.Errorf("%w: replay needs --log FILE and --config DIR", clientcmd.ErrUsage)
 	}
-	if *asJSON && !flagSet(fs, "top") {
+	if *asJSON && !isSet(fs, "top") {
 		*topN = 0
 	}
-	opts := replay.Options{Top: *topN, Engine: engine.Options{QuotaMode: *quota, FixedWindowOverrides: sc.FixedWindow, Overdraft: sc.Overdraft}}
-	if opts.Candidate, err = loadDir(*cfgDir, sc.loadOptions(), stderr); err != nil {
+	opts := replay.Options{Top: *topN, Engine: engine.Options{QuotaMode: *quota, FixedWindowOverrides: lo.FixedWindowDefault, Overdraft: lo.OverdraftDefault}}
+	if opts.Candidate, err = loadDir(*cfgDir, *lo, stderr); err != nil {
 		return err
 	}
 	if *against != "" {
-		if opts.Against, err = loadDir(*against, sc.loadOptions(), stderr); err != nil {
+		if opts.Against, err = loadDir(*against, *lo, stderr); err != nil {
 			return err
 		}
 	}
@@ -307,4 +306,11 @@ func writeReport(w io.Writer, rep *replay.Report, against string) {
 		}
 	}
 	fmt.Fprintln(w)
+}
+
+// isSet reports whether flag name was set on the command line.
+func isSet(fs *flag.FlagSet, name string) bool {
+	set := false
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
 }
