@@ -127,7 +127,9 @@ type Service struct {
 }
 
 // New returns the service of eng's bulk requests and broker's copy
-// operations (nil: they fail with holds.ErrNoCopyStore).
+// operations (nil: they fail with holds.ErrNoCopyStore). It serves once
+// registered on a server (server.New registers it): its metrics live in
+// the server's registry.
 func New(eng Engine, broker Broker, opts Options) *Service {
 	opts.defaults()
 	if broker == nil {

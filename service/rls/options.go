@@ -164,7 +164,9 @@ func (a *Attribution) Set(s string) error {
 	return err
 }
 
-// New returns the RLS service of eng with opts.
+// New returns the RLS service of eng with opts. It serves once registered
+// on a server (server.New registers it): its metrics live in the server's
+// registry.
 func New(eng Decider, opts Options) *Service {
 	s := &Service{engine: eng, opts: opts, log: slog.New(slog.DiscardHandler), responseHeaders: opts.ResponseHeaders, draftHeaders: opts.DraftHeaders,
 		headerNames: defaultHeaderNames, shadowMode: opts.ShadowMode, dynamicMetadata: opts.DynamicMetadata,
