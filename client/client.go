@@ -72,6 +72,10 @@ var (
 	ErrLocalHold = errors.New("client: hold granted locally cannot be transferred")
 	// ErrRejected: ReserveAll could not reserve one of its resources.
 	ErrRejected = errors.New("client: rejected")
+	// ErrHoldGone: the server no longer has the hold although its session
+	// lives: another client transferred all its copies away, or released
+	// them, with the hold's id. Nothing is left to release.
+	ErrHoldGone = errors.New("client: hold gone")
 )
 
 // Options configure a Client. The zero value is usable: no waiting, errors

@@ -44,6 +44,14 @@
 // when done, typically with defer: Close releases what Release and Transfer
 // left, and is idempotent. Client.Close ends the stream, releasing every hold.
 //
+// Another client may transfer or release a hold's copies with its id (the
+// copy verbs of the charon command do): once all are gone the server no
+// longer has the hold, though its session lives. Hold.Check asks, and
+// Release, Transfer and Close learn it from their answer: the Gone channel
+// is closed and operations fail with ErrHoldGone; Close has nothing to
+// release and returns nil. ReleaseAll releases what the server still has
+// and says how many.
+//
 // The client keeps holds alive with the stream rather than with unary calls
 // and KeepAlive leases, because that is the paper's model (holds die with
 // their session) and needs no timer in the client: the server renews the

@@ -48,6 +48,7 @@ type fake struct {
 	deaf       chan struct{} // when set, Session streams read nothing more until it is closed
 	kill       chan struct{} // closing it breaks every Session stream
 	calls      int
+	keepAlives int
 	events     chan string // "release <hold>" after every release, when set
 }
 
@@ -262,6 +263,22 @@ func (f *fake) seize(req *charonv1.SeizeRequest, session int) (*charonv1.SeizeRe
 	return &charonv1.SeizeResponse{HoldId: id, Copies: t.copies, FencingToken: int64(f.seq), Target: &charonv1.Target{Resource: t.res, Domain: "d"}}, nil
 }
 
+// keepAlive answers a keep-alive of one hold, as the server does: NotFound
+// when the hold is unknown. Leases are not modelled.
+func (f *fake) keepAlive(req *charonv1.KeepAliveRequest) (*charonv1.KeepAliveResponse, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.keepAlives++
+	id := req.GetHoldId()
+	if id == "" {
+		return nil, status.Error(codes.InvalidArgument, "target: only hold_id in the fake")
+	}
+	if _, ok := f.holds[id]; !ok {
+		return nil, status.Errorf(codes.NotFound, "hold_id %q: unknown hold", id)
+	}
+	return &charonv1.KeepAliveResponse{Holds: 1}, nil
+}
+
 func (f *fake) Seize(ctx context.Context, req *charonv1.SeizeRequest) (*charonv1.SeizeResponse, error) {
 	return f.seize(req, 0)
 }
@@ -364,6 +381,10 @@ func (f *fake) dispatch(ctx context.Context, r *charonv1.SessionRequest, sid int
 		var x *charonv1.SeizeResponse
 		x, err = f.seize(op.Seize, sid)
 		out.Result = &charonv1.SessionResponse_Seize{Seize: x}
+	case *charonv1.SessionRequest_KeepAlive:
+		var x *charonv1.KeepAliveResponse
+		x, err = f.keepAlive(op.KeepAlive)
+		out.Result = &charonv1.SessionResponse_KeepAlive{KeepAlive: x}
 	default:
 		err = status.Error(codes.InvalidArgument, "operation: unsupported by the fake")
 	}

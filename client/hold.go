@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -9,6 +10,7 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	charonv1 "github.com/charonlimit/charon/api/charon/v1"
 )
@@ -50,6 +52,9 @@ type Hold struct {
 	lost     chan struct{}
 	lostMu   sync.Mutex
 	lostErr  error
+
+	goneOnce sync.Once
+	gone     chan struct{}
 }
 
 // ID is the server's hold id; empty for a rejection or a local hold.
@@ -131,7 +136,35 @@ func (h *Hold) lostError() error {
 	}
 }
 
-func newHold(c *Client) *Hold { return &Hold{c: c, lost: make(chan struct{})} }
+// Gone is closed once the client has learned that the server no longer has
+// the hold while its session lives (ErrHoldGone): another client
+// transferred all its copies away, or released them, with the hold's id.
+// Check asks; Release, Transfer and Close learn it from their answer.
+// Copies is then 0. It is never closed for a local hold or a rejection.
+func (h *Hold) Gone() <-chan struct{} { return h.gone }
+
+// markGone records that the server no longer has the hold; h.mu held.
+func (h *Hold) markGone() {
+	h.goneOnce.Do(func() {
+		h.copies.Store(0)
+		h.s.untrack(h)
+		close(h.gone)
+	})
+}
+
+// isGone reports whether the client learned the hold is gone.
+func (h *Hold) isGone() bool {
+	select {
+	case <-h.gone:
+		return true
+	default:
+		return false
+	}
+}
+
+func newHold(c *Client) *Hold {
+	return &Hold{c: c, lost: make(chan struct{}), gone: make(chan struct{})}
+}
 
 // Reserve asks for between min and copies copies of a copy-limited resource
 // (min 0 means 1), retrying rejections for up to maxWait (UseDefault:
@@ -141,11 +174,21 @@ func newHold(c *Client) *Hold { return &Hold{c: c, lost: make(chan struct{})} }
 // server's limits is ErrInvalid (see there), never a degraded grant: it is
 // not sent, since it would end the stream and every hold on it.
 func (c *Client) Reserve(ctx context.Context, r Resource, copies, min int64, maxWait time.Duration) (*Hold, error) {
+	return c.ReserveID(ctx, "", r, copies, min, maxWait)
+}
+
+// ReserveID is Reserve under a request id (none when empty), which makes
+// it idempotent: the server answers a reserve that repeats an id it saw
+// with the first answer, marked replayed (Reply().GetReplayed()), and
+// grants nothing more; a hold of that answer that is gone since is a
+// rejection with Reply().GetHoldGone(). A caller that lost an answer asks
+// again under the same id.
+func (c *Client) ReserveID(ctx context.Context, requestID string, r Resource, copies, min int64, maxWait time.Duration) (*Hold, error) {
 	if copies < 1 || min < 0 || min > copies {
 		return nil, fmt.Errorf("%w: copies %d, min %d: want copies >= 1 and 0 <= min <= copies", ErrInvalid, copies, min)
 	}
 	h := newHold(c)
-	req := &charonv1.ReserveRequest{Resource: r.proto(), Copies: copies, MinCopies: min, Lease: durationOrNil(c.opts.Lease)}
+	req := &charonv1.ReserveRequest{Resource: r.proto(), Copies: copies, MinCopies: min, RequestId: requestID, Lease: durationOrNil(c.opts.Lease)}
 	op := &charonv1.SessionRequest_Reserve{Reserve: req}
 	// Checked before a stream is opened, so that a server error opening it
 	// cannot turn a client error into a degraded grant.
@@ -246,6 +289,37 @@ func (h *Hold) check(n int64) error {
 	return nil
 }
 
+// Check asks the server whether it still has the hold, changing nothing
+// (a keep-alive of the shortest lease, which never shortens one). It
+// returns nil while the hold is there, ErrHoldGone (and closes Gone) once
+// another client transferred all its copies away or released them with
+// the hold's id, ErrSessionLost when the session ended, and ErrHoldClosed
+// after Close. A rejection or a local hold is never checked: nil.
+func (h *Hold) Check(ctx context.Context) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	switch {
+	case h.closed:
+		return ErrHoldClosed
+	case h.s == nil || !h.ok:
+		return nil
+	case h.isGone():
+		return ErrHoldGone
+	}
+	if err := h.lostError(); err != nil {
+		return err
+	}
+	_, err := h.s.call(ctx, &charonv1.SessionRequest{Operation: &charonv1.SessionRequest_KeepAlive{
+		KeepAlive: &charonv1.KeepAliveRequest{Target: &charonv1.KeepAliveRequest_HoldId{HoldId: h.id}, Lease: durationpb.New(probeLease)},
+	}})
+	return h.opError(err)
+}
+
+// probeLease is the lease of Check's keep-alive: the server's shortest.
+// A keep-alive never shortens a lease, and the session's renewals keep
+// its holds' leases far longer, so it extends nothing.
+const probeLease = time.Microsecond
+
 // Release gives back n of the hold's copies (partial releases allowed).
 func (h *Hold) Release(ctx context.Context, n int64) error {
 	h.mu.Lock()
@@ -256,6 +330,9 @@ func (h *Hold) Release(ctx context.Context, n int64) error {
 	if h.s == nil {
 		h.copies.Add(-n)
 		return nil
+	}
+	if h.isGone() {
+		return ErrHoldGone
 	}
 	resp, err := h.s.call(ctx, &charonv1.SessionRequest{Operation: &charonv1.SessionRequest_Release{
 		Release: &charonv1.ReleaseRequest{HoldId: h.id, Copies: n},
@@ -279,6 +356,9 @@ func (h *Hold) Transfer(ctx context.Context, n int64, ttl time.Duration) (string
 	if h.s == nil {
 		return "", ErrLocalHold
 	}
+	if h.isGone() {
+		return "", ErrHoldGone
+	}
 	resp, err := h.s.call(ctx, &charonv1.SessionRequest{Operation: &charonv1.SessionRequest_Transfer{
 		Transfer: &charonv1.TransferRequest{HoldId: h.id, Copies: n, Ttl: durationOrNil(ttl)},
 	}})
@@ -296,27 +376,53 @@ func (h *Hold) Transfer(ctx context.Context, n int64, ttl time.Duration) (string
 // that is gone on the server (its copies all transferred, or released, by
 // another client, with its id): nothing is left to release.
 func (h *Hold) Close() error {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.closed {
-		return nil
-	}
-	h.closed = true
-	if h.s == nil || h.copies.Load() == 0 || h.lostError() != nil {
-		h.copies.Store(0)
-		return nil
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), h.c.opts.CloseTimeout)
 	defer cancel()
-	_, err := h.s.call(ctx, &charonv1.SessionRequest{Operation: &charonv1.SessionRequest_Release{
-		Release: &charonv1.ReleaseRequest{HoldId: h.id}, // 0: all it has
-	}})
-	h.copies.Store(0)
-	h.s.untrack(h)
-	if err != nil && !isLost(err) && status.Code(err) != codes.NotFound {
+	_, err := h.ReleaseAll(ctx)
+	if errors.Is(err, ErrHoldClosed) || errors.Is(err, ErrHoldGone) || isLost(err) {
+		return nil
+	}
+	if err != nil {
 		return fmt.Errorf("client: close hold: %w", err)
 	}
 	return nil
+}
+
+// ReleaseAll closes the hold, releasing every copy the server has of it,
+// and returns how many: fewer than Copies when another client released or
+// transferred some of them with the hold's id. A hold gone on the server
+// is ErrHoldGone, a lost one ErrSessionLost, a closed one ErrHoldClosed
+// (0 released each time); a local hold counts its copies down. The hold
+// is closed however the release ends.
+func (h *Hold) ReleaseAll(ctx context.Context) (int64, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.closed {
+		return 0, ErrHoldClosed
+	}
+	h.closed = true
+	n := h.copies.Load()
+	switch {
+	case h.s == nil || n == 0:
+		h.copies.Store(0)
+		return n, nil
+	case h.isGone():
+		return 0, ErrHoldGone
+	}
+	if err := h.lostError(); err != nil {
+		h.copies.Store(0)
+		return 0, err
+	}
+	resp, err := h.s.call(ctx, &charonv1.SessionRequest{Operation: &charonv1.SessionRequest_Release{
+		Release: &charonv1.ReleaseRequest{HoldId: h.id}, // 0: all it has
+	}})
+	if err = h.opError(err); err != nil {
+		h.copies.Store(0)
+		h.s.untrack(h)
+		return 0, err
+	}
+	h.setCopies(0)
+	return resp.GetRelease().GetReleased(), nil
 }
 
 // setCopies records the server's count; h.mu held.
@@ -327,10 +433,19 @@ func (h *Hold) setCopies(n int64) {
 	}
 }
 
-// opError is err, with a lost session recorded on the hold; h.mu held.
+// opError is err, with a lost session or a hold gone on the server
+// recorded on the hold; h.mu held. A NotFound answer to an operation
+// naming the hold (its id is all the server checks) means it is gone:
+// the error wraps both ErrHoldGone and the server's status.
 func (h *Hold) opError(err error) error {
-	if isLost(err) {
+	switch {
+	case err == nil:
+		return nil
+	case isLost(err):
 		h.markLost(err)
+	case status.Code(err) == codes.NotFound:
+		h.markGone()
+		return fmt.Errorf("%w: %w", ErrHoldGone, err)
 	}
 	return err
 }

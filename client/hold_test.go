@@ -144,6 +144,106 @@ func TestCloseAfterTransferredAway(t *testing.T) {
 	}
 }
 
+// TestHoldGone: a hold whose copies another client transferred away, or
+// released, with its id is gone on the server while the session lives.
+// The hold learns it from Check or from any operation's NotFound: Gone is
+// closed, Copies is 0, operations fail with ErrHoldGone (which keeps the
+// server's NotFound), and Close has nothing to release. A hold that is
+// there passes Check unchanged.
+func TestHoldGone(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		other func(ctx context.Context, c charonv1.CharonClient, id string) error
+		learn func(ctx context.Context, h *client.Hold) error
+	}{
+		{"transferred away, Check", transferAll, func(ctx context.Context, h *client.Hold) error { return h.Check(ctx) }},
+		{"transferred away, Release", transferAll, func(ctx context.Context, h *client.Hold) error { return h.Release(ctx, 1) }},
+		{"transferred away, Transfer", transferAll, func(ctx context.Context, h *client.Hold) error { _, err := h.Transfer(ctx, 1, 0); return err }},
+		{"released by another, ReleaseAll", releaseAll, func(ctx context.Context, h *client.Hold) error { _, err := h.ReleaseAll(ctx); return err }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFake()
+			f.copyLimit[copyKey] = 5
+			conn, _ := serve(t, f)
+			c := client.New(conn, client.Options{})
+			defer c.Close()
+			ctx := context.Background()
+			h, err := c.Reserve(ctx, copyRes, 3, 3, 0)
+			if err != nil || !h.OK() {
+				t.Fatalf("reserve: %v", err)
+			}
+			if err := h.Check(ctx); err != nil || h.Copies() != 3 {
+				t.Fatalf("Check of a hold that is there: %v, %d copies; want nil, 3", err, h.Copies())
+			}
+			if err := tc.other(ctx, charonv1.NewCharonClient(conn), h.ID()); err != nil {
+				t.Fatal(err)
+			}
+			err = tc.learn(ctx, h)
+			if !errors.Is(err, client.ErrHoldGone) {
+				t.Fatalf("got %v, want ErrHoldGone", err)
+			}
+			if tc.name != "transferred away, Check" && status.Code(err) != codes.NotFound {
+				t.Errorf("got code %v, want the server's NotFound kept", status.Code(err))
+			}
+			select {
+			case <-h.Gone():
+			default:
+				t.Error("Gone not closed")
+			}
+			if h.Copies() != 0 {
+				t.Errorf("copies %d, want 0", h.Copies())
+			}
+			if err := h.Check(ctx); !errors.Is(err, client.ErrHoldGone) && !errors.Is(err, client.ErrHoldClosed) {
+				t.Errorf("Check again: %v, want ErrHoldGone (or ErrHoldClosed after ReleaseAll)", err)
+			}
+			if err := h.Close(); err != nil {
+				t.Errorf("Close of a gone hold: %v, want nil", err)
+			}
+			select {
+			case <-h.Lost():
+				t.Error("a gone hold is not lost: its session lives")
+			default:
+			}
+		})
+	}
+}
+
+func transferAll(ctx context.Context, c charonv1.CharonClient, id string) error {
+	_, err := c.Transfer(ctx, &charonv1.TransferRequest{HoldId: id})
+	return err
+}
+
+func releaseAll(ctx context.Context, c charonv1.CharonClient, id string) error {
+	_, err := c.Release(ctx, &charonv1.ReleaseRequest{HoldId: id})
+	return err
+}
+
+// TestReleaseAllCountsTheServers: ReleaseAll releases what the server has,
+// fewer copies than the hold counted when another client released some
+// with its id, and says how many; a local hold counts its own.
+func TestReleaseAllCountsTheServers(t *testing.T) {
+	f := newFake()
+	f.copyLimit[copyKey] = 5
+	conn, _ := serve(t, f)
+	c := client.New(conn, client.Options{})
+	defer c.Close()
+	ctx := context.Background()
+	h := mustReserve(t, c, 3, 3)
+	if _, err := charonv1.NewCharonClient(conn).Release(ctx, &charonv1.ReleaseRequest{HoldId: h.ID(), Copies: 1}); err != nil {
+		t.Fatal(err)
+	}
+	n, err := h.ReleaseAll(ctx)
+	if err != nil || n != 2 || h.Copies() != 0 || f.heldOf(copyKey) != 0 {
+		t.Errorf("ReleaseAll: %d, %v, hold %d, server %d; want 2 released, nothing left", n, err, h.Copies(), f.heldOf(copyKey))
+	}
+	if _, err := h.ReleaseAll(ctx); !errors.Is(err, client.ErrHoldClosed) {
+		t.Errorf("second ReleaseAll: %v, want ErrHoldClosed", err)
+	}
+	if err := h.Close(); err != nil {
+		t.Errorf("Close after ReleaseAll: %v", err)
+	}
+}
+
 func TestTransferSeize(t *testing.T) {
 	f := newFake()
 	f.copyLimit[copyKey] = 15

@@ -90,3 +90,13 @@ func TestWaitForConfig(t *testing.T) {
 		t.Errorf("/healthcheck with the store down: %d, want 500", code)
 	}
 }
+
+func grepLines(s, sub string) string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if strings.Contains(l, sub) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 
 	"github.com/charonlimit/charon/copylog"
 	"github.com/charonlimit/charon/descriptors"
@@ -14,9 +15,6 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
-
-// errNoResponse is an engine that answered neither a response nor an error.
-var errNoResponse = errors.New("server: engine returned no response")
 
 // errNoConfig answers a request while Options.WaitForConfig waits for the
 // first configuration.
@@ -31,9 +29,10 @@ func noConfigError(waitingFor string) error {
 	return fmt.Errorf("%w: %s", errNoConfig, waitingFor)
 }
 
-// grpcError maps an error from the decision path to a gRPC status error. It is
-// the only place where errors become gRPC codes.
-func grpcError(err error) error {
+// GRPCError maps an error of a pipeline (engine, holds, rlqs, the stores)
+// to a gRPC status error. It is the only place where errors become gRPC
+// codes: every service answers with it.
+func GRPCError(err error) error {
 	if err == nil {
 		return nil
 	}
@@ -76,4 +75,24 @@ func grpcError(err error) error {
 		return s.Err()
 	}
 	return status.Error(codes.Internal, err.Error())
+}
+
+// HTTPError answers err on an HTTP endpoint as the gRPC services would
+// (GRPCError's message), with the HTTP status of its code.
+func HTTPError(w http.ResponseWriter, err error) {
+	st := status.Convert(GRPCError(err))
+	code := http.StatusInternalServerError
+	switch st.Code() {
+	case codes.InvalidArgument:
+		code = http.StatusBadRequest
+	case codes.NotFound:
+		code = http.StatusNotFound
+	case codes.Unavailable:
+		code = http.StatusServiceUnavailable
+	case codes.Unimplemented:
+		code = http.StatusNotImplemented
+	case codes.DeadlineExceeded:
+		code = http.StatusGatewayTimeout
+	}
+	http.Error(w, st.Message(), code)
 }

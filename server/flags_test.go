@@ -25,20 +25,12 @@ func TestFlagsCheckNamesTheFlag(t *testing.T) {
 		{[]string{"--shutdown-delay", "-1s"}, "--shutdown-delay"},
 		{[]string{"--http-read-timeout", "0s"}, "--http-read-timeout"},
 		{[]string{"--max-concurrent-streams", "0"}, "--max-concurrent-streams"},
-		{[]string{"--near-limit-ratio", "1.5"}, "--near-limit-ratio"},
 		{[]string{"--grpc-max-connection-age", "-1s"}, "--grpc-max-connection-age"},
-		{[]string{"--remaining-header", "a b"}, "--remaining-header"},
 		{[]string{"--metrics-path", "metrics"}, "--metrics-path"},
 		{[]string{"--grpc-tls-cert", "c.pem"}, "--grpc-tls-key"},
 		{[]string{"--http-tls"}, "--http-tls"},
 		{[]string{"--debug-tls"}, "--debug-tls"},
 		{[]string{"--authz", "a.yaml"}, "--authz"},
-		{[]string{"--attribution", "some"}, "--attribution"},
-		{[]string{"--top-k", "-1"}, "--top-k"},
-		{[]string{"--top-rules", "0"}, "--top-rules"},
-		{[]string{"--top-epoch", "10ms"}, "--top-epoch"},
-		{[]string{"--top-metrics", "33"}, "--top-metrics"},
-		{[]string{"--top-k", "0", "--top-metrics", "1"}, "--top-metrics"},
 		// The default debug port (127.0.0.1:6070) is inside :6070.
 		{[]string{"--metrics-addr", ":6070"}, "--debug-addr 127.0.0.1:6070 and --metrics-addr :6070 share port 6070"},
 		{[]string{"--debug-addr", ":8081"}, "--grpc-addr :8081 and --debug-addr :8081"},
@@ -79,23 +71,22 @@ func TestListenersThatCoexist(t *testing.T) {
 	}
 }
 
-// TestFlagsApplySaysWhatToDo: an empty token file and profiles open
+// TestFlagsResolveSaysWhatToDo: an empty token file and profiles open
 // beyond loopback say what to do, not only what is wrong.
-func TestFlagsApplySaysWhatToDo(t *testing.T) {
+func TestFlagsResolveSaysWhatToDo(t *testing.T) {
 	token := filepath.Join(t.TempDir(), "token")
 	if err := os.WriteFile(token, []byte(" \n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	f := DefaultFlags()
 	f.DebugTokenFile = token
-	var o Options
-	if err := f.Apply(&o, slog.New(slog.DiscardHandler)); err == nil || !strings.Contains(err.Error(), "write a token into it (e.g. openssl rand -hex 32 > "+token+")") {
+	if _, err := f.Resolve(slog.New(slog.DiscardHandler)); err == nil || !strings.Contains(err.Error(), "write a token into it (e.g. openssl rand -hex 32 > "+token+")") {
 		t.Errorf("empty token file: %v, want how to write one", err)
 	}
 	var logs strings.Builder
 	f = DefaultFlags()
 	f.DebugAddr, f.Pprof = "0.0.0.0:6070", true
-	if err := f.Apply(&o, slog.New(slog.NewTextHandler(&logs, nil))); err != nil {
+	if _, err := f.Resolve(slog.New(slog.NewTextHandler(&logs, nil))); err != nil {
 		t.Fatal(err)
 	}
 	if !strings.Contains(logs.String(), "bind --debug-addr to 127.0.0.1, or set --debug-token-file or --debug-tls") {

@@ -1,9 +1,7 @@
 package server
 
 import (
-	"cmp"
 	"crypto/subtle"
-	"errors"
 	"fmt"
 	"html"
 	"io"
@@ -11,36 +9,33 @@ import (
 	"net/http/pprof"
 	"strconv"
 	"strings"
-	"unicode/utf8"
 
-	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	otelcodes "go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/encoding/protojson"
 
-	"github.com/charonlimit/charon/descriptors"
 	"github.com/charonlimit/charon/internal/authz"
 	"github.com/charonlimit/charon/internal/sim"
 )
 
-// maxJSONBody bounds a /json request body.
-const maxJSONBody = 1 << 20
-
-// httpHandler serves /healthcheck, /json and the tier simulator at /sim/.
-// With an authorization table, /json is allowed as ShouldRateLimit and the
-// simulator as authz.Simulator; /healthcheck stays open to load balancers.
+// httpHandler serves /healthcheck, the tier simulator at /sim/ and the
+// services' endpoints (HandleHTTP: /json, /usage). With an authorization
+// table, each is allowed under its name (the simulator as
+// authz.Simulator); /healthcheck stays open to load balancers.
 func (s *Server) httpHandler() http.Handler {
 	guard := s.httpAuthz(true)
 	mux := http.NewServeMux()
 	mux.HandleFunc("/healthcheck", s.serveHealthcheck)
-	mux.Handle("/json", s.traced("/json", guard(authz.ShouldRateLimit, http.HandlerFunc(s.serveJSON))))
 	mux.Handle("/sim/", guard(authz.Simulator, http.StripPrefix("/sim", sim.Handler())))
-	mux.Handle("GET /usage", guard(authz.Usage, http.HandlerFunc(s.serveUsage)))
+	for _, e := range s.httpEndpoints {
+		h := guard(e.Name, e.Handler)
+		if e.Traced {
+			h = s.traced(e.path(), h)
+		}
+		mux.Handle(e.Pattern, h)
+	}
 	mux.HandleFunc("GET /{$}", s.serveRoot)
 	return mux
 }
@@ -140,92 +135,29 @@ func (s *Server) serveHealthcheck(w http.ResponseWriter, r *http.Request) {
 	io.WriteString(w, "OK")
 }
 
-// serveJSON is envoyproxy/ratelimit's /json endpoint: the RateLimitRequest as
-// protojson in, the RateLimitResponse as protojson out, 429 when the overall
-// code is OVER_LIMIT. Bad JSON and invalid requests get 400, other failures
-// 500, another method than POST 405 with an example.
-func (s *Server) serveJSON(w http.ResponseWriter, r *http.Request) {
-	if r.Method != http.MethodPost {
-		// A browser's or a bare curl's GET: say how to ask instead.
-		w.Header().Set("Allow", http.MethodPost)
-		scheme := "http"
-		if r.TLS != nil {
-			scheme = "https"
-		}
-		http.Error(w, "POST a RateLimitRequest as JSON, e.g.\n  curl -s -XPOST "+scheme+"://"+descriptors.Truncate(cmp.Or(r.Host, "HOST:PORT"))+
-			`/json -d '{"domain":"D","descriptors":[{"entries":[{"key":"K","value":"V"}]}]}'`+"\n(429 when OVER_LIMIT)", http.StatusMethodNotAllowed)
-		return
-	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxJSONBody))
-	if err != nil {
-		var tooBig *http.MaxBytesError
-		if errors.As(err, &tooBig) {
-			http.Error(w, "request body too large", http.StatusRequestEntityTooLarge)
-			return
-		}
-		http.Error(w, "reading body: "+err.Error(), http.StatusBadRequest)
-		return
-	}
-	var req rlsv3.RateLimitRequest
-	if !utf8.Valid(body) {
-		// Header bytes as Envoy forwards them: limited like any other
-		// value, never an error (see wire.go). JSON text must be UTF-8, so
-		// each stray byte is read as the character of that code (Latin-1).
-		body = latin1Invalid(body)
-	}
-	if err := protojson.Unmarshal(body, &req); err != nil {
-		http.Error(w, "invalid RateLimitRequest JSON: "+descriptors.Truncate(err.Error()), http.StatusBadRequest)
-		return
-	}
-	resp, err := s.rls.ShouldRateLimit(r.Context(), &req)
-	if err != nil {
-		code := http.StatusInternalServerError
-		if status.Code(err) == codes.InvalidArgument {
-			code = http.StatusBadRequest
-		}
-		http.Error(w, status.Convert(err).Message(), code)
-		return
-	}
-	out, err := protojson.Marshal(resp)
-	if err != nil {
-		http.Error(w, "encoding response: "+err.Error(), http.StatusInternalServerError)
-		return
-	}
-	w.Header().Set("Content-Type", "application/json")
-	if resp.GetOverallCode() == rlsv3.RateLimitResponse_OVER_LIMIT {
-		w.WriteHeader(http.StatusTooManyRequests)
-	}
-	w.Write(out)
-}
-
-// debugHandler serves /metrics, /rlconfig and, when asked for, pprof. It
-// listens on loopback by default: profiles and the configuration are not for
-// the public. With a DebugToken every request must carry it, but for the
-// live page's own files (uiPublic), which hold no data. Served over
-// TLS with an authorization table, the table must allow the client each
-// endpoint's name in package authz (group read, or admin for /reset).
+// debugHandler serves /metrics, /rlconfig, the services' endpoints
+// (HandleDebug: /explain, /top, ...) and, when asked for, pprof. It
+// listens on loopback by default: profiles and the configuration are not
+// for the public. With a DebugToken every request must carry it, but for
+// the requests an endpoint serves publicly (Endpoint.Public: the live
+// page's own files), which hold no data. Served over TLS with an
+// authorization table, the table must allow the client each endpoint's
+// name in package authz (group read, or admin for /reset).
 func (s *Server) debugHandler() http.Handler {
 	guard := s.httpAuthz(s.opts.DebugTLS != nil)
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", guard(authz.DebugMetrics, s.promHandler()))
 	mux.Handle("/rlconfig", guard(authz.DebugRLConfig, http.HandlerFunc(s.serveRLConfig)))
-	mux.Handle("GET /explain", guard(authz.DebugExplain, http.HandlerFunc(s.serveExplain)))
-	if s.opts.Candidate != nil {
-		mux.Handle("GET /candidate", guard(authz.DebugExplain, s.opts.Candidate))
-	}
-	if s.opts.RLQS != nil {
-		mux.Handle("GET /rlqs", guard(authz.DebugRLQS, http.HandlerFunc(s.serveRLQS)))
-	}
-	index := "/metrics: Prometheus metrics\n/rlconfig: the configuration in force\n" +
-		"/explain?domain=D&descriptor=k=v,k2=v2: how a request resolves and its pairs' state (JSON)\n"
-	if s.opts.Top != nil {
-		mux.Handle("GET /top", guard(authz.DebugTop, http.HandlerFunc(s.serveTop)))
-		mux.Handle("GET /ui/", guard(authz.DebugTop, uiHeaders(uiHandler())))
-		index += "/top?domain=D&rule=R: who is being limited, by which rule (JSON)\n/ui/: the same, live\n"
-	}
-	if s.opts.DebugReset {
-		mux.Handle("POST /reset", guard(authz.DebugReset, http.HandlerFunc(s.serveReset)))
-		index += "POST /reset?domain=D&descriptor=k=v,k2=v2: forget those pairs' state\n"
+	index := "/metrics: Prometheus metrics\n/rlconfig: the configuration in force\n"
+	refusal := "a bearer token is required: send Authorization: Bearer TOKEN, TOKEN the content of the file given to --debug-token-file"
+	var public []func(*http.Request) bool
+	for _, e := range s.debugEndpoints {
+		mux.Handle(e.Pattern, guard(e.Name, e.Handler))
+		index += e.Index
+		if e.Public != nil {
+			public = append(public, e.Public)
+			refusal += "; in a browser, open " + e.path() + " and enter the token there"
+		}
 	}
 	if s.opts.Pprof {
 		mux.Handle("/debug/pprof/", guard(authz.DebugPprof, http.HandlerFunc(pprof.Index)))
@@ -244,16 +176,12 @@ func (s *Server) debugHandler() http.Handler {
 		return mux
 	}
 	want := []byte("Bearer " + s.opts.DebugToken)
-	refusal := "a bearer token is required: send Authorization: Bearer TOKEN, TOKEN the content of the file given to --debug-token-file"
-	if s.opts.Top != nil {
-		refusal += "; in a browser, open /ui/ and enter the token there"
-	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		// The live page's files hold no data: a browser loads them, and
-		// its login form, without the token (see uiPublic).
-		if s.opts.Top != nil && uiPublicRequest(r) {
-			mux.ServeHTTP(w, r)
-			return
+		for _, p := range public {
+			if p(r) {
+				mux.ServeHTTP(w, r)
+				return
+			}
 		}
 		if subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), want) != 1 {
 			s.metrics.debugDenied.Inc()
@@ -289,20 +217,4 @@ func (s *Server) serveRLConfig(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintf(w, "# %s\n", note)
 	}
 	w.Write(out)
-}
-
-// latin1Invalid returns b with every byte that is not part of valid UTF-8
-// replaced by the UTF-8 encoding of the character of that code.
-func latin1Invalid(b []byte) []byte {
-	out := make([]byte, 0, len(b)+8)
-	for len(b) > 0 {
-		r, n := utf8.DecodeRune(b)
-		if r == utf8.RuneError && n == 1 {
-			out = utf8.AppendRune(out, rune(b[0]))
-		} else {
-			out = append(out, b[:n]...)
-		}
-		b = b[n:]
-	}
-	return out
 }

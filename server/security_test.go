@@ -20,7 +20,6 @@ import (
 
 	charonv1 "github.com/charonlimit/charon/api/charon/v1"
 	"github.com/charonlimit/charon/internal/authz"
-	"github.com/charonlimit/charon/internal/copystore/memcopy"
 	"github.com/charonlimit/charon/internal/tlsconfig"
 	"github.com/charonlimit/charon/internal/tlsconfig/tlstest"
 )
@@ -146,10 +145,7 @@ clients:
 	if err != nil {
 		t.Fatal(err)
 	}
-	mc := memcopy.New(memcopy.Options{})
-	defer mc.Close()
-	eng, clock := charonEngine(t)
-	s, stop := newTestServer(t, Options{Engine: eng, GRPCTLS: srvTLS, Authz: table, Charon: CharonOptions{Broker: charonBroker(eng, clock, mc)}})
+	s, stop := newTestServer(t, Options{GRPCTLS: srvTLS, Authz: table})
 	defer stop()
 
 	conn := func(san string) *grpc.ClientConn {
@@ -164,7 +160,7 @@ clients:
 		return err
 	}
 	reserve := func(cc *grpc.ClientConn) error {
-		_, err := charonv1.NewCharonClient(cc).Reserve(ctx, &charonv1.ReserveRequest{Resource: res("c", "db", "a"), Copies: 1})
+		_, err := charonv1.NewCharonClient(cc).Reserve(ctx, &charonv1.ReserveRequest{Resource: &charonv1.Resource{Domain: "c"}, Copies: 1})
 		return err
 	}
 	session := func(cc *grpc.ClientConn) error {
@@ -364,8 +360,7 @@ clients:
   - identity: spiffe://test/gateway
     allow: [rls]
 `)
-	eng, _ := charonEngine(t)
-	s, stop := newTestServer(t, Options{Engine: eng, GRPCTLS: srvTLS, DebugTLS: srvTLS, Authz: table, Pprof: true, DebugReset: true})
+	s, stop := newTestServer(t, Options{GRPCTLS: srvTLS, DebugTLS: srvTLS, Authz: table, Pprof: true})
 	clients := map[string]*http.Client{}
 	for _, who := range []string{"reader", "admin", "scraper", "gateway"} {
 		clients[who] = httpsClient(t, m, "spiffe://test/"+who)
@@ -406,7 +401,7 @@ clients:
 	stop()
 
 	// With a token too: the token first, then the table.
-	s, stop = newTestServer(t, Options{Engine: eng, GRPCTLS: srvTLS, DebugTLS: srvTLS, Authz: table, DebugToken: "t0ken"})
+	s, stop = newTestServer(t, Options{GRPCTLS: srvTLS, DebugTLS: srvTLS, Authz: table, DebugToken: "t0ken"})
 	defer stop()
 	base = "https://" + s.DebugAddr()
 	for _, c := range []struct {
@@ -423,25 +418,36 @@ clients:
 	}
 }
 
-// TestDebugResetTLS: POST /reset is served on a debug port whose TLS, built
-// by tlsconfig as serve builds it, verifies client certificates, and refused
-// at start on one that does not.
-func TestDebugResetTLS(t *testing.T) {
-	m, srvTLS := mutualTLS(t, "unused.test")
-	eng, _ := charonEngine(t)
-	s, stop := newTestServer(t, Options{Engine: eng, DebugTLS: srvTLS, DebugReset: true})
-	defer stop()
-	q := "?domain=c&descriptor=" + url.QueryEscape("rate=x")
-	if body, code := fetchWith(t, httpsClient(t, m, "ops.test"), "POST", "https://"+s.DebugAddr()+"/reset"+q, "", ""); code != http.StatusOK {
-		t.Errorf("POST /reset over mutual TLS: got %d %q, want 200", code, body)
-	}
-
+// TestDebugAuthenticated: a debug port authenticates its clients with a
+// token, or with a TLS, built by tlsconfig as serve builds it, that
+// verifies client certificates; not with one that does not, nor in
+// plaintext.
+func TestDebugAuthenticated(t *testing.T) {
+	m, mutual := mutualTLS(t, "unused.test")
 	noCA, err := tlsconfig.NewServer(tlsconfig.Options{CertFile: m.CertFile, KeyFile: m.KeyFile})
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = New(Options{Engine: eng, GRPCAddr: "127.0.0.1:0", DebugTLS: noCA.Config(), DebugReset: true})
-	if err == nil || !strings.Contains(err.Error(), "DebugReset") {
-		t.Errorf("DebugReset over TLS without a client CA: got %v, want a refusal", err)
+	for _, tc := range []struct {
+		name string
+		opts Options
+		want bool
+	}{
+		{"plaintext", Options{}, false},
+		{"token", Options{DebugToken: "t0ken"}, true},
+		{"mutual TLS", Options{DebugTLS: mutual}, true},
+		{"TLS without a client CA", Options{DebugTLS: noCA.Config()}, false},
+		{"a bare TLS config", Options{DebugTLS: &tls.Config{}}, false},
+	} {
+		tc.opts.GRPCAddr, tc.opts.Engine = "127.0.0.1:0", &fakeEngine{}
+		s, err := New(tc.opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := s.DebugAuthenticated(); got != tc.want {
+			t.Errorf("%s: DebugAuthenticated %v, want %v", tc.name, got, tc.want)
+		}
+		s.grpc.Stop()
+		s.closeListeners()
 	}
 }

@@ -15,9 +15,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
-	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
 	"google.golang.org/grpc"
@@ -27,12 +24,9 @@ import (
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/reflection"
 
-	charonv1 "github.com/charonlimit/charon/api/charon/v1"
 	"github.com/charonlimit/charon/config"
+	"github.com/charonlimit/charon/descriptors"
 	"github.com/charonlimit/charon/internal/authz"
-	"github.com/charonlimit/charon/internal/decisionlog"
-	"github.com/charonlimit/charon/internal/offenders"
-	"github.com/charonlimit/charon/internal/rlqs"
 )
 
 // RLSServiceName is the gRPC service name that health checks may ask about.
@@ -64,6 +58,7 @@ var ErrStopNow = errors.New("server: stop without draining")
 // Options configure a Server. GRPCAddr and Engine are required; an empty
 // HTTPAddr or DebugAddr disables that listener; an empty ConfigDir serves with
 // no configuration (every request is OK, nothing limited) and watches nothing.
+// charon serve binds the settings to its flags (Flags).
 type Options struct {
 	GRPCAddr, HTTPAddr, DebugAddr string
 	// MetricsAddr, when set, serves the metrics alone at MetricsPath
@@ -71,7 +66,9 @@ type Options struct {
 	// not reach the debug port (envoyproxy/ratelimit's USE_PROMETHEUS).
 	MetricsAddr, MetricsPath string
 
-	Engine Decider
+	// Engine receives the descriptor tree of every configuration put in
+	// force.
+	Engine Engine
 
 	// ConfigDir is watched every PollInterval; Load loads it (required with
 	// ConfigDir).
@@ -79,40 +76,22 @@ type Options struct {
 	Load         LoadFunc
 	PollInterval time.Duration
 	// WaitForConfig, for a configuration delivered by ApplyConfig (xDS),
-	// keeps health NOT_SERVING and answers ShouldRateLimit UNAVAILABLE
-	// until the first one is applied, so that Envoy's failure_mode_deny
-	// decides meanwhile. Without it, the server serves with no
-	// configuration until then.
+	// keeps health NOT_SERVING and makes Ready an error (the RLS service
+	// answers UNAVAILABLE) until the first one is applied, so that Envoy's
+	// failure_mode_deny decides meanwhile. Without it, the server serves
+	// with no configuration until then.
 	WaitForConfig bool
 	// WaitingFor, with WaitForConfig, says where the first configuration
 	// is awaited from and what to do meanwhile (which setting to check or
-	// change): it follows "no configuration yet" in the UNAVAILABLE answers
-	// and /healthcheck.
+	// change): it follows "no configuration yet" in Ready's error and
+	// /healthcheck.
 	WaitingFor string
 
-	// ResponseHeaders adds RateLimit-Limit, RateLimit-Remaining and
-	// RateLimit-Reset to every response that has a limited status;
-	// HeaderNames, when set, renames them (in that order).
-	ResponseHeaders bool
-	HeaderNames     [3]string
-	// DraftHeaders adds the IETF draft's RateLimit-Policy and RateLimit
-	// fields (draftheaders.go) to every response with a limited status.
-	DraftHeaders bool
-	// ShadowMode answers OK where the answer would be OVER_LIMIT (the
-	// statuses keep their codes), counted: envoyproxy/ratelimit's global
-	// SHADOW_MODE.
-	ShadowMode bool
-	// DynamicMetadata adds envoyproxy/ratelimit's dynamic_metadata to
-	// every response (RESPONSE_DYNAMIC_METADATA).
-	DynamicMetadata bool
-	// Tracing traces every gRPC call (ShouldRateLimit, charon.v1) and HTTP
-	// /json with OpenTelemetry's global tracer provider, continuing the
-	// caller's trace (the global propagator's: internal/tracing's reads W3C
-	// Trace Context and B3).
+	// Tracing traces every gRPC call and the endpoints that ask for it
+	// (Endpoint.Traced: /json) with OpenTelemetry's global tracer
+	// provider, continuing the caller's trace (the global propagator's:
+	// internal/tracing's reads W3C Trace Context and B3).
 	Tracing bool
-	// NearLimitRatio is the share of a limit from which granted hits count
-	// as near_limit (0: 0.8).
-	NearLimitRatio float64
 	// MaxConnectionAge and MaxConnectionAgeGrace, when positive, close a
 	// gRPC connection after that age (clients reconnect, which spreads them
 	// over new replicas), giving its RPCs the grace to finish.
@@ -130,8 +109,9 @@ type Options struct {
 	// the HTTP and debug ports (slow clients are cut off).
 	HTTPReadTimeout time.Duration
 	// MaxConcurrentStreams caps the concurrent RPCs (and Session streams)
-	// of one gRPC connection, and of one HTTP/2 connection of the HTTP port.
-	MaxConcurrentStreams uint32
+	// of one gRPC connection, and of one HTTP/2 connection of the HTTP
+	// port; at most 2^31-1.
+	MaxConcurrentStreams uint
 
 	// GRPCTLS and HTTPTLS, when set, serve the gRPC and the HTTP port over
 	// TLS (nil: plaintext). A config with client CAs verifies client
@@ -155,45 +135,15 @@ type Options struct {
 	DebugToken string
 	DebugTLS   *tls.Config
 	Pprof      bool
-	// DebugReset serves POST /reset on the debug port, which forgets pairs'
-	// state; it needs DebugToken or a DebugTLS requiring client
-	// certificates.
-	DebugReset bool
-	// Attribution says which answers name the rule that decided them, in
-	// dynamic_metadata under AttributionKey (beside envoyproxy/ratelimit's
-	// fields of DynamicMetadata); AttributionHeaders adds X-Charon-*
-	// response headers too, which Envoy forwards to the client.
-	Attribution        Attribution
-	AttributionHeaders bool
-	// Top, when set, tracks who is limited by which rule: GET /top and the
-	// page at /ui/ on the debug port, and charon_top_hits with the top
-	// TopMetrics values per rule and outcome (0: none), labelled with their
-	// value when TopMetricsValues (else only their rank).
-	Top              *offenders.Tracker
-	TopMetrics       int
-	TopMetricsValues bool
-	// DecisionLog, when set, receives the decisions of ShouldRateLimit; its
-	// counts are exported. The server does not close it.
-	DecisionLog *decisionlog.Logger
-	// Candidate, when set, decides every request again under a candidate
-	// configuration, in shadow (see Candidate).
-	Candidate Candidate
-	// CandidateReloader, when set, watches the candidate's directory: Serve
-	// polls it every PollInterval, as ConfigDir, and stops it before it
-	// returns.
-	CandidateReloader *Reloader
 
 	Logger  *slog.Logger // nil: discard
 	Metrics *Metrics     // nil: NewMetrics(nil)
+}
 
-	// RLQS, when set, serves envoy.service.rate_limit_quota.v3 with this
-	// pipeline (Serve runs its ticks), its metrics and the debug port's
-	// GET /rlqs.
-	RLQS *rlqs.Allocator
-
-	// Charon configures the charon.v1 service, registered when its Engine
-	// (or Options.Engine) implements CharonEngine.
-	Charon CharonOptions
+// Engine is what the server needs of the decision pipeline: the tree of
+// each configuration put in force; *engine.Engine implements it.
+type Engine interface {
+	SetTree(t *descriptors.Tree)
 }
 
 // Server is a running Charon front end: its listeners are open once New
@@ -202,14 +152,10 @@ type Server struct {
 	opts     Options
 	log      *slog.Logger
 	metrics  *Metrics
-	rls      *rls
-	charon   *charon // nil: charon.v1 not served
-	rlqs     *rlqsService
 	reloader *Reloader
-	// candidate runs Options.Candidate's observations off the request path
-	// (nil: no candidate).
-	candidate *background
-	health    *health.Server
+	health   *health.Server
+	// noConfig is Ready's error while WaitForConfig waits.
+	noConfig error
 	// applied is the configuration in force (nil before the first);
 	// configReady is false while WaitForConfig waits for it, storeOK is
 	// the store's health (SetServing); health is SERVING when both are
@@ -218,6 +164,14 @@ type Server struct {
 	configReady atomic.Bool
 	storeOK     atomic.Bool
 	healthMu    sync.Mutex
+
+	// What the services registered (register.go), in order.
+	grpcServices                  []registered
+	grpcOptions                   []grpc.ServerOption
+	httpEndpoints, debugEndpoints []Endpoint
+	tasks                         []func(context.Context)
+	watched                       []*Reloader
+	onShutdown                    []func()
 
 	grpc                          *grpc.Server
 	httpSrv, debugSrv, metricsSrv *http.Server
@@ -229,10 +183,10 @@ type Server struct {
 	endDrainOnce sync.Once
 }
 
-// New checks opts, loads the configuration (an invalid one is an error: the
-// server does not start on a configuration it cannot use) and opens the
-// listeners.
-func New(opts Options) (*Server, error) {
+// New checks opts, has each service register (Service), loads the
+// configuration (an invalid one is an error: the server does not start on
+// a configuration it cannot use) and opens the listeners.
+func New(opts Options, services ...Service) (*Server, error) {
 	if opts.Engine == nil {
 		return nil, errors.New("server: Options.Engine is required")
 	}
@@ -242,55 +196,25 @@ func New(opts Options) (*Server, error) {
 	if opts.ConfigDir != "" && opts.Load == nil {
 		return nil, errors.New("server: Options.Load is required with ConfigDir")
 	}
-	if err := checkDebugReset(&opts); err != nil {
-		return nil, err
-	}
 	setDefault(&opts.PollInterval, DefaultPollInterval)
 	setDefault(&opts.ShutdownTimeout, DefaultShutdownTimeout)
 	setDefault(&opts.MaxRecvMsgSize, DefaultMaxRecvMsgSize)
 	setDefault(&opts.HTTPReadTimeout, DefaultHTTPReadTimeout)
 	setDefault(&opts.MaxConcurrentStreams, DefaultMaxConcurrentStreams)
-	s := &Server{opts: opts, log: opts.Logger, metrics: opts.Metrics, endDrain: make(chan struct{})}
+	opts.MaxConcurrentStreams = min(opts.MaxConcurrentStreams, 1<<31-1)
+	s := &Server{opts: opts, log: opts.Logger, metrics: opts.Metrics, endDrain: make(chan struct{}), noConfig: noConfigError(opts.WaitingFor)}
 	if s.log == nil {
 		s.log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
 	if s.metrics == nil {
 		s.metrics = NewMetrics(nil)
 	}
-	if opts.ResponseHeaders {
-		names := defaultHeaderNames
-		for i, n := range opts.HeaderNames {
-			if n != "" {
-				names[i] = n
-			}
-		}
-		opts.HeaderNames = names
-	}
-	if opts.NearLimitRatio > 0 {
-		s.metrics.nearRatio = opts.NearLimitRatio
-	}
 	s.storeOK.Store(true)
 	s.configReady.Store(!opts.WaitForConfig)
-	if pe, ok := opts.Engine.(pacer); ok {
-		s.metrics.registerPace(pe.Pace())
-	}
-	s.rls = &rls{engine: opts.Engine, metrics: s.metrics, log: s.log, responseHeaders: opts.ResponseHeaders, draftHeaders: opts.DraftHeaders,
-		headerNames: opts.HeaderNames, shadowMode: opts.ShadowMode, dynamicMetadata: opts.DynamicMetadata,
-		ready: &s.configReady, noConfig: noConfigError(opts.WaitingFor),
-		attribution: opts.Attribution, attributionHeaders: opts.AttributionHeaders, observers: s.observers(&opts)}
-	if opts.Top != nil {
-		// A Metrics shared by several servers has it already.
-		s.metrics.Registry.Register(newTopCollector(opts.Top, opts.TopMetrics, opts.TopMetricsValues))
-	}
-	if opts.Candidate != nil {
-		s.metrics.Registry.MustRegister(opts.Candidate)
-		s.metrics.Registry.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
-			Namespace: "charon", Subsystem: "candidate", Name: "dropped_total",
-			Help: "Requests not decided under the candidate configuration because its queue was full (the live answer never waits for it).",
-		}, func() float64 { return float64(s.candidate.Dropped()) }))
-	}
-	if opts.DecisionLog != nil {
-		decisionLogCollector(s.metrics.Registry, opts.DecisionLog)
+	for _, svc := range services {
+		if err := svc.Register(s); err != nil {
+			return nil, err
+		}
 	}
 	s.reloader = NewReloader(opts.ConfigDir, opts.Load, func(c *config.Config) { s.setConfig(c, "file", "") }, s.metrics, s.log)
 	if opts.ConfigDir != "" {
@@ -314,12 +238,9 @@ func New(opts Options) (*Server, error) {
 		}
 		creds = append(creds, grpc.ChainUnaryInterceptor(s.authzUnary), grpc.ChainStreamInterceptor(s.authzStream))
 	}
-	s.grpc = grpc.NewServer(append(creds,
+	s.grpc = grpc.NewServer(append(append(creds,
 		grpc.MaxRecvMsgSize(opts.MaxRecvMsgSize),
-		// RateLimitRequest bytes that are not UTF-8 are limited, not
-		// refused (wire.go).
-		grpc.ForceServerCodecV2(newCodec()),
-		grpc.MaxConcurrentStreams(opts.MaxConcurrentStreams),
+		grpc.MaxConcurrentStreams(uint32(opts.MaxConcurrentStreams)),
 		// A connection must finish its TLS and HTTP/2 handshake in time.
 		grpc.ConnectionTimeout(opts.HTTPReadTimeout),
 		// Requests run on long-lived workers, whose stacks have grown
@@ -338,21 +259,9 @@ func New(opts Options) (*Server, error) {
 		// vanished (network loss, a host gone) ends, releasing its holds.
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 5 * time.Second, Timeout: 5 * time.Second,
 			MaxConnectionAge: opts.MaxConnectionAge, MaxConnectionAgeGrace: opts.MaxConnectionAgeGrace}),
-	)...)
-	rlsv3.RegisterRateLimitServiceServer(s.grpc, s.rls)
-	if ce := opts.Charon.Engine; ce != nil {
-		s.charon = newCharon(ce, opts.Charon, s.metrics, s.log)
-	} else if ce, ok := opts.Engine.(CharonEngine); ok {
-		s.charon = newCharon(ce, opts.Charon, s.metrics, s.log)
-	}
-	if s.charon != nil {
-		s.charon.candidate = opts.Candidate
-		charonv1.RegisterCharonServer(s.grpc, s.charon)
-	}
-	if opts.RLQS != nil {
-		s.rlqs = &rlqsService{a: opts.RLQS, closing: make(chan struct{})}
-		rlqsv3.RegisterRateLimitQuotaServiceServer(s.grpc, s.rlqs)
-		s.metrics.Registry.Register(rlqsCollector{opts.RLQS})
+	), s.grpcOptions...)...)
+	for _, r := range s.grpcServices {
+		s.grpc.RegisterService(r.desc, r.impl)
 	}
 	healthpb.RegisterHealthServer(s.grpc, s.health)
 	reflection.Register(s.grpc)
@@ -395,6 +304,14 @@ func New(opts Options) (*Server, error) {
 		*p.lis, *p.srv = lis, s.httpServer(p.handler())
 	}
 	return s, nil
+}
+
+// setDefault sets an option that is zero or negative to its default.
+func setDefault[T cmp.Ordered](v *T, def T) {
+	var zero T
+	if *v <= zero {
+		*v = def
+	}
 }
 
 // metricsHandler serves the metrics at MetricsPath, /metrics by default.
@@ -496,32 +413,27 @@ func (s *Server) Serve(ctx context.Context) error {
 		run("metrics", func() error { return s.metricsSrv.Serve(s.metricsLis) })
 	}
 	watchCtx, stopWatch := context.WithCancel(context.Background())
+	watch := func(r *Reloader) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r.Run(watchCtx, s.opts.PollInterval)
+		}()
+	}
 	if s.opts.ConfigDir != "" {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			s.reloader.Run(watchCtx, s.opts.PollInterval)
-		}()
+		watch(s.reloader)
 	}
-	if r := s.opts.CandidateReloader; r != nil {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			r.Run(watchCtx, cmp.Or(s.opts.PollInterval, DefaultPollInterval))
-		}()
+	for _, r := range s.watched {
+		watch(r)
 	}
-	if s.rlqs != nil {
+	// The services' tasks outlive the listeners: they end once the last
+	// requests are answered.
+	taskCtx, stopTasks := context.WithCancel(context.Background())
+	for _, f := range s.tasks {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			s.opts.RLQS.Run(watchCtx)
-		}()
-	}
-	if s.candidate != nil {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			s.candidate.run()
+			f(taskCtx)
 		}()
 	}
 	s.log.Info("serving", "grpc", s.GRPCAddr(), "http", s.HTTPAddr(), "debug", s.DebugAddr(), "config", s.opts.ConfigDir)
@@ -536,10 +448,7 @@ func (s *Server) Serve(ctx context.Context) error {
 	}
 	stopWatch()
 	s.shutdown()
-	if s.candidate != nil {
-		// Nothing is decided any more: observe what is queued, then stop.
-		close(s.candidate.stop)
-	}
+	stopTasks()
 	wg.Wait()
 	return err
 }
@@ -571,12 +480,9 @@ func (s *Server) shutdown() {
 	s.log.Info("shutting down", "timeout", s.opts.ShutdownTimeout)
 	s.shuttingDown.Store(true)
 	s.health.Shutdown()
-	if s.charon != nil {
-		// Session streams would hold up a graceful stop: end them now.
-		close(s.charon.closing)
-	}
-	if s.rlqs != nil {
-		close(s.rlqs.closing) // Envoys reconnect elsewhere
+	for _, f := range s.onShutdown {
+		// Streams would hold up a graceful stop: the services end them now.
+		f()
 	}
 	deadline, cancel := context.WithTimeout(context.Background(), s.opts.ShutdownTimeout)
 	defer cancel()

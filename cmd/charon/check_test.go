@@ -103,7 +103,7 @@ func TestConfigCheckLoadsAsServe(t *testing.T) {
 				}
 				return
 			}
-			_, _, err = config.Load(config.DirFS(tc.dir), config.Options{MergeDomains: c.MergeDomains, FixedWindowDefault: c.FixedWindow})
+			_, _, err = config.Load(config.DirFS(tc.dir), c.Load)
 			if (err == nil) != (code == 0) {
 				t.Errorf("serve loads with error %v, config check exits %d", err, code)
 			}

@@ -38,7 +38,7 @@ type egProbe struct {
 }
 
 // egDeployment is the part of Envoy Gateway's generated ratelimit
-// Deployment (server/testdata/envoygateway) that the process sees.
+// Deployment (service/rls/testdata/envoygateway) that the process sees.
 type egDeployment struct {
 	Spec struct {
 		Template struct {
@@ -84,7 +84,7 @@ func egRateLimitConfig() *rlsconfv3.RateLimitConfig {
 // after the fact blocks the next check.
 func TestEnvoyGatewayDeployment(t *testing.T) {
 	bin := buildCharon(t)
-	raw, err := os.ReadFile("../../server/testdata/envoygateway/ratelimit-deployment.yaml")
+	raw, err := os.ReadFile("../../service/rls/testdata/envoygateway/ratelimit-deployment.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -96,7 +96,7 @@ func TestEnvoyGatewayDeployment(t *testing.T) {
 	if strings.Join(c.Command, " ") != "/bin/ratelimit" || c.ReadinessProbe.HTTPGet.Path != "/healthcheck" || c.ReadinessProbe.HTTPGet.Port != 8080 {
 		t.Fatalf("the vendored Deployment changed: command %v, readiness probe %+v", c.Command, c.ReadinessProbe)
 	}
-	mapping, err := filepath.Abs("../../server/testdata/envoygateway/statsd_conf.yaml")
+	mapping, err := filepath.Abs("../../service/rls/testdata/envoygateway/statsd_conf.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,8 +1,10 @@
-// Command charon is the Charon rate limit service and its tools: serve,
-// config check and diff, suggest, replay, sim, version, and the client verbs of package
-// clientcmd (ask, explain, usage, top, health, bench and the copy verbs). Each verb
-// maps its flags and environment to the Options of the packages that do
-// the work.
+// Command charon is the Charon rate limit service and its tools: serve
+// (serve.go wires the server and its services), version, the verbs that
+// need no server of package offlinecmd (config check and diff, suggest,
+// replay, sim) and the client verbs of package clientcmd (ask, explain,
+// usage, top, health, bench, rlqs-sim and the copy verbs). Each verb maps
+// its flags and environment to the Options of the packages that do the
+// work.
 package main
 
 import (
@@ -16,6 +18,7 @@ import (
 	_ "time/tzdata"
 
 	"github.com/charonlimit/charon/internal/clientcmd"
+	"github.com/charonlimit/charon/internal/offlinecmd"
 )
 
 // version is set with -ldflags "-X main.version=..."; otherwise the module
@@ -59,10 +62,6 @@ or given /bin/ratelimit as its verb, charon serves: charon serve [flags].
 Run "charon VERB -h" for a verb's flags.
 `
 
-// errUsage is a command line mistake (exit status 2); errReported a
-// failure whose details were already printed (exit status 1).
-var errUsage, errReported = clientcmd.ErrUsage, clientcmd.ErrReported
-
 func main() {
 	os.Exit(run(commandArgs(os.Args), os.Getenv, os.Stdout, os.Stderr))
 }
@@ -100,21 +99,7 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) in
 	case "serve":
 		err = runServe(args[1:], getenv, stderr)
 	case "config":
-		switch {
-		case len(args) >= 2 && args[1] == "check":
-			err = runCheck(args[2:], getenv, stdout, stderr)
-		case len(args) >= 2 && args[1] == "diff":
-			return diffExitCode(runDiff(args[2:], getenv, stdout, stderr), stderr)
-		default:
-			fmt.Fprintln(stderr, "usage: charon config check DIR [--dump] [--merge-domains] [--fixed-window]\n       charon config diff OLD NEW [--json]")
-			return 2
-		}
-	case "replay":
-		err = runReplay(args[1:], getenv, stdout, stderr)
-	case "suggest":
-		err = runSuggest(args[1:], getenv, stdout, stderr)
-	case "sim":
-		err = runSim(args[1:], stdout, stderr)
+		return offlinecmd.Config(args[1:], loadFlags(getenv), stdout, stderr)
 	case "version", "--version", "-version":
 		fmt.Fprintln(stdout, "charon", versionString())
 		return 0
@@ -122,6 +107,10 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) in
 		fmt.Fprint(stdout, usage)
 		return 0
 	default:
+		if f, ok := offlinecmd.Verbs[verb]; ok {
+			err = f(args[1:], loadFlags(getenv), stdout, stderr)
+			break
+		}
 		f, ok := clientcmd.Verbs[verb]
 		if !ok {
 			fmt.Fprintf(stderr, "charon: unknown verb %q\n\n%s", verb, usage)

@@ -22,6 +22,7 @@ import (
 	"github.com/charonlimit/charon/internal/replay"
 	"github.com/charonlimit/charon/internal/store/memstore"
 	"github.com/charonlimit/charon/server"
+	"github.com/charonlimit/charon/service/rls"
 )
 
 const replayConfig = `domain: api
@@ -103,7 +104,7 @@ func live(t *testing.T, cfgText string, reqs []liveRequest) (log []byte, over []
 	eng.SetTree(cfg.Tree)
 	var buf bytes.Buffer
 	dl := decisionlog.New(&buf, decisionlog.Options{All: true, Rate: -1})
-	srv, err := server.New(server.Options{GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", DebugAddr: "127.0.0.1:0", Engine: eng, DecisionLog: dl})
+	srv, err := server.New(server.Options{GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", DebugAddr: "127.0.0.1:0", Engine: eng}, rls.New(eng, rls.Options{DecisionLog: dl}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -142,7 +143,7 @@ func live(t *testing.T, cfgText string, reqs []liveRequest) (log []byte, over []
 
 func mustConfig(t *testing.T, text string) *config.Config {
 	t.Helper()
-	cfg, err := loadDir(writeConfig(t, map[string]string{"api.yaml": text}), config.Options{}, &bytes.Buffer{})
+	cfg, _, err := config.Load(config.DirFS(writeConfig(t, map[string]string{"api.yaml": text})), config.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

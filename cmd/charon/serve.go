@@ -9,9 +9,7 @@ import (
 	"io"
 	"io/fs"
 	"log/slog"
-	"net"
 	"os"
-	"os/signal"
 	"runtime/debug"
 	"slices"
 	"strconv"
@@ -29,6 +27,7 @@ import (
 	"github.com/charonlimit/charon/internal/holds"
 	"github.com/charonlimit/charon/internal/lyftenv"
 	"github.com/charonlimit/charon/internal/memlimit"
+	"github.com/charonlimit/charon/internal/offlinecmd"
 	"github.com/charonlimit/charon/internal/redisbackend"
 	"github.com/charonlimit/charon/internal/redisconn"
 	"github.com/charonlimit/charon/internal/rlqs"
@@ -41,6 +40,9 @@ import (
 	"github.com/charonlimit/charon/internal/tracing"
 	"github.com/charonlimit/charon/internal/xdsconfig"
 	"github.com/charonlimit/charon/server"
+	"github.com/charonlimit/charon/service/charon"
+	rlqsservice "github.com/charonlimit/charon/service/rlqs"
+	"github.com/charonlimit/charon/service/rls"
 )
 
 // serveConfig is everything `charon serve` is told, after defaults,
@@ -56,6 +58,10 @@ type serveConfig struct {
 	XDS    xdsconfig.Flags
 	Store  string
 	Server server.Flags
+	// RLS and Charon are the services' settings (service/rls,
+	// service/charon), bound to their flags directly.
+	RLS    rls.Options
+	Charon charon.Options
 	// Redis are the Redis flags; the password comes from a file,
 	// CHARON_REDIS_PASSWORD or REDIS_AUTH (never a flag, which ps would
 	// show).
@@ -63,16 +69,14 @@ type serveConfig struct {
 	Tracing   tracing.Flags
 	Decisions decisionlog.Flags
 	RLQS      rlqs.Flags
-	// LyftMetrics adds envoyproxy/ratelimit's metric names, unless
-	// MetricsMapping names a statsd_exporter mapping file to make them
-	// from its statsd stats; StatsdAddr,
-	// when set, sends its statsd stats there over StatsdProtocol, flushed
-	// every StatsdFlush.
-	LyftMetrics    bool
+	// Load are the settings that change how a configuration loads.
+	Load config.Options
+	// MetricsMapping names a statsd_exporter mapping file to make
+	// envoyproxy/ratelimit's series from its statsd stats (in place of
+	// RLS.LyftMetrics' names); Statsd, with its Addr set, sends its statsd
+	// stats there.
 	MetricsMapping string
-	StatsdAddr     string
-	StatsdProtocol statsd.Protocol
-	StatsdFlush    time.Duration
+	Statsd         statsd.Options
 	MaxDescriptors int
 	// PaceMaxWaiting bounds the requests pacing holds at once.
 	PaceMaxWaiting int
@@ -83,10 +87,6 @@ type serveConfig struct {
 	StateInterval           time.Duration
 	StateFileDiscardInvalid bool
 	QuotaMode               bool
-	MergeDomains            bool
-	FixedWindow             bool
-	Overdraft               bool
-	CalendarUnits           zoneFlag
 	HeapFloorMiB            int
 	// CgroupRoot is where the container's memory limit is read from
 	// (package memlimit): CHARON_CGROUP_ROOT, an environment variable
@@ -116,12 +116,12 @@ func defaultServeConfig() serveConfig {
 		XDS:            xdsconfig.DefaultFlags(),
 		Store:          "memory",
 		Server:         server.DefaultFlags(),
+		RLS:            rls.DefaultOptions(),
 		Redis:          redisbackend.Flags{Options: redisbackend.Options{Timeout: resilient.DefaultTimeout}},
 		Tracing:        tracing.DefaultFlags(),
 		Decisions:      decisionlog.DefaultFlags(),
 		RLQS:           rlqs.DefaultFlags(),
-		LyftMetrics:    true,
-		StatsdFlush:    time.Second,
+		Statsd:         statsd.Options{FlushInterval: time.Second},
 		MaxDescriptors: 64,
 		PaceMaxWaiting: engine.DefaultPaceMaxWaiting,
 		MaxKeys:        memstore.DefaultMaxKeys,
@@ -141,15 +141,14 @@ func serveFlags(fs *flag.FlagSet, c *serveConfig) {
 	c.XDS.Bind(fs)
 	fs.StringVar(&c.Store, "store", c.Store, "state store: memory or redis")
 	c.Server.Bind(fs)
+	c.RLS.Bind(fs)
+	c.Charon.Bind(fs)
 	c.Redis.Bind(fs)
 	c.Tracing.Bind(fs)
 	c.Decisions.Bind(fs)
 	c.RLQS.Bind(fs)
-	fs.BoolVar(&c.LyftMetrics, "lyft-metrics", c.LyftMetrics, "also count under envoyproxy/ratelimit's Prometheus names (ratelimit_service_*)")
 	fs.StringVar(&c.MetricsMapping, "metrics-mapping", c.MetricsMapping, "make Prometheus series of envoyproxy/ratelimit's statsd stats with this statsd_exporter mapping `file`, as its PROMETHEUS_MAPPER_YAML does, in place of --lyft-metrics' built-in names")
-	fs.StringVar(&c.StatsdAddr, "statsd-addr", c.StatsdAddr, "send envoyproxy/ratelimit's statsd stats (its names) to this `host:port`")
-	fs.Var(&c.StatsdProtocol, "statsd-protocol", "send the statsd stats over `udp` (the default) or tcp (newline-separated lines on one connection, redialled; dropped rather than waited for while it is down)")
-	fs.DurationVar(&c.StatsdFlush, "statsd-flush-interval", c.StatsdFlush, "how often buffered statsd stats are sent at the latest")
+	c.Statsd.Bind(fs)
 	fs.IntVar(&c.MaxDescriptors, "max-descriptors", c.MaxDescriptors, "most descriptors in one request")
 	fs.IntVar(&c.PaceMaxWaiting, "pace-max-waiting", c.PaceMaxWaiting, "most requests held at once by pace: (a descriptor's wait instead of a rejection); beyond, a request is rejected as without pace; 0: pacing off")
 	fs.IntVar(&c.MaxKeys, "max-keys", c.MaxKeys, "most tracked (resource, domain) pairs in memory, least recently used evicted; unset: as many as fit in half the memory limit (GOMEMLIMIT, or 90% of the container's), this default without one")
@@ -157,9 +156,14 @@ func serveFlags(fs *flag.FlagSet, c *serveConfig) {
 	fs.DurationVar(&c.StateInterval, "state-interval", c.StateInterval, "how often --state-file is written: a crash loses at most this long of counts")
 	fs.BoolVar(&c.StateFileDiscardInvalid, "state-file-discard-invalid", c.StateFileDiscardInvalid, "start with empty state, with a warning, when --state-file is corrupt, truncated or not a state file (else charon refuses to start)")
 	fs.BoolVar(&c.QuotaMode, "quota-mode", c.QuotaMode, "every limit in quota mode: a descriptor over its limit is OVER_LIMIT, the request only when all its descriptors are")
-	loadFlags(fs, c)
+	c.Load.Bind(fs)
 	fs.IntVar(&c.HeapFloorMiB, "heap-floor-mib", c.HeapFloorMiB, "the garbage collector's heap goal is at least this many MiB while the live heap is small; 0: Go's default; unset: half the memory limit (GOMEMLIMIT, or 90% of the container's) up to this default, "+strconv.Itoa(memlimit.UnlimitedFloorMiB)+" without one")
-	// Every flag can be set by its CHARON_<FLAG> variable (applyCharonEnv).
+	envUsage(fs)
+}
+
+// envUsage names in each flag's usage its CHARON_<FLAG> variable, by which
+// it can be set (applyCharonEnv).
+func envUsage(fs *flag.FlagSet) {
 	fs.VisitAll(func(f *flag.Flag) {
 		if !strings.Contains(f.Usage, "(env ") {
 			f.Usage += " (env " + envName(f.Name) + ")"
@@ -167,53 +171,21 @@ func serveFlags(fs *flag.FlagSet, c *serveConfig) {
 	})
 }
 
-// loadFlags declares the flags that change how a configuration loads; serve
-// and config check both declare them, so that the two load alike.
-func loadFlags(fs *flag.FlagSet, c *serveConfig) {
-	fs.BoolVar(&c.MergeDomains, "merge-domains", c.MergeDomains, "merge files that share a domain instead of refusing them (env "+envName("merge-domains")+")")
-	fs.BoolVar(&c.FixedWindow, "fixed-window", c.FixedWindow, "rate_limit without an algorithm uses envoyproxy/ratelimit's calendar-aligned fixed window instead of the exact sliding window (env "+envName("fixed-window")+")")
-	fs.Var(&c.CalendarUnits, "calendar-units", "the units day, week, month and year of rate limits (files, xDS, a request's own limit) are calendar periods of this IANA time `zone`'s clock, a month from the 1st, in sliding and fixed-window modes alike (a file's calendar_units: ZONE or off wins); unset: envoyproxy/ratelimit's fixed lengths, a month of 30 days (env "+envName("calendar-units")+")")
-	fs.BoolVar(&c.Overdraft, "overdraft", c.Overdraft, "every limit counts post-paid usage unless its descriptor says overdraft: false: a refused request's hits are debited all the same, and a limit in debt refuses every request until its window repays it (env "+envName("overdraft")+")")
-}
-
-// loadOptions are the options a configuration loads with.
-func (c *serveConfig) loadOptions() config.Options {
-	return config.Options{MergeDomains: c.MergeDomains, FixedWindowDefault: c.FixedWindow, OverdraftDefault: c.Overdraft, CalendarUnits: c.CalendarUnits.location()}
-}
-
-// zoneFlag is --calendar-units: the name of an IANA time zone, checked
-// when set, or "" for none.
-type zoneFlag struct{ Name string }
-
-func (z *zoneFlag) String() string {
-	if z == nil {
-		return ""
+// loadFlags are the offline verbs' flags that change how a configuration
+// loads, with serve's values from the environment as defaults, so that
+// they load as serve would (offlinecmd.LoadFlags).
+func loadFlags(getenv func(string) string) offlinecmd.LoadFlags {
+	return func(fs *flag.FlagSet, stderr io.Writer) (*config.Options, error) {
+		c, _, err := serveEnv(getenv, stderr)
+		if err != nil {
+			return nil, err
+		}
+		own := flag.NewFlagSet("", flag.ContinueOnError)
+		c.Load.Bind(own)
+		envUsage(own)
+		own.VisitAll(func(f *flag.Flag) { fs.Var(f.Value, f.Name, f.Usage) })
+		return &c.Load, nil
 	}
-	return z.Name
-}
-
-func (z *zoneFlag) Set(s string) error {
-	if s == "" || strings.EqualFold(s, "off") {
-		z.Name = ""
-		return nil
-	}
-	if _, err := time.LoadLocation(s); err != nil || s == "Local" {
-		return fmt.Errorf("unknown time zone %q (want an IANA name such as Europe/Paris or UTC)", s)
-	}
-	z.Name = s
-	return nil
-}
-
-// location is the zone, nil for none.
-func (z zoneFlag) location() *time.Location {
-	if z.Name == "" {
-		return nil
-	}
-	loc, err := time.LoadLocation(z.Name)
-	if err != nil {
-		return nil // not reached: Set checked the name
-	}
-	return loc
 }
 
 func envName(flagName string) string {
@@ -228,7 +200,7 @@ func applyCharonEnv(fs *flag.FlagSet, getenv func(string) string, from *sources)
 		name := envName(f.Name)
 		if v := getenv(name); v != "" && err == nil {
 			if e := fs.Set(f.Name, v); e != nil {
-				err = fmt.Errorf("%w: %s=%q: %v", errUsage, name, v, e)
+				err = fmt.Errorf("%w: %s=%q: %v", clientcmd.ErrUsage, name, v, e)
 			}
 			from.set(f.Name, name)
 		}
@@ -244,7 +216,7 @@ func serveEnv(getenv func(string) string, stderr io.Writer) (*serveConfig, *flag
 	c := defaultServeConfig()
 	lyft, err := lyftenv.Read(getenv)
 	if err != nil {
-		return &c, nil, fmt.Errorf("%w: %v", errUsage, err)
+		return &c, nil, fmt.Errorf("%w: %v", clientcmd.ErrUsage, err)
 	}
 	c.Redis.Username, c.Redis.Password = lyft.RedisUsername, lyft.RedisPassword
 	if p := getenv("CHARON_REDIS_PASSWORD"); p != "" {
@@ -256,7 +228,7 @@ func serveEnv(getenv func(string) string, stderr io.Writer) (*serveConfig, *flag
 	serveFlags(fs, &c)
 	for _, f := range lyft.Flags {
 		if err := fs.Set(f.Name, f.Value); err != nil {
-			return &c, nil, fmt.Errorf("%w: %s: %v", errUsage, f.From, err)
+			return &c, nil, fmt.Errorf("%w: %s: %v", clientcmd.ErrUsage, f.From, err)
 		}
 		c.from.set(f.Name, f.From)
 	}
@@ -285,7 +257,7 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (se
 	c.GoMemLimitSet = getenv("GOMEMLIMIT") != ""
 	c.CgroupRoot = cmp.Or(getenv("CHARON_CGROUP_ROOT"), c.CgroupRoot)
 	if err := c.check(); err != nil {
-		return *c, fmt.Errorf("%w: %s", errUsage, c.from.blame(err))
+		return *c, fmt.Errorf("%w: %s", clientcmd.ErrUsage, c.from.blame(err))
 	}
 	return *c, nil
 }
@@ -329,10 +301,12 @@ func (c *serveConfig) check() error {
 	default:
 		return fmt.Errorf("--store %q: want memory or redis", c.Store)
 	}
-	for _, check := range []func() error{c.Server.Check, c.Tracing.Check, c.Decisions.Check, c.XDS.Check, c.RLQS.Check} {
-		if err := check(); err != nil {
-			return err
-		}
+	var errs []error
+	for _, check := range []func() error{c.Server.Check, c.RLS.Check, c.Tracing.Check, c.Decisions.Check, c.XDS.Check, c.RLQS.Check, c.Statsd.Check} {
+		errs = append(errs, check())
+	}
+	if err := errors.Join(errs...); err != nil {
+		return err
 	}
 	switch {
 	case c.MaxDescriptors < 1:
@@ -345,17 +319,10 @@ func (c *serveConfig) check() error {
 		return fmt.Errorf("--state-file keeps the memory store's counts: --store %s keeps its own", c.Store)
 	case c.StateInterval <= 0:
 		return errors.New("--state-interval must be positive")
-	case c.StatsdFlush <= 0:
-		return errors.New("--statsd-flush-interval must be positive")
 	case c.HeapFloorMiB < 0 || c.HeapFloorMiB > 1<<20:
 		return fmt.Errorf("--heap-floor-mib %d: want 0 to 1048576", c.HeapFloorMiB)
 	case c.LogFormat != "json" && c.LogFormat != "text":
 		return fmt.Errorf("LOG_FORMAT %q: want json or text", c.LogFormat)
-	}
-	if c.StatsdAddr != "" {
-		if _, _, err := net.SplitHostPort(c.StatsdAddr); err != nil {
-			return fmt.Errorf("--statsd-addr %q: want host:port", c.StatsdAddr)
-		}
 	}
 	_, err := parseLevel(c.LogLevel)
 	return err
@@ -386,191 +353,79 @@ func runServe(args []string, getenv func(string) string, stderr io.Writer) error
 	log := newLogger(c.LogLevel, c.LogFormat, stderr)
 	if err := serve(c, args, log); err != nil {
 		log.Error("cannot start", "err", err.Error())
-		return errReported
+		return clientcmd.ErrReported
 	}
 	return nil
 }
 
 // serve wires the packages together from c and serves until a signal.
 func serve(c serveConfig, args []string, log *slog.Logger) error {
-	self, _ := os.ReadFile("/proc/self/cgroup") // none off Linux: no container limit
-	budget, err := c.memoryBudget(string(self), debug.SetMemoryLimit(-1))
-	if err != nil {
-		log.Warn("reading the container's memory limit", "err", err.Error())
-	}
-	budget.Apply()
-	log.Info("memory", "container_limit_bytes", budget.Container, "go_memory_limit_bytes", budget.GoLimit, "go_memory_limit_from", budget.GoLimitFrom,
-		"heap_floor_mib", c.HeapFloorMiB, "max_keys", c.MaxKeys)
-	defer gctune.Floor(uint64(c.HeapFloorMiB) << 20).Stop()
+	var done cleanup // run in reverse once Serve has returned
+	defer done.run()
+	done.add(c.useMemory(log))
 	if c.Tracing.On {
 		tp, err := tracing.New(context.Background(), c.Tracing.Options)
 		if err != nil {
 			return fmt.Errorf("--tracing: %v", err)
 		}
-		defer func() {
+		done.add(func() {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
 			if err := tp.Shutdown(ctx); err != nil {
 				log.Warn("sending the last traces", "err", err.Error())
 			}
-		}()
+		})
 	}
-	opts := server.Options{ConfigDir: c.ConfigDir, Logger: log, Tracing: c.Tracing.On, WaitForConfig: c.XDS.On() && !c.XDS.ForceStart}
-	opts.WaitingFor = c.waitingFor()
-	if err := c.Server.Apply(&opts, log); err != nil {
-		return err
-	}
-	cfgOpts := c.loadOptions()
-	opts.Load = func(fsys fs.FS) (*config.Config, []config.Warning, error) { return config.Load(fsys, cfgOpts) }
-	eo := engine.Options{MaxDescriptors: c.MaxDescriptors, QuotaMode: c.QuotaMode, FixedWindowOverrides: c.FixedWindow, Overdraft: c.Overdraft,
-		PaceMaxWaiting: c.PaceMaxWaiting}
-	if c.PaceMaxWaiting == 0 {
-		eo.PaceMaxWaiting = -1
-	}
-	local := memstore.Options{MaxKeys: c.MaxKeys, SweepInterval: 10 * time.Second}
-	var ho holds.Options
-	var backend *redisbackend.Backend
-	if c.Store == "redis" {
-		bo, err := c.Redis.Resolve()
-		if err != nil {
-			return err
-		}
-		if u, err := redisconn.ParseURL(c.Redis.URL); err == nil && u.Password != "" &&
-			slices.ContainsFunc(args, func(a string) bool { return strings.Contains(a, u.Password) }) {
-			log.Warn("the Redis password in --redis-url shows in ps and /proc: use --redis-password-file, CHARON_REDIS_PASSWORD or REDIS_AUTH")
-		}
-		bo.Local, bo.Logger, bo.Tracing = local, log, c.Tracing.On
-		if backend, err = redisbackend.Open(bo); err != nil {
-			return fmt.Errorf("redis store: %v", err)
-		}
-		defer backend.Close()
-		log.Info("store", "kind", "redis", "failure_mode", bo.FailureMode.String(), "timeout", bo.Timeout)
-		eo.Store, eo.OnSetTree, ho.Copies = backend.Store(), backend.SetTree, backend.Copies()
-		opts.Metrics = server.NewMetrics(nil)
-		backend.Register(opts.Metrics.Registry)
-		opts.Charon.Holds = func() float64 { return float64(backend.Copies().Stats().Live.Copies) }
-	} else {
-		mem := memstore.New(local)
-		defer mem.Close()
-		var keeper *statefile.Keeper
-		if c.StateFile != "" {
-			var err error
-			keeper, err = statefile.Open(mem, statefile.Options{Path: c.StateFile, Interval: c.StateInterval,
-				DiscardInvalid: c.StateFileDiscardInvalid, SaveOn: []os.Signal{syscall.SIGUSR1}, Logger: log})
-			switch {
-			case errors.Is(err, statefile.ErrCorrupt) || errors.Is(err, statefile.ErrForeign) || errors.Is(err, statefile.ErrVersion):
-				return fmt.Errorf("--state-file: %v (--state-file-discard-invalid starts empty instead)", err)
-			case err != nil:
-				return fmt.Errorf("--state-file: %v", err)
-			}
-			// Deferred after the server's own: the last snapshot is taken
-			// once Serve has returned and nothing more is decided.
-			defer func() {
-				if err := keeper.Close(); err != nil {
-					log.Error("state file: the last snapshot failed", "file", c.StateFile, "err", err.Error())
-				}
-			}()
-		}
-		mc := memcopy.New(memcopy.Options{SweepInterval: time.Second})
-		defer mc.Close()
-		eo.Store, ho.Copies = mem, mc
-		opts.Metrics = server.NewMetrics(func() float64 { return float64(mem.Evictions()) })
-		opts.Metrics.Registry.MustRegister(mc.Collector())
-		if keeper != nil {
-			opts.Metrics.StateFileWrites(keeper.Saved, keeper.Failed)
-		}
-		opts.Charon.Holds = func() float64 { return float64(mc.Stats().Copies) }
-	}
-	if c.MetricsMapping != "" {
-		ms, err := statsmap.Open(c.MetricsMapping, log)
-		if err != nil {
-			return fmt.Errorf("--metrics-mapping: %v", err)
-		}
-		defer ms.Close()
-		opts.Metrics.MapStats(ms)
-	} else if c.LyftMetrics {
-		opts.Metrics.LyftNames()
-	}
-	if c.StatsdAddr != "" {
-		sink, err := statsd.New(statsd.Options{Addr: c.StatsdAddr, Protocol: c.StatsdProtocol, FlushInterval: c.StatsdFlush, Logger: log})
-		if err != nil {
-			return fmt.Errorf("--statsd-addr: %v", err)
-		}
-		defer sink.Close()
-		log.Info("statsd", "addr", c.StatsdAddr, "protocol", c.StatsdProtocol.String())
-		opts.Metrics.SendStats(sink)
-	}
-	decisions, err := c.Decisions.Open()
+	opts, err := c.Server.Resolve(log)
 	if err != nil {
 		return err
 	}
-	if decisions != nil {
-		defer decisions.Close()
-		opts.DecisionLog = decisions
+	opts.ConfigDir, opts.Logger, opts.Tracing, opts.Load = c.ConfigDir, log, c.Tracing.On, c.loader(false)
+	opts.WaitForConfig, opts.WaitingFor = c.XDS.On() && !c.XDS.ForceStart, c.waitingFor()
+	eo, ho, backend, err := c.openStores(args, log, &opts, &done)
+	if err != nil {
+		return err
 	}
 	eng := engine.New(eo)
-	opts.Engine, opts.Charon.Engine = eng, eng
-	ho.Tree = eng.Tree
-	opts.Charon.Broker = holds.New(ho)
+	opts.Engine, ho.Tree = eng, eng.Tree
+	rlsOpts, charonOpts := c.RLS, c.Charon
+	charonOpts.Holds = ho.Held
+	if err := c.openSinks(&rlsOpts, log, &done); err != nil {
+		return err
+	}
 	if c.CandidateConfig != "" {
 		cand := canary.New(canary.Options{Engine: eo, MaxKeys: c.MaxKeys})
-		defer cand.Close()
-		candidate := server.NewReloader(c.CandidateConfig, opts.Load, cand.SetConfig, server.NewMetrics(nil), log.With("config", "candidate"))
-		if _, err := candidate.Check(); err != nil {
+		done.add(func() { cand.Close() })
+		watch := server.NewReloader(c.CandidateConfig, opts.Load, cand.SetConfig, server.NewMetrics(nil), log.With("config", "candidate"))
+		if _, err := watch.Check(); err != nil {
 			return fmt.Errorf("--candidate-config %s: %v", c.CandidateConfig, err)
 		}
-		// Served, and stopped before the canary closes, by the server.
-		opts.Candidate, opts.CandidateReloader = cand, candidate
+		// Watched, and stopped before the canary closes, by the server.
+		rlsOpts.Candidate, rlsOpts.CandidateWatch, charonOpts.Candidate = cand, watch, cand
 	}
+	services := []server.Service{rls.New(eng, rlsOpts), charon.New(eng, holds.New(ho.Options), charonOpts)}
 	if c.RLQS.On {
-		var shares sharestore.Store = &sharestore.Memory{}
-		if backend != nil {
-			shares = backend.Shares()
-		}
-		ro := c.RLQS.Options(shares, eng.Tree, log)
-		if backend == nil && c.RLQS.RestartHold {
-			// The memory store starts empty: let the assignments of a
-			// previous process run out first.
-			ro.Hold = c.RLQS.TTL
-		}
-		if opts.RLQS, err = rlqs.New(ro); err != nil {
+		quota, err := c.rlqsService(backend, eng, log)
+		if err != nil {
 			return err
 		}
+		services = append(services, quota)
 	}
 	if c.ConfigDir == "" && !c.XDS.On() {
 		log.Warn("no --config directory: serving with no configuration, every request is OK")
 	}
-	srv, err := server.New(opts)
+	srv, err := server.New(opts, services...)
 	if err != nil {
 		return err
 	}
-	ctx, stop := stopOnSignal(srv)
+	ctx, stop := srv.StopOnSignal()
 	defer stop()
 	if c.XDS.On() {
-		xo := c.XDS.Options()
-		// The files of a response are generated: a rule is named by its
-		// resource (and the resource path), not by a line of them.
-		xdsOpts := cfgOpts
-		xdsOpts.Generated = true
-		xo.Logger = log
-		xo.Load = func(fsys fs.FS) (*config.Config, []config.Warning, error) { return config.Load(fsys, xdsOpts) }
-		xo.Apply = func(cfg *config.Config, version string) { srv.ApplyConfig(cfg, "xds", version) }
-		xo.Rejected = func(string, error) { srv.ConfigRejected() }
-		xc, err := xdsconfig.New(xo)
+		stopXDS, err := c.startXDS(ctx, srv, log)
 		if err != nil {
 			return err
 		}
-		log.Info("config", "source", "xds", "server", c.XDS.Addr, "node_id", c.XDS.NodeID, "tls", c.XDS.TLS.On(), "force_start", c.XDS.ForceStart)
-		xctx, cancel := context.WithCancel(ctx)
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
-			xc.Run(xctx)
-		}()
-		defer func() {
-			cancel()
-			<-done
-		}()
+		defer stopXDS()
 	}
 	if backend != nil {
 		defer backend.Run(ctx, srv.SetServing)()
@@ -581,33 +436,183 @@ func serve(c serveConfig, args []string, log *slog.Logger) error {
 	return nil
 }
 
-// stopOnSignal is done on SIGTERM, with the drain of --shutdown-delay, or on
-// SIGINT (an operator's Ctrl-C) without it; a second signal ends the drain.
-func stopOnSignal(srv *server.Server) (context.Context, func()) {
-	ctx, cancel := context.WithCancelCause(context.Background())
-	sigs := make(chan os.Signal, 2)
-	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
-	done := make(chan struct{})
-	go func() {
-		select {
-		case sig := <-sigs:
-			if sig == syscall.SIGINT {
-				cancel(server.ErrStopNow)
-			} else {
-				cancel(nil)
-			}
-		case <-done:
-			return
-		}
-		select {
-		case <-sigs:
-			srv.EndDrain()
-		case <-done:
-		}
-	}()
-	return ctx, func() {
-		signal.Stop(sigs)
-		close(done)
-		cancel(nil)
+// rlqsService is the RLQS service on eng's tree, over the share store:
+// Redis's, or one in memory.
+func (c *serveConfig) rlqsService(backend *redisbackend.Backend, eng *engine.Engine, log *slog.Logger) (server.Service, error) {
+	var shares sharestore.Store = &sharestore.Memory{}
+	if backend != nil {
+		shares = backend.Shares()
 	}
+	ro := c.RLQS.Options(shares, eng.Tree, log)
+	if backend == nil && c.RLQS.RestartHold {
+		// The memory store starts empty: let the assignments of a
+		// previous process run out first.
+		ro.Hold = c.RLQS.TTL
+	}
+	alloc, err := rlqs.New(ro)
+	if err != nil {
+		return nil, err
+	}
+	return rlqsservice.New(alloc), nil
+}
+
+// startXDS runs the xDS client that hands srv its configurations until
+// ctx ends; stop ends it and waits for it.
+func (c *serveConfig) startXDS(ctx context.Context, srv *server.Server, log *slog.Logger) (stop func(), err error) {
+	xo := c.XDS.Options()
+	xo.Logger, xo.Load = log, c.loader(true)
+	xo.Apply = func(cfg *config.Config, version string) { srv.ApplyConfig(cfg, "xds", version) }
+	xo.Rejected = func(string, error) { srv.ConfigRejected() }
+	xc, err := xdsconfig.New(xo)
+	if err != nil {
+		return nil, err
+	}
+	log.Info("config", "source", "xds", "server", c.XDS.Addr, "node_id", c.XDS.NodeID, "tls", c.XDS.TLS.On(), "force_start", c.XDS.ForceStart)
+	ctx, cancel := context.WithCancel(ctx)
+	exited := make(chan struct{})
+	go func() {
+		defer close(exited)
+		xc.Run(ctx)
+	}()
+	return func() {
+		cancel()
+		<-exited
+	}, nil
+}
+
+// cleanup is what to close once serve is done, in reverse order.
+type cleanup []func()
+
+func (c *cleanup) add(f func()) { *c = append(*c, f) }
+
+func (c *cleanup) run() {
+	for i := len(*c) - 1; i >= 0; i-- {
+		(*c)[i]()
+	}
+}
+
+// loader loads a configuration directory with c's settings; generated
+// says its files were written by a program (the xDS client): a rule is
+// named by its resource, not by a line of them.
+func (c *serveConfig) loader(generated bool) server.LoadFunc {
+	lo := c.Load
+	lo.Generated = generated
+	return func(fsys fs.FS) (*config.Config, []config.Warning, error) { return config.Load(fsys, lo) }
+}
+
+// useMemory sizes the process to the container's memory limit (GOMEMLIMIT,
+// the heap floor, --max-keys unless set) and returns what undoes the
+// floor.
+func (c *serveConfig) useMemory(log *slog.Logger) func() {
+	self, _ := os.ReadFile("/proc/self/cgroup") // none off Linux: no container limit
+	budget, err := c.memoryBudget(string(self), debug.SetMemoryLimit(-1))
+	if err != nil {
+		log.Warn("reading the container's memory limit", "err", err.Error())
+	}
+	budget.Apply()
+	log.Info("memory", "container_limit_bytes", budget.Container, "go_memory_limit_bytes", budget.GoLimit, "go_memory_limit_from", budget.GoLimitFrom,
+		"heap_floor_mib", c.HeapFloorMiB, "max_keys", c.MaxKeys)
+	return gctune.Floor(uint64(c.HeapFloorMiB) << 20).Stop
+}
+
+// copyHolds are the copy operations' options and the gauge of the copies
+// held in the store.
+type copyHolds struct {
+	holds.Options
+	Held func() float64
+}
+
+// openStores opens the stores of --store (Redis, or memory with its state
+// file and copy store), sets opts' metrics to export them, and adds their
+// closing to done. It returns the engine's options on the rate store and
+// the copy operations' on the copy store, and the Redis backend (nil in
+// memory).
+func (c *serveConfig) openStores(args []string, log *slog.Logger, opts *server.Options, done *cleanup) (engine.Options, copyHolds, *redisbackend.Backend, error) {
+	eo := engine.Options{MaxDescriptors: c.MaxDescriptors, QuotaMode: c.QuotaMode, FixedWindowOverrides: c.Load.FixedWindowDefault, Overdraft: c.Load.OverdraftDefault,
+		PaceMaxWaiting: c.PaceMaxWaiting}
+	if c.PaceMaxWaiting == 0 {
+		eo.PaceMaxWaiting = -1
+	}
+	var ho copyHolds
+	local := memstore.Options{MaxKeys: c.MaxKeys, SweepInterval: 10 * time.Second}
+	if c.Store == "redis" {
+		bo, err := c.Redis.Resolve()
+		if err != nil {
+			return eo, ho, nil, err
+		}
+		if u, err := redisconn.ParseURL(c.Redis.URL); err == nil && u.Password != "" &&
+			slices.ContainsFunc(args, func(a string) bool { return strings.Contains(a, u.Password) }) {
+			log.Warn("the Redis password in --redis-url shows in ps and /proc: use --redis-password-file, CHARON_REDIS_PASSWORD or REDIS_AUTH")
+		}
+		bo.Local, bo.Logger, bo.Tracing = local, log, c.Tracing.On
+		backend, err := redisbackend.Open(bo)
+		if err != nil {
+			return eo, ho, nil, fmt.Errorf("redis store: %v", err)
+		}
+		done.add(func() { backend.Close() })
+		log.Info("store", "kind", "redis", "failure_mode", bo.FailureMode.String(), "timeout", bo.Timeout)
+		eo.Store, eo.OnSetTree, ho.Copies = backend.Store(), backend.SetTree, backend.Copies()
+		opts.Metrics = server.NewMetrics(nil)
+		backend.Register(opts.Metrics.Registry)
+		ho.Held = func() float64 { return float64(backend.Copies().Stats().Live.Copies) }
+		return eo, ho, backend, nil
+	}
+	mem := memstore.New(local)
+	done.add(func() { mem.Close() })
+	opts.Metrics = server.NewMetrics(func() float64 { return float64(mem.Evictions()) })
+	if c.StateFile != "" {
+		keeper, err := statefile.Open(mem, statefile.Options{Path: c.StateFile, Interval: c.StateInterval,
+			DiscardInvalid: c.StateFileDiscardInvalid, SaveOn: []os.Signal{syscall.SIGUSR1}, Logger: log})
+		switch {
+		case errors.Is(err, statefile.ErrCorrupt) || errors.Is(err, statefile.ErrForeign) || errors.Is(err, statefile.ErrVersion):
+			return eo, ho, nil, fmt.Errorf("--state-file: %v (--state-file-discard-invalid starts empty instead)", err)
+		case err != nil:
+			return eo, ho, nil, fmt.Errorf("--state-file: %v", err)
+		}
+		// Run after the server's own: the last snapshot is taken once
+		// Serve has returned and nothing more is decided.
+		done.add(func() {
+			if err := keeper.Close(); err != nil {
+				log.Error("state file: the last snapshot failed", "file", c.StateFile, "err", err.Error())
+			}
+		})
+		opts.Metrics.StateFileWrites(keeper.Saved, keeper.Failed)
+	}
+	mc := memcopy.New(memcopy.Options{SweepInterval: time.Second})
+	done.add(func() { mc.Close() })
+	opts.Metrics.Registry.MustRegister(mc.Collector())
+	eo.Store, ho.Copies = mem, mc
+	ho.Held = func() float64 { return float64(mc.Stats().Copies) }
+	return eo, ho, nil, nil
+}
+
+// openSinks opens what the RLS service writes to (the statsd_exporter
+// mapping, statsd, the decision log) into o, and adds their closing to
+// done.
+func (c *serveConfig) openSinks(o *rls.Options, log *slog.Logger, done *cleanup) error {
+	if c.MetricsMapping != "" {
+		ms, err := statsmap.Open(c.MetricsMapping, log)
+		if err != nil {
+			return fmt.Errorf("--metrics-mapping: %v", err)
+		}
+		done.add(func() { ms.Close() })
+		o.MappedStats = ms
+	}
+	if c.Statsd.Addr != "" {
+		so := c.Statsd
+		so.Logger = log
+		sink, err := statsd.New(so)
+		if err != nil {
+			return fmt.Errorf("--statsd-addr: %v", err)
+		}
+		done.add(func() { sink.Close() })
+		log.Info("statsd", "addr", so.Addr, "protocol", so.Protocol.String())
+		o.Stats = sink
+	}
+	decisions, err := c.Decisions.Open()
+	if decisions != nil {
+		done.add(func() { decisions.Close() })
+		o.DecisionLog = decisions
+	}
+	return err
 }

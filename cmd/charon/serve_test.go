@@ -43,10 +43,10 @@ func TestParseServePrecedence(t *testing.T) {
 			"--max-descriptors", "8", "--max-keys", "100", "--response-headers", "--merge-domains", "--shutdown-timeout", "3s", "--fixed-window", "--heap-floor-mib", "0"}, nil,
 			with(func(c *serveConfig) {
 				c.ConfigDir, c.Server.GRPCAddr, c.Server.HTTPAddr, c.Server.DebugAddr = "/c", ":1", ":2", ":3"
-				c.FixedWindow = true
+				c.Load.FixedWindowDefault = true
 				c.HeapFloorMiB = 0
 				c.MaxKeysSet, c.HeapFloorSet = true, true
-				c.MaxDescriptors, c.MaxKeys, c.Server.ResponseHeaders, c.MergeDomains, c.Server.ShutdownTimeout = 8, 100, true, true, 3*time.Second
+				c.MaxDescriptors, c.MaxKeys, c.RLS.ResponseHeaders, c.Load.MergeDomains, c.Server.ShutdownTimeout = 8, 100, true, true, 3*time.Second
 			})},
 		{"charon env", nil, map[string]string{
 			"CHARON_CONFIG": "/e", "CHARON_GRPC_ADDR": ":11", "CHARON_HTTP_ADDR": ":12", "CHARON_DEBUG_ADDR": ":13",
@@ -57,9 +57,9 @@ func TestParseServePrecedence(t *testing.T) {
 				c.HeapFloorMiB = 256
 				c.MaxKeysSet, c.HeapFloorSet = true, true
 				c.ConfigDir, c.Server.GRPCAddr, c.Server.HTTPAddr, c.Server.DebugAddr = "/e", ":11", ":12", ":13"
-				c.MaxDescriptors, c.MaxKeys, c.Server.ResponseHeaders, c.MergeDomains, c.Server.ShutdownTimeout = 9, 7, true, true, time.Minute
+				c.MaxDescriptors, c.MaxKeys, c.RLS.ResponseHeaders, c.Load.MergeDomains, c.Server.ShutdownTimeout = 9, 7, true, true, time.Minute
 				c.Redis.URL = "redis://x"
-				c.FixedWindow = true
+				c.Load.FixedWindowDefault = true
 			})},
 		{"Envoy Gateway's prometheus env", nil, map[string]string{
 			"USE_PROMETHEUS": "true", "PROMETHEUS_ADDR": ":19001", "PROMETHEUS_MAPPER_YAML": "/etc/statsd-exporter/conf.yaml"},
@@ -74,28 +74,28 @@ func TestParseServePrecedence(t *testing.T) {
 			"DEBUG_PORT": "9070", "LOG_LEVEL": "debug", "LOG_FORMAT": "text", "MERGE_DOMAIN_CONFIG": "true"},
 			with(func(c *serveConfig) {
 				c.ConfigDir, c.Server.GRPCAddr, c.Server.HTTPAddr, c.Server.DebugAddr = "/data/ratelimit/config", ":9081", ":9080", "127.0.0.1:9070"
-				c.LogLevel, c.LogFormat, c.MergeDomains = "debug", "text", true
+				c.LogLevel, c.LogFormat, c.Load.MergeDomains = "debug", "text", true
 			})},
 		{"lyft statsd host alone: over tcp, as gostats", nil, map[string]string{"STATSD_HOST": "stats.local"},
-			with(func(c *serveConfig) { c.StatsdAddr, c.StatsdProtocol = "stats.local:8125", statsd.TCP })},
+			with(func(c *serveConfig) { c.Statsd.Addr, c.Statsd.Protocol = "stats.local:8125", statsd.TCP })},
 		{"lyft statsd port alone", nil, map[string]string{"STATSD_PORT": "9125", "STATS_FLUSH_INTERVAL": "5s"},
 			with(func(c *serveConfig) {
-				c.StatsdAddr, c.StatsdProtocol, c.StatsdFlush = "localhost:9125", statsd.TCP, 5*time.Second
+				c.Statsd.Addr, c.Statsd.Protocol, c.Statsd.FlushInterval = "localhost:9125", statsd.TCP, 5*time.Second
 			})},
 		{"lyft statsd over udp", nil, map[string]string{"USE_STATSD": "true", "STATSD_HOST": "stats.local", "STATSD_PROTOCOL": "udp"},
-			with(func(c *serveConfig) { c.StatsdAddr = "stats.local:8125" })},
+			with(func(c *serveConfig) { c.Statsd.Addr = "stats.local:8125" })},
 		{"lyft statsd off", nil, map[string]string{"USE_STATSD": "false", "STATSD_HOST": "stats.local", "STATSD_PORT": "9125"}, def},
 		{"lyft stats disabled", nil, map[string]string{"DISABLE_STATS": "true", "USE_STATSD": "true", "STATSD_HOST": "stats.local"}, def},
 		{"charon statsd beats lyft", nil, map[string]string{"STATSD_HOST": "stats.local", "CHARON_STATSD_ADDR": "other:1"},
-			with(func(c *serveConfig) { c.StatsdAddr, c.StatsdProtocol = "other:1", statsd.TCP })},
+			with(func(c *serveConfig) { c.Statsd.Addr, c.Statsd.Protocol = "other:1", statsd.TCP })},
 		{"charon statsd protocol beats lyft", nil, map[string]string{"STATSD_HOST": "stats.local", "CHARON_STATSD_PROTOCOL": "udp"},
-			with(func(c *serveConfig) { c.StatsdAddr = "stats.local:8125" })},
+			with(func(c *serveConfig) { c.Statsd.Addr = "stats.local:8125" })},
 		{"statsd protocol flag", []string{"--statsd-addr", "s:1", "--statsd-protocol", "tcp"}, nil,
-			with(func(c *serveConfig) { c.StatsdAddr, c.StatsdProtocol = "s:1", statsd.TCP })},
+			with(func(c *serveConfig) { c.Statsd.Addr, c.Statsd.Protocol = "s:1", statsd.TCP })},
 		{"statsd protocol env", nil, map[string]string{"CHARON_STATSD_ADDR": "s:1", "CHARON_STATSD_PROTOCOL": "tcp"},
-			with(func(c *serveConfig) { c.StatsdAddr, c.StatsdProtocol = "s:1", statsd.TCP })},
+			with(func(c *serveConfig) { c.Statsd.Addr, c.Statsd.Protocol = "s:1", statsd.TCP })},
 		{"statsd protocol flag beats env", []string{"--statsd-protocol=udp"}, map[string]string{"CHARON_STATSD_ADDR": "s:1", "CHARON_STATSD_PROTOCOL": "tcp"},
-			with(func(c *serveConfig) { c.StatsdAddr = "s:1" })},
+			with(func(c *serveConfig) { c.Statsd.Addr = "s:1" })},
 		{"lyft defaults for root and app dir", nil, map[string]string{"RUNTIME_SUBDIRECTORY": "rl"},
 			with(func(c *serveConfig) { c.ConfigDir = "/srv/runtime_data/current/rl/config" })},
 		{"lyft app dir", nil, map[string]string{"RUNTIME_ROOT": "/r", "RUNTIME_APPDIRECTORY": "app"},
@@ -444,18 +444,18 @@ func TestCalendarUnitsFlag(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if loc := c.loadOptions().CalendarUnits; loc == nil || loc.String() != "Europe/Paris" {
+	if loc := c.Load.CalendarUnits; loc == nil || loc.String() != "Europe/Paris" {
 		t.Errorf("--calendar-units Europe/Paris: %v", loc)
 	}
 	c, err = parseServe(nil, envOf(map[string]string{"CHARON_CALENDAR_UNITS": "UTC"}), io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if loc := c.loadOptions().CalendarUnits; loc == nil || loc.String() != "UTC" {
+	if loc := c.Load.CalendarUnits; loc == nil || loc.String() != "UTC" {
 		t.Errorf("CHARON_CALENDAR_UNITS=UTC: %v", loc)
 	}
-	if c, err = parseServe(nil, envOf(nil), io.Discard); err != nil || c.loadOptions().CalendarUnits != nil {
-		t.Errorf("by default: %v, %v; want none", c.loadOptions().CalendarUnits, err)
+	if c, err = parseServe(nil, envOf(nil), io.Discard); err != nil || c.Load.CalendarUnits != nil {
+		t.Errorf("by default: %v, %v; want none", c.Load.CalendarUnits, err)
 	}
 	if _, err := parseServe([]string{"--calendar-units", "Mars/Olympus"}, envOf(nil), io.Discard); err == nil ||
 		!strings.Contains(err.Error(), "calendar-units") || !strings.Contains(err.Error(), "Mars/Olympus") {

@@ -11,6 +11,7 @@ import (
 	"github.com/charonlimit/charon/internal/rlqs"
 	"github.com/charonlimit/charon/internal/sharestore"
 	"github.com/charonlimit/charon/server"
+	rlqsservice "github.com/charonlimit/charon/service/rlqs"
 )
 
 // rlqsServer serves RLQS for `api: search` at 100 per second, and returns
@@ -28,7 +29,7 @@ func rlqsServer(t *testing.T) (grpcAddr, debugAddr string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := server.New(server.Options{GRPCAddr: "127.0.0.1:0", DebugAddr: "127.0.0.1:0", Engine: eng, RLQS: a})
+	s, err := server.New(server.Options{GRPCAddr: "127.0.0.1:0", DebugAddr: "127.0.0.1:0", Engine: eng}, rlqsservice.New(a))
 	if err != nil {
 		t.Fatal(err)
 	}

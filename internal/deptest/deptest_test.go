@@ -24,10 +24,11 @@ var imports = map[string][]string{
 	"api/charon/v1": nil,
 	"client":        {"api/charon/v1"},
 	"cmd/charon": {"config", "internal/canary", "internal/clientcmd", "internal/copystore/memcopy", "internal/decisionlog", "internal/engine", "internal/gctune", "internal/holds",
-		"internal/lyftenv", "internal/memlimit", "internal/redisbackend", "internal/redisconn", "internal/replay", "internal/rlqs", "internal/sharestore", "internal/sim", "internal/statefile", "internal/statsd", "internal/statsmap", "internal/store/memstore",
-		"internal/store/resilient", "internal/suggest", "internal/tracing", "internal/xdsconfig", "server"},
+		"internal/lyftenv", "internal/memlimit", "internal/offlinecmd", "internal/redisbackend", "internal/redisconn", "internal/rlqs", "internal/sharestore", "internal/statefile", "internal/statsd", "internal/statsmap", "internal/store/memstore",
+		"internal/store/resilient", "internal/tracing", "internal/xdsconfig", "server", "service/charon", "service/rlqs", "service/rls"},
 	"internal/canary":                    {"config", "internal/engine", "internal/store/memstore"},
-	"internal/clientcmd":                 {"api/charon/v1", "descriptors", "internal/gctune", "internal/loadgen", "internal/offenders", "internal/rlqssim", "internal/sessionhold", "internal/tlsconfig"},
+	"internal/offlinecmd":                {"config", "internal/clientcmd", "internal/engine", "internal/replay", "internal/sim", "internal/suggest"},
+	"internal/clientcmd":                 {"api/charon/v1", "client", "descriptors", "internal/gctune", "internal/loadgen", "internal/offenders", "internal/rlqssim", "internal/tlsconfig"},
 	"config":                             {"descriptors", "tiers"},
 	"copylog":                            nil,
 	"fairshare":                          nil,
@@ -67,8 +68,7 @@ var imports = map[string][]string{
 	"internal/redisconn":         nil,
 	"internal/redisfunc":         nil,
 	"internal/redistest":         nil,
-	"internal/sessionhold":       {"api/charon/v1"},
-	"internal/servertest":        {"descriptors", "internal/copystore/memcopy", "internal/engine", "internal/holds", "internal/store/memstore", "server", "tiers"},
+	"internal/servertest":        {"descriptors", "internal/copystore/memcopy", "internal/engine", "internal/holds", "internal/store/memstore", "server", "service/charon", "service/rls", "tiers"},
 	"internal/store":             {"tiers"},
 	"internal/store/memstore":    {"internal/lru", "internal/periodic", "internal/statefile", "internal/store", "tiers"},
 	"internal/store/redisstore":  {"internal/redisfunc", "internal/store", "tiers"},
@@ -77,10 +77,55 @@ var imports = map[string][]string{
 	"internal/tlsconfig":         nil,
 	"internal/tlsconfig/tlstest": nil,
 	"internal/xdsconfig":         {"config", "internal/tlsconfig"},
-	"server": {"api/charon/v1", "config", "copylog", "descriptors", "internal/authz", "internal/copystore", "internal/engine", "internal/holds", "internal/offenders",
-		"internal/tlsconfig", "tiers", "internal/decisionlog", "internal/sim", "internal/rlqs"},
+	"server": {"config", "copylog", "descriptors", "internal/authz", "internal/copystore", "internal/engine", "internal/holds",
+		"internal/tlsconfig", "internal/sim", "internal/rlqs"},
+	"service/charon":  {"api/charon/v1", "copylog", "descriptors", "internal/authz", "internal/engine", "internal/holds", "server", "tiers"},
+	"service/rlqs":    {"descriptors", "internal/authz", "internal/rlqs", "server"},
+	"service/rls":     {"descriptors", "internal/authz", "internal/decisionlog", "internal/engine", "internal/offenders", "server", "tiers"},
 	"tiers":           nil,
 	"tiers/tierstest": {"tiers"},
+}
+
+// floors are the floors of the house, bottom up (docs/architecture.md): a
+// package may import only packages on floors below its own, so that no
+// arrow of the import graph goes up, and none sideways: the packages of one
+// floor never import each other (the pipelines do not, the services do
+// not). Every package of the table is on one floor.
+var floors = []struct {
+	name string
+	pkgs []string
+}{
+	{"ground: the pure cores, the generated API, and leaves that import nothing of the module", []string{
+		"tiers", "copylog", "fairshare", "api/charon/v1", "internal/authz", "internal/collect", "internal/decisionlog", "internal/deptest",
+		"internal/gctune", "internal/lru", "internal/lyftenv", "internal/periodic", "internal/redisconn", "internal/redisfunc", "internal/redistest",
+		"internal/rlqssim", "internal/sim/gen", "internal/statsd", "internal/statsmap", "internal/tlsconfig", "internal/tlsconfig/tlstest", "internal/tracing"}},
+	{"the request vocabulary, the store contracts, the Go client", []string{
+		"descriptors", "internal/store", "internal/copystore", "internal/sharestore", "internal/statefile", "internal/memlimit",
+		"client", "internal/loadgen", "tiers/tierstest"}},
+	{"the configuration, the stores and the pipelines", []string{
+		"config", "internal/store/memstore", "internal/store/redisstore", "internal/copystore/memcopy", "internal/copystore/rediscopy",
+		"internal/sharestore/redisshare", "internal/engine", "internal/holds", "internal/rlqs", "internal/offenders",
+		"internal/store/storetest", "internal/copystore/copystoretest", "internal/sharestore/sharestoretest"}},
+	{"what builds on them: the resilient store, the canary, replay, suggest, the simulator, the xDS client, the client verbs", []string{
+		"internal/store/resilient", "internal/canary", "internal/replay", "internal/suggest", "internal/sim", "internal/xdsconfig", "internal/clientcmd"}},
+	{"the Redis backend, the server's lifecycle, the offline verbs", []string{"internal/redisbackend", "server", "internal/offlinecmd"}},
+	{"the services, each registered on the server it is handed", services},
+	{"main, and the in-process server of tests", []string{"cmd/charon", "internal/servertest"}},
+}
+
+// services are the packages that serve a gRPC service on a server; only
+// cmd/charon and test support (servertest) import them.
+var services = []string{"service/charon", "service/rlqs", "service/rls"}
+
+// floorOf returns the floor of a package of the module, -1 when it is on
+// none.
+func floorOf(rel string) int {
+	for i, f := range floors {
+		if slices.Contains(f.pkgs, rel) {
+			return i
+		}
+	}
+	return -1
 }
 
 // pure are the packages that import only the standard library, and of it
@@ -142,12 +187,25 @@ var deny = []struct {
 		// Prometheus' exposition model is protobuf: the packages that
 		// export a store's (or the canary's) collector, or gather series (statsmap), depend
 		// on it, and on no gRPC. The
-		// OTLP exporter of internal/tracing speaks gRPC.
-		except: []string{"api/charon/v1", "client", "cmd/charon", "internal/clientcmd", "internal/servertest", "server", "internal/loadgen", "internal/rlqssim", "internal/sessionhold", "internal/collect",
-			"internal/canary", "internal/store/resilient", "internal/copystore/memcopy", "internal/redisbackend", "internal/tracing", "internal/statsmap", "internal/xdsconfig"},
+		// OTLP exporter of internal/tracing speaks gRPC. The offline
+		// verbs share the client verbs' flag set and exit statuses
+		// (internal/clientcmd), and so depend on what those call with.
+		except: append([]string{"api/charon/v1", "client", "cmd/charon", "internal/clientcmd", "internal/offlinecmd", "internal/servertest", "server", "internal/loadgen", "internal/rlqssim", "internal/collect",
+			"internal/canary", "internal/store/resilient", "internal/copystore/memcopy", "internal/redisbackend", "internal/tracing", "internal/statsmap", "internal/xdsconfig"}, services...),
 		paths: []string{"google.golang.org/grpc", "google.golang.org/protobuf", "github.com/envoyproxy/go-control-plane",
 			module + "/api/charon/v1"},
-		why: "only server and client (and main, the generated API and the xDS client) touch gRPC and protos",
+		why: "only server, the services and client (and main, the generated API and the xDS client) touch gRPC and protos",
+	},
+	{
+		pkgs:  services,
+		paths: []string{module + "/service/"},
+		why:   "services never import each other: what two share (the engine, the candidate) is handed to each by cmd/charon",
+	},
+	{
+		pkgs:   []string{"..."},
+		except: append([]string{"cmd/charon", "internal/servertest"}, services...),
+		paths:  []string{module + "/service/"},
+		why:    "only cmd/charon wires the services (and servertest serves them to tests); a library does not import a service",
 	},
 	{
 		pkgs: []string{"..."},
@@ -232,11 +290,40 @@ func TestRulesCatch(t *testing.T) {
 		{"a package not in the table", []pkg{mod("internal/newthing")}, "internal/newthing is not in the table"},
 		{"server imports storetest", []pkg{mod("server", module+"/internal/store/storetest")}, "server depends on " + module + "/internal/store/storetest"},
 		{"a permission nobody uses", []pkg{mod("internal/statefile")}, "internal/statefile may import tiers but does not"},
+		{"a service imports another", []pkg{{ImportPath: module + "/service/rls", Deps: []string{module + "/service/charon"}}},
+			"service/rls depends on " + module + "/service/charon: services never import each other"},
+		{"a package imports a service", []pkg{{ImportPath: module + "/internal/clientcmd", Deps: []string{module + "/service/rls"}}},
+			"internal/clientcmd depends on " + module + "/service/rls: only cmd/charon wires the services"},
+		{"the server imports a service", []pkg{{ImportPath: module + "/server", Deps: []string{module + "/service/rlqs"}}},
+			"server depends on " + module + "/service/rlqs: only cmd/charon wires the services"},
 	} {
 		got := strings.Join(violations(tt.pkgs), "\n")
 		if !strings.Contains(got, tt.want) {
 			t.Errorf("%s: violations\n%s\nwant one containing %q", tt.name, got, tt.want)
 		}
+	}
+	// The floors: an arrow up, or sideways, is refused in the table itself.
+	for _, tt := range []struct {
+		name, pkg, imp, want string
+	}{
+		{"the engine may import the server", "internal/engine", "server", "internal/engine (floor 2) may import server (floor 4): an arrow up"},
+		{"a pipeline may import another", "internal/holds", "internal/engine", "internal/holds may import internal/engine, on its own floor (2)"},
+		{"a service may import another", "service/rls", "service/charon", "service/rls may import service/charon, on its own floor (5)"},
+	} {
+		old := imports[tt.pkg]
+		imports[tt.pkg] = append(slices.Clone(old), tt.imp)
+		got := strings.Join(violations([]pkg{mod(tt.pkg)}), "\n")
+		imports[tt.pkg] = old
+		if !strings.Contains(got, tt.want) {
+			t.Errorf("%s: violations\n%s\nwant one containing %q", tt.name, got, tt.want)
+		}
+	}
+	// A package in the table, but on no floor.
+	imports["internal/newthing"] = nil
+	got := strings.Join(violations([]pkg{mod("internal/newthing")}), "\n")
+	delete(imports, "internal/newthing")
+	if !strings.Contains(got, "internal/newthing is on no floor") {
+		t.Errorf("a package on no floor: violations\n%s", got)
 	}
 }
 
@@ -285,6 +372,18 @@ func violations(pkgs []pkg) []string {
 		for _, imp := range p.Imports {
 			if r, ok := relative(imp); ok && !slices.Contains(allowed, r) {
 				out = append(out, fmt.Sprintf("%s imports %s, which the table does not allow", rel, r))
+			}
+		}
+		if f := floorOf(rel); f < 0 {
+			out = append(out, rel+" is on no floor of deptest_test.go: add it to the floor of what it provides")
+		} else {
+			for _, a := range allowed {
+				switch g := floorOf(a); {
+				case g > f:
+					out = append(out, fmt.Sprintf("%s (floor %d) may import %s (floor %d): an arrow up", rel, f, a, g))
+				case g == f:
+					out = append(out, fmt.Sprintf("%s may import %s, on its own floor (%d): the packages of a floor do not import each other", rel, a, f))
+				}
 			}
 		}
 		for _, a := range allowed {
@@ -415,4 +514,26 @@ func impureCode(p pkg) []string {
 		})
 	}
 	return out
+}
+
+// TestFloorsAreTheTable: the floors name the table's packages, each on
+// exactly one floor, so that neither table outlives a package.
+func TestFloorsAreTheTable(t *testing.T) {
+	seen := map[string]bool{}
+	for _, f := range floors {
+		for _, p := range f.pkgs {
+			if seen[p] {
+				t.Errorf("%s is on two floors", p)
+			}
+			seen[p] = true
+			if _, ok := imports[p]; !ok {
+				t.Errorf("%s is on a floor (%s) but not in the table", p, f.name)
+			}
+		}
+	}
+	for p := range imports {
+		if !seen[p] {
+			t.Errorf("%s is in the table but on no floor", p)
+		}
+	}
 }

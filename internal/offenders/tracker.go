@@ -252,7 +252,7 @@ type View struct {
 	Rates    Rates     `json:"rates"`
 }
 
-// Answer is GET /top's answer (server/top.go), which charon top reads and
+// Answer is GET /top's answer (service/rls/top.go), which charon top reads and
 // merges across replicas: the rules of a domain (or of every domain) with
 // their top rejected and granted values over the recent interval, the rule
 // with the most rejected hits first.

@@ -1,7 +1,7 @@
 // Package rlqs is the Rate Limit Quota Service's pipeline, beside the RLS
 // pipeline of internal/engine and on its descriptor tree: it turns the usage
 // reports of Envoy streams into quota assignments. It knows no gRPC or
-// protobuf (server/rlqs.go speaks the wire).
+// protobuf (service/rlqs speaks the wire).
 //
 // A stream (one Envoy's rate_limit_quota filter) reports, per bucket, the
 // requests it allowed and denied. A bucket id (a map of strings) resolves,

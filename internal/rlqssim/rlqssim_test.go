@@ -18,6 +18,7 @@ import (
 	"github.com/charonlimit/charon/internal/sharestore"
 	"github.com/charonlimit/charon/internal/sharestore/redisshare"
 	"github.com/charonlimit/charon/server"
+	rlqsservice "github.com/charonlimit/charon/service/rlqs"
 )
 
 // startServer serves RLQS for a rule of limit per second, on store (nil:
@@ -43,7 +44,7 @@ descriptors:
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := server.New(server.Options{GRPCAddr: "127.0.0.1:0", Engine: eng, RLQS: a})
+	s, err := server.New(server.Options{GRPCAddr: "127.0.0.1:0", Engine: eng}, rlqsservice.New(a))
 	if err != nil {
 		t.Fatal(err)
 	}

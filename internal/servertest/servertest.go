@@ -14,6 +14,8 @@ import (
 	"github.com/charonlimit/charon/internal/holds"
 	"github.com/charonlimit/charon/internal/store/memstore"
 	"github.com/charonlimit/charon/server"
+	"github.com/charonlimit/charon/service/charon"
+	"github.com/charonlimit/charon/service/rls"
 	"github.com/charonlimit/charon/tiers"
 )
 
@@ -40,7 +42,7 @@ func CopyServer(t testing.TB) (addr string, copies *memcopy.Store) {
 	}
 	eng.SetTree(tree)
 	broker := holds.New(holds.Options{Copies: copies, Tree: eng.Tree})
-	srv, err := server.New(server.Options{GRPCAddr: "127.0.0.1:0", Engine: eng, Charon: server.CharonOptions{Broker: broker}})
+	srv, err := server.New(server.Options{GRPCAddr: "127.0.0.1:0", Engine: eng}, rls.New(eng, rls.Options{}), charon.New(eng, broker, charon.Options{}))
 	if err != nil {
 		t.Fatal(err)
 	}

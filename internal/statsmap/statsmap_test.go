@@ -216,7 +216,7 @@ func TestClosed(t *testing.T) {
 // New says instead, once and at INFO, what they mean (nothing to do), with
 // the rules. Its other warnings still pass as they are.
 func TestBacktrackingSaidOnce(t *testing.T) {
-	b, err := os.ReadFile("../../server/testdata/envoygateway/statsd_conf.yaml")
+	b, err := os.ReadFile("../../service/rls/testdata/envoygateway/statsd_conf.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}

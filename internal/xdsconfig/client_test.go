@@ -36,6 +36,7 @@ import (
 	"github.com/charonlimit/charon/internal/tlsconfig/tlstest"
 	"github.com/charonlimit/charon/internal/xdsconfig"
 	"github.com/charonlimit/charon/server"
+	rlsservice "github.com/charonlimit/charon/service/rls"
 )
 
 const nodeID = "charon-test"
@@ -184,7 +185,8 @@ func startRLS(t *testing.T, opts xdsconfig.Options) *rls {
 	t.Helper()
 	mem := memstore.New(memstore.Options{})
 	t.Cleanup(func() { mem.Close() })
-	srv, err := server.New(server.Options{GRPCAddr: "127.0.0.1:0", Engine: engine.New(engine.Options{Store: mem}), WaitForConfig: true})
+	eng := engine.New(engine.Options{Store: mem})
+	srv, err := server.New(server.Options{GRPCAddr: "127.0.0.1:0", Engine: eng, WaitForConfig: true}, rlsservice.New(eng, rlsservice.Options{}))
 	if err != nil {
 		t.Fatal(err)
 	}
