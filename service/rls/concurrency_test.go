@@ -1,7 +1,6 @@
-package server
+package rls
 
 import (
-	"context"
 	"io"
 	"log/slog"
 	"strconv"
@@ -21,7 +20,7 @@ import (
 // took none (over the limit) says nothing, so that Envoy sends no refund
 // for it. The refund built from it, as Envoy builds it (hits_addend,
 // is_negative_hits, the instant as a last entry), gives that request's slot
-// back. GET /usage shows the slots held.
+// back.
 func TestConcurrencyAnswer(t *testing.T) {
 	const text = `domain: api
 descriptors:
@@ -30,7 +29,7 @@ descriptors:
 `
 	now := time.Date(2030, 6, 1, 21, 0, 0, 0, time.UTC)
 	eng := engineFor(t, text, now)
-	s := &rls{engine: eng, metrics: NewMetrics(nil), log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	s := &Service{engine: eng, metrics: testMetrics(t), log: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	first := ask(t, s, desc("tenant", "acme"))
 	if first.OverallCode != rlsv3.RateLimitResponse_OK {
 		t.Fatalf("first: %v", first.OverallCode)
@@ -49,17 +48,6 @@ descriptors:
 	}
 	if c := over.GetDynamicMetadata().GetFields()[AttributionKey].GetStructValue(); c.GetFields()["slots"] != nil || c.GetFields()["slot"] != nil {
 		t.Errorf("an answer over the limit names slots: %v", c)
-	}
-
-	// GET /usage: one slot held of one.
-	u, err := usage(context.Background(), eng, &engine.Request{Domain: "api", Descriptors: []engine.Descriptor{{Entries: entriesOf("tenant", "acme")}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	renews := now.Add(30 * time.Second)
-	wantUsage := []UsageLimit{{Resource: "api/tenant", Domain: "acme", Kind: "concurrency", Period: "in flight, ttl 30s", Limit: 1, Used: 1, Remaining: 0, Renews: &renews}}
-	if diff := cmp.Diff(wantUsage, u.Limits); diff != "" {
-		t.Errorf("usage (-want +got):\n%s", diff)
 	}
 
 	// The stream-done refund, as Envoy sends it.
