@@ -19,32 +19,24 @@ type pacer interface {
 // charon_pace_unreserved_total (the store did not reserve) and
 // charon_pace_give_back_failed_total (the store failed a give-back).
 func (m *metrics) registerPace(p *engine.PaceStats) error {
-	for _, c := range []prometheus.Collector{
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Namespace: "charon", Subsystem: "pace", Name: "waiting",
-			Help: "ShouldRateLimit requests held by pacing now, waiting for their reserved grant.",
-		}, func() float64 { return float64(p.Waiting()) }),
-		prometheus.NewCounterFunc(prometheus.CounterOpts{
-			Namespace: "charon", Subsystem: "pace", Name: "granted_total",
-			Help: "ShouldRateLimit requests granted after a wait (pace: on a descriptor) instead of rejected.",
-		}, func() float64 { return float64(p.Granted()) }),
-		prometheus.NewCounterFunc(prometheus.CounterOpts{
-			Namespace: "charon", Subsystem: "pace", Name: "full_total",
-			Help: "Requests answered OVER_LIMIT though their wait was within their pace, because --pace-max-waiting requests were held.",
-		}, func() float64 { return float64(p.Full()) }),
-		prometheus.NewCounterFunc(prometheus.CounterOpts{
-			Namespace: "charon", Subsystem: "pace", Name: "cancelled_total",
-			Help: "Paced waits given up by their caller (deadline, cancel); their reservations were given back.",
-		}, func() float64 { return float64(p.Cancelled()) }),
-		prometheus.NewCounterFunc(prometheus.CounterOpts{
-			Namespace: "charon", Subsystem: "pace", Name: "unreserved_total",
-			Help: "Requests answered OVER_LIMIT though their wait was within their pace, because the store could not reserve their grant (it failed, or the keys span Redis Cluster slots).",
-		}, func() float64 { return float64(p.Unreserved()) }),
-		prometheus.NewCounterFunc(prometheus.CounterOpts{
-			Namespace: "charon", Subsystem: "pace", Name: "give_back_failed_total",
-			Help: "Give-backs of cancelled waits the store failed: their hits stay counted until their windows pass.",
-		}, func() float64 { return float64(p.GiveBackFailed()) }),
+	cs := []prometheus.Collector{prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Namespace: "charon", Subsystem: "pace", Name: "waiting",
+		Help: "ShouldRateLimit requests held by pacing now, waiting for their reserved grant.",
+	}, func() float64 { return float64(p.Waiting()) })}
+	for _, c := range []struct {
+		name, help string
+		value      func() uint64
+	}{
+		{"granted_total", "ShouldRateLimit requests granted after a wait (pace: on a descriptor) instead of rejected.", p.Granted},
+		{"full_total", "Requests answered OVER_LIMIT though their wait was within their pace, because --pace-max-waiting requests were held.", p.Full},
+		{"cancelled_total", "Paced waits given up by their caller (deadline, cancel); their reservations were given back.", p.Cancelled},
+		{"unreserved_total", "Requests answered OVER_LIMIT though their wait was within their pace, because the store could not reserve their grant (it failed, or the keys span Redis Cluster slots).", p.Unreserved},
+		{"give_back_failed_total", "Give-backs of cancelled waits the store failed: their hits stay counted until their windows pass.", p.GiveBackFailed},
 	} {
+		cs = append(cs, prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: "charon", Subsystem: "pace", Name: c.name, Help: c.help},
+			func() float64 { return float64(c.value()) }))
+	}
+	for _, c := range cs {
 		if err := m.reg.Register(c); err != nil {
 			return err
 		}
