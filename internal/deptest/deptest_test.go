@@ -43,6 +43,7 @@ var imports = map[string][]string{
 	"internal/sim":                       {"config", "descriptors", "tiers"},
 	"internal/sim/gen":                   nil,
 	"internal/engine":                    {"descriptors", "internal/store", "tiers"},
+	"internal/escrow":                    {"descriptors", "fairshare", "internal/collect", "internal/sharestore", "internal/store", "tiers"},
 	"internal/holds":                     {"copylog", "descriptors", "internal/copystore"},
 	"internal/gctune":                    nil,
 	"internal/sharestore":                {"fairshare"},
@@ -144,7 +145,7 @@ var deny = []struct {
 		// on it, and on no gRPC. The
 		// OTLP exporter of internal/tracing speaks gRPC.
 		except: []string{"api/charon/v1", "client", "cmd/charon", "internal/clientcmd", "internal/servertest", "server", "internal/loadgen", "internal/rlqssim", "internal/sessionhold", "internal/collect",
-			"internal/canary", "internal/store/resilient", "internal/copystore/memcopy", "internal/redisbackend", "internal/tracing", "internal/statsmap", "internal/xdsconfig"},
+			"internal/canary", "internal/store/resilient", "internal/escrow", "internal/copystore/memcopy", "internal/redisbackend", "internal/tracing", "internal/statsmap", "internal/xdsconfig"},
 		paths: []string{"google.golang.org/grpc", "google.golang.org/protobuf", "github.com/envoyproxy/go-control-plane",
 			module + "/api/charon/v1"},
 		why: "only server and client (and main, the generated API and the xDS client) touch gRPC and protos",
