@@ -47,9 +47,9 @@ func CanLease(p *Policy, lease time.Duration) error {
 	switch p.Kind {
 	case KindTiers:
 	case KindTokenBucket:
-		return fmt.Errorf("%w: a token_bucket is not leased yet (it stays on the shared store)", ErrCannotLease)
+		return fmt.Errorf("%w: a token_bucket is not leased yet", ErrCannotLease)
 	case KindFixedWindow, KindQuota:
-		return fmt.Errorf("%w: a fixed window or a quota is not leased yet (it stays on the shared store)", ErrCannotLease)
+		return fmt.Errorf("%w: a fixed window or a quota is not leased yet", ErrCannotLease)
 	default:
 		return fmt.Errorf("%w: unknown kind %v", ErrCannotLease, p.Kind)
 	}

@@ -25,6 +25,7 @@ import (
 	"github.com/charonlimit/charon/internal/copystore/memcopy"
 	"github.com/charonlimit/charon/internal/decisionlog"
 	"github.com/charonlimit/charon/internal/engine"
+	"github.com/charonlimit/charon/internal/escrow"
 	"github.com/charonlimit/charon/internal/gctune"
 	"github.com/charonlimit/charon/internal/holds"
 	"github.com/charonlimit/charon/internal/lyftenv"
@@ -63,6 +64,8 @@ type serveConfig struct {
 	Tracing   tracing.Flags
 	Decisions decisionlog.Flags
 	RLQS      rlqs.Flags
+	// Escrow decides hot keys from escrow leases (with --store redis).
+	Escrow escrow.Flags
 	// LyftMetrics adds envoyproxy/ratelimit's metric names, unless
 	// MetricsMapping names a statsd_exporter mapping file to make them
 	// from its statsd stats; StatsdAddr,
@@ -120,6 +123,7 @@ func defaultServeConfig() serveConfig {
 		Tracing:        tracing.DefaultFlags(),
 		Decisions:      decisionlog.DefaultFlags(),
 		RLQS:           rlqs.DefaultFlags(),
+		Escrow:         escrow.DefaultFlags(),
 		LyftMetrics:    true,
 		StatsdFlush:    time.Second,
 		MaxDescriptors: 64,
@@ -145,6 +149,7 @@ func serveFlags(fs *flag.FlagSet, c *serveConfig) {
 	c.Tracing.Bind(fs)
 	c.Decisions.Bind(fs)
 	c.RLQS.Bind(fs)
+	c.Escrow.Bind(fs)
 	fs.BoolVar(&c.LyftMetrics, "lyft-metrics", c.LyftMetrics, "also count under envoyproxy/ratelimit's Prometheus names (ratelimit_service_*)")
 	fs.StringVar(&c.MetricsMapping, "metrics-mapping", c.MetricsMapping, "make Prometheus series of envoyproxy/ratelimit's statsd stats with this statsd_exporter mapping `file`, as its PROMETHEUS_MAPPER_YAML does, in place of --lyft-metrics' built-in names")
 	fs.StringVar(&c.StatsdAddr, "statsd-addr", c.StatsdAddr, "send envoyproxy/ratelimit's statsd stats (its names) to this `host:port`")
@@ -178,7 +183,11 @@ func loadFlags(fs *flag.FlagSet, c *serveConfig) {
 
 // loadOptions are the options a configuration loads with.
 func (c *serveConfig) loadOptions() config.Options {
-	return config.Options{MergeDomains: c.MergeDomains, FixedWindowDefault: c.FixedWindow, OverdraftDefault: c.Overdraft, CalendarUnits: c.CalendarUnits.location()}
+	o := config.Options{MergeDomains: c.MergeDomains, FixedWindowDefault: c.FixedWindow, OverdraftDefault: c.Overdraft, CalendarUnits: c.CalendarUnits.location()}
+	if c.Store == "redis" {
+		o.Escrow, o.EscrowLease = c.Escrow.Options.Default, c.Escrow.Options.Lease
+	}
+	return o
 }
 
 // zoneFlag is --calendar-units: the name of an IANA time zone, checked
@@ -329,7 +338,7 @@ func (c *serveConfig) check() error {
 	default:
 		return fmt.Errorf("--store %q: want memory or redis", c.Store)
 	}
-	for _, check := range []func() error{c.Server.Check, c.Tracing.Check, c.Decisions.Check, c.XDS.Check, c.RLQS.Check} {
+	for _, check := range []func() error{c.Server.Check, c.Tracing.Check, c.Decisions.Check, c.XDS.Check, c.RLQS.Check, c.Escrow.Check} {
 		if err := check(); err != nil {
 			return err
 		}
@@ -448,6 +457,13 @@ func serve(c serveConfig, args []string, log *slog.Logger) error {
 		eo.Store, eo.OnSetTree, ho.Copies = backend.Store(), backend.SetTree, backend.Copies()
 		opts.Metrics = server.NewMetrics(nil)
 		backend.Register(opts.Metrics.Registry)
+		esc, err := c.Escrow.Open(escrow.Wiring{Remote: backend.Store(), Leaser: backend.Leaser(), Shares: backend.Shares(),
+			SetTree: backend.SetTree, Logger: log, Registry: opts.Metrics.Registry})
+		if err != nil {
+			return err
+		}
+		defer esc.Close() // before the backend: it gives back its leases
+		eo.Store, eo.OnSetTree = esc, esc.SetTree
 		opts.Charon.Holds = func() float64 { return float64(backend.Copies().Stats().Live.Copies) }
 	} else {
 		mem := memstore.New(local)

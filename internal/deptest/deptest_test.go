@@ -23,7 +23,7 @@ const module = "github.com/charonlimit/charon"
 var imports = map[string][]string{
 	"api/charon/v1": nil,
 	"client":        {"api/charon/v1"},
-	"cmd/charon": {"config", "internal/canary", "internal/clientcmd", "internal/copystore/memcopy", "internal/decisionlog", "internal/engine", "internal/gctune", "internal/holds",
+	"cmd/charon": {"config", "internal/canary", "internal/clientcmd", "internal/copystore/memcopy", "internal/decisionlog", "internal/engine", "internal/escrow", "internal/gctune", "internal/holds",
 		"internal/lyftenv", "internal/memlimit", "internal/redisbackend", "internal/redisconn", "internal/replay", "internal/rlqs", "internal/sharestore", "internal/sim", "internal/statefile", "internal/statsd", "internal/statsmap", "internal/store/memstore",
 		"internal/store/resilient", "internal/suggest", "internal/tracing", "internal/xdsconfig", "server"},
 	"internal/canary":                    {"config", "internal/engine", "internal/store/memstore"},

@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/charonlimit/charon/descriptors"
 	"github.com/charonlimit/charon/internal/sharestore"
 	"github.com/charonlimit/charon/internal/store"
 	"github.com/charonlimit/charon/tiers"
@@ -146,7 +147,8 @@ type Store struct {
 	callTimeout time.Duration
 
 	rules   atomic.Pointer[ruleSet]
-	entries sync.Map // store.Key → *entry
+	next    func(*descriptors.Tree) // Wiring.SetTree
+	entries sync.Map                // store.Key → *entry
 	nkeys   atomic.Int64
 	hot     sketch
 	calls   sync.Pool // *call
@@ -266,37 +268,38 @@ func (s *Store) Decide(ctx context.Context, now time.Time, items []store.Item, o
 		return err
 	}
 	rules := s.rules.Load()
-	c := s.getCall(len(items))
-	defer s.putCall(c)
-	leased := false
+	var c *call // only once a pair of the request is in escrow
 	for i := range items {
 		it := &items[i]
 		if it.Refund || !rules.allows(it.Policy, s) {
 			continue
 		}
-		if v, ok := s.entries.Load(it.Key); ok {
-			e := v.(*entry)
-			e.decisions.Add(1)
-			e.hits.Add(it.Hits)
-			if e.pol.Load() != it.Policy {
-				// Its leases are of another policy (a reload, a request's
-				// own limit): this request goes to Remote, and the next
-				// tick retires them.
-				e.want.Store(it.Policy)
-				continue
+		v, ok := s.entries.Load(it.Key)
+		if !ok {
+			if s.hot.add(it.Key, now, s.thresh) {
+				s.promote(it, now)
 			}
-			c.ents[i] = e
-			leased = true
 			continue
 		}
-		if s.hot.add(it.Key, now, s.thresh) {
-			s.promote(it, now)
+		e := v.(*entry)
+		e.decisions.Add(1)
+		e.hits.Add(it.Hits)
+		if e.pol.Load() != it.Policy {
+			// Its leases are of another policy (a reload): this request
+			// goes to Remote, and the next tick retires them.
+			e.want.Store(it.Policy)
+			continue
 		}
+		if c == nil {
+			c = s.getCall(len(items))
+		}
+		c.ents[i] = e
 	}
-	if !leased {
+	if c == nil {
 		s.stats.remote.Add(uint64(len(items)))
 		return s.remote.Decide(ctx, now, items, out)
 	}
+	defer s.putCall(c)
 	c.plan.Make(items)
 	rejected, remote, empty := false, false, false
 	for i := range items {

@@ -27,8 +27,12 @@ func (r *ruleSet) allows(p *tiers.Policy, s *Store) bool {
 
 // SetTree puts the leasable policies of t in force; leases of other
 // policies are retired by the next Tick. The engine calls it with every
-// configuration it puts in force (engine.Options.OnSetTree).
+// configuration it puts in force (engine.Options.OnSetTree), after
+// Wiring.SetTree.
 func (s *Store) SetTree(t *descriptors.Tree) {
+	if s.next != nil {
+		s.next(t)
+	}
 	r := &ruleSet{on: map[*tiers.Policy]bool{}}
 	for _, d := range t.Domains() {
 		for _, leaf := range t.Leaves(d.Name) {
