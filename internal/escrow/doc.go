@@ -70,8 +70,8 @@
 //     leases do not hold in full (a request of copies with a minimum
 //     included): the shared path may grant them from the budget no lease
 //     holds;
-//   - a pair in its first second of heat, until the first lease arrives
-//     (Tick takes leases; a decision never waits for one).
+//   - a pair until its first lease arrives (Tick takes leases; a decision
+//     never waits for one), and a replica beyond its fair share.
 //
 // A request is still all or nothing: the groups its leases hold are taken
 // locally, the rest (and any refund) goes to the shared store in one
@@ -90,12 +90,20 @@
 // cold pairs cost a hash and two atomic adds), and leaves when its rate
 // stays under half of it for CoolOff. Tick, every quarter lease and at
 // once when a lease runs out, takes a lease when the pair's leases will
-// not last until the next tick, of its hit rate over one lease plus half;
-// under SizeFair, no more than this replica's max-min fair share of the
-// pair's limit (fairshare.Allocate on the share store RLQS uses, by each
-// replica's demand per window, every Options.Rebalance) less what its
-// leases still hold in the window. A replica over its share takes the
-// shared path: it takes only what no lease holds.
+// not last until the next tick, of its hit rate over one lease plus half.
+//
+// Under SizeFair a lease is at most this replica's max-min fair share of
+// the pair's limit less what its leases still hold in the window. The
+// shares are fairshare.Allocate's, run on the share store RLQS uses, by
+// the demand each replica in escrow on the pair reports: its hits over
+// the last Rebalance interval, per window. The rounds fall on the same
+// instants on every replica (multiples of Rebalance on the clock), and a
+// replica held at its share looks again half a round later, so that a
+// share one replica releases is taken by another in the same round or
+// half a round later: after a shift of demand, the shares are the fair
+// split of the new demands within two rounds (TestFairSharesFollowDemand).
+// A replica over its share takes the shared path: it takes only what no
+// lease holds.
 //
 // # Time
 //

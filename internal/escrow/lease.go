@@ -75,6 +75,9 @@ type entry struct {
 	coldSince     time.Time
 	share         int64 // fair share of the budget per window, -1 unknown
 	nextRebalance time.Time
+	lastRebalance time.Time
+	capped        bool   // a lease was not asked for: the share was held
+	recent        []past // hits per tick over the last rebalance interval
 }
 
 // take is one grant taken from a lease by a call, undone when the call

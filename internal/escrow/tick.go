@@ -85,6 +85,18 @@ func (s *Store) tickEntry(ctx context.Context, e *entry, now time.Time, rules *r
 	}
 	e.lastTick = now
 	n, h := e.decisions.Swap(0), e.hits.Swap(0)
+	// The demand a replica reports for fair shares: its hits over the last
+	// rebalance interval, so that a shift shows in full at the next round.
+	e.recent = append(e.recent, past{until: now, n: h})
+	var recent int64
+	keep := e.recent[:0]
+	for _, r := range e.recent {
+		if now.Sub(r.until) < s.rebal {
+			keep = append(keep, r)
+			recent += r.n
+		}
+	}
+	e.recent = keep
 	if dt > 0 {
 		a := 1 - math.Exp(-dt.Seconds()/time.Second.Seconds())
 		r, hr := float64(n)/dt.Seconds(), float64(h)/dt.Seconds()
@@ -179,14 +191,19 @@ func (s *Store) tickEntry(ctx context.Context, e *entry, now time.Time, rules *r
 		}
 	}
 	e.mu.Unlock()
-	rebalance := s.size == SizeFair && !now.Before(e.nextRebalance)
+	// Fair shares are computed at the same instants on every replica (a
+	// multiple of Rebalance on the clock), so that a share one releases is
+	// taken by the others in the same round or at their second look: a
+	// replica held at its share looks again half a round after its last.
+	rebalance := s.size == SizeFair && (!now.Before(e.nextRebalance) ||
+		e.capped && now.Sub(e.lastRebalance) >= s.rebal/2)
+	rate := float64(recent) / s.rebal.Seconds()
 	if rebalance {
-		e.nextRebalance = now.Add(s.rebal)
+		e.capped, e.lastRebalance, e.nextRebalance = false, now, now.Truncate(s.rebal).Add(s.rebal)
 	}
 	if len(back) == 0 && want == 0 && !rebalance {
 		return nil
 	}
-	rate := e.hitRate
 	return func() {
 		for _, f := range back {
 			f()
@@ -207,7 +224,7 @@ func (s *Store) tickEntry(ctx context.Context, e *entry, now time.Time, rules *r
 			if want = min(want, room); want <= 0 {
 				s.stats.overShare.Add(1)
 				e.mu.Lock()
-				e.acquiring = false
+				e.acquiring, e.capped = false, true
 				e.mu.Unlock()
 				return
 			}
@@ -233,6 +250,7 @@ func (s *Store) rebalance(ctx context.Context, e *entry, pol *tiers.Policy, rate
 	e.mu.Lock()
 	e.share = shares[0]
 	e.mu.Unlock()
+
 }
 
 // budgetKey names e's pair in the share store: apart from RLQS's budgets
