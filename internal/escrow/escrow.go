@@ -474,6 +474,35 @@ func (s *Store) wakeUp() {
 	}
 }
 
+var _ store.Holder = (*Store)(nil)
+
+// Holding implements store.Holder: what this replica's leases of it's pair
+// hold at now, its decision rate, demand and fair share.
+func (s *Store) Holding(it *store.Item, now time.Time) (store.Holding, bool) {
+	v, ok := s.entries.Load(it.Key)
+	if !ok {
+		return store.Holding{}, false
+	}
+	e := v.(*entry)
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	h := store.Holding{Rate: e.shownRate, Demand: e.shownDemand, Share: e.share}
+	if s.size != SizeFair {
+		h.Share = -1
+	}
+	for _, l := range e.leases {
+		if l != nil && l.live(now) {
+			h.Leases++
+			h.Held += l.left()
+			h.Granted += l.used
+			if l.until.After(h.Until) {
+				h.Until = l.until
+			}
+		}
+	}
+	return h, true
+}
+
 var _ store.Reserver = (*Store)(nil)
 
 // Reserve implements store.Reserver on Remote (pacing): a paced request

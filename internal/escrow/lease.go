@@ -67,6 +67,9 @@ type entry struct {
 	hard, global            bool // the refusal came from the hard / global limit
 	acquiring               bool // a lease call is in flight
 	history                 []past
+	// shown is what Tick last measured, for Holding.
+	shownRate   float64
+	shownDemand int64
 
 	// Tick's own (only Tick touches them).
 	rate, hitRate float64 // decisions and hits per second, smoothed

@@ -141,6 +141,8 @@ func (s *Store) tickEntry(ctx context.Context, e *entry, now time.Time, rules *r
 	}
 	old := e.pol.Load()
 	e.mu.Lock()
+	e.shownRate = e.rate
+	e.shownDemand = fairshare.Demand(float64(recent)/s.rebal.Seconds(), pol.Tiers[0].Window)
 	for i, l := range e.leases {
 		if l == nil {
 			continue
