@@ -24,7 +24,7 @@ descriptors:
     rate_limit: {unit: minute, requests_per_unit: 100}
     escrow: false
   - key: short
-    rate_limit: {unit: second, requests_per_unit: 100}
+    tiers: [{limit: 100, window: 5ms}]
     escrow: true
   - key: bucket
     token_bucket: {capacity: 10, refill: 1, per: 1s}
@@ -48,7 +48,7 @@ descriptors:
 		got = append(got, w.String())
 	}
 	want := []string{
-		"api.yaml:12: descriptors[3].escrow: stays on the shared store: the window 1s is shorter than 10 leases of 200ms",
+		"api.yaml:12: descriptors[3].escrow: stays on the shared store: the window 5ms is shorter than 10 leases of the shortest, 1ms",
 		"api.yaml:15: descriptors[4].escrow: stays on the shared store: a token_bucket is not leased yet",
 	}
 	if !slices.Equal(got, want) {
@@ -65,9 +65,9 @@ descriptors:
 	// Under the server's --escrow, only a window too short is noted: a
 	// kind that is never leased is documented, not warned of.
 	_, warns, err = load(t, Options{Escrow: true, EscrowLease: 200 * time.Millisecond}, "api.yaml",
-		"domain: api\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: 10}\n  - key: b\n    token_bucket: {capacity: 10, refill: 1, per: 1s}\n  - key: c\n    rate_limit: {unit: second, requests_per_unit: 10}\n    escrow: false\n")
-	if err != nil || len(warns) != 1 || !strings.Contains(warns[0].String(), "api.yaml:4: descriptors[0].escrow: stays on the shared store: the window 1s") {
-		t.Errorf("server-wide escrow: got %v, %v; want one warning for the 1s window", warns, err)
+		"domain: api\ndescriptors:\n  - key: a\n    tiers: [{limit: 10, window: 5ms}]\n  - key: b\n    token_bucket: {capacity: 10, refill: 1, per: 1s}\n  - key: c\n    tiers: [{limit: 10, window: 5ms}]\n    escrow: false\n  - key: d\n    rate_limit: {unit: second, requests_per_unit: 10}\n")
+	if err != nil || len(warns) != 1 || !strings.Contains(warns[0].String(), "api.yaml:4: descriptors[0].escrow: stays on the shared store: the window 5ms") {
+		t.Errorf("server-wide escrow: got %v, %v; want one warning for the 5ms window", warns, err)
 	}
 
 	for _, tc := range []struct{ name, text, want string }{

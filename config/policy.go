@@ -715,17 +715,17 @@ func domainKey(s string) string {
 
 // escrowNotes warns of the policies of l that escrow was asked for (escrow:
 // true, or the server's --escrow when l does not say) and that stay on the
-// shared store (tiers.CanLease): every reason for escrow: true; under the
-// server's default only a window too short for its leases, since a kind
-// that is never leased is documented.
+// shared store (tiers.LeaseFor): every reason for escrow: true; under the
+// server's default only a window too short for the shortest lease, since a
+// kind that is never leased is documented.
 func (p *parser) escrowNotes(at *yaml.Node, path *ypath, l *descriptors.Limit) {
 	asked := l.Escrow == descriptors.EscrowOn
 	if !asked && (l.Escrow == descriptors.EscrowOff || !p.opts.Escrow) {
 		return
 	}
-	lease := p.opts.EscrowLease
-	if lease <= 0 {
-		lease = time.Nanosecond // no lease length given: the kinds alone
+	longest := p.opts.EscrowLease
+	if longest <= 0 {
+		longest = time.Second
 	}
 	pols := []*tiers.Policy{l.Policy}
 	for _, d := range slices.Sorted(maps.Keys(l.Overrides)) {
@@ -735,7 +735,7 @@ func (p *parser) escrowNotes(at *yaml.Node, path *ypath, l *descriptors.Limit) {
 		if pol == nil || banned(pol) {
 			continue
 		}
-		err := tiers.CanLease(pol, lease)
+		_, err := tiers.LeaseFor(pol, longest)
 		if err == nil {
 			continue
 		}

@@ -22,6 +22,10 @@ import (
 // costs at most a tenth of the budget while it is spent.
 const LeaseRatio = 10
 
+// MinLease is the shortest lease: a policy whose shortest window is under
+// LeaseRatio of it is not leased.
+const MinLease = time.Millisecond
+
 // ErrCannotLease is wrapped by CanLease's error.
 var ErrCannotLease = errors.New("tiers: cannot lease")
 
@@ -68,6 +72,21 @@ func CanLease(p *Policy, lease time.Duration) error {
 		return fmt.Errorf("%w: the window %v is shorter than %d leases of %v", ErrCannotLease, w, LeaseRatio, lease)
 	}
 	return nil
+}
+
+// LeaseFor returns the length of p's leases when no lease may be longer
+// than longest: a LeaseRatio-th of its shortest window, at most longest;
+// or, when p cannot be leased (CanLease's reasons, or a window under
+// LeaseRatio shortest leases), an error wrapping ErrCannotLease that says
+// why.
+func LeaseFor(p *Policy, longest time.Duration) (time.Duration, error) {
+	if err := CanLease(p, MinLease); err != nil {
+		if p != nil && p.Kind == KindTiers && numTiers(p) == 1 && !p.Overdraft && p.Tiers[0].Active == Unbounded {
+			return 0, fmt.Errorf("%w: the window %v is shorter than %d leases of the shortest, %v", ErrCannotLease, leaseWindow(p), LeaseRatio, MinLease)
+		}
+		return 0, err
+	}
+	return max(min(longest, leaseWindow(p)/LeaseRatio), MinLease), nil
 }
 
 // leaseWindow returns the shortest window a policy of one tier counts hits

@@ -54,3 +54,33 @@ func TestCanLease(t *testing.T) {
 		})
 	}
 }
+
+func TestLeaseFor(t *testing.T) {
+	one := func(w time.Duration) *Policy {
+		return &Policy{Kind: KindTiers, Tiers: []Tier{{Limit: 10, Window: w, Active: Unbounded}}}
+	}
+	hard := one(time.Hour)
+	hard.HardLimit = 5
+	for _, tc := range []struct {
+		name    string
+		p       *Policy
+		longest time.Duration
+		want    time.Duration
+		err     string
+	}{
+		{"a minute, up to 1s", one(time.Minute), time.Second, time.Second, ""},
+		{"a second, up to 1s: a tenth", one(time.Second), time.Second, 100 * time.Millisecond, ""},
+		{"an hour with a hard limit: its second", hard, time.Minute, 100 * time.Millisecond, ""},
+		{"the shortest lease", one(10 * time.Millisecond), time.Second, time.Millisecond, ""},
+		{"under ten shortest leases", one(9 * time.Millisecond), time.Second, 0, "shorter than 10 leases of the shortest"},
+		{"a token bucket", &Policy{Kind: KindTokenBucket, Bucket: TokenBucket{Capacity: 1, Refill: 1, Per: time.Second}}, time.Second, 0, "token_bucket"},
+	} {
+		got, err := LeaseFor(tc.p, tc.longest)
+		switch {
+		case tc.err == "" && (err != nil || got != tc.want):
+			t.Errorf("%s: got %v, %v; want %v", tc.name, got, err, tc.want)
+		case tc.err != "" && (err == nil || !errors.Is(err, ErrCannotLease) || !strings.Contains(err.Error(), tc.err)):
+			t.Errorf("%s: got %v, %v; want an error saying %q", tc.name, got, err, tc.err)
+		}
+	}
+}

@@ -7,8 +7,9 @@
 //
 // # A lease, and why it never over-grants
 //
-// A lease of n hits of a one-tier sliding window W, of length L, is taken
-// in two calls to the shared store (Options.Leaser, the Redis store
+// A lease of n hits of a one-tier sliding window W, of length L (a tenth
+// of the policy's shortest window, at most Options.Lease:
+// tiers.LeaseFor), is taken in two calls to the shared store (Options.Leaser, the Redis store
 // itself):
 //
 //  1. Reserve n hits (at least one) for the instant at = r + L, r being
@@ -52,10 +53,10 @@
 //
 // A pair is leased when its policy is of the configuration in force, its
 // descriptor's escrow: setting (or the server's --escrow, Options.Default)
-// is on, and tiers.CanLease allows it: one tier active for ever (a
+// is on, and tiers.LeaseFor leases it: one tier active for ever (a
 // rate_limit), with or without hard and global limits, whose shortest
-// window is at least tiers.LeaseRatio leases. Everything else stays on the
-// shared path, exactly as today:
+// window is at least tiers.LeaseRatio times tiers.MinLease. Everything
+// else stays on the shared path, exactly as today:
 //
 //   - token buckets, fixed windows and calendar quotas (a reservation of
 //     theirs is exact for an answer at its instant, not before it; a fixed
@@ -88,8 +89,8 @@
 // A pair enters escrow when its decisions on this replica reach
 // Options.Threshold per second (counted in a count-min sketch, so that
 // cold pairs cost a hash and two atomic adds), and leaves when its rate
-// stays under half of it for CoolOff. Tick, every quarter lease and at
-// once when a lease runs out, takes a lease when the pair's leases will
+// stays under half of it for CoolOff. Tick, every quarter of the pair's
+// lease and at once when its leases run short, takes a lease when the pair's leases will
 // not last until the next tick, of its hit rate over one lease plus half.
 //
 // Under SizeFair a lease is at most this replica's max-min fair share of

@@ -17,7 +17,7 @@ import (
 
 // Defaults of Options.
 const (
-	DefaultLease     = 100 * time.Millisecond
+	DefaultLease     = time.Second
 	DefaultThreshold = 50
 	DefaultMaxKeys   = 10_000
 	DefaultRebalance = time.Second
@@ -94,8 +94,10 @@ type Options struct {
 	// Default is whether escrow applies to a rule whose descriptor does
 	// not say (escrow: true or false): the server-wide --escrow.
 	Default bool
-	// Lease is how long a lease lasts (default DefaultLease). A rule whose
-	// shortest window is under tiers.LeaseRatio leases stays on Remote.
+	// Lease is the longest lease (default DefaultLease): a pair's leases
+	// last a tiers.LeaseRatio-th of its policy's shortest window, at most
+	// this (tiers.LeaseFor); a policy whose window is under LeaseRatio
+	// tiers.MinLease stays on Remote.
 	Lease time.Duration
 	// Threshold is the decisions per second of one pair on this replica
 	// from which the pair is decided from leases (default
@@ -118,8 +120,9 @@ type Options struct {
 	// Now is the clock; nil means time.Now. It must be the clock the
 	// callers pass to Decide.
 	Now func() time.Time
-	// Run starts the goroutine that calls Tick every quarter lease, and
-	// sooner when a lease runs out; without it the caller calls Tick.
+	// Run starts the goroutine that calls Tick every quarter of the
+	// shortest lease, and sooner when leases run short; without it the
+	// caller calls Tick.
 	Run bool
 	// Logger receives the pairs entering and leaving escrow (debug) and
 	// failures; nil discards them.
@@ -130,19 +133,21 @@ type Options struct {
 // escrow leases and every other one on Remote (see the package
 // documentation). Create it with New; Close it. Safe for concurrent use.
 type Store struct {
-	remote   store.Store
-	leaser   Leaser
-	def      bool
-	lease    time.Duration
-	thresh   float64
-	size     Sizing
-	shares   sharestore.Store
-	id       string
-	rebal    time.Duration
-	maxKeys  int
-	now      func() time.Time
-	log      *slog.Logger
-	tickStep time.Duration
+	remote  store.Store
+	leaser  Leaser
+	def     bool
+	lease   time.Duration
+	thresh  float64
+	size    Sizing
+	shares  sharestore.Store
+	id      string
+	rebal   time.Duration
+	maxKeys int
+	now     func() time.Time
+	log     *slog.Logger
+	// step is the loop's period in ns: a quarter of the shortest lease of
+	// the pairs in escrow.
+	step atomic.Int64
 	// callTimeout bounds each call to the leaser.
 	callTimeout time.Duration
 
@@ -207,7 +212,7 @@ func New(opts Options) (*Store, error) {
 	if s.size == SizeFair && s.shares == nil {
 		s.size = SizeDemand
 	}
-	s.tickStep = s.lease / 4
+	s.step.Store(int64(s.lease / 4))
 	s.callTimeout = max(s.lease, 50*time.Millisecond)
 	s.hot.init(s.now())
 	s.calls.New = func() any { return new(call) }
@@ -218,7 +223,8 @@ func New(opts Options) (*Store, error) {
 	return s, nil
 }
 
-// Lease returns the lease length.
+// Lease returns the longest lease: a pair's lease is a tenth of its
+// policy's shortest window, up to it (tiers.LeaseFor).
 func (s *Store) Lease() time.Duration { return s.lease }
 
 // call is one Decide's scratch.
@@ -288,6 +294,7 @@ func (s *Store) Decide(ctx context.Context, now time.Time, items []store.Item, o
 			// Its leases are of another policy (a reload): this request
 			// goes to Remote, and the next tick retires them.
 			e.want.Store(it.Policy)
+			e.urgent.Store(true)
 			continue
 		}
 		if c == nil {
@@ -325,13 +332,15 @@ func (s *Store) Decide(ctx context.Context, now time.Time, items []store.Item, o
 			d = tiers.Decision{OK: true, Granted: hits, Tier: 1, Remaining: avail - hits, ResetAfter: e.nextEnd(now)}
 			local = true
 			if avail-hits < hits {
+				e.urgent.Store(true)
 				empty = true
 			}
 		case now.Before(e.refusedUntil):
-			d = tiers.Decision{Tier: 1, LimitedByHard: e.hard, LimitedByGlobal: e.global, RetryAfter: e.retryAfter(now, s.lease)}
+			d = tiers.Decision{Tier: 1, LimitedByHard: e.hard, LimitedByGlobal: e.global, RetryAfter: e.retryAfter(now)}
 			d.ResetAfter = d.RetryAfter
 			local = true
 		default:
+			e.urgent.Store(true)
 			empty = true
 		}
 		e.mu.Unlock()
@@ -438,11 +447,11 @@ func (e *entry) nextEnd(now time.Time) time.Duration {
 // store, which refused a lease asked for at refusedAt, would grant one
 // hit with no other traffic (its wait is counted from the lease's last
 // instant). e.mu is held.
-func (e *entry) retryAfter(now time.Time, lease time.Duration) time.Duration {
+func (e *entry) retryAfter(now time.Time) time.Duration {
 	if e.retry == tiers.Unbounded {
 		return tiers.Unbounded
 	}
-	return max(e.refusedAt.Add(lease+e.retry).Sub(now), 0)
+	return max(e.refusedAt.Add(e.lease+e.retry).Sub(now), 0)
 }
 
 // promote puts it's pair in escrow, unless MaxKeys pairs are.
@@ -456,13 +465,26 @@ func (s *Store) promote(it *store.Item, now time.Time) {
 	// measure it.
 	e := &entry{key: k, share: -1, rate: s.thresh, hitRate: s.thresh, known: true}
 	e.pol.Store(it.Policy)
+	e.lease, _ = tiers.LeaseFor(it.Policy, s.lease)
 	if _, loaded := s.entries.LoadOrStore(k, e); loaded {
 		return
 	}
 	s.nkeys.Add(1)
 	s.stats.entered.Add(1)
+	s.shorten(e.lease)
 	s.log.Debug("escrow: a pair is hot", "resource", k.Resource, "domain", k.Domain)
 	s.wakeUp()
+}
+
+// shorten makes the loop tick at least every quarter of lease.
+func (s *Store) shorten(lease time.Duration) {
+	step := int64(max(lease/4, time.Millisecond))
+	for {
+		old := s.step.Load()
+		if old <= step || s.step.CompareAndSwap(old, step) {
+			return
+		}
+	}
 }
 
 func clone(s string) string { return string([]byte(s)) }

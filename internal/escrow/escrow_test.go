@@ -366,7 +366,7 @@ func TestNotLeased(t *testing.T) {
 	clk := newClock()
 	mem := newMem(t)
 	bucket := &tiers.Policy{Kind: tiers.KindTokenBucket, Bucket: tiers.TokenBucket{Capacity: 100, Refill: 10, Per: time.Second}}
-	short := sliding(100, time.Second) // under 10 leases of 500ms
+	short := sliding(100, 5*time.Millisecond) // under 10 of the shortest leases
 	for _, tc := range []struct {
 		name string
 		it   store.Item
@@ -410,5 +410,34 @@ func TestDecisionFields(t *testing.T) {
 		TierHits: 1000 - (n - 1), Remaining: n - 1, ResetAfter: 90 * time.Millisecond}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Fatalf("decision (-want +got):\n%s", diff)
+	}
+}
+
+// TestLeaseLength: a pair's leases last a tenth of its shortest window, up
+// to the longest lease.
+func TestLeaseLength(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		p    func() *tiers.Policy
+		want time.Duration
+	}{
+		{"a minute", func() *tiers.Policy { return sliding(1000, time.Minute) }, time.Second},
+		{"a second", func() *tiers.Policy { return sliding(1000, time.Second) }, 100 * time.Millisecond},
+		{"a minute with a hard limit", func() *tiers.Policy { p := sliding(1000, time.Minute); p.HardLimit = 100; return p }, 100 * time.Millisecond},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			clk := newClock()
+			s := newEscrow(t, newMem(t), clk, Options{Threshold: 5})
+			it := item("a", tc.p(), 1)
+			heat(t, s, clk.Now(), it)
+			s.Tick(context.Background())
+			v, _ := s.entries.Load(it.Key)
+			e := v.(*entry)
+			e.mu.Lock()
+			defer e.mu.Unlock()
+			if e.leases[0] == nil || e.leases[0].until != clk.Now().Add(tc.want) {
+				t.Fatalf("lease %+v, want one until now+%v", e.leases[0], tc.want)
+			}
+		})
 	}
 }

@@ -110,7 +110,7 @@ descriptors:
     rate_limit: {unit: minute, requests_per_unit: 100}
     escrow: false
   - key: short
-    rate_limit: {unit: second, requests_per_unit: 100}
+    tiers: [{limit: 100, window: 5ms}]
     escrow: true
   - key: bucket
     token_bucket: {capacity: 10, refill: 1, per: 1s}

@@ -57,7 +57,13 @@ type entry struct {
 	// pol is the policy the leases are made under (set by Tick under mu).
 	pol atomic.Pointer[tiers.Policy]
 
-	mu     sync.Mutex
+	// urgent: Decide found the leases short; the next tick sees to the
+	// pair whether it is due or not.
+	urgent atomic.Bool
+
+	mu sync.Mutex
+	// lease is the length of the pair's leases under pol (tiers.LeaseFor).
+	lease  time.Duration
 	leases [maxLeases]*lease
 	// refused: the last lease was refused (the pair is full) at refusedAt,
 	// for retry (the store's wait for one hit): requests are rejected
@@ -75,6 +81,7 @@ type entry struct {
 	rate, hitRate float64 // decisions and hits per second, smoothed
 	known         bool
 	lastTick      time.Time
+	nextTick      time.Time
 	coldSince     time.Time
 	share         int64 // fair share of the budget per window, -1 unknown
 	nextRebalance time.Time
@@ -165,7 +172,7 @@ func (e *entry) occupancy(now time.Time, w time.Duration) int64 {
 // and why it is exact): a reservation of the hits for the lease's last
 // instant, then a check of the pair's counts at the present, its excess
 // given back. Called by Tick with e.acquiring set; it clears it.
-func (s *Store) acquire(ctx context.Context, e *entry, pol *tiers.Policy, want int64) {
+func (s *Store) acquire(ctx context.Context, e *entry, pol *tiers.Policy, want int64, length time.Duration) {
 	defer func() {
 		e.mu.Lock()
 		e.acquiring = false
@@ -176,7 +183,7 @@ func (s *Store) acquire(ctx context.Context, e *entry, pol *tiers.Policy, want i
 	items := []store.Item{{Key: e.key, Policy: pol, Hits: want, Min: 1}}
 	out := make([]tiers.Decision, 1)
 	cctx, cancel := context.WithTimeout(ctx, s.callTimeout)
-	at, err := s.leaser.Reserve(cctx, l0, s.lease, items, out)
+	at, err := s.leaser.Reserve(cctx, l0, length, items, out)
 	cancel()
 	if err != nil {
 		// The reservation may have been made and its answer lost: its hits
@@ -192,7 +199,7 @@ func (s *Store) acquire(ctx context.Context, e *entry, pol *tiers.Policy, want i
 		// the store would reject this replica's requests too.
 		s.stats.leaseRefusals.Add(1)
 		e.mu.Lock()
-		s.refuse(e, l0, d)
+		s.refuse(e, l0, d, length)
 		e.mu.Unlock()
 		return
 	}
@@ -220,11 +227,11 @@ func (s *Store) acquire(ctx context.Context, e *entry, pol *tiers.Policy, want i
 	if excess >= granted {
 		s.stats.leaseRefusals.Add(1)
 		e.mu.Lock()
-		s.refuse(e, l0, tiers.Decision{RetryAfter: s.lease, LimitedByHard: out[0].LimitedByHard, LimitedByGlobal: out[0].LimitedByGlobal})
+		s.refuse(e, l0, tiers.Decision{RetryAfter: length, LimitedByHard: out[0].LimitedByHard, LimitedByGlobal: out[0].LimitedByGlobal}, length)
 		e.mu.Unlock()
 		return
 	}
-	l := &lease{at: at, from: from, until: l0.Add(s.lease), size: granted - excess}
+	l := &lease{at: at, from: from, until: l0.Add(length), size: granted - excess}
 	installed := false
 	e.mu.Lock()
 	// A lease retired while the calls ran (a reload, Close) is not used.
@@ -267,8 +274,8 @@ func overLimit(pol *tiers.Policy, d tiers.Decision) int64 {
 // lease could be granted again (d.RetryAfter after l0: a lease asked for
 // then reserves for d.RetryAfter after the refused one's instant), for at
 // most one lease length. e.mu is held.
-func (s *Store) refuse(e *entry, l0 time.Time, d tiers.Decision) {
-	wait := min(max(d.RetryAfter, 0), s.lease)
+func (s *Store) refuse(e *entry, l0 time.Time, d tiers.Decision, length time.Duration) {
+	wait := min(max(d.RetryAfter, 0), length)
 	e.refusedAt, e.refusedUntil = l0, l0.Add(wait)
 	e.retry = d.RetryAfter
 	e.hard, e.global = d.LimitedByHard, d.LimitedByGlobal

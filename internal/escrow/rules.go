@@ -7,10 +7,10 @@ import (
 
 // ruleSet is which policies of the configuration in force may be leased:
 // those of descriptors whose escrow: setting (or, when they do not say,
-// the server's default) is on and that tiers.CanLease allows. A policy
+// the server's default) is on and that tiers.LeaseFor leases. A policy
 // not in it (a request's own limit, a calendar quota) stays on Remote.
 // A nil ruleSet, before any configuration is set, allows every policy
-// CanLease allows when the default is on.
+// LeaseFor leases when the default is on.
 type ruleSet struct {
 	on    map[*tiers.Policy]bool
 	count int // policies leasable
@@ -20,7 +20,11 @@ type ruleSet struct {
 // on reports whether p may be leased.
 func (r *ruleSet) allows(p *tiers.Policy, s *Store) bool {
 	if r == nil {
-		return s.def && tiers.CanLease(p, s.lease) == nil
+		if !s.def {
+			return false
+		}
+		_, err := tiers.LeaseFor(p, s.lease)
+		return err == nil
 	}
 	return r.on[p]
 }
@@ -48,7 +52,7 @@ func (s *Store) SetTree(t *descriptors.Tree) {
 				if p == nil {
 					continue
 				}
-				if tiers.CanLease(p, s.lease) == nil {
+				if _, err := tiers.LeaseFor(p, s.lease); err == nil {
 					r.on[p] = true
 					r.count++
 				} else if l.Escrow == descriptors.EscrowOn {
@@ -58,5 +62,5 @@ func (s *Store) SetTree(t *descriptors.Tree) {
 		}
 	}
 	s.rules.Store(r)
-	s.log.Info("escrow", "leasable_policies", r.count, "asked_but_shared", r.kept, "lease", s.lease, "default", s.def)
+	s.log.Info("escrow", "leasable_policies", r.count, "asked_but_shared", r.kept, "longest_lease", s.lease, "default", s.def)
 }

@@ -17,18 +17,18 @@ import (
 // parallel bounds the pairs whose leaser calls one Tick runs at once.
 const parallel = 16
 
-// loop calls Tick every quarter lease, and at once when Decide found a
-// lease run out, until Close.
+// loop calls Tick every quarter of the shortest lease, and at once when
+// Decide found leases short, until Close.
 func (s *Store) loop() {
 	defer close(s.done)
-	t := time.NewTicker(s.tickStep)
-	defer t.Stop()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go func() {
 		<-s.stop
 		cancel()
 	}()
+	t := time.NewTimer(time.Duration(s.step.Load()))
+	defer t.Stop()
 	for {
 		select {
 		case <-s.stop:
@@ -37,12 +37,14 @@ func (s *Store) loop() {
 		case <-s.wake:
 		}
 		s.Tick(ctx)
+		t.Reset(time.Duration(s.step.Load()))
 	}
 }
 
-// Tick does the periodic work of escrow at the clock's now, and returns
-// once every leaser call it made has returned: it updates each pair's
-// decision rate; gives back what ended leases did not grant; retires the
+// Tick does the periodic work of escrow at the clock's now, for each pair
+// a quarter lease after its last (or at once when Decide found its leases
+// short), and returns once every leaser call it made has returned: it
+// updates each pair's decision rate; gives back what ended leases did not grant; retires the
 // leases of a policy no longer in force; takes a pair whose rate stayed
 // under half the threshold for CoolOff out of escrow; computes fair
 // shares every Rebalance; and asks for a lease for a pair whose leases
@@ -59,9 +61,18 @@ func (s *Store) Tick(ctx context.Context) {
 	rules := s.rules.Load()
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, parallel)
+	shortest := s.lease
 	s.entries.Range(func(k, v any) bool {
 		e := v.(*entry)
-		if work := s.tickEntry(ctx, e, now, rules); work != nil {
+		if urgent := e.urgent.Swap(false); now.Before(e.nextTick) && !urgent {
+			return true
+		}
+		work := s.tickEntry(ctx, e, now, rules)
+		e.mu.Lock()
+		shortest = min(shortest, e.lease)
+		e.nextTick = now.Add(e.lease / 4)
+		e.mu.Unlock()
+		if work != nil {
 			wg.Add(1)
 			sem <- struct{}{}
 			go func() {
@@ -73,13 +84,17 @@ func (s *Store) Tick(ctx context.Context) {
 		return true
 	})
 	wg.Wait()
+	s.step.Store(int64(max(shortest/4, time.Millisecond)))
 }
 
 // tickEntry does e's part of a tick that needs no call, and returns the
 // calls to make (give-backs, a rebalance, a lease), or nil.
 func (s *Store) tickEntry(ctx context.Context, e *entry, now time.Time, rules *ruleSet) func() {
 	// The rates, smoothed over about a second.
-	dt := s.tickStep
+	e.mu.Lock()
+	length := e.lease
+	e.mu.Unlock()
+	dt := length / 4
 	if !e.lastTick.IsZero() {
 		dt = now.Sub(e.lastTick)
 	}
@@ -165,12 +180,16 @@ func (s *Store) tickEntry(ctx context.Context, e *entry, now time.Time, rules *r
 	if retireAll {
 		e.history = nil
 		e.pol.Store(pol)
+		e.lease, _ = tiers.LeaseFor(pol, s.lease)
+		length = e.lease
 	}
 	// A lease when the live ones will not last until the next tick (at the
 	// rate seen) or end before it, and a slot is free.
 	var want int64
 	if !e.acquiring && !now.Before(e.refusedUntil) {
-		lead := 2 * s.tickStep
+		// Ticks come every quarter lease: a lease is taken when the
+		// leases will not last past the next one and a half.
+		lead := length * 3 / 8
 		var left int64
 		var last time.Time
 		free, used := false, false
@@ -187,7 +206,7 @@ func (s *Store) tickEntry(ctx context.Context, e *entry, now time.Time, rules *r
 		}
 		need := last.IsZero() || float64(left) <= e.hitRate*lead.Seconds() || (used && last.Sub(now) < lead)
 		if free && need {
-			want = int64(math.Ceil(e.hitRate * s.lease.Seconds() * headroom))
+			want = int64(math.Ceil(e.hitRate * length.Seconds() * headroom))
 			want = min(max(want, 1), pol.Tiers[0].Limit)
 			e.acquiring = true
 		}
@@ -231,7 +250,7 @@ func (s *Store) tickEntry(ctx context.Context, e *entry, now time.Time, rules *r
 				return
 			}
 		}
-		s.acquire(ctx, e, pol, want)
+		s.acquire(ctx, e, pol, want, length)
 	}
 }
 
