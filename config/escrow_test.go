@@ -48,7 +48,7 @@ descriptors:
 		got = append(got, w.String())
 	}
 	want := []string{
-		"api.yaml:12: descriptors[3].escrow: stays on the shared store: the window 5ms is shorter than 10 leases of the shortest, 1ms",
+		"api.yaml:12: descriptors[3].escrow: stays on the shared store: the window 5ms is shorter than 20 leases of the shortest, 1ms",
 		"api.yaml:15: descriptors[4].escrow: stays on the shared store: a token_bucket is not leased yet",
 	}
 	if !slices.Equal(got, want) {

@@ -18,9 +18,10 @@ import (
 //
 // LeaseRatio is how much shorter than a policy's shortest window its
 // leases must be: a lease's hits are counted from the moment it is taken
-// until its end plus the window, so a lease at most a tenth of the window
-// costs at most a tenth of the budget while it is spent.
-const LeaseRatio = 10
+// until its end plus the window, so a lease of a twentieth of the window
+// counts a hit at most 5% longer than it is used (lease holders at 90% of
+// a limit then leave room for the unused part of their leases).
+const LeaseRatio = 20
 
 // MinLease is the shortest lease: a policy whose shortest window is under
 // LeaseRatio of it is not leased.

@@ -26,11 +26,11 @@ func TestCanLease(t *testing.T) {
 		want  string // "" leasable, else a part of the reason
 	}{
 		{"a rate_limit", one(100, time.Minute), time.Second, ""},
-		{"a window of exactly ten leases", one(100, time.Second), 100 * time.Millisecond, ""},
-		{"a window under ten leases", one(100, time.Second), 101 * time.Millisecond, "shorter than 10 leases"},
+		{"a window of exactly twenty leases", one(100, time.Second), 50 * time.Millisecond, ""},
+		{"a window under twenty leases", one(100, time.Second), 51 * time.Millisecond, "shorter than 20 leases"},
 		{"a minute, with a hard limit: its second counts", hard, 200 * time.Millisecond, "window 1s"},
 		{"a hard limit, short leases", hard, 50 * time.Millisecond, ""},
-		{"a global limit, short leases", global, 100 * time.Millisecond, ""},
+		{"a global limit, short leases", global, 50 * time.Millisecond, ""},
 		{"a global limit, long leases", global, time.Second, "window 1s"},
 		{"post-paid", post, time.Millisecond, "post-paid"},
 		{"a stack", stack, time.Millisecond, "several tiers"},
@@ -69,10 +69,10 @@ func TestLeaseFor(t *testing.T) {
 		err     string
 	}{
 		{"a minute, up to 1s", one(time.Minute), time.Second, time.Second, ""},
-		{"a second, up to 1s: a tenth", one(time.Second), time.Second, 100 * time.Millisecond, ""},
-		{"an hour with a hard limit: its second", hard, time.Minute, 100 * time.Millisecond, ""},
-		{"the shortest lease", one(10 * time.Millisecond), time.Second, time.Millisecond, ""},
-		{"under ten shortest leases", one(9 * time.Millisecond), time.Second, 0, "shorter than 10 leases of the shortest"},
+		{"a second, up to 1s: a twentieth", one(time.Second), time.Second, 50 * time.Millisecond, ""},
+		{"an hour with a hard limit: its second", hard, time.Minute, 50 * time.Millisecond, ""},
+		{"the shortest lease", one(20 * time.Millisecond), time.Second, time.Millisecond, ""},
+		{"under twenty shortest leases", one(19 * time.Millisecond), time.Second, 0, "shorter than 20 leases of the shortest"},
 		{"a token bucket", &Policy{Kind: KindTokenBucket, Bucket: TokenBucket{Capacity: 1, Refill: 1, Per: time.Second}}, time.Second, 0, "token_bucket"},
 	} {
 		got, err := LeaseFor(tc.p, tc.longest)

@@ -7,8 +7,8 @@
 //
 // # A lease, and why it never over-grants
 //
-// A lease of n hits of a one-tier sliding window W, of length L (a tenth
-// of the policy's shortest window, at most Options.Lease:
+// A lease of n hits of a one-tier sliding window W, of length L (a
+// twentieth of the policy's shortest window, at most Options.Lease:
 // tiers.LeaseFor), is taken in two calls to the shared store (Options.Leaser, the Redis store
 // itself):
 //

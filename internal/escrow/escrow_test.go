@@ -3,6 +3,7 @@ package escrow
 import (
 	"context"
 	"errors"
+	"math"
 	"testing"
 	"time"
 
@@ -12,17 +13,19 @@ import (
 	"github.com/charonlimit/charon/tiers"
 )
 
-// heat makes it's pair hot on s at now (Threshold decisions of 0 hits, a
-// check, which the shared store answers and which counts nothing).
+// heat makes it's pair hot on s at now (a second's worth of decisions of
+// 0 hits at its hot rate: checks, which the shared store answers and
+// which count nothing).
 func heat(t *testing.T, s *Store, now time.Time, it store.Item) {
 	t.Helper()
 	chk := it
 	chk.Hits, chk.Min = 0, 0
-	for range int(s.thresh) {
+	n := int(math.Ceil(s.hotRate(it.Policy)))
+	for range n {
 		decide(t, s, now, chk)
 	}
 	if _, ok := s.entries.Load(it.Key); !ok {
-		t.Fatalf("%s not in escrow after %v decisions", it.Key.Resource, s.thresh)
+		t.Fatalf("%s not in escrow after %d decisions", it.Key.Resource, n)
 	}
 }
 
@@ -407,13 +410,13 @@ func TestDecisionFields(t *testing.T) {
 	now := clk.Add(10 * time.Millisecond)
 	got := decide(t, s, now, it)[0]
 	want := tiers.Decision{OK: true, Granted: 1, HardLimit: 500, Tier: 1, TierLimit: 1000, TierWindow: 10 * time.Second,
-		TierHits: 1000 - (n - 1), Remaining: n - 1, ResetAfter: 90 * time.Millisecond}
+		TierHits: 1000 - (n - 1), Remaining: n - 1, ResetAfter: 40 * time.Millisecond} // the hard limit's second: leases of 50ms
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Fatalf("decision (-want +got):\n%s", diff)
 	}
 }
 
-// TestLeaseLength: a pair's leases last a tenth of its shortest window, up
+// TestLeaseLength: a pair's leases last a twentieth of its shortest window, up
 // to the longest lease.
 func TestLeaseLength(t *testing.T) {
 	for _, tc := range []struct {
@@ -422,8 +425,8 @@ func TestLeaseLength(t *testing.T) {
 		want time.Duration
 	}{
 		{"a minute", func() *tiers.Policy { return sliding(1000, time.Minute) }, time.Second},
-		{"a second", func() *tiers.Policy { return sliding(1000, time.Second) }, 100 * time.Millisecond},
-		{"a minute with a hard limit", func() *tiers.Policy { p := sliding(1000, time.Minute); p.HardLimit = 100; return p }, 100 * time.Millisecond},
+		{"a second", func() *tiers.Policy { return sliding(1000, time.Second) }, 50 * time.Millisecond},
+		{"a minute with a hard limit", func() *tiers.Policy { p := sliding(1000, time.Minute); p.HardLimit = 100; return p }, 50 * time.Millisecond},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			clk := newClock()

@@ -34,13 +34,13 @@ func testFairShift(t *testing.T, phase time.Duration, bFirst bool) {
 	clk.t = clk.t.Truncate(time.Second)
 	mem := newMem(t)
 	shares := &sharestore.Memory{}
-	const limit = 600
+	const limit = 1200
 	window := 10 * time.Second
 	rebalance := time.Second
 	p := sliding(limit, window)
 	it := item("a", p, 1)
 	newReplica := func(id string) *Store {
-		s, err := New(Options{Remote: mem, Default: true, Now: clk.Now, Lease: 100 * time.Millisecond, Threshold: 5,
+		s, err := New(Options{Remote: mem, Default: true, Now: clk.Now, Threshold: 5,
 			Size: SizeFair, Shares: shares, ID: id, Rebalance: rebalance})
 		if err != nil {
 			t.Fatal(err)
@@ -90,13 +90,13 @@ func testFairShift(t *testing.T, phase time.Duration, bFirst bool) {
 			}
 		}
 	}
-	run(10*time.Second+phase, 100, 10)
-	wa, wb := fair(100, 10)
+	run(10*time.Second+phase, 200, 20)
+	wa, wb := fair(200, 20)
 	if ga, gb := share(a), share(b); !near(ga, wa) || !near(gb, wb) {
 		t.Fatalf("before the shift: shares %d, %d, want %d, %d", ga, gb, wa, wb)
 	}
-	run(2*rebalance, 10, 100)
-	wa, wb = fair(10, 100)
+	run(2*rebalance, 20, 200)
+	wa, wb = fair(20, 200)
 	if ga, gb := share(a), share(b); !near(ga, wa) || !near(gb, wb) {
 		t.Fatalf("two rebalances after the shift: shares %d, %d, want %d, %d", ga, gb, wa, wb)
 	}

@@ -30,7 +30,7 @@ func DefaultFlags() Flags {
 func (f *Flags) Bind(fs *flag.FlagSet) {
 	o := &f.Options
 	fs.BoolVar(&o.Default, "escrow", o.Default, "with --store redis, decide hot keys of every rule whose descriptor does not say escrow: false from escrow leases: slices of the limit Redis has counted, granted without a round trip (a descriptor's escrow: true asks for it without this flag)")
-	fs.DurationVar(&o.Lease, "escrow-lease", o.Lease, "the longest escrow lease: a rule's leases last a tenth of its shortest window (1s with a hard or global limit), at most this; a rule whose window is under 10ms stays on Redis, with a warning at load")
+	fs.DurationVar(&o.Lease, "escrow-lease", o.Lease, "the longest escrow lease: a rule's leases last a twentieth of its shortest window (1s with a hard or global limit), at most this; a rule whose window is under 20ms stays on Redis, with a warning at load")
 	fs.Float64Var(&o.Threshold, "escrow-threshold", o.Threshold, "decisions per second of one key on this replica from which it is decided from leases; it leaves escrow under half of it")
 	fs.Var(&o.Size, "escrow-size", "lease sizing: fair (each replica's leases hold at most its max-min fair share of the limit by reported demand, through Redis) or demand (this replica's demand alone, up to the limit)")
 	fs.DurationVar(&o.Rebalance, "escrow-rebalance", o.Rebalance, "how often the fair shares of keys in escrow are computed again")

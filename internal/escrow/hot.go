@@ -30,13 +30,13 @@ func (k *sketch) init(now time.Time) {
 	k.start.Store(now.UnixNano())
 }
 
-// add counts one decision of key at now and reports whether its count in
-// the period reached threshold decisions per second.
-func (k *sketch) add(key store.Key, now time.Time, threshold float64) bool {
+// add counts one decision of key and returns its rate so far in the
+// period, in decisions per second of the period.
+func (k *sketch) add(key store.Key) float64 {
 	h := key.Hash(k.seed)
 	a := k.rows[0][h%sketchWidth].Add(1)
 	b := k.rows[1][(h>>32)%sketchWidth].Add(1)
-	return float64(min(a, b)) >= threshold*sketchPeriod.Seconds()
+	return float64(min(a, b)) / sketchPeriod.Seconds()
 }
 
 // rotate clears the counts once a period has passed since the last.

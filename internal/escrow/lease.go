@@ -72,13 +72,18 @@ type entry struct {
 	retry                   time.Duration
 	hard, global            bool // the refusal came from the hard / global limit
 	acquiring               bool // a lease call is in flight
-	history                 []past
+	// lastSize is the size of the last lease; spentEarly that a lease ran
+	// out before three quarters of its length (the next is twice as big).
+	lastSize   int64
+	spentEarly bool
+	history    []past
 	// shown is what Tick last measured, for Holding.
 	shownRate   float64
 	shownDemand int64
 
 	// Tick's own (only Tick touches them).
 	rate, hitRate float64 // decisions and hits per second, smoothed
+	hot           float64 // the rate it was found hot at (Store.hotRate)
 	known         bool
 	lastTick      time.Time
 	nextTick      time.Time
@@ -128,6 +133,9 @@ func (e *entry) takeHits(now time.Time, n int64, takes []take) []take {
 		best.used += k
 		n -= k
 		takes = append(takes, take{e: e, l: best, n: k})
+		if best.left() == 0 && now.Before(best.from.Add(best.until.Sub(best.from)*3/4)) {
+			e.spentEarly = true
+		}
 	}
 	return takes
 }
@@ -251,6 +259,9 @@ func (s *Store) acquire(ctx context.Context, e *entry, pol *tiers.Policy, want i
 	}
 	s.stats.leases.Add(1)
 	s.stats.leasedHits.Add(uint64(l.size))
+	e.mu.Lock()
+	e.lastSize = l.size
+	e.mu.Unlock()
 }
 
 // overLimit returns by how many hits a check's counts exceed pol's limits:

@@ -64,12 +64,14 @@ func (s *Store) Tick(ctx context.Context) {
 	shortest := s.lease
 	s.entries.Range(func(k, v any) bool {
 		e := v.(*entry)
+		e.mu.Lock()
+		shortest = min(shortest, e.lease)
+		e.mu.Unlock()
 		if urgent := e.urgent.Swap(false); now.Before(e.nextTick) && !urgent {
 			return true
 		}
 		work := s.tickEntry(ctx, e, now, rules)
 		e.mu.Lock()
-		shortest = min(shortest, e.lease)
 		e.nextTick = now.Add(e.lease / 4)
 		e.mu.Unlock()
 		if work != nil {
@@ -137,7 +139,7 @@ func (s *Store) tickEntry(ctx context.Context, e *entry, now time.Time, rules *r
 	switch {
 	case pol != nil && !rules.allows(pol, s):
 		pol = nil // escrow turned off for its rule, or the rule is gone
-	case e.rate < s.thresh/2:
+	case e.rate < e.hot/2:
 		if e.coldSince.IsZero() {
 			e.coldSince = now
 		} else if now.Sub(e.coldSince) >= CoolOff {
@@ -166,6 +168,12 @@ func (s *Store) tickEntry(ctx context.Context, e *entry, now time.Time, rules *r
 			e.leases[i] = nil
 			continue
 		}
+		if l.left() == 0 && !retireAll && now.Before(l.until) {
+			// Spent: its slot is free for the next lease.
+			closeLease(e, l)
+			e.leases[i] = nil
+			continue
+		}
 		if retireAll || !now.Before(l.until) {
 			if !now.Before(l.until) {
 				s.stats.expired.Add(1)
@@ -181,6 +189,7 @@ func (s *Store) tickEntry(ctx context.Context, e *entry, now time.Time, rules *r
 		e.history = nil
 		e.pol.Store(pol)
 		e.lease, _ = tiers.LeaseFor(pol, s.lease)
+		e.hot = s.hotRate(pol)
 		length = e.lease
 	}
 	// A lease when the live ones will not last until the next tick (at the
@@ -204,9 +213,17 @@ func (s *Store) tickEntry(ctx context.Context, e *entry, now time.Time, rules *r
 				used = l.used > 0
 			}
 		}
-		need := last.IsZero() || float64(left) <= e.hitRate*lead.Seconds() || (used && last.Sub(now) < lead)
+		// The rate: the smoothed one, or the last rebalance interval's
+		// when higher (a rising demand shows there first).
+		rate := max(e.hitRate, float64(recent)/s.rebal.Seconds())
+		need := last.IsZero() || float64(left) <= rate*lead.Seconds() || (used && last.Sub(now) < lead)
 		if free && need {
-			want = int64(math.Ceil(e.hitRate * length.Seconds() * headroom))
+			want = int64(math.Ceil(rate * length.Seconds() * headroom))
+			if e.spentEarly {
+				// The last lease ran out early: demand outgrows the rate.
+				want = max(want, 2*e.lastSize)
+				e.spentEarly = false
+			}
 			want = min(max(want, 1), pol.Tiers[0].Limit)
 			e.acquiring = true
 		}
