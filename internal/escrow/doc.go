@@ -87,11 +87,14 @@
 // # Which pairs, and how big a lease
 //
 // A pair enters escrow when its decisions on this replica reach
-// Options.Threshold per second (counted in a count-min sketch, so that
-// cold pairs cost a hash and two atomic adds), and leaves when its rate
-// stays under half of it for CoolOff. Tick, every quarter of the pair's
-// lease and at once when its leases run short, takes a lease when the pair's leases will
-// not last until the next tick, of its hit rate over one lease plus half.
+// Options.Threshold per second, and ten per lease (a lease costs about
+// three calls: its reservation, its check, its give-back), counted in a
+// count-min sketch so that cold pairs cost a hash and two atomic adds; it
+// leaves when its rate stays under half of that for CoolOff. Tick, every
+// quarter of the pair's lease and at once when its leases run short,
+// takes a lease when they will not last a tick and a half, of the pair's
+// hit rate over one lease and a quarter (twice the last lease when that
+// ran out early); a spent lease frees its slot at once.
 //
 // Under SizeFair a lease is at most this replica's max-min fair share of
 // the pair's limit less what its leases still hold in the window. The

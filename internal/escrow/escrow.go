@@ -304,6 +304,9 @@ func (s *Store) Decide(ctx context.Context, now time.Time, items []store.Item, o
 			e.urgent.Store(true)
 			continue
 		}
+		if len(items) == 1 {
+			return s.decideOne(ctx, now, e, items, out)
+		}
 		if c == nil {
 			c = s.getCall(len(items))
 		}
@@ -330,34 +333,12 @@ func (s *Store) Decide(ctx context.Context, now time.Time, items []store.Item, o
 			continue
 		}
 		hits, _ := c.plan.Sums(i)
-		var d tiers.Decision
-		var local bool
-		e.mu.Lock()
-		switch avail := e.avail(now); {
-		case hits > 0 && avail >= hits, hits == 0 && avail > 0:
-			c.takes = e.takeHits(now, hits, c.takes)
-			d = tiers.Decision{OK: true, Granted: hits, Tier: 1, Remaining: avail - hits, ResetAfter: e.nextEnd(now)}
-			local = true
-			if avail-hits < hits {
-				e.urgent.Store(true)
-				empty = true
-			}
-		case now.Before(e.refusedUntil):
-			d = tiers.Decision{Tier: 1, LimitedByHard: e.hard, LimitedByGlobal: e.global, RetryAfter: e.retryAfter(now)}
-			d.ResetAfter = d.RetryAfter
-			local = true
-		default:
-			e.urgent.Store(true)
-			empty = true
-		}
-		e.mu.Unlock()
+		d, local, short := e.decide(now, hits, items[i].Policy, &c.takes)
+		empty = empty || short
 		if !local {
 			remote = true
 			continue
 		}
-		p := items[i].Policy
-		p.FillLimits(&d)
-		d.TierHits = d.TierLimit - d.Remaining
 		out[i] = d
 		for j := i; j >= 0; j = c.plan.Next(j) {
 			c.local[j] = true
@@ -433,6 +414,59 @@ func (s *Store) Decide(ctx context.Context, now time.Time, items []store.Item, o
 		s.stats.localGranted.Add(local)
 	}
 	return nil
+}
+
+// decideOne is Decide for a request of one item whose pair is in escrow:
+// no plan, no scratch, nothing to put back.
+func (s *Store) decideOne(ctx context.Context, now time.Time, e *entry, items []store.Item, out []tiers.Decision) error {
+	d, local, short := e.decide(now, items[0].Hits, items[0].Policy, nil)
+	if short {
+		s.wakeUp()
+	}
+	if !local {
+		s.stats.remote.Add(1)
+		return s.remote.Decide(ctx, now, items, out)
+	}
+	if d.OK {
+		d.Granted = items[0].Hits
+		s.stats.localGranted.Add(1)
+	} else {
+		s.stats.localRejected.Add(1)
+	}
+	out[0] = d
+	return nil
+}
+
+// decide decides a group of hits of e's pair under p at now from its
+// leases: granted when they hold the hits (a check of 0 hits when they
+// hold any), appending the takes; rejected while the pair's last lease was
+// refused; else not local. takes, when not nil, records the takes to put
+// back. short reports that the leases are short (the
+// next tick is to see to them).
+func (e *entry) decide(now time.Time, hits int64, p *tiers.Policy, takes *[]take) (d tiers.Decision, local, short bool) {
+	e.mu.Lock()
+	switch avail := e.avail(now); {
+	case hits > 0 && avail >= hits, hits == 0 && avail > 0:
+		e.takeHits(now, hits, takes)
+		d = tiers.Decision{OK: true, Granted: hits, Tier: 1, Remaining: avail - hits, ResetAfter: e.nextEnd(now)}
+		local = true
+		short = avail-hits < hits
+	case now.Before(e.refusedUntil):
+		d = tiers.Decision{Tier: 1, LimitedByHard: e.hard, LimitedByGlobal: e.global, RetryAfter: e.retryAfter(now)}
+		d.ResetAfter = d.RetryAfter
+		local = true
+	default:
+		short = true
+	}
+	e.mu.Unlock()
+	if short {
+		e.urgent.Store(true)
+	}
+	if local {
+		p.FillLimits(&d)
+		d.TierHits = d.TierLimit - d.Remaining
+	}
+	return d, local, short
 }
 
 // nextEnd returns the time until the first live lease ends (when what

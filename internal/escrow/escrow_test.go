@@ -444,3 +444,31 @@ func TestLeaseLength(t *testing.T) {
 		})
 	}
 }
+
+// TestLocalDecisionAllocs: a request of one leased pair, granted from the
+// lease, allocates nothing.
+func TestLocalDecisionAllocs(t *testing.T) {
+	if raceEnabled {
+		t.Skip("allocation counts are meaningless under the race detector")
+	}
+	clk := newClock()
+	s := newEscrow(t, newMem(t), clk, Options{Threshold: 5})
+	it := []store.Item{item("a", sliding(1<<40, time.Minute), 1)}
+	heat(t, s, clk.Now(), it[0])
+	s.Tick(context.Background())
+	out := make([]tiers.Decision, 1)
+	now := clk.Now()
+	n := held(s, now, it[0])
+	if n < 2 {
+		t.Fatalf("a lease of %d hits", n)
+	}
+	before := s.Stats().LocalGranted
+	allocs := testing.AllocsPerRun(int(n-1), func() {
+		if err := s.Decide(context.Background(), now, it, out); err != nil || !out[0].OK {
+			t.Fatal(err, out[0])
+		}
+	})
+	if got := s.Stats().LocalGranted - before; allocs != 0 || got != uint64(n) {
+		t.Errorf("%v allocations, %d local grants of %d; want 0 and all", allocs, got, n)
+	}
+}

@@ -116,9 +116,9 @@ func (e *entry) avail(now time.Time) int64 {
 }
 
 // takeHits takes n hits from e's live leases at now, the lease that ends
-// first first, appending what it took to takes. e.mu is held and avail(now)
-// >= n.
-func (e *entry) takeHits(now time.Time, n int64, takes []take) []take {
+// first first, appending what it took to takes when it is not nil. e.mu is
+// held and avail(now) >= n.
+func (e *entry) takeHits(now time.Time, n int64, takes *[]take) {
 	for n > 0 {
 		var best *lease
 		for _, l := range e.leases {
@@ -127,17 +127,18 @@ func (e *entry) takeHits(now time.Time, n int64, takes []take) []take {
 			}
 		}
 		if best == nil {
-			return takes // not reached: avail said so
+			return // not reached: avail said so
 		}
 		k := min(n, best.left())
 		best.used += k
 		n -= k
-		takes = append(takes, take{e: e, l: best, n: k})
+		if takes != nil {
+			*takes = append(*takes, take{e: e, l: best, n: k})
+		}
 		if best.left() == 0 && now.Before(best.from.Add(best.until.Sub(best.from)*3/4)) {
 			e.spentEarly = true
 		}
 	}
-	return takes
 }
 
 // undo puts back what a call took and did not commit, in leases that are
