@@ -451,7 +451,9 @@ func (e *entry) decide(now time.Time, hits int64, p *tiers.Policy, takes *[]take
 		d = tiers.Decision{OK: true, Granted: hits, Tier: 1, Remaining: avail - hits, ResetAfter: e.nextEnd(now)}
 		local = true
 		short = avail-hits < hits
-	case now.Before(e.refusedUntil):
+	case hits > 0 && now.Before(e.refusedUntil):
+		// A check (0 hits) is granted whatever the count: the shared
+		// store answers it.
 		d = tiers.Decision{Tier: 1, LimitedByHard: e.hard, LimitedByGlobal: e.global, RetryAfter: e.retryAfter(now)}
 		d.ResetAfter = d.RetryAfter
 		local = true

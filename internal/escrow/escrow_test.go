@@ -267,6 +267,12 @@ func TestRefusedRejectsLocally(t *testing.T) {
 	if got, _, _ := rec.stats(nil); got != calls {
 		t.Fatalf("%d calls for a local rejection, want 0", got-calls)
 	}
+	chk := it
+	chk.Hits, chk.Min = 0, 0
+	if d := decide(t, s, now, chk); !d[0].OK {
+		t.Fatalf("a check of a full pair: %+v, want OK (a check takes nothing)", d[0])
+	}
+	calls++ // the check went to the shared store
 	// After one lease length the shared store decides again.
 	now = clk.Add(time.Second)
 	decide(t, s, now, it)

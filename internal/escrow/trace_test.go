@@ -109,8 +109,11 @@ func runTrace(t *testing.T, seed uint64, shared Leaser, prefix string) {
 				it := rules[k].it
 				it.Hits = int64(1 + rng.IntN(3))
 				it.Min = it.Hits
-				if rng.IntN(10) == 0 {
+				switch rng.IntN(12) {
+				case 0:
 					it.Min = 1 // copies with a minimum
+				case 1:
+					it.Hits, it.Min = 0, 0 // a check
 				}
 				idx = append(idx, k)
 				items = append(items, it)
@@ -119,6 +122,17 @@ func runTrace(t *testing.T, seed uint64, shared Leaser, prefix string) {
 			out := make([]tiers.Decision, len(items))
 			if err := r.s.Decide(ctx, now, items, out); err != nil {
 				t.Fatalf("seed %d: decide: %v", seed, err)
+			}
+			for j := range items {
+				// A check alone is granted; beside a take of its pair it
+				// has the take's answer.
+				alone := true
+				for k := range items {
+					alone = alone && (k == j || items[k].Key != items[j].Key)
+				}
+				if items[j].Hits == 0 && alone && !out[j].OK {
+					t.Fatalf("seed %d: a check was rejected: %+v", seed, out[j])
+				}
 			}
 			if committed(items, out) {
 				for j, k := range idx {
