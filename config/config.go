@@ -42,6 +42,12 @@ type Options struct {
 	// (calendar_units: ZONE or off). nil: envoyproxy/ratelimit's fixed
 	// lengths (a month is 30 days).
 	CalendarUnits *time.Location
+	// Escrow is the server's --escrow (escrow for every rule whose
+	// descriptor does not say) and EscrowLease its lease length: a rule
+	// asked to be leased that cannot be (tiers.CanLease) is loaded with a
+	// warning, and stays on the shared store.
+	Escrow      bool
+	EscrowLease time.Duration
 }
 
 // Warning is a problem that does not stop loading (a normalization, a lowered

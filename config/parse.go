@@ -505,7 +505,7 @@ func (p *parser) descriptors(n *yaml.Node, path *ypath, depth int) []*pnode {
 // a conflict names them; amendKeys are the keys that amend that policy.
 var (
 	policyKeys = []string{"rate_limit", "tiers", "token_bucket", "concurrency", "copies"}
-	amendKeys  = []string{"hard_limit", "global_limit", "overrides", "overdraft", "pace"}
+	amendKeys  = []string{"hard_limit", "global_limit", "overrides", "overdraft", "pace", "escrow"}
 	// quotaKey gives a descriptor a calendar quota, beside its policy or
 	// instead of one.
 	quotaKey = "quota"

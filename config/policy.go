@@ -3,7 +3,9 @@ package config
 import (
 	"cmp"
 	"errors"
+	"maps"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -152,6 +154,24 @@ func (p *parser) limit(ls leafSpec, path *ypath, line int) *descriptors.Limit {
 				break
 			}
 		}
+	}
+	if e, set := ls["escrow"]; set {
+		ep := path.k("escrow")
+		v, vok := p.boolean(e.v, ep)
+		switch {
+		case !vok:
+			ok = false
+		case l.Policy == nil || l.Unlimited:
+			p.errf(e.k, ep, "applies only to a rate_limit, tiers or token_bucket that limits")
+			ok = false
+		case v:
+			l.Escrow = descriptors.EscrowOn
+		default:
+			l.Escrow = descriptors.EscrowOff
+		}
+	}
+	if ok {
+		p.escrowNotes(g.k, path, l)
 	}
 	if qg, set := ls[quotaKey]; set {
 		if l.Copies != nil {
@@ -758,4 +778,38 @@ func domainKey(s string) string {
 		parts[i] = descriptors.Escape(v)
 	}
 	return strings.Join(parts, ",")
+}
+
+// escrowNotes warns of the policies of l that escrow was asked for (escrow:
+// true, or the server's --escrow when l does not say) and that stay on the
+// shared store (tiers.LeaseFor): every reason for escrow: true; under the
+// server's default only a window too short for the shortest lease, since a
+// kind that is never leased is documented.
+func (p *parser) escrowNotes(at *yaml.Node, path *ypath, l *descriptors.Limit) {
+	asked := l.Escrow == descriptors.EscrowOn
+	if !asked && (l.Escrow == descriptors.EscrowOff || !p.opts.Escrow) {
+		return
+	}
+	longest := p.opts.EscrowLease
+	if longest <= 0 {
+		longest = time.Second
+	}
+	pols := []*tiers.Policy{l.Policy}
+	for _, d := range slices.Sorted(maps.Keys(l.Overrides)) {
+		pols = append(pols, l.Overrides[d])
+	}
+	for _, pol := range pols {
+		if pol == nil || banned(pol) {
+			continue
+		}
+		_, err := tiers.LeaseFor(pol, longest)
+		if err == nil {
+			continue
+		}
+		short := pol.Kind == tiers.KindTiers && len(pol.Tiers) == 1 && tiers.CanLease(pol, time.Nanosecond) == nil
+		if asked || short {
+			p.warnf(at, path.k("escrow"), "stays on the shared store: %s", strings.TrimPrefix(err.Error(), "tiers: cannot lease: "))
+			return
+		}
+	}
 }

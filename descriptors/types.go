@@ -67,6 +67,11 @@ type Limit struct {
 	// It is how answers are given, not how hits are counted: it is not part
 	// of ID. Only a policy tiers.CanPace allows carries it.
 	Pace time.Duration
+	// Escrow is the descriptor's escrow: setting (SPEC §10): whether its
+	// pairs may be decided from escrow leases when hot, or the server's
+	// default (--escrow) when it does not say. Like Pace it is how answers
+	// are given, not how hits are counted: it is not part of ID.
+	Escrow Escrow
 	// Quota is the descriptor's calendar quota (a tiers.KindQuota policy),
 	// nil when it has none: a request must pass it and Policy (when set),
 	// all or nothing. Its state is keyed by QuotaID, the quota's shape
@@ -93,6 +98,20 @@ type Limit struct {
 	File string
 	Line int
 }
+
+// Escrow is a descriptor's escrow: setting.
+type Escrow int8
+
+// The escrow settings.
+const (
+	// EscrowDefault: the descriptor does not say; the server's --escrow
+	// decides.
+	EscrowDefault Escrow = iota
+	// EscrowOn: escrow: true.
+	EscrowOn
+	// EscrowOff: escrow: false.
+	EscrowOff
+)
 
 // Where is where the limit is written: "file:line", or the file alone when
 // it has no line; "" when unknown. Every place that names a rule to people

@@ -23,6 +23,7 @@ import (
 	"github.com/charonlimit/charon/internal/copystore/memcopy"
 	"github.com/charonlimit/charon/internal/decisionlog"
 	"github.com/charonlimit/charon/internal/engine"
+	"github.com/charonlimit/charon/internal/escrow"
 	"github.com/charonlimit/charon/internal/gctune"
 	"github.com/charonlimit/charon/internal/holds"
 	"github.com/charonlimit/charon/internal/lyftenv"
@@ -69,6 +70,8 @@ type serveConfig struct {
 	Tracing   tracing.Flags
 	Decisions decisionlog.Flags
 	RLQS      rlqs.Flags
+	// Escrow decides hot keys from escrow leases (with --store redis).
+	Escrow escrow.Flags
 	// Load are the settings that change how a configuration loads.
 	Load config.Options
 	// MetricsMapping names a statsd_exporter mapping file to make
@@ -121,6 +124,7 @@ func defaultServeConfig() serveConfig {
 		Tracing:        tracing.DefaultFlags(),
 		Decisions:      decisionlog.DefaultFlags(),
 		RLQS:           rlqs.DefaultFlags(),
+		Escrow:         escrow.DefaultFlags(),
 		Statsd:         statsd.Options{FlushInterval: time.Second},
 		MaxDescriptors: 64,
 		PaceMaxWaiting: engine.DefaultPaceMaxWaiting,
@@ -147,6 +151,7 @@ func serveFlags(fs *flag.FlagSet, c *serveConfig) {
 	c.Tracing.Bind(fs)
 	c.Decisions.Bind(fs)
 	c.RLQS.Bind(fs)
+	c.Escrow.Bind(fs)
 	fs.StringVar(&c.MetricsMapping, "metrics-mapping", c.MetricsMapping, "make Prometheus series of envoyproxy/ratelimit's statsd stats with this statsd_exporter mapping `file`, as its PROMETHEUS_MAPPER_YAML does, in place of --lyft-metrics' built-in names")
 	c.Statsd.Bind(fs)
 	fs.IntVar(&c.MaxDescriptors, "max-descriptors", c.MaxDescriptors, "most descriptors in one request")
@@ -256,6 +261,10 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (se
 	c.MaxKeysSet, c.HeapFloorSet = flagSet(fs, "max-keys"), flagSet(fs, "heap-floor-mib")
 	c.GoMemLimitSet = getenv("GOMEMLIMIT") != ""
 	c.CgroupRoot = cmp.Or(getenv("CHARON_CGROUP_ROOT"), c.CgroupRoot)
+	if c.Store == "redis" {
+		// Which rules escrow may lease is said at load (config.Options).
+		c.Load.Escrow, c.Load.EscrowLease = c.Escrow.Options.Default, c.Escrow.Options.Lease
+	}
 	if err := c.check(); err != nil {
 		return *c, fmt.Errorf("%w: %s", clientcmd.ErrUsage, c.from.blame(err))
 	}
@@ -302,7 +311,7 @@ func (c *serveConfig) check() error {
 		return fmt.Errorf("--store %q: want memory or redis", c.Store)
 	}
 	var errs []error
-	for _, check := range []func() error{c.Server.Check, c.RLS.Check, c.Tracing.Check, c.Decisions.Check, c.XDS.Check, c.RLQS.Check, c.Statsd.Check} {
+	for _, check := range []func() error{c.Server.Check, c.RLS.Check, c.Tracing.Check, c.Decisions.Check, c.XDS.Check, c.RLQS.Check, c.Statsd.Check, c.Escrow.Check} {
 		errs = append(errs, check())
 	}
 	if err := errors.Join(errs...); err != nil {
@@ -554,6 +563,13 @@ func (c *serveConfig) openStores(args []string, log *slog.Logger, opts *server.O
 		eo.Store, eo.OnSetTree, ho.Copies = backend.Store(), backend.SetTree, backend.Copies()
 		opts.Metrics = server.NewMetrics(nil)
 		backend.Register(opts.Metrics.Registry)
+		esc, err := c.Escrow.Open(escrow.Wiring{Remote: backend.Store(), Leaser: backend.Leaser(), Shares: backend.Shares(),
+			SetTree: backend.SetTree, Logger: log, Registry: opts.Metrics.Registry})
+		if err != nil {
+			return eo, ho, nil, err
+		}
+		done.add(func() { esc.Close() }) // before the backend's: it gives back its leases
+		eo.Store, eo.OnSetTree = esc, esc.SetTree
 		ho.Held = func() float64 { return float64(backend.Copies().Stats().Live.Copies) }
 		return eo, ho, backend, nil
 	}

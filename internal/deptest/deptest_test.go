@@ -23,7 +23,7 @@ const module = "github.com/charonlimit/charon"
 var imports = map[string][]string{
 	"api/charon/v1": nil,
 	"client":        {"api/charon/v1"},
-	"cmd/charon": {"config", "internal/canary", "internal/clientcmd", "internal/copystore/memcopy", "internal/decisionlog", "internal/engine", "internal/gctune", "internal/holds",
+	"cmd/charon": {"config", "internal/canary", "internal/clientcmd", "internal/copystore/memcopy", "internal/decisionlog", "internal/engine", "internal/escrow", "internal/gctune", "internal/holds",
 		"internal/lyftenv", "internal/memlimit", "internal/offlinecmd", "internal/redisbackend", "internal/redisconn", "internal/rlqs", "internal/sharestore", "internal/statefile", "internal/statsd", "internal/statsmap", "internal/store/memstore",
 		"internal/store/resilient", "internal/tracing", "internal/xdsconfig", "server", "service/charon", "service/rlqs", "service/rls"},
 	"internal/canary":                    {"config", "internal/engine", "internal/store/memstore"},
@@ -44,6 +44,7 @@ var imports = map[string][]string{
 	"internal/sim":                       {"config", "descriptors", "tiers"},
 	"internal/sim/gen":                   nil,
 	"internal/engine":                    {"descriptors", "internal/store", "tiers"},
+	"internal/escrow":                    {"descriptors", "fairshare", "internal/collect", "internal/sharestore", "internal/store", "tiers"},
 	"internal/holds":                     {"copylog", "descriptors", "internal/copystore"},
 	"internal/gctune":                    nil,
 	"internal/sharestore":                {"fairshare"},
@@ -104,7 +105,7 @@ var floors = []struct {
 		"client", "internal/loadgen", "tiers/tierstest"}},
 	{"the configuration, the stores and the pipelines", []string{
 		"config", "internal/store/memstore", "internal/store/redisstore", "internal/copystore/memcopy", "internal/copystore/rediscopy",
-		"internal/sharestore/redisshare", "internal/engine", "internal/holds", "internal/rlqs", "internal/offenders",
+		"internal/sharestore/redisshare", "internal/escrow", "internal/engine", "internal/holds", "internal/rlqs", "internal/offenders",
 		"internal/store/storetest", "internal/copystore/copystoretest", "internal/sharestore/sharestoretest"}},
 	{"what builds on them: the resilient store, the canary, replay, suggest, the simulator, the xDS client, the client verbs", []string{
 		"internal/store/resilient", "internal/canary", "internal/replay", "internal/suggest", "internal/sim", "internal/xdsconfig", "internal/clientcmd"}},
@@ -191,7 +192,7 @@ var deny = []struct {
 		// verbs share the client verbs' flag set and exit statuses
 		// (internal/clientcmd), and so depend on what those call with.
 		except: append([]string{"api/charon/v1", "client", "cmd/charon", "internal/clientcmd", "internal/offlinecmd", "internal/servertest", "server", "internal/loadgen", "internal/rlqssim", "internal/collect",
-			"internal/canary", "internal/store/resilient", "internal/copystore/memcopy", "internal/redisbackend", "internal/tracing", "internal/statsmap", "internal/xdsconfig"}, services...),
+			"internal/canary", "internal/store/resilient", "internal/escrow", "internal/copystore/memcopy", "internal/redisbackend", "internal/tracing", "internal/statsmap", "internal/xdsconfig"}, services...),
 		paths: []string{"google.golang.org/grpc", "google.golang.org/protobuf", "github.com/envoyproxy/go-control-plane",
 			module + "/api/charon/v1"},
 		why: "only server, the services and client (and main, the generated API and the xDS client) touch gRPC and protos",

@@ -49,6 +49,9 @@ type Explanation struct {
 	// Quota, when the descriptor has a calendar quota, is the quota's
 	// state: its view, in words, and the end of its current period.
 	CalendarQuota *QuotaExplanation
+	// Escrow, when the pair is decided from escrow leases on this process
+	// (a store.Holder), is what they hold.
+	Escrow *store.Holding
 }
 
 // QuotaExplanation is the state of a descriptor's calendar quota.
@@ -96,6 +99,11 @@ func (e *Engine) Explain(ctx context.Context, req *Request) ([]Explanation, erro
 				return nil, fmt.Errorf("%w: %w", ErrStore, err)
 			}
 			x.View, x.Summary = v, v.Summary(x.Match.Policy)
+			if ho, isHo := e.store.(store.Holder); isHo {
+				if h, held := ho.Holding(&it, now); held {
+					x.Escrow = &h
+				}
+			}
 		}
 		if qok {
 			v, err := in.Inspect(ctx, now, &qit)

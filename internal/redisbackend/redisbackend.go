@@ -138,6 +138,11 @@ func Open(o Options) (*Backend, error) {
 // Store is the rate-limit store: Redis behind the failure mode.
 func (b *Backend) Store() *resilient.Store { return b.store }
 
+// Leaser is the Redis store itself, without the failure mode: escrow
+// leases are taken from it, so that a lease is never reserved in this
+// process's memory and given back to Redis.
+func (b *Backend) Leaser() *redisstore.Store { return b.remote }
+
 // Copies is the copy store (never with a local fallback: a copy operation
 // Redis cannot answer fails UNAVAILABLE).
 func (b *Backend) Copies() *Copies { return b.copies }

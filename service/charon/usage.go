@@ -46,6 +46,21 @@ type UsageLimit struct {
 	Renews *time.Time `json:"renews,omitempty"`
 	// Cooldown reports that a tier of the rate policy is in its cooldown.
 	Cooldown bool `json:"cooldown,omitempty"`
+	// Escrow, when this replica decides the pair from escrow leases, is
+	// what they hold (Used and Remaining are Redis's, every replica's
+	// leases counted as used).
+	Escrow *EscrowUsage `json:"escrow,omitempty"`
+}
+
+// EscrowUsage is what this replica's escrow leases hold of a pair.
+type EscrowUsage struct {
+	Leases  int       `json:"leases"`
+	Held    int64     `json:"held"`
+	Granted int64     `json:"granted"`
+	Until   time.Time `json:"until,omitzero"`
+	Rate    float64   `json:"rate"`
+	Demand  int64     `json:"demand"`
+	Share   int64     `json:"share"`
 }
 
 // usage reads, without changing anything, the usage of req's descriptors.
@@ -84,6 +99,10 @@ func usage(ctx context.Context, ex Explainer, req *engine.Request) (*Usage, erro
 			}
 			for _, tv := range v.Tiers {
 				u.Cooldown = u.Cooldown || tv.Phase == tiers.PhaseCooldown
+			}
+			if h := x.Escrow; h != nil {
+				u.Escrow = &EscrowUsage{Leases: h.Leases, Held: h.Held, Granted: h.Granted, Until: h.Until.UTC(),
+					Rate: h.Rate, Demand: h.Demand, Share: h.Share}
 			}
 			out.Limits = append(out.Limits, u)
 		}

@@ -1,0 +1,246 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+
+	"github.com/charonlimit/charon/internal/redistest"
+)
+
+// The limits of the escrow process test: tenant, 1000 per 2s (leases of
+// 100ms); burst, 100 per 2s. Above 64 hits a window is counted in 64
+// buckets, and the limit holds over the window less one bucket (package
+// tiers): effectiveWindow.
+const (
+	tenantLimit = 1000
+	burstLimit  = 100
+	escrowW     = 2 * time.Second
+)
+
+// effectiveWindow is the window a limit above 64 is enforced over.
+var effectiveWindow = escrowW - escrowW/64 + time.Microsecond
+
+// grant is a granted answer: the decision was made between sent and got.
+type grant struct{ sent, got time.Time }
+
+// TestEscrowProcesses runs three `charon serve --store redis` replicas on
+// one Redis, with --escrow and without (the baseline), in three phases:
+//
+//   - a hot key far under its limit, asked as fast as four clients per
+//     replica can: the Redis calls per decision;
+//   - tenant, 1000 per 2s, asked 450 times a second (90% of its limit),
+//     spread evenly: every request is within the limit, so a rejection is
+//     a false one;
+//   - burst, 100 per 2s, asked 500 times a second (10x), one replica
+//     killed (SIGKILL) halfway.
+//
+// From the clients' answers no window of the last two phases holds more
+// grants than its limit, and no request fails but the killed replica's;
+// the figures (calls per decision, false rejections) are logged, not
+// asserted.
+func TestEscrowProcesses(t *testing.T) {
+	bin := buildCharon(t)
+	dir := t.TempDir()
+	yaml := fmt.Sprintf(`domain: test
+descriptors:
+  - key: tenant
+    tiers: [{limit: %d, window: %s}]
+  - key: burst
+    tiers: [{limit: %d, window: %s}]
+  - key: hot
+    rate_limit: {unit: minute, requests_per_unit: 100000000}
+`, tenantLimit, escrowW, burstLimit, escrowW)
+	if err := os.WriteFile(filepath.Join(dir, "test.yaml"), []byte(yaml), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	phase := 3 * escrowW
+	for _, mode := range []string{"escrow", "shared"} {
+		t.Run(mode, func(t *testing.T) {
+			r := redistest.Single(t)
+			args := []string{"--config", dir, "--store", "redis", "--redis-url", "redis://" + r.Addr(), "--redis-timeout", "2s"}
+			if mode == "escrow" {
+				args = append(args, "--escrow", "--escrow-threshold", "5", "--escrow-rebalance", "500ms")
+			}
+			var procs []*proc
+			for range 3 {
+				procs = append(procs, startServe(t, bin, args...))
+			}
+			calls := func(f func() loadRun) (loadRun, map[string]int64) {
+				before := commandStats(t, r.Port)
+				res := f()
+				after := commandStats(t, r.Port)
+				for k := range after {
+					after[k] -= before[k]
+				}
+				return res, after
+			}
+			hot, hotCalls := calls(func() loadRun { return closedLoop(procs, "hot", phase) })
+			near, nearCalls := calls(func() loadRun { return paced(procs, "tenant", tenantLimit*9/10/int(escrowW/time.Second), phase, -1) })
+			over, overCalls := calls(func() loadRun { return paced(procs, "burst", 10*burstLimit/int(escrowW/time.Second), phase, phase/2) })
+			for _, x := range []struct {
+				name string
+				r    loadRun
+				c    map[string]int64
+			}{{"hot key under its limit", hot, hotCalls}, {"90% of the limit", near, nearCalls}, {"10x the limit, a replica killed", over, overCalls}} {
+				t.Logf("%s, %s: %d answered (%.0f/s), %d granted, %d rejected; Redis per decision: %.4f FCALL, %.4f EXEC (fair shares), %.4f commands with the scripts' own",
+					mode, x.name, x.r.answered, float64(x.r.answered)/phase.Seconds(), len(x.r.grants), x.r.answered-len(x.r.grants),
+					per(x.c["fcall"], x.r.answered), per(x.c["exec"], x.r.answered), per(sum(x.c), x.r.answered))
+				if x.r.errs > 0 {
+					t.Errorf("%s, %s: %d requests failed", mode, x.name, x.r.errs)
+				}
+			}
+			if o := overLimit(near.grants, effectiveWindow, tenantLimit); o != "" {
+				t.Errorf("%s, tenant: %s", mode, o)
+			}
+			if o := overLimit(over.grants, effectiveWindow, burstLimit); o != "" {
+				t.Errorf("%s, burst: %s", mode, o)
+			}
+		})
+	}
+}
+
+// loadRun is what a load saw: the grants, the answers, and the requests that
+// failed (but those sent to a killed replica).
+type loadRun struct {
+	grants         []grant
+	answered, errs int
+}
+
+func per(n int64, d int) float64 { return float64(n) / float64(max(d, 1)) }
+
+func sum(m map[string]int64) int64 {
+	var n int64
+	for _, v := range m {
+		n += v
+	}
+	return n
+}
+
+// answers gathers a load's answers.
+type answers struct {
+	mu sync.Mutex
+	r  loadRun
+}
+
+// ask sends one request for key=acme to p and records its answer; a
+// failure of a dead replica is not counted.
+func (rec *answers) ask(p *proc, key string, dead *atomic.Bool) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	sent := time.Now()
+	resp, err := p.ask(ctx, key, "acme")
+	got := time.Now()
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	switch {
+	case err != nil:
+		if dead == nil || !dead.Load() {
+			rec.r.errs++
+		}
+	case resp.OverallCode == rlsv3.RateLimitResponse_OK:
+		rec.r.answered++
+		rec.r.grants = append(rec.r.grants, grant{sent, got})
+	default:
+		rec.r.answered++
+	}
+}
+
+// closedLoop asks for key through procs from four clients each for d.
+func closedLoop(procs []*proc, key string, d time.Duration) loadRun {
+	var rec answers
+	end := time.Now().Add(d)
+	var wg sync.WaitGroup
+	for _, p := range procs {
+		for range 4 {
+			wg.Go(func() {
+				for time.Now().Before(end) {
+					rec.ask(p, key, nil)
+				}
+			})
+		}
+	}
+	wg.Wait()
+	return rec.r
+}
+
+// paced asks for key rate times a second for d, round robin over procs,
+// and kills the last proc (SIGKILL) after kill (never when negative).
+func paced(procs []*proc, key string, rate int, d, kill time.Duration) loadRun {
+	var rec answers
+	var dead atomic.Bool
+	live := procs
+	start := time.Now()
+	var wg sync.WaitGroup
+	for i := 0; ; i++ {
+		at := start.Add(time.Duration(i) * time.Second / time.Duration(rate))
+		if at.Sub(start) >= d {
+			break
+		}
+		time.Sleep(time.Until(at))
+		if kill >= 0 && !dead.Load() && time.Since(start) >= kill {
+			victim := procs[len(procs)-1]
+			dead.Store(true)
+			victim.cmd.Process.Signal(syscall.SIGKILL)
+			live = procs[:len(procs)-1]
+		}
+		p := live[i%len(live)]
+		wg.Go(func() { rec.ask(p, key, &dead) })
+	}
+	wg.Wait()
+	return rec.r
+}
+
+// overLimit returns a description of a window of w holding more than limit
+// grants, or "": for each grant, the grants whose decisions certainly fell
+// in the window starting when it was sent (sent at or after it, answered
+// before the window's end) are counted.
+func overLimit(grants []grant, w time.Duration, limit int) string {
+	slices.SortFunc(grants, func(a, b grant) int { return a.sent.Compare(b.sent) })
+	for i, g := range grants {
+		n := 0
+		for _, h := range grants[i:] {
+			if h.sent.Sub(g.sent) >= w {
+				break
+			}
+			if h.got.Sub(g.sent) < w {
+				n++
+			}
+		}
+		if n > limit {
+			return fmt.Sprintf("%d grants decided within %v from %v, limit %d", n, w, g.sent.Format(time.StampMicro), limit)
+		}
+	}
+	return ""
+}
+
+// commandStats returns the calls of each command Redis has loadRun
+// (INFO commandstats), by name.
+func commandStats(t *testing.T, port int) map[string]int64 {
+	t.Helper()
+	out, err := redistest.CLI(port, "info", "commandstats")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := map[string]int64{}
+	for _, line := range strings.Split(out, "\n") {
+		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":calls=")
+		if !ok {
+			continue
+		}
+		n, _ := strconv.ParseInt(strings.SplitN(rest, ",", 2)[0], 10, 64)
+		m[strings.TrimPrefix(name, "cmdstat_")] = n
+	}
+	return m
+}

@@ -1,0 +1,5 @@
+//go:build race
+
+package escrow
+
+const raceEnabled = true
