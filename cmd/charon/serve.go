@@ -261,10 +261,6 @@ func parseServe(args []string, getenv func(string) string, stderr io.Writer) (se
 	c.MaxKeysSet, c.HeapFloorSet = flagSet(fs, "max-keys"), flagSet(fs, "heap-floor-mib")
 	c.GoMemLimitSet = getenv("GOMEMLIMIT") != ""
 	c.CgroupRoot = cmp.Or(getenv("CHARON_CGROUP_ROOT"), c.CgroupRoot)
-	if c.Store == "redis" {
-		// Which rules escrow may lease is said at load (config.Options).
-		c.Load.Escrow, c.Load.EscrowLease = c.Escrow.Options.Default, c.Escrow.Options.Lease
-	}
 	if err := c.check(); err != nil {
 		return *c, fmt.Errorf("%w: %s", clientcmd.ErrUsage, c.from.blame(err))
 	}
@@ -506,6 +502,10 @@ func (c *cleanup) run() {
 func (c *serveConfig) loader(generated bool) server.LoadFunc {
 	lo := c.Load
 	lo.Generated = generated
+	if c.Store == "redis" {
+		// Which rules escrow may lease is said at load.
+		lo.Escrow, lo.EscrowLease = c.Escrow.Options.Default, c.Escrow.Options.Lease
+	}
 	return func(fsys fs.FS) (*config.Config, []config.Warning, error) { return config.Load(fsys, lo) }
 }
 
