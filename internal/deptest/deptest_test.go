@@ -64,7 +64,7 @@ var imports = map[string][]string{
 	"internal/statsd":                    nil,
 	"internal/statsmap":                  nil,
 	"internal/tracing":                   nil,
-	"internal/redisbackend": {"descriptors", "internal/collect", "internal/copystore/rediscopy", "internal/tlsconfig",
+	"internal/redisbackend": {"descriptors", "internal/collect", "internal/copystore/rediscopy", "internal/escrow", "internal/tlsconfig",
 		"internal/periodic", "internal/redisconn", "internal/sharestore/redisshare", "internal/store/memstore", "internal/store/redisstore", "internal/store/resilient"},
 	"internal/redisconn":         nil,
 	"internal/redisfunc":         nil,
