@@ -235,3 +235,69 @@ func TestRegionTraces(t *testing.T) {
 		}
 	}
 }
+
+// TestRegionCutOff: a region whose link to the home is cut keeps granting
+// from the slices it holds, without a call to the home, until they are
+// spent or end;
+// then its requests take the shared path, which fails (the failure mode's
+// to answer), and no lease is taken from budget the home did not count.
+func TestRegionCutOff(t *testing.T) {
+	clk := newClock()
+	home := newMem(t)
+	l := &link{Leaser: home}
+	r, err := NewRegion(RegionOptions{Home: l, Pool: NewMemPool(clk.Now), Now: clk.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Close() })
+	s := newEscrow(t, l, clk, Options{Leaser: r, Lease: 100 * time.Millisecond, Threshold: 3, Size: SizeDemand})
+	ctx := context.Background()
+	it := item("cut", sliding(1_000_000, time.Minute), 1)
+	step := func() error {
+		now := clk.Add(time.Millisecond)
+		out := make([]tiers.Decision, 1)
+		err := s.Decide(ctx, now, []store.Item{it}, out)
+		if err == nil && !out[0].OK {
+			t.Fatalf("rejected under the limit: %+v", out[0])
+		}
+		s.Tick(ctx)
+		r.Tick(ctx)
+		return err
+	}
+	for i := 0; s.Stats().LocalGranted < 100; i++ {
+		if i > 10_000 {
+			t.Fatalf("no sub-lease after 10s on the clock: %+v %+v", s.Stats(), r.Stats())
+		}
+		if err := step(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	l.cut.Store(true)
+	before, calls := s.Stats().LocalGranted, l.calls.Load()
+	var failed int
+	for range 12_000 { // 12s on the clock: past every slice (6s at most here)
+		if err := step(); err != nil {
+			if !errors.Is(err, errCut) {
+				t.Fatal(err)
+			}
+			failed++
+		}
+	}
+	local := s.Stats().LocalGranted - before
+	if local < 100 {
+		t.Errorf("cut off: %d requests granted from the region's slices, want them to go on until the slices end", local)
+	}
+	if failed == 0 {
+		t.Error("cut off for 12s: no request reached the shared path once the slices ended")
+	}
+	if got := l.calls.Load(); got != calls {
+		t.Errorf("%d calls reached the home through a cut link", got-calls)
+	}
+	// The last 2s on the clock were all on the shared path.
+	for range 100 {
+		if err := step(); !errors.Is(err, errCut) {
+			t.Fatalf("after the slices ended: %v, want the shared path's failure", err)
+		}
+	}
+	t.Logf("cut off: %d granted from slices, then %d on the failing shared path", local, failed)
+}
