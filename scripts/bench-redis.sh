@@ -5,6 +5,8 @@
 # examples/config, and runs `charon bench` against each in three workloads:
 #   users  one descriptor {user} over KEYS (10000) uniform users (1000/s each)
 #   hot    one hot key limited to 100/s (nearly every request over the limit)
+#   busy   one hot key far under its limit (100 million a minute): with
+#          SERVE_FLAGS=--escrow, decided from escrow leases
 #   three  three descriptors per request: {user}, {tenant}, {api, user}
 # The six runs take turns for ROUNDS (3) rounds of DURATION (5s), at
 # CONCURRENCY (64), each request with a gRPC deadline of TIMEOUT (default 1s,
@@ -106,6 +108,7 @@ run() { # grpc workload
 	case $2 in
 	users) w=(--key user --keys "$keys") ;;
 	hot) w=(--key hot --hot) ;;
+	busy) w=(--key busy --hot) ;;
 	three) w=(--three --keys "$keys") ;;
 	esac
 	"$bin" bench --addr "127.0.0.1:$grpc" --domain bench --concurrency "$concurrency" --duration "$duration" \
@@ -130,6 +133,8 @@ snapshot() { # prints the store counters, one per line
 	metric charon_store_overlimit_cache_hits_total
 	metric charon_store_overlimit_cache_misses_total
 	metric charon_store_breaker_opens_total
+	for p in local_granted local_rejected remote; do metric "charon_escrow_decisions_total{path=\"$p\"}"; done
+	metric charon_escrow_calls_total
 }
 report() { # before after requests cpu-ticks: the counters' moves during a run
 	echo "  redis-server CPU per request: $(awk -v t="$4" -v n="$3" -v hz="$ticks" 'BEGIN { if (n > 0) printf "%.1f µs", t / hz * 1e6 / n; else print "n/a" }')"
@@ -142,13 +147,15 @@ report() { # before after requests cpu-ticks: the counters' moves during a run
 			print line
 			h = d[n + 1]; m = d[n + 2]
 			if (h + m > 0) printf "  over-limit cache: %d hits, %d misses, hit ratio %.3f; breaker opened %d times\n", h, m, h / (h + m), d[n + 3]
+			lg = d[n + 4]; lr = d[n + 5]; re = d[n + 6]; lc = d[n + 7]
+			if (lg + lr > 0) printf "  escrow: %d descriptors granted and %d rejected from leases, %d on Redis; %d lease calls (%.5f per leased descriptor)\n", lg, lr, re, lc, lc / (lg + lr)
 		}'
 }
 
 # The runs take turns for ROUNDS rounds, so that the machine's changes of
 # speed weigh on all alike; each one's throughput is its requests over its
 # time summed over the rounds.
-workloads="users hot three"
+workloads="users hot busy three"
 cworkloads="users three"
 all=""
 cpu=""
@@ -160,7 +167,7 @@ other() {
 	shift 3
 	c0=$(redis_cpu "$@")
 	out=$("$bin" bench --addr "$addr" --domain bench --concurrency "$concurrency" --duration "$duration" \
-		--timeout "$timeout" $(case $w in users) echo --key user --keys "$keys" ;; hot) echo --key hot --hot ;; three) echo --three --keys "$keys" ;; esac))
+		--timeout "$timeout" $(case $w in users) echo --key user --keys "$keys" ;; hot) echo --key hot --hot ;; busy) echo --key busy --hot ;; three) echo --three --keys "$keys" ;; esac))
 	echo "round $r $name $w: $out"
 	all="${all}${name}_$w $out"$'\n'
 	ticks_used=$(($(redis_cpu "$@") - c0))
