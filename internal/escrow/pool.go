@@ -25,7 +25,10 @@ type Pool interface {
 	Put(ctx context.Context, k string, id, n int64) (bool, error)
 	// Add opens slice id of k, of n hits, until end on the pool's clock
 	// (an instant of PoolState.At): a slice whose end has passed is not
-	// opened, so that an Add that arrives late opens nothing.
+	// opened, so that an Add that arrives late opens nothing. A slice of
+	// that id still open gets the n hits added and the later end: two
+	// leases the home reserved for one instant are one reservation there,
+	// and each ends no later than that instant.
 	Add(ctx context.Context, k string, id, n int64, end time.Time) error
 	// Close closes slice id of k and returns the hits it had left (0 when
 	// it was closed already): they are the closer's to give back.
@@ -155,9 +158,16 @@ func (p *memPool) Put(_ context.Context, k string, id, n int64) (bool, error) {
 func (p *memPool) Add(_ context.Context, k string, id, n int64, end time.Time) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.now().Before(end) {
-		p.pair(k).slices[id] = &memSlice{left: n, end: end}
+	if !p.now().Before(end) {
+		return nil
 	}
+	m := p.pair(k)
+	if sl := m.slices[id]; sl != nil {
+		sl.left += n
+		sl.end = later(sl.end, end)
+		return nil
+	}
+	m.slices[id] = &memSlice{left: n, end: end}
 	return nil
 }
 
@@ -205,3 +215,10 @@ func (p *memPool) Unlock(_ context.Context, k, owner string) error {
 // Region stopped) is forgotten: its hits stay counted at the home until
 // the home's window forgets them.
 const poolForget = time.Minute
+
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}

@@ -336,15 +336,21 @@ func (r *Region) Tick(ctx context.Context) {
 	wg.Wait()
 }
 
-// sliceFor returns the length of p's next slice: a tenth of its shortest
-// window at most r.lease, but at least two sub-leases and four of the
-// home's last answers. Region.mu is held.
+// sliceFor returns the length of p's next slice. A slice's hits count at
+// the home from its reservation until its end plus the window, so every
+// hit a region grants counts a slice's length longer than the window: the
+// share of the limit a region can grant is about W/(W+L). Slices are
+// therefore as short as they can serve: long enough to arrive (the
+// home's last answer, takeDur), serve sub-leases for as long again, and
+// outlive the last sub-lease (p.need); and at least a fortieth of the
+// window (at most r.lease), so that the home is not asked more often than
+// a long window needs. Region.mu is held.
 func (r *Region) sliceFor(p *regionPair) time.Duration {
-	base, err := tiers.LeaseFor(p.pol, r.lease/2)
+	base, err := tiers.LeaseFor(p.pol, r.lease)
 	if err != nil {
-		base = r.lease / 2
+		base = r.lease
 	}
-	return max(2*base, 2*p.need+4*p.takeDur)
+	return max(base/2, p.need+2*p.takeDur+4*poolMargin)
 }
 
 // tickPair measures k's demand and takes a slice when it runs short.
@@ -367,10 +373,12 @@ func (r *Region) tickPair(ctx context.Context, k string, p *regionPair) {
 	p.taken, p.takenAt = st.Taken, now
 	// A new slice takes about takeDur to arrive, and must then serve a
 	// sub-lease: the slices open that long more must hold the demand of
-	// that span, or the region runs dry.
-	lead := p.need + 2*p.takeDur + poolMargin
+	// that span, or the region runs dry. A slice is taken from until its
+	// last sub-lease, which ends with it: it serves the demand of its
+	// length less its own arrival.
+	lead := p.need + p.takeDur + 2*poolMargin
 	length := r.sliceFor(p)
-	want := int64(math.Ceil(p.rate * length.Seconds() * headroom))
+	want := int64(math.Ceil(p.rate * (length - p.takeDur).Seconds() * headroom))
 	pol, need := p.pol, p.need
 	due := !p.refilling && st.Refused <= 0
 	short := max(int64(math.Ceil(p.rate*lead.Seconds())), 1)

@@ -91,14 +91,21 @@ return 1
 `)
 
 // poolAdd opens slice ARGV[1] of ARGV[2] hits until ARGV[3] (ms on
-// Redis's clock) unless that has passed, and keeps the hash at least
+// Redis's clock) unless that has passed (a slice of that id still open
+// gets the hits added and the later end), and keeps the hash at least
 // ARGV[4] ms after that.
 var poolAdd = redis.NewScript(`
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local d = tonumber(ARGV[3]) - now
 if d <= 0 then return 0 end
-redis.call('HSET', KEYS[1], 's:' .. ARGV[1], ARGV[2], 'e:' .. ARGV[1], ARGV[3])
+local e = tonumber(redis.call('HGET', KEYS[1], 'e:' .. ARGV[1]))
+if e ~= nil and redis.call('HEXISTS', KEYS[1], 's:' .. ARGV[1]) == 1 then
+  redis.call('HINCRBY', KEYS[1], 's:' .. ARGV[1], ARGV[2])
+  if e > tonumber(ARGV[3]) then d = e - now else redis.call('HSET', KEYS[1], 'e:' .. ARGV[1], ARGV[3]) end
+else
+  redis.call('HSET', KEYS[1], 's:' .. ARGV[1], ARGV[2], 'e:' .. ARGV[1], ARGV[3])
+end
 if redis.call('PTTL', KEYS[1]) < d + tonumber(ARGV[4]) then redis.call('PEXPIRE', KEYS[1], d + tonumber(ARGV[4])) end
 return 1
 `)

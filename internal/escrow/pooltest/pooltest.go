@@ -68,6 +68,20 @@ func Run(t *testing.T, newPool func(t *testing.T) (p escrow.Pool, wait func(time
 			t.Fatalf("took %d from a closed slice", n)
 		}
 	})
+	t.Run("AddToAnOpenSlice", func(t *testing.T) {
+		p, _ := newPool(t)
+		k := "twice"
+		_, _, st, _ := p.Take(ctx, k, 0, 0)
+		must(t, p.Add(ctx, k, 3, 4, st.At.Add(5*time.Second)))
+		must(t, p.Add(ctx, k, 3, 6, st.At.Add(10*time.Second)))
+		n, id, st2, err := p.Take(ctx, k, 100, 8*time.Second)
+		if err != nil || n != 10 || id != 3 || st2.Left != 0 {
+			t.Fatalf("Take after two Adds of one slice = %d, %d, %+v, %v; want all 10 hits, open past 8s", n, id, st2, err)
+		}
+		if n, err := p.Close(ctx, k, 3); err != nil || n != 0 {
+			t.Fatalf("Close = %d, %v; want 0 left", n, err)
+		}
+	})
 	t.Run("EndedSlices", func(t *testing.T) {
 		p, wait := newPool(t)
 		k := "ended"
