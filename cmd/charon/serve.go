@@ -300,8 +300,15 @@ func (c *serveConfig) check() error {
 	switch c.Store {
 	case "memory":
 	case "redis":
-		if _, err := c.Redis.Resolve(); err != nil {
+		bo, err := c.Redis.Resolve()
+		if err != nil {
 			return err
+		}
+		if c.Escrow.Home != "" {
+			bo.Conn.URL = c.Escrow.Home
+			if err := redisbackend.Check(bo); err != nil {
+				return fmt.Errorf("--escrow-home: %v", err)
+			}
 		}
 	default:
 		return fmt.Errorf("--store %q: want memory or redis", c.Store)
@@ -320,6 +327,8 @@ func (c *serveConfig) check() error {
 		return errors.New("--pace-max-waiting must be at least 0 (0: pacing off)")
 	case c.MaxKeys < 1:
 		return errors.New("--max-keys must be at least 1")
+	case c.Escrow.Home != "" && c.Store != "redis":
+		return errors.New("--escrow-home: a region's replicas keep its slices in its Redis: want --store redis")
 	case c.StateFile != "" && c.Store != "memory":
 		return fmt.Errorf("--state-file keeps the memory store's counts: --store %s keeps its own", c.Store)
 	case c.StateInterval <= 0:
@@ -560,18 +569,31 @@ func (c *serveConfig) openStores(args []string, log *slog.Logger, opts *server.O
 		}
 		done.add(func() { backend.Close() })
 		log.Info("store", "kind", "redis", "failure_mode", bo.FailureMode.String(), "timeout", bo.Timeout)
-		eo.Store, eo.OnSetTree, ho.Copies = backend.Store(), backend.SetTree, backend.Copies()
+		// With a home (regions), the home decides and holds every budget;
+		// the region's Redis keeps its slices and its replicas' shares.
+		home, pool := backend, escrow.Pool(nil)
+		if c.Escrow.Home != "" {
+			hbo := bo
+			hbo.Conn.URL = c.Escrow.Home
+			if home, err = redisbackend.Open(hbo); err != nil {
+				return eo, ho, nil, fmt.Errorf("--escrow-home: %v", err)
+			}
+			done.add(func() { home.Close() })
+			pool = backend.EscrowPool()
+			log.Info("escrow region", "region", c.Escrow.Region, "region_lease", c.Escrow.RegionLease)
+		}
+		eo.Store, eo.OnSetTree, ho.Copies = home.Store(), home.SetTree, home.Copies()
 		opts.Metrics = server.NewMetrics(nil)
-		backend.Register(opts.Metrics.Registry)
-		esc, err := c.Escrow.Open(escrow.Wiring{Remote: backend.Store(), Leaser: backend.Leaser(), Shares: backend.Shares(),
-			SetTree: backend.SetTree, Logger: log, Registry: opts.Metrics.Registry})
+		home.Register(opts.Metrics.Registry)
+		esc, err := c.Escrow.Open(escrow.Wiring{Remote: home.Store(), Leaser: home.Leaser(), Shares: backend.Shares(),
+			Pool: pool, SetTree: home.SetTree, Logger: log, Registry: opts.Metrics.Registry})
 		if err != nil {
 			return eo, ho, nil, err
 		}
-		done.add(func() { esc.Close() }) // before the backend's: it gives back its leases
+		done.add(func() { esc.Close() }) // before the backends': it gives back its leases
 		eo.Store, eo.OnSetTree = esc, esc.SetTree
-		ho.Held = func() float64 { return float64(backend.Copies().Stats().Live.Copies) }
-		return eo, ho, backend, nil
+		ho.Held = func() float64 { return float64(home.Copies().Stats().Live.Copies) }
+		return eo, ho, home, nil
 	}
 	mem := memstore.New(local)
 	done.add(func() { mem.Close() })

@@ -53,6 +53,7 @@ var imports = map[string][]string{
 	"internal/rlqs":                      {"descriptors", "fairshare", "internal/sharestore", "tiers"},
 	"internal/sharestore/redisshare":     {"fairshare", "internal/sharestore"},
 	"internal/sharestore/sharestoretest": {"fairshare", "internal/sharestore"},
+	"internal/escrow/pooltest":           {"internal/escrow"},
 	"internal/loadgen":                   {"api/charon/v1"},
 	"internal/lru":                       nil,
 	"internal/memlimit":                  {"internal/gctune"},
@@ -65,7 +66,7 @@ var imports = map[string][]string{
 	"internal/statsd":                    nil,
 	"internal/statsmap":                  nil,
 	"internal/tracing":                   nil,
-	"internal/redisbackend": {"descriptors", "internal/collect", "internal/copystore/rediscopy", "internal/tlsconfig",
+	"internal/redisbackend": {"descriptors", "internal/collect", "internal/copystore/rediscopy", "internal/escrow", "internal/tlsconfig",
 		"internal/periodic", "internal/redisconn", "internal/sharestore/redisshare", "internal/store/memstore", "internal/store/redisstore", "internal/store/resilient"},
 	"internal/redisconn":         nil,
 	"internal/redisfunc":         nil,
@@ -109,7 +110,8 @@ var floors = []struct {
 		"internal/sharestore/redisshare", "internal/escrow", "internal/engine", "internal/holds", "internal/rlqs", "internal/offenders",
 		"internal/store/storetest", "internal/copystore/copystoretest", "internal/sharestore/sharestoretest"}},
 	{"what builds on them: the resilient store, the canary, replay, suggest, the simulators, the xDS client, the client verbs", []string{
-		"internal/store/resilient", "internal/canary", "internal/replay", "internal/suggest", "internal/sim", "internal/escrowsim", "internal/xdsconfig", "internal/clientcmd"}},
+		"internal/store/resilient", "internal/canary", "internal/replay", "internal/suggest", "internal/sim", "internal/escrowsim", "internal/xdsconfig", "internal/clientcmd",
+		"internal/escrow/pooltest"}},
 	{"the Redis backend, the server's lifecycle, the offline verbs", []string{"internal/redisbackend", "server", "internal/offlinecmd"}},
 	{"the services, each registered on the server it is handed", services},
 	{"main, and the in-process server of tests", []string{"cmd/charon", "internal/servertest"}},
@@ -193,7 +195,7 @@ var deny = []struct {
 		// verbs share the client verbs' flag set and exit statuses
 		// (internal/clientcmd), and so depend on what those call with.
 		except: append([]string{"api/charon/v1", "client", "cmd/charon", "internal/clientcmd", "internal/offlinecmd", "internal/servertest", "server", "internal/loadgen", "internal/rlqssim", "internal/collect",
-			"internal/canary", "internal/store/resilient", "internal/escrow", "internal/escrowsim", "internal/copystore/memcopy", "internal/redisbackend", "internal/tracing", "internal/statsmap", "internal/xdsconfig"}, services...),
+			"internal/canary", "internal/store/resilient", "internal/escrow", "internal/escrow/pooltest", "internal/escrowsim", "internal/copystore/memcopy", "internal/redisbackend", "internal/tracing", "internal/statsmap", "internal/xdsconfig"}, services...),
 		paths: []string{"google.golang.org/grpc", "google.golang.org/protobuf", "github.com/envoyproxy/go-control-plane",
 			module + "/api/charon/v1"},
 		why: "only server, the services and client (and main, the generated API and the xDS client) touch gRPC and protos",
@@ -212,8 +214,9 @@ var deny = []struct {
 	{
 		pkgs: []string{"..."},
 		except: []string{"internal/copystore/copystoretest", "internal/store/storetest", "internal/sharestore/sharestoretest", "internal/redistest",
-			"tiers/tierstest", "internal/tlsconfig/tlstest", "internal/servertest"},
+			"tiers/tierstest", "internal/tlsconfig/tlstest", "internal/servertest", "internal/escrow/pooltest"},
 		paths: []string{"testing", module + "/internal/copystore/copystoretest", module + "/internal/sharestore/sharestoretest", module + "/internal/store/storetest",
+			module + "/internal/escrow/pooltest",
 			module + "/internal/redistest", module + "/tiers/tierstest", module + "/internal/tlsconfig/tlstest", module + "/internal/servertest"},
 		why: "test support is for tests",
 	},

@@ -160,6 +160,7 @@ type Store struct {
 
 	rules   atomic.Pointer[ruleSet]
 	next    func(*descriptors.Tree) // Wiring.SetTree
+	region  *Region                 // the leaser, when Flags.Open made it: closed after the Store
 	entries sync.Map                // store.Key → *entry
 	nkeys   atomic.Int64
 	hot     sketch
@@ -656,6 +657,9 @@ func (s *Store) Close() error {
 			s.retire(ctx, v.(*entry), func(*lease) bool { return true })
 			return true
 		})
+		if s.region != nil {
+			s.region.Close()
+		}
 	})
 	return nil
 }

@@ -1,6 +1,7 @@
 package escrow
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
@@ -17,12 +18,19 @@ import (
 // that are flags.
 type Flags struct {
 	Options Options // Default, Lease, Threshold, Size, Rebalance, MaxKeys
+	// Home is the URL of the home store (--escrow-home): with it, this
+	// replica's --redis-url is its region's Redis, which keeps the
+	// region's slices of the home's budgets; Region names the region
+	// (--escrow-region) and RegionLease is the longest slice
+	// (--escrow-region-lease).
+	Home, Region string
+	RegionLease  time.Duration
 }
 
 // DefaultFlags returns the flags' defaults.
 func DefaultFlags() Flags {
 	return Flags{Options: Options{Lease: DefaultLease, Threshold: DefaultThreshold, Size: SizeFair,
-		Rebalance: DefaultRebalance, MaxKeys: DefaultMaxKeys}}
+		Rebalance: DefaultRebalance, MaxKeys: DefaultMaxKeys}, RegionLease: DefaultRegionLease}
 }
 
 // Bind declares --escrow, --escrow-lease, --escrow-threshold,
@@ -35,6 +43,9 @@ func (f *Flags) Bind(fs *flag.FlagSet) {
 	fs.Var(&o.Size, "escrow-size", "lease sizing: fair (each replica's leases hold at most its max-min fair share of the limit by reported demand, through Redis) or demand (this replica's demand alone, up to the limit)")
 	fs.DurationVar(&o.Rebalance, "escrow-rebalance", o.Rebalance, "how often the fair shares of keys in escrow are computed again")
 	fs.IntVar(&o.MaxKeys, "escrow-max-keys", o.MaxKeys, "most keys in escrow at once on this replica")
+	fs.StringVar(&f.Home, "escrow-home", f.Home, "the home Redis of a region's replicas (a URL as --redis-url takes, with its credentials and TLS options): it holds every budget and decides cold keys; --redis-url is then the region's Redis, which keeps the slices of hot keys' budgets the region leases from the home (empty: one region, today's mode)")
+	fs.StringVar(&f.Region, "escrow-region", f.Region, "this replica's region, with --escrow-home (logs and the replica's name in its region's refill lock)")
+	fs.DurationVar(&f.RegionLease, "escrow-region-lease", f.RegionLease, "the longest slice a region leases from the home: a key's slices last a tenth of its shortest window, at most this (but at least two replica leases and four of the home's round trips)")
 }
 
 // Check refuses values that cannot work, naming the flag.
@@ -51,6 +62,10 @@ func (f *Flags) Check() error {
 		return fmt.Errorf("--escrow-rebalance %v: want at least 10ms", o.Rebalance)
 	case o.MaxKeys < 1:
 		return fmt.Errorf("--escrow-max-keys %d: want at least 1", o.MaxKeys)
+	case f.Region != "" && f.Home == "":
+		return fmt.Errorf("--escrow-region %q: needs --escrow-home (the store the region leases from)", f.Region)
+	case f.RegionLease < 10*time.Millisecond || f.RegionLease > time.Minute:
+		return fmt.Errorf("--escrow-region-lease %v: want 10ms to 1m", f.RegionLease)
 	}
 	return nil
 }
@@ -70,6 +85,10 @@ type Wiring struct {
 	Logger  *slog.Logger
 	// Registry, when set, gets the Store's collector.
 	Registry prometheus.Registerer
+	// Pool, with Flags.Home, keeps the region's slices (the region's
+	// Redis); Leaser is then the home store, which the Region leases
+	// from.
+	Pool Pool
 }
 
 // Open returns the Store of f on w, its goroutine running. The caller
@@ -77,13 +96,31 @@ type Wiring struct {
 func (f *Flags) Open(w Wiring) (*Store, error) {
 	o := f.Options
 	o.Remote, o.Leaser, o.Shares, o.Logger, o.Run = w.Remote, w.Leaser, w.Shares, w.Logger, true
+	var region *Region
+	if f.Home != "" {
+		if w.Pool == nil || w.Leaser == nil {
+			return nil, errors.New("escrow: a region needs its pool and the home store")
+		}
+		r, err := NewRegion(RegionOptions{Home: w.Leaser, Pool: w.Pool, Name: f.Region, Lease: f.RegionLease,
+			Logger: w.Logger, Run: true})
+		if err != nil {
+			return nil, err
+		}
+		region, o.Leaser = r, r
+	}
 	s, err := New(o)
 	if err != nil {
+		if region != nil {
+			region.Close()
+		}
 		return nil, err
 	}
-	s.next = w.SetTree
+	s.next, s.region = w.SetTree, region
 	if w.Registry != nil {
 		w.Registry.MustRegister(NewCollector(s.Stats))
+		if region != nil {
+			w.Registry.MustRegister(NewRegionCollector(region.Stats))
+		}
 	}
 	return s, nil
 }

@@ -2,6 +2,7 @@ package escrow
 
 import (
 	"context"
+	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -177,70 +178,24 @@ func (e *entry) occupancy(now time.Time, w time.Duration) int64 {
 }
 
 // acquire asks the leaser for a lease of up to want hits of e's pair under
-// pol, and installs it (see the package documentation for the protocol
-// and why it is exact): a reservation of the hits for the lease's last
-// instant, then a check of the pair's counts at the present, its excess
-// given back. Called by Tick with e.acquiring set; it clears it.
+// pol, and installs it (see leaseCalls.take). Called by Tick with
+// e.acquiring set; it clears it.
 func (s *Store) acquire(ctx context.Context, e *entry, pol *tiers.Policy, want int64, length time.Duration) {
 	defer func() {
 		e.mu.Lock()
 		e.acquiring = false
 		e.mu.Unlock()
 	}()
-	s.stats.leaseCalls.Add(1)
-	l0 := s.now()
-	items := []store.Item{{Key: e.key, Policy: pol, Hits: want, Min: 1}}
-	out := make([]tiers.Decision, 1)
-	cctx, cancel := context.WithTimeout(ctx, s.callTimeout)
-	at, err := s.leaser.Reserve(cctx, l0, length, items, out)
-	cancel()
-	if err != nil {
-		// The reservation may have been made and its answer lost: its hits
-		// stay counted until the window forgets them, which only ever
-		// grants less.
-		s.stats.leaseErrors.Add(1)
-		s.log.Debug("escrow: lease not taken", "resource", e.key.Resource, "err", err.Error())
+	l, refused, l0, ok := s.leaseCalls().take(ctx, e.key, pol, want, length)
+	if !ok {
 		return
 	}
-	d := out[0]
-	if !d.OK || d.Granted <= 0 {
-		// Not one hit fits at the lease's last instant, so none fits now:
-		// the store would reject this replica's requests too.
-		s.stats.leaseRefusals.Add(1)
+	if l == nil {
 		e.mu.Lock()
-		s.refuse(e, l0, d, length)
+		s.refuse(e, l0, refused, length)
 		e.mu.Unlock()
 		return
 	}
-	granted := d.Granted
-	// The check: the pair's counts at the present, this lease's hits
-	// included. The reservation's walk at its last instant did not see the
-	// hits that leave the window before it; if they and the lease exceed
-	// a limit now, the excess is given back and never granted.
-	s.stats.leaseCalls.Add(1)
-	check := []store.Item{{Key: e.key, Policy: pol}}
-	cctx, cancel = context.WithTimeout(ctx, s.callTimeout)
-	err = s.leaser.Decide(cctx, s.now(), check, out)
-	cancel()
-	from := s.now()
-	if err != nil {
-		s.stats.leaseErrors.Add(1)
-		s.giveBack(ctx, e, pol, at, granted)
-		return
-	}
-	excess := overLimit(pol, out[0])
-	if excess > 0 {
-		s.stats.leaseExcess.Add(uint64(min(excess, granted)))
-		s.giveBack(ctx, e, pol, at, min(excess, granted))
-	}
-	if excess >= granted {
-		s.stats.leaseRefusals.Add(1)
-		e.mu.Lock()
-		s.refuse(e, l0, tiers.Decision{RetryAfter: length, LimitedByHard: out[0].LimitedByHard, LimitedByGlobal: out[0].LimitedByGlobal}, length)
-		e.mu.Unlock()
-		return
-	}
-	l := &lease{at: at, from: from, until: l0.Add(length), size: granted - excess}
 	installed := false
 	e.mu.Lock()
 	// A lease retired while the calls ran (a reload, Close) is not used.
@@ -255,7 +210,7 @@ func (s *Store) acquire(ctx context.Context, e *entry, pol *tiers.Policy, want i
 	}
 	e.mu.Unlock()
 	if !installed {
-		s.giveBack(ctx, e, pol, at, l.size)
+		s.giveBack(ctx, e, pol, l.at, l.size)
 		return
 	}
 	s.stats.leases.Add(1)
@@ -263,6 +218,98 @@ func (s *Store) acquire(ctx context.Context, e *entry, pol *tiers.Policy, want i
 	e.mu.Lock()
 	e.lastSize = l.size
 	e.mu.Unlock()
+}
+
+// leaseCalls returns the calls to the Store's leaser.
+func (s *Store) leaseCalls() leaseCalls {
+	return leaseCalls{ls: s.leaser, timeout: s.callTimeout, now: s.now, c: &s.stats, log: s.log}
+}
+
+// leaseCalls takes leases from a leaser and gives them back, counting its
+// calls in c: a replica's from the shared store (Store), a region's from
+// the home (Region).
+type leaseCalls struct {
+	ls      Leaser
+	timeout time.Duration
+	now     func() time.Time
+	c       *counters
+	log     *slog.Logger
+}
+
+// take asks ls for a lease of up to want hits of k's pair under pol, of
+// length (see the package documentation for the protocol and why it is
+// exact): a reservation of the hits for the lease's last instant, then a
+// check of the pair's counts at the present, its excess given back. It
+// returns the lease, or, when ls refused it (the pair is full), nil and
+// the refusal; ok is false when a call failed (nothing is granted). l0 is
+// the instant the reservation was sent.
+func (h leaseCalls) take(ctx context.Context, k store.Key, pol *tiers.Policy, want int64, length time.Duration) (l *lease, refused tiers.Decision, l0 time.Time, ok bool) {
+	h.c.leaseCalls.Add(1)
+	l0 = h.now()
+	items := []store.Item{{Key: k, Policy: pol, Hits: want, Min: 1}}
+	out := make([]tiers.Decision, 1)
+	cctx, cancel := context.WithTimeout(ctx, h.timeout)
+	at, err := h.ls.Reserve(cctx, l0, length, items, out)
+	cancel()
+	if err != nil {
+		// The reservation may have been made and its answer lost: its hits
+		// stay counted until the window forgets them, which only ever
+		// grants less.
+		h.c.leaseErrors.Add(1)
+		h.log.Debug("escrow: lease not taken", "resource", k.Resource, "err", err.Error())
+		return nil, tiers.Decision{}, l0, false
+	}
+	d := out[0]
+	if !d.OK || d.Granted <= 0 {
+		// Not one hit fits at the lease's last instant, so none fits now:
+		// the store would reject this replica's requests too.
+		h.c.leaseRefusals.Add(1)
+		return nil, d, l0, true
+	}
+	granted := d.Granted
+	// The check: the pair's counts at the present, this lease's hits
+	// included. The reservation's walk at its last instant did not see the
+	// hits that leave the window before it; if they and the lease exceed
+	// a limit now, the excess is given back and never granted.
+	h.c.leaseCalls.Add(1)
+	check := []store.Item{{Key: k, Policy: pol}}
+	cctx, cancel = context.WithTimeout(ctx, h.timeout)
+	err = h.ls.Decide(cctx, h.now(), check, out)
+	cancel()
+	from := h.now()
+	if err != nil {
+		h.c.leaseErrors.Add(1)
+		h.giveBack(ctx, k, pol, at, granted)
+		return nil, tiers.Decision{}, l0, false
+	}
+	excess := overLimit(pol, out[0])
+	if excess > 0 {
+		h.c.leaseExcess.Add(uint64(min(excess, granted)))
+		h.giveBack(ctx, k, pol, at, min(excess, granted))
+	}
+	if excess >= granted {
+		h.c.leaseRefusals.Add(1)
+		return nil, tiers.Decision{RetryAfter: length, LimitedByHard: out[0].LimitedByHard, LimitedByGlobal: out[0].LimitedByGlobal}, l0, true
+	}
+	return &lease{at: at, from: from, until: l0.Add(length), size: granted - excess}, tiers.Decision{}, l0, true
+}
+
+// giveBack gives n hits of the reservation made for at back to the
+// leaser. A give-back that fails leaves them counted until the window
+// forgets them: the pair is granted less meanwhile, never more.
+func (h leaseCalls) giveBack(ctx context.Context, k store.Key, pol *tiers.Policy, at time.Time, n int64) {
+	if n <= 0 {
+		return
+	}
+	h.c.leaseCalls.Add(1)
+	cctx, cancel := context.WithTimeout(ctx, h.timeout)
+	defer cancel()
+	if err := h.ls.GiveBack(cctx, h.now(), at, []store.Item{{Key: k, Policy: pol, Hits: n}}); err != nil {
+		h.c.giveBackErrors.Add(1)
+		h.log.Debug("escrow: give-back failed", "resource", k.Resource, "hits", n, "err", err.Error())
+		return
+	}
+	h.c.givenBack.Add(uint64(n))
 }
 
 // overLimit returns by how many hits a check's counts exceed pol's limits:
@@ -293,22 +340,9 @@ func (s *Store) refuse(e *entry, l0 time.Time, d tiers.Decision, length time.Dur
 	e.hard, e.global = d.LimitedByHard, d.LimitedByGlobal
 }
 
-// giveBack gives n hits of the reservation made for at back to the
-// leaser. A give-back that fails leaves them counted until the window
-// forgets them: the pair is granted less meanwhile, never more.
+// giveBack gives n hits of e's lease reserved for at back to the leaser.
 func (s *Store) giveBack(ctx context.Context, e *entry, pol *tiers.Policy, at time.Time, n int64) {
-	if n <= 0 {
-		return
-	}
-	s.stats.leaseCalls.Add(1)
-	cctx, cancel := context.WithTimeout(ctx, s.callTimeout)
-	defer cancel()
-	if err := s.leaser.GiveBack(cctx, s.now(), at, []store.Item{{Key: e.key, Policy: pol, Hits: n}}); err != nil {
-		s.stats.giveBackErrors.Add(1)
-		s.log.Debug("escrow: give-back failed", "resource", e.key.Resource, "hits", n, "err", err.Error())
-		return
-	}
-	s.stats.givenBack.Add(uint64(n))
+	s.leaseCalls().giveBack(ctx, e.key, pol, at, n)
 }
 
 // closeLease closes l (e.mu held) and returns what is to be given back.
