@@ -11,16 +11,19 @@
 // The home decides on its own clock when a call arrives, one call at a
 // time, as a single Redis does. Every replica decides the requests of pairs
 // it does not lease on the home through its region's link (the shared
-// path); its leases come from what Options.Region makes of that link (the
-// link itself, or a region's pool leasing from it), and its fair shares
-// from a share store of its region.
+// path); it takes its leases from the home through that link too, or,
+// with Options.Pools, from its region's pool (escrow.NewMemPool), into
+// which its escrow.Region leases slices of the home's budget through the
+// link, as `charon serve --escrow-home` does; its fair shares come from a
+// share store of its region. A replica reaches its region's pool and
+// share store without latency.
 //
 // Clients send requests to replicas with skew (one replica gets most of
 // them), the heavy replica may change at Options.Shift, a replica (the
 // heavy one at that instant) may be killed at Options.Kill: it gets no more
-// requests (they go to the others), and every call it makes fails from
-// then on, so it gives nothing back, as a process that died: its leases
-// stay counted until they expire. A region may be cut off from the home
+// requests (they go to the others), and every call it and its Region make
+// fails from then on, so it gives nothing back, as a process that died:
+// its leases and slices stay counted until they expire. A region may be cut off from the home
 // for a while.
 //
 // What it measures, from the record of every decision: each grant's

@@ -18,16 +18,6 @@ import (
 	"github.com/charonlimit/charon/tiers"
 )
 
-// RegionFunc makes the leaser the replicas of a region take their leases
-// from, given the region's link to the home: the link itself (every
-// replica leases from the home), or a region's pool that leases slices
-// from the home through the link. What it returns is closed at the end of
-// the run when it is not the link and has a Close method.
-type RegionFunc func(region int, home escrow.Leaser) escrow.Leaser
-
-// Direct is the RegionFunc of replicas that lease from the home itself.
-func Direct(_ int, home escrow.Leaser) escrow.Leaser { return home }
-
 // Options configure a run (DefaultOptions: the verb's defaults). Limit,
 // Window, Replicas, Regions, Duration and Rate are required; the zero
 // value of every other field is its default.
@@ -63,8 +53,14 @@ type Options struct {
 	CutRegion   int
 	// Seed seeds the random (Poisson) arrivals.
 	Seed uint64
-	// Region makes each region's leaser (nil: Direct).
-	Region RegionFunc
+	// Pools gives each region a pool (escrow.NewMemPool) and each replica
+	// an escrow.Region that leases slices of at most RegionLease (0:
+	// escrow.DefaultRegionLease) from the home into it, from which the
+	// replica takes its leases: a lease never leaves the region. Without
+	// it every replica leases from the home itself, through its region's
+	// link (a single region's mode).
+	Pools       bool
+	RegionLease time.Duration
 }
 
 // DefaultRegionLatency is the round trip to the home of Bind's flags when
@@ -77,13 +73,13 @@ const DefaultRegionLatency = 80 * time.Millisecond
 // from 30 s to 35 s, the heavy replica killed at 45 s.
 func DefaultOptions() Options {
 	return Options{Limit: 1000, Window: time.Second, Replicas: 3, Regions: 1, Duration: time.Minute,
-		Lease: escrow.DefaultLease, Threshold: escrow.DefaultThreshold, Rebalance: escrow.DefaultRebalance,
+		Lease: escrow.DefaultLease, Threshold: escrow.DefaultThreshold, Rebalance: escrow.DefaultRebalance, RegionLease: escrow.DefaultRegionLease,
 		Rate: 10, Skew: 10, Shift: 20 * time.Second, Kill: 45 * time.Second, Cut: 30 * time.Second, CutFor: 5 * time.Second,
 		CutRegion: -1, Seed: 1}
 }
 
-// Bind declares the flags of `charon escrow-sim` on fs, one per field but
-// Region, with o's values as defaults; Parsed settles what depends on
+// Bind declares the flags of `charon escrow-sim` on fs, one per field,
+// with o's values as defaults; Parsed settles what depends on
 // other flags once fs is parsed.
 func (o *Options) Bind(fs *flag.FlagSet) {
 	fs.Int64Var(&o.Limit, "limit", o.Limit, "the rule's limit: hits per --window (a sliding window)")
@@ -103,17 +99,22 @@ func (o *Options) Bind(fs *flag.FlagSet) {
 	fs.DurationVar(&o.CutFor, "cut-for", o.CutFor, "how long the region stays cut off")
 	fs.IntVar(&o.CutRegion, "cut-region", o.CutRegion, "the region cut off (-1: the last)")
 	fs.Uint64Var(&o.Seed, "seed", o.Seed, "seed of the random (Poisson) arrivals")
+	fs.BoolVar(&o.Pools, "pools", o.Pools, "each region keeps slices of the home's budget in a pool its replicas lease from, as serve's --escrow-home does (default with --regions > 1; false: every replica leases from the home)")
+	fs.DurationVar(&o.RegionLease, "region-lease", o.RegionLease, "the longest slice a region leases from the home, with --pools (serve's --escrow-region-lease)")
 }
 
 // Parsed settles, once fs (on which Bind declared o's flags) is parsed,
-// the defaults that depend on other flags: a round trip of
-// DefaultRegionLatency with more than one region when --latency is not
-// given, and the last region as --cut-region -1.
+// the defaults that depend on other flags: with more than one region, a
+// round trip of DefaultRegionLatency and pools when --latency and --pools
+// are not given; the last region as --cut-region -1.
 func (o *Options) Parsed(fs *flag.FlagSet) {
-	given := false
-	fs.Visit(func(f *flag.Flag) { given = given || f.Name == "latency" })
-	if !given && o.Regions > 1 {
+	given := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	if o.Regions > 1 && !given["latency"] {
 		o.Latency = DefaultRegionLatency
+	}
+	if o.Regions > 1 && !given["pools"] {
+		o.Pools = true
 	}
 	if o.CutRegion == -1 {
 		o.CutRegion = o.Regions - 1
@@ -151,6 +152,9 @@ func (o *Options) Check() error {
 	}
 	if o.Rebalance < 0 {
 		bad("--rebalance %v: want 0 (escrow's default) or more", o.Rebalance)
+	}
+	if o.RegionLease < 0 {
+		bad("--region-lease %v: want 0 (escrow's default) or more", o.RegionLease)
 	}
 	if !(o.Rate > 0) || math.IsInf(o.Rate, 0) {
 		bad("--rate %v: want a positive multiple of the limit", o.Rate)
@@ -205,22 +209,21 @@ type sample struct {
 	localG, localR, n uint64
 }
 
-// replica is one escrow.Store and its gate.
+// replica is one escrow.Store, its Region with pools, whether it is
+// killed, and the record of its requests.
 type replica struct {
-	store  *escrow.Store
-	region int
-	dead   atomic.Bool
-	rec    []record
-	mu     sync.Mutex
+	store       *escrow.Store
+	region      *escrow.Region
+	regionIndex int
+	dead        atomic.Bool
+	mu          sync.Mutex
+	rec         []record
 }
 
 // Run runs a simulation with o and returns what it measured.
 func Run(ctx context.Context, o Options) (*Result, error) {
 	if err := o.Check(); err != nil {
 		return nil, err
-	}
-	if o.Region == nil {
-		o.Region = Direct
 	}
 	pol := &tiers.Policy{Kind: tiers.KindTiers, Tiers: []tiers.Tier{{Limit: o.Limit, Window: o.Window, Active: tiers.Unbounded}}}
 	if err := tiers.Validate(pol); err != nil {
@@ -233,41 +236,57 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	home := &homeStore{store: mem}
 	var homeCalls, regionCalls atomic.Uint64
 	links := make([]*link, o.Regions)
-	leasers := make([]escrow.Leaser, o.Regions)
+	pools := make([]escrow.Pool, o.Regions)
 	shares := make([]*sharestore.Memory, o.Regions)
 	for r := range links {
 		links[r] = &link{home: home, oneWay: o.Latency / 2, calls: &homeCalls}
-		leasers[r] = o.Region(r, links[r])
+		pools[r] = escrow.NewMemPool(nil)
 		shares[r] = &sharestore.Memory{}
 	}
-	defer func() {
-		for r, l := range leasers {
-			if c, ok := l.(interface{ Close() error }); ok && l != escrow.Leaser(links[r]) {
-				c.Close()
+	reps := make([]*replica, o.Replicas)
+	// The replicas' stores close first (they give their leases back into
+	// their regions' slices), then the Regions (they give the slices' rest
+	// back to the home).
+	closeAll := sync.OnceFunc(func() {
+		for _, rp := range reps {
+			if rp != nil {
+				rp.store.Close()
 			}
 		}
-	}()
-	reps := make([]*replica, o.Replicas)
+		for _, rp := range reps {
+			if rp != nil && rp.region != nil {
+				rp.region.Close()
+			}
+		}
+	})
+	defer closeAll()
 	for i := range reps {
-		rp := &replica{region: i % o.Regions}
-		g := &gate{leaser: leasers[rp.region], remote: links[rp.region], shares: shares[rp.region], dead: &rp.dead, calls: &regionCalls}
+		rp := &replica{regionIndex: i % o.Regions}
+		id := fmt.Sprintf("replica-%d", i)
+		toHome := killable{l: links[rp.regionIndex], dead: &rp.dead}
+		var leaser escrow.Leaser = toHome
+		if o.Pools {
+			r, err := escrow.NewRegion(escrow.RegionOptions{Home: toHome, Pool: killablePool{p: pools[rp.regionIndex], dead: &rp.dead},
+				Name: fmt.Sprintf("region-%d", rp.regionIndex), ID: id, Lease: o.RegionLease, Run: true})
+			if err != nil {
+				return nil, err
+			}
+			rp.region, leaser = r, r
+		}
 		s, err := escrow.New(escrow.Options{
-			Remote: remoteGate{g}, Leaser: leaserGate{g}, Shares: sharesGate{g}, Size: escrow.SizeFair,
-			ID: fmt.Sprintf("replica-%d", i), Default: true, Lease: o.Lease, Threshold: o.Threshold,
-			Rebalance: o.Rebalance, Run: true,
+			Remote: toHome, Leaser: killable{l: leaser, dead: &rp.dead, calls: &regionCalls},
+			Shares: killableShares{s: shares[rp.regionIndex], dead: &rp.dead}, Size: escrow.SizeFair,
+			ID: id, Default: true, Lease: o.Lease, Threshold: o.Threshold, Rebalance: o.Rebalance, Run: true,
 		})
 		if err != nil {
+			if rp.region != nil {
+				rp.region.Close()
+			}
 			return nil, err
 		}
 		rp.store = s
 		reps[i] = rp
 	}
-	closeAll := sync.OnceFunc(func() {
-		for _, rp := range reps {
-			rp.store.Close()
-		}
-	})
-	defer closeAll()
 
 	rng := rand.New(rand.NewPCG(o.Seed, 0x65736372))
 	total := o.Rate * float64(o.Limit) / o.Window.Seconds() // requests per second
@@ -384,8 +403,8 @@ loop:
 	tick.Stop()
 	wg.Wait()
 	samples = append(samples, read(time.Now()))
-	// What the live replicas hold is given back now (a killed one's calls
-	// fail: its leases stay counted).
+	// What the live replicas and Regions hold is given back now (a killed
+	// one's calls fail: its leases stay counted).
 	closeAll()
 	var recs []record
 	for _, rp := range reps {
@@ -398,6 +417,15 @@ loop:
 		res.Summary.GivenBack += st.GivenBack
 		res.Summary.Expired += st.Expired
 		res.Summary.Refused += st.Refused
+		if rp.region != nil {
+			rs := rp.region.Stats()
+			res.Summary.Slices += rs.Slices
+			res.Summary.SliceHits += rs.SliceHits
+			res.Summary.SlicesRefused += rs.Refused
+			res.Summary.SliceCalls += rs.HomeCalls
+			res.Summary.Misses += rs.Misses
+			res.Summary.Short += rs.Short
+		}
 	}
 	return res, nil
 }

@@ -122,71 +122,119 @@ func (h *homeStore) do(f func(now time.Time) error) (time.Time, error) {
 	return now, f(now)
 }
 
-// gate is what one replica calls: the leaser its region gives it, the
-// home for its shared path, and its region's share store. It counts the
-// calls to the leaser (the replica's region calls) and fails every call
-// once the replica is killed, so that a killed replica gives nothing back
-// and renews nothing: its leases stay counted until they expire, as a
-// process that died would leave them. Safe for concurrent use.
-type gate struct {
-	leaser escrow.Leaser
-	remote escrow.Leaser
-	shares sharestore.Store
-	dead   *atomic.Bool
-	calls  *atomic.Uint64 // calls to leaser, over every replica
+// killable is a Leaser that fails every call once its replica is killed,
+// so that a killed replica (its store, its region's Region) gives nothing
+// back and renews nothing: its leases and slices stay counted until they
+// expire, as a process that died would leave them. calls, when not nil,
+// counts the calls made. Safe for concurrent use.
+type killable struct {
+	l     escrow.Leaser
+	dead  *atomic.Bool
+	calls *atomic.Uint64
 }
 
-// leaserGate, remoteGate and sharesGate are g's three faces.
-type (
-	leaserGate struct{ *gate }
-	remoteGate struct{ *gate }
-	sharesGate struct{ *gate }
-)
+var _ escrow.Leaser = killable{}
 
-var (
-	_ escrow.Leaser    = leaserGate{}
-	_ store.Store      = remoteGate{}
-	_ sharestore.Store = sharesGate{}
-)
+func (k killable) alive() bool {
+	if k.dead.Load() {
+		return false
+	}
+	if k.calls != nil {
+		k.calls.Add(1)
+	}
+	return true
+}
 
-func (g leaserGate) Decide(ctx context.Context, now time.Time, items []store.Item, out []tiers.Decision) error {
-	if g.dead.Load() {
+func (k killable) Decide(ctx context.Context, now time.Time, items []store.Item, out []tiers.Decision) error {
+	if !k.alive() {
 		return ErrKilled
 	}
-	g.calls.Add(1)
-	return g.leaser.Decide(ctx, now, items, out)
+	return k.l.Decide(ctx, now, items, out)
 }
 
-func (g leaserGate) Reserve(ctx context.Context, now time.Time, after time.Duration, items []store.Item, out []tiers.Decision) (time.Time, error) {
-	if g.dead.Load() {
+func (k killable) Reserve(ctx context.Context, now time.Time, after time.Duration, items []store.Item, out []tiers.Decision) (time.Time, error) {
+	if !k.alive() {
 		return time.Time{}, ErrKilled
 	}
-	g.calls.Add(1)
-	return g.leaser.Reserve(ctx, now, after, items, out)
+	return k.l.Reserve(ctx, now, after, items, out)
 }
 
-func (g leaserGate) GiveBack(ctx context.Context, now, at time.Time, items []store.Item) error {
-	if g.dead.Load() {
+func (k killable) GiveBack(ctx context.Context, now, at time.Time, items []store.Item) error {
+	if !k.alive() {
 		return ErrKilled
 	}
-	g.calls.Add(1)
-	return g.leaser.GiveBack(ctx, now, at, items)
+	return k.l.GiveBack(ctx, now, at, items)
 }
 
-func (g leaserGate) Close() error { return nil }
+// Close does nothing: what k wraps belongs to the run.
+func (k killable) Close() error { return nil }
 
-func (g remoteGate) Decide(ctx context.Context, now time.Time, items []store.Item, out []tiers.Decision) error {
-	if g.dead.Load() {
-		return ErrKilled
-	}
-	return g.remote.Decide(ctx, now, items, out)
+// killableShares is a replica's way to its region's share store.
+type killableShares struct {
+	s    sharestore.Store
+	dead *atomic.Bool
 }
 
-func (g remoteGate) Close() error { return nil }
-
-func (g sharesGate) Allocate(ctx context.Context, now time.Time, b sharestore.Budget, mine []sharestore.Demand, ttl time.Duration, tolerance float64) ([]int64, error) {
-	if g.dead.Load() {
+func (k killableShares) Allocate(ctx context.Context, now time.Time, b sharestore.Budget, mine []sharestore.Demand, ttl time.Duration, tolerance float64) ([]int64, error) {
+	if k.dead.Load() {
 		return nil, ErrKilled
 	}
-	return g.shares.Allocate(ctx, now, b, mine, ttl, tolerance)
+	return k.s.Allocate(ctx, now, b, mine, ttl, tolerance)
+}
+
+// killablePool is a replica's Region's way to its region's pool.
+type killablePool struct {
+	p    escrow.Pool
+	dead *atomic.Bool
+}
+
+var _ escrow.Pool = killablePool{}
+
+func (k killablePool) Take(ctx context.Context, key string, want int64, need time.Duration) (int64, int64, escrow.PoolState, error) {
+	if k.dead.Load() {
+		return 0, 0, escrow.PoolState{}, ErrKilled
+	}
+	return k.p.Take(ctx, key, want, need)
+}
+
+func (k killablePool) Put(ctx context.Context, key string, id, n int64) (bool, error) {
+	if k.dead.Load() {
+		return false, ErrKilled
+	}
+	return k.p.Put(ctx, key, id, n)
+}
+
+func (k killablePool) Add(ctx context.Context, key string, id, n int64, end time.Time) error {
+	if k.dead.Load() {
+		return ErrKilled
+	}
+	return k.p.Add(ctx, key, id, n, end)
+}
+
+func (k killablePool) Close(ctx context.Context, key string, id int64) (int64, error) {
+	if k.dead.Load() {
+		return 0, ErrKilled
+	}
+	return k.p.Close(ctx, key, id)
+}
+
+func (k killablePool) Refuse(ctx context.Context, key string, d time.Duration, r escrow.Refusal) error {
+	if k.dead.Load() {
+		return ErrKilled
+	}
+	return k.p.Refuse(ctx, key, d, r)
+}
+
+func (k killablePool) Lock(ctx context.Context, key, owner string, ttl time.Duration) (bool, error) {
+	if k.dead.Load() {
+		return false, ErrKilled
+	}
+	return k.p.Lock(ctx, key, owner, ttl)
+}
+
+func (k killablePool) Unlock(ctx context.Context, key, owner string) error {
+	if k.dead.Load() {
+		return ErrKilled
+	}
+	return k.p.Unlock(ctx, key, owner)
 }

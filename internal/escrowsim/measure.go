@@ -89,6 +89,16 @@ type Summary struct {
 	GivenBack uint64 `json:"given_back_hits"`
 	Expired   uint64 `json:"expired_leases"`
 	Refused   uint64 `json:"refused_leases"`
+	// With pools, the Regions' counters, summed (escrow.RegionStats):
+	// slices taken from the home and the hits they held, slices refused,
+	// calls to the home, leases asked for while no slice was open, and
+	// slices given back at once (too short).
+	Slices        uint64 `json:"slices"`
+	SliceHits     uint64 `json:"slice_hits"`
+	SlicesRefused uint64 `json:"slices_refused"`
+	SliceCalls    uint64 `json:"slice_home_calls"`
+	Misses        uint64 `json:"misses"`
+	Short         uint64 `json:"short_slices"`
 }
 
 // MeasuredWindow returns the window over which the store holds grants to

@@ -13,8 +13,11 @@ import (
 // load, and the events.
 func Scenario(o Options) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%d replicas in %d region(s), %v round trip to the home; limit %d per %v; offered %gx the limit (%.0f/s)",
-		o.Replicas, o.Regions, o.Latency, o.Limit, o.Window, o.Rate, o.Rate*float64(o.Limit)/o.Window.Seconds())
+	fmt.Fprintf(&b, "%d replicas in %d region(s), %v round trip to the home", o.Replicas, o.Regions, o.Latency)
+	if o.Pools {
+		b.WriteString(", leases from regions' pools")
+	}
+	fmt.Fprintf(&b, "; limit %d per %v; offered %gx the limit (%.0f/s)", o.Limit, o.Window, o.Rate, o.Rate*float64(o.Limit)/o.Window.Seconds())
 	if o.Skew > 1 && o.Replicas > 1 {
 		fmt.Fprintf(&b, ", replica 0 at %gx each other's rate", o.Skew)
 		if o.Shift > 0 {
@@ -76,8 +79,13 @@ func Write(w io.Writer, o Options, res *Result) error {
 		group(s.Rejected), group(s.False), 100*s.FalseShare, group(s.UnderLimit-s.False), res.Margin, group(s.Failed), pct(s.Failed, s.Requests))
 	fmt.Fprintf(w, "  decided from leases %.1f%%; calls per decision: home %.4f, regions' leasers %.4f\n", 100*s.Local, s.HomeCalls, s.RegionCalls)
 	fmt.Fprintf(w, "  decision latency: p50 %.3f ms, p99 %.3f ms\n", s.P50, s.P99)
-	fmt.Fprintf(w, "  leases taken %s, hits given back %s, leases expired %s, refused %s\n",
+	fmt.Fprintf(w, "  leases taken %s, hits given back %s, leases expired %s, refused %s",
 		group(int64(s.Leases)), group(int64(s.GivenBack)), group(int64(s.Expired)), group(int64(s.Refused)))
+	if o.Pools {
+		fmt.Fprintf(w, "\n  regions: slices taken from the home %s, of %s hits; refused %s; given back at once (short) %s; calls to the home for slices %s; leases asked for with no slice open %s",
+			group(int64(s.Slices)), group(int64(s.SliceHits)), group(int64(s.SlicesRefused)), group(int64(s.Short)), group(int64(s.SliceCalls)), group(int64(s.Misses)))
+	}
+	fmt.Fprintln(w)
 	return nil
 }
 
