@@ -260,3 +260,91 @@ func commandStats(t *testing.T, port int) map[string]int64 {
 	}
 	return m
 }
+
+// TestEscrowRegionsProcesses runs two regions, each a `charon serve`
+// replica on its own Redis, leasing from one home Redis behind a link of
+// about 80ms (a proxy holding each chunk 40ms each way), with --escrow
+// and --failure-mode closed:
+//
+//   - a hot key far under its limit, asked as fast as four clients per
+//     replica can: the home's calls per decision, and how long answers
+//     took (logged);
+//   - burst, 100 per 2s, asked 500 times a second (10x) over both regions
+//     for 4 windows, region two's link cut (a black hole) for the middle
+//     two.
+//
+// From the clients' answers no window of the second phase holds more
+// grants than its limit, whichever region granted them, and no request
+// fails: a region cut off decides from its slices until they end, then as
+// the failure mode says.
+func TestEscrowRegionsProcesses(t *testing.T) {
+	bin := buildCharon(t)
+	dir := t.TempDir()
+	yaml := fmt.Sprintf(`domain: test
+descriptors:
+  - key: burst
+    tiers: [{limit: %d, window: %s}]
+  - key: hot
+    rate_limit: {unit: minute, requests_per_unit: 100000000}
+`, burstLimit, escrowW)
+	if err := os.WriteFile(filepath.Join(dir, "test.yaml"), []byte(yaml), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	home := redistest.Single(t)
+	var procs []*proc
+	var links []*faultProxy
+	for i := range 2 {
+		region := redistest.Single(t)
+		link := newFaultProxy(t, home.Addr(), 40*time.Millisecond)
+		link.mode.Store(proxySlow)
+		links = append(links, link)
+		procs = append(procs, startServe(t, bin, "--config", dir, "--store", "redis", "--redis-url", "redis://"+region.Addr(),
+			"--escrow-home", "redis://"+link.addr, "--escrow-region", fmt.Sprintf("r%d", i+1), "--redis-timeout", "2s",
+			"--failure-mode", "closed", "--escrow", "--escrow-threshold", "5"))
+	}
+	before := commandStats(t, home.Port)
+	hot := closedLoop(procs, "hot", 3*escrowW)
+	after := commandStats(t, home.Port)
+	for k := range after {
+		after[k] -= before[k]
+	}
+	took := make([]time.Duration, 0, len(hot.grants))
+	for _, g := range hot.grants {
+		took = append(took, g.got.Sub(g.sent))
+	}
+	slices.Sort(took)
+	quantile := func(q float64) time.Duration {
+		if len(took) == 0 {
+			return 0
+		}
+		return took[int(q*float64(len(took)-1))]
+	}
+	t.Logf("hot key, two regions 80ms from the home: %d answered (%.0f/s), answers in %v (p50) %v (p99) %v (p99.9); the home's calls per decision: %.4f FCALL, %.4f commands",
+		hot.answered, float64(hot.answered)/(3*escrowW).Seconds(), quantile(0.5), quantile(0.99), quantile(0.999),
+		per(after["fcall"], hot.answered), per(sum(after), hot.answered))
+	if hot.errs > 0 {
+		t.Errorf("hot key: %d requests failed", hot.errs)
+	}
+	phase := 4 * escrowW
+	cut := make(chan struct{})
+	go func() {
+		defer close(cut)
+		time.Sleep(escrowW)
+		links[1].mode.Store(proxyHole)
+		time.Sleep(2 * escrowW)
+		links[1].mode.Store(proxySlow)
+	}()
+	over := paced(procs, "burst", 10*burstLimit/int(escrowW/time.Second), phase, -1)
+	<-cut
+	t.Logf("burst at 10x, region two cut off for two windows: %d answered, %d granted (limit %d per %v)",
+		over.answered, len(over.grants), burstLimit, escrowW)
+	if over.errs > 0 {
+		t.Errorf("burst: %d requests failed", over.errs)
+	}
+	if o := overLimit(over.grants, effectiveWindow, burstLimit); o != "" {
+		t.Errorf("burst: %s", o)
+	}
+	if len(over.grants) == 0 {
+		t.Error("burst: nothing was granted")
+	}
+}

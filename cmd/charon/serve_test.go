@@ -209,6 +209,21 @@ func TestParseServeErrors(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "--redis-url") {
 		t.Errorf("redis store error %v does not ask for --redis-url", err)
 	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--escrow-home", "redis://home:6379"}, "--escrow-home: a region's replicas keep its slices in its Redis: want --store redis"},
+		{[]string{"--store", "redis", "--redis-url", "redis://r:6379", "--escrow-home", "ftp://home"}, "--escrow-home: "},
+		{[]string{"--store", "redis", "--redis-url", "redis://r:6379", "--escrow-region", "eu"}, "--escrow-region \"eu\": needs --escrow-home"},
+	} {
+		if _, err := parseServe(tc.args, envOf(nil), io.Discard); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%v: %v, want it to say %q", tc.args, err, tc.want)
+		}
+	}
+	if _, err := parseServe([]string{"--store", "redis", "--redis-url", "redis://r:6379", "--escrow-home", "redis://home:6379", "--escrow-region", "eu"}, envOf(nil), io.Discard); err != nil {
+		t.Errorf("a region's settings: %v", err)
+	}
 }
 
 // TestParseServeConfigSources: a directory and an xDS server both set

@@ -109,6 +109,15 @@
 // A replica over its share takes the shared path: it takes only what no
 // lease holds.
 //
+// # Regions
+//
+// A Region is the Leaser of the replicas of one region (Flags.Home): it
+// leases slices of the home's budgets with the same protocol (leaseCalls)
+// and keeps them in the region's Pool, and the region's replicas take
+// their leases from those slices (see Region for why that is exact). A
+// decision from a lease never leaves the region; the rest is decided at
+// the home (Options.Remote).
+//
 // # Time
 //
 // One clock, Options.Now, which callers of Decide must use too: leases

@@ -28,6 +28,10 @@ func TestFlags(t *testing.T) {
 		{[]string{"--escrow-rebalance", "1ms"}, "--escrow-rebalance 1ms"},
 		{[]string{"--escrow-max-keys", "0"}, "--escrow-max-keys 0"},
 		{[]string{"--escrow-size", "greedy"}, `unknown lease sizing "greedy"`},
+		{[]string{"--escrow-home", "redis://home:6379", "--escrow-region", "eu", "--escrow-region-lease", "5s"}, ""},
+		{[]string{"--escrow-region", "eu"}, `--escrow-region "eu": needs --escrow-home`},
+		{[]string{"--escrow-home", "redis://home:6379", "--escrow-region-lease", "5ms"}, "--escrow-region-lease 5ms"},
+		{[]string{"--escrow-home", "redis://home:6379", "--escrow-region-lease", "2m"}, "--escrow-region-lease 2m0s"},
 	} {
 		f := DefaultFlags()
 		fs := flag.NewFlagSet("serve", flag.ContinueOnError)
