@@ -1,7 +1,7 @@
 // Command charon is the Charon rate limit service and its tools: serve
 // (serve.go wires the server and its services), version, the verbs that
 // need no server of package offlinecmd (config check and diff, suggest,
-// replay, sim) and the client verbs of package clientcmd (ask, explain,
+// replay, sim, escrow-sim) and the client verbs of package clientcmd (ask, explain,
 // usage, top, health, bench, rlqs-sim and the copy verbs). Each verb maps
 // its flags and environment to the Options of the packages that do the
 // work.
@@ -47,6 +47,8 @@ Usage:
   charon health [--addr HOST:PORT]         exit 0 when a server's gRPC health is SERVING
   charon rlqs-sim --domain D --bucket k=v [--envoys 20 --skew 10]
                                            simulated Envoy rate_limit_quota filters against a server's RLQS
+  charon escrow-sim [--replicas 3 --regions 1 --rate 10]
+                                           replicas deciding a limit from escrow leases, simulated in this process
   charon reserve --domain D --descriptor k=v [--copies N --min M] [--hold-for DUR]
                                            hold copies of a copy-limited resource while running
   charon release --hold ID [--copies N]    release copies of a hold

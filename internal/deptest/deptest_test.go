@@ -27,7 +27,7 @@ var imports = map[string][]string{
 		"internal/lyftenv", "internal/memlimit", "internal/offlinecmd", "internal/redisbackend", "internal/redisconn", "internal/rlqs", "internal/sharestore", "internal/statefile", "internal/statsd", "internal/statsmap", "internal/store/memstore",
 		"internal/store/resilient", "internal/tracing", "internal/xdsconfig", "server", "service/charon", "service/rlqs", "service/rls"},
 	"internal/canary":                    {"config", "internal/engine", "internal/store/memstore"},
-	"internal/offlinecmd":                {"config", "internal/clientcmd", "internal/engine", "internal/replay", "internal/sim", "internal/suggest"},
+	"internal/offlinecmd":                {"config", "internal/clientcmd", "internal/engine", "internal/escrowsim", "internal/replay", "internal/sim", "internal/suggest"},
 	"internal/clientcmd":                 {"api/charon/v1", "client", "descriptors", "internal/gctune", "internal/loadgen", "internal/offenders", "internal/rlqssim", "internal/tlsconfig"},
 	"config":                             {"descriptors", "tiers"},
 	"copylog":                            nil,
@@ -45,6 +45,7 @@ var imports = map[string][]string{
 	"internal/sim/gen":                   nil,
 	"internal/engine":                    {"descriptors", "internal/store", "tiers"},
 	"internal/escrow":                    {"descriptors", "fairshare", "internal/collect", "internal/sharestore", "internal/store", "tiers"},
+	"internal/escrowsim":                 {"internal/escrow", "internal/sharestore", "internal/store", "internal/store/memstore", "tiers"},
 	"internal/holds":                     {"copylog", "descriptors", "internal/copystore"},
 	"internal/gctune":                    nil,
 	"internal/sharestore":                {"fairshare"},
@@ -108,8 +109,8 @@ var floors = []struct {
 		"config", "internal/store/memstore", "internal/store/redisstore", "internal/copystore/memcopy", "internal/copystore/rediscopy",
 		"internal/sharestore/redisshare", "internal/escrow", "internal/engine", "internal/holds", "internal/rlqs", "internal/offenders",
 		"internal/store/storetest", "internal/copystore/copystoretest", "internal/sharestore/sharestoretest"}},
-	{"what builds on them: the resilient store, the canary, replay, suggest, the simulator, the xDS client, the client verbs", []string{
-		"internal/store/resilient", "internal/canary", "internal/replay", "internal/suggest", "internal/sim", "internal/xdsconfig", "internal/clientcmd",
+	{"what builds on them: the resilient store, the canary, replay, suggest, the simulators, the xDS client, the client verbs", []string{
+		"internal/store/resilient", "internal/canary", "internal/replay", "internal/suggest", "internal/sim", "internal/escrowsim", "internal/xdsconfig", "internal/clientcmd",
 		"internal/escrow/pooltest"}},
 	{"the Redis backend, the server's lifecycle, the offline verbs", []string{"internal/redisbackend", "server", "internal/offlinecmd"}},
 	{"the services, each registered on the server it is handed", services},
@@ -194,7 +195,7 @@ var deny = []struct {
 		// verbs share the client verbs' flag set and exit statuses
 		// (internal/clientcmd), and so depend on what those call with.
 		except: append([]string{"api/charon/v1", "client", "cmd/charon", "internal/clientcmd", "internal/offlinecmd", "internal/servertest", "server", "internal/loadgen", "internal/rlqssim", "internal/collect",
-			"internal/canary", "internal/store/resilient", "internal/escrow", "internal/escrow/pooltest", "internal/copystore/memcopy", "internal/redisbackend", "internal/tracing", "internal/statsmap", "internal/xdsconfig"}, services...),
+			"internal/canary", "internal/store/resilient", "internal/escrow", "internal/escrow/pooltest", "internal/escrowsim", "internal/copystore/memcopy", "internal/redisbackend", "internal/tracing", "internal/statsmap", "internal/xdsconfig"}, services...),
 		paths: []string{"google.golang.org/grpc", "google.golang.org/protobuf", "github.com/envoyproxy/go-control-plane",
 			module + "/api/charon/v1"},
 		why: "only server, the services and client (and main, the generated API and the xDS client) touch gRPC and protos",

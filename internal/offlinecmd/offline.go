@@ -1,6 +1,6 @@
 // Package offlinecmd holds the verbs of the charon command that need no
-// server: config check and config diff, suggest, replay (rollout.go) and
-// sim. The verbs that load a configuration load it exactly as charon serve
+// server: config check and config diff, suggest, replay (rollout.go), sim
+// and escrow-sim (escrowsim.go). The verbs that load a configuration load it exactly as charon serve
 // would: the settings that change how it loads start from serve's
 // environment (LoadFlags), and their flags override it as serve's do.
 package offlinecmd
@@ -37,6 +37,9 @@ type LoadFlags func(fs *flag.FlagSet, stderr io.Writer) (*config.Options, error)
 // Verbs are the offline verbs by name, but config's (Config).
 var Verbs = map[string]func(args []string, load LoadFlags, stdout, stderr io.Writer) error{
 	"replay": Replay, "suggest": Suggest,
+	"escrow-sim": func(args []string, _ LoadFlags, stdout, stderr io.Writer) error {
+		return EscrowSim(args, stdout, stderr)
+	},
 	"sim": func(args []string, _ LoadFlags, stdout, stderr io.Writer) error { return Sim(args, stdout, stderr) },
 }
 
