@@ -65,7 +65,7 @@ descriptors:
 	if err := os.WriteFile(filepath.Join(dir, "test.yaml"), []byte(yaml), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	phase := 3 * escrowW
+	phase := escrowPhase(t, 3*escrowW)
 	for _, mode := range []string{"escrow", "shared"} {
 		t.Run(mode, func(t *testing.T) {
 			r := redistest.Single(t)
@@ -109,6 +109,21 @@ descriptors:
 			}
 		})
 	}
+}
+
+// escrowPhase is the length of a phase of the escrow process tests: def,
+// or CHARON_ESCROW_PHASE (a duration) for the longer runs of
+// docs/performance.md.
+func escrowPhase(t *testing.T, def time.Duration) time.Duration {
+	v := os.Getenv("CHARON_ESCROW_PHASE")
+	if v == "" {
+		return def
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d < escrowW {
+		t.Fatalf("CHARON_ESCROW_PHASE=%q: want a duration of at least %v", v, escrowW)
+	}
+	return d
 }
 
 // loadRun is what a load saw: the grants, the answers, and the requests that
@@ -269,9 +284,14 @@ func commandStats(t *testing.T, port int) map[string]int64 {
 //   - a hot key far under its limit, asked as fast as four clients per
 //     replica can: the home's calls per decision, and how long answers
 //     took (logged);
+//   - tenant, 1000 per 2s, asked 450 times a second (90%) over both
+//     regions for 3 windows: the false rejections (logged);
 //   - burst, 100 per 2s, asked 500 times a second (10x) over both regions
 //     for 4 windows, region two's link cut (a black hole) for the middle
 //     two.
+//
+// CHARON_ESCROW_PHASE lengthens every phase, CHARON_ESCROW_REGIONS adds
+// regions (docs/performance.md's runs).
 //
 // From the clients' answers no window of the second phase holds more
 // grants than its limit, whichever region granted them, and no request
@@ -282,18 +302,28 @@ func TestEscrowRegionsProcesses(t *testing.T) {
 	dir := t.TempDir()
 	yaml := fmt.Sprintf(`domain: test
 descriptors:
+  - key: tenant
+    tiers: [{limit: %d, window: %s}]
   - key: burst
     tiers: [{limit: %d, window: %s}]
   - key: hot
     rate_limit: {unit: minute, requests_per_unit: 100000000}
-`, burstLimit, escrowW)
+`, tenantLimit, escrowW, burstLimit, escrowW)
 	if err := os.WriteFile(filepath.Join(dir, "test.yaml"), []byte(yaml), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	home := redistest.Single(t)
 	var procs []*proc
 	var links []*faultProxy
-	for i := range 2 {
+	regions := 2
+	if v := os.Getenv("CHARON_ESCROW_REGIONS"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 2 {
+			t.Fatalf("CHARON_ESCROW_REGIONS=%q: want a number of regions from 2", v)
+		}
+		regions = n
+	}
+	for i := range regions {
 		region := redistest.Single(t)
 		link := newFaultProxy(t, home.Addr(), 40*time.Millisecond)
 		link.mode.Store(proxySlow)
@@ -303,7 +333,7 @@ descriptors:
 			"--failure-mode", "closed", "--escrow", "--escrow-threshold", "5"))
 	}
 	before := commandStats(t, home.Port)
-	hot := closedLoop(procs, "hot", 3*escrowW)
+	hot := closedLoop(procs, "hot", escrowPhase(t, 3*escrowW))
 	after := commandStats(t, home.Port)
 	for k := range after {
 		after[k] -= before[k]
@@ -320,23 +350,32 @@ descriptors:
 		return took[int(q*float64(len(took)-1))]
 	}
 	t.Logf("hot key, two regions 80ms from the home: %d answered (%.0f/s), answers in %v (p50) %v (p99) %v (p99.9); the home's calls per decision: %.4f FCALL, %.4f commands",
-		hot.answered, float64(hot.answered)/(3*escrowW).Seconds(), quantile(0.5), quantile(0.99), quantile(0.999),
+		hot.answered, float64(hot.answered)/escrowPhase(t, 3*escrowW).Seconds(), quantile(0.5), quantile(0.99), quantile(0.999),
 		per(after["fcall"], hot.answered), per(sum(after), hot.answered))
 	if hot.errs > 0 {
 		t.Errorf("hot key: %d requests failed", hot.errs)
 	}
-	phase := 4 * escrowW
+	near := paced(procs, "tenant", tenantLimit*9/10/int(escrowW/time.Second), escrowPhase(t, 3*escrowW), -1)
+	t.Logf("tenant at 90%% of its limit over the regions: %d answered, %d granted, %d rejected (every rejection a false one)",
+		near.answered, len(near.grants), near.answered-len(near.grants))
+	if near.errs > 0 {
+		t.Errorf("tenant: %d requests failed", near.errs)
+	}
+	if o := overLimit(near.grants, effectiveWindow, tenantLimit); o != "" {
+		t.Errorf("tenant: %s", o)
+	}
+	phase := escrowPhase(t, 4*escrowW)
 	cut := make(chan struct{})
 	go func() {
 		defer close(cut)
-		time.Sleep(escrowW)
+		time.Sleep(phase / 4)
 		links[1].mode.Store(proxyHole)
-		time.Sleep(2 * escrowW)
+		time.Sleep(phase / 2)
 		links[1].mode.Store(proxySlow)
 	}()
 	over := paced(procs, "burst", 10*burstLimit/int(escrowW/time.Second), phase, -1)
 	<-cut
-	t.Logf("burst at 10x, region two cut off for two windows: %d answered, %d granted (limit %d per %v)",
+	t.Logf("burst at 10x, region two cut off for half the phase: %d answered, %d granted (limit %d per %v)",
 		over.answered, len(over.grants), burstLimit, escrowW)
 	if over.errs > 0 {
 		t.Errorf("burst: %d requests failed", over.errs)
