@@ -36,6 +36,10 @@ type Pool interface {
 	// Refuse records that the home refused a slice of k: Take reports it
 	// (PoolState.Refused) for d.
 	Refuse(ctx context.Context, k string, d time.Duration, r Refusal) error
+	// Report records owner's demand for k (hits per second; 0 withdraws
+	// it) and returns the region's: the sum of the demands its owners
+	// reported within ttl.
+	Report(ctx context.Context, k, owner string, rate float64, ttl time.Duration) (float64, error)
 	// Lock takes k's refill lock for owner for ttl, and reports whether it
 	// did; Unlock releases it when owner holds it.
 	Lock(ctx context.Context, k, owner string, ttl time.Duration) (bool, error)
@@ -84,11 +88,17 @@ type memPool struct {
 
 type memPair struct {
 	slices       map[int64]*memSlice
+	demand       map[string]memDemand
 	taken        int64
 	refusedUntil time.Time
 	refusal      Refusal
 	owner        string
 	lockedUntil  time.Time
+}
+
+type memDemand struct {
+	rate float64
+	at   time.Time
 }
 
 type memSlice struct {
@@ -99,7 +109,7 @@ type memSlice struct {
 func (p *memPool) pair(k string) *memPair {
 	m := p.pairs[k]
 	if m == nil {
-		m = &memPair{slices: map[int64]*memSlice{}}
+		m = &memPair{slices: map[int64]*memSlice{}, demand: map[string]memDemand{}}
 		p.pairs[k] = m
 	}
 	return m
@@ -189,6 +199,26 @@ func (p *memPool) Refuse(_ context.Context, k string, d time.Duration, r Refusal
 	m := p.pair(k)
 	m.refusedUntil, m.refusal = p.now().Add(d), r
 	return nil
+}
+
+func (p *memPool) Report(_ context.Context, k, owner string, rate float64, ttl time.Duration) (float64, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	m, now := p.pair(k), p.now()
+	if rate > 0 {
+		m.demand[owner] = memDemand{rate: rate, at: now}
+	} else {
+		delete(m.demand, owner)
+	}
+	var sum float64
+	for o, d := range m.demand {
+		if now.Sub(d.at) > ttl {
+			delete(m.demand, o)
+			continue
+		}
+		sum += d.rate
+	}
+	return sum, nil
 }
 
 func (p *memPool) Lock(_ context.Context, k, owner string, ttl time.Duration) (bool, error) {

@@ -109,12 +109,10 @@ type regionPair struct {
 	need  time.Duration // the replicas' lease length
 	want  int64         // the last sub-lease asked for
 	asked time.Time     // when
-	// The region's net demand: hits taken from the pool less those put
-	// back, per second, measured on the pool's count.
-	taken   int64
-	takenAt time.Time
-	rate    float64
-	known   bool
+	// own is this replica's demand (hits per second) as its last lease
+	// said; rate the region's, the sum its replicas reported.
+	own  float64
+	rate float64
 	// takeDur is how long the last slice took (the home's round trips).
 	takeDur   time.Duration
 	refilling bool
@@ -206,6 +204,8 @@ func (r *Region) Reserve(ctx context.Context, now time.Time, after time.Duration
 		r.pairs[k] = p
 	}
 	p.pol, p.need, p.want, p.asked = it.Policy, max(p.need, after), it.Hits, now
+	// A replica asks for its use over one lease and a quarter more.
+	p.own = float64(it.Hits) / max(after.Seconds(), 1e-3) / headroom
 	r.mu.Unlock()
 	n, id, st, err := r.pool.Take(ctx, k, it.Hits, after+poolMargin)
 	if err != nil {
@@ -353,24 +353,27 @@ func (r *Region) sliceFor(p *regionPair) time.Duration {
 	return max(base/2, p.need+2*p.takeDur+4*poolMargin)
 }
 
-// tickPair measures k's demand and takes a slice when it runs short.
+// tickPair reports this replica's demand for k, reads the region's, and
+// takes a slice when the open ones run short.
 func (r *Region) tickPair(ctx context.Context, k string, p *regionPair) {
+	now := r.now()
+	r.mu.Lock()
+	own := p.own
+	ttl := max(4*p.need, time.Second)
+	if now.Sub(p.asked) > ttl {
+		own = 0 // no lease asked for lately: its demand is met
+	}
+	r.mu.Unlock()
+	rate, err := r.pool.Report(ctx, k, r.id, own, ttl)
+	if err != nil {
+		return
+	}
 	_, _, st, err := r.pool.Take(ctx, k, 0, 0)
 	if err != nil {
 		return
 	}
-	now := r.now()
 	r.mu.Lock()
-	if !p.known {
-		// Until the pool's count says: the demand of the replica that
-		// asked, a sub-lease per sub-lease length.
-		p.rate, p.known = float64(p.want)/max(p.need.Seconds(), 1e-3), true
-	} else if dt := now.Sub(p.takenAt); dt > 0 {
-		x := float64(st.Taken-p.taken) / dt.Seconds()
-		a := dt.Seconds() / (dt.Seconds() + 1)
-		p.rate = max(0, (1-a)*p.rate+a*x)
-	}
-	p.taken, p.takenAt = st.Taken, now
+	p.rate = rate
 	// A new slice takes about takeDur to arrive, and must then serve a
 	// sub-lease: the slices open that long more must hold the demand of
 	// that span, or the region runs dry. A slice is taken from until its
@@ -380,7 +383,7 @@ func (r *Region) tickPair(ctx context.Context, k string, p *regionPair) {
 	length := r.sliceFor(p)
 	want := int64(math.Ceil(p.rate * (length - p.takeDur).Seconds() * headroom))
 	pol, need := p.pol, p.need
-	due := !p.refilling && st.Refused <= 0
+	due := !p.refilling && st.Refused <= 0 && p.rate > 0
 	short := max(int64(math.Ceil(p.rate*lead.Seconds())), 1)
 	r.mu.Unlock()
 	if !due {

@@ -197,6 +197,13 @@ func (k killablePool) Take(ctx context.Context, key string, want int64, need tim
 	return k.p.Take(ctx, key, want, need)
 }
 
+func (k killablePool) Report(ctx context.Context, key, owner string, rate float64, ttl time.Duration) (float64, error) {
+	if k.dead.Load() {
+		return 0, ErrKilled
+	}
+	return k.p.Report(ctx, key, owner, rate, ttl)
+}
+
 func (k killablePool) Put(ctx context.Context, key string, id, n int64) (bool, error) {
 	if k.dead.Load() {
 		return false, ErrKilled

@@ -127,6 +127,34 @@ if redis.call('PTTL', KEYS[1]) < tonumber(ARGV[1]) + tonumber(ARGV[4]) then redi
 return 1
 `)
 
+// poolReport records ARGV[1]'s demand ARGV[2] (0 withdraws it), forgets
+// the demands not reported within ARGV[3] ms, and returns the sum of the
+// others, as a string (a Lua number would be cut to an integer).
+var poolReport = redis.NewScript(`
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local rate, ttl = tonumber(ARGV[2]), tonumber(ARGV[3])
+if rate > 0 then
+  redis.call('HSET', KEYS[1], 'd:' .. ARGV[1], ARGV[2] .. ':' .. now)
+else
+  redis.call('HDEL', KEYS[1], 'd:' .. ARGV[1])
+end
+local h = redis.call('HGETALL', KEYS[1])
+local sum = 0
+for i = 1, #h, 2 do
+  if string.sub(h[i], 1, 2) == 'd:' then
+    local r, at = string.match(h[i + 1], '^([^:]+):(%d+)$')
+    if r == nil or now - tonumber(at) > ttl then
+      redis.call('HDEL', KEYS[1], h[i])
+    else
+      sum = sum + tonumber(r)
+    end
+  end
+end
+if redis.call('PTTL', KEYS[1]) < ttl + tonumber(ARGV[4]) then redis.call('PEXPIRE', KEYS[1], ttl + tonumber(ARGV[4])) end
+return tostring(sum)
+`)
+
 // poolUnlock deletes the lock when ARGV[1] holds it.
 var poolUnlock = redis.NewScript(`
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
@@ -203,6 +231,18 @@ func (p *escrowPool) Refuse(ctx context.Context, k string, d time.Duration, r es
 		flags, retry = flags+"u", 0
 	}
 	return poolRefuse.Run(ctx, p.client, poolKeys(k)[:1], d.Milliseconds(), retry, flags, poolKeep.Milliseconds()).Err()
+}
+
+func (p *escrowPool) Report(ctx context.Context, k, owner string, rate float64, ttl time.Duration) (float64, error) {
+	v, err := poolReport.Run(ctx, p.client, poolKeys(k)[:1], owner, strconv.FormatFloat(rate, 'g', -1, 64), ttl.Milliseconds(), poolKeep.Milliseconds()).Text()
+	if err != nil {
+		return 0, err
+	}
+	sum, err := strconv.ParseFloat(v, 64)
+	if err != nil {
+		return 0, errors.New("escrow pool: a demand's sum " + strconv.Quote(v) + " is not a number")
+	}
+	return sum, nil
 }
 
 func (p *escrowPool) Lock(ctx context.Context, k, owner string, ttl time.Duration) (bool, error) {

@@ -121,6 +121,29 @@ func Run(t *testing.T, newPool func(t *testing.T) (p escrow.Pool, wait func(time
 			t.Fatalf("a pair never refused: %+v", st)
 		}
 	})
+	t.Run("Demand", func(t *testing.T) {
+		p, wait := newPool(t)
+		k := "demand"
+		if sum, err := p.Report(ctx, k, "a", 120.5, time.Second); err != nil || sum != 120.5 {
+			t.Fatalf("Report(a) = %v, %v; want 120.5", sum, err)
+		}
+		if sum, _ := p.Report(ctx, k, "b", 30, time.Second); sum != 150.5 {
+			t.Fatalf("Report(b) = %v, want a's and b's: 150.5", sum)
+		}
+		if sum, _ := p.Report(ctx, k, "a", 20, time.Second); sum != 50 {
+			t.Fatalf("a's second report = %v, want it to replace its first: 50", sum)
+		}
+		if sum, _ := p.Report(ctx, k, "b", 0, time.Second); sum != 20 {
+			t.Fatalf("b withdrawn: %v, want 20", sum)
+		}
+		if sum, _ := p.Report(ctx, "another", "c", 7, time.Second); sum != 7 {
+			t.Fatalf("another pair: %v, want its own 7", sum)
+		}
+		wait(300 * time.Millisecond)
+		if sum, _ := p.Report(ctx, k, "c", 1, 200*time.Millisecond); sum != 1 {
+			t.Fatalf("a's report is older than the ttl: %v, want c's 1 alone", sum)
+		}
+	})
 	t.Run("Lock", func(t *testing.T) {
 		p, _ := newPool(t)
 		k := "locked"
