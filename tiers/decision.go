@@ -39,6 +39,13 @@ type Decision struct {
 	// limit stopped granting before copies were granted.
 	LimitedByHard   bool
 	LimitedByGlobal bool
+	// Leased reports a decision this process made from its escrow leases
+	// of the pair (package internal/escrow) without asking the shared
+	// store: a grant of hits a lease held, or a rejection while the
+	// pair's last lease was refused. The decision log says "escrow":
+	// "local". Nothing in this package sets it; it sits in the padding
+	// after the flags above, so a Decision is no larger for it.
+	Leased bool
 	// Remaining is how many more single hits would be granted at this instant.
 	Remaining int64
 	// RetryAfter is, when rejected, the earliest time from now at which the

@@ -47,9 +47,11 @@ type grant struct{ sent, got time.Time }
 //     killed (SIGKILL) halfway.
 //
 // From the clients' answers no window of the last two phases holds more
-// grants than its limit, and no request fails but the killed replica's;
-// the figures (calls per decision, false rejections) are logged, not
-// asserted.
+// grants than its limit, and no request fails but the killed replica's.
+// With escrow, charon usage and charon explain show the hot key's leases
+// on a replica while it is hot, and the decision logs mark some decisions
+// "escrow": "local"; without, neither. The figures (calls per decision,
+// false rejections) are logged, not asserted.
 func TestEscrowProcesses(t *testing.T) {
 	bin := buildCharon(t)
 	dir := t.TempDir()
@@ -74,8 +76,10 @@ descriptors:
 				args = append(args, "--escrow", "--escrow-threshold", "5", "--escrow-rebalance", "500ms")
 			}
 			var procs []*proc
-			for range 3 {
-				procs = append(procs, startServe(t, bin, args...))
+			var logs []string
+			for i := range 3 {
+				logs = append(logs, filepath.Join(t.TempDir(), fmt.Sprintf("decisions-%d.jsonl", i)))
+				procs = append(procs, startServe(t, bin, append(slices.Clone(args), "--decision-log", logs[i])...))
 			}
 			calls := func(f func() loadRun) (loadRun, map[string]int64) {
 				before := commandStats(t, r.Port)
@@ -86,7 +90,16 @@ descriptors:
 				}
 				return res, after
 			}
-			hot, hotCalls := calls(func() loadRun { return closedLoop(procs, "hot", phase) })
+			var usage string
+			hot, hotCalls := calls(func() loadRun {
+				done := make(chan loadRun, 1)
+				go func() { done <- closedLoop(procs, "hot", phase) }()
+				usage = hotUsage(t, procs[0], mode == "escrow", time.Now().Add(phase))
+				return <-done
+			})
+			if usage != "" {
+				t.Errorf("%s: %s", mode, usage)
+			}
 			near, nearCalls := calls(func() loadRun { return paced(procs, "tenant", tenantLimit*9/10/int(escrowW/time.Second), phase, -1) })
 			over, overCalls := calls(func() loadRun { return paced(procs, "burst", 10*burstLimit/int(escrowW/time.Second), phase, phase/2) })
 			for _, x := range []struct {
@@ -100,6 +113,19 @@ descriptors:
 				if x.r.errs > 0 {
 					t.Errorf("%s, %s: %d requests failed", mode, x.name, x.r.errs)
 				}
+			}
+			// The decision logs say which decisions were made from leases:
+			// some of the hot key's with escrow, none without.
+			local := 0
+			for _, l := range logs {
+				b, err := os.ReadFile(l)
+				if err != nil {
+					t.Fatal(err)
+				}
+				local += strings.Count(string(b), `"escrow":"local"`)
+			}
+			if (mode == "escrow") != (local > 0) {
+				t.Errorf("%s: %d decision log lines say \"escrow\":\"local\"", mode, local)
 			}
 			if o := overLimit(near.grants, effectiveWindow, tenantLimit); o != "" {
 				t.Errorf("%s, tenant: %s", mode, o)
@@ -124,6 +150,35 @@ func escrowPhase(t *testing.T, def time.Duration) time.Duration {
 		t.Fatalf("CHARON_ESCROW_PHASE=%q: want a duration of at least %v", v, escrowW)
 	}
 	return d
+}
+
+// hotUsage asks p for hot=acme's usage and explanation (charon usage and
+// charon explain, in this process) until, with escrow, they show what p's
+// leases hold, or until deadline; it returns what went wrong, or "".
+// Without escrow, usage must show no lease.
+func hotUsage(t *testing.T, p *proc, escrow bool, deadline time.Time) string {
+	t.Helper()
+	for {
+		var usage, explain, errb strings.Builder
+		args := []string{"--addr", p.grpcAddr, "--domain", "test", "--descriptor", "hot=acme"}
+		run(append([]string{"usage"}, args...), os.Getenv, &usage, &errb)
+		run(append([]string{"explain"}, args...), os.Getenv, &explain, &errb)
+		lines := strings.Split(strings.TrimSpace(usage.String()), "\n")
+		row := lines[len(lines)-1]
+		if !escrow {
+			if !strings.HasSuffix(row, " -") || strings.Contains(explain.String(), "in escrow") {
+				return fmt.Sprintf("without escrow, charon usage shows %q, charon explain:\n%s", row, explain.String())
+			}
+			return ""
+		}
+		if strings.Contains(row, " held in ") && strings.Contains(explain.String(), "  escrow    in escrow on this replica: ") {
+			return ""
+		}
+		if time.Now().After(deadline) {
+			return fmt.Sprintf("charon usage and explain never showed a lease of the hot key: %q (%s), explain:\n%s", row, errb.String(), explain.String())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }
 
 // loadRun is what a load saw: the grants, the answers, and the requests that

@@ -124,5 +124,8 @@ func printExplanation(w io.Writer, desc string, x *charonv1.Explanation, at time
 	if len(limits) > 0 {
 		fmt.Fprintf(w, "  limits    %s\n", strings.Join(limits, ", "))
 	}
+	if h := x.GetEscrow(); h != nil {
+		fmt.Fprintf(w, "  escrow    in escrow on this replica: %s\n", escrowText(h, at))
+	}
 	fmt.Fprintf(w, "  now       %s\n", x.GetSummary())
 }

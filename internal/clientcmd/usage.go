@@ -6,6 +6,7 @@ import (
 	"io"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"google.golang.org/grpc"
 
@@ -34,14 +35,15 @@ func Usage(args []string, stdout, stderr io.Writer) error {
 	return q.print(stdout, resp, func() { printUsage(stdout, q.descriptors, resp) })
 }
 
-// printUsage writes one line per limit, under the descriptor it belongs to.
+// printUsage writes one line per limit, under the descriptor it belongs to,
+// with what this replica's escrow leases hold of it when it is leased.
 func printUsage(w io.Writer, descs [][]*charonv1.Entry, resp *charonv1.UsageResponse) {
 	if len(resp.GetLimits()) == 0 {
 		fmt.Fprintln(w, "no limit applies")
 		return
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "descriptor\tkind\tperiod\tused\tlimit\tremaining\trenews\tcooldown")
+	fmt.Fprintln(tw, "descriptor\tkind\tperiod\tused\tlimit\tremaining\trenews\tcooldown\tescrow on this replica")
 	at := resp.GetAt().AsTime()
 	for _, l := range resp.GetLimits() {
 		var es []string
@@ -58,8 +60,38 @@ func printUsage(w io.Writer, descs [][]*charonv1.Entry, resp *charonv1.UsageResp
 		if l.GetCooldown() {
 			cooldown = "yes"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%s\t%s\n", strings.Join(es, ","), l.GetKind(), l.GetPeriod(),
-			l.GetUsed(), l.GetLimit(), l.GetRemaining(), renews, cooldown)
+		held := "-"
+		if h := l.GetEscrow(); h != nil {
+			held = escrowText(h, at)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%s\t%s\t%s\n", strings.Join(es, ","), l.GetKind(), l.GetPeriod(),
+			l.GetUsed(), l.GetLimit(), l.GetRemaining(), renews, cooldown, held)
 	}
 	tw.Flush()
+}
+
+// escrowText says what a replica's escrow leases hold of a pair, as of at:
+// the hits they may still grant, how many leases, granted from them, until
+// when; the replica's demand and fair share per window (share "-": none
+// yet, or leases sized by demand alone); its decisions per second.
+func escrowText(h *charonv1.EscrowHolding, at time.Time) string {
+	var b strings.Builder
+	if h.GetLeases() == 0 {
+		b.WriteString("no live lease")
+	} else {
+		leases := "leases"
+		if h.GetLeases() == 1 {
+			leases = "lease"
+		}
+		fmt.Fprintf(&b, "%d held in %d %s, %d granted", h.GetHeld(), h.GetLeases(), leases, h.GetGranted())
+		if u := h.GetUntil(); u != nil {
+			fmt.Fprintf(&b, ", until %s (in %s)", u.AsTime().UTC().Format(time.RFC3339Nano), Round(u.AsTime().Sub(at)))
+		}
+	}
+	share := "-"
+	if h.GetShare() >= 0 {
+		share = fmt.Sprint(h.GetShare())
+	}
+	fmt.Fprintf(&b, "; demand %d, share %s per window; %.0f decisions/s", h.GetDemand(), share, h.GetRate())
+	return b.String()
 }

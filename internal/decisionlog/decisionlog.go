@@ -33,6 +33,10 @@ const (
 	ResultNotLimited = "not_limited"
 )
 
+// EscrowLocal is a Record's Escrow when this replica decided it from its
+// escrow leases of the pair, without a call to the shared store.
+const EscrowLocal = "local"
+
 // Entry is one key and value of a descriptor.
 type Entry struct {
 	Key   string `json:"key"`
@@ -60,6 +64,11 @@ type Record struct {
 	Burst     bool      `json:"burst,omitempty"`
 	LimitedBy string    `json:"limited_by,omitempty"`
 	PeriodEnd time.Time `json:"quota_period_end,omitzero"`
+	// Escrow is EscrowLocal when the decision was made from this replica's
+	// escrow leases (a grant from hits a lease held, or a rejection while
+	// the pair's last lease was refused), without a call to the shared
+	// store; empty when the shared store (or its failure mode) decided.
+	Escrow string `json:"escrow,omitempty"`
 	// Weight is how many decisions the line stands for: 1/sample for a
 	// sampled line, 1 for a line always kept.
 	Weight float64 `json:"weight"`

@@ -276,7 +276,8 @@ var _ store.Store = (*Store)(nil)
 // all or nothing: what leases granted is put back when a group on Remote
 // is rejected (or Remote fails), and a local rejection puts back the
 // request's local grants. A decision from a lease reports the lease's
-// view: Remaining is what this replica's leases still hold.
+// view: Remaining is what this replica's leases still hold; it is marked
+// Leased (tiers.Decision), as no decision of Remote is.
 func (s *Store) Decide(ctx context.Context, now time.Time, items []store.Item, out []tiers.Decision) error {
 	if err := store.CheckDecide(s.closed.Load(), items, out); err != nil {
 		return err
@@ -441,21 +442,22 @@ func (s *Store) decideOne(ctx context.Context, now time.Time, e *entry, items []
 // decide decides a group of hits of e's pair under p at now from its
 // leases: granted when they hold the hits (a check of 0 hits when they
 // hold any), appending the takes; rejected while the pair's last lease was
-// refused; else not local. takes, when not nil, records the takes to put
-// back. short reports that the leases are short (the
-// next tick is to see to them).
+// refused; else not local. A local decision is marked Leased (the
+// decision log says so). takes, when not nil, records the takes to put
+// back. short reports that the leases are short (the next tick is to see
+// to them).
 func (e *entry) decide(now time.Time, hits int64, p *tiers.Policy, takes *[]take) (d tiers.Decision, local, short bool) {
 	e.mu.Lock()
 	switch avail := e.avail(now); {
 	case hits > 0 && avail >= hits, hits == 0 && avail > 0:
 		e.takeHits(now, hits, takes)
-		d = tiers.Decision{OK: true, Granted: hits, Tier: 1, Remaining: avail - hits, ResetAfter: e.nextEnd(now)}
+		d = tiers.Decision{OK: true, Granted: hits, Tier: 1, Remaining: avail - hits, ResetAfter: e.nextEnd(now), Leased: true}
 		local = true
 		short = avail-hits < hits
 	case hits > 0 && now.Before(e.refusedUntil):
 		// A check (0 hits) is granted whatever the count: the shared
 		// store answers it.
-		d = tiers.Decision{Tier: 1, LimitedByHard: e.hard, LimitedByGlobal: e.global, RetryAfter: e.retryAfter(now)}
+		d = tiers.Decision{Tier: 1, LimitedByHard: e.hard, LimitedByGlobal: e.global, RetryAfter: e.retryAfter(now), Leased: true}
 		d.ResetAfter = d.RetryAfter
 		local = true
 	default:

@@ -416,9 +416,67 @@ func TestDecisionFields(t *testing.T) {
 	now := clk.Add(10 * time.Millisecond)
 	got := decide(t, s, now, it)[0]
 	want := tiers.Decision{OK: true, Granted: 1, HardLimit: 500, Tier: 1, TierLimit: 1000, TierWindow: 10 * time.Second,
-		TierHits: 1000 - (n - 1), Remaining: n - 1, ResetAfter: 40 * time.Millisecond} // the hard limit's second: leases of 50ms
+		TierHits: 1000 - (n - 1), Remaining: n - 1, ResetAfter: 40 * time.Millisecond, // the hard limit's second: leases of 50ms
+		Leased: true}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Fatalf("decision (-want +got):\n%s", diff)
+	}
+}
+
+// TestDecisionsMarkedLeased: the decisions made from leases are marked
+// Leased (the decision log's "escrow": "local"), and only those: a grant
+// from a lease, a local rejection of a pair whose lease was refused, a
+// request's group its leases hold beside one on the shared store; not a
+// decision of the shared store (a cold pair, a leased pair past its
+// lease, a locally rejected group that the shared store decided again in a
+// request that went to it anyway).
+func TestDecisionsMarkedLeased(t *testing.T) {
+	clk := newClock()
+	mem := newMem(t)
+	s := newEscrow(t, mem, clk, Options{Lease: time.Second, Threshold: 5})
+	hot, cold := item("hot", sliding(1000, 10*time.Second), 1), item("cold", sliding(1000, 10*time.Second), 1)
+	full := item("full", sliding(10, 10*time.Second), 1)
+	t0 := clk.Now()
+	for range 10 {
+		decide(t, mem, t0, full)
+	}
+	now := clk.Add(2 * time.Second)
+	heat(t, s, now, hot)
+	heat(t, s, now, full)
+	s.Tick(context.Background())
+	if held(s, now, hot) < 2 || s.Stats().Refused != 1 {
+		t.Fatalf("want a lease of hot and full's refused (stats %+v)", s.Stats())
+	}
+	leased := func(out []tiers.Decision) []bool {
+		var b []bool
+		for _, d := range out {
+			b = append(b, d.Leased)
+		}
+		return b
+	}
+	for _, tc := range []struct {
+		name  string
+		items []store.Item
+		want  []bool
+		ok    bool
+	}{
+		{"a grant from a lease", []store.Item{hot}, []bool{true}, true},
+		{"a cold pair", []store.Item{cold}, []bool{false}, true},
+		{"a lease beside the shared store", []store.Item{hot, cold}, []bool{true, false}, true},
+		{"a refused pair rejected locally", []store.Item{full}, []bool{true}, false},
+		{"a refused pair in a request to the shared store", []store.Item{full, cold}, []bool{false, false}, false},
+	} {
+		out := decide(t, s, now, tc.items...)
+		if diff := cmp.Diff(tc.want, leased(out)); diff != "" || out[0].OK != tc.ok {
+			t.Errorf("%s: first OK %v, want %v; Leased (-want +got):\n%s", tc.name, out[0].OK, tc.ok, diff)
+		}
+	}
+	// Past the lease: the shared store decides, unmarked.
+	for range held(s, now, hot) {
+		decide(t, s, now, hot)
+	}
+	if out := decide(t, s, now, hot); !out[0].OK || out[0].Leased {
+		t.Errorf("a hit past the lease: %+v, want granted by the shared store, not Leased", out[0])
 	}
 }
 

@@ -1,10 +1,6 @@
 package store
 
-import (
-	"fmt"
-	"strings"
-	"time"
-)
+import "time"
 
 // Holding is what this process holds of a pair's budget, decided without
 // the shared store: the escrow leases of package internal/escrow.
@@ -20,19 +16,6 @@ type Holding struct {
 	Rate   float64
 	Demand int64
 	Share  int64
-}
-
-// String says h in words, for explain.
-func (h Holding) String() string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "in escrow on this replica (%.0f decisions/s): %d hits held in %d leases", h.Rate, h.Held, h.Leases)
-	if h.Leases > 0 {
-		fmt.Fprintf(&b, " until %s, %d granted from them", h.Until.UTC().Format(time.RFC3339Nano), h.Granted)
-	}
-	if h.Share >= 0 {
-		fmt.Fprintf(&b, "; fair share %d per window, demand %d", h.Share, h.Demand)
-	}
-	return b.String()
 }
 
 // Holder is a Store that holds parts of pairs' budgets in this process

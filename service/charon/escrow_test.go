@@ -5,10 +5,13 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/url"
-	"strings"
 	"testing"
 	"testing/fstest"
 	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"google.golang.org/protobuf/testing/protocmp"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	charonv1 "github.com/charonlimit/charon/api/charon/v1"
 	"github.com/charonlimit/charon/config"
@@ -18,8 +21,8 @@ import (
 	"github.com/charonlimit/charon/server"
 )
 
-// TestUsageEscrow: GET /usage reports what this replica's escrow leases
-// hold of a pair in escrow, and explain says it.
+// TestUsageEscrow: GET /usage, and the Usage and Explain calls, report
+// what this replica's escrow leases hold of a pair in escrow.
 func TestUsageEscrow(t *testing.T) {
 	const text = `domain: api
 descriptors:
@@ -65,14 +68,33 @@ descriptors:
 	if e.Leases != 1 || e.Granted != 1 || e.Held < 1 || !e.Until.Equal(now.Add(escrow.DefaultLease)) {
 		t.Errorf("escrow %+v: want one lease until %v, one hit granted from it", e, now.Add(escrow.DefaultLease))
 	}
+	// The Usage and Explain calls carry the same, as an EscrowHolding.
+	want := &charonv1.EscrowHolding{Leases: 1, Held: e.Held, Granted: 1, Until: timestamppb.New(now.Add(escrow.DefaultLease)),
+		Rate: e.Rate, Demand: e.Demand, Share: -1}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	resp, err := charonv1.NewCharonClient(dial(t, s.GRPCAddr())).Explain(ctx, &charonv1.ExplainRequest{Domain: "api",
-		Descriptors: []*charonv1.ExplainRequest_Descriptor{{Entries: []*charonv1.Entry{{Key: "tenant", Value: "acme"}}}}})
+	client := charonv1.NewCharonClient(dial(t, s.GRPCAddr()))
+	descs := []*charonv1.ExplainRequest_Descriptor{{Entries: []*charonv1.Entry{{Key: "tenant", Value: "acme"}}}}
+	u, err := client.Usage(ctx, &charonv1.UsageRequest{Domain: "api", Descriptors: descs})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if sum := resp.GetExplanations()[0].GetSummary(); !strings.Contains(sum, "in escrow on this replica") {
-		t.Errorf("explain summary %q does not say the pair is in escrow", sum)
+	if len(u.GetLimits()) != 1 {
+		t.Fatalf("Usage: %v, want one limit", u)
+	}
+	if diff := cmp.Diff(want, u.GetLimits()[0].GetEscrow(), protocmp.Transform()); diff != "" {
+		t.Errorf("Usage's escrow (-want +got):\n%s", diff)
+	}
+	resp, err := client.Explain(ctx, &charonv1.ExplainRequest{Domain: "api", Descriptors: descs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(want, resp.GetExplanations()[0].GetEscrow(), protocmp.Transform()); diff != "" {
+		t.Errorf("Explain's escrow (-want +got):\n%s", diff)
+	}
+	// A pair not in escrow has none.
+	other := []*charonv1.ExplainRequest_Descriptor{{Entries: []*charonv1.Entry{{Key: "tenant", Value: "other"}}}}
+	if u, err := client.Usage(ctx, &charonv1.UsageRequest{Domain: "api", Descriptors: other}); err != nil || u.GetLimits()[0].GetEscrow() != nil {
+		t.Errorf("Usage of a pair not in escrow: %v, %v; want no escrow", u, err)
 	}
 }

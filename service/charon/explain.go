@@ -89,9 +89,7 @@ func toExplanation(x *engine.Explanation) *charonv1.Explanation {
 		return out
 	}
 	out.Override, out.Shadow, out.Quota, out.Summary = x.Override, x.Shadow, x.Quota, x.Summary
-	if h := x.Escrow; h != nil {
-		out.Summary += "; " + h.String()
-	}
+	out.Escrow = escrowUsage(x).proto()
 	p, v := m.Policy, &x.View
 	if q := x.CalendarQuota; q != nil {
 		// A calendar quota is told in words beside the rate policy; alone,

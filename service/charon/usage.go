@@ -63,6 +63,17 @@ type EscrowUsage struct {
 	Share   int64     `json:"share"`
 }
 
+// escrowUsage is x's escrow holding as an EscrowUsage; nil when x's pair
+// is not in escrow on this replica.
+func escrowUsage(x *engine.Explanation) *EscrowUsage {
+	h := x.Escrow
+	if h == nil {
+		return nil
+	}
+	return &EscrowUsage{Leases: h.Leases, Held: h.Held, Granted: h.Granted, Until: h.Until.UTC(),
+		Rate: h.Rate, Demand: h.Demand, Share: h.Share}
+}
+
 // usage reads, without changing anything, the usage of req's descriptors.
 // A domain the configuration does not have is an *unknownDomainError
 // (NotFound): a usage of nothing would look like a limit never used.
@@ -100,10 +111,7 @@ func usage(ctx context.Context, ex Explainer, req *engine.Request) (*Usage, erro
 			for _, tv := range v.Tiers {
 				u.Cooldown = u.Cooldown || tv.Phase == tiers.PhaseCooldown
 			}
-			if h := x.Escrow; h != nil {
-				u.Escrow = &EscrowUsage{Leases: h.Leases, Held: h.Held, Granted: h.Granted, Until: h.Until.UTC(),
-					Rate: h.Rate, Demand: h.Demand, Share: h.Share}
-			}
+			u.Escrow = escrowUsage(x)
 			out.Limits = append(out.Limits, u)
 		}
 		if q := x.CalendarQuota; q != nil {

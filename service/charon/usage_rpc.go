@@ -34,7 +34,21 @@ func (u *Usage) proto() *charonv1.UsageResponse {
 		if l.Renews != nil {
 			p.Renews = timestamppb.New(*l.Renews)
 		}
+		p.Escrow = l.Escrow.proto()
 		resp.Limits[i] = p
 	}
 	return resp
+}
+
+// proto is e as a charon.v1 EscrowHolding; nil for nil (the pair is not
+// in escrow on this replica).
+func (e *EscrowUsage) proto() *charonv1.EscrowHolding {
+	if e == nil {
+		return nil
+	}
+	p := &charonv1.EscrowHolding{Leases: int32(e.Leases), Held: e.Held, Granted: e.Granted, Rate: e.Rate, Demand: e.Demand, Share: e.Share}
+	if !e.Until.IsZero() {
+		p.Until = timestamppb.New(e.Until)
+	}
+	return p
 }

@@ -117,6 +117,9 @@ func logDecisions(l *decisionlog.Logger, now time.Time, req *engine.Request, res
 		if !st.PeriodEnd.IsZero() {
 			r.PeriodEnd = st.PeriodEnd.UTC()
 		}
+		if d.Leased {
+			r.Escrow = decisionlog.EscrowLocal
+		}
 		es := req.Descriptors[i].Entries
 		r.Entries = make([]decisionlog.Entry, len(es))
 		for j, e := range es {

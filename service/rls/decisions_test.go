@@ -12,11 +12,14 @@ import (
 
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/google/go-cmp/cmp"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/charonlimit/charon/descriptors"
 	"github.com/charonlimit/charon/internal/decisionlog"
 	"github.com/charonlimit/charon/internal/engine"
+	"github.com/charonlimit/charon/internal/escrow"
+	"github.com/charonlimit/charon/internal/store/memstore"
 	"github.com/charonlimit/charon/server"
 	"github.com/charonlimit/charon/tiers"
 )
@@ -131,5 +134,69 @@ func TestCompleteLogKeepsRequestsWhole(t *testing.T) {
 		if !strings.Contains(l, `-1"`) {
 			t.Errorf("a line of another request than the first: %s", l)
 		}
+	}
+}
+
+// TestDecisionLogSaysEscrowLocal: a decision made from this replica's
+// escrow lease reaches the decision log, through the engine and the RLS
+// service, as "escrow": "local"; one made by the shared store says nothing.
+func TestDecisionLogSaysEscrowLocal(t *testing.T) {
+	clock := &testClock{}
+	clock.ns.Store(time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC).UnixNano())
+	mem := memstore.New(memstore.Options{})
+	t.Cleanup(func() { mem.Close() })
+	esc, err := escrow.New(escrow.Options{Remote: mem, Now: clock.Now, Default: true, Threshold: 5, Size: escrow.SizeDemand})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { esc.Close() })
+	tree, err := descriptors.NewTree([]descriptors.DomainSpec{{Config: descriptors.DomainConfig{Name: "c"}, Nodes: []*descriptors.Node{
+		{Key: "tenant", Limit: &descriptors.Limit{Policy: &tiers.Policy{Kind: tiers.KindTiers,
+			Tiers: []tiers.Tier{{Limit: 1000, Window: time.Minute, Active: tiers.Unbounded}}}}},
+	}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eng := engine.New(engine.Options{Store: esc, OnSetTree: esc.SetTree, Now: clock.Now})
+	eng.SetTree(tree)
+	var buf bytes.Buffer
+	dl := decisionlog.New(&buf, decisionlog.Options{Sample: 1, Rate: -1})
+	s, stop := newTestServer(t, Options{DecisionLog: dl}, server.Options{Engine: eng})
+	c := rlsv3.NewRateLimitServiceClient(dial(t, s.GRPCAddr()))
+	ask := func() {
+		t.Helper()
+		resp, err := c.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "c",
+			Descriptors: []*ratelimitv3.RateLimitDescriptor{desc("tenant", "acme")}})
+		if err != nil || resp.GetOverallCode() != rlsv3.RateLimitResponse_OK {
+			t.Fatalf("%v, %v", resp, err)
+		}
+	}
+	const remote = 10 // decided by the shared store while the pair heats up
+	for range remote {
+		ask()
+	}
+	esc.Tick(context.Background()) // the lease
+	if st := esc.Stats(); st.Leases != 1 {
+		t.Fatalf("escrow stats %+v: want one lease", st)
+	}
+	ask() // from the lease
+	stop()
+	dl.Close()
+	text := buf.String()
+	var got []string
+	sc := bufio.NewScanner(strings.NewReader(text))
+	for sc.Scan() {
+		var r decisionlog.Record
+		if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
+			t.Fatalf("line %q: %v", sc.Text(), err)
+		}
+		got = append(got, r.Escrow)
+	}
+	want := append(make([]string, remote), decisionlog.EscrowLocal)
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("escrow of each line (-want +got):\n%s", diff)
+	}
+	if n := strings.Count(text, `"escrow":"local"`); n != 1 {
+		t.Errorf("%d lines say \"escrow\":\"local\", want 1:\n%s", n, text)
 	}
 }

@@ -2047,7 +2047,11 @@ type UsageLimit struct {
 	// rate policy gives a hit back (unset: nothing pending, or never).
 	Renews *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=renews,proto3" json:"renews,omitempty"`
 	// A tier of the rate policy is in its cooldown.
-	Cooldown      bool `protobuf:"varint,10,opt,name=cooldown,proto3" json:"cooldown,omitempty"`
+	Cooldown bool `protobuf:"varint,10,opt,name=cooldown,proto3" json:"cooldown,omitempty"`
+	// Set when this replica decides the pair from escrow leases (kind
+	// "rate"): what they hold. Used and remaining are the shared store's,
+	// every replica's leases counted as used.
+	Escrow        *EscrowHolding `protobuf:"bytes,11,opt,name=escrow,proto3" json:"escrow,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2152,6 +2156,115 @@ func (x *UsageLimit) GetCooldown() bool {
 	return false
 }
 
+func (x *UsageLimit) GetEscrow() *EscrowHolding {
+	if x != nil {
+		return x.Escrow
+	}
+	return nil
+}
+
+// EscrowHolding is what one replica's escrow leases hold of a pair (SPEC
+// §10): slices of its limit the shared store has already counted, which
+// the replica grants without a call to it.
+type EscrowHolding struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The live leases, the hits they may still grant, and the hits granted
+	// from them.
+	Leases  int32 `protobuf:"varint,1,opt,name=leases,proto3" json:"leases,omitempty"`
+	Held    int64 `protobuf:"varint,2,opt,name=held,proto3" json:"held,omitempty"`
+	Granted int64 `protobuf:"varint,3,opt,name=granted,proto3" json:"granted,omitempty"`
+	// When the last live lease ends (unset: none is live).
+	Until *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=until,proto3" json:"until,omitempty"`
+	// The pair's decisions per second on this replica.
+	Rate float64 `protobuf:"fixed64,5,opt,name=rate,proto3" json:"rate,omitempty"`
+	// The hits per window this replica reports as its demand, and its
+	// max-min fair share of the limit per window (-1: none computed yet, or
+	// leases sized by this replica's demand alone, --escrow-size demand).
+	Demand        int64 `protobuf:"varint,6,opt,name=demand,proto3" json:"demand,omitempty"`
+	Share         int64 `protobuf:"varint,7,opt,name=share,proto3" json:"share,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EscrowHolding) Reset() {
+	*x = EscrowHolding{}
+	mi := &file_charon_v1_charon_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EscrowHolding) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EscrowHolding) ProtoMessage() {}
+
+func (x *EscrowHolding) ProtoReflect() protoreflect.Message {
+	mi := &file_charon_v1_charon_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EscrowHolding.ProtoReflect.Descriptor instead.
+func (*EscrowHolding) Descriptor() ([]byte, []int) {
+	return file_charon_v1_charon_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *EscrowHolding) GetLeases() int32 {
+	if x != nil {
+		return x.Leases
+	}
+	return 0
+}
+
+func (x *EscrowHolding) GetHeld() int64 {
+	if x != nil {
+		return x.Held
+	}
+	return 0
+}
+
+func (x *EscrowHolding) GetGranted() int64 {
+	if x != nil {
+		return x.Granted
+	}
+	return 0
+}
+
+func (x *EscrowHolding) GetUntil() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Until
+	}
+	return nil
+}
+
+func (x *EscrowHolding) GetRate() float64 {
+	if x != nil {
+		return x.Rate
+	}
+	return 0
+}
+
+func (x *EscrowHolding) GetDemand() int64 {
+	if x != nil {
+		return x.Demand
+	}
+	return 0
+}
+
+func (x *EscrowHolding) GetShare() int64 {
+	if x != nil {
+		return x.Share
+	}
+	return 0
+}
+
 // TierState is one burst tier: its configuration and its state.
 type TierState struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
@@ -2176,7 +2289,7 @@ type TierState struct {
 
 func (x *TierState) Reset() {
 	*x = TierState{}
-	mi := &file_charon_v1_charon_proto_msgTypes[25]
+	mi := &file_charon_v1_charon_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2188,7 +2301,7 @@ func (x *TierState) String() string {
 func (*TierState) ProtoMessage() {}
 
 func (x *TierState) ProtoReflect() protoreflect.Message {
-	mi := &file_charon_v1_charon_proto_msgTypes[25]
+	mi := &file_charon_v1_charon_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2201,7 +2314,7 @@ func (x *TierState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TierState.ProtoReflect.Descriptor instead.
 func (*TierState) Descriptor() ([]byte, []int) {
-	return file_charon_v1_charon_proto_rawDescGZIP(), []int{25}
+	return file_charon_v1_charon_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *TierState) GetLimit() int64 {
@@ -2319,14 +2432,18 @@ type Explanation struct {
 	Next     *timestamppb.Timestamp `protobuf:"bytes,23,opt,name=next,proto3" json:"next,omitempty"`
 	NextTier int32                  `protobuf:"varint,24,opt,name=next_tier,json=nextTier,proto3" json:"next_tier,omitempty"`
 	// All of it in words.
-	Summary       string `protobuf:"bytes,25,opt,name=summary,proto3" json:"summary,omitempty"`
+	Summary string `protobuf:"bytes,25,opt,name=summary,proto3" json:"summary,omitempty"`
+	// Set when this replica decides the pair from escrow leases: what they
+	// hold (the state above is the shared store's, every replica's leases
+	// counted as used).
+	Escrow        *EscrowHolding `protobuf:"bytes,26,opt,name=escrow,proto3" json:"escrow,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Explanation) Reset() {
 	*x = Explanation{}
-	mi := &file_charon_v1_charon_proto_msgTypes[26]
+	mi := &file_charon_v1_charon_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2338,7 +2455,7 @@ func (x *Explanation) String() string {
 func (*Explanation) ProtoMessage() {}
 
 func (x *Explanation) ProtoReflect() protoreflect.Message {
-	mi := &file_charon_v1_charon_proto_msgTypes[26]
+	mi := &file_charon_v1_charon_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2351,7 +2468,7 @@ func (x *Explanation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Explanation.ProtoReflect.Descriptor instead.
 func (*Explanation) Descriptor() ([]byte, []int) {
-	return file_charon_v1_charon_proto_rawDescGZIP(), []int{26}
+	return file_charon_v1_charon_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *Explanation) GetLimited() bool {
@@ -2529,6 +2646,13 @@ func (x *Explanation) GetSummary() string {
 	return ""
 }
 
+func (x *Explanation) GetEscrow() *EscrowHolding {
+	if x != nil {
+		return x.Escrow
+	}
+	return nil
+}
+
 type ExplainRequest_Descriptor struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Entries       []*Entry               `protobuf:"bytes,1,rep,name=entries,proto3" json:"entries,omitempty"`
@@ -2538,7 +2662,7 @@ type ExplainRequest_Descriptor struct {
 
 func (x *ExplainRequest_Descriptor) Reset() {
 	*x = ExplainRequest_Descriptor{}
-	mi := &file_charon_v1_charon_proto_msgTypes[27]
+	mi := &file_charon_v1_charon_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2550,7 +2674,7 @@ func (x *ExplainRequest_Descriptor) String() string {
 func (*ExplainRequest_Descriptor) ProtoMessage() {}
 
 func (x *ExplainRequest_Descriptor) ProtoReflect() protoreflect.Message {
-	mi := &file_charon_v1_charon_proto_msgTypes[27]
+	mi := &file_charon_v1_charon_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2732,7 +2856,7 @@ const file_charon_v1_charon_proto_rawDesc = "" +
 	"\vdescriptors\x18\x02 \x03(\v2$.charon.v1.ExplainRequest.DescriptorR\vdescriptors\"j\n" +
 	"\rUsageResponse\x12*\n" +
 	"\x02at\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\x12-\n" +
-	"\x06limits\x18\x02 \x03(\v2\x15.charon.v1.UsageLimitR\x06limits\"\xaf\x02\n" +
+	"\x06limits\x18\x02 \x03(\v2\x15.charon.v1.UsageLimitR\x06limits\"\xe1\x02\n" +
 	"\n" +
 	"UsageLimit\x12)\n" +
 	"\x10descriptor_index\x18\x01 \x01(\x05R\x0fdescriptorIndex\x12\x1a\n" +
@@ -2745,7 +2869,16 @@ const file_charon_v1_charon_proto_rawDesc = "" +
 	"\tremaining\x18\b \x01(\x03R\tremaining\x122\n" +
 	"\x06renews\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\x06renews\x12\x1a\n" +
 	"\bcooldown\x18\n" +
-	" \x01(\bR\bcooldown\"\xc3\x03\n" +
+	" \x01(\bR\bcooldown\x120\n" +
+	"\x06escrow\x18\v \x01(\v2\x18.charon.v1.EscrowHoldingR\x06escrow\"\xc9\x01\n" +
+	"\rEscrowHolding\x12\x16\n" +
+	"\x06leases\x18\x01 \x01(\x05R\x06leases\x12\x12\n" +
+	"\x04held\x18\x02 \x01(\x03R\x04held\x12\x18\n" +
+	"\agranted\x18\x03 \x01(\x03R\agranted\x120\n" +
+	"\x05until\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x05until\x12\x12\n" +
+	"\x04rate\x18\x05 \x01(\x01R\x04rate\x12\x16\n" +
+	"\x06demand\x18\x06 \x01(\x03R\x06demand\x12\x14\n" +
+	"\x05share\x18\a \x01(\x03R\x05share\"\xc3\x03\n" +
 	"\tTierState\x12\x14\n" +
 	"\x05limit\x18\x01 \x01(\x03R\x05limit\x121\n" +
 	"\x06window\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x06window\x121\n" +
@@ -2758,7 +2891,7 @@ const file_charon_v1_charon_proto_rawDesc = "" +
 	"\factive_until\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\vactiveUntil\x12A\n" +
 	"\x0ecooldown_until\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\rcooldownUntil\x12\x12\n" +
 	"\x04hits\x18\n" +
-	" \x01(\x03R\x04hits\"\xc1\x06\n" +
+	" \x01(\x03R\x04hits\"\xf3\x06\n" +
 	"\vExplanation\x12\x18\n" +
 	"\alimited\x18\x01 \x01(\bR\alimited\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\x12)\n" +
@@ -2791,7 +2924,8 @@ const file_charon_v1_charon_proto_rawDesc = "" +
 	"resetAfter\x12.\n" +
 	"\x04next\x18\x17 \x01(\v2\x1a.google.protobuf.TimestampR\x04next\x12\x1b\n" +
 	"\tnext_tier\x18\x18 \x01(\x05R\bnextTier\x12\x18\n" +
-	"\asummary\x18\x19 \x01(\tR\asummary2\xdb\x04\n" +
+	"\asummary\x18\x19 \x01(\tR\asummary\x120\n" +
+	"\x06escrow\x18\x1a \x01(\v2\x18.charon.v1.EscrowHoldingR\x06escrow2\xdb\x04\n" +
 	"\x06Charon\x12@\n" +
 	"\aRequest\x12\x19.charon.v1.RequestRequest\x1a\x1a.charon.v1.RequestResponse\x12@\n" +
 	"\aReserve\x12\x19.charon.v1.ReserveRequest\x1a\x1a.charon.v1.ReserveResponse\x12@\n" +
@@ -2815,7 +2949,7 @@ func file_charon_v1_charon_proto_rawDescGZIP() []byte {
 	return file_charon_v1_charon_proto_rawDescData
 }
 
-var file_charon_v1_charon_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
+var file_charon_v1_charon_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
 var file_charon_v1_charon_proto_goTypes = []any{
 	(*Entry)(nil),                     // 0: charon.v1.Entry
 	(*Resource)(nil),                  // 1: charon.v1.Resource
@@ -2842,32 +2976,33 @@ var file_charon_v1_charon_proto_goTypes = []any{
 	(*UsageRequest)(nil),              // 22: charon.v1.UsageRequest
 	(*UsageResponse)(nil),             // 23: charon.v1.UsageResponse
 	(*UsageLimit)(nil),                // 24: charon.v1.UsageLimit
-	(*TierState)(nil),                 // 25: charon.v1.TierState
-	(*Explanation)(nil),               // 26: charon.v1.Explanation
-	(*ExplainRequest_Descriptor)(nil), // 27: charon.v1.ExplainRequest.Descriptor
-	(*durationpb.Duration)(nil),       // 28: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),     // 29: google.protobuf.Timestamp
+	(*EscrowHolding)(nil),             // 25: charon.v1.EscrowHolding
+	(*TierState)(nil),                 // 26: charon.v1.TierState
+	(*Explanation)(nil),               // 27: charon.v1.Explanation
+	(*ExplainRequest_Descriptor)(nil), // 28: charon.v1.ExplainRequest.Descriptor
+	(*durationpb.Duration)(nil),       // 29: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),     // 30: google.protobuf.Timestamp
 }
 var file_charon_v1_charon_proto_depIdxs = []int32{
 	0,  // 0: charon.v1.Resource.entries:type_name -> charon.v1.Entry
 	1,  // 1: charon.v1.RequestRequest.resource:type_name -> charon.v1.Resource
 	2,  // 2: charon.v1.RequestResponse.target:type_name -> charon.v1.Target
-	28, // 3: charon.v1.RequestResponse.tier_window:type_name -> google.protobuf.Duration
-	28, // 4: charon.v1.RequestResponse.retry_after:type_name -> google.protobuf.Duration
-	28, // 5: charon.v1.RequestResponse.reset_after:type_name -> google.protobuf.Duration
+	29, // 3: charon.v1.RequestResponse.tier_window:type_name -> google.protobuf.Duration
+	29, // 4: charon.v1.RequestResponse.retry_after:type_name -> google.protobuf.Duration
+	29, // 5: charon.v1.RequestResponse.reset_after:type_name -> google.protobuf.Duration
 	5,  // 6: charon.v1.CopyContext.groups:type_name -> charon.v1.GroupContext
 	1,  // 7: charon.v1.ReserveRequest.resource:type_name -> charon.v1.Resource
-	28, // 8: charon.v1.ReserveRequest.lease:type_name -> google.protobuf.Duration
-	29, // 9: charon.v1.ReserveResponse.lease_expires:type_name -> google.protobuf.Timestamp
+	29, // 8: charon.v1.ReserveRequest.lease:type_name -> google.protobuf.Duration
+	30, // 9: charon.v1.ReserveResponse.lease_expires:type_name -> google.protobuf.Timestamp
 	2,  // 10: charon.v1.ReserveResponse.target:type_name -> charon.v1.Target
 	6,  // 11: charon.v1.ReserveResponse.context:type_name -> charon.v1.CopyContext
-	28, // 12: charon.v1.TransferRequest.ttl:type_name -> google.protobuf.Duration
-	29, // 13: charon.v1.TransferResponse.expires:type_name -> google.protobuf.Timestamp
-	28, // 14: charon.v1.SeizeRequest.lease:type_name -> google.protobuf.Duration
-	29, // 15: charon.v1.SeizeResponse.lease_expires:type_name -> google.protobuf.Timestamp
+	29, // 12: charon.v1.TransferRequest.ttl:type_name -> google.protobuf.Duration
+	30, // 13: charon.v1.TransferResponse.expires:type_name -> google.protobuf.Timestamp
+	29, // 14: charon.v1.SeizeRequest.lease:type_name -> google.protobuf.Duration
+	30, // 15: charon.v1.SeizeResponse.lease_expires:type_name -> google.protobuf.Timestamp
 	2,  // 16: charon.v1.SeizeResponse.target:type_name -> charon.v1.Target
-	28, // 17: charon.v1.KeepAliveRequest.lease:type_name -> google.protobuf.Duration
-	29, // 18: charon.v1.KeepAliveResponse.lease_expires:type_name -> google.protobuf.Timestamp
+	29, // 17: charon.v1.KeepAliveRequest.lease:type_name -> google.protobuf.Duration
+	30, // 18: charon.v1.KeepAliveResponse.lease_expires:type_name -> google.protobuf.Timestamp
 	3,  // 19: charon.v1.SessionRequest.request:type_name -> charon.v1.RequestRequest
 	7,  // 20: charon.v1.SessionRequest.reserve:type_name -> charon.v1.ReserveRequest
 	9,  // 21: charon.v1.SessionRequest.release:type_name -> charon.v1.ReleaseRequest
@@ -2881,49 +3016,52 @@ var file_charon_v1_charon_proto_depIdxs = []int32{
 	14, // 29: charon.v1.SessionResponse.seize:type_name -> charon.v1.SeizeResponse
 	16, // 30: charon.v1.SessionResponse.keep_alive:type_name -> charon.v1.KeepAliveResponse
 	18, // 31: charon.v1.SessionResponse.error:type_name -> charon.v1.Error
-	27, // 32: charon.v1.ExplainRequest.descriptors:type_name -> charon.v1.ExplainRequest.Descriptor
-	26, // 33: charon.v1.ExplainResponse.explanations:type_name -> charon.v1.Explanation
-	29, // 34: charon.v1.ExplainResponse.at:type_name -> google.protobuf.Timestamp
-	27, // 35: charon.v1.UsageRequest.descriptors:type_name -> charon.v1.ExplainRequest.Descriptor
-	29, // 36: charon.v1.UsageResponse.at:type_name -> google.protobuf.Timestamp
+	28, // 32: charon.v1.ExplainRequest.descriptors:type_name -> charon.v1.ExplainRequest.Descriptor
+	27, // 33: charon.v1.ExplainResponse.explanations:type_name -> charon.v1.Explanation
+	30, // 34: charon.v1.ExplainResponse.at:type_name -> google.protobuf.Timestamp
+	28, // 35: charon.v1.UsageRequest.descriptors:type_name -> charon.v1.ExplainRequest.Descriptor
+	30, // 36: charon.v1.UsageResponse.at:type_name -> google.protobuf.Timestamp
 	24, // 37: charon.v1.UsageResponse.limits:type_name -> charon.v1.UsageLimit
-	29, // 38: charon.v1.UsageLimit.renews:type_name -> google.protobuf.Timestamp
-	28, // 39: charon.v1.TierState.window:type_name -> google.protobuf.Duration
-	28, // 40: charon.v1.TierState.active:type_name -> google.protobuf.Duration
-	28, // 41: charon.v1.TierState.cooldown:type_name -> google.protobuf.Duration
-	29, // 42: charon.v1.TierState.entered_at:type_name -> google.protobuf.Timestamp
-	29, // 43: charon.v1.TierState.active_until:type_name -> google.protobuf.Timestamp
-	29, // 44: charon.v1.TierState.cooldown_until:type_name -> google.protobuf.Timestamp
-	2,  // 45: charon.v1.Explanation.target:type_name -> charon.v1.Target
-	25, // 46: charon.v1.Explanation.tiers:type_name -> charon.v1.TierState
-	29, // 47: charon.v1.Explanation.window_end:type_name -> google.protobuf.Timestamp
-	28, // 48: charon.v1.Explanation.retry_after:type_name -> google.protobuf.Duration
-	28, // 49: charon.v1.Explanation.reset_after:type_name -> google.protobuf.Duration
-	29, // 50: charon.v1.Explanation.next:type_name -> google.protobuf.Timestamp
-	0,  // 51: charon.v1.ExplainRequest.Descriptor.entries:type_name -> charon.v1.Entry
-	3,  // 52: charon.v1.Charon.Request:input_type -> charon.v1.RequestRequest
-	7,  // 53: charon.v1.Charon.Reserve:input_type -> charon.v1.ReserveRequest
-	9,  // 54: charon.v1.Charon.Release:input_type -> charon.v1.ReleaseRequest
-	11, // 55: charon.v1.Charon.Transfer:input_type -> charon.v1.TransferRequest
-	13, // 56: charon.v1.Charon.Seize:input_type -> charon.v1.SeizeRequest
-	15, // 57: charon.v1.Charon.KeepAlive:input_type -> charon.v1.KeepAliveRequest
-	17, // 58: charon.v1.Charon.Session:input_type -> charon.v1.SessionRequest
-	20, // 59: charon.v1.Charon.Explain:input_type -> charon.v1.ExplainRequest
-	22, // 60: charon.v1.Charon.Usage:input_type -> charon.v1.UsageRequest
-	4,  // 61: charon.v1.Charon.Request:output_type -> charon.v1.RequestResponse
-	8,  // 62: charon.v1.Charon.Reserve:output_type -> charon.v1.ReserveResponse
-	10, // 63: charon.v1.Charon.Release:output_type -> charon.v1.ReleaseResponse
-	12, // 64: charon.v1.Charon.Transfer:output_type -> charon.v1.TransferResponse
-	14, // 65: charon.v1.Charon.Seize:output_type -> charon.v1.SeizeResponse
-	16, // 66: charon.v1.Charon.KeepAlive:output_type -> charon.v1.KeepAliveResponse
-	19, // 67: charon.v1.Charon.Session:output_type -> charon.v1.SessionResponse
-	21, // 68: charon.v1.Charon.Explain:output_type -> charon.v1.ExplainResponse
-	23, // 69: charon.v1.Charon.Usage:output_type -> charon.v1.UsageResponse
-	61, // [61:70] is the sub-list for method output_type
-	52, // [52:61] is the sub-list for method input_type
-	52, // [52:52] is the sub-list for extension type_name
-	52, // [52:52] is the sub-list for extension extendee
-	0,  // [0:52] is the sub-list for field type_name
+	30, // 38: charon.v1.UsageLimit.renews:type_name -> google.protobuf.Timestamp
+	25, // 39: charon.v1.UsageLimit.escrow:type_name -> charon.v1.EscrowHolding
+	30, // 40: charon.v1.EscrowHolding.until:type_name -> google.protobuf.Timestamp
+	29, // 41: charon.v1.TierState.window:type_name -> google.protobuf.Duration
+	29, // 42: charon.v1.TierState.active:type_name -> google.protobuf.Duration
+	29, // 43: charon.v1.TierState.cooldown:type_name -> google.protobuf.Duration
+	30, // 44: charon.v1.TierState.entered_at:type_name -> google.protobuf.Timestamp
+	30, // 45: charon.v1.TierState.active_until:type_name -> google.protobuf.Timestamp
+	30, // 46: charon.v1.TierState.cooldown_until:type_name -> google.protobuf.Timestamp
+	2,  // 47: charon.v1.Explanation.target:type_name -> charon.v1.Target
+	26, // 48: charon.v1.Explanation.tiers:type_name -> charon.v1.TierState
+	30, // 49: charon.v1.Explanation.window_end:type_name -> google.protobuf.Timestamp
+	29, // 50: charon.v1.Explanation.retry_after:type_name -> google.protobuf.Duration
+	29, // 51: charon.v1.Explanation.reset_after:type_name -> google.protobuf.Duration
+	30, // 52: charon.v1.Explanation.next:type_name -> google.protobuf.Timestamp
+	25, // 53: charon.v1.Explanation.escrow:type_name -> charon.v1.EscrowHolding
+	0,  // 54: charon.v1.ExplainRequest.Descriptor.entries:type_name -> charon.v1.Entry
+	3,  // 55: charon.v1.Charon.Request:input_type -> charon.v1.RequestRequest
+	7,  // 56: charon.v1.Charon.Reserve:input_type -> charon.v1.ReserveRequest
+	9,  // 57: charon.v1.Charon.Release:input_type -> charon.v1.ReleaseRequest
+	11, // 58: charon.v1.Charon.Transfer:input_type -> charon.v1.TransferRequest
+	13, // 59: charon.v1.Charon.Seize:input_type -> charon.v1.SeizeRequest
+	15, // 60: charon.v1.Charon.KeepAlive:input_type -> charon.v1.KeepAliveRequest
+	17, // 61: charon.v1.Charon.Session:input_type -> charon.v1.SessionRequest
+	20, // 62: charon.v1.Charon.Explain:input_type -> charon.v1.ExplainRequest
+	22, // 63: charon.v1.Charon.Usage:input_type -> charon.v1.UsageRequest
+	4,  // 64: charon.v1.Charon.Request:output_type -> charon.v1.RequestResponse
+	8,  // 65: charon.v1.Charon.Reserve:output_type -> charon.v1.ReserveResponse
+	10, // 66: charon.v1.Charon.Release:output_type -> charon.v1.ReleaseResponse
+	12, // 67: charon.v1.Charon.Transfer:output_type -> charon.v1.TransferResponse
+	14, // 68: charon.v1.Charon.Seize:output_type -> charon.v1.SeizeResponse
+	16, // 69: charon.v1.Charon.KeepAlive:output_type -> charon.v1.KeepAliveResponse
+	19, // 70: charon.v1.Charon.Session:output_type -> charon.v1.SessionResponse
+	21, // 71: charon.v1.Charon.Explain:output_type -> charon.v1.ExplainResponse
+	23, // 72: charon.v1.Charon.Usage:output_type -> charon.v1.UsageResponse
+	64, // [64:73] is the sub-list for method output_type
+	55, // [55:64] is the sub-list for method input_type
+	55, // [55:55] is the sub-list for extension type_name
+	55, // [55:55] is the sub-list for extension extendee
+	0,  // [0:55] is the sub-list for field type_name
 }
 
 func init() { file_charon_v1_charon_proto_init() }
@@ -2958,7 +3096,7 @@ func file_charon_v1_charon_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_charon_v1_charon_proto_rawDesc), len(file_charon_v1_charon_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   28,
+			NumMessages:   29,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
