@@ -124,6 +124,12 @@ type Options struct {
 	Rebalance time.Duration
 	// MaxKeys bounds the pairs in escrow at once (default DefaultMaxKeys).
 	MaxKeys int
+	// Regional says that Leaser is a region's (a Region, or a wrapper of
+	// one; a *Region is seen without it): leases last at most
+	// RegionReplicaLease, and a pair is leased from Threshold decisions a
+	// second alone (a lease costs calls to the region's Redis, a decision
+	// on Remote a round trip to the home).
+	Regional bool
 	// Now is the clock; nil means time.Now. It must be the clock the
 	// callers pass to Decide.
 	Now func() time.Time
@@ -158,13 +164,16 @@ type Store struct {
 	// callTimeout bounds each call to the leaser.
 	callTimeout time.Duration
 
-	rules   atomic.Pointer[ruleSet]
-	next    func(*descriptors.Tree) // Wiring.SetTree
-	region  *Region                 // the leaser, when Flags.Open made it: closed after the Store
-	entries sync.Map                // store.Key → *entry
-	nkeys   atomic.Int64
-	hot     sketch
-	calls   sync.Pool // *call
+	rules  atomic.Pointer[ruleSet]
+	next   func(*descriptors.Tree) // Wiring.SetTree
+	region *Region                 // the leaser, when Flags.Open made it: closed after the Store
+	// regional: the leaser is a Region (its leases come from a region's
+	// pool; see New).
+	regional bool
+	entries  sync.Map // store.Key → *entry
+	nkeys    atomic.Int64
+	hot      sketch
+	calls    sync.Pool // *call
 
 	wake   chan struct{}
 	stop   chan struct{}
@@ -198,6 +207,13 @@ func New(opts Options) (*Store, error) {
 	}
 	if s.lease <= 0 {
 		s.lease = DefaultLease
+	}
+	if _, ok := ls.(*Region); ok || opts.Regional {
+		// A replica's lease comes from its region's Redis: short leases
+		// keep the slices short (a slice outlives a lease), and the home
+		// counts a slice's hits for its length more than the window.
+		s.regional = true
+		s.lease = min(s.lease, RegionReplicaLease)
 	}
 	if s.thresh <= 0 {
 		s.thresh = DefaultThreshold
@@ -501,11 +517,17 @@ func (e *entry) retryAfter(now time.Time) time.Duration {
 }
 
 // hotRate is the decisions per second from which a pair under p is leased:
-// the threshold, or minUses per lease when more.
+// the threshold, or minUses per lease when more (but for a region's
+// replica: the threshold).
 func (s *Store) hotRate(p *tiers.Policy) float64 {
 	l, err := tiers.LeaseFor(p, s.lease)
 	if err != nil {
 		return math.Inf(1)
+	}
+	if s.regional {
+		// A lease from the region's pool costs calls to the region's own
+		// Redis; a decision on the shared path, a round trip to the home.
+		return s.thresh
 	}
 	return max(s.thresh, minUses/l.Seconds())
 }

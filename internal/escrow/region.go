@@ -20,6 +20,11 @@ import (
 // DefaultRegionLease is the longest slice a region takes from the home.
 const DefaultRegionLease = 10 * time.Second
 
+// RegionReplicaLease is the longest lease of a region's replica (or
+// --escrow-lease when shorter): its leases come from the region's Redis,
+// and a slice must outlive them.
+const RegionReplicaLease = 100 * time.Millisecond
+
 // homeTimeout bounds each call of a Region to the home.
 const homeTimeout = 2 * time.Second
 
@@ -379,7 +384,7 @@ func (r *Region) tickPair(ctx context.Context, k string, p *regionPair) {
 	// that span, or the region runs dry. A slice is taken from until its
 	// last sub-lease, which ends with it: it serves the demand of its
 	// length less its own arrival.
-	lead := p.need + p.takeDur + 2*poolMargin
+	lead := p.need + p.takeDur*3/2 + 2*poolMargin
 	length := r.sliceFor(p)
 	want := int64(math.Ceil(p.rate * (length - p.takeDur).Seconds() * headroom))
 	pol, need := p.pol, p.need
@@ -442,7 +447,7 @@ func (r *Region) refill(ctx context.Context, k string, key store.Key, pol *tiers
 	if l == nil {
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
 		defer cancel()
-		_ = r.pool.Refuse(rctx, k, min(max(refused.RetryAfter, time.Millisecond), length),
+		_ = r.pool.Refuse(rctx, k, min(max(refused.RetryAfter, time.Millisecond), need),
 			Refusal{Retry: refused.RetryAfter, Hard: refused.LimitedByHard, Global: refused.LimitedByGlobal})
 		return
 	}

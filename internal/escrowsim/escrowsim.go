@@ -277,6 +277,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 			Remote: toHome, Leaser: killable{l: leaser, dead: &rp.dead, calls: &regionCalls},
 			Shares: killableShares{s: shares[rp.regionIndex], dead: &rp.dead}, Size: escrow.SizeFair,
 			ID: id, Default: true, Lease: o.Lease, Threshold: o.Threshold, Rebalance: o.Rebalance, Run: true,
+			Regional: o.Pools,
 		})
 		if err != nil {
 			if rp.region != nil {
