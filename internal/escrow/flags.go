@@ -45,7 +45,7 @@ func (f *Flags) Bind(fs *flag.FlagSet) {
 	fs.IntVar(&o.MaxKeys, "escrow-max-keys", o.MaxKeys, "most keys in escrow at once on this replica")
 	fs.StringVar(&f.Home, "escrow-home", f.Home, "the home Redis of a region's replicas (a URL as --redis-url takes, with its credentials and TLS options): it holds every budget and decides cold keys; --redis-url is then the region's Redis, which keeps the slices of hot keys' budgets the region leases from the home (empty: one region, today's mode)")
 	fs.StringVar(&f.Region, "escrow-region", f.Region, "this replica's region, with --escrow-home (logs and the replica's name in its region's refill lock)")
-	fs.DurationVar(&f.RegionLease, "escrow-region-lease", f.RegionLease, "the longest slice a region leases from the home: a key's slices last a tenth of its shortest window, at most this (but at least two replica leases and four of the home's round trips)")
+	fs.DurationVar(&f.RegionLease, "escrow-region-lease", f.RegionLease, "the longest slice a region leases from the home: a key's slices are as short as they can serve (twice the home's last answer plus one lease of a replica, at most 100ms with --escrow-home), and at least a fortieth of its shortest window, at most this")
 }
 
 // Check refuses values that cannot work, naming the flag.

@@ -48,9 +48,8 @@ type RegionOptions struct {
 	// Name names the region (logs); ID this replica (the refill lock's
 	// owner; default a random name).
 	Name, ID string
-	// Lease is the longest slice (default DefaultRegionLease): a pair's
-	// slices last a tenth of its shortest window, at most this, and at
-	// least what the home's answers leave a replica's lease to use.
+	// Lease is the longest slice (default DefaultRegionLease): see
+	// sliceFor.
 	Lease time.Duration
 	// Now is the clock (nil: time.Now); Run starts the goroutine that
 	// calls Tick (else the caller does).
@@ -348,12 +347,12 @@ func (r *Region) Tick(ctx context.Context) {
 // therefore as short as they can serve: long enough to arrive (the
 // home's last answer, takeDur), serve sub-leases for as long again, and
 // outlive the last sub-lease (p.need); and at least a fortieth of the
-// window (at most r.lease), so that the home is not asked more often than
-// a long window needs. Region.mu is held.
+// window, at most r.lease (LeaseFor's twentieth, halved), so that the home
+// is not asked more often than a long window needs. Region.mu is held.
 func (r *Region) sliceFor(p *regionPair) time.Duration {
-	base, err := tiers.LeaseFor(p.pol, r.lease)
+	base, err := tiers.LeaseFor(p.pol, 2*r.lease)
 	if err != nil {
-		base = r.lease
+		base = 2 * r.lease
 	}
 	return max(base/2, p.need+2*p.takeDur+4*poolMargin)
 }
