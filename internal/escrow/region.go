@@ -96,14 +96,15 @@ type Region struct {
 	pairs map[string]*regionPair
 	mine  []*openSlice // the slices this Region opened, closed at their end
 
-	stats  counters
-	region regionCounters
-	wake   chan struct{}
-	stop   chan struct{}
-	done   chan struct{}
-	tickMu sync.Mutex
-	closed atomic.Bool
-	once   sync.Once
+	stats   counters
+	region  regionCounters
+	refills sync.WaitGroup // the loop's slices in flight
+	wake    chan struct{}
+	stop    chan struct{}
+	done    chan struct{}
+	tickMu  sync.Mutex
+	closed  atomic.Bool
+	once    sync.Once
 }
 
 // regionPair is a pair the region's replicas lease. Guarded by Region.mu.
@@ -120,6 +121,11 @@ type regionPair struct {
 	// takeDur is how long the last slice took (the home's round trips).
 	takeDur   time.Duration
 	refilling bool
+	// nextTick and nextReport are when the pair's state is read and its
+	// demand reported again; urgent, that a replica found no slice.
+	nextTick, nextReport time.Time
+	urgent               bool
+	reported             float64 // the demand last reported
 }
 
 // openSlice is a slice this Region opened: closed at end (this process's
@@ -225,6 +231,9 @@ func (r *Region) Reserve(ctx context.Context, now time.Time, after time.Duration
 		return time.Time{}, nil
 	}
 	r.region.misses.Add(1)
+	r.mu.Lock()
+	p.urgent = true
+	r.mu.Unlock()
 	r.wakeUp()
 	return time.Time{}, ErrNoSlice
 }
@@ -326,15 +335,24 @@ func (r *Region) Tick(ctx context.Context) {
 			delete(r.pairs, k)
 			continue
 		}
+		// Each pair every half lease of its replicas, or at once when one
+		// found no slice.
+		if now.Before(p.nextTick) && !p.urgent {
+			continue
+		}
+		p.urgent, p.nextTick = false, now.Add(max(p.need/2, time.Millisecond))
 		pairs[k] = p
 	}
 	r.mu.Unlock()
 	var wg sync.WaitGroup
+	sem := make(chan struct{}, parallel)
 	for k, p := range pairs {
 		wg.Add(1)
+		sem <- struct{}{}
 		go func() {
 			defer wg.Done()
-			r.tickPair(ctx, k, p)
+			defer func() { <-sem }()
+			r.tickPair(ctx, k, p, now)
 		}()
 	}
 	wg.Wait()
@@ -357,44 +375,51 @@ func (r *Region) sliceFor(p *regionPair) time.Duration {
 	return max(base/2, p.need+2*p.takeDur+4*poolMargin)
 }
 
-// tickPair reports this replica's demand for k, reads the region's, and
-// takes a slice when the open ones run short.
-func (r *Region) tickPair(ctx context.Context, k string, p *regionPair) {
-	now := r.now()
+// tickPair reports this replica's demand for k every quarter of the
+// demands' ttl (reading the region's), reads the slices open long enough
+// to serve, and takes a slice when they run short: two calls to the
+// region's Redis at most.
+func (r *Region) tickPair(ctx context.Context, k string, p *regionPair, now time.Time) {
 	r.mu.Lock()
 	own := p.own
 	ttl := max(4*p.need, time.Second)
 	if now.Sub(p.asked) > ttl {
 		own = 0 // no lease asked for lately: its demand is met
 	}
-	r.mu.Unlock()
-	rate, err := r.pool.Report(ctx, k, r.id, own, ttl)
-	if err != nil {
-		return
+	// Again when due, or at once when this replica's demand moved by a
+	// quarter (a key growing hot).
+	report := !now.Before(p.nextReport) || math.Abs(own-p.reported) > max(own, p.reported)/4
+	if report {
+		p.nextReport, p.reported = now.Add(ttl/4), own
 	}
-	_, _, st, err := r.pool.Take(ctx, k, 0, 0)
+	lead := p.need + p.takeDur*3/2 + 2*poolMargin
+	r.mu.Unlock()
+	if report {
+		rate, err := r.pool.Report(ctx, k, r.id, own, ttl)
+		if err != nil {
+			return
+		}
+		r.mu.Lock()
+		p.rate = rate
+		r.mu.Unlock()
+	}
+	_, _, open, err := r.pool.Take(ctx, k, 0, lead)
 	if err != nil {
 		return
 	}
 	r.mu.Lock()
-	p.rate = rate
 	// A new slice takes about takeDur to arrive, and must then serve a
 	// sub-lease: the slices open that long more must hold the demand of
 	// that span, or the region runs dry. A slice is taken from until its
 	// last sub-lease, which ends with it: it serves the demand of its
 	// length less its own arrival.
-	lead := p.need + p.takeDur*3/2 + 2*poolMargin
 	length := r.sliceFor(p)
 	want := int64(math.Ceil(p.rate * (length - p.takeDur).Seconds() * headroom))
 	pol, need := p.pol, p.need
-	due := !p.refilling && st.Refused <= 0 && p.rate > 0
+	due := !p.refilling && open.Refused <= 0 && p.rate > 0
 	short := max(int64(math.Ceil(p.rate*lead.Seconds())), 1)
 	r.mu.Unlock()
-	if !due {
-		return
-	}
-	_, _, open, err := r.pool.Take(ctx, k, 0, lead)
-	if err != nil || open.Left >= short {
+	if !due || open.Left >= short {
 		return
 	}
 	r.mu.Lock()
@@ -404,12 +429,25 @@ func (r *Region) tickPair(ctx context.Context, k string, p *regionPair) {
 	}
 	p.refilling = true
 	r.mu.Unlock()
-	defer func() {
-		r.mu.Lock()
-		p.refilling = false
-		r.mu.Unlock()
+	refill := func() {
+		defer func() {
+			r.mu.Lock()
+			p.refilling = false
+			r.mu.Unlock()
+		}()
+		r.refill(ctx, k, p.key, pol, min(max(want, 1), pol.Tiers[0].Limit), length, need, p)
+	}
+	if r.stop == nil {
+		refill() // ticks of the caller's: it returns with its calls
+		return
+	}
+	// The loop's: a slice's round trips to the home do not hold back the
+	// ticks of the other pairs (Close waits for it).
+	r.refills.Add(1)
+	go func() {
+		defer r.refills.Done()
+		refill()
 	}()
-	r.refill(ctx, k, p.key, pol, min(max(want, 1), pol.Tiers[0].Limit), length, need, p)
 }
 
 // refill takes a slice of up to want hits of k for length from the home
@@ -522,6 +560,7 @@ func (r *Region) Close() error {
 			close(r.stop)
 			<-r.done
 		}
+		r.refills.Wait() // its calls end with the loop's context
 		r.tickMu.Lock()
 		defer r.tickMu.Unlock()
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)

@@ -273,6 +273,7 @@ func TestRegionCutOff(t *testing.T) {
 		}
 	}
 	l.cut.Store(true)
+	t.Logf("at the cut: %+v %+v", s.Stats(), r.Stats())
 	before, calls := s.Stats().LocalGranted, l.calls.Load()
 	var failed int
 	for range 12_000 { // 12s on the clock: past every slice (6s at most here)
