@@ -536,3 +536,54 @@ func TestLocalDecisionAllocs(t *testing.T) {
 		t.Errorf("%v allocations, %d local grants of %d; want 0 and all", allocs, got, n)
 	}
 }
+
+// slowLeaser is a Leaser whose calls take d on the test's clock: a store
+// far away.
+type slowLeaser struct {
+	Leaser
+	clk *clock
+	d   time.Duration
+}
+
+func (l slowLeaser) Reserve(ctx context.Context, now time.Time, after time.Duration, items []store.Item, out []tiers.Decision) (time.Time, error) {
+	at, err := l.Leaser.Reserve(ctx, now, after, items, out)
+	l.clk.Add(l.d / 2)
+	return at, err
+}
+
+func (l slowLeaser) Decide(ctx context.Context, now time.Time, items []store.Item, out []tiers.Decision) error {
+	err := l.Leaser.Decide(ctx, l.clk.Now(), items, out)
+	l.clk.Add(l.d / 2)
+	return err
+}
+
+// TestLateLeaseGivenBack: a lease whose calls take longer than its length
+// arrives ended; its hits go back at once (they would only hold the
+// budget), and the next lease lasts three times the calls, so the pair is
+// then decided from leases.
+func TestLateLeaseGivenBack(t *testing.T) {
+	clk := newClock()
+	mem := newMem(t)
+	far := slowLeaser{Leaser: mem, clk: clk, d: 80 * time.Millisecond}
+	// A per-second limit: leases of 50ms, shorter than the 80ms calls.
+	s := newEscrow(t, mem, clk, Options{Leaser: far, Threshold: 3, Size: SizeDemand})
+	it := item("far", sliding(100_000, time.Second), 1)
+	ctx := context.Background()
+	for i := 0; s.Stats().LocalGranted == 0; i++ {
+		if i > 5000 {
+			t.Fatalf("never decided from a lease: %+v", s.Stats())
+		}
+		decide(t, s, clk.Add(time.Millisecond), it)
+		s.Tick(ctx)
+	}
+	st := s.Stats()
+	if st.Late == 0 {
+		t.Fatalf("no lease arrived ended: %+v", st)
+	}
+	// What the late leases held went back: the memory store counts only
+	// what was granted and what live leases hold.
+	s.Close()
+	if got, granted := count(t, mem, clk.Now(), it), int64(st.LocalGranted+st.Remote); got != granted {
+		t.Errorf("the store counts %d hits, %d were granted: late leases were not given back", got, granted)
+	}
+}

@@ -77,7 +77,10 @@ type entry struct {
 	// out before three quarters of its length (the next is twice as big).
 	lastSize   int64
 	spentEarly bool
-	history    []past
+	// took is how long the last lease took to arrive (its reservation
+	// sent to its check's answer): a lease lasts at least three times that.
+	took    time.Duration
+	history []past
 	// shown is what Tick last measured, for Holding.
 	shownRate   float64
 	shownDemand int64
@@ -186,9 +189,26 @@ func (s *Store) acquire(ctx context.Context, e *entry, pol *tiers.Policy, want i
 		e.acquiring = false
 		e.mu.Unlock()
 	}()
+	e.mu.Lock()
+	// A lease that lasts less than its calls take would arrive spent: it
+	// lasts three of them at least (its hits count that much longer).
+	length = max(length, 3*e.took)
+	e.mu.Unlock()
 	l, refused, l0, ok := s.leaseCalls().take(ctx, e.key, pol, want, length)
 	if !ok {
 		return
+	}
+	if l != nil {
+		e.mu.Lock()
+		e.took = l.from.Sub(l0)
+		e.mu.Unlock()
+		if !l.from.Before(l.until) {
+			// It arrived ended: its hits go back at once, and the next
+			// lease is longer.
+			s.stats.late.Add(1)
+			s.giveBack(ctx, e, pol, l.at, l.size)
+			return
+		}
 	}
 	if l == nil {
 		e.mu.Lock()

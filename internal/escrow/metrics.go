@@ -14,7 +14,7 @@ type counters struct {
 	leases, leasedHits, givenBack, leaseExcess atomic.Uint64
 	expired, leaseRefusals, leaseErrors        atomic.Uint64
 	giveBackErrors, leaseCalls                 atomic.Uint64
-	entered, left, full, overShare             atomic.Uint64
+	entered, left, full, overShare, late       atomic.Uint64
 	rebalances, rebalanceErrors                atomic.Uint64
 }
 
@@ -37,6 +37,10 @@ type Stats struct {
 	// Pairs entering and leaving escrow, those not entered for MaxKeys,
 	// and leases not asked for because the replica held its fair share.
 	Entered, Left, Full, OverShare uint64
+	// Late are leases that arrived ended (their calls took longer than
+	// their length), given back at once; the next lease of the pair lasts
+	// three times as long as the calls took.
+	Late uint64
 	// Rebalances of fair shares, and those that failed.
 	Rebalances, RebalanceErrors uint64
 	// Keys is the pairs in escrow now.
@@ -51,7 +55,7 @@ func (s *Store) Stats() Stats {
 		Leases: c.leases.Load(), LeasedHits: c.leasedHits.Load(), GivenBack: c.givenBack.Load(), Excess: c.leaseExcess.Load(),
 		Expired: c.expired.Load(), Refused: c.leaseRefusals.Load(), Errors: c.leaseErrors.Load(),
 		GiveBackErrors: c.giveBackErrors.Load(), Calls: c.leaseCalls.Load(),
-		Entered: c.entered.Load(), Left: c.left.Load(), Full: c.full.Load(), OverShare: c.overShare.Load(),
+		Entered: c.entered.Load(), Left: c.left.Load(), Full: c.full.Load(), OverShare: c.overShare.Load(), Late: c.late.Load(),
 		Rebalances: c.rebalances.Load(), RebalanceErrors: c.rebalanceErrors.Load(),
 		Keys: s.nkeys.Load(),
 	}
@@ -70,6 +74,7 @@ func (s *Store) Stats() Stats {
 //	charon_escrow_give_back_errors_total give-backs that failed
 //	charon_escrow_calls_total            calls to the shared store for leases
 //	charon_escrow_entered_total, charon_escrow_left_total  pairs entering, leaving escrow
+//	charon_escrow_late_total             leases that arrived ended, given back
 //	charon_escrow_rebalances_total       fair shares computed
 //	charon_escrow_rebalance_errors_total
 func NewCollector(stats func() Stats) prometheus.Collector {
@@ -88,6 +93,7 @@ func NewCollector(stats func() Stats) prometheus.Collector {
 		counter("give_back_errors_total", "Give-backs of escrow leases that failed: those hits stay counted until their window forgets them.", func(s Stats) uint64 { return s.GiveBackErrors }),
 		counter("calls_total", "Calls to the shared store for escrow leases: reservations, checks, give-backs.", func(s Stats) uint64 { return s.Calls }),
 		counter("entered_total", "Pairs that entered escrow (hot).", func(s Stats) uint64 { return s.Entered }),
+		counter("late_total", "Escrow leases that arrived ended (their calls took longer than their length), given back at once.", func(s Stats) uint64 { return s.Late }),
 		counter("left_total", "Pairs that left escrow (cold, or no longer leasable).", func(s Stats) uint64 { return s.Left }),
 		counter("rebalances_total", "Fair shares of pairs in escrow computed on the share store.", func(s Stats) uint64 { return s.Rebalances }),
 		counter("rebalance_errors_total", "Fair share computations that failed (the last share is kept).", func(s Stats) uint64 { return s.RebalanceErrors }),
