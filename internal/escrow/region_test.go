@@ -151,36 +151,7 @@ func runRegionTrace(t *testing.T, seed uint64, tr regionTrace) {
 			}
 		}
 	}
-	window := func(name string, as []answer, w time.Duration, limit int64) {
-		as = slices.Clone(as)
-		slices.SortStableFunc(as, func(a, b answer) int { return a.t.Compare(b.t) })
-		var n int64
-		end := 0
-		for i := range as {
-			for end < len(as) && as[end].t.Sub(as[i].t) < w {
-				n += as[end].hits
-				end++
-			}
-			if n > limit {
-				t.Fatalf("seed %d: %s: %d hits answered in the %v from %v, limit %d", seed, name, n, w, as[i].t, limit)
-			}
-			n -= as[i].hits
-		}
-	}
-	for k, r := range rules {
-		tr := r.it.Policy.Tiers[0]
-		window(r.it.Key.Resource+"/"+r.it.Key.Domain, answers[k], effective(tr.Window, tr.Limit), tr.Limit)
-		if h := r.it.Policy.HardLimit; h > 0 {
-			window("hard "+r.it.Key.Resource, answers[k], effective(time.Second, h), h)
-		}
-	}
-	var g []answer
-	for k, r := range rules {
-		if r.it.Policy.GlobalLimit > 0 {
-			g = append(g, answers[k]...)
-		}
-	}
-	window("global", g, effective(time.Second, global.GlobalLimit), global.GlobalLimit)
+	checkLimits(t, seed, rules, answers, global.GlobalLimit)
 
 	var takes, local uint64
 	for _, r := range all {

@@ -165,38 +165,7 @@ func runTrace(t *testing.T, seed uint64, shared Leaser, prefix string) {
 			}
 		}
 	}
-	// The limits, over the answers: the hits answered in the window from
-	// each answer's instant, by a sweep over the answers in time order.
-	window := func(name string, as []answer, w time.Duration, limit int64) {
-		as = slices.Clone(as)
-		slices.SortStableFunc(as, func(a, b answer) int { return a.t.Compare(b.t) })
-		var n int64 // the hits of as[i:end]
-		end := 0
-		for i := range as {
-			for end < len(as) && as[end].t.Sub(as[i].t) < w {
-				n += as[end].hits
-				end++
-			}
-			if n > limit {
-				t.Fatalf("seed %d: %s: %d hits answered in the %v from %v, limit %d", seed, name, n, w, as[i].t, limit)
-			}
-			n -= as[i].hits
-		}
-	}
-	for k, r := range rules {
-		tr := r.it.Policy.Tiers[0]
-		window(r.it.Key.Resource+"/"+r.it.Key.Domain, answers[k], effective(tr.Window, tr.Limit), tr.Limit)
-		if h := r.it.Policy.HardLimit; h > 0 {
-			window("hard "+r.it.Key.Resource, answers[k], effective(time.Second, h), h)
-		}
-	}
-	var g []answer
-	for k, r := range rules {
-		if r.it.Policy.GlobalLimit > 0 {
-			g = append(g, answers[k]...)
-		}
-	}
-	window("global", g, effective(time.Second, global.GlobalLimit), global.GlobalLimit)
+	checkLimits(t, seed, rules, answers, global.GlobalLimit)
 
 	// Every live replica's leases end and are given back.
 	clk.Add(time.Second)
@@ -262,6 +231,46 @@ func runTrace(t *testing.T, seed uint64, shared Leaser, prefix string) {
 	if counted != answered+deadHeld {
 		t.Fatalf("seed %d: the shared store counts %d hits; %d were answered, crashed replicas' leases held %d unused", seed, counted, answered, deadHeld)
 	}
+}
+
+// checkLimits fails t when a window of any limit of rules (its tier's,
+// its hard limit's, and globalLimit over the answers of every rule with a
+// global limit) holds more answered hits than the limit: answers[k] are
+// rule k's.
+func checkLimits(t *testing.T, seed uint64, rules []traceRule, answers [][]answer, globalLimit int64) {
+	t.Helper()
+	// The hits answered in the window from each answer's instant, by a
+	// sweep over the answers in time order.
+	window := func(name string, as []answer, w time.Duration, limit int64) {
+		as = slices.Clone(as)
+		slices.SortStableFunc(as, func(a, b answer) int { return a.t.Compare(b.t) })
+		var n int64 // the hits of as[i:end]
+		end := 0
+		for i := range as {
+			for end < len(as) && as[end].t.Sub(as[i].t) < w {
+				n += as[end].hits
+				end++
+			}
+			if n > limit {
+				t.Fatalf("seed %d: %s: %d hits answered in the %v from %v, limit %d", seed, name, n, w, as[i].t, limit)
+			}
+			n -= as[i].hits
+		}
+	}
+	for k, r := range rules {
+		tr := r.it.Policy.Tiers[0]
+		window(r.it.Key.Resource+"/"+r.it.Key.Domain, answers[k], effective(tr.Window, tr.Limit), tr.Limit)
+		if h := r.it.Policy.HardLimit; h > 0 {
+			window("hard "+r.it.Key.Resource, answers[k], effective(time.Second, h), h)
+		}
+	}
+	var g []answer
+	for k, r := range rules {
+		if r.it.Policy.GlobalLimit > 0 {
+			g = append(g, answers[k]...)
+		}
+	}
+	window("global", g, effective(time.Second, globalLimit), globalLimit)
 }
 
 // patient is a Leaser that lets every call run to its answer: it drops
