@@ -1,12 +1,19 @@
 package redisbackend
 
 import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/charonlimit/charon/internal/escrow"
 	"github.com/charonlimit/charon/internal/escrow/pooltest"
 	"github.com/charonlimit/charon/internal/redistest"
+	"github.com/charonlimit/charon/internal/store"
+	"github.com/charonlimit/charon/internal/store/memstore"
+	"github.com/charonlimit/charon/tiers"
 )
 
 // TestEscrowPool runs the pool's contract on one Redis and on a Cluster of
@@ -31,4 +38,109 @@ func TestEscrowPool(t *testing.T) {
 			return &escrowPool{client: c}, wait
 		})
 	})
+}
+
+// TestEscrowRegionsOnRedis runs two regions of two replicas on the real
+// clock, region A's pool on a Cluster of three and region B's on one
+// Redis, leasing from one home (the memory store), every replica asking
+// as fast as it can for a key far over its limit and a key far under it,
+// for three seconds. No window of the first holds more answered hits than
+// its limit, whichever region answered; once every store and region has
+// closed, the home counts exactly the hits answered of the second (every
+// slice and lease gave back what it did not grant); and leases were taken
+// from the pools.
+func TestEscrowRegionsOnRedis(t *testing.T) {
+	home := memstore.New(memstore.Options{MaxKeys: -1})
+	t.Cleanup(func() { home.Close() })
+	pools := []escrow.Pool{
+		&escrowPool{client: redistest.ClusterClient(t, redistest.Cluster(t, 3))},
+		&escrowPool{client: redistest.Client(t, redistest.Single(t))},
+	}
+	const limit, w = 200, 2 * time.Second
+	burst := &tiers.Policy{Kind: tiers.KindTiers, Tiers: []tiers.Tier{{Limit: limit, Window: w, Active: tiers.Unbounded}}}
+	big := &tiers.Policy{Kind: tiers.KindTiers, Tiers: []tiers.Tier{{Limit: 1 << 40, Window: time.Minute, Active: tiers.Unbounded}}}
+	items := []store.Item{
+		{Key: store.Key{Resource: "burst_{x}", Domain: "d", PolicyID: 1}, Policy: burst, Hits: 1, Min: 1},
+		{Key: store.Key{Resource: "big", Domain: "d", PolicyID: 2}, Policy: big, Hits: 1, Min: 1},
+	}
+	type replica struct {
+		s *escrow.Store
+		r *escrow.Region
+	}
+	var reps []replica
+	for i := range 4 {
+		r, err := escrow.NewRegion(escrow.RegionOptions{Home: home, Pool: pools[i%2], ID: fmt.Sprint("replica-", i), Run: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := escrow.New(escrow.Options{Remote: home, Leaser: r, Default: true, Threshold: 20, Size: escrow.SizeDemand, Run: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		reps = append(reps, replica{s, r})
+	}
+	var mu sync.Mutex
+	var grants []time.Time // of burst
+	var bigAnswered int64
+	end := time.Now().Add(3 * time.Second)
+	var wg sync.WaitGroup
+	for _, rp := range reps {
+		wg.Go(func() {
+			out := make([]tiers.Decision, 1)
+			for i := 0; time.Now().Before(end); i++ {
+				it := items[i%2 : i%2+1]
+				now := time.Now()
+				if err := rp.s.Decide(context.Background(), now, it, out); err != nil {
+					t.Error(err)
+					return
+				}
+				if out[0].OK {
+					mu.Lock()
+					if i%2 == 0 {
+						grants = append(grants, now)
+					} else {
+						bigAnswered++
+					}
+					mu.Unlock()
+				}
+				if i%64 == 0 {
+					time.Sleep(time.Millisecond) // let the loops run on a busy machine
+				}
+			}
+		})
+	}
+	wg.Wait()
+	var takes uint64
+	for _, rp := range reps {
+		rp.s.Close()
+		takes += rp.r.Stats().Takes
+	}
+	for _, rp := range reps {
+		rp.r.Close()
+	}
+	if takes == 0 {
+		t.Fatal("no lease was taken from the regions' pools")
+	}
+	// Above 64 hits a window is counted in 64 buckets: the limit holds
+	// over the window less a bucket.
+	eff := w - w/64 + time.Microsecond
+	slices.SortFunc(grants, func(a, b time.Time) int { return a.Compare(b) })
+	for i, j := 0, 0; i < len(grants); i++ {
+		for j < len(grants) && grants[j].Sub(grants[i]) < eff {
+			j++
+		}
+		if j-i > limit {
+			t.Fatalf("%d grants of burst within %v from %v, limit %d", j-i, eff, grants[i], limit)
+		}
+	}
+	out := make([]tiers.Decision, 1)
+	check := items[1]
+	check.Hits, check.Min = 0, 0
+	if err := home.Decide(context.Background(), time.Now(), []store.Item{check}, out); err != nil {
+		t.Fatal(err)
+	}
+	if out[0].TierHits != bigAnswered {
+		t.Errorf("the home counts %d hits of big, %d were answered", out[0].TierHits, bigAnswered)
+	}
+	t.Logf("burst: %d granted in 3s (limit %d per %v); big: %d answered; %d leases from the pools", len(grants), limit, w, bigAnswered, takes)
 }
