@@ -404,8 +404,8 @@ descriptors:
 		}
 		return took[int(q*float64(len(took)-1))]
 	}
-	t.Logf("hot key, two regions 80ms from the home: %d answered (%.0f/s), answers in %v (p50) %v (p99) %v (p99.9); the home's calls per decision: %.4f FCALL, %.4f commands",
-		hot.answered, float64(hot.answered)/escrowPhase(t, 3*escrowW).Seconds(), quantile(0.5), quantile(0.99), quantile(0.999),
+	t.Logf("hot key, %d regions 80ms from the home: %d answered (%.0f/s), answers in %v (p50) %v (p99) %v (p99.9); the home's calls per decision: %.4f FCALL, %.4f commands",
+		regions, hot.answered, float64(hot.answered)/escrowPhase(t, 3*escrowW).Seconds(), quantile(0.5), quantile(0.99), quantile(0.999),
 		per(after["fcall"], hot.answered), per(sum(after), hot.answered))
 	if hot.errs > 0 {
 		t.Errorf("hot key: %d requests failed", hot.errs)
