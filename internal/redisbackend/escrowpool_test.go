@@ -52,9 +52,13 @@ func TestEscrowPool(t *testing.T) {
 func TestEscrowRegionsOnRedis(t *testing.T) {
 	home := memstore.New(memstore.Options{MaxKeys: -1})
 	t.Cleanup(func() { home.Close() })
+	// Patient: a call that times out after Redis applied it leaves hits
+	// taken and never granted, which is safe but which the exact count
+	// below cannot tell from a lost give-back; on a busy machine a call
+	// can outlast a lease. The test is of the protocol, not of timeouts.
 	pools := []escrow.Pool{
-		&escrowPool{client: redistest.ClusterClient(t, redistest.Cluster(t, 3))},
-		&escrowPool{client: redistest.Client(t, redistest.Single(t))},
+		patientPool{&escrowPool{client: redistest.ClusterClient(t, redistest.Cluster(t, 3))}},
+		patientPool{&escrowPool{client: redistest.Client(t, redistest.Single(t))}},
 	}
 	const limit, w = 200, 2 * time.Second
 	burst := &tiers.Policy{Kind: tiers.KindTiers, Tiers: []tiers.Tier{{Limit: limit, Window: w, Active: tiers.Unbounded}}}
@@ -143,4 +147,40 @@ func TestEscrowRegionsOnRedis(t *testing.T) {
 		t.Errorf("the home counts %d hits of big, %d were answered", out[0].TierHits, bigAnswered)
 	}
 	t.Logf("burst: %d granted in 3s (limit %d per %v); big: %d answered; %d leases from the pools", len(grants), limit, w, bigAnswered, takes)
+}
+
+// patientPool lets every call run to its answer: it drops the caller's
+// deadline.
+type patientPool struct{ p escrow.Pool }
+
+func (p patientPool) Take(ctx context.Context, k string, want int64, need time.Duration) (int64, int64, escrow.PoolState, error) {
+	return p.p.Take(context.WithoutCancel(ctx), k, want, need)
+}
+
+func (p patientPool) Put(ctx context.Context, k string, id, n int64) (bool, error) {
+	return p.p.Put(context.WithoutCancel(ctx), k, id, n)
+}
+
+func (p patientPool) Add(ctx context.Context, k string, id, n int64, end time.Time) error {
+	return p.p.Add(context.WithoutCancel(ctx), k, id, n, end)
+}
+
+func (p patientPool) Close(ctx context.Context, k string, id int64) (int64, error) {
+	return p.p.Close(context.WithoutCancel(ctx), k, id)
+}
+
+func (p patientPool) Refuse(ctx context.Context, k string, d time.Duration, r escrow.Refusal) error {
+	return p.p.Refuse(context.WithoutCancel(ctx), k, d, r)
+}
+
+func (p patientPool) Report(ctx context.Context, k, owner string, rate float64, ttl time.Duration) (float64, error) {
+	return p.p.Report(context.WithoutCancel(ctx), k, owner, rate, ttl)
+}
+
+func (p patientPool) Lock(ctx context.Context, k, owner string, ttl time.Duration) (bool, error) {
+	return p.p.Lock(context.WithoutCancel(ctx), k, owner, ttl)
+}
+
+func (p patientPool) Unlock(ctx context.Context, k, owner string) error {
+	return p.p.Unlock(context.WithoutCancel(ctx), k, owner)
 }
