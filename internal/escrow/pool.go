@@ -60,9 +60,6 @@ type PoolState struct {
 	// with; Open how long the slice that ends last stays open.
 	Left int64
 	Open time.Duration
-	// Taken is the hits taken from the pair's slices less those put back,
-	// since the pair's pool was made: its region's net demand.
-	Taken int64
 	// Refused, when positive, is how much longer the home's refusal
 	// stands, with its Refusal.
 	Refused time.Duration
@@ -89,7 +86,6 @@ type memPool struct {
 type memPair struct {
 	slices       map[int64]*memSlice
 	demand       map[string]memDemand
-	taken        int64
 	refusedUntil time.Time
 	refusal      Refusal
 	owner        string
@@ -139,10 +135,9 @@ func (p *memPool) Take(_ context.Context, k string, want int64, need time.Durati
 	if bestSlice != nil && want > 0 {
 		n = min(want, bestSlice.left)
 		bestSlice.left -= n
-		m.taken += n
 		st.Left -= n
 	}
-	st.Taken, st.At = m.taken, now
+	st.At = now
 	if now.Before(m.refusedUntil) {
 		st.Refused, st.Refusal = m.refusedUntil.Sub(now), m.refusal
 	}
@@ -161,7 +156,6 @@ func (p *memPool) Put(_ context.Context, k string, id, n int64) (bool, error) {
 		return false, nil
 	}
 	s.left += n
-	m.taken -= n
 	return true, nil
 }
 

@@ -20,8 +20,9 @@ func (b *Backend) EscrowPool() escrow.Pool { return &escrowPool{client: b.client
 
 // escrowPool keeps each pair's slices in one hash, on Redis's clock
 // (TIME): fields s:<id> (the hits left) and e:<id> (the end, in ms),
-// taken (net hits taken), ru (refused until, ms), rr (the refusal's
-// retry, ms) and rf (its flags: h for hard, g for global). The refill
+// d:<owner> (a replica's demand and when it said so), ru (refused until,
+// ms), rr (the refusal's retry, ms) and rf (its flags: h for hard, g for
+// global, u for no retry). The refill
 // lock is a key beside it. Both share a hash tag, so that a Cluster keeps
 // them on one slot.
 type escrowPool struct {
@@ -38,8 +39,8 @@ func poolKeys(k string) []string {
 
 // poolTake takes up to ARGV[1] hits from the open slice that stays open
 // at least ARGV[2] ms and ends first, forgets slices ARGV[3] ms past their
-// end (no one closed them), and returns {n, id, left, open, taken,
-// refused, retry, flags}.
+// end (no one closed them), and returns {n, id, left, open,
+// refused, retry, flags, now}.
 var poolTake = redis.NewScript(`
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -68,15 +69,13 @@ local n = 0
 if best ~= nil and want > 0 then
   n = math.min(want, tonumber(f['s:' .. best]))
   redis.call('HINCRBY', KEYS[1], 's:' .. best, -n)
-  redis.call('HINCRBY', KEYS[1], 'taken', n)
   left = left - n
 end
 if n == 0 then best = '0' end
-local taken = (tonumber(f['taken']) or 0) + n
 local refused = 0
 local ru = tonumber(f['ru'])
 if ru ~= nil and ru > now then refused = ru - now end
-return {n, best, left, open, taken, refused, tonumber(f['rr']) or 0, f['rf'] or '', now}
+return {n, best, left, open, refused, tonumber(f['rr']) or 0, f['rf'] or '', now}
 `)
 
 // poolPut puts ARGV[2] hits back into slice ARGV[1] while it is open.
@@ -86,7 +85,6 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local e = tonumber(redis.call('HGET', KEYS[1], 'e:' .. ARGV[1]))
 if e == nil or e <= now or redis.call('HEXISTS', KEYS[1], 's:' .. ARGV[1]) == 0 then return 0 end
 redis.call('HINCRBY', KEYS[1], 's:' .. ARGV[1], ARGV[2])
-redis.call('HINCRBY', KEYS[1], 'taken', -tonumber(ARGV[2]))
 return 1
 `)
 
@@ -170,8 +168,8 @@ func (p *escrowPool) Take(ctx context.Context, k string, want int64, need time.D
 	if err != nil {
 		return 0, 0, st, err
 	}
-	if len(v) != 9 {
-		return 0, 0, st, errors.New("escrow pool: a take's reply has " + strconv.Itoa(len(v)) + " fields, want 9")
+	if len(v) != 8 {
+		return 0, 0, st, errors.New("escrow pool: a take's reply has " + strconv.Itoa(len(v)) + " fields, want 8")
 	}
 	n, _ := v[0].(int64)
 	var id int64
@@ -182,12 +180,11 @@ func (p *escrowPool) Take(ctx context.Context, k string, want int64, need time.D
 	}
 	left, _ := v[2].(int64)
 	open, _ := v[3].(int64)
-	taken, _ := v[4].(int64)
-	refused, _ := v[5].(int64)
-	retry, _ := v[6].(int64)
-	flags, _ := v[7].(string)
-	at, _ := v[8].(int64)
-	st = escrow.PoolState{Left: left, Open: time.Duration(open) * time.Millisecond, Taken: taken,
+	refused, _ := v[4].(int64)
+	retry, _ := v[5].(int64)
+	flags, _ := v[6].(string)
+	at, _ := v[7].(int64)
+	st = escrow.PoolState{Left: left, Open: time.Duration(open) * time.Millisecond,
 		Refused: time.Duration(refused) * time.Millisecond, At: time.UnixMilli(at)}
 	if refused > 0 {
 		st.Refusal = escrow.Refusal{Retry: time.Duration(retry) * time.Millisecond}
