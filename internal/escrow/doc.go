@@ -116,7 +116,8 @@
 // and keeps them in the region's Pool, and the region's replicas take
 // their leases from those slices (see Region for why that is exact). A
 // decision from a lease never leaves the region; the rest is decided at
-// the home (Options.Remote).
+// the home (Options.Remote). A region's replica (Options.Regional) leases
+// for at most RegionReplicaLease, and from the threshold alone.
 //
 // # Time
 //
